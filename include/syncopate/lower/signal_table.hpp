@@ -1,0 +1,46 @@
+// Lowering: from a verified CommPlan and a tile grid to one SignalTable per rank.
+//
+// Signals carry epochs: call e (1, 2, ...) of the same plan waits for slot >= e * writers, so
+// no reset kernel runs between calls. Slots live in the symmetric heap of the rank that waits.
+//  - A *landing* slot exists on rank r for every chunk whose dst is r; its one writer is the
+//    backend that lands the chunk.
+//  - A *ready* slot exists on rank r for every chunk whose src is r and whose source box a
+//    producer tile writes (GEMM+RS); its writers are the tiles covering the box; the chunk may
+//    leave once the slot reaches e * writers.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "syncopate/lower/tiling.hpp"
+#include "syncopate/plan/comm_plan.hpp"
+
+namespace syncopate::lower {
+
+enum class SlotKind { landing, ready };
+
+struct SignalSlot {
+  int slot = 0;          // index in this rank's slot array
+  SlotKind kind = SlotKind::landing;
+  int chunk = 0;         // chunk id this slot tracks
+  int writers = 1;       // increments per call
+};
+
+struct SignalTable {
+  int rank = 0;
+  std::vector<SignalSlot> slots;
+  std::vector<int> landing_slot_of_chunk;  // by chunk id; -1 if the chunk does not land here
+  std::vector<int> ready_slot_of_chunk;    // by chunk id; -1 if no producer tile gates it here
+  std::vector<std::vector<int>> tile_waits;     // by tile id: landing slots to wait on
+  std::vector<std::vector<int>> tile_notifies;  // by tile id: ready slots to increment
+
+  // Value slot `s` must reach for call `epoch` (epochs start at 1).
+  std::int64_t expected(int s, std::int64_t epoch) const { return epoch * slots.at(s).writers; }
+};
+
+// One table per rank. `accesses` lists the tensors the local kernel consumes or produces.
+// Throws UserError if a tensor is not in the plan or a dim is out of range, naming both.
+std::vector<SignalTable> lower(const plan::CommPlan& plan, const TileGrid& grid,
+                               const std::vector<TileAccess>& accesses);
+
+}  // namespace syncopate::lower

@@ -1,0 +1,68 @@
+// A communication chunk: one box of a tensor moving from one rank to another.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "syncopate/plan/enums.hpp"
+
+namespace syncopate::plan {
+
+// An axis-aligned region of an N-d tensor: offset[d] .. offset[d] + extent[d] on each dim d.
+struct Box {
+  std::vector<std::int64_t> offset;
+  std::vector<std::int64_t> extent;
+
+  std::int64_t elements() const {
+    std::int64_t n = 1;
+    for (auto e : extent) n *= e;
+    return n;
+  }
+  bool overlaps(const Box& other) const {
+    if (offset.size() != other.offset.size()) return false;
+    for (std::size_t d = 0; d < offset.size(); ++d) {
+      if (offset[d] + extent[d] <= other.offset[d]) return false;
+      if (other.offset[d] + other.extent[d] <= offset[d]) return false;
+    }
+    return true;
+  }
+  bool contains(const Box& inner) const {
+    if (offset.size() != inner.offset.size()) return false;
+    for (std::size_t d = 0; d < offset.size(); ++d) {
+      if (inner.offset[d] < offset[d]) return false;
+      if (inner.offset[d] + inner.extent[d] > offset[d] + extent[d]) return false;
+    }
+    return true;
+  }
+  friend bool operator==(const Box&, const Box&) = default;
+};
+
+// The chunk `id` reads `box` of `tensor` on rank `src` and lands it in `dst_box` of `dst_tensor`
+// on rank `dst` (by copy, or by adding into what is there), then raises one signal on `dst`.
+//
+// Invariants (checked by the verifier, not by construction):
+// - id equals the chunk's index in CommPlan::chunks (ids are dense so tables index by id);
+// - box and dst_box have the same extents; dst_tensor/dst_box are always filled in memory
+//   (the JSON form may omit them when they equal tensor/box);
+// - the chunk is issued, in stream `stream`, by its src rank or its dst rank (copy engine and
+//   SM copy can push or pull through symmetric memory); an NCCL chunk is issued by both: the
+//   send in src's stream `stream` and the matching recv in dst's stream `stream`;
+// - every id in deps has landed before this chunk starts.
+struct Chunk {
+  int id = -1;
+  std::string tensor;
+  Box box;
+  std::string dst_tensor;
+  Box dst_box;
+  int src = 0;
+  int dst = 0;
+  Backend backend = Backend::copy_engine;
+  ChunkOp op = ChunkOp::copy;
+  int stream = 0;
+  std::vector<int> deps;
+
+  friend bool operator==(const Chunk&, const Chunk&) = default;
+};
+
+}  // namespace syncopate::plan

@@ -1,0 +1,85 @@
+// The plan IR: what moves where, in what order, for one collective on all ranks.
+//
+// A CommPlan is plain data. It says nothing about how it is executed; the verifier proves it
+// safe, lowering turns it into signal tables, the runtime executes it.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "syncopate/plan/chunk.hpp"
+#include "syncopate/plan/enums.hpp"
+
+namespace syncopate::plan {
+
+inline constexpr int kPlanVersion = 1;
+
+struct TensorSpec {
+  std::vector<std::int64_t> shape;
+  DType dtype = DType::bf16;
+  std::string layout = "row-major";
+
+  std::int64_t elements() const {
+    std::int64_t n = 1;
+    for (auto e : shape) n *= e;
+    return n;
+  }
+  friend bool operator==(const TensorSpec&, const TensorSpec&) = default;
+};
+
+// What the plan promises; the verifier's coverage rules are derived from it.
+//  all-gather     `tensor` is [.., S, ..] on every rank; rank r starts with shard r along `dim`
+//                 and must end with every shard, each delivered exactly once.
+//  reduce-scatter `tensor` holds each rank's partial; rank r must end with shard r along `dim`
+//                 holding the sum of all world_size partials, each counted exactly once.
+//  all-reduce     like reduce-scatter, but every rank must end with the whole tensor reduced.
+//  all-to-all     rank r's block j of `tensor` (along `dim`) must land in block r of `output`
+//                 on rank j, exactly once (the own block too, by a local chunk src == dst).
+//  custom         no coverage promise; well-formedness, ordering and deadlock rules still apply.
+// Shards and blocks split S as evenly as possible: the first S % world shards get one extra.
+struct CollectiveSpec {
+  Collective kind = Collective::custom;
+  std::string tensor;
+  std::string output;  // all-to-all only
+  int dim = 0;
+  Algorithm algorithm = Algorithm::ring;  // how the plan was made (informational)
+  int split = 1;                          // sub-chunks per shard (informational)
+
+  friend bool operator==(const CollectiveSpec&, const CollectiveSpec&) = default;
+};
+
+// One rank's program: per stream (channel), the chunk ids it issues in order.
+struct RankProgram {
+  int rank = 0;
+  std::vector<std::vector<int>> streams;
+
+  friend bool operator==(const RankProgram&, const RankProgram&) = default;
+};
+
+struct CommPlan {
+  int version = kPlanVersion;
+  CollectiveSpec collective;
+  int world_size = 1;
+  std::map<std::string, TensorSpec> tensors;  // ordered: JSON output is deterministic
+  std::vector<RankProgram> ranks;             // ranks[r].rank == r
+  std::vector<Chunk> chunks;                  // chunks[i].id == i
+
+  friend bool operator==(const CommPlan&, const CommPlan&) = default;
+};
+
+// Start and size of shard `index` when `size` is split into `parts` as evenly as possible
+// (the first size % parts shards get one more). Shared by templates, verifier and lowering.
+struct Span {
+  std::int64_t begin = 0;
+  std::int64_t size = 0;
+};
+inline Span even_split(std::int64_t size, int parts, int index) {
+  const std::int64_t base = size / parts;
+  const std::int64_t rem = size % parts;
+  const std::int64_t begin = index * base + (index < rem ? index : rem);
+  return {begin, base + (index < rem ? 1 : 0)};
+}
+
+}  // namespace syncopate::plan
