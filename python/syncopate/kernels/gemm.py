@@ -1,0 +1,232 @@
+"""The local GEMM: C = A @ B on one GPU, persistent, loading tiles through TMA tensor descriptors.
+
+This is the kernel that Syncopate's transformer turns into overlapped kernels, so it carries
+`# @sy.` annotations (docs/ANNOTATIONS.md): the lines that compute a tile's program ids, the
+loads of the communicated operand A, and the store of C. Untransformed, the annotations are
+plain comments and this is an ordinary single-GPU GEMM meant to run as fast as cuBLAS.
+
+Two kernels:
+- `gemm_tma_kernel`: the fast path. Tiles move through tensor descriptors made on the device
+  (`tl.make_tensor_descriptor`), which clip at the tensor's edges, so M, N and K need not be
+  multiples of the block. TMA needs 16-byte aligned base pointers and leading strides.
+- `gemm_pointer_kernel`: the same persistent loop with masked pointer loads, for operands TMA
+  cannot describe (a leading stride that is not a multiple of 16 bytes, e.g. bf16 with K=1000
+  is fine but K=1001 is not, or a misaligned view).
+Both run under TRITON_INTERPRET=1 on the CPU (tests/python/test_gemm_interpret.py).
+"""
+
+from __future__ import annotations
+
+import os
+
+import torch
+import triton
+import triton.language as tl
+from triton.runtime import _allocation
+
+from .configs import INTERPRETER_CONFIG, GemmConfig, choose_config
+
+SUPPORTED_DTYPES = (torch.bfloat16, torch.float16)
+_TMA_ALIGN_BYTES = 16
+
+
+@triton.jit
+def gemm_tma_kernel(a_ptr, b_ptr, c_ptr, M, N, K, stride_am, stride_b, stride_cm, num_programs,
+                    B_IS_NK: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                    BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr, EPILOGUE_SPLIT: tl.constexpr,
+                    WARP_SPECIALIZE: tl.constexpr):
+    """C[M,N] = A[M,K] @ B, B stored as [K,N] or, with B_IS_NK, as [N,K] (a Linear weight)."""
+    a_desc = tl.make_tensor_descriptor(a_ptr, shape=[M, K], strides=[stride_am, 1],
+                                       block_shape=[BLOCK_M, BLOCK_K])
+    if B_IS_NK:
+        b_desc = tl.make_tensor_descriptor(b_ptr, shape=[N, K], strides=[stride_b, 1],
+                                           block_shape=[BLOCK_N, BLOCK_K])
+    else:
+        b_desc = tl.make_tensor_descriptor(b_ptr, shape=[K, N], strides=[stride_b, 1],
+                                           block_shape=[BLOCK_K, BLOCK_N])
+    c_desc = tl.make_tensor_descriptor(c_ptr, shape=[M, N], strides=[stride_cm, 1],
+                                       block_shape=[BLOCK_M, BLOCK_N // EPILOGUE_SPLIT])
+    num_pid_m = tl.cdiv(M, BLOCK_M)
+    num_pid_n = tl.cdiv(N, BLOCK_N)
+    num_tiles = num_pid_m * num_pid_n
+    k_tiles = tl.cdiv(K, BLOCK_K)
+    tiles_per_group = GROUP_M * num_pid_n
+
+    # Flattening the tile and K loops lets the pipeliner prefetch the next tile's first K-steps
+    # during this tile's epilogue; warp specialisation gives the loads their own warp.
+    for tile_id in tl.range(tl.program_id(0), num_tiles, num_programs, flatten=True,
+                            warp_specialize=WARP_SPECIALIZE):
+        # @sy.tile(index=tile_id, m=pid_m, n=pid_n)
+        # Grouped order: GROUP_M block-rows share each B column block while it is in L2.
+        group_id = tile_id // tiles_per_group
+        first_pid_m = group_id * GROUP_M
+        group_rows = min(num_pid_m - first_pid_m, GROUP_M)
+        pid_m = first_pid_m + (tile_id % group_rows)
+        pid_n = (tile_id % tiles_per_group) // group_rows
+        # @sy.end
+        off_m = pid_m * BLOCK_M
+        off_n = pid_n * BLOCK_N
+        acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+        for ki in range(k_tiles):
+            off_k = ki * BLOCK_K
+            # @sy.consume(a_desc, m=pid_m)
+            a = a_desc.load([off_m, off_k])
+            if B_IS_NK:
+                b = b_desc.load([off_n, off_k])
+                acc = tl.dot(a, b.T, acc)
+            else:
+                b = b_desc.load([off_k, off_n])
+                acc = tl.dot(a, b, acc)
+        c = acc.to(c_ptr.dtype.element_ty)
+        if EPILOGUE_SPLIT == 2:
+            c = tl.reshape(c, (BLOCK_M, 2, BLOCK_N // 2))
+            c = tl.permute(c, (0, 2, 1))
+            c_left, c_right = tl.split(c)
+            c_desc.store([off_m, off_n], c_left)
+            c_desc.store([off_m, off_n + BLOCK_N // 2], c_right)
+        else:
+            c_desc.store([off_m, off_n], c)
+        # @sy.produce(c_desc, m=pid_m, n=pid_n)
+
+
+@triton.jit
+def gemm_pointer_kernel(a_ptr, b_ptr, c_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn,
+                        stride_cm, stride_cn, num_programs, BLOCK_M: tl.constexpr,
+                        BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr):
+    """C[M,N] = A[M,K] @ B[K,N] for any strides (B_IS_NK is just swapped B strides here)."""
+    num_pid_m = tl.cdiv(M, BLOCK_M)
+    num_pid_n = tl.cdiv(N, BLOCK_N)
+    num_tiles = num_pid_m * num_pid_n
+    tiles_per_group = GROUP_M * num_pid_n
+    for tile_id in range(tl.program_id(0), num_tiles, num_programs):
+        # @sy.tile(index=tile_id, m=pid_m, n=pid_n)
+        group_id = tile_id // tiles_per_group
+        first_pid_m = group_id * GROUP_M
+        group_rows = min(num_pid_m - first_pid_m, GROUP_M)
+        pid_m = first_pid_m + (tile_id % group_rows)
+        pid_n = (tile_id % tiles_per_group) // group_rows
+        # @sy.end
+        rows = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+        cols = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+        acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+        for off_k in range(0, K, BLOCK_K):
+            ks = off_k + tl.arange(0, BLOCK_K)
+            # @sy.consume(a_ptr, m=pid_m)
+            a = tl.load(a_ptr + rows[:, None] * stride_am + ks[None, :] * stride_ak,
+                        mask=(rows[:, None] < M) & (ks[None, :] < K), other=0.0)
+            b = tl.load(b_ptr + ks[:, None] * stride_bk + cols[None, :] * stride_bn,
+                        mask=(ks[:, None] < K) & (cols[None, :] < N), other=0.0)
+            acc = tl.dot(a, b, acc)
+        c_ptrs = c_ptr + rows[:, None] * stride_cm + cols[None, :] * stride_cn
+        tl.store(c_ptrs, acc.to(c_ptr.dtype.element_ty),
+                 mask=(rows[:, None] < M) & (cols[None, :] < N))
+        # @sy.produce(c_ptr, m=pid_m, n=pid_n)
+
+
+def interpreter_active() -> bool:
+    """True when Triton runs kernels with its CPU interpreter (TRITON_INTERPRET=1)."""
+    return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
+
+
+def _ensure_descriptor_allocator() -> None:
+    # Descriptors made on the device live in a small global-memory scratch that Triton asks
+    # the allocator for at launch. Keep a caller's allocator if one is set; otherwise use
+    # PyTorch's caching allocator, which makes the per-launch request nearly free.
+    if isinstance(_allocation._allocator.get(), _allocation.NullAllocator):
+        triton.set_allocator(
+            lambda size, alignment, stream: torch.empty(size, dtype=torch.int8, device="cuda"))
+
+
+def _tma_compatible(t: torch.Tensor) -> bool:
+    """A 2-D tensor TMA can describe: last dim contiguous, 16-byte base and leading stride."""
+    return (t.stride(1) == 1 and t.data_ptr() % _TMA_ALIGN_BYTES == 0
+            and (t.stride(0) * t.element_size()) % _TMA_ALIGN_BYTES == 0)
+
+
+def _check_operands(a: torch.Tensor, b: torch.Tensor) -> None:
+    if a.dim() != 2 or b.dim() != 2:
+        raise ValueError(f"gemm: A and B must be 2-D, got A{tuple(a.shape)} B{tuple(b.shape)}")
+    if a.shape[1] != b.shape[0]:
+        raise ValueError(f"gemm: inner dimensions differ: A is {tuple(a.shape)} (K={a.shape[1]}),"
+                         f" B is {tuple(b.shape)} (K={b.shape[0]})")
+    if a.dtype not in SUPPORTED_DTYPES or b.dtype != a.dtype:
+        raise TypeError(f"gemm: A and B must both be bfloat16 or float16, got {a.dtype} and "
+                        f"{b.dtype}")
+    if a.device != b.device:
+        raise ValueError(f"gemm: A is on {a.device} but B is on {b.device}")
+    if not a.is_cuda and not interpreter_active():
+        raise ValueError(f"gemm: tensors are on {a.device}; the kernel needs a CUDA device "
+                         "(or TRITON_INTERPRET=1 for the CPU interpreter)")
+
+
+def _device_limits(device: torch.device) -> tuple[int, int]:
+    """(multiprocessor count, shared memory per block) of the device, read, never assumed."""
+    props = torch.cuda.get_device_properties(device)
+    smem = getattr(props, "shared_memory_per_block_optin", 0) or props.shared_memory_per_block
+    return props.multi_processor_count, smem
+
+
+def select_config(m: int, n: int, k: int, device: torch.device, dtype: torch.dtype) -> GemmConfig:
+    """The configuration `gemm` uses for this shape on this device."""
+    if device.type != "cuda":
+        return INTERPRETER_CONFIG
+    num_sms, smem = _device_limits(device)
+    # Triton itself keeps a little shared memory (barriers); leave it a margin.
+    return choose_config(m, n, k, num_sms, torch.tensor([], dtype=dtype).element_size(),
+                         smem - 1024)
+
+
+def gemm(a: torch.Tensor, b: torch.Tensor, *, out: torch.Tensor | None = None,
+         config: GemmConfig | None = None, num_programs: int | None = None,
+         force_pointer_kernel: bool = False) -> torch.Tensor:
+    """C = A @ B in the input dtype with fp32 accumulation, like torch.mm.
+
+    A is [M, K]; B is [K, N]. A Linear weight W stored [N, K] is passed as `W.t()`: its
+    transposed layout is detected from the strides and read in place, not copied.
+    `config` overrides the per-shape choice; `num_programs` the persistent grid size
+    (default: one program per multiprocessor, or fewer if there are fewer tiles).
+    """
+    _check_operands(a, b)
+    m, k = a.shape
+    n = b.shape[1]
+    if out is None:
+        out = torch.empty((m, n), dtype=a.dtype, device=a.device)
+    elif out.shape != (m, n) or out.dtype != a.dtype or out.device != a.device:
+        raise ValueError(f"gemm: out must be {m}x{n} {a.dtype} on {a.device}, got "
+                         f"{tuple(out.shape)} {out.dtype} on {out.device}")
+    if m == 0 or n == 0:
+        return out
+    if k == 0:
+        return out.zero_()
+    cfg = config if config is not None else select_config(m, n, k, a.device, a.dtype)
+    tiles = triton.cdiv(m, cfg.block_m) * triton.cdiv(n, cfg.block_n)
+    if num_programs is None:
+        num_programs = _device_limits(a.device)[0] if a.is_cuda else 4
+    grid_size = max(1, min(num_programs, tiles))
+
+    a_view = a if a.stride(1) == 1 else a.contiguous()
+    b_is_nk = b.stride(1) != 1 and b.stride(0) == 1
+    b_view = b.t() if b_is_nk else (b if b.stride(1) == 1 else b.contiguous())
+    use_tma = (not force_pointer_kernel and _tma_compatible(a_view) and _tma_compatible(b_view)
+               and _tma_compatible(out))
+    if use_tma:
+        if a.is_cuda:
+            _ensure_descriptor_allocator()
+        gemm_tma_kernel[(grid_size,)](
+            a_view, b_view, out, m, n, k, a_view.stride(0), b_view.stride(0), out.stride(0),
+            grid_size, B_IS_NK=b_is_nk, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n,
+            BLOCK_K=cfg.block_k, GROUP_M=cfg.group_m, EPILOGUE_SPLIT=cfg.epilogue_split,
+            WARP_SPECIALIZE=cfg.warp_specialize, num_stages=cfg.num_stages,
+            num_warps=cfg.num_warps)
+    else:
+        gemm_pointer_kernel[(grid_size,)](
+            a, b, out, m, n, k, a.stride(0), a.stride(1), b.stride(0), b.stride(1),
+            out.stride(0), out.stride(1), grid_size, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n,
+            BLOCK_K=cfg.block_k, GROUP_M=cfg.group_m, num_stages=cfg.num_stages,
+            num_warps=cfg.num_warps)
+    return out
+
+
+def linear(x: torch.Tensor, weight: torch.Tensor, *, out: torch.Tensor | None = None) -> torch.Tensor:
+    """x @ weight.T for a weight stored [N, K] as nn.Linear keeps it (no bias)."""
+    return gemm(x, weight.t(), out=out)
