@@ -28,6 +28,7 @@ if str(_REPO_PYTHON) not in sys.path:
 
 # Import the kernels module on its own: the package root may load compiled bindings that a
 # pure-Python test does not need.
+import importlib  # noqa: E402
 import importlib.util  # noqa: E402
 
 _spec = importlib.util.spec_from_file_location(
@@ -36,7 +37,7 @@ _spec = importlib.util.spec_from_file_location(
 _kernels = importlib.util.module_from_spec(_spec)
 sys.modules[_spec.name] = _kernels
 _spec.loader.exec_module(_kernels)
-from syncopate_kernels_under_test import gemm as gemm_module  # noqa: E402
+gemm_module = importlib.import_module("syncopate_kernels_under_test.gemm")
 from syncopate_kernels_under_test.configs import GemmConfig  # noqa: E402
 
 
