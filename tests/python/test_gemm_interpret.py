@@ -154,3 +154,28 @@ def test_empty_k_gives_zeros():
     b = torch.empty(0, 6, dtype=torch.bfloat16)
     out = torch.full((4, 6), float("nan"), dtype=torch.bfloat16)
     assert torch.equal(gemm_module.gemm(a, b, out=out), torch.zeros(4, 6, dtype=torch.bfloat16))
+
+
+@pytest.mark.parametrize("b_is_nk", [False, True])
+def test_pointer_store_epilogue_matches_reference(b_is_nk):
+    """The epilogue a fused producer uses (plain stores, complete before a notify)."""
+    a, b = _operands(72, 40, 56, torch.bfloat16, b_is_nk, seed=21)
+    out = torch.full((72, 40), float("nan"), dtype=torch.bfloat16)
+    c = gemm_module.gemm(a, b, out=out, config=SMALL, num_programs=3, c_store_pointers=True)
+    assert not torch.isnan(c).any()
+    assert _rel_error(c, a, b) < 1e-2
+
+
+def test_annotations_follow_the_annotation_language():
+    """The transformer reads these comments: each kernel has one tile block, one consume of A
+    before its K loop and one produce of C, naming kernel parameters (docs/ANNOTATIONS.md)."""
+    source = (_REPO_PYTHON / "syncopate" / "kernels" / "gemm.py").read_text().splitlines()
+    tiles = [i for i, line in enumerate(source) if line.strip().startswith("# @sy.tile(")]
+    ends = [i for i, line in enumerate(source) if line.strip() == "# @sy.end"]
+    consumes = [i for i, line in enumerate(source) if line.strip() == "# @sy.consume(a_ptr, m=pid_m)"]
+    produces = [i for i, line in enumerate(source)
+                if line.strip() == "# @sy.produce(c_ptr, m=pid_m, n=pid_n)"]
+    assert len(tiles) == len(ends) == len(consumes) == len(produces) == 2
+    for tile, end, consume, produce in zip(tiles, ends, consumes, produces):
+        assert tile < end < consume < produce
+        assert source[consume + 1].strip().startswith("for ")

@@ -34,8 +34,12 @@ _TMA_ALIGN_BYTES = 16
 def gemm_tma_kernel(a_ptr, b_ptr, c_ptr, M, N, K, stride_am, stride_b, stride_cm, num_programs,
                     B_IS_NK: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                     BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr, EPILOGUE_SPLIT: tl.constexpr,
-                    WARP_SPECIALIZE: tl.constexpr):
-    """C[M,N] = A[M,K] @ B, B stored as [K,N] or, with B_IS_NK, as [N,K] (a Linear weight)."""
+                    WARP_SPECIALIZE: tl.constexpr, C_STORE_POINTERS: tl.constexpr = False):
+    """C[M,N] = A[M,K] @ B, B stored as [K,N] or, with B_IS_NK, as [N,K] (a Linear weight).
+
+    C_STORE_POINTERS stores C with plain stores instead of TMA: the producer side of a fused
+    op (GEMM+RS) needs each tile's store complete before it signals the tile.
+    """
     a_desc = tl.make_tensor_descriptor(a_ptr, shape=[M, K], strides=[stride_am, 1],
                                        block_shape=[BLOCK_M, BLOCK_K])
     if B_IS_NK:
@@ -67,9 +71,9 @@ def gemm_tma_kernel(a_ptr, b_ptr, c_ptr, M, N, K, stride_am, stride_b, stride_cm
         off_m = pid_m * BLOCK_M
         off_n = pid_n * BLOCK_N
         acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+        # @sy.consume(a_ptr, m=pid_m)
         for ki in range(k_tiles):
             off_k = ki * BLOCK_K
-            # @sy.consume(a_desc, m=pid_m)
             a = a_desc.load([off_m, off_k])
             if B_IS_NK:
                 b = b_desc.load([off_n, off_k])
@@ -78,7 +82,15 @@ def gemm_tma_kernel(a_ptr, b_ptr, c_ptr, M, N, K, stride_am, stride_b, stride_cm
                 b = b_desc.load([off_k, off_n])
                 acc = tl.dot(a, b, acc)
         c = acc.to(c_ptr.dtype.element_ty)
-        if EPILOGUE_SPLIT == 2:
+        # @sy.produce(c_ptr, m=pid_m, n=pid_n)
+        if C_STORE_POINTERS:
+            # A TMA store completes asynchronously; a notify after it could announce a tile
+            # that has not landed yet. Plain stores are complete once the notify's barrier ends.
+            rows = off_m + tl.arange(0, BLOCK_M)
+            cols = off_n + tl.arange(0, BLOCK_N)
+            tl.store(c_ptr + rows[:, None] * stride_cm + cols[None, :], c,
+                     mask=(rows[:, None] < M) & (cols[None, :] < N))
+        elif EPILOGUE_SPLIT == 2:
             c = tl.reshape(c, (BLOCK_M, 2, BLOCK_N // 2))
             c = tl.permute(c, (0, 2, 1))
             c_left, c_right = tl.split(c)
@@ -86,7 +98,6 @@ def gemm_tma_kernel(a_ptr, b_ptr, c_ptr, M, N, K, stride_am, stride_b, stride_cm
             c_desc.store([off_m, off_n + BLOCK_N // 2], c_right)
         else:
             c_desc.store([off_m, off_n], c)
-        # @sy.produce(c_desc, m=pid_m, n=pid_n)
 
 
 @triton.jit
@@ -109,18 +120,18 @@ def gemm_pointer_kernel(a_ptr, b_ptr, c_ptr, M, N, K, stride_am, stride_ak, stri
         rows = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
         cols = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
         acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+        # @sy.consume(a_ptr, m=pid_m)
         for off_k in range(0, K, BLOCK_K):
             ks = off_k + tl.arange(0, BLOCK_K)
-            # @sy.consume(a_ptr, m=pid_m)
             a = tl.load(a_ptr + rows[:, None] * stride_am + ks[None, :] * stride_ak,
                         mask=(rows[:, None] < M) & (ks[None, :] < K), other=0.0)
             b = tl.load(b_ptr + ks[:, None] * stride_bk + cols[None, :] * stride_bn,
                         mask=(ks[:, None] < K) & (cols[None, :] < N), other=0.0)
             acc = tl.dot(a, b, acc)
         c_ptrs = c_ptr + rows[:, None] * stride_cm + cols[None, :] * stride_cn
+        # @sy.produce(c_ptr, m=pid_m, n=pid_n)
         tl.store(c_ptrs, acc.to(c_ptr.dtype.element_ty),
                  mask=(rows[:, None] < M) & (cols[None, :] < N))
-        # @sy.produce(c_ptr, m=pid_m, n=pid_n)
 
 
 def interpreter_active() -> bool:
@@ -178,7 +189,7 @@ def select_config(m: int, n: int, k: int, device: torch.device, dtype: torch.dty
 
 def gemm(a: torch.Tensor, b: torch.Tensor, *, out: torch.Tensor | None = None,
          config: GemmConfig | None = None, num_programs: int | None = None,
-         force_pointer_kernel: bool = False) -> torch.Tensor:
+         force_pointer_kernel: bool = False, c_store_pointers: bool = False) -> torch.Tensor:
     """C = A @ B in the input dtype with fp32 accumulation, like torch.mm.
 
     A is [M, K]; B is [K, N]. A Linear weight W stored [N, K] is passed as `W.t()`: its
@@ -216,7 +227,8 @@ def gemm(a: torch.Tensor, b: torch.Tensor, *, out: torch.Tensor | None = None,
             a_view, b_view, out, m, n, k, a_view.stride(0), b_view.stride(0), out.stride(0),
             grid_size, B_IS_NK=b_is_nk, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n,
             BLOCK_K=cfg.block_k, GROUP_M=cfg.group_m, EPILOGUE_SPLIT=cfg.epilogue_split,
-            WARP_SPECIALIZE=cfg.warp_specialize, num_stages=cfg.num_stages,
+            WARP_SPECIALIZE=cfg.warp_specialize, C_STORE_POINTERS=c_store_pointers,
+            num_stages=cfg.num_stages,
             num_warps=cfg.num_warps)
     else:
         gemm_pointer_kernel[(grid_size,)](
