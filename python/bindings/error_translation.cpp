@@ -1,0 +1,61 @@
+#include "error_translation.hpp"
+
+#include <exception>
+
+#include <nanobind/nanobind.h>
+
+#include "syncopate/common/error.hpp"
+
+namespace nb = nanobind;
+
+namespace syncopate::python {
+namespace {
+
+// Sets the pending Python exception to syncopate.errors.<class_name>(message). The class is
+// looked up on every error rather than cached, so the module keeps no global state; the import
+// is a dictionary lookup once syncopate.errors is loaded (syncopate/__init__.py loads it first).
+void raise_as(const char* class_name, const std::exception& error) {
+  PyObject* errors_module = PyImport_ImportModule("syncopate.errors");
+  PyObject* cls = errors_module ? PyObject_GetAttrString(errors_module, class_name) : nullptr;
+  Py_XDECREF(errors_module);
+  if (cls == nullptr) {
+    // syncopate.errors is missing (a broken install): still raise, with the class name kept.
+    PyErr_Clear();
+    PyErr_Format(PyExc_RuntimeError, "%s: %s", class_name, error.what());
+    return;
+  }
+  PyErr_SetString(cls, error.what());
+  Py_DECREF(cls);
+}
+
+// Most derived classes first: a PlanParseError is also a UserError and an Error.
+void translate(const std::exception_ptr& pending, void* /*payload*/) {
+  try {
+    std::rethrow_exception(pending);
+  } catch (const PlanParseError& e) {
+    raise_as("PlanParseError", e);
+  } catch (const PlanVerifyError& e) {
+    raise_as("PlanVerifyError", e);
+  } catch (const ShapeError& e) {
+    raise_as("ShapeError", e);
+  } catch (const TransformError& e) {
+    raise_as("TransformError", e);
+  } catch (const UserError& e) {
+    raise_as("UserError", e);
+  } catch (const WaitTimeoutError& e) {
+    raise_as("WaitTimeoutError", e);
+  } catch (const DeviceError& e) {
+    raise_as("DeviceError", e);
+  } catch (const InternalError& e) {
+    raise_as("InternalError", e);
+  } catch (const Error& e) {
+    raise_as("Error", e);
+  }
+  // Anything else propagates to nanobind's own translators (std::invalid_argument -> ValueError, ...).
+}
+
+}  // namespace
+
+void register_error_translator() { nb::register_exception_translator(&translate); }
+
+}  // namespace syncopate::python

@@ -1,0 +1,69 @@
+"""Syncopate: compute-communication overlap inside one fused multi-GPU kernel.
+
+    import syncopate as sy
+    plan = sy.make_plan("all-gather", world_size=4, shape=[8192, 4096], split=2)
+    sy.verify_or_raise(plan)                      # PlanVerifyError lists every violation
+    tables = sy.lower(plan, sy.TileGrid(m=8192, n=4096), [sy.TileAccess("x", "consume", 0, -1)])
+
+The plan / verify / lower / schedule / simulate / transform functions are bindings to the C++
+core (`syncopate._core`, CPU only: it imports with no GPU or driver). C++ errors arrive as the
+exceptions of `syncopate.errors`, re-exported here. The GPU parts load on first use:
+`sy.ops` (torch custom ops ag_gemm, gemm_rs, gemm_ar; needs torch), `sy.language` (Triton
+device primitives), `sy.runtime` (symmetric heap, signals, backends; needs the CUDA build).
+"""
+
+import importlib as _importlib
+
+from syncopate.errors import (
+    DeviceError,
+    Error,
+    InternalError,
+    PlanParseError,
+    PlanVerifyError,
+    ShapeError,
+    TransformError,
+    UserError,
+    WaitTimeoutError,
+)
+from syncopate import _core
+from syncopate._core import (
+    Box,
+    Chunk,
+    CollectiveSpec,
+    CommPlan,
+    RankProgram,
+    TensorSpec,
+    VerifyReport,
+    Violation,
+    load_plan,
+    make_plan,
+    parse_plan,
+    plan_to_json,
+    save_plan,
+    verify,
+    verify_or_raise,
+)
+
+# Which C++ layers this build binds (all of them in a complete build; see python/CMakeLists.txt).
+layers = _core.layers
+_LAYER_NAMES = {
+    "lower": ("TileGrid", "TileAccess", "SignalSlot", "SignalTable", "lower"),
+    "schedule": ("TileOrder", "estimate_arrival", "tile_order"),
+    "sim": (),
+    "transform": (),
+}
+for _layer in layers:
+    for _name in _LAYER_NAMES.get(_layer, ()):
+        globals()[_name] = getattr(_core, _name)
+
+__version__ = "0.1.0"
+
+# Submodules that need torch, triton or the CUDA build: imported on first attribute access so
+# that `import syncopate` stays cheap and works on a CPU-only machine.
+_LAZY_SUBMODULES = frozenset({"ops", "language", "runtime", "launch", "kernels"})
+
+
+def __getattr__(name):
+    if name in _LAZY_SUBMODULES:
+        return _importlib.import_module(f"syncopate.{name}")
+    raise AttributeError(f"module 'syncopate' has no attribute '{name}'")
