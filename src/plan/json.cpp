@@ -1,1 +1,271 @@
-// Placeholder: implementation lands here.
+// Plans as versioned JSON (DESIGN.md section 3): the reader, the writer and file I/O.
+//
+// The reader only checks what it must to build a CommPlan (syntax, types, known keys, the
+// version); ranges and bounds are the verifier's job. It never sizes anything from a number in
+// the input, so a hostile file costs at most memory proportional to its own size.
+#include "syncopate/plan/json.hpp"
+
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+#include <system_error>
+
+#include <fmt/core.h>
+#include <nlohmann/json.hpp>
+
+#include "json_checked.hpp"
+#include "syncopate/common/error.hpp"
+
+namespace syncopate::plan {
+namespace {
+
+using detail::JsonNode;
+using detail::ObjectReader;
+using nlohmann::json;
+using nlohmann::ordered_json;
+
+// ---------------------------------------------------------------- reading
+
+Box read_box(const JsonNode& node) {
+  ObjectReader fields(node, "box", {"offset", "extent"});
+  Box box;
+  box.offset = fields.required("offset").as_int64_list();
+  box.extent = fields.required("extent").as_int64_list();
+  fields.finish();
+  return box;
+}
+
+CollectiveSpec read_collective(const JsonNode& node) {
+  ObjectReader fields(node, "collective", {"kind", "tensor", "output", "dim", "algorithm", "split"});
+  CollectiveSpec spec;
+  spec.kind = fields.required("kind").as_enum<Collective>();
+  if (auto v = fields.optional("tensor")) spec.tensor = v->as_string();
+  if (auto v = fields.optional("output")) spec.output = v->as_string();
+  if (auto v = fields.optional("dim")) spec.dim = v->as_int();
+  if (auto v = fields.optional("algorithm")) spec.algorithm = v->as_enum<Algorithm>();
+  if (auto v = fields.optional("split")) spec.split = v->as_int();
+  fields.finish();
+  return spec;
+}
+
+TensorSpec read_tensor(const JsonNode& node) {
+  ObjectReader fields(node, "tensor", {"shape", "dtype", "layout"});
+  TensorSpec spec;
+  spec.shape = fields.required("shape").as_int64_list();
+  spec.dtype = fields.required("dtype").as_enum<DType>();
+  if (auto v = fields.optional("layout")) spec.layout = v->as_string();
+  fields.finish();
+  return spec;
+}
+
+RankProgram read_rank(const JsonNode& node) {
+  ObjectReader fields(node, "rank", {"rank", "streams"});
+  RankProgram program;
+  program.rank = fields.required("rank").as_int();
+  for (const auto& stream : fields.required("streams").elements()) program.streams.push_back(stream.as_int_list());
+  fields.finish();
+  return program;
+}
+
+Chunk read_chunk(const JsonNode& node) {
+  ObjectReader fields(node, "chunk",
+                      {"id", "tensor", "box", "dst_tensor", "dst_box", "src", "dst", "backend", "op", "stream", "deps"});
+  Chunk chunk;
+  chunk.id = fields.required("id").as_int();
+  chunk.tensor = fields.required("tensor").as_string();
+  chunk.box = read_box(fields.required("box"));
+  auto dst_tensor = fields.optional("dst_tensor");
+  chunk.dst_tensor = dst_tensor ? dst_tensor->as_string() : chunk.tensor;
+  auto dst_box = fields.optional("dst_box");
+  chunk.dst_box = dst_box ? read_box(*dst_box) : chunk.box;
+  chunk.src = fields.required("src").as_int();
+  chunk.dst = fields.required("dst").as_int();
+  chunk.backend = fields.required("backend").as_enum<Backend>();
+  chunk.op = fields.required("op").as_enum<ChunkOp>();
+  chunk.stream = fields.required("stream").as_int();
+  if (auto deps = fields.optional("deps")) chunk.deps = deps->as_int_list();
+  fields.finish();
+  return chunk;
+}
+
+// Reads the version before anything else, so a plan from a newer format gets a message
+// about versions rather than about whichever field changed.
+void check_version(ObjectReader& root) {
+  const JsonNode version = root.required("version");
+  if (!version.value().is_number_integer() || version.value().get<std::int64_t>() != kPlanVersion)
+    version.fail(fmt::format("a supported plan format version (this build reads version {})", kPlanVersion));
+}
+
+CommPlan read_plan(const JsonNode& root_node) {
+  ObjectReader root(root_node, "plan", {"version", "collective", "world_size", "tensors", "ranks", "chunks"});
+  check_version(root);
+  CommPlan plan;
+  plan.collective = read_collective(root.required("collective"));
+  plan.world_size = root.required("world_size").as_int();
+  const JsonNode tensors = root.required("tensors");
+  if (!tensors.value().is_object()) tensors.fail("an object mapping tensor names to {shape, dtype, layout}");
+  for (const auto& item : tensors.value().items())
+    plan.tensors.emplace(item.key(), read_tensor(tensors.child(item.key())));
+  for (const auto& rank : root.required("ranks").elements()) plan.ranks.push_back(read_rank(rank));
+  for (const auto& chunk : root.required("chunks").elements()) plan.chunks.push_back(read_chunk(chunk));
+  root.finish();
+  return plan;
+}
+
+// Parse errors quote the bytes last read; keep the message printable whatever the input was.
+std::string printable(std::string_view text) {
+  std::string out;
+  for (unsigned char c : text) {
+    if (c >= 0x20 && c < 0x7f) out += static_cast<char>(c);
+    else out += fmt::format("\\x{:02x}", c);
+  }
+  return out;
+}
+
+[[noreturn]] void throw_syntax_error(std::string_view text, std::string_view source, const json::parse_error& e) {
+  // e.byte counts from 1 and points at the last byte read; clamp it for the empty input.
+  const std::size_t at = std::min<std::size_t>(e.byte == 0 ? 0 : e.byte - 1, text.size());
+  std::size_t line = 1, column = 1;
+  for (std::size_t i = 0; i < at; ++i) {
+    if (text[i] == '\n') ++line, column = 1;
+    else ++column;
+  }
+  std::string detail = e.what();
+  // Drop nlohmann's "[json.exception.parse_error.101] parse error at line 1, column 2: " prefix.
+  if (auto colon = detail.find(": ", detail.find(']')); colon != std::string::npos) detail = detail.substr(colon + 2);
+  throw PlanParseError(fmt::format("{}:{}:{}: invalid JSON at byte {}: {}", source, line, column, at, printable(detail)));
+}
+
+// ---------------------------------------------------------------- writing
+
+ordered_json box_json(const Box& box) {
+  ordered_json j;
+  j["offset"] = box.offset;
+  j["extent"] = box.extent;
+  return j;
+}
+
+ordered_json collective_json(const CollectiveSpec& spec) {
+  ordered_json j;
+  j["kind"] = to_string(spec.kind);
+  j["tensor"] = spec.tensor;
+  if (!spec.output.empty()) j["output"] = spec.output;
+  j["dim"] = spec.dim;
+  j["algorithm"] = to_string(spec.algorithm);
+  j["split"] = spec.split;
+  return j;
+}
+
+ordered_json tensor_json(const TensorSpec& spec) {
+  ordered_json j;
+  j["shape"] = spec.shape;
+  j["dtype"] = to_string(spec.dtype);
+  j["layout"] = spec.layout;
+  return j;
+}
+
+ordered_json rank_json(const RankProgram& program) {
+  ordered_json j;
+  j["rank"] = program.rank;
+  j["streams"] = program.streams;
+  return j;
+}
+
+ordered_json chunk_json(const Chunk& chunk) {
+  ordered_json j;
+  j["id"] = chunk.id;
+  j["tensor"] = chunk.tensor;
+  j["box"] = box_json(chunk.box);
+  // The common case (same tensor and box on both sides) stays short; the reader fills them in.
+  if (chunk.dst_tensor != chunk.tensor) j["dst_tensor"] = chunk.dst_tensor;
+  if (chunk.dst_box != chunk.box) j["dst_box"] = box_json(chunk.dst_box);
+  j["src"] = chunk.src;
+  j["dst"] = chunk.dst;
+  j["backend"] = to_string(chunk.backend);
+  j["op"] = to_string(chunk.op);
+  j["stream"] = chunk.stream;
+  j["deps"] = chunk.deps;
+  return j;
+}
+
+std::string dump(const ordered_json& j) { return j.dump(-1, ' ', false, ordered_json::error_handler_t::replace); }
+
+// One element per line: diffs of golden plans then show which chunk changed.
+void append_list(std::string& out, std::string_view pad, std::string_view key, const std::vector<std::string>& items,
+                 bool last) {
+  out += fmt::format("{}\"{}\": [", pad, key);
+  for (std::size_t i = 0; i < items.size(); ++i)
+    out += fmt::format("\n{}{}{}{}", pad, pad, items[i], i + 1 < items.size() ? "," : "");
+  out += items.empty() ? "]" : fmt::format("\n{}]", pad);
+  out += last ? "\n" : ",\n";
+}
+
+}  // namespace
+
+CommPlan parse_plan(std::string_view json_text, std::string_view source) {
+  json document;
+  try {
+    document = json::parse(json_text.begin(), json_text.end());
+  } catch (const json::parse_error& e) {
+    throw_syntax_error(json_text, source, e);
+  } catch (const json::exception& e) {  // e.g. a number too large for a double
+    throw PlanParseError(fmt::format("{}: invalid JSON: {}", source, printable(e.what())));
+  }
+  return read_plan(JsonNode(document, "", source));
+}
+
+CommPlan load_plan(const std::filesystem::path& path) {
+  const std::string name = path.string();
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec))
+    throw PlanParseError(fmt::format("{}: expected a plan file, got a directory", name));
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw PlanParseError(fmt::format("{}: cannot open the plan file: {}", name, std::strerror(errno)));
+  std::ostringstream text;
+  text << in.rdbuf();
+  if (in.bad()) throw PlanParseError(fmt::format("{}: cannot read the plan file: {}", name, std::strerror(errno)));
+  return parse_plan(text.str(), name);
+}
+
+std::string plan_to_json(const CommPlan& plan, int indent) {
+  if (indent < 0) {
+    ordered_json j;
+    j["version"] = plan.version;
+    j["collective"] = collective_json(plan.collective);
+    j["world_size"] = plan.world_size;
+    j["tensors"] = ordered_json::object();
+    for (const auto& [name, spec] : plan.tensors) j["tensors"][name] = tensor_json(spec);
+    j["ranks"] = ordered_json::array();
+    for (const auto& r : plan.ranks) j["ranks"].push_back(rank_json(r));
+    j["chunks"] = ordered_json::array();
+    for (const auto& c : plan.chunks) j["chunks"].push_back(chunk_json(c));
+    return dump(j) + "\n";
+  }
+  const std::string pad(static_cast<std::size_t>(indent), ' ');
+  std::string out = "{\n";
+  out += fmt::format("{}\"version\": {},\n", pad, plan.version);
+  out += fmt::format("{}\"collective\": {},\n", pad, dump(collective_json(plan.collective)));
+  out += fmt::format("{}\"world_size\": {},\n", pad, plan.world_size);
+  ordered_json tensors = ordered_json::object();
+  for (const auto& [name, spec] : plan.tensors) tensors[name] = tensor_json(spec);
+  out += fmt::format("{}\"tensors\": {},\n", pad, dump(tensors));
+  std::vector<std::string> items;
+  for (const auto& r : plan.ranks) items.push_back(dump(rank_json(r)));
+  append_list(out, pad, "ranks", items, false);
+  items.clear();
+  for (const auto& c : plan.chunks) items.push_back(dump(chunk_json(c)));
+  append_list(out, pad, "chunks", items, true);
+  out += "}\n";
+  return out;
+}
+
+void save_plan(const CommPlan& plan, const std::filesystem::path& path) {
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  if (!out) throw UserError(fmt::format("{}: cannot write the plan file: {}", path.string(), std::strerror(errno)));
+  out << plan_to_json(plan);
+  out.close();
+  if (!out) throw UserError(fmt::format("{}: cannot write the plan file: {}", path.string(), std::strerror(errno)));
+}
+
+}  // namespace syncopate::plan

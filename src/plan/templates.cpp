@@ -1,1 +1,126 @@
-// Placeholder: implementation lands here.
+// make_plan: checks the template options, then hands over to the collective's generator.
+#include "syncopate/plan/templates.hpp"
+
+#include <fmt/core.h>
+#include <fmt/format.h>
+
+#include "syncopate/common/error.hpp"
+#include "template_builder.hpp"
+
+namespace syncopate::plan {
+namespace {
+
+constexpr int kMaxWorldSize = 1024;
+// A plan larger than this would take gigabytes; refuse it instead of exhausting memory.
+constexpr std::int64_t kMaxChunks = std::int64_t{1} << 24;
+
+int streams_for(Algorithm algorithm) { return algorithm == Algorithm::bidir ? 2 : 1; }
+
+std::string shape_text(const std::vector<std::int64_t>& shape) { return fmt::format("{}", fmt::join(shape, "x")); }
+
+void check_options(const TemplateOptions& o) {
+  if (o.collective == Collective::custom)
+    throw ShapeError("collective custom: no template makes custom plans; write the plan JSON by hand");
+  if (o.world_size < 1 || o.world_size > kMaxWorldSize)
+    throw ShapeError(fmt::format("world_size {} is out of range: templates make plans for 1 to {} ranks", o.world_size,
+                                 kMaxWorldSize));
+  if (o.split < 1) throw ShapeError(fmt::format("split {} is out of range: it must be at least 1", o.split));
+  if (o.shape.empty()) throw ShapeError("shape is empty: a tensor needs at least one dimension");
+  for (std::size_t d = 0; d < o.shape.size(); ++d)
+    if (o.shape[d] < 1)
+      throw ShapeError(fmt::format("shape {}: dimension {} has size {}, every size must be at least 1",
+                                   shape_text(o.shape), d, o.shape[d]));
+  if (o.dim < 0 || o.dim >= static_cast<int>(o.shape.size()))
+    throw ShapeError(fmt::format("dim {} is out of range for shape {} (a tensor of rank {})", o.dim,
+                                 shape_text(o.shape), o.shape.size()));
+  if (o.tensor.empty()) throw ShapeError("tensor name is empty");
+
+  const std::int64_t size = o.shape[o.dim];
+  const std::int64_t w = o.world_size;
+  if (o.collective == Collective::all_to_all) {
+    if (o.output.empty() || o.output == o.tensor)
+      throw ShapeError(fmt::format("all-to-all needs an output tensor named apart from the input \"{}\", got \"{}\"",
+                                   o.tensor, o.output));
+    if (size % w != 0)
+      throw ShapeError(fmt::format("all-to-all: dim {} of size {} is not divisible by world size {} (blocks must be equal)",
+                                   o.dim, size, w));
+    if (size / w < o.split)
+      throw ShapeError(fmt::format("dim {} of size {} cannot be cut into {} blocks x {} sub-chunks = {} non-empty pieces",
+                                   o.dim, size, w, o.split, w * o.split));
+  } else if (size < w * o.split) {  // the smallest shard has size / w elements along dim
+    throw ShapeError(fmt::format("dim {} of size {} cannot be cut into {} ranks x {} sub-chunks = {} non-empty pieces",
+                                 o.dim, size, w, o.split, w * o.split));
+  }
+
+  const std::int64_t per_phase = o.collective == Collective::all_to_all ? w * w * o.split : w * (w - 1) * o.split;
+  const std::int64_t chunks = o.collective == Collective::all_reduce ? 2 * per_phase : per_phase;
+  if (chunks > kMaxChunks)
+    throw ShapeError(fmt::format("world size {} x split {} would make {} chunks, more than the limit of {}", w, o.split,
+                                 chunks, kMaxChunks));
+}
+
+}  // namespace
+
+namespace detail {
+
+PlanBuilder::PlanBuilder(const TemplateOptions& options, int streams_per_rank) : options_(options) {
+  plan_.collective.kind = options.collective;
+  plan_.collective.tensor = options.tensor;
+  plan_.collective.dim = options.dim;
+  plan_.collective.algorithm = options.algorithm;
+  plan_.collective.split = options.split;
+  plan_.world_size = options.world_size;
+  const TensorSpec spec{options.shape, options.dtype, "row-major"};
+  plan_.tensors[options.tensor] = spec;
+  if (options.collective == Collective::all_to_all) {
+    plan_.collective.output = options.output;
+    plan_.tensors[options.output] = spec;
+  }
+  for (int r = 0; r < options.world_size; ++r)
+    plan_.ranks.push_back(RankProgram{r, std::vector<std::vector<int>>(static_cast<std::size_t>(streams_per_rank))});
+}
+
+int PlanBuilder::add(Move move, bool to_output) {
+  Chunk c;
+  c.id = static_cast<int>(plan_.chunks.size());
+  c.tensor = options_.tensor;
+  c.box = std::move(move.box);
+  c.dst_tensor = to_output ? options_.output : options_.tensor;
+  c.dst_box = std::move(move.dst_box);
+  c.src = move.src;
+  c.dst = move.dst;
+  c.backend = options_.backend;
+  c.op = move.op;
+  c.stream = move.stream;
+  c.deps = std::move(move.deps);
+  // Push model: the source issues. NCCL needs the matching receive on the destination too,
+  // in the same stream; a local chunk (src == dst) is listed once.
+  plan_.ranks[c.src].streams[c.stream].push_back(c.id);
+  if (c.backend == Backend::nccl && c.dst != c.src) plan_.ranks[c.dst].streams[c.stream].push_back(c.id);
+  plan_.chunks.push_back(std::move(c));
+  return plan_.chunks.back().id;
+}
+
+}  // namespace detail
+
+CommPlan make_plan(const TemplateOptions& options) {
+  check_options(options);
+  detail::PlanBuilder builder(options, streams_for(options.algorithm));
+  const detail::PieceGeometry geometry{options.shape, options.dim, options.world_size, options.split};
+  switch (options.collective) {
+    case Collective::all_gather: detail::add_all_gather(builder, geometry, nullptr); break;
+    case Collective::reduce_scatter: detail::add_reduce_scatter(builder, geometry); break;
+    case Collective::all_reduce: {
+      // The all-gather half sends a piece on only once every contribution has landed on its
+      // owner; that also orders each rank's overwrite after its own partial was read.
+      const detail::LandingChunks landed = detail::add_reduce_scatter(builder, geometry);
+      detail::add_all_gather(builder, geometry, &landed);
+      break;
+    }
+    case Collective::all_to_all: detail::add_all_to_all(builder, geometry); break;
+    case Collective::custom: break;  // refused by check_options
+  }
+  return builder.take();
+}
+
+}  // namespace syncopate::plan

@@ -1,0 +1,78 @@
+// Shared pieces of the plan templates (internal to the plan layer).
+//
+// Every template appends chunks in one global order in which a chunk's deps always come
+// first, and every stream lists its chunks in that same order. Both sides of an NCCL chunk
+// therefore see their sends and receives in one consistent order, so the happens-before
+// graph (stream order + deps + send/recv matching) only ever points forward: no deadlock.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "syncopate/plan/comm_plan.hpp"
+#include "syncopate/plan/templates.hpp"
+
+namespace syncopate::plan::detail {
+
+// (a + b) mod n, for ring arithmetic with negative offsets.
+inline int ring_rank(int a, int b, int n) { return ((a + b) % n + n) % n; }
+
+// Where the pieces of the tensor lie: shard (or all-to-all block) `part` of `parts` along
+// `dim`, cut again into `split` sub-chunks; every other dimension is taken whole.
+struct PieceGeometry {
+  std::vector<std::int64_t> shape;
+  int dim = 0;
+  int parts = 1;
+  int split = 1;
+
+  Box box(int part, int sub) const {
+    const Span shard = even_split(shape[dim], parts, part);
+    const Span piece = even_split(shard.size, split, sub);
+    Box b{std::vector<std::int64_t>(shape.size(), 0), shape};
+    b.offset[dim] = shard.begin + piece.begin;
+    b.extent[dim] = piece.size;
+    return b;
+  }
+};
+
+// Appends chunks with dense ids and lists each one in the stream of the rank(s) that issue it.
+class PlanBuilder {
+ public:
+  PlanBuilder(const TemplateOptions& options, int streams_per_rank);
+
+  struct Move {
+    Box box;
+    Box dst_box;  // the box on dst (all-to-all lands a block elsewhere); same as box otherwise
+    int src = 0;
+    int dst = 0;
+    ChunkOp op = ChunkOp::copy;
+    int stream = 0;
+    std::vector<int> deps;
+  };
+  // Adds one chunk of the collective's tensor (to `output` when `to_output`); returns its id.
+  int add(Move move, bool to_output = false);
+
+  const TemplateOptions& options() const { return options_; }
+  CommPlan take() { return std::move(plan_); }
+
+ private:
+  TemplateOptions options_;
+  CommPlan plan_;
+};
+
+// Ids of the reduce chunks that land each piece on its owner, indexed by shard * split + sub:
+// an all-gather that follows waits for all of them before sending the piece on.
+using LandingChunks = std::vector<std::vector<int>>;
+
+// All-gather of `geometry` (parts == world): every rank ends with every shard. When `ready`
+// is given, the first hop of each piece also depends on ready[shard * split + sub].
+void add_all_gather(PlanBuilder& builder, const PieceGeometry& geometry, const LandingChunks* ready);
+
+// Reduce-scatter of `geometry`: rank j ends with shard j summed over all ranks.
+LandingChunks add_reduce_scatter(PlanBuilder& builder, const PieceGeometry& geometry);
+
+// All-to-all: block j of rank r's `tensor` lands in block r of rank j's `output`.
+void add_all_to_all(PlanBuilder& builder, const PieceGeometry& geometry);
+
+}  // namespace syncopate::plan::detail
