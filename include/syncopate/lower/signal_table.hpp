@@ -7,6 +7,15 @@
 //  - A *ready* slot exists on rank r for every chunk whose src is r and whose source box a
 //    producer tile writes (GEMM+RS); its writers are the tiles covering the box; the chunk may
 //    leave once the slot reaches e * writers.
+//  - A *dst-ready* slot exists on rank r for every chunk whose dst is r and whose destination
+//    box a producer tile on r writes; its writers are those tiles. The chunk may land (add into,
+//    or overwrite, that box) only once the slot reaches e * writers: a reduce-add landing before
+//    the local partial is stored would be overwritten by the store (write-after-write hazard).
+//
+// Slot layout per rank: landing slots first (chunk id order, so slot == index among the chunks
+// landing here), then ready slots, then dst-ready slots, each in chunk id order. Wait and notify
+// lists are sorted ascending and hold no duplicates. signal_table_csr.hpp flattens the lists
+// into int32 CSR arrays for a kernel.
 #pragma once
 
 #include <cstdint>
@@ -17,7 +26,7 @@
 
 namespace syncopate::lower {
 
-enum class SlotKind { landing, ready };
+enum class SlotKind { landing, ready, dst_ready };
 
 struct SignalSlot {
   int slot = 0;          // index in this rank's slot array
@@ -31,15 +40,18 @@ struct SignalTable {
   std::vector<SignalSlot> slots;
   std::vector<int> landing_slot_of_chunk;  // by chunk id; -1 if the chunk does not land here
   std::vector<int> ready_slot_of_chunk;    // by chunk id; -1 if no producer tile gates it here
+  std::vector<int> dst_ready_slot_of_chunk;  // by chunk id; -1 if no local tile writes its dst box
   std::vector<std::vector<int>> tile_waits;     // by tile id: landing slots to wait on
-  std::vector<std::vector<int>> tile_notifies;  // by tile id: ready slots to increment
+  std::vector<std::vector<int>> tile_notifies;  // by tile id: ready and dst-ready slots to increment
 
   // Value slot `s` must reach for call `epoch` (epochs start at 1).
   std::int64_t expected(int s, std::int64_t epoch) const { return epoch * slots.at(s).writers; }
 };
 
 // One table per rank. `accesses` lists the tensors the local kernel consumes or produces.
-// Throws UserError if a tensor is not in the plan or a dim is out of range, naming both.
+// Throws UserError if a tensor is not in the plan or a dim is out of range, naming both, or if
+// the grid does not match the tensor's extent on m_dim / n_dim. Call on a verified plan; a plan
+// whose chunks name unknown ranks or tensors gets a UserError, never undefined behaviour.
 std::vector<SignalTable> lower(const plan::CommPlan& plan, const TileGrid& grid,
                                const std::vector<TileAccess>& accesses);
 
