@@ -1,6 +1,9 @@
 #include "error_translation.hpp"
 
 #include <exception>
+#include <stdexcept>
+#include <string>
+#include <string_view>
 
 #include <nanobind/nanobind.h>
 
@@ -57,5 +60,18 @@ void translate(const std::exception_ptr& pending, void* /*payload*/) {
 }  // namespace
 
 void register_error_translator() { nb::register_exception_translator(&translate); }
+
+void throw_error_by_name(std::string_view class_name, const std::string& message) {
+  if (class_name == "PlanParseError") throw PlanParseError(message);
+  if (class_name == "PlanVerifyError") throw PlanVerifyError(message);
+  if (class_name == "ShapeError") throw ShapeError(message);
+  if (class_name == "TransformError") throw TransformError(message);
+  if (class_name == "UserError") throw UserError(message);
+  if (class_name == "WaitTimeoutError") throw WaitTimeoutError(message);
+  if (class_name == "DeviceError") throw DeviceError(message);
+  if (class_name == "InternalError") throw InternalError(message);
+  if (class_name == "Error") throw Error(message);
+  throw std::invalid_argument("no syncopate error class named '" + std::string(class_name) + "'");
+}
 
 }  // namespace syncopate::python

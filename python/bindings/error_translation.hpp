@@ -6,8 +6,16 @@
 // into Python always arrives as the matching syncopate.* exception with the C++ message intact.
 #pragma once
 
+#include <string>
+#include <string_view>
+
 namespace syncopate::python {
 
 void register_error_translator();
+
+// Throws the C++ error class named `class_name` ("PlanParseError", ..., "Error") with `message`;
+// bound as syncopate._core._raise_error so tests can check the translation of every class.
+// An unknown name throws std::invalid_argument (a Python ValueError that is not a syncopate.Error).
+[[noreturn]] void throw_error_by_name(std::string_view class_name, const std::string& message);
 
 }  // namespace syncopate::python
