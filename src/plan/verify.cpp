@@ -1,1 +1,146 @@
-// Placeholder: implementation lands here.
+// The verifier's entry points: runs the four rule groups in order and formats the report.
+// Each group lives in its own file (verify_well_formed.cpp, verify_coverage.cpp,
+// verify_ordering.cpp, verify_deadlock.cpp).
+#include "syncopate/plan/verify.hpp"
+
+#include <algorithm>
+
+#include <fmt/format.h>
+
+#include "syncopate/common/error.hpp"
+#include "verify_internal.hpp"
+
+namespace syncopate::plan {
+
+std::string_view to_string(RuleGroup group) {
+  switch (group) {
+    case RuleGroup::well_formed: return "well-formed";
+    case RuleGroup::coverage: return "coverage";
+    case RuleGroup::ordering: return "ordering";
+    case RuleGroup::deadlock: return "deadlock";
+  }
+  return "?";
+}
+
+std::string Violation::format(std::string_view plan_name) const {
+  std::string where(plan_name);
+  if (rank >= 0) where += fmt::format(": rank {}", rank);
+  if (chunk >= 0) where += fmt::format("{} chunk {}", rank >= 0 ? "," : ":", chunk);
+  return fmt::format("{}: {}/{}: {}", where, to_string(group), rule, detail);
+}
+
+std::string VerifyReport::format(std::string_view plan_name) const {
+  std::string out;
+  for (const auto& v : violations) {
+    out += v.format(plan_name);
+    out += '\n';
+  }
+  return out;
+}
+
+VerifyReport verify(const CommPlan& plan) {
+  using namespace verify_detail;
+  VerifyReport report;
+  ViolationSink sink(report.violations);
+  check_well_formed(plan, sink);
+  // The later groups index tensors, ranks and chunks freely; they need a well-formed plan.
+  if (sink.count() == 0) {
+    const GraphFacts facts(plan);
+    check_coverage(plan, facts, sink);
+    check_ordering(plan, facts, sink);
+    check_deadlock(plan, facts, sink);
+  }
+  sink.finish();
+  return report;
+}
+
+void verify_or_throw(const CommPlan& plan, std::string_view plan_name) {
+  const VerifyReport report = verify(plan);
+  if (report.ok()) return;
+  throw PlanVerifyError(fmt::format("{}: plan is not safe ({} violation{}):\n{}", plan_name,
+                                    report.violations.size(),
+                                    report.violations.size() == 1 ? "" : "s",
+                                    report.format(plan_name)));
+}
+
+namespace verify_detail {
+
+void ViolationSink::add(RuleGroup group, std::string rule, int rank, int chunk,
+                        std::string detail) {
+  ++seen_;
+  auto it = per_rule_.find(rule);
+  if (it == per_rule_.end()) it = per_rule_.emplace(rule, std::pair{group, 0LL}).first;
+  if (++it->second.second > kMaxPerRule) return;
+  out_.push_back({group, std::move(rule), rank, chunk, std::move(detail)});
+}
+
+void ViolationSink::finish() {
+  for (const auto& [rule, entry] : per_rule_) {
+    const auto [group, total] = entry;
+    if (total > kMaxPerRule) {
+      out_.push_back({group, rule, -1, -1,
+                      fmt::format("{} more violations of this rule not listed ({} in all)",
+                                  total - kMaxPerRule, total)});
+    }
+  }
+  per_rule_.clear();
+}
+
+std::string describe_box(std::string_view tensor, const Box& box) {
+  std::string out(tensor);
+  out += '[';
+  const std::size_t dims = std::max(box.offset.size(), box.extent.size());
+  for (std::size_t d = 0; d < dims; ++d) {
+    if (d > 0) out += ", ";
+    const bool has_offset = d < box.offset.size();
+    const bool has_extent = d < box.extent.size();
+    if (has_offset && has_extent) {
+      // Printed as begin:end; the sum cannot overflow for a box that passed the range checks,
+      // and for one that did not the raw numbers are more useful than a wrapped end.
+      const auto begin = box.offset[d];
+      const auto extent = box.extent[d];
+      std::int64_t end = 0;
+      if (__builtin_add_overflow(begin, extent, &end)) {
+        out += fmt::format("{}:+{}", begin, extent);
+      } else {
+        out += fmt::format("{}:{}", begin, end);
+      }
+    } else if (has_offset) {
+      out += fmt::format("{}:?", box.offset[d]);
+    } else {
+      out += fmt::format("?:+{}", box.extent[d]);
+    }
+  }
+  out += ']';
+  return out;
+}
+
+Box intersect(const Box& a, const Box& b) {
+  Box out;
+  for (std::size_t d = 0; d < a.offset.size() && d < b.offset.size(); ++d) {
+    const auto begin = std::max(a.offset[d], b.offset[d]);
+    const auto end = std::min(a.offset[d] + a.extent[d], b.offset[d] + b.extent[d]);
+    out.offset.push_back(begin);
+    out.extent.push_back(end - begin);
+  }
+  return out;
+}
+
+std::string describe_route(const Chunk& chunk) {
+  return fmt::format("{} -> {}", chunk.src, chunk.dst);
+}
+
+GraphFacts::GraphFacts(const CommPlan& plan)
+    : graph(plan), components(graph.strongly_connected_components()) {
+  component_of.assign(static_cast<std::size_t>(graph.size()), -1);
+  replay_order.reserve(static_cast<std::size_t>(graph.size()));
+  for (std::size_t c = 0; c < components.size(); ++c) {
+    for (int chunk : components[c]) {
+      component_of[chunk] = static_cast<int>(c);
+      replay_order.push_back(chunk);
+    }
+  }
+}
+
+}  // namespace verify_detail
+}  // namespace syncopate::plan

@@ -1,0 +1,165 @@
+// Building the coverage replay's cell grid (see verify_grid.hpp).
+#include "verify_grid.hpp"
+
+#include <algorithm>
+#include <set>
+
+#include <fmt/format.h>
+
+namespace syncopate::plan::verify_detail {
+namespace {
+
+// Cuts of every (tensor, dim) while the fixpoint runs; converted to sorted vectors at the end.
+using CutSets = std::vector<std::vector<std::set<std::int64_t>>>;
+
+// Limit on the number of cut points over all tensors and dims: carried boundaries can multiply
+// (a chunk moving a tensor onto itself shifted by one would cut every element), and beyond this
+// the replay would be slower than useful.
+constexpr std::size_t kMaxCuts = std::size_t{1} << 18;
+
+void add_box(std::vector<std::set<std::int64_t>>& cuts, const Box& box) {
+  for (std::size_t d = 0; d < cuts.size(); ++d) {
+    cuts[d].insert(box.offset[d]);
+    cuts[d].insert(box.offset[d] + box.extent[d]);
+  }
+}
+
+void add_even_split(std::set<std::int64_t>& cuts, std::int64_t size, int parts) {
+  for (int k = 0; k < parts; ++k) cuts.insert(even_split(size, parts, k).begin);
+}
+
+// Copies the cuts strictly inside [from_begin, from_begin + extent) to `to`, shifted by delta.
+// Returns the number of new cuts.
+std::size_t carry(const std::set<std::int64_t>& from, std::int64_t from_begin,
+                  std::int64_t extent, std::int64_t delta, std::set<std::int64_t>& to) {
+  std::vector<std::int64_t> moved;
+  for (auto it = from.upper_bound(from_begin); it != from.end() && *it < from_begin + extent; ++it)
+    moved.push_back(*it + delta);
+  std::size_t added = 0;
+  for (auto c : moved) added += to.insert(c).second ? 1 : 0;
+  return added;
+}
+
+}  // namespace
+
+std::int64_t TensorGrid::cut_index(std::size_t d, std::int64_t coordinate) const {
+  const auto& c = cuts[d];
+  return std::lower_bound(c.begin(), c.end(), coordinate) - c.begin();
+}
+
+Box TensorGrid::cell_box(std::int64_t cell) const {
+  Box box;
+  for (std::size_t d = 0; d < cuts.size(); ++d) {
+    const std::int64_t i = cell / strides[d];
+    cell %= strides[d];
+    box.offset.push_back(cuts[d][i]);
+    box.extent.push_back(cuts[d][i + 1] - cuts[d][i]);
+  }
+  return box;
+}
+
+std::vector<std::int64_t> TensorGrid::cells_of(const Box& box) const {
+  const std::size_t dims = cuts.size();
+  std::vector<std::int64_t> lo(dims), hi(dims), at(dims);
+  for (std::size_t d = 0; d < dims; ++d) {
+    lo[d] = cut_index(d, box.offset[d]);
+    hi[d] = cut_index(d, box.offset[d] + box.extent[d]);
+    at[d] = lo[d];
+  }
+  std::vector<std::int64_t> out;
+  while (true) {
+    std::int64_t cell = 0;
+    for (std::size_t d = 0; d < dims; ++d) cell += at[d] * strides[d];
+    out.push_back(cell);
+    // Odometer: the last dim moves fastest.
+    std::size_t d = dims;
+    while (d > 0) {
+      --d;
+      if (++at[d] < hi[d]) break;
+      at[d] = lo[d];
+      if (d == 0) return out;
+    }
+    if (dims == 0) return out;
+  }
+}
+
+std::optional<PlanGrid> build_plan_grid(const CommPlan& plan, std::int64_t max_cells,
+                                        std::string& why) {
+  PlanGrid grid;
+  CutSets cuts;
+  for (const auto& [name, spec] : plan.tensors) {
+    grid.tensor_index.emplace(name, static_cast<int>(grid.names.size()));
+    grid.names.push_back(name);
+    std::vector<std::set<std::int64_t>> per_dim(spec.shape.size());
+    for (std::size_t d = 0; d < spec.shape.size(); ++d) per_dim[d] = {0, spec.shape[d]};
+    cuts.push_back(std::move(per_dim));
+  }
+  auto index_of = [&](const std::string& name) { return grid.tensor_index.find(name)->second; };
+
+  // Shard (or block) boundaries of the collective, so a cell never straddles two shards.
+  const auto& coll = plan.collective;
+  if (coll.kind != Collective::custom) {
+    for (const std::string* name : {&coll.tensor, &coll.output}) {
+      if (name->empty() || !grid.tensor_index.contains(*name)) continue;
+      const auto& spec = plan.tensors.at(*name);
+      add_even_split(cuts[index_of(*name)][coll.dim], spec.shape[coll.dim], plan.world_size);
+    }
+  }
+  for (const auto& chunk : plan.chunks) {
+    add_box(cuts[index_of(chunk.tensor)], chunk.box);
+    add_box(cuts[index_of(chunk.dst_tensor)], chunk.dst_box);
+  }
+
+  std::size_t total = 0;
+  for (const auto& t : cuts)
+    for (const auto& d : t) total += d.size();
+  // Carry boundaries across moves until no chunk adds one.
+  bool changed = true;
+  while (changed) {
+    changed = false;
+    for (const auto& chunk : plan.chunks) {
+      const int from = index_of(chunk.tensor);
+      const int to = index_of(chunk.dst_tensor);
+      for (std::size_t d = 0; d < chunk.box.offset.size(); ++d) {
+        const std::int64_t delta = chunk.dst_box.offset[d] - chunk.box.offset[d];
+        if (from == to && delta == 0) continue;
+        std::size_t added = carry(cuts[from][d], chunk.box.offset[d], chunk.box.extent[d], delta,
+                                  cuts[to][d]);
+        added += carry(cuts[to][d], chunk.dst_box.offset[d], chunk.dst_box.extent[d], -delta,
+                       cuts[from][d]);
+        total += added;
+        changed = changed || added > 0;
+        if (total > kMaxCuts) {
+          why = fmt::format("the plan's boxes, carried across its moves, cut the tensors at more "
+                            "than {} places",
+                            kMaxCuts);
+          return std::nullopt;
+        }
+      }
+    }
+  }
+
+  for (std::size_t t = 0; t < cuts.size(); ++t) {
+    TensorGrid g;
+    std::int64_t cells = 1;
+    for (const auto& per_dim : cuts[t]) {
+      g.cuts.emplace_back(per_dim.begin(), per_dim.end());
+      cells *= static_cast<std::int64_t>(per_dim.size()) - 1;
+      if (cells > max_cells) break;  // checked below; stops the product from overflowing
+    }
+    g.strides.assign(g.cuts.size(), 1);
+    for (std::size_t d = g.cuts.size(); d-- > 1;)
+      g.strides[d - 1] = g.strides[d] * (static_cast<std::int64_t>(g.cuts[d].size()) - 1);
+    g.cells = cells;
+    grid.cells_per_rank += cells;
+    if (grid.cells_per_rank > max_cells / std::max(plan.world_size, 1)) {
+      why = fmt::format("the plan's boxes cut its tensors into more than {} cells over {} ranks",
+                        max_cells, plan.world_size);
+      return std::nullopt;
+    }
+    grid.tensors.push_back(std::move(g));
+  }
+  return grid;
+}
+
+}  // namespace syncopate::plan::verify_detail
