@@ -83,12 +83,12 @@ void bind_signal_tables(nb::module_& m) {
       .def_ro("rank", &SignalTableArrays::rank)
       .def_ro("num_slots", &SignalTableArrays::num_slots)
       .def_ro("num_landing", &SignalTableArrays::num_landing)
-      .def_prop_ro("slot_writers", [](const SignalTableArrays& a) { return to_numpy(a.slot_writers); })
-      .def_prop_ro("slot_chunk", [](const SignalTableArrays& a) { return to_numpy(a.slot_chunk); })
-      .def_prop_ro("wait_offsets", [](const SignalTableArrays& a) { return to_numpy(a.waits.offsets); })
-      .def_prop_ro("wait_slots", [](const SignalTableArrays& a) { return to_numpy(a.waits.items); })
-      .def_prop_ro("notify_offsets", [](const SignalTableArrays& a) { return to_numpy(a.notifies.offsets); })
-      .def_prop_ro("notify_slots", [](const SignalTableArrays& a) { return to_numpy(a.notifies.items); });
+      .def_prop_ro("slot_writers", [](const SignalTableArrays& a) { return to_numpy(a.slot_writers); }, nb::rv_policy::move)
+      .def_prop_ro("slot_chunk", [](const SignalTableArrays& a) { return to_numpy(a.slot_chunk); }, nb::rv_policy::move)
+      .def_prop_ro("wait_offsets", [](const SignalTableArrays& a) { return to_numpy(a.waits.offsets); }, nb::rv_policy::move)
+      .def_prop_ro("wait_slots", [](const SignalTableArrays& a) { return to_numpy(a.waits.items); }, nb::rv_policy::move)
+      .def_prop_ro("notify_offsets", [](const SignalTableArrays& a) { return to_numpy(a.notifies.offsets); }, nb::rv_policy::move)
+      .def_prop_ro("notify_slots", [](const SignalTableArrays& a) { return to_numpy(a.notifies.items); }, nb::rv_policy::move);
 
   nb::class_<SignalTable>(m, "SignalTable", "One rank's signal slots and per-tile wait/notify lists.")
       .def_ro("rank", &SignalTable::rank)

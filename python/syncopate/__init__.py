@@ -47,8 +47,9 @@ from syncopate._core import (
 # Which C++ layers this build binds (all of them in a complete build; see python/CMakeLists.txt).
 layers = _core.layers
 _LAYER_NAMES = {
-    "lower": ("TileGrid", "TileAccess", "SignalSlot", "SignalTable", "lower"),
-    "schedule": ("TileOrder", "estimate_arrival", "tile_order"),
+    "lower": ("TileGrid", "TileAccess", "SignalSlot", "SignalTable", "SignalTableArrays", "lower",
+              "signal_tables_to_json"),
+    "schedule": ("TileOrder", "estimate_arrival", "tile_order", "tile_orders_to_json"),
     "sim": (),
     "transform": (),
 }
