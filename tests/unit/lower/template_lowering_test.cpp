@@ -33,7 +33,9 @@ TEST(TemplateLowering, EveryChunkHasExactlyOneLandingSlotOnItsDestination) {
         EXPECT_EQ(table.landing_slot_of_chunk[slot.chunk], slot.slot);
       }
       for (std::size_t c = 0; c < plan.chunks.size(); ++c)
-        if (plan.chunks[c].dst != table.rank) EXPECT_EQ(table.landing_slot_of_chunk[c], -1);
+        if (plan.chunks[c].dst != table.rank) {
+          EXPECT_EQ(table.landing_slot_of_chunk[c], -1);
+        }
     }
     for (std::size_t c = 0; c < plan.chunks.size(); ++c)
       EXPECT_EQ(landings[c], 1) << "chunk " << c;

@@ -21,7 +21,7 @@ struct TemplateCase {
 };
 
 // collective x algorithm x world {1,2,3,4,7,8} x split {1,2,4}, communicated along dim 0 of a
-// [rows, 6] tensor whose row count is not a multiple of the tile size used by the tests.
+// [rows, 6] tensor (rows uneven, except for all-to-all whose blocks must be equal).
 inline std::vector<TemplateCase> all_template_cases() {
   std::vector<TemplateCase> cases;
   for (auto collective : {plan::Collective::all_gather, plan::Collective::reduce_scatter,
@@ -34,8 +34,11 @@ inline std::vector<TemplateCase> all_template_cases() {
           o.algorithm = algorithm;
           o.world_size = world;
           o.split = split;
-          // all-to-all cuts blocks along dim 0 and shards them again: keep every piece >= 1 row.
-          o.shape = {static_cast<std::int64_t>(world) * world * split + 1, 6};
+          // all-to-all needs equal blocks (and sub-blocks); the others get an uneven row count.
+          const std::int64_t rows = collective == plan::Collective::all_to_all
+                                        ? std::int64_t{world} * world * split
+                                        : std::int64_t{world} * split * 2 + 1;
+          o.shape = {rows, 6};
           o.dim = 0;
           cases.push_back({o, fmt::format("{}/{}/w{}/s{}", plan::to_string(collective),
                                           plan::to_string(algorithm), world, split)});

@@ -1,0 +1,158 @@
+// make_tile_order(): row-major, grouped and arrival orders of a rank's tiles (see tile_order.hpp).
+#include "syncopate/schedule/tile_order.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <numeric>
+#include <tuple>
+
+#include <fmt/format.h>
+
+#include "syncopate/common/error.hpp"
+#include "syncopate/lower/tile_region.hpp"
+
+namespace syncopate::schedule {
+namespace {
+
+void validate_inputs(const plan::CommPlan& plan, const lower::SignalTable& table,
+                     const lower::TileGrid& grid, const std::vector<double>& chunk_arrival,
+                     int group_m) {
+  lower::validate_grid(grid);
+  const auto count = static_cast<std::size_t>(grid.count());
+  if (table.tile_waits.size() != count || table.tile_notifies.size() != count)
+    throw UserError(fmt::format("rank {}: table-grid-mismatch: the signal table has {} tiles, the "
+                                "grid {} x {} with tiles {} x {} has {}",
+                                table.rank, table.tile_waits.size(), grid.m, grid.n, grid.block_m,
+                                grid.block_n, count));
+  if (chunk_arrival.size() != plan.chunks.size())
+    throw UserError(fmt::format("chunk_arrival: size-mismatch: {} values for {} chunks",
+                                chunk_arrival.size(), plan.chunks.size()));
+  for (std::size_t c = 0; c < chunk_arrival.size(); ++c)
+    if (!std::isfinite(chunk_arrival[c]))
+      throw UserError(fmt::format("chunk_arrival[{}]: not-finite: {}", c, chunk_arrival[c]));
+  if (group_m < 1) throw UserError(fmt::format("group_m: must be >= 1, got {}", group_m));
+  for (const auto& slot : table.slots)
+    if (slot.chunk < 0 || static_cast<std::size_t>(slot.chunk) >= plan.chunks.size())
+      throw UserError(fmt::format("rank {}, slot {}: unknown-chunk: chunk {} with {} chunks",
+                                  table.rank, slot.slot, slot.chunk, plan.chunks.size()));
+  const auto check_lists = [&](const std::vector<std::vector<int>>& lists, const char* name) {
+    for (std::size_t t = 0; t < lists.size(); ++t)
+      for (int s : lists[t])
+        if (s < 0 || static_cast<std::size_t>(s) >= table.slots.size())
+          throw UserError(fmt::format("rank {}, tile {}: {}: slot {} with {} slots", table.rank, t,
+                                      name, s, table.slots.size()));
+  };
+  check_lists(table.tile_waits, "bad-wait-slot");
+  check_lists(table.tile_notifies, "bad-notify-slot");
+}
+
+// Consumer side: local tiles (waiting on no chunk from another rank) first, then one group per
+// distinct predicted arrival of the last chunk waited on, earliest first.
+std::vector<int> consumer_order(const plan::CommPlan& plan, const lower::SignalTable& table,
+                                const lower::TileGrid& grid,
+                                const std::vector<double>& chunk_arrival, int group_m) {
+  std::vector<int> local;
+  std::map<double, std::vector<int>> by_arrival;  // ordered: earliest group first
+  for (int t = 0; t < static_cast<int>(grid.count()); ++t) {
+    bool remote = false;
+    double last = 0.0;
+    for (int s : table.tile_waits[t]) {
+      const int c = table.slots[s].chunk;
+      remote = remote || plan.chunks[c].src != table.rank;
+      last = std::max(last, chunk_arrival[c]);
+    }
+    if (remote)
+      by_arrival[last].push_back(t);
+    else
+      local.push_back(t);
+  }
+  std::vector<int> order = group_m_order(grid, std::move(local), group_m);
+  for (auto& [arrival, tiles] : by_arrival) {
+    const auto group = group_m_order(grid, std::move(tiles), group_m);
+    order.insert(order.end(), group.begin(), group.end());
+  }
+  return order;
+}
+
+// Producer side: walk the gated chunks by predicted leaving time (ties by chunk id, then slot)
+// and emit each chunk's not yet emitted tiles, so the first chunk to leave is finished first.
+std::vector<int> producer_order(const lower::SignalTable& table, const lower::TileGrid& grid,
+                                const std::vector<double>& chunk_arrival, int group_m) {
+  std::vector<std::vector<int>> tiles_of_slot(table.slots.size());
+  for (int t = 0; t < static_cast<int>(grid.count()); ++t)
+    for (int s : table.tile_notifies[t]) tiles_of_slot[s].push_back(t);
+  std::vector<int> slots(table.slots.size());
+  std::iota(slots.begin(), slots.end(), 0);
+  std::stable_sort(slots.begin(), slots.end(), [&](int a, int b) {
+    const int ca = table.slots[a].chunk, cb = table.slots[b].chunk;
+    return std::tie(chunk_arrival[ca], ca, a) < std::tie(chunk_arrival[cb], cb, b);
+  });
+  std::vector<char> emitted(static_cast<std::size_t>(grid.count()), 0);
+  std::vector<int> order;
+  const auto emit = [&](std::vector<int> tiles) {
+    std::erase_if(tiles, [&](int t) { return emitted[t] != 0; });
+    for (int t : group_m_order(grid, std::move(tiles), group_m)) {
+      emitted[t] = 1;
+      order.push_back(t);
+    }
+  };
+  for (int s : slots) emit(tiles_of_slot[s]);
+  std::vector<int> rest(static_cast<std::size_t>(grid.count()));
+  std::iota(rest.begin(), rest.end(), 0);
+  emit(std::move(rest));  // tiles that gate no chunk
+  return order;
+}
+
+bool any_nonempty(const std::vector<std::vector<int>>& lists) {
+  return std::any_of(lists.begin(), lists.end(), [](const auto& l) { return !l.empty(); });
+}
+
+}  // namespace
+
+std::string_view to_string(OrderKind kind) { return plan::to_string(kind); }
+
+std::vector<int> group_m_order(const lower::TileGrid& grid, std::vector<int> tiles, int group_m) {
+  const auto tiles_n = grid.tiles_n();
+  std::vector<std::int64_t> rows;
+  for (int t : tiles) rows.push_back(t / tiles_n);
+  std::sort(rows.begin(), rows.end());
+  rows.erase(std::unique(rows.begin(), rows.end()), rows.end());
+  const auto block_of = [&](std::int64_t row) {
+    return (std::lower_bound(rows.begin(), rows.end(), row) - rows.begin()) / group_m;
+  };
+  const auto key = [&](int t) {
+    const std::int64_t tm = t / tiles_n, tn = t % tiles_n;
+    return std::tuple{block_of(tm), tn, tm};
+  };
+  std::sort(tiles.begin(), tiles.end(), [&](int a, int b) { return key(a) < key(b); });
+  return tiles;
+}
+
+TileOrder make_tile_order(const plan::CommPlan& plan, const lower::SignalTable& table,
+                          const lower::TileGrid& grid, OrderKind kind,
+                          const std::vector<double>& chunk_arrival, int group_m) {
+  validate_inputs(plan, table, grid, chunk_arrival, group_m);
+  TileOrder out{table.rank, kind, {}};
+  std::vector<int> all(static_cast<std::size_t>(grid.count()));
+  std::iota(all.begin(), all.end(), 0);
+  switch (kind) {
+    case OrderKind::row_major:
+      out.tiles = std::move(all);
+      break;
+    case OrderKind::grouped:
+      out.tiles = group_m_order(grid, std::move(all), group_m);
+      break;
+    case OrderKind::arrival:
+      if (any_nonempty(table.tile_waits))
+        out.tiles = consumer_order(plan, table, grid, chunk_arrival, group_m);
+      else if (any_nonempty(table.tile_notifies))
+        out.tiles = producer_order(table, grid, chunk_arrival, group_m);
+      else
+        out.tiles = group_m_order(grid, std::move(all), group_m);
+      break;
+  }
+  return out;
+}
+
+}  // namespace syncopate::schedule
