@@ -1,0 +1,51 @@
+// One fused call as the simulator sees it: a plan, the local GEMM's tiling, and what lowering
+// and scheduling made of them (a SignalTable and a TileOrder per rank). Plain data.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "syncopate/lower/signal_table.hpp"
+#include "syncopate/lower/tiling.hpp"
+#include "syncopate/plan/comm_plan.hpp"
+#include "syncopate/schedule/tile_order.hpp"
+#include "syncopate/sim/calibration.hpp"
+
+namespace syncopate::sim {
+
+// The per-rank GEMM: C[M x N] = A[M x K] * B[K x N], tiled BLOCK_M x BLOCK_N.
+struct GemmShape {
+  std::int64_t m = 0, n = 0, k = 0;
+  std::int64_t block_m = 128, block_n = 256;
+
+  lower::TileGrid grid() const { return {m, n, block_m, block_n}; }
+  double flops() const { return 2.0 * double(m) * double(n) * double(k); }
+};
+
+struct FusedCall {
+  plan::CommPlan plan;
+  GemmShape gemm;
+  std::vector<lower::SignalTable> tables;   // by rank
+  std::vector<schedule::TileOrder> orders;  // by rank
+};
+
+// How the local GEMM touches the plan's tensor, from the collective:
+//   all-gather along dim 0      -> consumes the tensor, tile rows index dim 0   (AG+GEMM)
+//   all-gather along dim 1      -> consumes the tensor, tile columns index dim 1
+//   reduce-scatter, all-reduce  -> produces the tensor, rows dim 0, columns dim 1 (GEMM+RS/AR)
+//   all-to-all                  -> consumes the output tensor, rows dim 0 (expert GEMM after it)
+// Throws UserError for a custom plan (no collective says how the GEMM uses it) or a gather
+// dimension above 1.
+std::vector<lower::TileAccess> default_accesses(const plan::CommPlan& plan);
+
+// Lowers the plan for the GEMM's grid and orders each rank's tiles. Arrival order is driven by
+// the simulator's own prediction of each chunk's landing (or, for produced chunks, leaving)
+// time with communication alone. Throws UserError when the GEMM does not match the plan's tensor
+// (lowering names the tensor and dim).
+FusedCall make_fused_call(const plan::CommPlan& plan, const GemmShape& gemm, schedule::OrderKind order,
+                          const Calibration& calib, int group_m = 8);
+
+// Reorders an existing call's tiles (same plan, tables and GEMM) without lowering again.
+void reorder(FusedCall& call, schedule::OrderKind order, const Calibration& calib, int group_m = 8);
+
+}  // namespace syncopate::sim

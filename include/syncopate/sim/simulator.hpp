@@ -1,0 +1,49 @@
+// The simulator: predicted timelines of one call on all ranks, in four ways of running it.
+//
+//  fused         one persistent kernel per rank; each tile waits for its own chunks, each
+//                produced chunk leaves when its tiles are written (the Syncopate way);
+//  kernel-level  two streams: communication on one, the GEMM cut into one kernel per arrival
+//                group on the other, each launched after an event wait on its chunks;
+//  sequential    the whole collective, then the whole GEMM (or GEMM then collective when the
+//                GEMM produces what is sent);
+//  alone         the GEMM with every SM and no communication; the communication with no GEMM.
+// The model (resources, rules, units) is written up in docs/SIMULATOR.md.
+#pragma once
+
+#include "syncopate/sim/calibration.hpp"
+#include "syncopate/sim/fused_call.hpp"
+#include "syncopate/sim/timeline.hpp"
+
+namespace syncopate::sim {
+
+struct SimOptions {
+  // false: a persistent kernel's worker w takes positions w, w+W, ... of the tile order (the
+  // Triton persistent loop); true: a free worker takes the next tile (an atomic counter).
+  bool dynamic_assignment = false;
+};
+
+struct Prediction {
+  double gemm_alone_us = 0;
+  double comm_alone_us = 0;
+  double floor_us = 0;  // max(gemm alone, communication alone): perfect overlap
+  double sequential_us = 0;
+  double kernel_level_us = 0;
+  double fused_us = 0;
+  Timeline fused;
+  Timeline kernel_level;
+  Timeline sequential;
+};
+
+Timeline simulate_fused(const FusedCall& call, const Calibration& calib, const SimOptions& options = {});
+Timeline simulate_kernel_level(const FusedCall& call, const Calibration& calib, const SimOptions& options = {});
+Timeline simulate_sequential(const FusedCall& call, const Calibration& calib, const SimOptions& options = {});
+Timeline simulate_comm_alone(const plan::CommPlan& plan, const Calibration& calib);
+Timeline simulate_gemm_alone(const GemmShape& gemm, int world_size, const Calibration& calib);
+
+Prediction predict(const FusedCall& call, const Calibration& calib, const SimOptions& options = {});
+
+// SM workers left to the compute kernel on `rank` while the plan's chunks use their backends
+// (SM-copy and NCCL take SMs; the copy engine takes none). At least 1.
+int compute_workers(const plan::CommPlan& plan, int rank, const Calibration& calib);
+
+}  // namespace syncopate::sim

@@ -1,0 +1,49 @@
+// The simulator's output: when each chunk and each tile ran, on every rank.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "syncopate/plan/enums.hpp"
+
+namespace syncopate::sim {
+
+// One chunk's life, in microseconds from the start of the call.
+//   ready:        its stream predecessors and deps have landed and its producer tiles are done
+//   start:        it got a lane (copy engine, SM-copy lane, NCCL channel) and began moving
+//   transfer_end: its last byte is through the link
+//   arrival:      the signal is visible on its destination (transfer_end + latency + signal)
+struct ChunkTiming {
+  int chunk = 0;
+  int src = 0;
+  int dst = 0;
+  plan::Backend backend = plan::Backend::copy_engine;
+  double bytes = 0;
+  double ready = 0;
+  double start = 0;
+  double transfer_end = 0;
+  double arrival = 0;
+};
+
+// One tile's run on one SM worker. `start` is when its inputs had landed and it began computing
+// (the worker may have spun on its waits before that, from `claimed`).
+struct TileTiming {
+  int rank = 0;
+  int tile = 0;
+  int worker = 0;
+  int kernel = 0;  // 0 in a fused call; the chunked GEMM's kernel index in kernel-level overlap
+  double claimed = 0;
+  double start = 0;
+  double end = 0;
+};
+
+struct Timeline {
+  std::string label;                 // "fused", "kernel-level", "sequential", ...
+  int world_size = 0;
+  std::vector<int> workers;          // per rank: SM workers of its compute kernel
+  std::vector<ChunkTiming> chunks;   // by chunk id
+  std::vector<TileTiming> tiles;     // every tile of every rank, by (rank, position in order)
+  double total_us = 0;               // the last event on any rank
+};
+
+}  // namespace syncopate::sim

@@ -1,0 +1,252 @@
+// Reading and writing calibration files with checked access: every failure names the JSON path.
+#include "syncopate/sim/calibration.hpp"
+
+#include <fstream>
+#include <initializer_list>
+#include <optional>
+#include <sstream>
+
+#include <fmt/core.h>
+#include <nlohmann/json.hpp>
+
+namespace syncopate::sim {
+namespace {
+
+using nlohmann::json;
+
+std::string describe(const json& v) {
+  if (v.is_object()) return fmt::format("an object of {} keys", v.size());
+  if (v.is_array()) return fmt::format("an array of {} elements", v.size());
+  if (v.is_null()) return "null";
+  return v.dump();
+}
+
+// One value of the document and where it sits; failures throw CalibrationError.
+class Node {
+ public:
+  Node(const json& v, std::string path, std::string_view source)
+      : v_(&v), path_(std::move(path)), source_(source) {}
+
+  [[noreturn]] void fail(std::string_view expected) const {
+    throw CalibrationError(fmt::format("{}: {}: expected {}, got {}", source_,
+                                       path_.empty() ? "<root>" : path_, expected, describe(*v_)));
+  }
+  const json& value() const { return *v_; }
+  const std::string& path() const { return path_; }
+
+  double positive() const {
+    if (!v_->is_number() || v_->get<double>() <= 0) fail("a number > 0");
+    return v_->get<double>();
+  }
+  double non_negative() const {
+    if (!v_->is_number() || v_->get<double>() < 0) fail("a number >= 0");
+    return v_->get<double>();
+  }
+  double at_least_one() const {
+    if (!v_->is_number() || v_->get<double>() < 1) fail("a number >= 1");
+    return v_->get<double>();
+  }
+  double fraction() const {
+    if (!v_->is_number() || v_->get<double>() <= 0 || v_->get<double>() > 1)
+      fail("a number in (0, 1]");
+    return v_->get<double>();
+  }
+  int integer(int min_value) const {
+    if (!v_->is_number_integer() || v_->get<std::int64_t>() < min_value ||
+        v_->get<std::int64_t>() > (1 << 30))
+      fail(fmt::format("an integer >= {}", min_value));
+    return static_cast<int>(v_->get<std::int64_t>());
+  }
+  std::string text() const {
+    if (!v_->is_string()) fail("a string");
+    return v_->get<std::string>();
+  }
+  template <class E>
+  E enumerated() const {
+    if (v_->is_string())
+      if (auto e = plan::parse_enum<E>(v_->get<std::string>())) return *e;
+    fail("one of " + plan::enum_choices<E>());
+  }
+
+ private:
+  const json* v_;
+  std::string path_;
+  std::string_view source_;
+};
+
+// The fields of one object: each known key read at most once; unknown keys are errors, so a
+// misspelt optional field cannot pass silently.
+class Object {
+ public:
+  Object(const Node& node, std::string_view source, std::initializer_list<std::string_view> keys)
+      : node_(node), source_(source), keys_(keys) {
+    if (!node.value().is_object()) node.fail("an object");
+    for (const auto& [key, value] : node.value().items()) {
+      bool known = false;
+      for (auto k : keys_) known = known || k == key;
+      if (known) continue;
+      std::string accepted;
+      for (auto k : keys_) accepted += (accepted.empty() ? "" : ", ") + std::string(k);
+      throw CalibrationError(fmt::format("{}: {}: unknown key (accepted: {})", source_,
+                                         child_path(key), accepted));
+    }
+  }
+  Node required(std::string_view key) const {
+    auto it = node_.value().find(std::string(key));
+    if (it == node_.value().end())
+      throw CalibrationError(fmt::format("{}: {}: missing required key", source_, child_path(key)));
+    return Node(*it, child_path(key), source_);
+  }
+  std::optional<Node> optional(std::string_view key) const {
+    auto it = node_.value().find(std::string(key));
+    if (it == node_.value().end()) return std::nullopt;
+    return Node(*it, child_path(key), source_);
+  }
+
+ private:
+  std::string child_path(std::string_view key) const {
+    return node_.path().empty() ? std::string(key) : node_.path() + "." + std::string(key);
+  }
+  Node node_;
+  std::string_view source_;
+  std::vector<std::string_view> keys_;
+};
+
+Object object(const Node& node, std::string_view source, std::initializer_list<std::string_view> keys) {
+  return Object(node, source, keys);
+}
+
+BackendModel read_backend(const Node& node, std::string_view source) {
+  auto o = object(node, source,
+                  {"bandwidth_gbps", "latency_us", "signal_latency_us", "concurrency", "sms",
+                   "compute_slowdown"});
+  BackendModel b;
+  b.bandwidth_gbps = o.required("bandwidth_gbps").positive();
+  b.latency_us = o.required("latency_us").non_negative();
+  b.signal_latency_us = o.required("signal_latency_us").non_negative();
+  b.concurrency = o.required("concurrency").integer(1);
+  b.sms = o.required("sms").integer(0);
+  b.compute_slowdown = o.required("compute_slowdown").at_least_one();
+  return b;
+}
+
+}  // namespace
+
+double Calibration::link_bandwidth_gbps(int src, int dst, plan::Backend b) const {
+  for (const auto& link : links)
+    if (link.src == src && link.dst == dst && link.backend == b) return link.bandwidth_gbps;
+  if (src == dst) return local_copy_gbps;
+  return backend(b).bandwidth_gbps;
+}
+
+double Calibration::tile_time_us(std::int64_t block_m, std::int64_t block_n, std::int64_t k) const {
+  const double flops = 2.0 * static_cast<double>(block_m) * static_cast<double>(block_n) *
+                       static_cast<double>(k);
+  const double per_sm_flops_per_us = gemm.peak_tflops * 1e6 / sms * gemm.mma_efficiency;
+  return gemm.tile_overhead_us + flops / per_sm_flops_per_us;
+}
+
+Calibration parse_calibration(std::string_view json_text, std::string_view source) {
+  json doc;
+  try {
+    doc = json::parse(json_text);
+  } catch (const json::parse_error& e) {
+    throw CalibrationError(fmt::format("{}: <root>: not valid JSON (byte {}): {}", source, e.byte,
+                                       e.what()));
+  }
+  const Node root(doc, "", source);
+  auto top = object(root, source,
+                    {"version", "device", "sources", "gpu", "gemm", "overheads", "backends", "links"});
+  Calibration c;
+  c.version = top.required("version").integer(1);
+  if (c.version != kCalibrationVersion)
+    top.required("version").fail(fmt::format("version {} (the one this build reads)",
+                                             kCalibrationVersion));
+  c.device = top.required("device").text();
+  if (auto sources = top.optional("sources")) {
+    // Free text saying where each number comes from: an object of strings, nothing else.
+    if (!sources->value().is_object()) sources->fail("an object of strings");
+    for (const auto& [key, value] : sources->value().items())
+      Node(value, sources->path() + "." + key, source).text();
+  }
+
+  auto gpu = object(top.required("gpu"), source, {"sms", "egress_gbps", "ingress_gbps", "local_copy_gbps"});
+  c.sms = gpu.required("sms").integer(1);
+  c.egress_gbps = gpu.required("egress_gbps").positive();
+  c.ingress_gbps = gpu.required("ingress_gbps").positive();
+  c.local_copy_gbps = gpu.required("local_copy_gbps").positive();
+
+  auto gemm = object(top.required("gemm"), source, {"peak_tflops", "mma_efficiency", "tile_overhead_us"});
+  c.gemm.peak_tflops = gemm.required("peak_tflops").positive();
+  c.gemm.mma_efficiency = gemm.required("mma_efficiency").fraction();
+  c.gemm.tile_overhead_us = gemm.required("tile_overhead_us").non_negative();
+
+  auto overheads = object(top.required("overheads"), source, {"launch_us", "sync_us"});
+  c.launch_overhead_us = overheads.required("launch_us").non_negative();
+  c.sync_overhead_us = overheads.required("sync_us").non_negative();
+
+  const Node backends_node = top.required("backends");
+  std::vector<std::string_view> names;
+  for (const auto& [b, name] : plan::EnumTable<plan::Backend>::entries) names.push_back(name);
+  auto backends = object(backends_node, source, {names[0], names[1], names[2]});
+  static_assert(plan::EnumTable<plan::Backend>::entries.size() == 3);
+  for (const auto& [b, name] : plan::EnumTable<plan::Backend>::entries)
+    c.backends.at(static_cast<std::size_t>(b)) = read_backend(backends.required(name), source);
+  for (const auto& b : c.backends)
+    if (b.sms >= c.sms)
+      throw CalibrationError(fmt::format(
+          "{}: backends: a backend takes {} SMs, but gpu.sms is {}: nothing left for compute",
+          source, b.sms, c.sms));
+
+  if (auto links = top.optional("links")) {
+    if (!links->value().is_array()) links->fail("an array of links");
+    for (std::size_t i = 0; i < links->value().size(); ++i) {
+      const Node item(links->value()[i], fmt::format("{}[{}]", links->path(), i), source);
+      auto o = object(item, source, {"src", "dst", "backend", "bandwidth_gbps"});
+      LinkOverride l;
+      l.src = o.required("src").integer(0);
+      l.dst = o.required("dst").integer(0);
+      l.backend = o.required("backend").enumerated<plan::Backend>();
+      l.bandwidth_gbps = o.required("bandwidth_gbps").positive();
+      c.links.push_back(l);
+    }
+  }
+  return c;
+}
+
+Calibration load_calibration(const std::filesystem::path& path) {
+  std::ifstream in(path);
+  if (!in)
+    throw CalibrationError(fmt::format("{}: cannot open calibration file", path.string()));
+  std::stringstream text;
+  text << in.rdbuf();
+  return parse_calibration(text.str(), path.filename().string());
+}
+
+std::string calibration_to_json(const Calibration& c, int indent) {
+  json doc;
+  doc["version"] = c.version;
+  doc["device"] = c.device;
+  doc["gpu"] = {{"sms", c.sms}, {"egress_gbps", c.egress_gbps}, {"ingress_gbps", c.ingress_gbps},
+                {"local_copy_gbps", c.local_copy_gbps}};
+  doc["gemm"] = {{"peak_tflops", c.gemm.peak_tflops}, {"mma_efficiency", c.gemm.mma_efficiency},
+                 {"tile_overhead_us", c.gemm.tile_overhead_us}};
+  doc["overheads"] = {{"launch_us", c.launch_overhead_us}, {"sync_us", c.sync_overhead_us}};
+  for (const auto& [b, name] : plan::EnumTable<plan::Backend>::entries) {
+    const auto& m = c.backend(b);
+    doc["backends"][std::string(name)] = {
+        {"bandwidth_gbps", m.bandwidth_gbps}, {"latency_us", m.latency_us},
+        {"signal_latency_us", m.signal_latency_us}, {"concurrency", m.concurrency},
+        {"sms", m.sms}, {"compute_slowdown", m.compute_slowdown}};
+  }
+  if (!c.links.empty()) {
+    doc["links"] = json::array();
+    for (const auto& l : c.links)
+      doc["links"].push_back({{"src", l.src}, {"dst", l.dst},
+                              {"backend", std::string(plan::to_string(l.backend))},
+                              {"bandwidth_gbps", l.bandwidth_gbps}});
+  }
+  return doc.dump(indent);
+}
+
+}  // namespace syncopate::sim

@@ -1,0 +1,62 @@
+// Building a fused call from a plan: lowering, then tile orders driven by predicted arrival.
+#include "syncopate/sim/fused_call.hpp"
+
+#include <fmt/core.h>
+
+#include "syncopate/sim/simulator.hpp"
+
+namespace syncopate::sim {
+
+std::vector<lower::TileAccess> default_accesses(const plan::CommPlan& plan) {
+  const auto& spec = plan.collective;
+  switch (spec.kind) {
+    case plan::Collective::all_gather:
+      if (spec.dim == 0) return {{spec.tensor, lower::AccessRole::consume, 0, -1}};
+      if (spec.dim == 1) return {{spec.tensor, lower::AccessRole::consume, -1, 1}};
+      break;
+    case plan::Collective::reduce_scatter:
+    case plan::Collective::all_reduce:
+      return {{spec.tensor, lower::AccessRole::produce, 0, 1}};
+    case plan::Collective::all_to_all:
+      return {{spec.output, lower::AccessRole::consume, 0, -1}};
+    case plan::Collective::custom:
+      throw UserError(
+          "simulate: collective: custom-plan: a custom plan does not say how the GEMM reads or "
+          "writes its tensors; use a plan whose collective is all-gather, reduce-scatter, "
+          "all-reduce or all-to-all");
+  }
+  throw UserError(fmt::format("simulate: collective.dim: unsupported-dim: an all-gather along dim {} "
+                              "does not map onto GEMM tile rows (0) or columns (1)", spec.dim));
+}
+
+void reorder(FusedCall& call, schedule::OrderKind order, const Calibration& calib, int group_m) {
+  // Consumed chunks are ranked by when they land, produced chunks by when they would leave,
+  // both with communication alone (the schedule cannot know more before it exists).
+  const Timeline comm = simulate_comm_alone(call.plan, calib);
+  std::vector<double> when(call.plan.chunks.size());
+  std::vector<bool> produced(call.plan.chunks.size(), false);
+  for (const auto& table : call.tables)
+    for (std::size_t c = 0; c < table.ready_slot_of_chunk.size() && c < produced.size(); ++c)
+      if (table.ready_slot_of_chunk[c] >= 0) produced[c] = true;
+  for (std::size_t c = 0; c < when.size(); ++c)
+    when[c] = produced[c] ? comm.chunks[c].start : comm.chunks[c].arrival;
+  call.orders.clear();
+  const auto grid = call.gemm.grid();
+  for (const auto& table : call.tables)
+    call.orders.push_back(schedule::make_tile_order(call.plan, table, grid, order, when, group_m));
+}
+
+FusedCall make_fused_call(const plan::CommPlan& plan, const GemmShape& gemm, schedule::OrderKind order,
+                          const Calibration& calib, int group_m) {
+  if (gemm.m < 1 || gemm.n < 1 || gemm.k < 1 || gemm.block_m < 1 || gemm.block_n < 1)
+    throw UserError(fmt::format("simulate: gemm: bad-shape: {}x{}x{} with tile {}x{} (every size must be >= 1)",
+                                gemm.m, gemm.n, gemm.k, gemm.block_m, gemm.block_n));
+  FusedCall call;
+  call.plan = plan;
+  call.gemm = gemm;
+  call.tables = lower::lower(plan, gemm.grid(), default_accesses(plan));
+  reorder(call, order, calib, group_m);
+  return call;
+}
+
+}  // namespace syncopate::sim

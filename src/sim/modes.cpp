@@ -1,0 +1,282 @@
+// Turning a fused call into engine inputs, one builder per way of running it.
+#include <algorithm>
+#include <limits>
+#include <map>
+#include <set>
+
+#include <fmt/core.h>
+
+#include "engine.hpp"
+#include "syncopate/plan/dependency_graph.hpp"
+#include "syncopate/sim/simulator.hpp"
+
+namespace syncopate::sim {
+namespace {
+
+using detail::EngineChunk;
+using detail::EngineInput;
+using detail::EngineKernel;
+using detail::EngineRank;
+
+// The rank whose lanes a chunk occupies: the one that lists it in its streams (an NCCL chunk is
+// listed by both; its send side, the source, counts).
+std::vector<int> issuers(const plan::CommPlan& plan) {
+  std::vector<int> issuer(plan.chunks.size(), -1);
+  for (const auto& rp : plan.ranks)
+    for (const auto& stream : rp.streams)
+      for (int c : stream)
+        if (c >= 0 && c < static_cast<int>(issuer.size()) &&
+            (issuer[c] < 0 || rp.rank == plan.chunks[c].src))
+          issuer[c] = rp.rank;
+  for (std::size_t c = 0; c < issuer.size(); ++c)
+    if (issuer[c] < 0) issuer[c] = plan.chunks[c].src;
+  return issuer;
+}
+
+// Chunks with sizes, lanes and happens-before edges; no gates yet.
+std::vector<EngineChunk> base_chunks(const plan::CommPlan& plan, const Calibration& calib) {
+  const plan::DependencyGraph graph(plan);
+  const auto issuer = issuers(plan);
+  std::vector<EngineChunk> out(plan.chunks.size());
+  for (std::size_t c = 0; c < plan.chunks.size(); ++c) {
+    const auto& ch = plan.chunks[c];
+    auto tensor = plan.tensors.find(ch.tensor);
+    if (tensor == plan.tensors.end())
+      throw UserError(fmt::format("simulate: chunk {}: unknown-tensor: \"{}\" is not in the plan's tensors",
+                                  c, ch.tensor));
+    if (ch.src < 0 || ch.src >= plan.world_size || ch.dst < 0 || ch.dst >= plan.world_size)
+      throw UserError(fmt::format("simulate: chunk {}: rank-out-of-range: {} -> {} in a world of {}", c,
+                                  ch.src, ch.dst, plan.world_size));
+    auto& e = out[c];
+    e.src = ch.src;
+    e.dst = ch.dst;
+    e.backend = ch.backend;
+    e.bytes = static_cast<double>(ch.box.elements()) * plan::dtype_size(tensor->second.dtype);
+    e.issuer = issuer[c];
+    const auto preds = graph.predecessors(static_cast<int>(c));
+    e.after.assign(preds.begin(), preds.end());
+    e.not_before_us = calib.launch_overhead_us;
+  }
+  return out;
+}
+
+void check_call(const FusedCall& call) {
+  const int world = call.plan.world_size;
+  const auto tiles = call.gemm.grid().count();
+  if (static_cast<int>(call.tables.size()) != world || static_cast<int>(call.orders.size()) != world)
+    throw UserError(fmt::format("simulate: the call has {} signal tables and {} tile orders for a world of {}",
+                                call.tables.size(), call.orders.size(), world));
+  for (int r = 0; r < world; ++r) {
+    if (static_cast<std::int64_t>(call.tables[r].tile_waits.size()) != tiles ||
+        static_cast<std::int64_t>(call.orders[r].tiles.size()) != tiles)
+      throw UserError(fmt::format("simulate: rank {}: the signal table or tile order does not fit the "
+                                  "{}x{} grid of {} tiles", r, call.gemm.grid().tiles_m(),
+                                  call.gemm.grid().tiles_n(), tiles));
+  }
+}
+
+// Chunk ids a tile waits on / gates, from the rank's signal table.
+std::vector<std::vector<int>> tile_wait_chunks(const lower::SignalTable& table) {
+  std::vector<std::vector<int>> out(table.tile_waits.size());
+  for (std::size_t t = 0; t < out.size(); ++t)
+    for (int s : table.tile_waits[t]) out[t].push_back(table.slots.at(s).chunk);
+  return out;
+}
+// (rank, tile) pairs whose written output gates each chunk (ready and dst-ready slots).
+std::vector<std::vector<std::pair<int, int>>> chunk_gates(const FusedCall& call) {
+  std::vector<std::vector<std::pair<int, int>>> out(call.plan.chunks.size());
+  for (const auto& table : call.tables)
+    for (std::size_t t = 0; t < table.tile_notifies.size(); ++t)
+      for (int s : table.tile_notifies[t]) out.at(table.slots.at(s).chunk).emplace_back(table.rank, int(t));
+  return out;
+}
+
+EngineRank rank_shell(const FusedCall& call, int workers, const Calibration& calib) {
+  EngineRank er;
+  er.workers = workers;
+  er.tile_work_us = calib.tile_time_us(call.gemm.block_m, call.gemm.block_n, call.gemm.k);
+  er.tile_count = static_cast<int>(call.gemm.grid().count());
+  return er;
+}
+
+bool produces(const FusedCall& call) {
+  for (const auto& table : call.tables)
+    for (const auto& n : table.tile_notifies)
+      if (!n.empty()) return true;
+  return false;
+}
+
+// Kernel-level overlap cuts the GEMM into kernels by arrival group: a tile's key is the
+// predicted (communication-alone) landing of the last chunk it reads, or the leaving time of
+// the first chunk it writes; tiles with neither go first. At most world_size kernels, as a
+// two-stream implementation launches one GEMM per shard.
+std::vector<EngineKernel> arrival_kernels(const FusedCall& call, int rank, const Timeline& comm,
+                                          const std::vector<std::vector<int>>& waits,
+                                          const std::vector<std::vector<std::pair<int, int>>>& gates) {
+  std::vector<double> leave(call.gemm.grid().count(), std::numeric_limits<double>::infinity());
+  for (std::size_t c = 0; c < gates.size(); ++c)
+    for (auto [r, t] : gates[c])
+      if (r == rank) leave[t] = std::min(leave[t], comm.chunks[c].start);
+  // Tiles that neither read nor write a chunk go first on a consumer (their data is local) and
+  // last on a producer (nothing waits for them).
+  const double neither = produces(call) ? std::numeric_limits<double>::infinity() : -1.0;
+  std::map<double, std::vector<int>> groups;  // key -> tiles, in the tile order
+  for (int t : call.orders[rank].tiles) {
+    double key = waits[t].empty() ? leave[t] : -1.0;
+    for (int c : waits[t]) key = std::max(key, comm.chunks[c].arrival);
+    if (waits[t].empty() && leave[t] == std::numeric_limits<double>::infinity()) key = neither;
+    groups[key].push_back(t);
+  }
+  std::vector<std::vector<int>> ordered;
+  for (auto& [key, tiles] : groups) ordered.push_back(std::move(tiles));
+  const int kernels = std::min<int>(static_cast<int>(ordered.size()), std::max(1, call.plan.world_size));
+  std::vector<EngineKernel> out(kernels);
+  for (int k = 0; k < kernels; ++k) {
+    const auto span = plan::even_split(static_cast<std::int64_t>(ordered.size()), kernels, k);
+    std::set<int> kernel_waits;
+    for (auto g = span.begin; g < span.begin + span.size; ++g)
+      for (int t : ordered[g]) {
+        out[k].tiles.push_back(t);
+        kernel_waits.insert(waits[t].begin(), waits[t].end());
+      }
+    out[k].waits.assign(kernel_waits.begin(), kernel_waits.end());
+  }
+  return out;
+}
+
+}  // namespace
+
+int compute_workers(const plan::CommPlan& plan, int rank, const Calibration& calib) {
+  const auto issuer = issuers(plan);
+  std::set<plan::Backend> used;
+  for (std::size_t c = 0; c < plan.chunks.size(); ++c) {
+    const auto& ch = plan.chunks[c];
+    const bool nccl_end = ch.backend == plan::Backend::nccl && (ch.src == rank || ch.dst == rank);
+    if (issuer[c] == rank || nccl_end) used.insert(ch.backend);
+  }
+  int reserved = 0;
+  for (auto b : used) reserved += calib.backend(b).sms;
+  return std::max(1, calib.sms - reserved);
+}
+
+Timeline simulate_fused(const FusedCall& call, const Calibration& calib, const SimOptions& options) {
+  check_call(call);
+  EngineInput in;
+  in.label = "fused";
+  in.dynamic_assignment = options.dynamic_assignment;
+  in.chunks = base_chunks(call.plan, calib);
+  const auto gates = chunk_gates(call);
+  for (std::size_t c = 0; c < gates.size(); ++c) {
+    in.chunks[c].gate_tiles = gates[c];
+    in.chunks[c].gate_delay_us = calib.backend(in.chunks[c].backend).signal_latency_us;
+  }
+  for (int r = 0; r < call.plan.world_size; ++r) {
+    auto er = rank_shell(call, compute_workers(call.plan, r, calib), calib);
+    er.tile_waits = tile_wait_chunks(call.tables[r]);
+    er.kernels.push_back({call.orders[r].tiles, {}});
+    in.ranks.push_back(std::move(er));
+  }
+  return detail::run_engine(in, calib);
+}
+
+Timeline simulate_kernel_level(const FusedCall& call, const Calibration& calib, const SimOptions& options) {
+  check_call(call);
+  const Timeline comm = simulate_comm_alone(call.plan, calib);
+  EngineInput in;
+  in.label = "kernel-level";
+  in.dynamic_assignment = options.dynamic_assignment;
+  in.chunks = base_chunks(call.plan, calib);
+  const auto gates = chunk_gates(call);
+  std::vector<std::vector<EngineKernel>> kernels;
+  for (int r = 0; r < call.plan.world_size; ++r) {
+    auto er = rank_shell(call, compute_workers(call.plan, r, calib), calib);
+    er.kernels = arrival_kernels(call, r, comm, tile_wait_chunks(call.tables[r]), gates);
+    in.ranks.push_back(std::move(er));
+  }
+  // A produced chunk leaves after an event recorded at the end of the kernel holding its
+  // producer tiles (the stream runs kernels in order, so the last such kernel is enough).
+  for (int r = 0; r < call.plan.world_size; ++r) {
+    std::vector<int> kernel_of(call.gemm.grid().count(), 0);
+    const auto& ks = in.ranks[r].kernels;
+    for (std::size_t k = 0; k < ks.size(); ++k)
+      for (int t : ks[k].tiles) kernel_of[t] = static_cast<int>(k);
+    for (std::size_t c = 0; c < gates.size(); ++c) {
+      int last = -1;
+      for (auto [gr, t] : gates[c])
+        if (gr == r) last = std::max(last, kernel_of[t]);
+      if (last < 0) continue;
+      in.chunks[c].gate_kernels.emplace_back(r, last);
+      in.chunks[c].gate_delay_us = calib.sync_overhead_us;
+    }
+  }
+  return detail::run_engine(in, calib);
+}
+
+Timeline simulate_sequential(const FusedCall& call, const Calibration& calib, const SimOptions& options) {
+  check_call(call);
+  EngineInput in;
+  in.label = "sequential";
+  in.dynamic_assignment = options.dynamic_assignment;
+  in.compute_slowdown = false;
+  in.chunks = base_chunks(call.plan, calib);
+  const bool gemm_first = produces(call);
+  for (int r = 0; r < call.plan.world_size; ++r) {
+    auto er = rank_shell(call, calib.sms, calib);
+    EngineKernel kernel{call.orders[r].tiles, {}};
+    if (!gemm_first)  // the GEMM waits for the whole collective on its rank
+      for (std::size_t c = 0; c < in.chunks.size(); ++c)
+        if (in.chunks[c].src == r || in.chunks[c].dst == r) kernel.waits.push_back(static_cast<int>(c));
+    er.kernels.push_back(std::move(kernel));
+    in.ranks.push_back(std::move(er));
+  }
+  if (gemm_first)  // the collective starts on both ends after their GEMMs, then launches
+    for (auto& ch : in.chunks) {
+      ch.gate_kernels.emplace_back(ch.src, 0);
+      if (ch.dst != ch.src) ch.gate_kernels.emplace_back(ch.dst, 0);
+      ch.gate_delay_us = calib.sync_overhead_us + calib.launch_overhead_us;
+    }
+  return detail::run_engine(in, calib);
+}
+
+Timeline simulate_comm_alone(const plan::CommPlan& plan, const Calibration& calib) {
+  EngineInput in;
+  in.label = "communication alone";
+  in.compute_slowdown = false;
+  in.chunks = base_chunks(plan, calib);
+  in.ranks.resize(plan.world_size);
+  return detail::run_engine(in, calib);
+}
+
+Timeline simulate_gemm_alone(const GemmShape& gemm, int world_size, const Calibration& calib) {
+  EngineInput in;
+  in.label = "GEMM alone";
+  in.compute_slowdown = false;
+  const int tiles = static_cast<int>(gemm.grid().count());
+  EngineKernel kernel;
+  for (int t = 0; t < tiles; ++t) kernel.tiles.push_back(t);
+  for (int r = 0; r < world_size; ++r) {
+    EngineRank er;
+    er.workers = calib.sms;
+    er.tile_work_us = calib.tile_time_us(gemm.block_m, gemm.block_n, gemm.k);
+    er.tile_count = tiles;
+    er.kernels.push_back(kernel);
+    in.ranks.push_back(std::move(er));
+  }
+  return detail::run_engine(in, calib);
+}
+
+Prediction predict(const FusedCall& call, const Calibration& calib, const SimOptions& options) {
+  Prediction p;
+  p.gemm_alone_us = simulate_gemm_alone(call.gemm, call.plan.world_size, calib).total_us;
+  p.comm_alone_us = simulate_comm_alone(call.plan, calib).total_us;
+  p.floor_us = std::max(p.gemm_alone_us, p.comm_alone_us);
+  p.fused = simulate_fused(call, calib, options);
+  p.kernel_level = simulate_kernel_level(call, calib, options);
+  p.sequential = simulate_sequential(call, calib, options);
+  p.fused_us = p.fused.total_us;
+  p.kernel_level_us = p.kernel_level.total_us;
+  p.sequential_us = p.sequential.total_us;
+  return p;
+}
+
+}  // namespace syncopate::sim
