@@ -1,0 +1,50 @@
+// The runtime's own small device kernels, as launch functions on a stream:
+//  - bounded_wait: spin (acquire, system scope) until every condition holds, or the time bound
+//    passes; then record the timeout in the WaitRecord and let the stream go on;
+//  - signal_store / signal_add: raise a slot with a release store / release add, system scope;
+//  - copy_2d: the SM-driven copy backend (a few blocks, vector loads where aligned);
+//  - add_2d: dst += src, element-wise, atomically (several chunks may add into one box).
+// Kernels live in device_ops.cu; warm_up_kernels() loads them all, so no module load happens
+// while a waiter spins (baselines-h200.md, "A hang seen").
+#pragma once
+
+#include <cstdint>
+
+#include <cuda_runtime_api.h>
+
+#include "syncopate/plan/enums.hpp"
+#include "syncopate/runtime/box_copy.hpp"
+#include "syncopate/runtime/wait_record.hpp"
+
+namespace syncopate::runtime {
+
+inline constexpr int kMaxWaitConditions = 8;
+
+struct WaitCondition {
+  const std::int32_t* addr = nullptr;
+  std::int64_t expected = 0;
+  std::int32_t owner = 0;
+  std::int32_t slot = 0;
+  std::int32_t chunk = -1;
+  std::int32_t kind = 0;
+};
+
+struct WaitBatch {
+  WaitCondition conditions[kMaxWaitConditions];
+  std::int32_t count = 0;
+  std::int32_t rank = 0;
+  std::int64_t bound_ns = 0;
+};
+
+void launch_bounded_wait(cudaStream_t stream, const WaitBatch& batch, WaitRecord* record);
+void launch_signal_store(cudaStream_t stream, std::int32_t* slot, std::int32_t value);
+void launch_signal_add(cudaStream_t stream, std::int32_t* slot, std::int32_t value);
+// `src` and `dst` are the tensor (or staging) bases the copy's offsets are relative to.
+void launch_copy_2d(cudaStream_t stream, const std::byte* src, std::byte* dst, const Copy2D& copy,
+                    int max_blocks);
+void launch_add_2d(cudaStream_t stream, plan::DType dtype, const std::byte* src, std::byte* dst,
+                   const Copy2D& copy, int max_blocks);
+// Loads every kernel above on the current device. Throws DeviceError.
+void warm_up_kernels();
+
+}  // namespace syncopate::runtime

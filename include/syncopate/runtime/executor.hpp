@@ -1,0 +1,85 @@
+// The executor: issues one rank's share of a plan on CUDA streams, honouring stream order,
+// deps, ready/dst-ready gates and the epoch protocol of rank_schedule.hpp.
+//
+// It takes a const plan and the per-rank SignalTables (lower::lower) and never changes them
+// (plan = data, executor = execution, as mscclpp's ExecutionPlan vs Executor). All buffers
+// live in a SymmetricHeap laid out by make_heap_layout(); every wait is bounded and reports
+// through the WaitMonitor. Calls are asynchronous on the caller's stream: after synchronising
+// it, call monitor.check() to turn a timed-out wait into a WaitTimeoutError.
+//
+// One executor per rank. In the single-process mode give each rank's executor its own host
+// thread (the nccl backend needs it: NCCL calls of different ranks must not serialise on one
+// thread).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <cuda_runtime_api.h>
+
+#include "syncopate/lower/signal_table.hpp"
+#include "syncopate/plan/comm_plan.hpp"
+#include "syncopate/runtime/heap_layout.hpp"
+#include "syncopate/runtime/nccl_comm.hpp"
+#include "syncopate/runtime/rank_schedule.hpp"
+#include "syncopate/runtime/symmetric_heap.hpp"
+#include "syncopate/runtime/wait_monitor.hpp"
+
+namespace syncopate::runtime {
+
+struct ExecutorOptions {
+  std::int64_t wait_bound_ns = 10'000'000'000;  // every wait gives up after this long
+  int drop_chunk = -1;       // test hook: this chunk is never moved, so its waiters time out
+  int sm_copy_blocks = 16;   // blocks of the SM-copy and add kernels
+};
+
+class RankExecutor {
+ public:
+  // Throws UserError when the heap is smaller than the layout, the tables do not match the
+  // plan, or a chunk uses nccl and `nccl` is null.
+  RankExecutor(plan::CommPlan plan, std::vector<lower::SignalTable> tables, SymmetricHeap& heap,
+               WaitMonitor& monitor, NcclComm* nccl, ExecutorOptions options = {});
+  ~RankExecutor();
+  RankExecutor(const RankExecutor&) = delete;
+  RankExecutor& operator=(const RankExecutor&) = delete;
+
+  // Epoch protocol, all on `stream` (see rank_schedule.hpp). Epochs start at 1 and grow by
+  // one per call.
+  void begin(cudaStream_t stream, std::int64_t epoch);
+  void issue(cudaStream_t stream, std::int64_t epoch, bool wait_landed = true);
+  void end(cudaStream_t stream, std::int64_t epoch);
+  // begin + issue + end, for when the inputs are already in place.
+  void run(cudaStream_t stream, std::int64_t epoch);
+
+  int rank() const { return heap_.rank(); }
+  const plan::CommPlan& plan() const { return plan_; }
+  const std::vector<lower::SignalTable>& tables() const { return tables_; }
+  const HeapLayout& layout() const { return layout_; }
+  const RankSchedule& schedule() const { return schedule_; }
+  const ExecutorOptions& options() const { return options_; }
+  // Addresses in this process of tensor `name`, the signal slots and the control counters of
+  // rank r.
+  std::byte* tensor(int r, const std::string& name) const;
+  std::int32_t* signals(int r) const;
+  std::int32_t* control(int r) const;
+
+ private:
+  struct Impl;
+  void wait_all(cudaStream_t stream, const std::vector<WaitRef>& waits, std::int64_t epoch);
+  void set_control(cudaStream_t stream, int slot, std::int64_t epoch);
+  void issue_step(const ChunkStep& step, cudaStream_t stream, std::int64_t epoch);
+
+  plan::CommPlan plan_;
+  std::vector<lower::SignalTable> tables_;
+  SymmetricHeap& heap_;
+  WaitMonitor& monitor_;
+  NcclComm* nccl_;
+  ExecutorOptions options_;
+  HeapLayout layout_;
+  RankSchedule schedule_;
+  std::unique_ptr<Impl> impl_;  // CUDA streams, events, driver entry points
+};
+
+}  // namespace syncopate::runtime

@@ -1,0 +1,43 @@
+// NCCL for the nccl chunk backend, loaded at run time (dlopen "libnccl.so.2", or the path in
+// SYNCOPATE_NCCL_LIBRARY): the runtime links no NCCL, so it loads where NCCL is absent and uses
+// whichever NCCL the process already has (under PyTorch, PyTorch's own).
+//
+// Communicators: one process per GPU calls unique_id() on rank 0, ships the 128 bytes to the
+// others (Python: torch.distributed) and every rank constructs NcclComm(id, world, rank,
+// device); one process driving several GPUs calls NcclComm::init_all(devices).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include <cuda_runtime_api.h>
+
+namespace syncopate::runtime {
+
+class NcclLibrary;  // the dlopen'ed functions (nccl_comm.cpp)
+
+class NcclComm {
+ public:
+  static std::vector<std::uint8_t> unique_id();  // throws DeviceError when NCCL is missing
+  NcclComm(const std::vector<std::uint8_t>& id, int world, int rank, int device);
+  static std::vector<std::unique_ptr<NcclComm>> init_all(const std::vector<int>& devices);
+  ~NcclComm();
+  NcclComm(const NcclComm&) = delete;
+  NcclComm& operator=(const NcclComm&) = delete;
+
+  int rank() const { return rank_; }
+  int world() const { return world_; }
+  // Byte-wise send/recv on `stream` (the peer must post the matching call, same order).
+  void send(const void* data, std::int64_t bytes, int peer, cudaStream_t stream);
+  void recv(void* data, std::int64_t bytes, int peer, cudaStream_t stream);
+
+ private:
+  NcclComm(std::shared_ptr<const NcclLibrary> lib, void* comm, int world, int rank);
+  std::shared_ptr<const NcclLibrary> lib_;
+  void* comm_ = nullptr;
+  int world_ = 1;
+  int rank_ = 0;
+};
+
+}  // namespace syncopate::runtime

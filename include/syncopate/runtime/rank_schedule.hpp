@@ -1,0 +1,69 @@
+// What one rank issues for a plan, and what each issued chunk must wait for.
+//
+// The executor walks this list; keeping it plain data makes the protocol testable on the CPU.
+// Protocol of one call with epoch e (1, 2, ...; no reset between calls):
+//  begin   the rank waits until every peer's exit counter reached e - 1 (nobody still reads or
+//          writes buffers of the previous call), then the caller puts its inputs in place and
+//          the rank sets its entry counter to e;
+//  issue   per plan stream, in order, each chunk step waits for its WaitRefs and then moves the
+//          chunk; the rank that completes the landing raises the chunk's landing slot;
+//  land    (optional) the rank waits for every landing slot of its own table;
+//  end     the rank sets its exit counter to e once it is done with every buffer.
+// Plain C++: unit-tested on the CPU.
+#pragma once
+
+#include <cstdint>
+#include <string_view>
+#include <vector>
+
+#include "syncopate/lower/signal_table.hpp"
+#include "syncopate/plan/comm_plan.hpp"
+#include "syncopate/runtime/heap_layout.hpp"
+
+namespace syncopate::runtime {
+
+// push: the src rank writes into the dst rank's heap; pull: the dst rank reads the src rank's
+// heap; local: src == dst; nccl_send / nccl_recv: the two halves of an NCCL chunk.
+enum class StepRole { push, pull, local, nccl_send, nccl_recv };
+std::string_view to_string(StepRole role);
+
+// What a wait is for, to name it in a timeout.
+enum class WaitKind { landing, ready, dst_ready, entry, exit };
+std::string_view to_string(WaitKind kind);
+
+// Wait until int32 slot `slot` of `rank`'s signal array (or control array, for entry/exit)
+// holds at least (epoch + epoch_offset) * writers.
+struct WaitRef {
+  WaitKind kind = WaitKind::landing;
+  int rank = 0;
+  int slot = 0;
+  int writers = 1;
+  int epoch_offset = 0;
+  int chunk = -1;  // the chunk the slot tracks; -1 for entry/exit
+
+  bool in_control() const { return kind == WaitKind::entry || kind == WaitKind::exit; }
+  std::int64_t expected(std::int64_t epoch) const { return (epoch + epoch_offset) * writers; }
+  friend bool operator==(const WaitRef&, const WaitRef&) = default;
+};
+
+struct ChunkStep {
+  int chunk = 0;
+  StepRole role = StepRole::push;
+  std::vector<WaitRef> waits;
+  int landing_slot = -1;  // slot on the chunk's dst raised by this step; -1 if the peer raises it
+  friend bool operator==(const ChunkStep&, const ChunkStep&) = default;
+};
+
+struct RankSchedule {
+  int rank = 0;
+  std::vector<WaitRef> begin_waits;                // peers' exit counters
+  std::vector<std::vector<ChunkStep>> streams;     // by plan stream index
+  std::vector<WaitRef> landing_waits;              // every chunk landing on this rank
+};
+
+// Throws UserError naming rank and chunk when a rank issues a chunk it is neither src nor dst
+// of, or the tables do not match the plan.
+RankSchedule make_rank_schedule(const plan::CommPlan& plan,
+                                const std::vector<lower::SignalTable>& tables, int rank);
+
+}  // namespace syncopate::runtime

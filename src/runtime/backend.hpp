@@ -1,0 +1,57 @@
+// Chunk backends behind one small interface (as NCCL's struct ncclTransport): a name and one
+// function that moves a resolved chunk step on a stream and raises its landing slot.
+// The executor resolves every address; a backend only moves bytes and signals.
+#pragma once
+
+#include <cstdint>
+#include <string_view>
+#include <vector>
+
+#include <cuda_runtime_api.h>
+
+#include "driver_api.hpp"
+#include "syncopate/plan/chunk.hpp"
+#include "syncopate/runtime/box_copy.hpp"
+#include "syncopate/runtime/nccl_comm.hpp"
+#include "syncopate/runtime/rank_schedule.hpp"
+
+namespace syncopate::runtime::detail {
+
+// One chunk step with every address as this process sees it.
+struct ChunkMove {
+  const plan::Chunk* chunk = nullptr;
+  StepRole role = StepRole::push;
+  plan::DType dtype = plan::DType::bf16;
+  std::vector<Copy2D> copies;          // offsets relative to src / dst below
+  const std::byte* src = nullptr;      // source tensor on chunk->src
+  std::byte* dst = nullptr;            // destination tensor on chunk->dst
+  std::byte* staging_at_src = nullptr; // this chunk's staging area on chunk->src (or null)
+  std::byte* staging_at_dst = nullptr; // ... on chunk->dst (or null)
+  std::int32_t* landing = nullptr;     // landing slot on chunk->dst; null if the peer raises it
+  std::int32_t landing_value = 0;      // epoch (landing slots have one writer)
+};
+
+struct BackendEnv {
+  cudaStream_t stream = nullptr;
+  const DriverApi* driver = nullptr;
+  NcclComm* nccl = nullptr;  // only the nccl backend needs it
+  int sm_copy_blocks = 16;
+};
+
+struct ChunkBackend {
+  std::string_view name;
+  void (*move)(const ChunkMove& move, const BackendEnv& env);
+};
+
+const ChunkBackend& copy_engine_backend();
+const ChunkBackend& sm_copy_backend();
+const ChunkBackend& nccl_backend();
+const ChunkBackend& backend_for(plan::Backend kind);
+
+// Shared by backends: pitched copies on the copy engine, and the landing raise as a stream
+// memory write (release: the driver fences the stream's earlier writes first).
+void copy_engine_copies(const std::byte* src, std::byte* dst, const std::vector<Copy2D>& copies,
+                        cudaStream_t stream);
+void raise_by_stream_write(const ChunkMove& move, const BackendEnv& env);
+
+}  // namespace syncopate::runtime::detail

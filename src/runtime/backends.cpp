@@ -1,0 +1,128 @@
+// The three chunk backends: copy engine, SM-driven copy, NCCL. See backend.hpp.
+#include <fmt/format.h>
+
+#include "backend.hpp"
+#include "cuda_check.hpp"
+#include "syncopate/common/error.hpp"
+#include "syncopate/runtime/device_ops.hpp"
+
+namespace syncopate::runtime::detail {
+namespace {
+
+std::byte* need(std::byte* staging, const ChunkMove& m, const char* backend) {
+  if (staging == nullptr)
+    throw InternalError(fmt::format("chunk {}: {} backend needs a staging area the layout did not give",
+                                    m.chunk->id, backend));
+  return staging;
+}
+
+void add_copies(const std::byte* src, std::byte* dst, const std::vector<Copy2D>& copies,
+                plan::DType dtype, const BackendEnv& env) {
+  for (const auto& c : copies) launch_add_2d(env.stream, dtype, src, dst, c, env.sm_copy_blocks);
+}
+
+// Copy engine: cudaMemcpy2DAsync through the peer mapping; reduce-add bounces through the
+// destination's staging area and an add kernel. Then a stream memory write raises the slot.
+void copy_engine_move(const ChunkMove& m, const BackendEnv& env) {
+  if (m.chunk->op == plan::ChunkOp::copy) {
+    copy_engine_copies(m.src, m.dst, m.copies, env.stream);
+  } else {
+    std::byte* staging = need(m.staging_at_dst, m, "copy-engine");
+    copy_engine_copies(m.src, staging, to_packed_dst(m.copies), env.stream);
+    add_copies(staging, m.dst, from_packed_src(m.copies), m.dtype, env);
+  }
+  raise_by_stream_write(m, env);
+}
+
+// SM copy: a kernel on a few blocks reads and writes through the peer mapping; reduce-add adds
+// straight from the source. Then a one-thread kernel release-stores the slot.
+void sm_copy_move(const ChunkMove& m, const BackendEnv& env) {
+  if (m.chunk->op == plan::ChunkOp::copy) {
+    for (const auto& c : m.copies) launch_copy_2d(env.stream, m.src, m.dst, c, env.sm_copy_blocks);
+  } else {
+    add_copies(m.src, m.dst, m.copies, m.dtype, env);
+  }
+  if (m.landing != nullptr) launch_signal_store(env.stream, m.landing, m.landing_value);
+}
+
+// NCCL: the src rank sends, the dst rank receives (packing through staging when a box is not
+// contiguous, or when it must be added), then the dst raises its own landing slot.
+void nccl_move(const ChunkMove& m, const BackendEnv& env) {
+  if (m.role == StepRole::local) return copy_engine_move(m, env);
+  if (env.nccl == nullptr)
+    throw UserError(fmt::format("chunk {}: nccl-without-communicator: the plan uses the nccl backend "
+                                "but the executor was given no NCCL communicator", m.chunk->id));
+  const std::int64_t bytes = total_bytes(m.copies);
+  if (m.role == StepRole::nccl_send) {
+    if (src_contiguous(m.copies)) {
+      env.nccl->send(m.src + (m.copies.empty() ? 0 : m.copies.front().src_offset), bytes, m.chunk->dst,
+                     env.stream);
+    } else {
+      std::byte* staging = need(m.staging_at_src, m, "nccl");
+      copy_engine_copies(m.src, staging, to_packed_dst(m.copies), env.stream);
+      env.nccl->send(staging, bytes, m.chunk->dst, env.stream);
+    }
+    return;
+  }
+  if (m.role != StepRole::nccl_recv)
+    throw InternalError(fmt::format("chunk {}: nccl backend given a {} step", m.chunk->id, to_string(m.role)));
+  if (m.chunk->op == plan::ChunkOp::copy && dst_contiguous(m.copies)) {
+    env.nccl->recv(m.dst + (m.copies.empty() ? 0 : m.copies.front().dst_offset), bytes, m.chunk->src,
+                   env.stream);
+  } else {
+    std::byte* staging = need(m.staging_at_dst, m, "nccl");
+    env.nccl->recv(staging, bytes, m.chunk->src, env.stream);
+    if (m.chunk->op == plan::ChunkOp::copy)
+      copy_engine_copies(staging, m.dst, from_packed_src(m.copies), env.stream);
+    else
+      add_copies(staging, m.dst, from_packed_src(m.copies), m.dtype, env);
+  }
+  raise_by_stream_write(m, env);
+}
+
+}  // namespace
+
+void copy_engine_copies(const std::byte* src, std::byte* dst, const std::vector<Copy2D>& copies,
+                        cudaStream_t stream) {
+  for (const auto& c : copies) {
+    if (c.bytes() == 0) continue;
+    SY_CUDA_CHECK(cudaMemcpy2DAsync(dst + c.dst_offset, static_cast<std::size_t>(c.dst_pitch),
+                                    src + c.src_offset, static_cast<std::size_t>(c.src_pitch),
+                                    static_cast<std::size_t>(c.width), static_cast<std::size_t>(c.height),
+                                    cudaMemcpyDefault, stream));
+  }
+}
+
+void raise_by_stream_write(const ChunkMove& m, const BackendEnv& env) {
+  if (m.landing == nullptr) return;
+  const CUresult r = env.driver->stream_write_value32(
+      reinterpret_cast<CUstream>(env.stream), reinterpret_cast<CUdeviceptr>(m.landing),
+      static_cast<cuuint32_t>(m.landing_value), 0);
+  // Some platforms refuse stream memory operations on peer memory; a release-store kernel
+  // gives the same ordering.
+  if (r != CUDA_SUCCESS) launch_signal_store(env.stream, m.landing, m.landing_value);
+}
+
+const ChunkBackend& copy_engine_backend() {
+  static constexpr ChunkBackend backend{"copy-engine", copy_engine_move};
+  return backend;
+}
+const ChunkBackend& sm_copy_backend() {
+  static constexpr ChunkBackend backend{"sm-copy", sm_copy_move};
+  return backend;
+}
+const ChunkBackend& nccl_backend() {
+  static constexpr ChunkBackend backend{"nccl", nccl_move};
+  return backend;
+}
+
+const ChunkBackend& backend_for(plan::Backend kind) {
+  switch (kind) {
+    case plan::Backend::copy_engine: return copy_engine_backend();
+    case plan::Backend::sm_copy: return sm_copy_backend();
+    case plan::Backend::nccl: return nccl_backend();
+  }
+  throw InternalError("unknown backend");
+}
+
+}  // namespace syncopate::runtime::detail

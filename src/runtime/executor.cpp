@@ -1,0 +1,197 @@
+// RankExecutor: see executor.hpp.
+#include "syncopate/runtime/executor.hpp"
+
+#include <algorithm>
+
+#include <fmt/format.h>
+
+#include "backend.hpp"
+#include "cuda_check.hpp"
+#include "driver_api.hpp"
+#include "syncopate/common/error.hpp"
+#include "syncopate/runtime/device_ops.hpp"
+
+namespace syncopate::runtime {
+namespace {
+
+class DeviceScope {
+ public:
+  explicit DeviceScope(int device) {
+    SY_CUDA_CHECK(cudaGetDevice(&previous_));
+    if (previous_ != device) SY_CUDA_CHECK(cudaSetDevice(device));
+  }
+  ~DeviceScope() { cudaSetDevice(previous_); }
+  DeviceScope(const DeviceScope&) = delete;
+  DeviceScope& operator=(const DeviceScope&) = delete;
+
+ private:
+  int previous_ = 0;
+};
+
+}  // namespace
+
+struct RankExecutor::Impl {
+  detail::DriverApi driver;
+  std::vector<cudaStream_t> streams;  // one per plan stream, highest priority
+  cudaEvent_t fork = nullptr;
+  std::vector<cudaEvent_t> joins;
+};
+
+RankExecutor::RankExecutor(plan::CommPlan plan, std::vector<lower::SignalTable> tables,
+                           SymmetricHeap& heap, WaitMonitor& monitor, NcclComm* nccl,
+                           ExecutorOptions options)
+    : plan_(std::move(plan)),
+      tables_(std::move(tables)),
+      heap_(heap),
+      monitor_(monitor),
+      nccl_(nccl),
+      options_(options),
+      layout_(make_heap_layout(plan_, tables_)),
+      schedule_(make_rank_schedule(plan_, tables_, heap.rank())),
+      impl_(std::make_unique<Impl>()) {
+  const int r = heap_.rank();
+  if (heap_.world() != plan_.world_size)
+    throw UserError(fmt::format("rank {}: world-mismatch: heap of world {} for a plan of world_size {}", r,
+                                heap_.world(), plan_.world_size));
+  if (static_cast<std::int64_t>(heap_.bytes()) < layout_.total_bytes)
+    throw UserError(fmt::format("rank {}: heap-too-small: the plan needs {} bytes, the heap has {}", r,
+                                layout_.total_bytes, heap_.bytes()));
+  if (!heap_.connected())
+    throw UserError(fmt::format("rank {}: heap-not-connected: map the peers before building an executor", r));
+  if (options_.wait_bound_ns <= 0)
+    throw UserError(fmt::format("rank {}: bad-wait-bound: {} ns (must be positive)", r, options_.wait_bound_ns));
+  for (const auto& steps : schedule_.streams)
+    for (const auto& step : steps)
+      if (plan_.chunks[step.chunk].backend == plan::Backend::nccl && step.role != StepRole::local &&
+          nccl_ == nullptr)
+        throw UserError(fmt::format("rank {}, chunk {}: nccl-without-communicator: the chunk uses the "
+                                    "nccl backend but no NCCL communicator was given", r, step.chunk));
+  DeviceScope scope(heap_.device());
+  impl_->driver = detail::load_driver_api();
+  warm_up_kernels();
+  int least = 0, greatest = 0;
+  SY_CUDA_CHECK(cudaDeviceGetStreamPriorityRange(&least, &greatest));
+  SY_CUDA_CHECK(cudaEventCreateWithFlags(&impl_->fork, cudaEventDisableTiming));
+  for (std::size_t s = 0; s < schedule_.streams.size(); ++s) {
+    cudaStream_t stream = nullptr;
+    SY_CUDA_CHECK(cudaStreamCreateWithPriority(&stream, cudaStreamNonBlocking, greatest));
+    impl_->streams.push_back(stream);
+    cudaEvent_t join = nullptr;
+    SY_CUDA_CHECK(cudaEventCreateWithFlags(&join, cudaEventDisableTiming));
+    impl_->joins.push_back(join);
+  }
+}
+
+RankExecutor::~RankExecutor() {
+  cudaSetDevice(heap_.device());
+  for (auto s : impl_->streams) {
+    cudaStreamSynchronize(s);
+    cudaStreamDestroy(s);
+  }
+  for (auto e : impl_->joins) cudaEventDestroy(e);
+  if (impl_->fork != nullptr) cudaEventDestroy(impl_->fork);
+}
+
+std::byte* RankExecutor::tensor(int r, const std::string& name) const {
+  return heap_.base(r) + layout_.tensor_offset(name);
+}
+std::int32_t* RankExecutor::signals(int r) const {
+  return reinterpret_cast<std::int32_t*>(heap_.base(r) + layout_.signals_offset);
+}
+std::int32_t* RankExecutor::control(int r) const {
+  return reinterpret_cast<std::int32_t*>(heap_.base(r) + layout_.control_offset);
+}
+
+void RankExecutor::wait_all(cudaStream_t stream, const std::vector<WaitRef>& waits, std::int64_t epoch) {
+  WaitBatch batch;
+  batch.rank = heap_.rank();
+  batch.bound_ns = options_.wait_bound_ns;
+  auto flush = [&] {
+    launch_bounded_wait(stream, batch, monitor_.device_record());
+    batch.count = 0;
+  };
+  for (const auto& w : waits) {
+    const std::int64_t expected = w.expected(epoch);
+    if (expected <= 0) continue;  // e.g. the exit counter of call 0
+    auto& c = batch.conditions[batch.count++];
+    c.addr = (w.in_control() ? control(w.rank) : signals(w.rank)) + w.slot;
+    c.expected = expected;
+    c.owner = w.rank;
+    c.slot = w.slot;
+    c.chunk = w.chunk;
+    c.kind = static_cast<std::int32_t>(w.kind);
+    if (batch.count == kMaxWaitConditions) flush();
+  }
+  if (batch.count > 0) flush();
+}
+
+void RankExecutor::set_control(cudaStream_t stream, int slot, std::int64_t epoch) {
+  const CUresult r = impl_->driver.stream_write_value32(
+      reinterpret_cast<CUstream>(stream), reinterpret_cast<CUdeviceptr>(control(heap_.rank()) + slot),
+      static_cast<cuuint32_t>(epoch), 0);
+  if (r != CUDA_SUCCESS) launch_signal_store(stream, control(heap_.rank()) + slot, static_cast<std::int32_t>(epoch));
+}
+
+void RankExecutor::begin(cudaStream_t stream, std::int64_t epoch) {
+  int max_writers = 1;
+  for (const auto& t : tables_)
+    for (const auto& s : t.slots) max_writers = std::max(max_writers, s.writers);
+  if (epoch < 1 || epoch * max_writers >= (std::int64_t{1} << 31))
+    throw UserError(fmt::format("rank {}: bad-epoch: epoch {} (from 1, and epoch x {} writers must fit "
+                                "in int32)", heap_.rank(), epoch, max_writers));
+  DeviceScope scope(heap_.device());
+  wait_all(stream, schedule_.begin_waits, epoch);
+}
+
+void RankExecutor::issue(cudaStream_t stream, std::int64_t epoch, bool wait_landed) {
+  DeviceScope scope(heap_.device());
+  set_control(stream, kEntrySlot, epoch);
+  SY_CUDA_CHECK(cudaEventRecord(impl_->fork, stream));
+  for (std::size_t s = 0; s < schedule_.streams.size(); ++s) {
+    cudaStream_t side = impl_->streams[s];
+    SY_CUDA_CHECK(cudaStreamWaitEvent(side, impl_->fork, 0));
+    for (const auto& step : schedule_.streams[s]) issue_step(step, side, epoch);
+    SY_CUDA_CHECK(cudaEventRecord(impl_->joins[s], side));
+    SY_CUDA_CHECK(cudaStreamWaitEvent(stream, impl_->joins[s], 0));
+  }
+  if (wait_landed) wait_all(stream, schedule_.landing_waits, epoch);
+}
+
+void RankExecutor::end(cudaStream_t stream, std::int64_t epoch) {
+  DeviceScope scope(heap_.device());
+  set_control(stream, kExitSlot, epoch);
+}
+
+void RankExecutor::run(cudaStream_t stream, std::int64_t epoch) {
+  begin(stream, epoch);
+  issue(stream, epoch, true);
+  end(stream, epoch);
+}
+
+void RankExecutor::issue_step(const ChunkStep& step, cudaStream_t stream, std::int64_t epoch) {
+  const plan::Chunk& c = plan_.chunks[step.chunk];
+  wait_all(stream, step.waits, epoch);
+  if (step.chunk == options_.drop_chunk) return;  // test hook: the chunk goes missing
+  const auto& src_spec = plan_.tensors.at(c.tensor);
+  const auto& dst_spec = plan_.tensors.at(c.dst_tensor);
+  detail::ChunkMove move;
+  move.chunk = &c;
+  move.role = step.role;
+  move.dtype = dst_spec.dtype;
+  move.copies = box_copies(c.box, src_spec.shape, c.dst_box, dst_spec.shape, plan::dtype_size(src_spec.dtype));
+  move.src = tensor(c.src, c.tensor);
+  move.dst = tensor(c.dst, c.dst_tensor);
+  const std::int64_t staging = layout_.staging_offset_of_chunk[c.id];
+  if (staging >= 0) {
+    move.staging_at_src = heap_.base(c.src) + staging;
+    move.staging_at_dst = heap_.base(c.dst) + staging;
+  }
+  if (step.landing_slot >= 0) {
+    move.landing = signals(c.dst) + step.landing_slot;
+    move.landing_value = static_cast<std::int32_t>(epoch);
+  }
+  detail::BackendEnv env{stream, &impl_->driver, nccl_, options_.sm_copy_blocks};
+  detail::backend_for(c.backend).move(move, env);
+}
+
+}  // namespace syncopate::runtime

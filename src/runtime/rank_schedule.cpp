@@ -1,0 +1,105 @@
+// make_rank_schedule(): see rank_schedule.hpp.
+#include "syncopate/runtime/rank_schedule.hpp"
+
+#include <fmt/format.h>
+
+#include "syncopate/common/error.hpp"
+
+namespace syncopate::runtime {
+namespace {
+
+WaitRef slot_wait(const lower::SignalTable& table, WaitKind kind, int slot) {
+  const auto& s = table.slots.at(static_cast<std::size_t>(slot));
+  return {kind, table.rank, slot, s.writers, 0, s.chunk};
+}
+
+StepRole role_of(const plan::Chunk& c, int rank) {
+  if (c.src != rank && c.dst != rank)
+    throw UserError(fmt::format("rank {}, chunk {}: issuer-not-endpoint: rank {} issues a chunk "
+                                "from rank {} to rank {}", rank, c.id, rank, c.src, c.dst));
+  if (c.src == c.dst) return StepRole::local;
+  if (c.backend == plan::Backend::nccl) return c.src == rank ? StepRole::nccl_send : StepRole::nccl_recv;
+  return c.src == rank ? StepRole::push : StepRole::pull;
+}
+
+ChunkStep make_step(const plan::CommPlan& plan, const std::vector<lower::SignalTable>& tables,
+                    const plan::Chunk& c, int rank) {
+  ChunkStep step{c.id, role_of(c, rank), {}, -1};
+  const bool reads_src = step.role != StepRole::nccl_recv;
+  const bool writes_dst = step.role != StepRole::nccl_send;
+  if (reads_src) {
+    // Data the chunk forwards must have landed on the source first.
+    for (int d : c.deps) {
+      const auto& dep = plan.chunks.at(static_cast<std::size_t>(d));
+      const auto& t = tables[dep.dst];
+      step.waits.push_back(slot_wait(t, WaitKind::landing, t.landing_slot_of_chunk.at(d)));
+    }
+    const int ready = tables[c.src].ready_slot_of_chunk.at(c.id);
+    if (ready >= 0) step.waits.push_back(slot_wait(tables[c.src], WaitKind::ready, ready));
+    if (step.role == StepRole::pull)
+      step.waits.push_back({WaitKind::entry, c.src, kEntrySlot, 1, 0, -1});
+  }
+  if (writes_dst) {
+    const int dst_ready = tables[c.dst].dst_ready_slot_of_chunk.at(c.id);
+    if (dst_ready >= 0) step.waits.push_back(slot_wait(tables[c.dst], WaitKind::dst_ready, dst_ready));
+    step.landing_slot = tables[c.dst].landing_slot_of_chunk.at(c.id);
+  }
+  return step;
+}
+
+}  // namespace
+
+std::string_view to_string(StepRole role) {
+  switch (role) {
+    case StepRole::push: return "push";
+    case StepRole::pull: return "pull";
+    case StepRole::local: return "local";
+    case StepRole::nccl_send: return "nccl-send";
+    case StepRole::nccl_recv: return "nccl-recv";
+  }
+  return "?";
+}
+
+std::string_view to_string(WaitKind kind) {
+  switch (kind) {
+    case WaitKind::landing: return "landing";
+    case WaitKind::ready: return "ready";
+    case WaitKind::dst_ready: return "dst-ready";
+    case WaitKind::entry: return "entry";
+    case WaitKind::exit: return "exit";
+  }
+  return "?";
+}
+
+RankSchedule make_rank_schedule(const plan::CommPlan& plan,
+                                const std::vector<lower::SignalTable>& tables, int rank) {
+  if (static_cast<int>(tables.size()) != plan.world_size)
+    throw UserError(fmt::format("rank {}: table-count-mismatch: {} signal tables for world_size {}",
+                                rank, tables.size(), plan.world_size));
+  if (rank < 0 || rank >= plan.world_size || rank >= static_cast<int>(plan.ranks.size()))
+    throw UserError(fmt::format("rank {}: rank-out-of-range: world_size {}", rank, plan.world_size));
+  for (const auto& t : tables)
+    if (t.landing_slot_of_chunk.size() != plan.chunks.size())
+      throw UserError(fmt::format("rank {}: table-chunk-mismatch: table has {} chunks, plan {}",
+                                  t.rank, t.landing_slot_of_chunk.size(), plan.chunks.size()));
+
+  RankSchedule schedule;
+  schedule.rank = rank;
+  for (int p = 0; p < plan.world_size; ++p)
+    if (p != rank) schedule.begin_waits.push_back({WaitKind::exit, p, kExitSlot, 1, -1, -1});
+  for (const auto& ids : plan.ranks[rank].streams) {
+    auto& steps = schedule.streams.emplace_back();
+    for (int id : ids) {
+      if (id < 0 || id >= static_cast<int>(plan.chunks.size()))
+        throw UserError(fmt::format("ranks[{}]: unknown-chunk: chunk id {} out of range", rank, id));
+      steps.push_back(make_step(plan, tables, plan.chunks[id], rank));
+    }
+  }
+  const auto& own = tables[rank];
+  for (const auto& s : own.slots)
+    if (s.kind == lower::SlotKind::landing)
+      schedule.landing_waits.push_back(slot_wait(own, WaitKind::landing, s.slot));
+  return schedule;
+}
+
+}  // namespace syncopate::runtime

@@ -1,0 +1,49 @@
+// Test helper: one process driving `world` ranks on the visible GPUs (rank r on device
+// r % device_count, so a world of 2 also runs on one GPU), each rank with its heap, stream,
+// executor and host thread. Inputs are integer-valued f32, so sums are exact in any order.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <vector>
+
+#include <cuda_runtime_api.h>
+
+#include "syncopate/plan/templates.hpp"
+#include "syncopate/runtime/executor.hpp"
+
+namespace syncopate::gpu_test {
+
+int device_count();
+
+class LocalGroup {
+ public:
+  LocalGroup(const plan::CommPlan& plan, runtime::ExecutorOptions options = {});
+  ~LocalGroup();
+
+  int world() const { return world_; }
+  bool distinct_devices() const { return distinct_; }
+  runtime::RankExecutor& executor(int r) { return *executors_[r]; }
+  runtime::WaitMonitor& monitor() { return *monitor_; }
+  cudaStream_t stream(int r) const { return streams_[r]; }
+  int device(int r) const { return heaps_[r]->device(); }
+
+  // Runs fn(rank) on one host thread per rank (each with its device current) and joins.
+  // Rethrows the first exception a rank threw.
+  void on_every_rank(const std::function<void(int)>& fn);
+
+  // Host <-> device copies of tensor `name` on rank r (synchronous).
+  void write(int r, const std::string& name, const std::vector<float>& values);
+  std::vector<float> read(int r, const std::string& name);
+
+ private:
+  int world_ = 1;
+  bool distinct_ = true;
+  std::unique_ptr<runtime::WaitMonitor> monitor_;
+  std::vector<std::unique_ptr<runtime::SymmetricHeap>> heaps_;
+  std::vector<std::unique_ptr<runtime::NcclComm>> nccl_;
+  std::vector<std::unique_ptr<runtime::RankExecutor>> executors_;
+  std::vector<cudaStream_t> streams_;
+};
+
+}  // namespace syncopate::gpu_test
