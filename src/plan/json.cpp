@@ -134,7 +134,7 @@ std::string printable(std::string_view text) {
   std::string detail = e.what();
   // Drop nlohmann's "[json.exception.parse_error.101] parse error at line 1, column 2: " prefix.
   if (auto colon = detail.find(": ", detail.find(']')); colon != std::string::npos) detail = detail.substr(colon + 2);
-  throw PlanParseError(fmt::format("{}:{}:{}: invalid JSON at byte {}: {}", source, line, column, at, printable(detail)));
+  throw PlanParseError(fmt::format("{}:{}:{}: invalid JSON at byte offset {}: {}", source, line, column, at, printable(detail)));
 }
 
 // ---------------------------------------------------------------- writing
