@@ -1,0 +1,67 @@
+// The source-to-source transformer: a local Triton kernel with `# @sy.` annotations becomes the
+// overlapped kernel (docs/ANNOTATIONS.md defines the annotations and the output).
+//
+// When it may run: on any source text; it needs no plan, but given one it also checks that each
+// consumed/produced tensor exists in it. It reads the source with a real Python tokenizer and
+// rewrites only what the annotations mark: the tile block becomes a TileOrder lookup, a consume
+// gets a bounded wait before it, a produce a notify after it, the kernel gets the parameters of
+// `added_params`, and the module imports `syncopate.language as syl`. Every inserted line ends
+// with `# [syncopate]`; all other lines are kept byte for byte.
+#pragma once
+
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "syncopate/lower/tiling.hpp"
+#include "syncopate/plan/comm_plan.hpp"
+
+namespace syncopate::transform {
+
+// Marks every line the transformer inserts or comments out.
+inline constexpr std::string_view kInsertedMark = "# [syncopate]";
+// Version of the output convention (parameter list, `__syncopate__` dict); the launcher checks it.
+inline constexpr int kOutputVersion = 1;
+
+struct TransformOptions {
+  // Optional: when set, every annotated tensor must exist in the plan with enough dimensions.
+  const plan::CommPlan* plan = nullptr;
+  // Module and alias of the device primitives imported by the output.
+  std::string language_module = "syncopate.language";
+};
+
+// A parameter appended to the kernel signature, in order.
+struct AddedParam {
+  std::string name;     // e.g. "sy_signals"
+  std::string type;     // "int32*", "int64*" or "int"
+  std::string meaning;  // one line, for docs and error messages
+};
+
+// One consume/produce annotation, as lowering needs it (TileAccess) plus where it came from.
+struct AnnotatedAccess {
+  lower::TileAccess access;  // tensor name in the plan, role, m_dim / n_dim
+  std::string param;         // the kernel parameter the annotation names
+  int line = 0;              // of the annotation comment
+};
+
+struct TransformResult {
+  std::string source;                    // the transformed module
+  std::string kernel_name;
+  std::vector<std::string> kernel_params;  // the user's parameters, in order
+  std::vector<AddedParam> added_params;    // appended by the transformer, in order
+  std::vector<AnnotatedAccess> accesses;   // consume/produce annotations, in source order
+  int tile_blocks = 0;                     // number of @sy.tile blocks rewritten
+};
+
+// The parameters every transformed kernel gets, in signature order.
+const std::vector<AddedParam>& added_params();
+
+// Transforms the `@triton.jit` function `kernel_name` of `source`. `filename` names the input in
+// errors. Throws TransformError "<filename>:<line>:<col>: <annotation or subject>: <rule>".
+TransformResult transform_kernel(std::string_view source, std::string_view filename,
+                                 std::string_view kernel_name, const TransformOptions& options = {});
+
+// The transform result without the source, as JSON (for `--describe`, bindings and tests).
+std::string describe_json(const TransformResult& result, int indent = 2);
+
+}  // namespace syncopate::transform

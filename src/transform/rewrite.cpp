@@ -1,0 +1,204 @@
+// Producing the transformed source: a list of byte-offset edits applied once, so every line the
+// annotations do not touch is copied unchanged.
+#include <algorithm>
+#include <string>
+#include <vector>
+
+#include <fmt/core.h>
+
+#include "analysis.hpp"
+#include "syncopate/common/error.hpp"
+
+namespace syncopate::transform::detail {
+
+namespace {
+
+struct Edit {
+  std::size_t offset = 0;
+  std::size_t erase = 0;
+  std::string text;
+};
+
+class Rewriter {
+ public:
+  Rewriter(const Module& m, const KernelAnalysis& a, const TransformOptions& o) : m_(m), a_(a), opt_(o) {
+    const std::string_view s = m_.source;
+    starts_.push_back(0);  // line 0 unused
+    starts_.push_back(0);
+    for (std::size_t i = 0; i < s.size(); ++i) {
+      if (s[i] == '\n' || (s[i] == '\r' && (i + 1 >= s.size() || s[i + 1] != '\n'))) starts_.push_back(i + 1);
+    }
+    const auto lf = s.find('\n');
+    eol_ = (lf != std::string_view::npos && lf > 0 && s[lf - 1] == '\r') ? "\r\n" : "\n";
+  }
+
+  std::string run() {
+    add_import();
+    add_params();
+    for (const auto& t : a_.tiles) replace_tile(t);
+    for (const auto& w : a_.waits) {
+      const LogicalLine& l = m_.lines[w.stmt];
+      insert_before_line(l.line, indent_of(l.line) + fmt::format(
+          "syl.wait_tile(sy_signals, sy_wait_offsets, sy_wait_slots, sy_slot_writers, sy_tile, "
+          "sy_epoch, sy_wait_bound_ns, sy_rank, sy_error)"));
+    }
+    for (const auto& n : a_.notifies) {
+      const LogicalLine& l = m_.lines[n.stmt];
+      insert_after_line(n.last_line, indent_of(l.line) +
+                                         "syl.notify_tile(sy_signals, sy_notify_offsets, sy_notify_slots, sy_tile)");
+    }
+    return apply();
+  }
+
+ private:
+  std::string marked(const std::string& code) const { return code + "  " + std::string(kInsertedMark); }
+
+  std::size_t line_start(int line) const {
+    return static_cast<std::size_t>(line) < starts_.size() ? starts_[line] : m_.source.size();
+  }
+  std::string_view line_text(int line) const {  // without its newline
+    const std::size_t b = line_start(line);
+    std::size_t e = b;
+    while (e < m_.source.size() && m_.source[e] != '\n' && m_.source[e] != '\r') ++e;
+    return m_.source.substr(b, e - b);
+  }
+  std::string indent_of(int line) const {
+    const auto t = line_text(line);
+    return std::string(t.substr(0, t.find_first_not_of(" \t\f")));
+  }
+
+  void insert_before_line(int line, const std::string& code) {
+    edits_.push_back({line_start(line), 0, marked(code) + eol_});
+  }
+  void insert_after_line(int line, const std::string& code) {
+    if (static_cast<std::size_t>(line + 1) < starts_.size()) {
+      edits_.push_back({starts_[line + 1], 0, marked(code) + eol_});
+    } else {  // the last line has no newline
+      edits_.push_back({m_.source.size(), 0, eol_ + marked(code) + eol_});
+    }
+  }
+
+  std::string describe() const {
+    std::string params;
+    for (const auto& p : added_params()) params += (params.empty() ? "" : ", ") + fmt::format("\"{}\"", p.name);
+    std::string accesses;
+    for (const auto& acc : a_.accesses)
+      accesses += (accesses.empty() ? "" : ", ") +
+                  fmt::format("{{\"tensor\": \"{}\", \"param\": \"{}\", \"role\": \"{}\", \"m_dim\": {}, \"n_dim\": {}}}",
+                              acc.access.tensor, acc.param,
+                              acc.access.role == lower::AccessRole::consume ? "consume" : "produce",
+                              acc.access.m_dim, acc.access.n_dim);
+    return fmt::format("__syncopate__ = {{\"version\": {}, \"kernel\": \"{}\", \"params\": [{}], \"accesses\": [{}]}}",
+                       kOutputVersion, a_.kernel.name, params, accesses);
+  }
+
+  // After the last top-level import before the kernel; else after a module docstring; else first.
+  void add_import() {
+    const int def_line = m_.lines[a_.kernel.def_line].line;
+    const LogicalLine* after = nullptr;
+    for (const auto& l : m_.lines) {
+      if (l.line >= def_line) break;
+      if (l.col == 1 && (m_.first(l).is_name("import") || m_.first(l).is_name("from"))) after = &l;
+    }
+    const std::string text = marked("import " + opt_.language_module + " as syl") + eol_ + marked(describe()) + eol_;
+    if (after != nullptr) {
+      const int next = after->end_line + 1;
+      if (static_cast<std::size_t>(next) < starts_.size())
+        edits_.push_back({starts_[next], 0, text});
+      else
+        edits_.push_back({m_.source.size(), 0, eol_ + text});
+      return;
+    }
+    const LogicalLine& first = m_.lines.front();
+    if (first.code.size() == 1 && m_.first(first).kind == TokenKind::string)
+      edits_.push_back({line_start(first.end_line + 1), 0, text});
+    else
+      edits_.push_back({line_start(first.line), 0, text});
+  }
+
+  // Appended before the first parameter with a default (or a starred one), else before ')'.
+  void add_params() {
+    const Kernel& k = a_.kernel;
+    std::size_t at = k.close_paren;
+    for (const auto& p : k.params)
+      if (p.has_default || p.starred) {
+        at = p.token;
+        break;
+      }
+    std::size_t prev = at - 1;
+    while (m_.tokens[prev].kind == TokenKind::comment || m_.tokens[prev].kind == TokenKind::nl) --prev;
+    const Token& ins = m_.tokens[at];
+    const Token& before = m_.tokens[prev];
+    const bool comma = !before.is_op(",") && !before.is_op("(");
+    const LogicalLine& def = m_.lines[k.def_line];
+    std::string indent;
+    if (!k.params.empty() && m_.tokens[k.params.front().token].first_on_line)
+      indent = indent_of(m_.tokens[k.params.front().token].line);
+    else if (!k.params.empty())
+      indent = std::string(static_cast<std::size_t>(m_.tokens[k.params.front().token].col - 1), ' ');
+    else
+      indent = indent_of(def.line) + "    ";
+    std::string names;
+    for (const auto& p : added_params()) names += p.name + ", ";
+    names.pop_back();  // keep the trailing comma: it is valid in a def and separates what follows
+    const std::size_t before_end = before.offset + before.text.size();
+    if (ins.first_on_line) {
+      if (comma) edits_.push_back({before_end, 0, ","});
+      edits_.push_back({line_start(ins.line), 0, marked(indent + names) + eol_});
+      return;
+    }
+    const std::string rest_indent = at == k.close_paren ? indent_of(def.line) : indent;
+    const std::size_t erase = before.line == ins.line ? ins.offset - before_end : 0;
+    const std::size_t offset = before.line == ins.line ? before_end : ins.offset;
+    edits_.push_back({offset, erase, std::string(comma ? "," : "") + eol_ + marked(indent + names) + eol_ + rest_indent});
+  }
+
+  void replace_tile(const TileBlock& t) {
+    const Annotation& open = a_.annotations[t.open];
+    const std::string indent = indent_of(m_.lines[t.first_stmt].line);
+    for (int line = open.line + 1; line < t.end_line; ++line) {
+      const auto text = line_text(line);
+      const auto first = text.find_first_not_of(" \t\f");
+      if (first == std::string_view::npos || text[first] == '#') continue;  // blank or comment
+      const auto body = text.substr(0, indent.size()) == indent ? text.substr(indent.size()) : text.substr(first);
+      edits_.push_back({line_start(line), text.size(),
+                        indent + std::string(kInsertedMark) + " was: " + std::string(body)});
+    }
+    insert_before_line(t.end_line, indent + fmt::format("sy_tile = syl.tile_at(sy_tile_order, {})", t.index_expr));
+    if (t.n.empty())
+      insert_before_line(t.end_line, indent + fmt::format("{} = syl.tile_row(sy_tile, sy_tiles_n)", t.m));
+    else
+      insert_before_line(t.end_line, indent + fmt::format("{}, {} = syl.tile_coords(sy_tile, sy_tiles_n)", t.m, t.n));
+  }
+
+  std::string apply() {
+    std::stable_sort(edits_.begin(), edits_.end(), [](const Edit& x, const Edit& y) { return x.offset < y.offset; });
+    std::string out;
+    out.reserve(m_.source.size() + 4096);
+    std::size_t pos = 0;
+    for (const auto& e : edits_) {
+      if (e.offset < pos)
+        throw InternalError(fmt::format("transform: overlapping edits at byte {} of {}", e.offset, m_.filename));
+      out.append(m_.source.substr(pos, e.offset - pos));
+      out += e.text;
+      pos = e.offset + e.erase;
+    }
+    out.append(m_.source.substr(pos));
+    return out;
+  }
+
+  const Module& m_;
+  const KernelAnalysis& a_;
+  const TransformOptions& opt_;
+  std::vector<std::size_t> starts_;  // starts_[line] = byte offset of 1-based `line`
+  std::string eol_;
+  std::vector<Edit> edits_;
+};
+
+}  // namespace
+
+std::string rewrite(const Module& m, const KernelAnalysis& a, const TransformOptions& options) {
+  return Rewriter(m, a, options).run();
+}
+
+}  // namespace syncopate::transform::detail

@@ -1,0 +1,65 @@
+// The transformer's pipeline: tokenize -> find the kernel and check its annotations -> rewrite.
+#include "syncopate/transform/transform.hpp"
+
+#include <nlohmann/json.hpp>
+
+#include "analysis.hpp"
+#include "source_model.hpp"
+
+namespace syncopate::transform {
+
+const std::vector<AddedParam>& added_params() {
+  // The one list of added parameters: the rewrite, the `__syncopate__` dict of the output (which
+  // the Python launcher reads) and the docs' table all follow it.
+  static const std::vector<AddedParam> kParams{
+      {"sy_signals", "int32*", "this rank's signal slots"},
+      {"sy_tile_order", "int32*", "TileOrder: position -> linear tile id"},
+      {"sy_tiles_n", "int", "tiles along N (1 for row-wise kernels)"},
+      {"sy_wait_offsets", "int32*", "CSR offsets by tile id into sy_wait_slots"},
+      {"sy_wait_slots", "int32*", "landing slots each tile waits on"},
+      {"sy_notify_offsets", "int32*", "CSR offsets by tile id into sy_notify_slots"},
+      {"sy_notify_slots", "int32*", "ready slots each tile increments"},
+      {"sy_slot_writers", "int32*", "increments per call of each slot"},
+      {"sy_epoch", "int", "call number, from 1"},
+      {"sy_wait_bound_ns", "int", "time bound of every wait, in ns"},
+      {"sy_rank", "int", "this rank, recorded on timeout"},
+      {"sy_error", "int64*", "[flag, rank, slot, expected, seen, tile, 0, 0], zeroed by the launcher"},
+  };
+  return kParams;
+}
+
+TransformResult transform_kernel(std::string_view source, std::string_view filename,
+                                 std::string_view kernel_name, const TransformOptions& options) {
+  const detail::Module module = detail::read_module(source, filename);
+  const detail::KernelAnalysis analysis = detail::analyze(module, kernel_name, options);
+  TransformResult r;
+  r.source = detail::rewrite(module, analysis, options);
+  r.kernel_name = std::string(kernel_name);
+  for (const auto& p : analysis.kernel.params) r.kernel_params.push_back(p.name);
+  r.added_params = added_params();
+  r.accesses = analysis.accesses;
+  r.tile_blocks = static_cast<int>(analysis.tiles.size());
+  return r;
+}
+
+std::string describe_json(const TransformResult& result, int indent) {
+  nlohmann::ordered_json j;
+  j["version"] = kOutputVersion;
+  j["kernel"] = result.kernel_name;
+  j["kernel_params"] = result.kernel_params;
+  auto& added = j["added_params"] = nlohmann::ordered_json::array();
+  for (const auto& p : result.added_params)
+    added.push_back({{"name", p.name}, {"type", p.type}, {"meaning", p.meaning}});
+  auto& acc = j["accesses"] = nlohmann::ordered_json::array();
+  for (const auto& a : result.accesses)
+    acc.push_back({{"tensor", a.access.tensor},
+                   {"param", a.param},
+                   {"role", a.access.role == lower::AccessRole::consume ? "consume" : "produce"},
+                   {"m_dim", a.access.m_dim},
+                   {"n_dim", a.access.n_dim},
+                   {"line", a.line}});
+  j["tile_blocks"] = result.tile_blocks;
+  return j.dump(indent) + "\n";
+}
+
+}  // namespace syncopate::transform
