@@ -185,7 +185,7 @@ TEST_P(BackToBack, TwoHundredCallsStayCorrect) {
     // Inputs of odd and even calls, kept on the device so the loop never waits for the host.
     std::vector<float*> sets(2, nullptr);
     for (int parity = 0; parity < 2; ++parity) {
-      ASSERT_EQ(cudaMalloc(&sets[parity], n * sizeof(float)), cudaSuccess);
+      ASSERT_EQ(cudaMalloc(reinterpret_cast<void**>(&sets[parity]), n * sizeof(float)), cudaSuccess);
       const auto values = inputs(r, kCalls - 1 + parity, n);
       ASSERT_EQ(cudaMemcpy(sets[parity], values.data(), n * sizeof(float), cudaMemcpyHostToDevice), cudaSuccess);
     }

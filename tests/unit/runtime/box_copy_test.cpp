@@ -1,0 +1,113 @@
+#include <gtest/gtest.h>
+
+#include "syncopate/common/error.hpp"
+#include "syncopate/runtime/box_copy.hpp"
+
+namespace syncopate::runtime {
+namespace {
+
+using Shape = std::vector<std::int64_t>;
+
+// Every byte a list of copies moves, as (src byte, dst byte) pairs, in a brute-force reference.
+std::vector<std::pair<std::int64_t, std::int64_t>> bytes_moved(const std::vector<Copy2D>& copies) {
+  std::vector<std::pair<std::int64_t, std::int64_t>> out;
+  for (const auto& c : copies)
+    for (std::int64_t r = 0; r < c.height; ++r)
+      for (std::int64_t b = 0; b < c.width; ++b)
+        out.emplace_back(c.src_offset + r * c.src_pitch + b, c.dst_offset + r * c.dst_pitch + b);
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+std::vector<std::pair<std::int64_t, std::int64_t>> reference(const plan::Box& sb, const Shape& ss,
+                                                             const plan::Box& db, const Shape& ds, int es) {
+  std::vector<std::pair<std::int64_t, std::int64_t>> out;
+  const std::size_t rank = ss.size();
+  std::vector<std::int64_t> idx(rank, 0);
+  const auto n = sb.elements();
+  for (std::int64_t e = 0; e < n; ++e) {
+    std::int64_t rem = e, so = 0, dof = 0, sstride = 1, dstride = 1;
+    for (std::size_t d = rank; d-- > 0;) {
+      idx[d] = rem % sb.extent[d];
+      rem /= sb.extent[d];
+    }
+    for (std::size_t d = rank; d-- > 0;) {
+      so += (sb.offset[d] + idx[d]) * sstride;
+      dof += (db.offset[d] + idx[d]) * dstride;
+      sstride *= ss[d];
+      dstride *= ds[d];
+    }
+    for (int b = 0; b < es; ++b) out.emplace_back(so * es + b, dof * es + b);
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+TEST(BoxCopy, RowsOfAMatrixAreOneContiguousRun) {
+  const auto copies = box_copies({{2, 0}, {3, 8}}, {10, 8}, {{5, 0}, {3, 8}}, {9, 8}, 2);
+  ASSERT_EQ(copies.size(), 1u);
+  EXPECT_EQ(copies[0].src_offset, 2 * 8 * 2);
+  EXPECT_EQ(copies[0].dst_offset, 5 * 8 * 2);
+  EXPECT_EQ(copies[0].bytes(), 3 * 8 * 2);
+  EXPECT_TRUE(src_contiguous(copies));
+  EXPECT_TRUE(dst_contiguous(copies));
+}
+
+TEST(BoxCopy, ColumnsOfAMatrixArePitchedRows) {
+  const auto copies = box_copies({{0, 3}, {4, 5}}, {4, 16}, {{0, 0}, {4, 5}}, {4, 5}, 4);
+  ASSERT_EQ(copies.size(), 1u);
+  EXPECT_EQ(copies[0].height, 4);
+  EXPECT_EQ(copies[0].width, 20);
+  EXPECT_EQ(copies[0].src_pitch, 64);
+  EXPECT_EQ(copies[0].dst_pitch, 20);
+  EXPECT_FALSE(src_contiguous(copies));
+  EXPECT_TRUE(dst_contiguous(copies));
+}
+
+TEST(BoxCopy, MatchesBruteForceOnThreeDimensionalBoxes) {
+  const Shape ss{3, 5, 7}, ds{4, 6, 7};
+  for (std::int64_t o0 = 0; o0 < 2; ++o0)
+    for (std::int64_t e1 = 1; e1 <= 5; e1 += 2)
+      for (std::int64_t e2 : {3, 7}) {
+        const plan::Box sb{{o0, 5 - e1, 7 - e2}, {2, e1, e2}};
+        const plan::Box db{{1, 0, 0}, {2, e1, e2}};
+        const auto copies = box_copies(sb, ss, db, ds, 2);
+        EXPECT_EQ(bytes_moved(copies), reference(sb, ss, db, ds, 2));
+        EXPECT_EQ(total_bytes(copies), sb.elements() * 2);
+      }
+}
+
+TEST(BoxCopy, PackedStagingKeepsTheBytesInOrder) {
+  const auto copies = box_copies({{0, 1, 0}, {2, 2, 3}}, {2, 4, 3}, {{0, 0, 0}, {2, 2, 3}}, {2, 2, 3}, 4);
+  const auto packed = to_packed_dst(copies);
+  std::int64_t at = 0;
+  for (const auto& c : packed) {
+    EXPECT_EQ(c.dst_offset, at);
+    EXPECT_EQ(c.dst_pitch, c.width);
+    at += c.bytes();
+  }
+  EXPECT_EQ(at, total_bytes(copies));
+  const auto unpacked = from_packed_src(copies);
+  for (std::size_t i = 0; i < copies.size(); ++i) {
+    EXPECT_EQ(unpacked[i].src_offset, packed[i].dst_offset);
+    EXPECT_EQ(unpacked[i].dst_offset, copies[i].dst_offset);
+  }
+}
+
+TEST(BoxCopy, EmptyBoxMovesNothing) {
+  EXPECT_TRUE(box_copies({{0, 0}, {0, 4}}, {3, 4}, {{0, 0}, {0, 4}}, {3, 4}, 2).empty());
+}
+
+TEST(BoxCopy, RejectsBoxesOutsideTheirTensorNamingTheSide) {
+  try {
+    box_copies({{2, 0}, {3, 8}}, {4, 8}, {{0, 0}, {3, 8}}, {4, 8}, 2);
+    FAIL();
+  } catch (const UserError& e) {
+    EXPECT_NE(std::string(e.what()).find("source box: box-out-of-bounds: dim 0"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(box_copies({{0, 0}, {2, 8}}, {4, 8}, {{0, 0}, {3, 8}}, {4, 8}, 2), UserError);
+  EXPECT_THROW(box_copies({{0}, {2}}, {4, 8}, {{0, 0}, {2, 8}}, {4, 8}, 2), UserError);
+}
+
+}  // namespace
+}  // namespace syncopate::runtime

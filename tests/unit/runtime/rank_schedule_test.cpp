@@ -1,0 +1,211 @@
+#include <gtest/gtest.h>
+
+#include <map>
+
+#include <fmt/format.h>
+
+#include "syncopate/common/error.hpp"
+#include "syncopate/lower/signal_table.hpp"
+#include "syncopate/plan/templates.hpp"
+#include "syncopate/runtime/rank_schedule.hpp"
+
+namespace syncopate::runtime {
+namespace {
+
+using plan::Algorithm;
+using plan::Backend;
+using plan::Collective;
+
+plan::CommPlan make(Collective c, Algorithm a, Backend b, int world, int split = 1) {
+  plan::TemplateOptions o;
+  o.collective = c;
+  o.algorithm = a;
+  o.world_size = world;
+  o.split = split;
+  o.shape = {world * split * 2, 8};
+  o.backend = b;
+  return plan::make_plan(o);
+}
+
+std::vector<lower::SignalTable> landing_tables(const plan::CommPlan& p) {
+  return lower::lower(p, lower::TileGrid{1, 1, 1, 1}, {});
+}
+
+// Replays the epoch protocol of every rank on the CPU, the way the GPU would run it: a stream
+// step runs once its waits hold; an NCCL send and its recv complete together (rendezvous).
+// Returns false if some step can never run (a deadlock in what the executor would issue).
+bool replay(const plan::CommPlan& p, const std::vector<lower::SignalTable>& tables, int epochs) {
+  const int w = p.world_size;
+  std::vector<RankSchedule> sched;
+  for (int r = 0; r < w; ++r) sched.push_back(make_rank_schedule(p, tables, r));
+  std::vector<std::vector<std::int64_t>> signals(w), control(w, std::vector<std::int64_t>(kControlSlots, 0));
+  for (int r = 0; r < w; ++r) signals[r].assign(tables[r].slots.size(), 0);
+  auto holds = [&](const std::vector<WaitRef>& waits, std::int64_t e) {
+    for (const auto& wr : waits) {
+      const auto v = wr.in_control() ? control[wr.rank][wr.slot] : signals[wr.rank][wr.slot];
+      if (v < wr.expected(e)) return false;
+    }
+    return true;
+  };
+  for (std::int64_t e = 1; e <= epochs; ++e) {
+    enum Phase { kBegin, kStreams, kLanded, kDone };
+    std::vector<Phase> phase(w, kBegin);
+    std::vector<std::vector<std::size_t>> next(w);
+    for (int r = 0; r < w; ++r) next[r].assign(sched[r].streams.size(), 0);
+    // NCCL halves whose waits hold, by chunk: both present -> both complete.
+    std::map<int, int> ready_halves;
+    bool progress = true;
+    while (progress) {
+      progress = false;
+      for (int r = 0; r < w; ++r) {
+        const auto& s = sched[r];
+        if (phase[r] == kBegin && holds(s.begin_waits, e)) {
+          control[r][kEntrySlot] = e;
+          phase[r] = kStreams;
+          progress = true;
+        }
+        if (phase[r] == kStreams) {
+          bool all_done = true;
+          for (std::size_t k = 0; k < s.streams.size(); ++k) {
+            while (next[r][k] < s.streams[k].size()) {
+              const auto& step = s.streams[k][next[r][k]];
+              if (!holds(step.waits, e)) break;
+              const bool nccl = step.role == StepRole::nccl_send || step.role == StepRole::nccl_recv;
+              if (nccl) {
+                const int key = step.chunk * 2 + (step.role == StepRole::nccl_send ? 0 : 1);
+                ready_halves[key] = 1;
+                if (!ready_halves.count(step.chunk * 2) || !ready_halves.count(step.chunk * 2 + 1)) break;
+              }
+              if (step.landing_slot >= 0) signals[p.chunks[step.chunk].dst][step.landing_slot] = e;
+              ++next[r][k];
+              progress = true;
+            }
+            all_done = all_done && next[r][k] == s.streams[k].size();
+          }
+          if (all_done) {
+            phase[r] = kLanded;
+            progress = true;
+          }
+        }
+        if (phase[r] == kLanded && holds(s.landing_waits, e)) {
+          control[r][kExitSlot] = e;
+          phase[r] = kDone;
+          progress = true;
+        }
+      }
+    }
+    for (int r = 0; r < w; ++r)
+      if (phase[r] != kDone) return false;
+  }
+  return true;
+}
+
+TEST(RankSchedule, EveryTemplatePlanCompletesOverSeveralEpochs) {
+  for (auto b : {Backend::copy_engine, Backend::sm_copy, Backend::nccl})
+    for (auto c : {Collective::all_gather, Collective::reduce_scatter, Collective::all_reduce, Collective::all_to_all})
+      for (auto a : {Algorithm::ring, Algorithm::direct, Algorithm::bidir})
+        for (int w : {1, 2, 3, 4})
+          for (int split : {1, 2}) {
+            const auto p = make(c, a, b, w, split);
+            EXPECT_TRUE(replay(p, landing_tables(p), 3))
+                << fmt::format("{} {} {} world {} split {}", plan::to_string(c), plan::to_string(a),
+                               plan::to_string(b), w, split);
+          }
+}
+
+TEST(RankSchedule, ReplayDetectsAChunkThatNeverLands) {
+  auto p = make(Collective::all_gather, Algorithm::ring, Backend::copy_engine, 3);
+  const auto tables = landing_tables(p);
+  // Drop the last chunk from its issuer's stream: its landing slot is never raised.
+  for (auto& rp : p.ranks)
+    for (auto& s : rp.streams)
+      if (!s.empty() && s.back() == static_cast<int>(p.chunks.size()) - 1) s.pop_back();
+  EXPECT_FALSE(replay(p, tables, 1));
+}
+
+TEST(RankSchedule, RolesWaitsAndLandingSlotsOfARing) {
+  const auto p = make(Collective::all_gather, Algorithm::ring, Backend::copy_engine, 3);
+  const auto tables = landing_tables(p);
+  for (int r = 0; r < 3; ++r) {
+    const auto s = make_rank_schedule(p, tables, r);
+    EXPECT_EQ(s.begin_waits.size(), 2u);
+    for (const auto& wr : s.begin_waits) {
+      EXPECT_EQ(wr.kind, WaitKind::exit);
+      EXPECT_EQ(wr.expected(1), 0);  // nothing to wait for on the first call
+      EXPECT_EQ(wr.expected(5), 4);
+    }
+    std::size_t landing_here = 0;
+    for (const auto& c : p.chunks) landing_here += c.dst == r;
+    EXPECT_EQ(s.landing_waits.size(), landing_here);
+    for (const auto& steps : s.streams)
+      for (const auto& step : steps) {
+        const auto& c = p.chunks[step.chunk];
+        EXPECT_EQ(step.role, c.src == r ? StepRole::push : StepRole::pull);
+        EXPECT_EQ(step.landing_slot, tables[c.dst].landing_slot_of_chunk[c.id]);
+        std::size_t dep_waits = 0;
+        for (const auto& wr : step.waits) {
+          if (wr.kind != WaitKind::landing) continue;
+          ++dep_waits;
+          EXPECT_EQ(wr.expected(3), 3);
+        }
+        EXPECT_EQ(dep_waits, c.deps.size());
+      }
+  }
+}
+
+TEST(RankSchedule, NcclSendWaitsForDepsAndTheReceiverRaisesTheLanding) {
+  const auto p = make(Collective::all_gather, Algorithm::ring, Backend::nccl, 3);
+  const auto tables = landing_tables(p);
+  for (int r = 0; r < 3; ++r)
+    for (const auto& steps : make_rank_schedule(p, tables, r).streams)
+      for (const auto& step : steps) {
+        const auto& c = p.chunks[step.chunk];
+        if (step.role == StepRole::nccl_send) {
+          EXPECT_EQ(step.landing_slot, -1);
+          EXPECT_EQ(step.waits.size(), c.deps.size());
+        } else {
+          ASSERT_EQ(step.role, StepRole::nccl_recv);
+          EXPECT_EQ(step.landing_slot, tables[r].landing_slot_of_chunk[c.id]);
+          EXPECT_TRUE(step.waits.empty());
+        }
+      }
+}
+
+TEST(RankSchedule, ProducerTilesGateTheChunksOfAReduceScatter) {
+  const auto p = make(Collective::reduce_scatter, Algorithm::direct, Backend::copy_engine, 2);
+  const auto& shape = p.tensors.at("x").shape;
+  const lower::TileGrid grid{shape[0], shape[1], 2, 4};
+  const auto tables = lower::lower(p, grid, {{"x", lower::AccessRole::produce, 0, 1}});
+  EXPECT_TRUE(replay(p, tables, 0));  // zero epochs: only builds the schedules
+  for (int r = 0; r < 2; ++r)
+    for (const auto& steps : make_rank_schedule(p, tables, r).streams)
+      for (const auto& step : steps) {
+        const auto& c = p.chunks[step.chunk];
+        bool ready = false, dst_ready = false;
+        for (const auto& wr : step.waits) {
+          ready = ready || (wr.kind == WaitKind::ready && wr.rank == c.src);
+          dst_ready = dst_ready || (wr.kind == WaitKind::dst_ready && wr.rank == c.dst);
+        }
+        EXPECT_TRUE(ready) << "chunk " << c.id;
+        EXPECT_TRUE(dst_ready) << "chunk " << c.id;
+      }
+}
+
+TEST(RankSchedule, RejectsAChunkIssuedByAThirdRank) {
+  auto p = make(Collective::all_gather, Algorithm::direct, Backend::copy_engine, 3);
+  int moved = -1;
+  for (const auto& c : p.chunks)
+    if (c.src != 2 && c.dst != 2) moved = c.id;
+  ASSERT_GE(moved, 0);
+  p.ranks[2].streams[0].push_back(moved);
+  try {
+    make_rank_schedule(p, landing_tables(p), 2);
+    FAIL();
+  } catch (const UserError& e) {
+    EXPECT_NE(std::string(e.what()).find(fmt::format("rank 2, chunk {}: issuer-not-endpoint", moved)),
+              std::string::npos) << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace syncopate::runtime
