@@ -1,0 +1,155 @@
+"""Runnable cases for the annotated examples: inputs, launches and signal tables.
+
+Shared by the CPU interpreter tests (tests/python/test_transform_interpret.py) and the GPU test
+(tests/gpu/test_transform_gpu.py). Each case runs the untransformed kernel the ordinary way and
+the transformed one through `syncopate.launch`, over signal tables made the way lowering makes
+them for a row-split collective: the communicated tensor's rows are cut into `world` even shards,
+one chunk (and one slot) each; a consumer tile waits on the shards its rows overlap, a producer
+tile notifies them, and a slot's writers are the tiles that overlap its shard.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import random
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from types import ModuleType
+from typing import Callable
+
+import torch
+
+
+def load_module(path: Path, name: str) -> ModuleType:
+    """Imports a kernel file under a unique module name (originals and goldens share names)."""
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def even_split(size: int, parts: int, index: int) -> tuple[int, int]:
+    base, rem = divmod(size, parts)
+    begin = index * base + min(index, rem)
+    return begin, base + (1 if index < rem else 0)
+
+
+@dataclass
+class Problem:
+    tensors: dict           # name -> torch.Tensor
+    args: tuple             # the kernel's positional arguments
+    meta: dict              # constexpr keyword arguments
+    grid_original: tuple
+    grid_transformed: tuple | None  # None: one program per tile
+    rows: int               # M of the tile grid
+    block_m: int
+    tiles_m: int
+    tiles_n: int
+    output: str             # name of the tensor to compare
+
+
+@dataclass
+class Case:
+    file: str
+    kernel: str
+    role: str               # "consume" or "produce"
+    make: Callable[[torch.device, torch.Generator], Problem]
+
+
+def _cdiv(a: int, b: int) -> int:
+    return (a + b - 1) // b
+
+
+def _gemm_tensors(device, gen, M, N, K):
+    a = torch.randn(M, K, generator=gen).to(device)
+    b = torch.randn(K, N, generator=gen).to(device)
+    c = torch.full((M, N), float("nan"), device=device)  # poisoned: unwritten tiles show
+    return a, b, c
+
+
+def _ag_gemm_one_tile(device, gen) -> Problem:
+    M, N, K, BM, BN, BK = 80, 48, 40, 16, 16, 16
+    a, b, c = _gemm_tensors(device, gen, M, N, K)
+    tiles = _cdiv(M, BM) * _cdiv(N, BN)
+    return Problem({"a": a, "b": b, "c": c},
+                   (a, b, c, M, N, K, a.stride(0), a.stride(1), b.stride(0), b.stride(1),
+                    c.stride(0), c.stride(1)),
+                   dict(BLOCK_M=BM, BLOCK_N=BN, BLOCK_K=BK, GROUP_M=2), (tiles,), None, M, BM,
+                   _cdiv(M, BM), _cdiv(N, BN), "c")
+
+
+def _persistent_gemm(device, gen) -> Problem:
+    M, N, K, BM, BN, BK = 72, 40, 48, 16, 16, 16
+    a, b, c = _gemm_tensors(device, gen, M, N, K)
+    programs = 3
+    return Problem({"a": a, "b": b, "c": c},
+                   (a, b, c, M, N, K, a.stride(0), a.stride(1), b.stride(0), b.stride(1),
+                    c.stride(0), c.stride(1)),
+                   dict(NUM_PROGS=programs, BLOCK_M=BM, BLOCK_N=BN, BLOCK_K=BK, GROUP_M=2),
+                   (programs,), (programs,), M, BM, _cdiv(M, BM), _cdiv(N, BN), "c")
+
+
+def _gemm_rs_producer(device, gen) -> Problem:
+    M, N, K, BM, BN, BK = 64, 48, 24, 16, 16, 16
+    a, b, c = _gemm_tensors(device, gen, M, N, K)
+    tiles = _cdiv(M, BM) * _cdiv(N, BN)
+    return Problem({"a": a, "b": b, "c": c},
+                   (a, b, c, M, N, K, a.stride(0), a.stride(1), b.stride(0), b.stride(1),
+                    c.stride(0), c.stride(1)),
+                   dict(BLOCK_M=BM, BLOCK_N=BN, BLOCK_K=BK), (tiles,), None, M, BM,
+                   _cdiv(M, BM), _cdiv(N, BN), "c")
+
+
+def _rmsnorm_rows(device, gen) -> Problem:
+    M, N, BM, BN = 50, 32, 8, 32
+    x = torch.randn(M, N, generator=gen).to(device)
+    w = torch.randn(N, generator=gen).to(device)
+    y = torch.full((M, N), float("nan"), device=device)
+    return Problem({"x": x, "w": w, "y": y},
+                   (x, w, y, M, N, x.stride(0), y.stride(0), 1e-6),
+                   dict(BLOCK_M=BM, BLOCK_N=BN), (_cdiv(M, BM),), None, M, BM, _cdiv(M, BM), 1,
+                   "y")
+
+
+CASES = [
+    Case("ag_gemm_one_tile.py", "matmul_kernel", "consume", _ag_gemm_one_tile),
+    Case("persistent_gemm.py", "matmul_persistent", "consume", _persistent_gemm),
+    Case("gemm_rs_producer.py", "matmul_rs_kernel", "produce", _gemm_rs_producer),
+    Case("rmsnorm_rows.py", "rmsnorm_kernel", "consume", _rmsnorm_rows),
+]
+
+
+@dataclass
+class SlotLists:
+    tile_waits: list
+    tile_notifies: list
+    slot_writers: list
+    slot_chunks: list
+
+
+def row_shard_slots(problem: Problem, role: str, world: int) -> SlotLists:
+    """Slots of a row-split collective over the problem's tile grid (see the module doc)."""
+    num_tiles = problem.tiles_m * problem.tiles_n
+    per_tile: list[list[int]] = []
+    for tile in range(num_tiles):
+        tm = tile // problem.tiles_n
+        r0, r1 = tm * problem.block_m, min((tm + 1) * problem.block_m, problem.rows)
+        slots = []
+        for s in range(world):
+            b, n = even_split(problem.rows, world, s)
+            if n > 0 and b < r1 and r0 < b + n:
+                slots.append(s)
+        per_tile.append(slots)
+    empty = [[] for _ in range(num_tiles)]
+    if role == "consume":
+        return SlotLists(per_tile, empty, [1] * world, list(range(world)))
+    writers = [sum(s in row for row in per_tile) for s in range(world)]
+    return SlotLists(empty, per_tile, writers, list(range(world)))
+
+
+def shuffled_order(num_tiles: int, seed: int) -> list[int]:
+    order = list(range(num_tiles))
+    random.Random(seed).shuffle(order)
+    return order

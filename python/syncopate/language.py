@@ -1,0 +1,167 @@
+"""Syncopate's Triton device primitives, called by transformed kernels (docs/ANNOTATIONS.md).
+
+    import syncopate.language as syl
+
+    sy_tile = syl.tile_at(sy_tile_order, tl.program_id(0))        # TileOrder lookup
+    pid_m, pid_n = syl.tile_coords(sy_tile, sy_tiles_n)
+    syl.wait_tile(sy_signals, ..., sy_tile, sy_epoch, ...)          # before the first read
+    syl.notify_tile(sy_signals, sy_notify_offsets, sy_notify_slots, sy_tile)   # after the store
+
+Signals are int32 slots in the symmetric heap; call `epoch` (1, 2, ...) of a plan waits for
+`slot >= epoch * writers`, so nothing resets them between calls. Memory order follows the PTX
+model: the waiter's loads are `ld.acquire.sys` (every thread of the program polls, so each
+thread's later reads are ordered after its own acquire); the notifier runs a CTA barrier (all of
+the tile's stores are issued) then one `atom.add.release.sys`.
+
+Every wait is bounded: on the GPU by `%globaltimer` nanoseconds; under TRITON_INTERPRET=1,
+where inline assembly cannot run, by a spin count of `bound_ns // INTERPRET_NS_PER_SPIN`. On
+expiry the first waiter to notice writes `[1, rank, slot, expected, seen, tile]` into the int64
+error record (ERROR_FIELDS), and every other waiter of the launch gives up as soon as it sees the
+flag, so the kernel ends within about one bound instead of hanging.
+"""
+
+import os
+
+import triton
+import triton.language as tl
+
+INTERPRET = os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
+_INTERPRET: tl.constexpr = tl.constexpr(INTERPRET)
+
+# Layout of the int64 error record `sy_error` (the launcher zeroes it before each launch).
+ERROR_FIELDS = ("flag", "rank", "slot", "expected", "seen", "tile")
+ERROR_WORDS = 8
+
+# Under the interpreter one spin of a wait counts as this many nanoseconds of the bound.
+INTERPRET_NS_PER_SPIN = 1000
+_NS_PER_SPIN: tl.constexpr = tl.constexpr(INTERPRET_NS_PER_SPIN)
+
+
+@triton.jit
+def now_ns():
+    """The GPU's global nanosecond timer (not available under the interpreter)."""
+    return tl.inline_asm_elementwise("mov.u64 $0, %globaltimer;", "=l", [], dtype=tl.int64,
+                                     is_pure=False, pack=1)
+
+
+@triton.jit
+def load_acquire(ptr):
+    """One int32 load with acquire semantics at system scope (sees other GPUs and the host)."""
+    if _INTERPRET:
+        value = tl.atomic_add(ptr, 0, sem="acquire", scope="sys")
+    else:
+        value = tl.inline_asm_elementwise("ld.global.acquire.sys.b32 $0, [$1];", "=r,l", [ptr],
+                                          dtype=tl.int32, is_pure=False, pack=1)
+    return value
+
+
+@triton.jit
+def _record_timeout(error_ptr, rank, slot, expected, seen, tile):
+    # Only the first waiter to time out writes the record; the flag is claimed with a CAS.
+    old = tl.atomic_cas(error_ptr, tl.full([], 0, tl.int64), tl.full([], 1, tl.int64),
+                        sem="acq_rel", scope="sys")
+    if old == 0:
+        tl.store(error_ptr + 1, rank)
+        tl.store(error_ptr + 2, slot)
+        tl.store(error_ptr + 3, expected)
+        tl.store(error_ptr + 4, seen)
+        tl.store(error_ptr + 5, tile)
+
+
+@triton.jit
+def wait(signal_ptr, expected, bound_ns, error_ptr, rank, slot, tile):
+    """Spins until `*signal_ptr >= expected` or `bound_ns` passes or another waiter timed out.
+
+    Returns 1 if the signal arrived, 0 otherwise (then `error_ptr` holds the record).
+    """
+    seen = load_acquire(signal_ptr)
+    aborted = tl.load(error_ptr, volatile=True)
+    if _INTERPRET:
+        spins = bound_ns - bound_ns
+        limit = bound_ns // _NS_PER_SPIN
+        while (seen < expected) & (spins < limit) & (aborted == 0):
+            seen = load_acquire(signal_ptr)
+            aborted = tl.load(error_ptr, volatile=True)
+            spins += 1
+    else:
+        start = now_ns()
+        elapsed = start - start
+        while (seen < expected) & (elapsed < bound_ns) & (aborted == 0):
+            seen = load_acquire(signal_ptr)
+            aborted = tl.load(error_ptr, volatile=True)
+            elapsed = now_ns() - start
+    if seen < expected:
+        if aborted == 0:
+            _record_timeout(error_ptr, rank, slot, expected, seen, tile)
+    return (seen >= expected).to(tl.int32)
+
+
+@triton.jit
+def notify(signal_ptr, value):
+    """Makes this program's earlier writes visible, then adds `value` to the signal (release)."""
+    tl.debug_barrier()
+    tl.atomic_add(signal_ptr, value, sem="release", scope="sys")
+
+
+@triton.jit
+def tile_at(tile_order_ptr, index):
+    """The linear tile id at position `index` of the tile order."""
+    return tl.load(tile_order_ptr + index)
+
+
+@triton.jit
+def tile_coords(tile, tiles_n):
+    """(row, column) of a linear tile id: tiles are numbered row-major, tiles_n per row."""
+    return tile // tiles_n, tile % tiles_n
+
+
+@triton.jit
+def tile_row(tile, tiles_n):
+    """Row of a linear tile id, for kernels that tile only M."""
+    return tile // tiles_n
+
+
+@triton.jit
+def wait_tile(signals_ptr, wait_offsets_ptr, wait_slots_ptr, slot_writers_ptr, tile, epoch,
+              bound_ns, rank, error_ptr):
+    """Waits on every landing slot of `tile` (CSR row `tile` of the wait table)."""
+    begin = tl.load(wait_offsets_ptr + tile)
+    end = tl.load(wait_offsets_ptr + tile + 1)
+    for i in range(begin, end):
+        slot = tl.load(wait_slots_ptr + i)
+        expected = epoch * tl.load(slot_writers_ptr + slot)
+        wait(signals_ptr + slot, expected, bound_ns, error_ptr, rank, slot, tile)
+
+
+@triton.jit
+def notify_tile(signals_ptr, notify_offsets_ptr, notify_slots_ptr, tile):
+    """Adds 1 to every ready slot of `tile` (CSR row `tile` of the notify table)."""
+    begin = tl.load(notify_offsets_ptr + tile)
+    end = tl.load(notify_offsets_ptr + tile + 1)
+    tl.debug_barrier()
+    for i in range(begin, end):
+        slot = tl.load(notify_slots_ptr + i)
+        tl.atomic_add(signals_ptr + slot, 1, sem="release", scope="sys")
+
+
+@triton.jit
+def symm_at(ptr, heap_bases_ptr, from_rank, to_rank):
+    """Translates `ptr`, a pointer into `from_rank`'s symmetric heap, to the same offset in
+    `to_rank`'s heap. `heap_bases_ptr` holds each rank's heap base address as int64."""
+    local_base = tl.load(heap_bases_ptr + from_rank)
+    peer_base = tl.load(heap_bases_ptr + to_rank)
+    offset = ptr.to(tl.int64) - local_base
+    return (peer_base + offset).to(ptr.dtype)
+
+
+@triton.jit
+def put(dst_ptr, src_ptr, num_elements, BLOCK: tl.constexpr):
+    """SM-driven copy of `num_elements` contiguous elements by this program, BLOCK at a time.
+
+    `dst_ptr` may point into a peer's heap (see `symm_at`). Follow it with `notify` on the
+    destination's signal to announce the data; `notify` orders the copy's stores before it.
+    """
+    offs = tl.arange(0, BLOCK)
+    for start in range(0, num_elements, BLOCK):
+        mask = start + offs < num_elements
+        tl.store(dst_ptr + start + offs, tl.load(src_ptr + start + offs, mask=mask), mask=mask)

@@ -1,0 +1,58 @@
+"""AG+GEMM consumer, persistent: a fixed number of programs loop over the tiles.
+
+Each program takes tiles start, start + NUM_PROGS, ... The tile block inside the loop turns the
+loop counter into (pid_m, pid_n); transformed, the counter indexes the tile order instead, so
+every program walks the tiles in the order their rows of A arrive.
+"""
+import triton
+import triton.language as tl
+import syncopate.language as syl  # [syncopate]
+__syncopate__ = {"version": 1, "kernel": "matmul_persistent", "params": ["sy_signals", "sy_tile_order", "sy_tiles_n", "sy_wait_offsets", "sy_wait_slots", "sy_notify_offsets", "sy_notify_slots", "sy_slot_writers", "sy_epoch", "sy_wait_bound_ns", "sy_rank", "sy_error"], "accesses": [{"tensor": "a", "param": "a_ptr", "role": "consume", "m_dim": 0, "n_dim": -1}]}  # [syncopate]
+
+
+@triton.jit
+def _grouped_pid(tile_id, num_pid_m, num_pid_n, GROUP_M: tl.constexpr):
+    num_pid_in_group = GROUP_M * num_pid_n
+    group_id = tile_id // num_pid_in_group
+    first_pid_m = group_id * GROUP_M
+    group_size_m = min(num_pid_m - first_pid_m, GROUP_M)
+    pid_m = first_pid_m + (tile_id % group_size_m)
+    pid_n = (tile_id % num_pid_in_group) // group_size_m
+    return pid_m, pid_n
+
+
+@triton.jit
+def matmul_persistent(a_ptr, b_ptr, c_ptr, M, N, K,
+                      stride_am, stride_ak, stride_bk, stride_bn, stride_cm, stride_cn,
+                      NUM_PROGS: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                      BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
+                      sy_signals, sy_tile_order, sy_tiles_n, sy_wait_offsets, sy_wait_slots, sy_notify_offsets, sy_notify_slots, sy_slot_writers, sy_epoch, sy_wait_bound_ns, sy_rank, sy_error,  # [syncopate]
+):
+    start_pid = tl.program_id(axis=0)
+    num_pid_m = tl.cdiv(M, BLOCK_M)
+    num_pid_n = tl.cdiv(N, BLOCK_N)
+    num_tiles = num_pid_m * num_pid_n
+    k_tiles = tl.cdiv(K, BLOCK_K)
+    offs_k = tl.arange(0, BLOCK_K)
+
+    for tile_id in tl.range(start_pid, num_tiles, NUM_PROGS):
+        # @sy.tile(index=tile_id, m=pid_m, n=pid_n)
+        # [syncopate] was: pid_m, pid_n = _grouped_pid(tile_id, num_pid_m, num_pid_n, GROUP_M)
+        sy_tile = syl.tile_at(sy_tile_order, tile_id)  # [syncopate]
+        pid_m, pid_n = syl.tile_coords(sy_tile, sy_tiles_n)  # [syncopate]
+        # @sy.end
+        offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+        offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+        acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+        # @sy.consume(a_ptr, m=pid_m)
+        syl.wait_tile(sy_signals, sy_wait_offsets, sy_wait_slots, sy_slot_writers, sy_tile, sy_epoch, sy_wait_bound_ns, sy_rank, sy_error)  # [syncopate]
+        for ki in range(k_tiles):
+            k0 = ki * BLOCK_K
+            a = tl.load(a_ptr + offs_m[:, None] * stride_am + (k0 + offs_k)[None, :] * stride_ak,
+                        mask=(offs_m[:, None] < M) & ((k0 + offs_k)[None, :] < K), other=0.0)
+            b = tl.load(b_ptr + (k0 + offs_k)[:, None] * stride_bk + offs_n[None, :] * stride_bn,
+                        mask=((k0 + offs_k)[:, None] < K) & (offs_n[None, :] < N), other=0.0)
+            acc = tl.dot(a, b, acc)
+        c_ptrs = c_ptr + offs_m[:, None] * stride_cm + offs_n[None, :] * stride_cn
+        tl.store(c_ptrs, acc.to(c_ptr.dtype.element_ty),
+                 mask=(offs_m[:, None] < M) & (offs_n[None, :] < N))
