@@ -152,13 +152,15 @@ void RankExecutor::issue(cudaStream_t stream, std::int64_t epoch, bool wait_land
     SY_CUDA_CHECK(cudaStreamWaitEvent(side, impl_->fork, 0));
     for (const auto& step : schedule_.streams[s]) issue_step(step, side, epoch);
     SY_CUDA_CHECK(cudaEventRecord(impl_->joins[s], side));
-    SY_CUDA_CHECK(cudaStreamWaitEvent(stream, impl_->joins[s], 0));
   }
+  // The caller's stream does not join the side streams here: a consumer kernel launched after
+  // issue() must run while chunks still move (it waits per tile). end() joins them.
   if (wait_landed) wait_all(stream, schedule_.landing_waits, epoch);
 }
 
 void RankExecutor::end(cudaStream_t stream, std::int64_t epoch) {
   DeviceScope scope(heap_.device());
+  for (auto join : impl_->joins) SY_CUDA_CHECK(cudaStreamWaitEvent(stream, join, 0));
   set_control(stream, kExitSlot, epoch);
 }
 

@@ -46,7 +46,11 @@ class RankExecutor {
   RankExecutor& operator=(const RankExecutor&) = delete;
 
   // Epoch protocol, all on `stream` (see rank_schedule.hpp). Epochs start at 1 and grow by
-  // one per call.
+  // one per call. issue() forks the plan's streams off `stream` (highest priority) and, with
+  // wait_landed, makes `stream` wait until every chunk landing here has landed; without it a
+  // consumer kernel launched next waits per tile instead. end() joins the plan's streams back
+  // into `stream` and then raises this rank's exit counter: call it once nothing reads or
+  // writes the plan's buffers any more.
   void begin(cudaStream_t stream, std::int64_t epoch);
   void issue(cudaStream_t stream, std::int64_t epoch, bool wait_landed = true);
   void end(cudaStream_t stream, std::int64_t epoch);

@@ -1,0 +1,183 @@
+// The `syncopate._runtime` extension module: the CUDA runtime (symmetric heap, bounded waits,
+// NCCL communicators, the plan executor) for syncopate/runtime.py and the fused ops.
+//
+// Plans cross the module boundary as JSON text (syncopate.plan_to_json), so this module shares
+// no C++ types with syncopate._core. Streams are CUDA stream handles as integers
+// (torch.cuda.Stream.cuda_stream); addresses come back as integers. C++ errors arrive as the
+// syncopate.errors classes (WaitTimeoutError, DeviceError, UserError, ...).
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <nanobind/nanobind.h>
+#include <nanobind/stl/string.h>
+#include <nanobind/stl/tuple.h>
+#include <nanobind/stl/unique_ptr.h>
+#include <nanobind/stl/vector.h>
+
+#include "error_translation.hpp"
+#include "syncopate/common/error.hpp"
+#include "syncopate/lower/signal_table.hpp"
+#include "syncopate/plan/json.hpp"
+#include "syncopate/runtime/executor.hpp"
+
+namespace nb = nanobind;
+using namespace nb::literals;
+
+namespace syncopate::python {
+namespace {
+
+using runtime::NcclComm;
+using runtime::RankExecutor;
+using runtime::SymmetricHeap;
+using runtime::WaitMonitor;
+
+using AccessTuple = std::tuple<std::string, std::string, int, int>;  // tensor, role, m_dim, n_dim
+
+cudaStream_t as_stream(std::uintptr_t handle) { return reinterpret_cast<cudaStream_t>(handle); }
+
+std::vector<std::uint8_t> to_bytes(const nb::bytes& b) {
+  const auto* p = static_cast<const std::uint8_t*>(b.data());
+  return {p, p + b.size()};
+}
+
+nb::bytes from_bytes(const std::vector<std::uint8_t>& v) {
+  return nb::bytes(reinterpret_cast<const char*>(v.data()), v.size());
+}
+
+lower::TileAccess to_access(const AccessTuple& t) {
+  const auto& [tensor, role, m_dim, n_dim] = t;
+  lower::AccessRole r;
+  if (role == "consume")
+    r = lower::AccessRole::consume;
+  else if (role == "produce")
+    r = lower::AccessRole::produce;
+  else
+    throw UserError("access of \"" + tensor + "\": bad-role: \"" + role + "\" (consume or produce)");
+  return {tensor, r, m_dim, n_dim};
+}
+
+// A plan made ready to execute: the parsed plan, its per-rank signal tables (lowered against the
+// local kernel's tile grid and accesses), and the heap layout they imply.
+struct PreparedPlan {
+  plan::CommPlan plan;
+  std::vector<lower::SignalTable> tables;
+  runtime::HeapLayout layout;
+};
+
+std::shared_ptr<PreparedPlan> prepare(const std::string& plan_json, std::int64_t m, std::int64_t n,
+                                      std::int64_t block_m, std::int64_t block_n,
+                                      const std::vector<AccessTuple>& accesses) {
+  auto p = std::make_shared<PreparedPlan>();
+  p->plan = plan::parse_plan(plan_json, "<plan json>");
+  std::vector<lower::TileAccess> acc;
+  for (const auto& a : accesses) acc.push_back(to_access(a));
+  p->tables = lower::lower(p->plan, lower::TileGrid{m, n, block_m, block_n}, acc);
+  p->layout = runtime::make_heap_layout(p->plan, p->tables);
+  return p;
+}
+
+nb::dict table_dict(const lower::SignalTable& t) {
+  nb::dict d;
+  std::vector<int> writers, chunks, kinds;
+  for (const auto& s : t.slots) {
+    writers.push_back(s.writers);
+    chunks.push_back(s.chunk);
+    kinds.push_back(static_cast<int>(s.kind));
+  }
+  d["rank"] = t.rank;
+  d["slot_writers"] = writers;
+  d["slot_chunks"] = chunks;
+  d["slot_kinds"] = kinds;
+  d["tile_waits"] = t.tile_waits;
+  d["tile_notifies"] = t.tile_notifies;
+  d["landing_slot_of_chunk"] = t.landing_slot_of_chunk;
+  return d;
+}
+
+}  // namespace
+}  // namespace syncopate::python
+
+NB_MODULE(_runtime, m) {
+  using namespace syncopate;
+  using namespace syncopate::python;
+  m.doc() = "Syncopate's CUDA runtime: symmetric heap, bounded waits, chunk backends, executor.";
+  register_error_translator();
+
+  nb::class_<PreparedPlan>(m, "PreparedPlan",
+                           "A parsed plan with its per-rank signal tables and heap layout.")
+      .def_prop_ro("world_size", [](const PreparedPlan& p) { return p.plan.world_size; })
+      .def_prop_ro("heap_bytes", [](const PreparedPlan& p) { return p.layout.total_bytes; })
+      .def_prop_ro("signals_offset", [](const PreparedPlan& p) { return p.layout.signals_offset; })
+      .def_prop_ro("control_offset", [](const PreparedPlan& p) { return p.layout.control_offset; })
+      .def_prop_ro("num_signal_slots", [](const PreparedPlan& p) { return p.layout.num_signal_slots; })
+      .def("tensor_offset", [](const PreparedPlan& p, const std::string& name) { return p.layout.tensor_offset(name); },
+           "name"_a)
+      .def("table", [](const PreparedPlan& p, int rank) {
+             if (rank < 0 || rank >= static_cast<int>(p.tables.size()))
+               throw UserError("table: rank-out-of-range: " + std::to_string(rank));
+             return table_dict(p.tables[rank]);
+           }, "rank"_a);
+  m.def("prepare_plan", &prepare, "plan_json"_a, "m"_a, "n"_a, "block_m"_a, "block_n"_a, "accesses"_a,
+        "Parses a plan, lowers it against an M x N grid of block_m x block_n tiles and the kernel's "
+        "accesses [(tensor, 'consume'|'produce', m_dim, n_dim)], and lays out the heap.");
+
+  nb::class_<SymmetricHeap>(m, "SymmetricHeap")
+      .def(nb::init<int, int, int, std::size_t>(), "rank"_a, "world"_a, "device"_a, "bytes"_a)
+      .def("export_handle", [](const SymmetricHeap& h) { return from_bytes(h.export_handle()); })
+      .def("open_peers", [](SymmetricHeap& h, const std::vector<nb::bytes>& handles) {
+             std::vector<std::vector<std::uint8_t>> raw;
+             for (const auto& b : handles) raw.push_back(to_bytes(b));
+             h.open_peers(raw);
+           }, "handles"_a)
+      .def_static("connect_local", &SymmetricHeap::connect_local, "heaps"_a)
+      .def("base", [](const SymmetricHeap& h, int r) { return reinterpret_cast<std::uintptr_t>(h.base(r)); },
+           "rank"_a)
+      .def_prop_ro("device_peer_bases",
+                   [](const SymmetricHeap& h) { return reinterpret_cast<std::uintptr_t>(h.device_peer_bases()); })
+      .def_prop_ro("rank", &SymmetricHeap::rank)
+      .def_prop_ro("world", &SymmetricHeap::world)
+      .def_prop_ro("device", &SymmetricHeap::device)
+      .def_prop_ro("bytes", &SymmetricHeap::bytes)
+      .def_prop_ro("connected", &SymmetricHeap::connected);
+
+  nb::class_<WaitMonitor>(m, "WaitMonitor")
+      .def(nb::init<>())
+      .def("check", &WaitMonitor::check, "Raises WaitTimeoutError if a runtime wait timed out.")
+      .def("clear", &WaitMonitor::clear)
+      .def_prop_ro("timed_out", [](const WaitMonitor& w) { return w.snapshot().flag != 0; });
+
+  m.def("nccl_unique_id", [] { return from_bytes(NcclComm::unique_id()); });
+  nb::class_<NcclComm>(m, "NcclComm")
+      .def("__init__", [](NcclComm* self, const nb::bytes& id, int world, int rank, int device) {
+             new (self) NcclComm(to_bytes(id), world, rank, device);
+           }, "unique_id"_a, "world"_a, "rank"_a, "device"_a)
+      .def_prop_ro("rank", &NcclComm::rank)
+      .def_prop_ro("world", &NcclComm::world);
+
+  nb::class_<RankExecutor>(m, "RankExecutor")
+      .def("__init__",
+           [](RankExecutor* self, const PreparedPlan& prepared, SymmetricHeap& heap, WaitMonitor& monitor,
+              NcclComm* nccl, std::int64_t wait_bound_ns, int drop_chunk, int sm_copy_blocks) {
+             runtime::ExecutorOptions o;
+             o.wait_bound_ns = wait_bound_ns;
+             o.drop_chunk = drop_chunk;
+             o.sm_copy_blocks = sm_copy_blocks;
+             new (self) RankExecutor(prepared.plan, prepared.tables, heap, monitor, nccl, o);
+           },
+           "prepared"_a, "heap"_a, "monitor"_a, "nccl"_a.none(), "wait_bound_ns"_a = 10'000'000'000,
+           "drop_chunk"_a = -1, "sm_copy_blocks"_a = 16,
+           // the executor refers to heap, monitor and communicator: keep them alive with it
+           nb::keep_alive<1, 3>(), nb::keep_alive<1, 4>(), nb::keep_alive<1, 5>())
+      .def("begin", [](RankExecutor& e, std::uintptr_t s, std::int64_t epoch) { e.begin(as_stream(s), epoch); },
+           "stream"_a, "epoch"_a)
+      .def("issue", [](RankExecutor& e, std::uintptr_t s, std::int64_t epoch, bool wait_landed) {
+             e.issue(as_stream(s), epoch, wait_landed);
+           }, "stream"_a, "epoch"_a, "wait_landed"_a = true)
+      .def("end", [](RankExecutor& e, std::uintptr_t s, std::int64_t epoch) { e.end(as_stream(s), epoch); },
+           "stream"_a, "epoch"_a)
+      .def("run", [](RankExecutor& e, std::uintptr_t s, std::int64_t epoch) { e.run(as_stream(s), epoch); },
+           "stream"_a, "epoch"_a)
+      .def_prop_ro("rank", &RankExecutor::rank);
+}
