@@ -25,7 +25,13 @@ from syncopate.errors import (
     UserError,
     WaitTimeoutError,
 )
-from syncopate import _core
+try:
+    from syncopate import _core
+except ImportError as _error:  # e.g. the source tree python/ on sys.path instead of an install
+    raise ImportError(
+        f"syncopate._core, the compiled C++ core, cannot be loaded from {__path__[0]} ({_error}); "
+        "install the package (pip install .) instead of importing it from the source tree"
+    ) from _error
 from syncopate._core import (
     Box,
     Chunk,

@@ -2,6 +2,15 @@
 
 import pytest
 
+# Bind `syncopate` to the installed package before any test module runs: a test that puts the
+# source tree's python/ on sys.path (to load pure-Python kernels) must not make later tests
+# import the uncompiled source copy. If it is not installed, the tests that need it fail on
+# their own imports with the package's message.
+try:
+    import syncopate  # noqa: F401
+except ImportError:
+    pass
+
 
 @pytest.fixture
 def single_rank_group():
