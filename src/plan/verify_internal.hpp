@@ -48,8 +48,9 @@ struct GraphFacts {
   DependencyGraph graph;
   std::vector<std::vector<int>> components;  // topological order of the condensed graph
   std::vector<int> component_of;             // by chunk id: index into components
-  // Every chunk, components in topological order: a valid execution order when the graph is
-  // acyclic, and a deterministic best effort when it is not (the deadlock group reports that).
+  // Every chunk in a valid execution order (smallest id first among ready chunks) when the
+  // graph is acyclic; components in topological order when it is not (a deterministic best
+  // effort: the deadlock group reports the cycle).
   std::vector<int> replay_order;
 };
 

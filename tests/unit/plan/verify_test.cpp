@@ -319,21 +319,35 @@ TEST(Verify, AllToAllBlockInTheWrongPlace) {
   o.shape = {6, 2};
   CommPlan plan = make_plan(o);
   ASSERT_TRUE(verify(plan).ok());
-  // Find the chunk 0 -> 1 and land it in block 2 of rank 1's output instead of block 0.
+  // Find the chunk 0 -> 1 and make it send block 2 of rank 0's input instead of block 1.
   auto it = std::find_if(plan.chunks.begin(), plan.chunks.end(),
                          [](const Chunk& c) { return c.src == 0 && c.dst == 1; });
   ASSERT_NE(it, plan.chunks.end());
-  it->dst_box.offset[0] = 4;
-  const auto report = verify(plan);
+  it->box.offset[0] = 4;
+  auto report = verify(plan);
   const Violation* v = find_rule(report, "wrong-data");
   ASSERT_NE(v, nullptr) << report.format("a2a");
   EXPECT_EQ(v->rank, 1);
   EXPECT_EQ(v->chunk, it->id);
-  EXPECT_NE(v->detail.find("y[4:6, 0:2]"), std::string::npos) << v->detail;
-  EXPECT_NE(v->detail.find("'x' of rank 0 moved by (2, 0)"), std::string::npos) << v->detail;
+  EXPECT_NE(v->detail.find("y[0:2, 0:2] on rank 1 should hold block 0, sent by rank 0 from its "
+                           "block 1 but holds 'x' of rank 0 moved by (-4, 0)"),
+            std::string::npos)
+      << v->detail;
+
+  // Landing it in block 2 instead leaves block 0 empty and writes block 2 twice.
+  it->box.offset[0] = 2;
+  it->dst_box.offset[0] = 4;
+  report = verify(plan);
   const Violation* missing = find_rule(report, "missing-shard");
-  ASSERT_NE(missing, nullptr);
-  EXPECT_NE(missing->detail.find("y[0:2, 0:2]"), std::string::npos) << missing->detail;
+  ASSERT_NE(missing, nullptr) << report.format("a2a");
+  EXPECT_NE(missing->detail.find("rank 1 never receives y[0:2, 0:2]"), std::string::npos)
+      << missing->detail;
+  const Violation* twice = find_rule(report, "shard-delivered-twice");
+  ASSERT_NE(twice, nullptr) << report.format("a2a");
+  EXPECT_NE(twice->detail.find("y[4:6, 0:2] (block 2, sent by rank 2 from its block 1) 2 times"),
+            std::string::npos)
+      << twice->detail;
+  EXPECT_NE(find_rule(report, "write-race"), nullptr);
 }
 
 TEST(Verify, CustomPlansHaveNoCoveragePromise) {
