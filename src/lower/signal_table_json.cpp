@@ -3,6 +3,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "syncopate/lower/json_text.hpp"
 #include "syncopate/lower/signal_table_csr.hpp"
 #include "syncopate/lower/spelling.hpp"
 
@@ -55,7 +56,7 @@ std::string signal_tables_to_json(const std::vector<SignalTable>& tables, const 
                               {"grid", grid_json(grid)},
                               {"accesses", std::move(access_list)},
                               {"ranks", std::move(ranks)}};
-  return doc.dump(indent) + "\n";
+  return pretty_json(doc.dump(), indent);
 }
 
 }  // namespace syncopate::lower
