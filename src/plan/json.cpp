@@ -6,12 +6,14 @@
 #include "syncopate/plan/json.hpp"
 
 #include <cerrno>
+#include <algorithm>
 #include <cstring>
 #include <fstream>
 #include <sstream>
 #include <system_error>
 
 #include <fmt/core.h>
+#include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include "json_checked.hpp"
@@ -23,7 +25,6 @@ namespace {
 using detail::JsonNode;
 using detail::ObjectReader;
 using nlohmann::json;
-using nlohmann::ordered_json;
 
 // ---------------------------------------------------------------- reading
 
@@ -138,67 +139,63 @@ std::string printable(std::string_view text) {
 }
 
 // ---------------------------------------------------------------- writing
+//
+// Written with fmt rather than through a JSON DOM: plans have hundreds of thousands of chunks
+// at large world sizes. The output is the compact JSON nlohmann would print for each value.
 
-ordered_json box_json(const Box& box) {
-  ordered_json j;
-  j["offset"] = box.offset;
-  j["extent"] = box.extent;
-  return j;
+// A JSON string literal; invalid UTF-8 is replaced rather than thrown on.
+std::string quote(std::string_view text) {
+  return json(std::string(text)).dump(-1, ' ', false, json::error_handler_t::replace);
 }
 
-ordered_json collective_json(const CollectiveSpec& spec) {
-  ordered_json j;
-  j["kind"] = to_string(spec.kind);
-  j["tensor"] = spec.tensor;
-  if (!spec.output.empty()) j["output"] = spec.output;
-  j["dim"] = spec.dim;
-  j["algorithm"] = to_string(spec.algorithm);
-  j["split"] = spec.split;
-  return j;
+template <class T>
+std::string list(const std::vector<T>& values) {
+  return fmt::format("[{}]", fmt::join(values, ","));
 }
 
-ordered_json tensor_json(const TensorSpec& spec) {
-  ordered_json j;
-  j["shape"] = spec.shape;
-  j["dtype"] = to_string(spec.dtype);
-  j["layout"] = spec.layout;
-  return j;
+std::string box_json(const Box& box) {
+  return fmt::format(R"({{"offset":{},"extent":{}}})", list(box.offset), list(box.extent));
 }
 
-ordered_json rank_json(const RankProgram& program) {
-  ordered_json j;
-  j["rank"] = program.rank;
-  j["streams"] = program.streams;
-  return j;
+std::string collective_json(const CollectiveSpec& spec) {
+  std::string output = spec.output.empty() ? "" : fmt::format(R"("output":{},)", quote(spec.output));
+  return fmt::format(R"({{"kind":"{}","tensor":{},{}"dim":{},"algorithm":"{}","split":{}}})", to_string(spec.kind),
+                     quote(spec.tensor), output, spec.dim, to_string(spec.algorithm), spec.split);
 }
 
-ordered_json chunk_json(const Chunk& chunk) {
-  ordered_json j;
-  j["id"] = chunk.id;
-  j["tensor"] = chunk.tensor;
-  j["box"] = box_json(chunk.box);
+std::string tensors_json(const std::map<std::string, TensorSpec>& tensors) {
+  std::vector<std::string> items;
+  for (const auto& [name, spec] : tensors)
+    items.push_back(fmt::format(R"({}:{{"shape":{},"dtype":"{}","layout":{}}})", quote(name), list(spec.shape),
+                                to_string(spec.dtype), quote(spec.layout)));
+  return fmt::format("{{{}}}", fmt::join(items, ","));
+}
+
+std::string rank_json(const RankProgram& program) {
+  std::vector<std::string> streams;
+  for (const auto& stream : program.streams) streams.push_back(list(stream));
+  return fmt::format(R"({{"rank":{},"streams":[{}]}})", program.rank, fmt::join(streams, ","));
+}
+
+std::string chunk_json(const Chunk& chunk) {
+  std::string out = fmt::format(R"({{"id":{},"tensor":{},"box":{},)", chunk.id, quote(chunk.tensor), box_json(chunk.box));
   // The common case (same tensor and box on both sides) stays short; the reader fills them in.
-  if (chunk.dst_tensor != chunk.tensor) j["dst_tensor"] = chunk.dst_tensor;
-  if (chunk.dst_box != chunk.box) j["dst_box"] = box_json(chunk.dst_box);
-  j["src"] = chunk.src;
-  j["dst"] = chunk.dst;
-  j["backend"] = to_string(chunk.backend);
-  j["op"] = to_string(chunk.op);
-  j["stream"] = chunk.stream;
-  j["deps"] = chunk.deps;
-  return j;
+  if (chunk.dst_tensor != chunk.tensor) out += fmt::format(R"("dst_tensor":{},)", quote(chunk.dst_tensor));
+  if (chunk.dst_box != chunk.box) out += fmt::format(R"("dst_box":{},)", box_json(chunk.dst_box));
+  out += fmt::format(R"("src":{},"dst":{},"backend":"{}","op":"{}","stream":{},"deps":{}}})", chunk.src, chunk.dst,
+                     to_string(chunk.backend), to_string(chunk.op), chunk.stream, list(chunk.deps));
+  return out;
 }
 
-std::string dump(const ordered_json& j) { return j.dump(-1, ' ', false, ordered_json::error_handler_t::replace); }
-
-// One element per line: diffs of golden plans then show which chunk changed.
-void append_list(std::string& out, std::string_view pad, std::string_view key, const std::vector<std::string>& items,
-                 bool last) {
-  out += fmt::format("{}\"{}\": [", pad, key);
+// `"key": [` then one element per line (diffs of golden plans then show which chunk changed);
+// all on one line when `newline` is empty.
+void append_list(std::string& out, std::string_view pad, std::string_view newline, std::string_view key,
+                 const std::vector<std::string>& items) {
+  out += fmt::format("{}\"{}\":{}[", pad, key, newline.empty() ? "" : " ");
   for (std::size_t i = 0; i < items.size(); ++i)
-    out += fmt::format("\n{}{}{}{}", pad, pad, items[i], i + 1 < items.size() ? "," : "");
-  out += items.empty() ? "]" : fmt::format("\n{}]", pad);
-  out += last ? "\n" : ",\n";
+    out += fmt::format("{}{}{}{}{}", newline, pad, pad, items[i], i + 1 < items.size() ? "," : "");
+  if (!items.empty()) out += fmt::format("{}{}", newline, pad);
+  out += "]";
 }
 
 }  // namespace
@@ -229,34 +226,21 @@ CommPlan load_plan(const std::filesystem::path& path) {
 }
 
 std::string plan_to_json(const CommPlan& plan, int indent) {
-  if (indent < 0) {
-    ordered_json j;
-    j["version"] = plan.version;
-    j["collective"] = collective_json(plan.collective);
-    j["world_size"] = plan.world_size;
-    j["tensors"] = ordered_json::object();
-    for (const auto& [name, spec] : plan.tensors) j["tensors"][name] = tensor_json(spec);
-    j["ranks"] = ordered_json::array();
-    for (const auto& r : plan.ranks) j["ranks"].push_back(rank_json(r));
-    j["chunks"] = ordered_json::array();
-    for (const auto& c : plan.chunks) j["chunks"].push_back(chunk_json(c));
-    return dump(j) + "\n";
-  }
-  const std::string pad(static_cast<std::size_t>(indent), ' ');
-  std::string out = "{\n";
-  out += fmt::format("{}\"version\": {},\n", pad, plan.version);
-  out += fmt::format("{}\"collective\": {},\n", pad, dump(collective_json(plan.collective)));
-  out += fmt::format("{}\"world_size\": {},\n", pad, plan.world_size);
-  ordered_json tensors = ordered_json::object();
-  for (const auto& [name, spec] : plan.tensors) tensors[name] = tensor_json(spec);
-  out += fmt::format("{}\"tensors\": {},\n", pad, dump(tensors));
+  const std::string pad(static_cast<std::size_t>(std::max(indent, 0)), ' ');
+  const std::string_view newline = indent < 0 ? "" : "\n", space = indent < 0 ? "" : " ";
+  std::string out = fmt::format("{{{}", newline);
+  out += fmt::format("{}\"version\":{}{},{}", pad, space, plan.version, newline);
+  out += fmt::format("{}\"collective\":{}{},{}", pad, space, collective_json(plan.collective), newline);
+  out += fmt::format("{}\"world_size\":{}{},{}", pad, space, plan.world_size, newline);
+  out += fmt::format("{}\"tensors\":{}{},{}", pad, space, tensors_json(plan.tensors), newline);
   std::vector<std::string> items;
-  for (const auto& r : plan.ranks) items.push_back(dump(rank_json(r)));
-  append_list(out, pad, "ranks", items, false);
+  for (const auto& r : plan.ranks) items.push_back(rank_json(r));
+  append_list(out, pad, newline, "ranks", items);
+  out += fmt::format(",{}", newline);
   items.clear();
-  for (const auto& c : plan.chunks) items.push_back(dump(chunk_json(c)));
-  append_list(out, pad, "chunks", items, true);
-  out += "}\n";
+  for (const auto& c : plan.chunks) items.push_back(chunk_json(c));
+  append_list(out, pad, newline, "chunks", items);
+  out += fmt::format("{}}}\n", newline);
   return out;
 }
 

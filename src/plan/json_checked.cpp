@@ -104,15 +104,31 @@ std::vector<JsonNode> JsonNode::elements() const {
   return out;
 }
 
+// Integer lists (boxes, deps, streams) are most of a plan: read their elements in place and
+// only build an element's path when it is wrong.
 std::vector<std::int64_t> JsonNode::as_int64_list() const {
+  if (!value_->is_array()) fail("an array");
   std::vector<std::int64_t> out;
-  for (const auto& e : elements()) out.push_back(e.as_int64());
+  out.reserve(value_->size());
+  for (std::size_t i = 0; i < value_->size(); ++i) {
+    const json& v = (*value_)[i];
+    if (v.is_number_unsigned() && v.get<std::uint64_t>() <= static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max()))
+      out.push_back(static_cast<std::int64_t>(v.get<std::uint64_t>()));
+    else out.push_back(JsonNode(v, fmt::format("{}[{}]", path_, i), source_).as_int64());
+  }
   return out;
 }
 
 std::vector<int> JsonNode::as_int_list() const {
+  if (!value_->is_array()) fail("an array");
   std::vector<int> out;
-  for (const auto& e : elements()) out.push_back(e.as_int());
+  out.reserve(value_->size());
+  for (std::size_t i = 0; i < value_->size(); ++i) {
+    const json& v = (*value_)[i];
+    if (v.is_number_unsigned() && v.get<std::uint64_t>() <= static_cast<std::uint64_t>(std::numeric_limits<int>::max()))
+      out.push_back(static_cast<int>(v.get<std::uint64_t>()));
+    else out.push_back(JsonNode(v, fmt::format("{}[{}]", path_, i), source_).as_int());
+  }
   return out;
 }
 
