@@ -1,6 +1,216 @@
-// Placeholder until the simulate subcommands land; registers nothing.
+// `syncopate simulate` (predicted sequential, kernel-level and fused times of one plan + GEMM,
+// with optional trace and SVG) and `syncopate tune` (the simulator's choice for a shape).
+#include <charconv>
+#include <cstdlib>
+#include <filesystem>
+#include <memory>
+#include <fstream>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <fmt/core.h>
+
 #include "commands.hpp"
+#include "syncopate/common/error.hpp"
+#include "syncopate/plan/json.hpp"
+#include "syncopate/plan/verify.hpp"
+#include "syncopate/sim/autotune.hpp"
+#include "syncopate/sim/simulator.hpp"
+#include "syncopate/sim/trace.hpp"
 
 namespace syncopate::cli {
-void register_simulate_commands(CLI::App& /*app*/) {}
+namespace {
+
+namespace fs = std::filesystem;
+
+// "8192x4096x1024" -> {8192, 4096, 1024} when it has exactly `parts` positive integers.
+std::optional<std::vector<std::int64_t>> parse_sizes(std::string_view text, std::size_t parts) {
+  std::vector<std::int64_t> out;
+  for (;;) {
+    const auto cut = text.find('x');
+    const auto part = text.substr(0, cut);
+    std::int64_t v = 0;
+    const auto [end, ec] = std::from_chars(part.data(), part.data() + part.size(), v);
+    if (part.empty() || ec != std::errc() || end != part.data() + part.size() || v < 1) return std::nullopt;
+    out.push_back(v);
+    if (cut == std::string_view::npos) break;
+    text.remove_prefix(cut + 1);
+  }
+  if (out.size() != parts) return std::nullopt;
+  return out;
+}
+
+CLI::Validator sizes(std::size_t parts, std::string what) {
+  return CLI::Validator(
+      [parts, what](std::string& value) -> std::string {
+        return parse_sizes(value, parts) ? "" : fmt::format("expected {} (positive integers joined by 'x'), got '{}'", what, value);
+      },
+      what);
+}
+
+template <class E>
+CLI::Validator spelled() {
+  return CLI::Validator(
+      [](std::string& value) -> std::string {
+        return plan::parse_enum<E>(value) ? "" : fmt::format("expected one of {}, got '{}'", plan::enum_choices<E>(), value);
+      },
+      plan::enum_choices<E>());
+}
+
+// --calib, else calib/h200.json in the working directory or above the executable's directory.
+sim::Calibration find_calibration(const std::string& given, const char* argv0) {
+  if (!given.empty()) return sim::load_calibration(given);
+  std::vector<fs::path> tried{fs::path("calib") / "h200.json"};
+  std::error_code ec;
+  fs::path dir = fs::weakly_canonical(fs::path(argv0), ec).parent_path();
+  for (int up = 0; up < 5 && !dir.empty(); ++up, dir = dir.parent_path())
+    tried.push_back(dir / "calib" / "h200.json");
+  for (const auto& p : tried)
+    if (fs::exists(p, ec)) return sim::load_calibration(p);
+  throw UserError("--calib: no-calibration: calib/h200.json was not found in the working directory or "
+                  "above the syncopate executable; pass --calib FILE");
+}
+
+void write_file(const std::string& path, const std::string& text, const char* what) {
+  std::ofstream out(path);
+  if (!out || !(out << text)) throw UserError(fmt::format("{}: cannot write the {} file", path, what));
+}
+
+struct SimulateArgs {
+  std::string plan_file, gemm, tile = "128x256", calib, order = "arrival", trace, svg;
+  std::string timeline = "fused";
+  bool dynamic = false;
+};
+
+void print_row(std::string_view name, double us, double floor) {
+  fmt::print("  {:<26} {:>11.1f} us   {:>6.2f}x floor\n", name, us, us / floor);
+}
+
+void run_simulate(const SimulateArgs& a, const char* argv0) {
+  const auto plan = plan::load_plan(a.plan_file);
+  plan::verify_or_throw(plan, a.plan_file);
+  const auto calib = find_calibration(a.calib, argv0);
+  const auto g = *parse_sizes(a.gemm, 3);
+  const auto t = *parse_sizes(a.tile, 2);
+  const sim::GemmShape gemm{g[0], g[1], g[2], t[0], t[1]};
+  const auto order = *plan::parse_enum<schedule::OrderKind>(a.order);
+  sim::SimOptions options;
+  options.dynamic_assignment = a.dynamic;
+  auto call = sim::make_fused_call(plan, gemm, order, calib);
+  const auto p = sim::predict(call, calib, options);
+
+  const auto grid = gemm.grid();
+  fmt::print("plan         {}: {} {}, world {}, split {}, {} chunks\n", a.plan_file,
+             plan::to_string(plan.collective.kind), plan::to_string(plan.collective.algorithm),
+             plan.world_size, plan.collective.split, plan.chunks.size());
+  fmt::print("gemm         {}x{}x{} per rank, tile {}x{}: {} tiles ({:.2f} waves on {} SMs), {} order, {} workers\n",
+             gemm.m, gemm.n, gemm.k, gemm.block_m, gemm.block_n, grid.count(),
+             double(grid.count()) / calib.sms, calib.sms, a.order, a.dynamic ? "dynamic" : "static");
+  fmt::print("calibration  {}\n\n", calib.device);
+  print_row("GEMM alone", p.gemm_alone_us, p.floor_us);
+  print_row("communication alone", p.comm_alone_us, p.floor_us);
+  print_row("floor max(GEMM, comm)", p.floor_us, p.floor_us);
+  print_row("sequential", p.sequential_us, p.floor_us);
+  print_row("kernel-level overlap", p.kernel_level_us, p.floor_us);
+  print_row("fused", p.fused_us, p.floor_us);
+  fmt::print("\n  fused vs sequential: {:.2f}x faster; vs kernel-level: {:.2f}x faster\n",
+             p.sequential_us / p.fused_us, p.kernel_level_us / p.fused_us);
+  fmt::print("  fused by tile order:");
+  for (const auto& [kind, name] : plan::EnumTable<schedule::OrderKind>::entries) {
+    double us = p.fused_us;
+    if (kind != order) {
+      auto other = call;
+      sim::reorder(other, kind, calib);
+      us = sim::simulate_fused(other, calib, options).total_us;
+    }
+    fmt::print(" {} {:.1f} us ({:.2f}x);", name, us, us / p.fused_us);
+  }
+  fmt::print("\n");
+
+  const sim::Timeline& shown = a.timeline == "kernel-level" ? p.kernel_level
+                               : a.timeline == "sequential" ? p.sequential
+                                                            : p.fused;
+  if (!a.trace.empty()) write_file(a.trace, sim::chrome_trace_json(shown), "trace");
+  if (!a.svg.empty()) {
+    sim::SvgOptions svg;
+    svg.title = fmt::format("{} {} world {}, GEMM {}x{}x{}, tile {}x{}, {} order: {}", plan::to_string(plan.collective.kind),
+                            plan::to_string(plan.collective.algorithm), plan.world_size, gemm.m, gemm.n,
+                            gemm.k, gemm.block_m, gemm.block_n, a.order, shown.label);
+    write_file(a.svg, sim::svg_timeline(shown, svg), "SVG");
+  }
+}
+
+struct TuneArgs {
+  std::string collective = "all-gather", gemm, tile = "128x256", calib;
+  int world = 2;
+  double min_gain = 0.05;
+  int top = 10;
+};
+
+void run_tune(const TuneArgs& a, const char* argv0) {
+  const auto calib = find_calibration(a.calib, argv0);
+  sim::TuneRequest req;
+  req.collective = *plan::parse_enum<plan::Collective>(a.collective);
+  const auto g = *parse_sizes(a.gemm, 3);
+  const auto t = *parse_sizes(a.tile, 2);
+  req.gemm = {g[0], g[1], g[2], t[0], t[1]};
+  req.world_size = a.world;
+  req.min_gain = a.min_gain;
+  const auto r = sim::tune(req, calib);
+  fmt::print("{} + GEMM {}x{}x{} per rank, tile {}x{}, world {}, calibration: {}\n\n", a.collective,
+             req.gemm.m, req.gemm.n, req.gemm.k, req.gemm.block_m, req.gemm.block_n, a.world, calib.device);
+  const auto& b = r.best_fused;
+  fmt::print("choice: {}: {}\n", sim::to_string(r.decision), r.reason);
+  fmt::print("best fused:      {} split {} {} {} order: {:.1f} us\n", plan::to_string(b.algorithm), b.split,
+             plan::to_string(b.backend), schedule::to_string(b.order), b.fused_us);
+  const auto& s = r.best_sequential;
+  fmt::print("best sequential: {} split {} {}: {:.1f} us (GEMM {:.1f} + communication {:.1f})\n",
+             plan::to_string(s.algorithm), s.split, plan::to_string(s.backend), s.sequential_us, s.gemm_alone_us,
+             s.comm_alone_us);
+  const auto& k = r.best_kernel_level;
+  fmt::print("best kernel-level: {} split {} {}: {:.1f} us\n\n", plan::to_string(k.algorithm), k.split,
+             plan::to_string(k.backend), k.kernel_level_us);
+  fmt::print("  {:<8} {:>5} {:<12} {:<10} {:>11} {:>13} {:>11} {:>11}\n", "algo", "split", "backend", "order",
+             "fused us", "kernel-lvl us", "seq us", "comm us");
+  for (int i = 0; i < std::min<int>(a.top, static_cast<int>(r.candidates.size())); ++i) {
+    const auto& c = r.candidates[i];
+    fmt::print("  {:<8} {:>5} {:<12} {:<10} {:>11.1f} {:>13.1f} {:>11.1f} {:>11.1f}\n", plan::to_string(c.algorithm),
+               c.split, plan::to_string(c.backend), schedule::to_string(c.order), c.fused_us, c.kernel_level_us,
+               c.sequential_us, c.comm_alone_us);
+  }
+  fmt::print("  ({} candidates simulated, {} refused by the templates)\n", r.candidates.size(), r.skipped.size());
+}
+
+}  // namespace
+
+void register_simulate_commands(CLI::App& app) {
+  // The callbacks need argv[0] to find the default calibration; CLI11 keeps the program name.
+  auto* sim_cmd = app.add_subcommand("simulate", "Predict sequential, kernel-level and fused times of a plan + GEMM");
+  auto sa = std::make_shared<SimulateArgs>();
+  sim_cmd->add_option("plan", sa->plan_file, "Plan JSON file")->required();
+  sim_cmd->add_option("--gemm", sa->gemm, "Per-rank GEMM MxNxK")->required()->check(sizes(3, "MxNxK"));
+  sim_cmd->add_option("--tile", sa->tile, "Tile BLOCK_MxBLOCK_N")->capture_default_str()->check(sizes(2, "BLOCK_MxBLOCK_N"));
+  sim_cmd->add_option("--calib", sa->calib, "Calibration JSON (default: calib/h200.json)");
+  sim_cmd->add_option("--order", sa->order, "Tile order")->capture_default_str()->check(spelled<schedule::OrderKind>());
+  sim_cmd->add_option("--trace", sa->trace, "Write a Chrome/Perfetto trace JSON of the timeline");
+  sim_cmd->add_option("--svg", sa->svg, "Write an SVG picture of the timeline");
+  sim_cmd->add_option("--timeline", sa->timeline, "Which timeline --trace/--svg show")
+      ->capture_default_str()->check(CLI::IsMember({"fused", "kernel-level", "sequential"}));
+  sim_cmd->add_flag("--dynamic", sa->dynamic, "Workers take the next tile (atomic counter) instead of a static stride");
+  sim_cmd->callback([sa, &app] { run_simulate(*sa, app.get_name().c_str()); });
+
+  auto* tune_cmd = app.add_subcommand("tune", "Choose algorithm, split, backend and tile order by simulation");
+  auto ta = std::make_shared<TuneArgs>();
+  tune_cmd->add_option("--collective", ta->collective, "Collective")->capture_default_str()->check(spelled<plan::Collective>());
+  tune_cmd->add_option("--gemm", ta->gemm, "Per-rank GEMM MxNxK (M gathered / reduced along)")->required()->check(sizes(3, "MxNxK"));
+  tune_cmd->add_option("--tile", ta->tile, "Tile BLOCK_MxBLOCK_N")->capture_default_str()->check(sizes(2, "BLOCK_MxBLOCK_N"));
+  tune_cmd->add_option("--world", ta->world, "World size")->required()->check(CLI::Range(1, 1024));
+  tune_cmd->add_option("--calib", ta->calib, "Calibration JSON (default: calib/h200.json)");
+  tune_cmd->add_option("--min-gain", ta->min_gain, "Fraction fused must gain over sequential")->capture_default_str()->check(CLI::Range(0.0, 1.0));
+  tune_cmd->add_option("--top", ta->top, "Candidates to list")->capture_default_str()->check(CLI::Range(0, 1000));
+  tune_cmd->callback([ta, &app] { run_tune(*ta, app.get_name().c_str()); });
+}
+
 }  // namespace syncopate::cli

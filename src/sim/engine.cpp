@@ -100,6 +100,8 @@ class Engine {
       t.src = ch.src;
       t.dst = ch.dst;
       t.backend = ch.backend;
+      t.issuer = ch.issuer;
+      t.stream = ch.stream;
       t.bytes = ch.bytes;
       chunks_[c].pending = static_cast<int>(ch.after.size() + ch.gate_tiles.size() + ch.gate_kernels.size());
       for (int a : ch.after) after_waiters_.at(a).push_back(static_cast<int>(c));
@@ -241,7 +243,7 @@ class Engine {
     if (pos >= tiles.size()) return;  // this worker is done with the kernel
     const int t = tiles[pos];
     auto& timing = rs.timing[t];
-    timing = {r, t, w, rs.active_kernel, now_, 0, 0};
+    timing = {r, t, w, rs.active_kernel, -1, now_, 0, 0};
     if (rs.tile_pending[t] == 0) start_tile(r, w, t);
     else rs.tile_spinner[t] = w;
   }
@@ -375,6 +377,22 @@ class Engine {
           throw UserError(fmt::format("simulate: rank {}, tile {}: deadlock: it never runs", r, t));
   }
 
+  // See TileTiming::group_chunk.
+  int group_chunk(int r, const EngineKernel& kernel, int t) const {
+    int best = -1;
+    auto consider = [&](int c) {
+      if (best < 0 || timeline_.chunks[c].arrival > timeline_.chunks[best].arrival) best = c;
+    };
+    const auto& waits = in_.ranks[r].tile_waits;
+    if (t < static_cast<int>(waits.size()))
+      for (int c : waits[t]) consider(c);
+    for (int c : kernel.waits) consider(c);
+    if (best >= 0) return best;
+    for (int c : ranks_[r].tile_gates[t])
+      if (best < 0 || timeline_.chunks[c].start < timeline_.chunks[best].start) best = c;
+    return best;
+  }
+
   Timeline finish_timeline() {
     double total = 0;
     for (const auto& c : timeline_.chunks) total = std::max(total, c.arrival);
@@ -382,6 +400,7 @@ class Engine {
       for (const auto& kernel : in_.ranks[r].kernels)
         for (int t : kernel.tiles) {
           timeline_.tiles.push_back(ranks_[r].timing[t]);
+          timeline_.tiles.back().group_chunk = group_chunk(static_cast<int>(r), kernel, t);
           total = std::max(total, ranks_[r].timing[t].end);
         }
       total = std::max(total, ranks_[r].prev_end);

@@ -36,6 +36,7 @@ struct EngineChunk {
   plan::Backend backend = plan::Backend::copy_engine;
   double bytes = 0;
   int issuer = 0;                                // the GPU whose lanes it occupies
+  int stream = 0;                                // for the trace: its stream on the issuer
   std::vector<int> after;                        // chunks that land before it starts
   std::vector<std::pair<int, int>> gate_tiles;   // (rank, tile) that finish before it starts
   std::vector<std::pair<int, int>> gate_kernels; // (rank, kernel) that finish before it starts

@@ -46,7 +46,8 @@ void reorder(FusedCall& call, schedule::OrderKind order, const Calibration& cali
     call.orders.push_back(schedule::make_tile_order(call.plan, table, grid, order, when, group_m));
 }
 
-FusedCall make_fused_call(const plan::CommPlan& plan, const GemmShape& gemm, schedule::OrderKind order,
+FusedCall make_fused_call(const plan::CommPlan& plan, const GemmShape& gemm,
+                          const std::vector<lower::TileAccess>& accesses, schedule::OrderKind order,
                           const Calibration& calib, int group_m) {
   if (gemm.m < 1 || gemm.n < 1 || gemm.k < 1 || gemm.block_m < 1 || gemm.block_n < 1)
     throw UserError(fmt::format("simulate: gemm: bad-shape: {}x{}x{} with tile {}x{} (every size must be >= 1)",
@@ -54,9 +55,14 @@ FusedCall make_fused_call(const plan::CommPlan& plan, const GemmShape& gemm, sch
   FusedCall call;
   call.plan = plan;
   call.gemm = gemm;
-  call.tables = lower::lower(plan, gemm.grid(), default_accesses(plan));
+  call.tables = lower::lower(plan, gemm.grid(), accesses);
   reorder(call, order, calib, group_m);
   return call;
+}
+
+FusedCall make_fused_call(const plan::CommPlan& plan, const GemmShape& gemm, schedule::OrderKind order,
+                          const Calibration& calib, int group_m) {
+  return make_fused_call(plan, gemm, default_accesses(plan), order, calib, group_m);
 }
 
 }  // namespace syncopate::sim

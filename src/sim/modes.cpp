@@ -53,6 +53,7 @@ std::vector<EngineChunk> base_chunks(const plan::CommPlan& plan, const Calibrati
     e.backend = ch.backend;
     e.bytes = static_cast<double>(ch.box.elements()) * plan::dtype_size(tensor->second.dtype);
     e.issuer = issuer[c];
+    e.stream = ch.stream;
     const auto preds = graph.predecessors(static_cast<int>(c));
     e.after.assign(preds.begin(), preds.end());
     e.not_before_us = calib.launch_overhead_us;

@@ -44,6 +44,11 @@ std::vector<lower::TileAccess> default_accesses(const plan::CommPlan& plan);
 // (lowering names the tensor and dim).
 FusedCall make_fused_call(const plan::CommPlan& plan, const GemmShape& gemm, schedule::OrderKind order,
                           const Calibration& calib, int group_m = 8);
+// The same with the kernel's accesses spelled out (a custom plan, a tensor other than the
+// collective's).
+FusedCall make_fused_call(const plan::CommPlan& plan, const GemmShape& gemm,
+                          const std::vector<lower::TileAccess>& accesses, schedule::OrderKind order,
+                          const Calibration& calib, int group_m = 8);
 
 // Reorders an existing call's tiles (same plan, tables and GEMM) without lowering again.
 void reorder(FusedCall& call, schedule::OrderKind order, const Calibration& calib, int group_m = 8);

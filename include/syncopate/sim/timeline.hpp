@@ -18,6 +18,8 @@ struct ChunkTiming {
   int src = 0;
   int dst = 0;
   plan::Backend backend = plan::Backend::copy_engine;
+  int issuer = 0;  // the rank whose stream issues it (the source, for NCCL)
+  int stream = 0;  // its stream on the issuer
   double bytes = 0;
   double ready = 0;
   double start = 0;
@@ -32,6 +34,9 @@ struct TileTiming {
   int tile = 0;
   int worker = 0;
   int kernel = 0;  // 0 in a fused call; the chunked GEMM's kernel index in kernel-level overlap
+  // The chunk that sets the tile's arrival group: the last-landing chunk it (or its kernel)
+  // waited for; else the first-leaving chunk it helps produce; -1 when neither (local work).
+  int group_chunk = -1;
   double claimed = 0;
   double start = 0;
   double end = 0;

@@ -1,0 +1,61 @@
+// Auto-choice: which algorithm, split factor, backend and tile order make a GEMM + collective
+// fastest, and whether overlapping pays at all (small M: it often does not).
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "syncopate/plan/enums.hpp"
+#include "syncopate/schedule/tile_order.hpp"
+#include "syncopate/sim/calibration.hpp"
+#include "syncopate/sim/fused_call.hpp"
+
+namespace syncopate::sim {
+
+struct TuneRequest {
+  // all-gather: A (M x K) gathered along M, then the GEMM (AG+GEMM);
+  // reduce-scatter / all-reduce: the GEMM's C (M x N) reduced along M (GEMM+RS, GEMM+AR);
+  // all-to-all: A (M x K) exchanged along M, then the GEMM.
+  plan::Collective collective = plan::Collective::all_gather;
+  GemmShape gemm;  // per rank
+  int world_size = 2;
+  plan::DType dtype = plan::DType::bf16;
+  std::vector<plan::Algorithm> algorithms{plan::Algorithm::ring, plan::Algorithm::direct, plan::Algorithm::bidir};
+  std::vector<int> splits{1, 2, 4, 8};
+  std::vector<plan::Backend> backends{plan::Backend::copy_engine, plan::Backend::sm_copy, plan::Backend::nccl};
+  std::vector<schedule::OrderKind> orders{schedule::OrderKind::arrival, schedule::OrderKind::row_major,
+                                          schedule::OrderKind::grouped};
+  // Fused must beat the best sequential time by this fraction to be worth its complexity.
+  double min_gain = 0.05;
+};
+
+struct Candidate {
+  plan::Algorithm algorithm = plan::Algorithm::ring;
+  int split = 1;
+  plan::Backend backend = plan::Backend::copy_engine;
+  schedule::OrderKind order = schedule::OrderKind::arrival;
+  double fused_us = 0;
+  double kernel_level_us = 0;
+  double sequential_us = 0;
+  double comm_alone_us = 0;
+  double gemm_alone_us = 0;
+};
+
+enum class Decision { fused, kernel_level, sequential };
+std::string_view to_string(Decision decision);  // "fused", "kernel-level", "sequential"
+
+struct TuneResult {
+  Candidate best_fused;          // the fastest fused candidate
+  Candidate best_sequential;     // the candidate whose collective-then-GEMM is fastest
+  Candidate best_kernel_level;
+  Decision decision = Decision::sequential;
+  std::string reason;            // one sentence: why this decision
+  std::vector<Candidate> candidates;  // every one simulated, fastest fused first
+  std::vector<std::string> skipped;   // candidates a template refused, with its message
+};
+
+// Throws UserError when no candidate can be built (e.g. M too small to split across ranks).
+// Deterministic: ties go to the earlier candidate in the request's lists.
+TuneResult tune(const TuneRequest& request, const Calibration& calib);
+
+}  // namespace syncopate::sim
