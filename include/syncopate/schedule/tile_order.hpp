@@ -1,10 +1,18 @@
 // Tile schedules: the order in which a rank's kernel visits its tiles.
 //
-// Arrival order: tiles whose chunks are local (or need no chunk) first, then tiles grouped by
-// the predicted arrival time of the last chunk they wait on, earliest first; inside each
-// arrival group the tiles keep group-M swizzling for L2 reuse. Row-major and grouped (group-M,
-// no arrival awareness) orders exist for comparison. On the producer side (GEMM+RS) tiles are
-// ordered so that the chunks leaving first are completed first.
+// Arrival order, consumer side (some tile of the table waits): tiles that wait on no chunk
+// from another rank (src == this rank, e.g. an all-to-all's own block, or none at all) first,
+// then one group per distinct predicted arrival of the last chunk a tile waits on, earliest
+// first (tiles whose last chunks arrive at the same predicted time share a group); inside each
+// group the tiles keep group-M swizzling for L2 reuse. On AG+GEMM the local shard differs per
+// rank, so the order is rank-rotated.
+// Arrival order, producer side (no tile waits, some notify; GEMM+RS): the table's ready and
+// dst-ready slots are taken by predicted arrival of their chunk (ties: chunk id, then slot), and
+// each slot's tiles not yet placed are appended in group-M order, so the chunk that leaves (or
+// lands on this rank's partial) first has all its tiles written first; tiles gating no chunk
+// come last. A table with neither waits nor notifies gets the grouped order.
+// Row-major and grouped (group-M over the whole grid, no arrival awareness) orders exist for
+// comparison.
 //
 // Group-M swizzling visits group_m rows of tiles at a time, column-major inside the group
 // (Triton's matmul tutorial order); inside an arrival group the group's own rows are blocked,
