@@ -148,7 +148,10 @@ ReplayResult replay(const CommPlan& plan, unsigned seed) {
           return result;
         }
         issued[stream[i]] = true;
-        if (i > 0) successors[stream[i - 1]].push_back(stream[i]), ++waiting[stream[i]];
+        if (i > 0) {
+          successors[stream[i - 1]].push_back(stream[i]);
+          ++waiting[stream[i]];
+        }
       }
   for (const auto& c : plan.chunks)
     for (int d : c.deps) {
@@ -156,7 +159,8 @@ ReplayResult replay(const CommPlan& plan, unsigned seed) {
         result.problems.push_back(fmt::format("chunk {} depends on chunk {}, which is never issued", c.id, d));
         continue;  // the chunk keeps a wait that is never met: it will show as never run
       }
-      successors[d].push_back(c.id), ++waiting[c.id];
+      successors[d].push_back(c.id);
+      ++waiting[c.id];
     }
   for (int r = 0; r < plan.world_size; ++r) result.ranks.push_back(initial_state(plan, r));
 

@@ -191,8 +191,13 @@ TEST(TemplateAlgorithms, BidirSendsTheLargerHalfClockwise) {
   const CommPlan plan = make_plan(options_for({Collective::all_gather, Algorithm::bidir, 8, 1}));
   int clockwise = 0, counter = 0;
   for (const Chunk& c : plan.chunks) {
-    if (c.stream == 0) EXPECT_EQ(c.dst, (c.src + 1) % 8), ++clockwise;
-    else EXPECT_EQ(c.dst, (c.src + 7) % 8), ++counter;
+    if (c.stream == 0) {
+      EXPECT_EQ(c.dst, (c.src + 1) % 8);
+      ++clockwise;
+    } else {
+      EXPECT_EQ(c.dst, (c.src + 7) % 8);
+      ++counter;
+    }
   }
   EXPECT_EQ(clockwise, 8 * 4);  // each shard reaches ceil(7/2) = 4 ranks clockwise
   EXPECT_EQ(counter, 8 * 3);
