@@ -175,6 +175,9 @@ NB_MODULE(_runtime, m) {
       .def("issue", [](RankExecutor& e, std::uintptr_t s, std::int64_t epoch, bool wait_landed) {
              e.issue(as_stream(s), epoch, wait_landed);
            }, "stream"_a, "epoch"_a, "wait_landed"_a = true)
+      .def("wait_landed", [](RankExecutor& e, std::uintptr_t s, std::int64_t epoch) {
+             e.wait_landed(as_stream(s), epoch);
+           }, "stream"_a, "epoch"_a)
       .def("end", [](RankExecutor& e, std::uintptr_t s, std::int64_t epoch) { e.end(as_stream(s), epoch); },
            "stream"_a, "epoch"_a)
       .def("run", [](RankExecutor& e, std::uintptr_t s, std::int64_t epoch) { e.run(as_stream(s), epoch); },

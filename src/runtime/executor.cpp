@@ -158,6 +158,11 @@ void RankExecutor::issue(cudaStream_t stream, std::int64_t epoch, bool wait_land
   if (wait_landed) wait_all(stream, schedule_.landing_waits, epoch);
 }
 
+void RankExecutor::wait_landed(cudaStream_t stream, std::int64_t epoch) {
+  DeviceScope scope(heap_.device());
+  wait_all(stream, schedule_.landing_waits, epoch);
+}
+
 void RankExecutor::end(cudaStream_t stream, std::int64_t epoch) {
   DeviceScope scope(heap_.device());
   for (auto join : impl_->joins) SY_CUDA_CHECK(cudaStreamWaitEvent(stream, join, 0));

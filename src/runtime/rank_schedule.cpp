@@ -40,6 +40,10 @@ ChunkStep make_step(const plan::CommPlan& plan, const std::vector<lower::SignalT
       step.waits.push_back({WaitKind::entry, c.src, kEntrySlot, 1, 0, -1});
   }
   if (writes_dst) {
+    // A push must not land before the destination started this call: its buffer may still hold
+    // the previous call's data being read, or (reduce-add) its own contribution not yet written.
+    if (step.role == StepRole::push)
+      step.waits.push_back({WaitKind::entry, c.dst, kEntrySlot, 1, 0, -1});
     const int dst_ready = tables[c.dst].dst_ready_slot_of_chunk.at(c.id);
     if (dst_ready >= 0) step.waits.push_back(slot_wait(tables[c.dst], WaitKind::dst_ready, dst_ready));
     step.landing_slot = tables[c.dst].landing_slot_of_chunk.at(c.id);

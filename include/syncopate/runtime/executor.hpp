@@ -53,6 +53,9 @@ class RankExecutor {
   // writes the plan's buffers any more.
   void begin(cudaStream_t stream, std::int64_t epoch);
   void issue(cudaStream_t stream, std::int64_t epoch, bool wait_landed = true);
+  // Makes `stream` wait until every chunk landing here has landed (what issue() does with
+  // wait_landed): for a producer kernel launched after issue() whose output the chunks carry.
+  void wait_landed(cudaStream_t stream, std::int64_t epoch);
   void end(cudaStream_t stream, std::int64_t epoch);
   // begin + issue + end, for when the inputs are already in place.
   void run(cudaStream_t stream, std::int64_t epoch);

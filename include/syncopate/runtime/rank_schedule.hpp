@@ -6,7 +6,9 @@
 //          writes buffers of the previous call), then the caller puts its inputs in place and
 //          the rank sets its entry counter to e;
 //  issue   per plan stream, in order, each chunk step waits for its WaitRefs and then moves the
-//          chunk; the rank that completes the landing raises the chunk's landing slot;
+//          chunk; the rank that completes the landing raises the chunk's landing slot. A step
+//          that reads a peer's buffer (pull) waits for that peer's entry counter; one that
+//          writes a peer's buffer (push) waits for the destination's entry counter too;
 //  land    (optional) the rank waits for every landing slot of its own table;
 //  end     the rank sets its exit counter to e once it is done with every buffer.
 // Plain C++: unit-tested on the CPU.

@@ -1,0 +1,31 @@
+"""GEMM+AR: all_reduce(a @ b_shard), the reduction overlapped with the GEMM.
+
+    op = GemmAr(group, m=M, k=K_local, n=N, dtype=torch.bfloat16)
+    out = op(a, b_shard)          # a [M, K/w], b_shard [K/w, N]  ->  out [M, N] on every rank
+
+The producer machinery of gemm_rs.py with an all-reduce plan (reduce-scatter then all-gather
+in one plan): tiles announce themselves, reduce-add chunks leave as tiles are ready, the
+gathered shards land once the destination's tiles are stored.
+"""
+
+from __future__ import annotations
+
+from syncopate.ops.ag_gemm import context_for, default_backend
+from syncopate.ops.gemm_rs import ProducerGemm
+
+
+class GemmAr(ProducerGemm):
+    """Context of GEMM+AR: out [m, n] = sum over ranks of a @ b_shard, on every rank."""
+
+    collective = "all-reduce"
+
+    def _result(self):
+        return self.c.clone()
+
+
+def forward(a, b, *, group):
+    """The torch custom op's implementation (custom_ops.py): checked tensors, a ProcessGroup."""
+    m, k, n = a.shape[0], a.shape[1], b.shape[1]
+    ctx = context_for(GemmAr, group, (m, k, n, a.dtype, a.device, default_backend()),
+                      m=m, k=k, n=n, dtype=a.dtype, device=a.device, backend=default_backend())
+    return ctx(a.contiguous(), b)

@@ -1,0 +1,201 @@
+"""Syncopate's CUDA runtime from Python: symmetric heaps, bounded waits, plan execution.
+
+    ws = PlanWorkspace(plan, group, grid=(M, N, BLOCK_M, BLOCK_N), accesses=[("x", "consume", 0, -1)])
+    x = ws.tensor("x", torch.bfloat16)          # a torch view of this rank's symmetric buffer
+    e = ws.next_epoch()
+    ws.begin(e); x[rows].copy_(shard); ws.issue(e); ...; ws.end(e)
+    ws.check()                                  # WaitTimeoutError if a wait ran past its bound
+
+One process per GPU (torchrun): the heap's CUDA IPC handles travel between processes through
+torch.distributed (all_gather_object), an NCCL unique id through broadcast_object_list. The
+C++ side (syncopate._runtime) owns every buffer; the torch tensors handed out are views that
+stay valid as long as the workspace lives.
+
+Run with NVLink multicast off (NCCL_NVLS_ENABLE=0, TORCH_SYMM_MEM_DISABLE_MULTICAST=1,
+NVSHMEM_DISABLE_NVLS=1): nothing here uses it.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Optional, Sequence
+
+import torch
+
+from syncopate.errors import DeviceError, UserError
+
+try:
+    from syncopate import _runtime
+except ImportError as _error:  # a build without CUDA
+    _runtime = None
+    _IMPORT_ERROR = _error
+else:
+    _IMPORT_ERROR = None
+
+DEFAULT_WAIT_BOUND_NS = int(os.environ.get("SYNCOPATE_WAIT_BOUND_MS", "10000")) * 1_000_000
+
+_PLAN_DTYPE = {torch.float16: "f16", torch.bfloat16: "bf16", torch.float32: "f32", torch.int32: "i32"}
+
+
+def require_runtime():
+    """The compiled runtime module, or a DeviceError saying why it is missing."""
+    if _runtime is None:
+        raise DeviceError(f"syncopate._runtime is not available ({_IMPORT_ERROR}); install syncopate "
+                          "on a machine with a CUDA compiler so the runtime is built")
+    return _runtime
+
+
+def plan_dtype(dtype: torch.dtype) -> str:
+    """The plan IR's spelling of a torch dtype (bf16, f16, f32, i32)."""
+    if dtype not in _PLAN_DTYPE:
+        raise UserError(f"dtype {dtype} has no plan dtype; use one of {list(_PLAN_DTYPE)}")
+    return _PLAN_DTYPE[dtype]
+
+
+class _DeviceMemory:
+    """A raw device address as a __cuda_array_interface__ byte array, for torch.as_tensor."""
+
+    def __init__(self, address: int, nbytes: int):
+        self.__cuda_array_interface__ = {"shape": (nbytes,), "typestr": "|u1", "data": (address, False),
+                                         "version": 3, "strides": None}
+
+
+def device_view(address: int, shape: Sequence[int], dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    """A torch tensor over `address` (not owned: the caller keeps the memory alive)."""
+    count = 1
+    for s in shape:
+        count *= int(s)
+    nbytes = count * torch.tensor([], dtype=dtype).element_size()
+    with torch.cuda.device(device):
+        raw = torch.as_tensor(_DeviceMemory(address, max(nbytes, 1)), device=device)
+    return raw[:nbytes].view(dtype).view(*shape)
+
+
+def _is_distributed(group) -> bool:
+    import torch.distributed as dist
+
+    return group is not None and dist.is_available() and dist.is_initialized()
+
+
+def open_heap(nbytes: int, group=None, device: Optional[torch.device] = None):
+    """This rank's symmetric heap of `nbytes`, every peer mapped. Collective over `group`."""
+    rt = require_runtime()
+    device = torch.device(device) if device is not None else torch.device("cuda", torch.cuda.current_device())
+    if _is_distributed(group):
+        import torch.distributed as dist
+
+        rank, world = dist.get_rank(group), dist.get_world_size(group)
+    else:
+        rank, world = 0, 1
+    heap = rt.SymmetricHeap(rank, world, device.index, int(nbytes))
+    if world > 1:
+        import torch.distributed as dist
+
+        handles = [None] * world
+        dist.all_gather_object(handles, heap.export_handle(), group=group)
+        heap.open_peers(handles)
+    else:
+        heap.connect_local([heap])
+    return heap
+
+
+def open_nccl(group, device: torch.device):
+    """An NCCL communicator over `group` for the nccl chunk backend. Collective over `group`."""
+    rt = require_runtime()
+    import torch.distributed as dist
+
+    rank, world = dist.get_rank(group), dist.get_world_size(group)
+    box = [rt.nccl_unique_id() if rank == 0 else None]
+    dist.broadcast_object_list(box, src=dist.get_global_rank(group, 0), group=group)
+    return rt.NcclComm(box[0], world, rank, device.index)
+
+
+def _uses_nccl(plan) -> bool:
+    return any(c.backend == "nccl" and c.src != c.dst for c in plan.chunks)
+
+
+class PlanWorkspace:
+    """One rank's heap, signals and executor for one plan (and the local kernel's tile grid).
+
+    plan: a syncopate CommPlan (sy.make_plan) for group's world size.
+    grid: (M, N, BLOCK_M, BLOCK_N) of the local kernel, accesses: [(tensor, role, m_dim, n_dim)]
+    as in lower/tiling.hpp; with no accesses the tables hold landing slots only.
+    extra_bytes: more symmetric space after the plan's regions (see extra_offset).
+    """
+
+    def __init__(self, plan, group=None, *, grid=(1, 1, 1, 1), accesses=(), device=None,
+                 wait_bound_ns: int = DEFAULT_WAIT_BOUND_NS, drop_chunk: int = -1, sm_copy_blocks: int = 16,
+                 extra_bytes: int = 0):
+        rt = require_runtime()
+        from syncopate import plan_to_json
+
+        self.device = torch.device(device) if device is not None else torch.device("cuda", torch.cuda.current_device())
+        self.group = group
+        self.plan = plan
+        self.prepared = rt.prepare_plan(plan_to_json(plan), int(grid[0]), int(grid[1]), int(grid[2]),
+                                        int(grid[3]), [tuple(a) for a in accesses])
+        self.extra_offset = (int(self.prepared.heap_bytes) + 255) // 256 * 256
+        self.heap = open_heap(self.extra_offset + int(extra_bytes), group, self.device)
+        self.rank = self.heap.rank
+        self.world = self.heap.world
+        if self.world != plan.world_size:
+            raise UserError(f"rank {self.rank}: the plan is for world_size {plan.world_size}, the group "
+                            f"has {self.world} ranks")
+        self.monitor = rt.WaitMonitor()
+        self.nccl = open_nccl(group, self.device) if (_uses_nccl(plan) and self.world > 1) else None
+        self.executor = rt.RankExecutor(self.prepared, self.heap, self.monitor, self.nccl,
+                                        wait_bound_ns=int(wait_bound_ns), drop_chunk=int(drop_chunk),
+                                        sm_copy_blocks=int(sm_copy_blocks))
+        self.wait_bound_ns = int(wait_bound_ns)
+        self.epoch = 0
+
+    # -- buffers ---------------------------------------------------------------------------------
+    def tensor(self, name: str, dtype: torch.dtype, rank: Optional[int] = None) -> torch.Tensor:
+        """Plan tensor `name` of `rank` (default: this rank) as a torch view of the heap."""
+        spec = self.plan.tensors[name]
+        r = self.rank if rank is None else rank
+        return device_view(self.heap.base(r) + self.prepared.tensor_offset(name), list(spec.shape), dtype,
+                           self.device)
+
+    def extra(self, offset: int, shape: Sequence[int], dtype: torch.dtype, rank: Optional[int] = None):
+        """A view into the extra symmetric space, `offset` bytes past its start."""
+        r = self.rank if rank is None else rank
+        return device_view(self.heap.base(r) + self.extra_offset + int(offset), shape, dtype, self.device)
+
+    def signals(self) -> torch.Tensor:
+        """This rank's int32 signal slots (`sy_signals` of a transformed kernel)."""
+        n = max(1, int(self.prepared.num_signal_slots))
+        return device_view(self.heap.base(self.rank) + self.prepared.signals_offset, [n], torch.int32,
+                           self.device)
+
+    def table(self):
+        """This rank's signal table as lists (tile_waits, tile_notifies, slot_writers, ...)."""
+        return self.prepared.table(self.rank)
+
+    # -- the epoch protocol (rank_schedule.hpp) ---------------------------------------------------
+    def next_epoch(self) -> int:
+        self.epoch += 1
+        return self.epoch
+
+    def _stream(self, stream) -> int:
+        s = stream if stream is not None else torch.cuda.current_stream(self.device)
+        return int(s.cuda_stream)
+
+    def begin(self, epoch: int, stream=None) -> None:
+        self.executor.begin(self._stream(stream), int(epoch))
+
+    def issue(self, epoch: int, stream=None, wait_landed: bool = True) -> None:
+        self.executor.issue(self._stream(stream), int(epoch), bool(wait_landed))
+
+    def wait_landed(self, epoch: int, stream=None) -> None:
+        """Makes the stream wait (bounded) until every chunk landing on this rank has landed."""
+        self.executor.wait_landed(self._stream(stream), int(epoch))
+
+    def end(self, epoch: int, stream=None) -> None:
+        self.executor.end(self._stream(stream), int(epoch))
+
+    def check(self, synchronize: bool = True) -> None:
+        """Raises WaitTimeoutError (rank, slot, expected, seen, chunk) if a runtime wait timed out."""
+        if synchronize:
+            torch.cuda.synchronize(self.device)
+        self.monitor.check()
