@@ -185,7 +185,7 @@ void register_lower_commands(CLI::App& app) {
       ->check(CLI::IsMember(order_spellings()));
   schedule_cmd->add_option("--group-m", *group_m, "Rows of tiles per group-M swizzle group")
       ->capture_default_str()
-      ->check(CLI::PositiveNumber);
+      ->check(CLI::Range(1, 1 << 16));
   schedule_cmd->callback([schedule_args, order, group_m] {
     run_schedule(*schedule_args, *order, *group_m);
   });
