@@ -183,6 +183,16 @@ class FusedGemmLauncher:
             check_error(error, self.tables, "fused GEMM")
 
 
+def check_out(out, shape, dtype, device, who):
+    """`out` if it fits (shape, dtype, device, contiguous), a new tensor if None."""
+    if out is None:
+        return torch.empty(shape, dtype=dtype, device=device)
+    if tuple(out.shape) != tuple(shape) or out.dtype != dtype or out.device != device or not out.is_contiguous():
+        raise UserError(f"{who}: out must be a contiguous {list(shape)} {dtype} tensor on {device}, got "
+                        f"{list(out.shape)} {out.dtype} on {out.device}")
+    return out
+
+
 def _group_rank_world(group):
     import torch.distributed as dist
 
@@ -237,13 +247,16 @@ class AgGemm:
     def kernel_origin(self) -> str:
         return "sequential" if self.gemm is None else self.gemm.origin
 
-    def __call__(self, a_shard: torch.Tensor, b: torch.Tensor, *, check: bool = CHECK_EACH_CALL) -> torch.Tensor:
+    def __call__(self, a_shard: torch.Tensor, b: torch.Tensor, *, out: Optional[torch.Tensor] = None,
+                 check: bool = CHECK_EACH_CALL) -> torch.Tensor:
+        """c = all_gather(a_shard) @ b, into `out` if given. check: synchronize and raise a
+        WaitTimeoutError now (else errors surface at the next check())."""
         if tuple(a_shard.shape) != (self.shard_rows, self.k) or tuple(b.shape) != (self.k, self.n):
             raise ShapeError(f"AgGemm: expected a_shard [{self.shard_rows}, {self.k}] and b [{self.k}, {self.n}], "
                              f"got {list(a_shard.shape)} and {list(b.shape)}")
         if a_shard.dtype != self.dtype or b.dtype != self.dtype:
             raise UserError(f"AgGemm: operands must be {self.dtype}, got {a_shard.dtype} and {b.dtype}")
-        out = torch.empty((self.m, self.n), dtype=self.dtype, device=self.device)
+        out = check_out(out, (self.m, self.n), self.dtype, self.device, "AgGemm")
         epoch = self.ws.next_epoch()
         self.ws.begin(epoch)
         lo = self.rank * self.shard_rows

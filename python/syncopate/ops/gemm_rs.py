@@ -22,7 +22,7 @@ import torch
 
 from syncopate.errors import ShapeError, UserError
 from syncopate.ops.ag_gemm import (BACKENDS, BLOCK_M, BLOCK_N, CHECK_EACH_CALL, RESERVED_SMS, FusedGemmLauncher,
-                                   _barrier, _group_rank_world, context_for, default_backend)
+                                   _barrier, _group_rank_world, check_out, context_for, default_backend)
 from syncopate.runtime import DEFAULT_WAIT_BOUND_NS, PlanWorkspace, plan_dtype
 
 
@@ -69,11 +69,14 @@ class ProducerGemm:
     def kernel_origin(self) -> str:
         return "sequential" if self.gemm is None else self.gemm.origin
 
-    def _result(self) -> torch.Tensor:
+    def _result_view(self) -> torch.Tensor:
         lo = self.rank * self.shard_rows
-        return self.c[lo:lo + self.shard_rows].clone()
+        return self.c[lo:lo + self.shard_rows]
 
-    def __call__(self, a: torch.Tensor, b_shard: torch.Tensor, *, check: bool = CHECK_EACH_CALL) -> torch.Tensor:
+    def __call__(self, a: torch.Tensor, b_shard: torch.Tensor, *, out: Optional[torch.Tensor] = None,
+                 check: bool = CHECK_EACH_CALL) -> torch.Tensor:
+        """The op's result, copied into `out` if given. check: synchronize and raise a
+        WaitTimeoutError now (else errors surface at the next check())."""
         name = type(self).__name__
         if tuple(a.shape) != (self.m, self.k) or tuple(b_shard.shape) != (self.k, self.n):
             raise ShapeError(f"{name}: expected a [{self.m}, {self.k}] and b_shard [{self.k}, {self.n}], "
@@ -91,7 +94,9 @@ class ProducerGemm:
             self.ws.issue(epoch, wait_landed=False)
             self.gemm.launch(a, b_shard, self.c, self.signals, epoch)
             self.ws.wait_landed(epoch)
-        out = self._result()
+        result = self._result_view()
+        out = check_out(out, tuple(result.shape), self.dtype, self.device, name)
+        out.copy_(result)  # before end(): after it, peers may write into "c" again
         self.ws.end(epoch)
         if check:
             self.check()

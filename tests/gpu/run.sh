@@ -1,0 +1,74 @@
+#!/usr/bin/env bash
+# GPU tests of the runtime and the fused ops; run on a device machine from the repository root.
+#
+#   tests/gpu/run.sh [LOG_DIR]        (default bench/results)
+#
+# 1. builds the runtime, the C++ GPU tests and the Python modules (build-gpu/, Release);
+# 2. runs the single-process multi-GPU C++ tests at world sizes 1 .. max(4, GPUs) (ranks beyond
+#    the GPU count share GPUs; nccl cases need one GPU per rank and skip there);
+# 3. runs tests/gpu/test_ops_gpu.py under torchrun at every world size from 1 to the GPU count.
+# Logs: LOG_DIR/gpu-tests-<date>.log (everything) and the per-rank result lines beside it.
+# Exit status: non-zero if any step failed. Dependencies missing on the device (fmt,
+# nlohmann-json, GoogleTest, CLI11) may be carried in .deps/ (a CMake prefix).
+set -uo pipefail
+
+# NVLink multicast stays off: using it can put the host's shared GPUs out of service.
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+# Load every module at start: no module load may happen while a waiter spins.
+export CUDA_MODULE_LOADING=EAGER
+export PYTHONUNBUFFERED=1
+
+root=$(cd "$(dirname "$0")/../.." && pwd)
+cd "$root"
+log_dir=${1:-bench/results}
+mkdir -p "$log_dir"
+stamp=$(date -u +%Y%m%dT%H%M%SZ)
+log="$log_dir/gpu-tests-$stamp.log"
+python=${PYTHON:-python3}
+gpus=$("$python" -c 'import torch; print(torch.cuda.device_count())')
+status=0
+say() { echo "== $*" | tee -a "$log"; }
+
+say "device: $(nvidia-smi --query-gpu=name --format=csv,noheader | sort | uniq -c | xargs), GPUs: $gpus, $(date -u)"
+
+prefix_args=()
+if [ -d .deps ]; then
+  prefix_args=(-DCMAKE_PREFIX_PATH="$root/.deps")
+  export LD_LIBRARY_PATH="$root/.deps/lib/x86_64-linux-gnu:${LD_LIBRARY_PATH:-}"
+fi
+nccl_lib=$("$python" -c 'import nvidia.nccl, os; print(os.path.join(nvidia.nccl.__path__[0], "lib", "libnccl.so.2"))' 2>/dev/null || true)
+if [ -n "$nccl_lib" ] && [ -f "$nccl_lib" ]; then export SYNCOPATE_NCCL_LIBRARY="$nccl_lib"; fi
+
+say "build"
+if ! { cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DSYNCOPATE_CUDA=ON \
+         -DSYNCOPATE_BUILD_PYTHON=ON -DSYNCOPATE_BUILD_CLI=OFF -DPython_EXECUTABLE="$(command -v "$python")" \
+         "${prefix_args[@]}" && ninja -C build-gpu syncopate_runtime_gpu_test _core _runtime; } >>"$log" 2>&1; then
+  say "BUILD FAILED (see $log)"; tail -30 "$log"; exit 2
+fi
+
+# The package from the source tree plus the modules just built (no pip: nothing to download).
+pkg=$(mktemp -d)
+cp -r python/syncopate "$pkg/"
+cp build-gpu/python/_core*.so build-gpu/python/_runtime*.so "$pkg/syncopate/"
+export PYTHONPATH="$pkg${PYTHONPATH:+:$PYTHONPATH}"
+
+max_world=$(( gpus > 4 ? gpus : 4 ))
+for world in $(seq 1 "$max_world"); do
+  say "C++ runtime tests, single process, world $world on $gpus GPU(s)"
+  if ! SYNCOPATE_TEST_WORLD=$world timeout 300 build-gpu/tests/gpu/syncopate_runtime_gpu_test \
+       --gtest_brief=1 >>"$log" 2>&1; then
+    status=1; say "C++ world $world FAILED"
+  fi
+  grep -E "^\[  (PASSED|FAILED|SKIPPED) \]|tests? ran|missing-chunk error" "$log" | tail -4
+done
+
+for world in $(seq 1 "$gpus"); do
+  say "Python ops, torchrun world $world"
+  if ! timeout 420 "$python" -m torch.distributed.run --standalone --nproc_per_node="$world" \
+       tests/gpu/test_ops_gpu.py --log "$log_dir/gpu-ops-$stamp-w$world" ${OPS_ARGS:-} >>"$log" 2>&1; then
+    status=1; say "Python ops world $world FAILED"
+  fi
+  grep -E "^SUMMARY|^FAIL" "$log" | tail -12
+done
+say "done: status $status, log $log"
+exit $status
