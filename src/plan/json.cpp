@@ -9,7 +9,6 @@
 #include <algorithm>
 #include <cstring>
 #include <fstream>
-#include <sstream>
 #include <system_error>
 
 #include <fmt/core.h>
@@ -21,6 +20,10 @@
 
 namespace syncopate::plan {
 namespace {
+
+// A plan of a million chunks is about 200 MB of JSON; the parsed document takes several times
+// the text, so a larger input is refused before it can exhaust memory.
+constexpr std::size_t kMaxPlanFileBytes = std::size_t{1} << 30;
 
 using detail::JsonNode;
 using detail::ObjectReader;
@@ -203,7 +206,7 @@ void append_list(std::string& out, std::string_view pad, std::string_view newlin
 CommPlan parse_plan(std::string_view json_text, std::string_view source) {
   json document;
   try {
-    document = json::parse(json_text.begin(), json_text.end());
+    document = detail::parse_without_duplicate_keys(json_text, source);
   } catch (const json::parse_error& e) {
     throw_syntax_error(json_text, source, e);
   } catch (const json::exception& e) {  // e.g. a number too large for a double
@@ -213,16 +216,27 @@ CommPlan parse_plan(std::string_view json_text, std::string_view source) {
 }
 
 CommPlan load_plan(const std::filesystem::path& path) {
+  namespace fs = std::filesystem;
   const std::string name = path.string();
   std::error_code ec;
-  if (std::filesystem::is_directory(path, ec))
+  const fs::file_type type = fs::status(path, ec).type();
+  // Devices never end (/dev/zero) or block (a terminal); pipes and regular files are fine.
+  if (type == fs::file_type::directory)
     throw PlanParseError(fmt::format("{}: expected a plan file, got a directory", name));
+  if (type == fs::file_type::character || type == fs::file_type::block || type == fs::file_type::socket)
+    throw PlanParseError(fmt::format("{}: expected a plan file, got a device or socket", name));
   std::ifstream in(path, std::ios::binary);
   if (!in) throw PlanParseError(fmt::format("{}: cannot open the plan file: {}", name, std::strerror(errno)));
-  std::ostringstream text;
-  text << in.rdbuf();
+  std::string text;
+  std::vector<char> block(std::size_t{1} << 20);
+  while (in.read(block.data(), static_cast<std::streamsize>(block.size())) || in.gcount() > 0) {
+    text.append(block.data(), static_cast<std::size_t>(in.gcount()));
+    if (text.size() > kMaxPlanFileBytes)
+      throw PlanParseError(fmt::format("{}: expected a plan file of at most {} bytes, got a larger one", name,
+                                       kMaxPlanFileBytes));
+  }
   if (in.bad()) throw PlanParseError(fmt::format("{}: cannot read the plan file: {}", name, std::strerror(errno)));
-  return parse_plan(text.str(), name);
+  return parse_plan(text, name);
 }
 
 std::string plan_to_json(const CommPlan& plan, int indent) {

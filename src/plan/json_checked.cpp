@@ -2,7 +2,9 @@
 #include "json_checked.hpp"
 
 #include <algorithm>
+#include <functional>
 #include <limits>
+#include <set>
 
 #include <fmt/core.h>
 
@@ -36,7 +38,64 @@ std::string json_quoted(std::string_view text) {
 
 const char* plural(std::size_t n, const char* one, const char* many) { return n == 1 ? one : many; }
 
+// Follows the parser through the document: one frame per open object or array, holding the
+// keys seen so far (objects) or the index of the current element (arrays).
+class DuplicateKeyGuard {
+ public:
+  explicit DuplicateKeyGuard(std::string_view source) : source_(source) {}
+
+  bool operator()(int /*depth*/, json::parse_event_t event, json& parsed) {
+    switch (event) {
+      case json::parse_event_t::object_start:
+        enter_value();
+        frames_.push_back({true, {}, {}, 0});
+        break;
+      case json::parse_event_t::array_start:
+        enter_value();
+        frames_.push_back({false, {}, {}, 0});
+        break;
+      case json::parse_event_t::key: {
+        Frame& frame = frames_.back();
+        frame.key = parsed.get<std::string>();
+        if (!frame.keys.insert(frame.key).second)
+          throw PlanParseError(fmt::format("{}: {}: expected each key once in an object, got it again", source_, path()));
+        break;
+      }
+      case json::parse_event_t::object_end:
+      case json::parse_event_t::array_end: frames_.pop_back(); break;
+      case json::parse_event_t::value: enter_value(); break;
+    }
+    return true;
+  }
+
+ private:
+  struct Frame {
+    bool object;
+    std::set<std::string> keys;
+    std::string key;
+    std::size_t next_index;
+  };
+
+  void enter_value() {
+    if (!frames_.empty() && !frames_.back().object) ++frames_.back().next_index;
+  }
+  std::string path() const {
+    std::string out;
+    for (const Frame& f : frames_)
+      out = f.object ? path_join(out, f.key) : fmt::format("{}[{}]", out, f.next_index - 1);
+    return out;
+  }
+
+  std::string_view source_;
+  std::vector<Frame> frames_;
+};
+
 }  // namespace
+
+json parse_without_duplicate_keys(std::string_view text, std::string_view source) {
+  DuplicateKeyGuard guard(source);
+  return json::parse(text.begin(), text.end(), std::ref(guard));
+}
 
 std::string path_join(std::string_view parent, std::string_view key) {
   if (is_identifier(key)) return parent.empty() ? std::string(key) : fmt::format("{}.{}", parent, key);

@@ -76,6 +76,12 @@ class ObjectReader {
   std::vector<std::string_view> keys_;
 };
 
+// Parses `text`, refusing an object that repeats a key (the JSON standard leaves it open and
+// nlohmann keeps the last value, so `{"deps":[3],"deps":[]}` would silently drop a dep).
+// Syntax errors propagate as nlohmann::json::exception; a repeated key throws PlanParseError
+// naming its path.
+nlohmann::json parse_without_duplicate_keys(std::string_view text, std::string_view source);
+
 // `a.b`, or `a["odd key"]` when the key is not a plain identifier.
 std::string path_join(std::string_view parent, std::string_view key);
 

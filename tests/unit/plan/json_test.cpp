@@ -7,6 +7,7 @@
 #include <string>
 #include <tuple>
 
+#include <fmt/core.h>
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
@@ -208,6 +209,17 @@ TEST(PlanJsonErrors, WrongContainerTypes) {
   EXPECT_EQ(parse_error("[]"), "plan.json: (root): expected a plan object, got an array of 0 elements");
 }
 
+TEST(PlanJsonErrors, RepeatedKeysAreRejectedNotSilentlyOverwritten) {
+  const CommPlan plan = parse_plan(valid_document().dump());
+  const auto forward = std::find_if(plan.chunks.begin(), plan.chunks.end(),
+                                    [](const Chunk& c) { return c.deps == std::vector<int>{6}; });
+  ASSERT_NE(forward, plan.chunks.end());
+  std::string text = valid_document().dump();
+  text.insert(text.find(R"("deps":[6])"), R"("deps":[],)");  // would silently drop the dep on 6
+  EXPECT_EQ(parse_error(text), fmt::format("plan.json: chunks[{}].deps: expected each key once in an object, got it again",
+                                           forward->id));
+}
+
 TEST(PlanJsonErrors, OddTensorNamesAreQuotedInThePath) {
   json doc = valid_document();
   doc["tensors"]["a.b"] = {{"dtype", "f32"}};
@@ -260,6 +272,15 @@ TEST(PlanJsonFiles, MissingFileAndDirectoryAreParseErrorsNamingThePath) {
     FAIL() << "a missing file loaded";
   } catch (const PlanParseError& e) {
     EXPECT_EQ(std::string(e.what()), missing.string() + ": cannot open the plan file: No such file or directory");
+  }
+}
+
+TEST(PlanJsonFiles, DevicesAreRefusedRatherThanReadForever) {
+  try {
+    load_plan("/dev/zero");
+    FAIL() << "/dev/zero loaded";
+  } catch (const PlanParseError& e) {
+    EXPECT_EQ(std::string(e.what()), "/dev/zero: expected a plan file, got a device or socket");
   }
 }
 
