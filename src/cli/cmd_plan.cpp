@@ -122,7 +122,10 @@ void run_show(const std::string& file) {
         const Chunk& c = plan.chunks[id];
         std::string box = box_text(c.tensor, c.box);
         if (c.dst_tensor != c.tensor || c.dst_box != c.box) box += " -> " + box_text(c.dst_tensor, c.dst_box);
-        const char* role = c.src == program.rank ? (c.dst == c.src ? "local" : "send") : "recv";
+        // Which side of the chunk this rank issues ("?" for a plan listing it on a bystander).
+        const char* role = c.src == program.rank ? (c.dst == c.src ? "local" : "send")
+                           : c.dst == program.rank ? "recv"
+                                                   : "?";
         rows.push_back({std::to_string(s), std::to_string(id), role, fmt::format("{}->{}", c.src, c.dst), box,
                         std::string(to_string(c.op)), std::string(to_string(c.backend)),
                         c.deps.empty() ? "-" : fmt::format("{}", fmt::join(c.deps, ","))});
