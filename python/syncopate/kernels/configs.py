@@ -31,12 +31,20 @@ class GemmConfig:
     # Relative throughput of one block of this shape, once the chip is full (1.0 = the best
     # block). Used only to compare candidates; measured in bench/bench_gemm.py --sweep.
     efficiency: float
+    # Flatten the tile loop into the K loop so the next tile's loads start during this tile's
+    # epilogue (tl.range(..., flatten=True)).
+    flatten: bool = True
+    # Programs sharing one output tile, each over a slice of K, summed by a second kernel:
+    # for shapes whose tile count cannot fill the chip (small M).
+    split_k: int = 1
 
     @property
     def name(self) -> str:
         ws = "ws" if self.warp_specialize else "nows"
+        flat = "" if self.flatten else "_nf"
+        split = f"_k{self.split_k}" if self.split_k > 1 else ""
         return (f"{self.block_m}x{self.block_n}x{self.block_k}_s{self.num_stages}"
-                f"_w{self.num_warps}_g{self.group_m}_{ws}_e{self.epilogue_split}")
+                f"_w{self.num_warps}_g{self.group_m}_{ws}_e{self.epilogue_split}{flat}{split}")
 
     def shared_memory_bytes(self, element_size: int) -> int:
         """Shared memory the pipeline and the epilogue need, to reject configs that won't fit."""
@@ -45,50 +53,79 @@ class GemmConfig:
         return self.num_stages * stage + epilogue
 
 
-# The candidates, best block first. 128x256 with 8 warps (two consumer warpgroups) is the
-# block that reached cuBLAS on H200 (design/baselines-h200.md); smaller blocks exist for shapes
-# whose tile count would leave multiprocessors idle in the last wave.
+# The candidate blocks. 128x256 with 8 warps (two consumer warpgroups) is the block that
+# reached cuBLAS on H200 (design/baselines-h200.md); the smaller blocks are for shapes whose
+# tile count would leave multiprocessors idle in the last wave. Each efficiency is the block's
+# throughput per unit of tile area relative to 128x256, fitted to the sweep in
+# bench/results/ (docs/PERFORMANCE.md): a property of the block on Hopper, not of one GPU.
 CANDIDATES: tuple[GemmConfig, ...] = (
     GemmConfig(128, 256, 64, 8, 3, 8, True, 2, 1.00),
-    GemmConfig(128, 128, 64, 8, 4, 8, True, 1, 0.80),
-    GemmConfig(128, 128, 64, 8, 4, 4, True, 1, 0.75),
-    GemmConfig(64, 128, 64, 8, 4, 4, True, 1, 0.55),
+    GemmConfig(128, 128, 64, 8, 4, 4, True, 1, 0.91),
+    GemmConfig(64, 128, 64, 8, 4, 4, True, 1, 0.59),
 )
+SPLIT_K_FACTORS = (1, 2, 3, 4)
+# Pipeline fill and epilogue of one tile, in K-steps (fitted).
+TILE_FIXED_STEPS = 4.0
+# Cost of the split-K partials (written, read back and summed by a second kernel), in
+# units of one 128x256x64 K-step per MB of fp32 partials (fitted).
+SPLIT_K_COST_PER_MB = 1.0
+# Below this many K-steps per slice, splitting K only adds overhead.
+MIN_K_STEPS_PER_SPLIT = 8
+_REFERENCE_AREA = 128 * 256
 
 
-def _waves(tiles: int, num_programs: int) -> float:
-    return float(math.ceil(tiles / num_programs))
+def _waves(items: int, num_programs: int) -> float:
+    return float(math.ceil(items / num_programs))
 
 
 def estimated_cost(cfg: GemmConfig, m: int, n: int, k: int, num_sms: int) -> float:
     """Relative time of C[m,n] = A[m,k] @ B[k,n] with cfg on a chip of num_sms multiprocessors.
 
-    Each multiprocessor runs one persistent program; the time is the number of waves of tiles
-    times the time of one tile, which is its block area (padded work included, since a partial
-    block costs a full one) over the block's efficiency. K only scales every candidate alike,
-    so it matters only through the per-tile fixed cost (prologue + epilogue), modelled as a
-    few K-steps' worth of work.
+    Each multiprocessor runs one persistent program; the time is the number of waves of work
+    items (tiles times K slices) times the time of one item: its K-steps plus a fixed cost,
+    scaled by block area over efficiency (a partial block costs a full one). Split-K adds
+    the traffic of its fp32 partials. Unit: one K-step of a 128x256x64 block.
     """
-    tiles = math.ceil(m / cfg.block_m) * math.ceil(n / cfg.block_n)
-    k_steps = math.ceil(k / cfg.block_k)
-    fixed_steps = 4.0  # pipeline fill and the C store, in units of one K-step
-    per_tile = cfg.block_m * cfg.block_n * (k_steps + fixed_steps) / cfg.efficiency
-    return _waves(tiles, num_sms) * per_tile
+    work = math.ceil(m / cfg.block_m) * math.ceil(n / cfg.block_n) * cfg.split_k
+    k_steps = math.ceil(math.ceil(k / cfg.block_k) / cfg.split_k) * cfg.block_k / 64
+    per_item = (k_steps + TILE_FIXED_STEPS) * (cfg.block_m * cfg.block_n / _REFERENCE_AREA)
+    cost = _waves(work, num_sms) * per_item / cfg.efficiency
+    if cfg.split_k > 1:
+        cost += SPLIT_K_COST_PER_MB * cfg.split_k * m * n * 4 / 1e6
+    return cost
+
+
+def candidate_configs(k: int) -> list[GemmConfig]:
+    """Every block of CANDIDATES with every split factor that leaves enough K per slice."""
+    out = []
+    for cfg in CANDIDATES:
+        k_steps = math.ceil(k / cfg.block_k)
+        for split in SPLIT_K_FACTORS:
+            if split == 1 or k_steps >= split * MIN_K_STEPS_PER_SPLIT:
+                out.append(dataclasses.replace(cfg, split_k=split))
+    return out
 
 
 def choose_config(m: int, n: int, k: int, num_sms: int, element_size: int,
-                  shared_memory_limit: int,
-                  candidates: tuple[GemmConfig, ...] = CANDIDATES) -> GemmConfig:
-    """The candidate with the lowest estimated cost that fits in shared memory."""
+                  shared_memory_limit: int, allow_split_k: bool = True,
+                  candidates: tuple[GemmConfig, ...] | None = None) -> GemmConfig:
+    """The candidate with the lowest estimated cost that fits in shared memory.
+
+    allow_split_k=False for callers that need every tile final when its program finishes
+    (a producer that signals tiles as they are stored).
+    """
     if m <= 0 or n <= 0 or k <= 0:
         raise ValueError(f"choose_config: shape must be positive, got M={m} N={n} K={k}")
     if num_sms <= 0:
         raise ValueError(f"choose_config: num_sms must be positive, got {num_sms}")
-    fitting = [c for c in candidates if c.shared_memory_bytes(element_size) <= shared_memory_limit]
+    pool = list(candidates) if candidates is not None else candidate_configs(k)
+    if not allow_split_k:
+        pool = [c for c in pool if c.split_k == 1]
+    fitting = [c for c in pool if c.shared_memory_bytes(element_size) <= shared_memory_limit]
     if not fitting:
         raise ValueError(
             f"choose_config: no GEMM config fits in {shared_memory_limit} bytes of shared memory "
-            f"(smallest needs {min(c.shared_memory_bytes(element_size) for c in candidates)})")
+            f"(smallest needs {min(c.shared_memory_bytes(element_size) for c in pool)})")
     return min(fitting, key=lambda c: estimated_cost(c, m, n, k, num_sms))
 
 

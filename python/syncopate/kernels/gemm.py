@@ -34,7 +34,8 @@ _TMA_ALIGN_BYTES = 16
 def gemm_tma_kernel(a_ptr, b_ptr, c_ptr, M, N, K, stride_am, stride_b, stride_cm, num_programs,
                     B_IS_NK: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                     BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr, EPILOGUE_SPLIT: tl.constexpr,
-                    WARP_SPECIALIZE: tl.constexpr, C_STORE_POINTERS: tl.constexpr = False):
+                    WARP_SPECIALIZE: tl.constexpr, FLATTEN: tl.constexpr = True,
+                    C_STORE_POINTERS: tl.constexpr = False):
     """C[M,N] = A[M,K] @ B, B stored as [K,N] or, with B_IS_NK, as [N,K] (a Linear weight).
 
     C_STORE_POINTERS stores C with plain stores instead of TMA: the producer side of a fused
@@ -58,7 +59,7 @@ def gemm_tma_kernel(a_ptr, b_ptr, c_ptr, M, N, K, stride_am, stride_b, stride_cm
 
     # Flattening the tile and K loops lets the pipeliner prefetch the next tile's first K-steps
     # during this tile's epilogue; warp specialisation gives the loads their own warp.
-    for tile_id in tl.range(tl.program_id(0), num_tiles, num_programs, flatten=True,
+    for tile_id in tl.range(tl.program_id(0), num_tiles, num_programs, flatten=FLATTEN,
                             warp_specialize=WARP_SPECIALIZE):
         # @sy.tile(index=tile_id, m=pid_m, n=pid_n)
         # Grouped order: GROUP_M block-rows share each B column block while it is in L2.
@@ -134,6 +135,76 @@ def gemm_pointer_kernel(a_ptr, b_ptr, c_ptr, M, N, K, stride_am, stride_ak, stri
                  mask=(rows[:, None] < M) & (cols[None, :] < N))
 
 
+@triton.jit
+def gemm_split_k_kernel(a_ptr, b_ptr, partial_ptr, M, N, K, stride_am, stride_b, num_programs,
+                        SPLIT_K: tl.constexpr, B_IS_NK: tl.constexpr, BLOCK_M: tl.constexpr,
+                        BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr):
+    """fp32 partial products: partial[s] = A[:, Ks] @ B[Ks, :] over the s-th slice of K.
+
+    For shapes with too few output tiles to fill the chip (small M, decode): SPLIT_K programs
+    share each tile, and `split_k_reduce_kernel` sums the slices. Not annotated for the
+    transformer: a tile is final only after the reduction, which is a second launch.
+    """
+    a_desc = tl.make_tensor_descriptor(a_ptr, shape=[M, K], strides=[stride_am, 1],
+                                       block_shape=[BLOCK_M, BLOCK_K])
+    if B_IS_NK:
+        b_desc = tl.make_tensor_descriptor(b_ptr, shape=[N, K], strides=[stride_b, 1],
+                                           block_shape=[BLOCK_N, BLOCK_K])
+    else:
+        b_desc = tl.make_tensor_descriptor(b_ptr, shape=[K, N], strides=[stride_b, 1],
+                                           block_shape=[BLOCK_K, BLOCK_N])
+    num_pid_m = tl.cdiv(M, BLOCK_M)
+    num_pid_n = tl.cdiv(N, BLOCK_N)
+    num_work = num_pid_m * num_pid_n * SPLIT_K
+    k_tiles = tl.cdiv(K, BLOCK_K)
+    k_tiles_per_split = tl.cdiv(k_tiles, SPLIT_K)
+    tiles_per_group = GROUP_M * num_pid_n
+    for work in tl.range(tl.program_id(0), num_work, num_programs, flatten=True):
+        # Neighbouring programs take the slices of one tile: they share no operand data,
+        # but they finish together, so the reduction sees complete tiles early.
+        tile_id = work // SPLIT_K
+        split = work % SPLIT_K
+        group_id = tile_id // tiles_per_group
+        first_pid_m = group_id * GROUP_M
+        group_rows = min(num_pid_m - first_pid_m, GROUP_M)
+        pid_m = first_pid_m + (tile_id % group_rows)
+        pid_n = (tile_id % tiles_per_group) // group_rows
+        off_m = pid_m * BLOCK_M
+        off_n = pid_n * BLOCK_N
+        k_begin = split * k_tiles_per_split
+        k_end = min(k_begin + k_tiles_per_split, k_tiles)
+        acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+        for ki in range(k_begin, k_end):
+            off_k = ki * BLOCK_K
+            a = a_desc.load([off_m, off_k])
+            if B_IS_NK:
+                b = b_desc.load([off_n, off_k])
+                acc = tl.dot(a, b.T, acc)
+            else:
+                b = b_desc.load([off_k, off_n])
+                acc = tl.dot(a, b, acc)
+        # Plain stores straight from registers: a TMA store would need the fp32 tile staged in
+        # shared memory (128 KiB for 128x256), which the pipeline stages already fill.
+        rows = off_m + tl.arange(0, BLOCK_M)
+        cols = off_n + tl.arange(0, BLOCK_N)
+        p_ptrs = partial_ptr + split.to(tl.int64) * M * N + rows[:, None] * N + cols[None, :]
+        tl.store(p_ptrs, acc, mask=(rows[:, None] < M) & (cols[None, :] < N))
+
+
+@triton.jit
+def split_k_reduce_kernel(partial_ptr, c_ptr, M, N, stride_cm, SPLIT_K: tl.constexpr,
+                          BLOCK: tl.constexpr):
+    """C = sum over s of partial[s], cast to C's dtype."""
+    offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < M * N
+    acc = tl.zeros((BLOCK,), dtype=tl.float32)
+    for s in tl.static_range(SPLIT_K):
+        acc += tl.load(partial_ptr + s * M * N + offs, mask=mask, other=0.0)
+    rows = offs // N
+    cols = offs % N
+    tl.store(c_ptr + rows * stride_cm + cols, acc.to(c_ptr.dtype.element_ty), mask=mask)
+
+
 def interpreter_active() -> bool:
     """True when Triton runs kernels with its CPU interpreter (TRITON_INTERPRET=1)."""
     return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
@@ -177,14 +248,15 @@ def _device_limits(device: torch.device) -> tuple[int, int]:
     return props.multi_processor_count, smem
 
 
-def select_config(m: int, n: int, k: int, device: torch.device, dtype: torch.dtype) -> GemmConfig:
+def select_config(m: int, n: int, k: int, device: torch.device, dtype: torch.dtype,
+                  allow_split_k: bool = True) -> GemmConfig:
     """The configuration `gemm` uses for this shape on this device."""
     if device.type != "cuda":
         return INTERPRETER_CONFIG
     num_sms, smem = _device_limits(device)
     # Triton itself keeps a little shared memory (barriers); leave it a margin.
     return choose_config(m, n, k, num_sms, torch.tensor([], dtype=dtype).element_size(),
-                         smem - 1024)
+                         smem - 1024, allow_split_k=allow_split_k)
 
 
 def gemm(a: torch.Tensor, b: torch.Tensor, *, out: torch.Tensor | None = None,
@@ -209,7 +281,8 @@ def gemm(a: torch.Tensor, b: torch.Tensor, *, out: torch.Tensor | None = None,
         return out
     if k == 0:
         return out.zero_()
-    cfg = config if config is not None else select_config(m, n, k, a.device, a.dtype)
+    cfg = config if config is not None else select_config(m, n, k, a.device, a.dtype,
+                                                          allow_split_k=not c_store_pointers)
     tiles = triton.cdiv(m, cfg.block_m) * triton.cdiv(n, cfg.block_n)
     if num_programs is None:
         num_programs = _device_limits(a.device)[0] if a.is_cuda else 4
@@ -220,14 +293,17 @@ def gemm(a: torch.Tensor, b: torch.Tensor, *, out: torch.Tensor | None = None,
     b_view = b.t() if b_is_nk else (b if b.stride(1) == 1 else b.contiguous())
     use_tma = (not force_pointer_kernel and _tma_compatible(a_view) and _tma_compatible(b_view)
                and _tma_compatible(out))
-    if use_tma:
-        if a.is_cuda:
-            _ensure_descriptor_allocator()
+    if use_tma and a.is_cuda:
+        _ensure_descriptor_allocator()
+    if use_tma and cfg.split_k > 1 and not c_store_pointers:
+        _split_k_gemm(a_view, b_view, out, b_is_nk, cfg, num_programs)
+    elif use_tma:
         gemm_tma_kernel[(grid_size,)](
             a_view, b_view, out, m, n, k, a_view.stride(0), b_view.stride(0), out.stride(0),
             grid_size, B_IS_NK=b_is_nk, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n,
             BLOCK_K=cfg.block_k, GROUP_M=cfg.group_m, EPILOGUE_SPLIT=cfg.epilogue_split,
-            WARP_SPECIALIZE=cfg.warp_specialize, C_STORE_POINTERS=c_store_pointers,
+            WARP_SPECIALIZE=cfg.warp_specialize, FLATTEN=cfg.flatten,
+            C_STORE_POINTERS=c_store_pointers,
             num_stages=cfg.num_stages,
             num_warps=cfg.num_warps)
     else:
@@ -237,6 +313,22 @@ def gemm(a: torch.Tensor, b: torch.Tensor, *, out: torch.Tensor | None = None,
             BLOCK_K=cfg.block_k, GROUP_M=cfg.group_m, num_stages=cfg.num_stages,
             num_warps=cfg.num_warps)
     return out
+
+
+def _split_k_gemm(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor, b_is_nk: bool,
+                  cfg: GemmConfig, num_programs: int) -> None:
+    m, k = a.shape
+    n = out.shape[1]
+    partial = torch.empty((cfg.split_k, m, n), dtype=torch.float32, device=a.device)
+    work = triton.cdiv(m, cfg.block_m) * triton.cdiv(n, cfg.block_n) * cfg.split_k
+    gemm_split_k_kernel[(max(1, min(num_programs, work)),)](
+        a, b, partial, m, n, k, a.stride(0), b.stride(0), max(1, min(num_programs, work)),
+        SPLIT_K=cfg.split_k, B_IS_NK=b_is_nk, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n,
+        BLOCK_K=cfg.block_k, GROUP_M=cfg.group_m, num_stages=cfg.num_stages,
+        num_warps=cfg.num_warps)
+    block = 1024
+    split_k_reduce_kernel[(triton.cdiv(m * n, block),)](
+        partial, out, m, n, out.stride(0), SPLIT_K=cfg.split_k, BLOCK=block, num_warps=4)
 
 
 def linear(x: torch.Tensor, weight: torch.Tensor, *, out: torch.Tensor | None = None) -> torch.Tensor:

@@ -55,6 +55,7 @@ class Case:
     file: str
     kernel: str
     role: str               # "consume" or "produce"
+    tensor: str             # the communicated tensor (split into row shards, one chunk each)
     make: Callable[[torch.device, torch.Generator], Problem]
 
 
@@ -69,8 +70,14 @@ def _gemm_tensors(device, gen, M, N, K):
     return a, b, c
 
 
+def _scale(device) -> int:
+    """Sizes grow on a GPU so that many tiles wait at once; the interpreter keeps them small."""
+    return 4 if device.type == "cuda" else 1
+
+
 def _ag_gemm_one_tile(device, gen) -> Problem:
-    M, N, K, BM, BN, BK = 80, 48, 40, 16, 16, 16
+    s = _scale(device)
+    M, N, K, BM, BN, BK = 80 * s, 48 * s, 40 * s, 16, 16, 16
     a, b, c = _gemm_tensors(device, gen, M, N, K)
     tiles = _cdiv(M, BM) * _cdiv(N, BN)
     return Problem({"a": a, "b": b, "c": c},
@@ -81,9 +88,10 @@ def _ag_gemm_one_tile(device, gen) -> Problem:
 
 
 def _persistent_gemm(device, gen) -> Problem:
-    M, N, K, BM, BN, BK = 72, 40, 48, 16, 16, 16
+    s = _scale(device)
+    M, N, K, BM, BN, BK = 72 * s, 40 * s, 48 * s, 16, 16, 16
     a, b, c = _gemm_tensors(device, gen, M, N, K)
-    programs = 3
+    programs = 3 * s
     return Problem({"a": a, "b": b, "c": c},
                    (a, b, c, M, N, K, a.stride(0), a.stride(1), b.stride(0), b.stride(1),
                     c.stride(0), c.stride(1)),
@@ -92,7 +100,8 @@ def _persistent_gemm(device, gen) -> Problem:
 
 
 def _gemm_rs_producer(device, gen) -> Problem:
-    M, N, K, BM, BN, BK = 64, 48, 24, 16, 16, 16
+    s = _scale(device)
+    M, N, K, BM, BN, BK = 64 * s, 48 * s, 24 * s, 16, 16, 16
     a, b, c = _gemm_tensors(device, gen, M, N, K)
     tiles = _cdiv(M, BM) * _cdiv(N, BN)
     return Problem({"a": a, "b": b, "c": c},
@@ -103,7 +112,8 @@ def _gemm_rs_producer(device, gen) -> Problem:
 
 
 def _rmsnorm_rows(device, gen) -> Problem:
-    M, N, BM, BN = 50, 32, 8, 32
+    s = _scale(device)
+    M, N, BM, BN = 50 * s, 32 * s, 8, 32 * s
     x = torch.randn(M, N, generator=gen).to(device)
     w = torch.randn(N, generator=gen).to(device)
     y = torch.full((M, N), float("nan"), device=device)
@@ -114,10 +124,10 @@ def _rmsnorm_rows(device, gen) -> Problem:
 
 
 CASES = [
-    Case("ag_gemm_one_tile.py", "matmul_kernel", "consume", _ag_gemm_one_tile),
-    Case("persistent_gemm.py", "matmul_persistent", "consume", _persistent_gemm),
-    Case("gemm_rs_producer.py", "matmul_rs_kernel", "produce", _gemm_rs_producer),
-    Case("rmsnorm_rows.py", "rmsnorm_kernel", "consume", _rmsnorm_rows),
+    Case("ag_gemm_one_tile.py", "matmul_kernel", "consume", "a", _ag_gemm_one_tile),
+    Case("persistent_gemm.py", "matmul_persistent", "consume", "a", _persistent_gemm),
+    Case("gemm_rs_producer.py", "matmul_rs_kernel", "produce", "c", _gemm_rs_producer),
+    Case("rmsnorm_rows.py", "rmsnorm_kernel", "consume", "x", _rmsnorm_rows),
 ]
 
 
