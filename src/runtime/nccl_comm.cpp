@@ -39,6 +39,8 @@ class NcclLibrary {
     send = load<decltype(send)>("ncclSend");
     recv = load<decltype(recv)>("ncclRecv");
     error_string = load<decltype(error_string)>("ncclGetErrorString");
+    group_start = load<decltype(group_start)>("ncclGroupStart");
+    group_end = load<decltype(group_end)>("ncclGroupEnd");
   }
   ~NcclLibrary() = default;  // never dlclose: NCCL keeps threads that outlive us
   NcclLibrary(const NcclLibrary&) = delete;
@@ -55,6 +57,8 @@ class NcclLibrary {
   nccl_abi::Result (*send)(const void*, std::size_t, int, int, nccl_abi::Comm, cudaStream_t) = nullptr;
   nccl_abi::Result (*recv)(void*, std::size_t, int, int, nccl_abi::Comm, cudaStream_t) = nullptr;
   const char* (*error_string)(nccl_abi::Result) = nullptr;
+  nccl_abi::Result (*group_start)() = nullptr;
+  nccl_abi::Result (*group_end)() = nullptr;
 
  private:
   template <class Fn>
@@ -65,6 +69,52 @@ class NcclLibrary {
   }
   void* handle_ = nullptr;
 };
+
+namespace {
+
+// NCCL connects point-to-point peers lazily, inside the first send/recv, and the host thread
+// blocks there until the peer connects too. Issuing a rank's chunks one by one could then
+// block the host on a connection its peer makes only later. So every communicator exchanges
+// one grouped send/recv with every peer right after init: all connections exist before the
+// first chunk. kConnectBytes is large enough for NCCL to use all its p2p channels.
+constexpr std::int64_t kConnectBytes = std::int64_t{1} << 20;
+
+struct ConnectBuffers {
+  int device = 0;
+  void* send = nullptr;
+  void* recv = nullptr;
+  cudaStream_t stream = nullptr;
+};
+
+ConnectBuffers make_connect_buffers(int device, int world) {
+  ConnectBuffers b;
+  b.device = device;
+  SY_CUDA_CHECK(cudaSetDevice(device));
+  SY_CUDA_CHECK(cudaMalloc(&b.send, kConnectBytes));
+  SY_CUDA_CHECK(cudaMalloc(&b.recv, kConnectBytes * world));
+  SY_CUDA_CHECK(cudaMemset(b.send, 0, kConnectBytes));
+  SY_CUDA_CHECK(cudaStreamCreateWithFlags(&b.stream, cudaStreamNonBlocking));
+  return b;
+}
+
+void free_connect_buffers(const ConnectBuffers& b) {
+  cudaSetDevice(b.device);
+  cudaStreamSynchronize(b.stream);
+  cudaStreamDestroy(b.stream);
+  cudaFree(b.send);
+  cudaFree(b.recv);
+}
+
+void post_exchange(const NcclLibrary& lib, void* comm, int rank, int world, const ConnectBuffers& b) {
+  for (int p = 0; p < world; ++p) {
+    if (p == rank) continue;
+    lib.check(lib.send(b.send, kConnectBytes, nccl_abi::kUint8, p, comm, b.stream), "ncclSend (connect)");
+    lib.check(lib.recv(static_cast<char*>(b.recv) + kConnectBytes * p, kConnectBytes, nccl_abi::kUint8, p,
+                       comm, b.stream), "ncclRecv (connect)");
+  }
+}
+
+}  // namespace
 
 std::vector<std::uint8_t> NcclComm::unique_id() {
   const NcclLibrary lib;
@@ -90,9 +140,16 @@ NcclComm::NcclComm(const std::vector<std::uint8_t>& id, int world, int rank, int
   SY_CUDA_CHECK(cudaSetDevice(device));
   nccl_abi::Comm comm = nullptr;
   const auto r = lib_->comm_init_rank(&comm, world, uid, rank);
-  cudaSetDevice(previous);
   lib_->check(r, "ncclCommInitRank");
   comm_ = comm;
+  if (world > 1) {
+    const ConnectBuffers b = make_connect_buffers(device, world);
+    lib_->check(lib_->group_start(), "ncclGroupStart");
+    post_exchange(*lib_, comm_, rank, world, b);
+    lib_->check(lib_->group_end(), "ncclGroupEnd");
+    free_connect_buffers(b);
+  }
+  cudaSetDevice(previous);
 }
 
 std::vector<std::unique_ptr<NcclComm>> NcclComm::init_all(const std::vector<int>& devices) {
@@ -100,6 +157,19 @@ std::vector<std::unique_ptr<NcclComm>> NcclComm::init_all(const std::vector<int>
   std::vector<nccl_abi::Comm> comms(devices.size(), nullptr);
   lib->check(lib->comm_init_all(comms.data(), static_cast<int>(devices.size()), devices.data()),
              "ncclCommInitAll");
+  const int world = static_cast<int>(devices.size());
+  if (world > 1) {
+    int previous = 0;
+    SY_CUDA_CHECK(cudaGetDevice(&previous));
+    std::vector<ConnectBuffers> buffers;
+    for (int r = 0; r < world; ++r) buffers.push_back(make_connect_buffers(devices[r], world));
+    // One thread drives every rank here, so the exchange of all ranks is one group.
+    lib->check(lib->group_start(), "ncclGroupStart");
+    for (int r = 0; r < world; ++r) post_exchange(*lib, comms[r], r, world, buffers[r]);
+    lib->check(lib->group_end(), "ncclGroupEnd");
+    for (const auto& b : buffers) free_connect_buffers(b);
+    cudaSetDevice(previous);
+  }
   std::vector<std::unique_ptr<NcclComm>> out;
   for (std::size_t r = 0; r < comms.size(); ++r)
     out.emplace_back(new NcclComm(lib, comms[r], static_cast<int>(devices.size()), static_cast<int>(r)));

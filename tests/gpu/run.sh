@@ -8,6 +8,8 @@
 #    the GPU count share GPUs; nccl cases need one GPU per rank and skip there);
 # 3. runs tests/gpu/test_ops_gpu.py under torchrun at every world size from 1 to the GPU count.
 # Logs: LOG_DIR/gpu-tests-<date>.log (everything) and the per-rank result lines beside it.
+# CPP_WORLDS / PY_WORLDS (space-separated) override the world sizes; OPS_ARGS is passed to
+# test_ops_gpu.py (e.g. "--quick", "--only matrix").
 # Exit status: non-zero if any step failed. Dependencies missing on the device (fmt,
 # nlohmann-json, GoogleTest, CLI11) may be carried in .deps/ (a CMake prefix).
 set -uo pipefail
@@ -53,7 +55,7 @@ cp build-gpu/python/_core*.so build-gpu/python/_runtime*.so "$pkg/syncopate/"
 export PYTHONPATH="$pkg${PYTHONPATH:+:$PYTHONPATH}"
 
 max_world=$(( gpus > 4 ? gpus : 4 ))
-for world in $(seq 1 "$max_world"); do
+for world in ${CPP_WORLDS:-$(seq 1 "$max_world")}; do
   say "C++ runtime tests, single process, world $world on $gpus GPU(s)"
   if ! SYNCOPATE_TEST_WORLD=$world timeout 300 build-gpu/tests/gpu/syncopate_runtime_gpu_test \
        --gtest_brief=1 >>"$log" 2>&1; then
@@ -62,7 +64,7 @@ for world in $(seq 1 "$max_world"); do
   grep -E "^\[  (PASSED|FAILED|SKIPPED) \]|tests? ran|missing-chunk error" "$log" | tail -4
 done
 
-for world in $(seq 1 "$gpus"); do
+for world in ${PY_WORLDS:-$(seq 1 "$gpus")}; do
   say "Python ops, torchrun world $world"
   if ! timeout 420 "$python" -m torch.distributed.run --standalone --nproc_per_node="$world" \
        tests/gpu/test_ops_gpu.py --log "$log_dir/gpu-ops-$stamp-w$world" ${OPS_ARGS:-} >>"$log" 2>&1; then

@@ -219,6 +219,7 @@ class MissingChunk : public testing::TestWithParam<Case> {};
 
 TEST_P(MissingChunk, TimesOutNamingTheChunk) {
   const int world = test_world();
+  if (world < 2) GTEST_SKIP() << "a chunk needs two ranks";
   if (skip_nccl(GetParam(), world)) GTEST_SKIP() << "nccl needs one GPU per rank";
   const auto p = make_case_plan(GetParam(), world);
   int dropped = -1;

@@ -128,6 +128,29 @@ def run_matrix(res, group, world, rank, quick):
                     dist.barrier()
 
 
+def run_custom_ops(res, group, world, rank):
+    """The public torch custom ops (syncopate.ops.*), eager and under torch.compile."""
+    import syncopate.ops as sops
+
+    gen = torch.Generator(device="cuda")
+    gen.manual_seed(7 + rank)
+    m, k, n = shapes(world)[0]
+    for op in ("ag_gemm", "gemm_rs", "gemm_ar"):
+        fn = getattr(sops, op)
+        for mode in ("eager", "compiled"):
+            name = f"custom-op {op} {mode} M={m} K={k} N={n} bf16"
+            try:
+                a, b = inputs(op, m, k, n, torch.bfloat16, world, gen)
+                call = fn if mode == "eager" else torch.compile(fn, fullgraph=True)
+                out = call(a, b)
+                err = rel_error(out, reference(op, a, b, world, rank))
+                res.record(name, err < TOLERANCE[torch.bfloat16], f"rel_err={err:.2e}")
+            except Exception as exc:  # noqa: BLE001
+                res.record(name, False, f"{type(exc).__name__}: {exc}")
+                traceback.print_exc()
+            dist.barrier()
+
+
 def run_back_to_back(res, group, world, rank, calls=200):
     gen = torch.Generator(device="cuda")
     gen.manual_seed(99 + rank)
@@ -194,7 +217,7 @@ def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--log", default="")
-    parser.add_argument("--only", default="matrix,back-to-back,missing-chunk")
+    parser.add_argument("--only", default="matrix,custom-ops,back-to-back,missing-chunk")
     args = parser.parse_args()
     rank = int(os.environ["RANK"])
     local = int(os.environ.get("LOCAL_RANK", rank))
@@ -207,6 +230,8 @@ def main():
     parts = args.only.split(",")
     if "matrix" in parts:
         run_matrix(res, group, world, rank, args.quick)
+    if "custom-ops" in parts:
+        run_custom_ops(res, group, world, rank)
     if "back-to-back" in parts:
         run_back_to_back(res, group, world, rank)
     if "missing-chunk" in parts:

@@ -19,8 +19,10 @@ says which one a context uses.
 from __future__ import annotations
 
 import functools
+import importlib
 import importlib.util
 import os
+import sys
 import tempfile
 from typing import Optional
 
@@ -105,7 +107,8 @@ def fused_gemm_kernel():
     transform = _transformer()
     if transform is not None:
         try:
-            from syncopate.kernels import gemm as gemm_module
+            # importlib: the package re-exports a function named gemm over the module name
+            gemm_module = importlib.import_module("syncopate.kernels.gemm")
 
             with open(gemm_module.__file__, encoding="utf-8") as f:
                 source = f.read()
@@ -115,8 +118,11 @@ def fused_gemm_kernel():
             path = os.path.join(tempfile.mkdtemp(prefix="syncopate-"), "fused_gemm.py")
             with open(path, "w", encoding="utf-8") as f:
                 f.write(text)
-            spec = importlib.util.spec_from_file_location("syncopate_fused_gemm", path)
+            # Named inside syncopate.kernels so that gemm.py's relative imports resolve.
+            name = "syncopate.kernels._gemm_transformed"
+            spec = importlib.util.spec_from_file_location(name, path)
             module = importlib.util.module_from_spec(spec)
+            sys.modules[name] = module
             spec.loader.exec_module(module)
             return module.gemm_pointer_kernel, "transformer"
         except Exception as exc:  # noqa: BLE001 - any failure falls back, and says so
