@@ -33,7 +33,10 @@ std::string escape(const std::string& text) {
 std::string group_colour(int group, bool pale = false) {
   if (group <= 0) return pale ? "#e4e4e4" : "#a9a9a9";
   const double hue = std::fmod((group - 1) * 137.508, 360.0);
-  return fmt::format("hsl({:.1f},{}%,{}%)", hue, pale ? 60 : 62, pale ? 82 : 48);
+  // Past a turn of the colour wheel (about 6 groups) hues come back close to earlier ones:
+  // alternate the lightness per turn so neighbours in time stay apart.
+  const int turn = ((group - 1) / 6) % 2;
+  return fmt::format("hsl({:.1f},{}%,{}%)", hue, pale ? 60 : 62, pale ? 82 : (turn ? 34 : 50));
 }
 
 // A tick step of 1, 2 or 5 times a power of ten giving about `target` ticks.
@@ -219,8 +222,8 @@ std::string svg_timeline(const Timeline& tl, const SvgOptions& options) {
   for (int g = 1; g <= 5; ++g) swatch(group_colour(g), fmt::format("arrival group {}", g));
   swatch(group_colour(1, true), "latency after the bytes");
   out += fmt::format("<text x=\"{}\" y=\"{:.1f}\" fill=\"#555\">Colour = the order in which chunks land on "
-                     "(or leave) the rank; a tile has the colour of the last chunk it waited for (or the "
-                     "first it produces).</text>\n", kLeft, legend_y + 18);
+                     "the rank (chunks in) or leave it (chunks out); a tile has the colour of the last "
+                     "chunk it waited for, or of the first it produces.</text>\n", kLeft, legend_y + 18);
   out += "</svg>\n";
   return out;
 }
