@@ -192,3 +192,38 @@ def test_split_k_matches_reference(split_k, b_is_nk, shape):
     c = gemm_module.gemm(a, b, out=out, config=cfg, num_programs=5)
     assert not torch.isnan(c).any()
     assert _rel_error(c, a, b) < 1e-2
+
+
+_kernel_configs = importlib.import_module("syncopate_kernels_under_test.configs")
+_SMEM_H100 = 232448 - 1024
+
+
+def test_model_picks_the_big_block_when_the_chip_is_full():
+    cfg = _kernel_configs.choose_config(8192, 8192, 8192, 132, 2, _SMEM_H100)
+    assert (cfg.block_m, cfg.block_n, cfg.split_k) == (128, 256, 1)
+
+
+def test_model_splits_k_when_tiles_cannot_fill_the_chip():
+    cfg = _kernel_configs.choose_config(128, 3072, 4096, 132, 2, _SMEM_H100)
+    assert cfg.split_k > 1
+    no_split = _kernel_configs.choose_config(128, 3072, 4096, 132, 2, _SMEM_H100,
+                                             allow_split_k=False)
+    assert no_split.split_k == 1
+
+
+def test_model_reads_the_multiprocessor_count():
+    # 4096x1536 in 128x256 blocks is 192 tiles: 2 waves on 132 SMs (the second 45% full), one
+    # wave on 192 SMs. The smaller block wins only where the waves quantise badly.
+    on_132 = _kernel_configs.choose_config(4096, 1536, 4096, 132, 2, _SMEM_H100)
+    on_192 = _kernel_configs.choose_config(4096, 1536, 4096, 192, 2, _SMEM_H100)
+    assert (on_192.block_m, on_192.block_n) == (128, 256)
+    assert (on_132.block_m, on_132.block_n) != (128, 256)
+
+
+def test_model_respects_shared_memory():
+    cfg = _kernel_configs.choose_config(8192, 8192, 8192, 132, 2, 120 * 1024)
+    assert cfg.shared_memory_bytes(2) <= 120 * 1024
+    with pytest.raises(ValueError, match="no GEMM config fits"):
+        _kernel_configs.choose_config(8192, 8192, 8192, 132, 2, 1024)
+    with pytest.raises(ValueError, match="shape must be positive"):
+        _kernel_configs.choose_config(0, 8, 8, 132, 2, _SMEM_H100)
