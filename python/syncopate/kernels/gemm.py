@@ -17,6 +17,7 @@ Both run under TRITON_INTERPRET=1 on the CPU (tests/python/test_gemm_interpret.p
 
 from __future__ import annotations
 
+import functools
 import os
 
 import torch
@@ -255,8 +256,15 @@ def select_config(m: int, n: int, k: int, device: torch.device, dtype: torch.dty
         return INTERPRETER_CONFIG
     num_sms, smem = _device_limits(device)
     # Triton itself keeps a little shared memory (barriers); leave it a margin.
-    return choose_config(m, n, k, num_sms, torch.tensor([], dtype=dtype).element_size(),
-                         smem - 1024, allow_split_k=allow_split_k)
+    return _memoized_choice(m, n, k, num_sms, torch.tensor([], dtype=dtype).element_size(),
+                            smem - 1024, allow_split_k)
+
+
+# choose_config is a pure function of its arguments; remembering its answers keeps the model
+# (a dozen candidates) off the per-call host path of small GEMMs.
+_memoized_choice = functools.lru_cache(maxsize=4096)(
+    lambda m, n, k, sms, elem, smem, split: choose_config(m, n, k, sms, elem, smem,
+                                                         allow_split_k=split))
 
 
 def gemm(a: torch.Tensor, b: torch.Tensor, *, out: torch.Tensor | None = None,
