@@ -12,12 +12,11 @@
 namespace nb = nanobind;
 
 namespace syncopate::python {
-namespace {
 
-// Sets the pending Python exception to syncopate.errors.<class_name>(message). The class is
-// looked up on every error rather than cached, so the module keeps no global state; the import
-// is a dictionary lookup once syncopate.errors is loaded (syncopate/__init__.py loads it first).
-void raise_as(const char* class_name, const std::exception& error) {
+// The class is looked up on every error rather than cached, so the module keeps no global
+// state; the import is a dictionary lookup once syncopate.errors is loaded (syncopate/__init__.py
+// loads it first).
+void set_python_error(const char* class_name, const std::exception& error) {
   PyObject* errors_module = PyImport_ImportModule("syncopate.errors");
   PyObject* cls = errors_module ? PyObject_GetAttrString(errors_module, class_name) : nullptr;
   Py_XDECREF(errors_module);
@@ -31,28 +30,30 @@ void raise_as(const char* class_name, const std::exception& error) {
   Py_DECREF(cls);
 }
 
+namespace {
+
 // Most derived classes first: a PlanParseError is also a UserError and an Error.
 void translate(const std::exception_ptr& pending, void* /*payload*/) {
   try {
     std::rethrow_exception(pending);
   } catch (const PlanParseError& e) {
-    raise_as("PlanParseError", e);
+    set_python_error("PlanParseError", e);
   } catch (const PlanVerifyError& e) {
-    raise_as("PlanVerifyError", e);
+    set_python_error("PlanVerifyError", e);
   } catch (const ShapeError& e) {
-    raise_as("ShapeError", e);
+    set_python_error("ShapeError", e);
   } catch (const TransformError& e) {
-    raise_as("TransformError", e);
+    set_python_error("TransformError", e);
   } catch (const UserError& e) {
-    raise_as("UserError", e);
+    set_python_error("UserError", e);
   } catch (const WaitTimeoutError& e) {
-    raise_as("WaitTimeoutError", e);
+    set_python_error("WaitTimeoutError", e);
   } catch (const DeviceError& e) {
-    raise_as("DeviceError", e);
+    set_python_error("DeviceError", e);
   } catch (const InternalError& e) {
-    raise_as("InternalError", e);
+    set_python_error("InternalError", e);
   } catch (const Error& e) {
-    raise_as("Error", e);
+    set_python_error("Error", e);
   }
   // Anything else propagates to nanobind's own translators (std::invalid_argument -> ValueError, ...).
 }

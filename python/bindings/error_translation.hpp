@@ -6,12 +6,17 @@
 // into Python always arrives as the matching syncopate.* exception with the C++ message intact.
 #pragma once
 
+#include <exception>
 #include <string>
 #include <string_view>
 
 namespace syncopate::python {
 
 void register_error_translator();
+
+// Sets the pending Python exception to syncopate.errors.<class_name>(error.what()); for
+// translators of error classes declared outside common/error.hpp (e.g. sim::CalibrationError).
+void set_python_error(const char* class_name, const std::exception& error);
 
 // Throws the C++ error class named `class_name` ("PlanParseError", ..., "Error") with `message`;
 // bound as syncopate._core._raise_error so tests can check the translation of every class.

@@ -15,6 +15,7 @@ device primitives), `sy.runtime` (symmetric heap, signals, backends; needs the C
 import importlib as _importlib
 
 from syncopate.errors import (
+    CalibrationError,
     DeviceError,
     Error,
     InternalError,
@@ -56,14 +57,36 @@ _LAYER_NAMES = {
     "lower": ("TileGrid", "TileAccess", "SignalSlot", "SignalTable", "SignalTableArrays", "lower",
               "signal_tables_to_json"),
     "schedule": ("TileOrder", "estimate_arrival", "tile_order", "tile_orders_to_json"),
-    "sim": (),
-    "transform": (),
+    "sim": ("Calibration", "GemmShape", "ChunkTiming", "TileTiming", "Timeline", "Prediction",
+            "Candidate", "TuneResult", "parse_calibration", "load_calibration", "default_accesses",
+            "simulate", "tune"),
+    "transform": ("AddedParam", "AnnotatedAccess", "TransformResult", "transform", "added_params"),
 }
 for _layer in layers:
     for _name in _LAYER_NAMES.get(_layer, ()):
         globals()[_name] = getattr(_core, _name)
 
 __version__ = "0.1.0"
+
+
+def calibration(name_or_path="h200"):
+    """A simulator calibration: one shipped with the package by name ("h200"), or a JSON file.
+
+    Raises CalibrationError naming the JSON path when the file is malformed, and UserError
+    listing the shipped names when a name is unknown.
+    """
+    import os
+    from pathlib import Path
+
+    path = Path(os.fspath(name_or_path))
+    if path.suffix != ".json" and len(path.parts) == 1:
+        shipped = Path(__file__).resolve().parent / "calib"
+        path = shipped / f"{path.name}.json"
+        if not path.is_file():
+            names = sorted(p.stem for p in shipped.glob("*.json")) if shipped.is_dir() else []
+            raise UserError(f"calibration {name_or_path!r}: no such shipped calibration; "
+                            f"shipped: {', '.join(names) or 'none'}; or pass a path to a .json file")
+    return _core.load_calibration(path)
 
 # Submodules that need torch, triton or the CUDA build: imported on first attribute access so
 # that `import syncopate` stays cheap and works on a CPU-only machine.

@@ -12,6 +12,7 @@ past its bound).
     |   +-- PlanVerifyError           a plan that breaks a verifier rule
     |   +-- ShapeError                shapes / template arguments that do not fit
     |   +-- TransformError            a kernel the transformer cannot rewrite
+    |   +-- CalibrationError          a simulator calibration that cannot be read
     +-- WaitTimeoutError (TimeoutError)  a device-side wait ran past its bound
     +-- DeviceError (RuntimeError)    CUDA / NCCL / driver failure
     +-- InternalError (RuntimeError)  a bug in Syncopate
@@ -24,6 +25,7 @@ __all__ = [
     "PlanVerifyError",
     "ShapeError",
     "TransformError",
+    "CalibrationError",
     "WaitTimeoutError",
     "DeviceError",
     "InternalError",
@@ -52,6 +54,11 @@ class ShapeError(UserError):
 
 class TransformError(UserError):
     """A kernel source the transformer cannot rewrite; names file:line:col and the annotation."""
+
+
+class CalibrationError(UserError):
+    """A simulator calibration file that cannot be read or holds an impossible number; names the
+    JSON path (C++ syncopate::sim::CalibrationError)."""
 
 
 class WaitTimeoutError(Error, TimeoutError):

@@ -1,0 +1,122 @@
+"""The simulator and auto-choice through the bindings, on the calibration shipped with the
+package: predictions are self-consistent, timelines match the plan and grid, errors are typed."""
+
+import json
+import pickle
+
+import pytest
+
+import syncopate as sy
+
+
+@pytest.fixture(scope="module")
+def h200():
+    return sy.calibration("h200")
+
+
+@pytest.fixture(scope="module")
+def ag_case():
+    plan = sy.make_plan("all-gather", world_size=4, shape=[4096, 1024], split=2, tensor="x")
+    return plan, sy.GemmShape(m=4096, n=2048, k=1024)
+
+
+def test_shipped_calibration(h200):
+    assert h200.sms > 0 and h200.version == 1
+    assert h200.tile_time_us(128, 256, 1024) > 0
+    assert h200.link_bandwidth_gbps(0, 1, "copy-engine") > 0
+    again = sy.parse_calibration(h200.to_json(), "copy.json")
+    assert again.to_json() == h200.to_json()
+    assert pickle.loads(pickle.dumps(h200)).to_json() == h200.to_json()
+    assert sy.load_calibration(sy.__path__[0] + "/calib/h200.json").to_json() == h200.to_json()
+
+
+def test_calibration_errors(h200, tmp_path):
+    with pytest.raises(sy.CalibrationError, match=r"^mine\.json: ") as info:
+        sy.parse_calibration("{}", "mine.json")
+    assert isinstance(info.value, sy.UserError) and isinstance(info.value, ValueError)
+    data = json.loads(h200.to_json())
+    data["sms"] = -4
+    path = tmp_path / "bad.json"
+    path.write_text(json.dumps(data))
+    with pytest.raises(sy.CalibrationError, match=r"bad\.json: sms"):
+        sy.calibration(path)
+    with pytest.raises(sy.UserError, match="no such shipped calibration; shipped: .*h200"):
+        sy.calibration("no-such-gpu")
+
+
+def test_prediction_is_self_consistent(h200, ag_case):
+    plan, gemm = ag_case
+    p = sy.simulate(plan, gemm, h200)
+    assert p.floor_us == pytest.approx(max(p.gemm_alone_us, p.comm_alone_us))
+    assert p.fused_us >= p.floor_us * (1 - 1e-9)
+    assert p.fused_us == pytest.approx(p.fused.total_us)
+    assert p.sequential_us == pytest.approx(p.sequential.total_us)
+    assert p.kernel_level_us == pytest.approx(p.kernel_level.total_us)
+    timeline = p.fused
+    assert timeline.world_size == plan.world_size
+    assert sorted(c.chunk for c in timeline.chunks) == list(range(plan.num_chunks))
+    for c in timeline.chunks:
+        chunk = plan.chunk(c.chunk)
+        assert (c.src, c.dst, c.backend) == (chunk.src, chunk.dst, chunk.backend)
+        assert 0 <= c.ready <= c.start <= c.transfer_end <= c.arrival <= timeline.total_us + 1e-9
+    grid = gemm.grid()
+    assert len(timeline.tiles) == plan.world_size * grid.count
+    for rank in range(plan.world_size):
+        assert sorted(t.tile for t in timeline.tiles if t.rank == rank) == list(range(grid.count))
+    assert all(t.claimed <= t.start < t.end <= timeline.total_us + 1e-9 for t in timeline.tiles)
+
+
+def test_arrival_order_beats_row_major_here(h200, ag_case):
+    # The effect the tile scheduler exists for (DESIGN.md section 6), on an AG+GEMM shape.
+    plan, gemm = ag_case
+    arrival = sy.simulate(plan, gemm, h200, order="arrival")
+    row_major = sy.simulate(plan, gemm, h200, order="row-major")
+    assert arrival.fused_us < row_major.fused_us
+    assert arrival.gemm_alone_us == pytest.approx(row_major.gemm_alone_us)
+
+
+def test_explicit_accesses_equal_defaults(h200, ag_case):
+    plan, gemm = ag_case
+    accesses = sy.default_accesses(plan)
+    assert [(a.tensor, a.role, a.m_dim, a.n_dim) for a in accesses] == [("x", "consume", 0, -1)]
+    default = sy.simulate(plan, gemm, h200)
+    explicit = sy.simulate(plan, gemm, h200, accesses=accesses)
+    assert explicit.fused_us == default.fused_us
+
+
+def test_trace_and_svg(h200, ag_case):
+    plan, gemm = ag_case
+    timeline = sy.simulate(plan, gemm, h200).fused
+    trace = json.loads(timeline.chrome_trace_json())
+    events = trace["traceEvents"] if isinstance(trace, dict) else trace
+    assert len(events) >= plan.num_chunks
+    svg = timeline.svg(width=800, title="ag")
+    assert svg.lstrip().startswith("<svg") and svg.rstrip().endswith("</svg>")
+
+
+def test_bad_gemm_for_plan(h200, ag_case):
+    plan, _ = ag_case
+    with pytest.raises(sy.UserError):
+        sy.simulate(plan, sy.GemmShape(m=1000, n=2048, k=1024), h200)
+
+
+def test_tune(h200):
+    gemm = sy.GemmShape(m=4096, n=2048, k=1024)
+    result = sy.tune("all-gather", gemm, 4, h200, splits=[1, 2], orders=["arrival", "row_major"])
+    assert result.decision in ("fused", "kernel-level", "sequential")
+    assert result.reason
+    assert result.candidates
+    fused_times = [c.fused_us for c in result.candidates]
+    assert fused_times == sorted(fused_times), "candidates come fastest fused first"
+    assert result.best_fused.fused_us == fused_times[0]
+    assert {c.split for c in result.candidates} <= {1, 2}
+    assert {c.order for c in result.candidates} <= {"arrival", "row-major"}
+    assert result.best_sequential.sequential_us == min(c.sequential_us for c in result.candidates)
+
+
+def test_tune_bad_arguments(h200):
+    gemm = sy.GemmShape(m=4096, n=2048, k=1024)
+    with pytest.raises(sy.UserError, match="argument 'backends': unknown backend 'pcie'"):
+        sy.tune("all-gather", gemm, 4, h200, backends=["pcie"])
+    with pytest.raises(sy.UserError, match="argument 'collective'"):
+        sy.tune("gather", gemm, 4, h200)

@@ -1,0 +1,89 @@
+"""The transformer through the bindings: the shipped example kernels give the golden outputs,
+the description matches the source, and bad kernels raise TransformError naming file:line:col."""
+
+import json
+from pathlib import Path
+
+import pytest
+
+import syncopate as sy
+
+ROOT = Path(__file__).resolve().parents[2]
+EXAMPLES = ROOT / "python" / "syncopate" / "kernels" / "examples"
+GOLDEN = ROOT / "tests" / "golden" / "transform"
+
+
+def golden_cases():
+    lines = (GOLDEN / "cases.txt").read_text().splitlines()
+    return [tuple(line.split()) for line in lines if line.strip() and not line.startswith("#")]
+
+
+@pytest.mark.parametrize("example,kernel", golden_cases())
+def test_examples_match_goldens(example, kernel):
+    source = (EXAMPLES / example).read_text()
+    result = sy.transform(source, example, kernel)
+    assert result.source == (GOLDEN / example).read_text()
+    assert result.kernel_name == kernel
+    assert result.tile_blocks >= 1
+
+
+@pytest.mark.parametrize("example,kernel", golden_cases())
+def test_only_marked_lines_are_new(example, kernel):
+    source = (EXAMPLES / example).read_text()
+    result = sy.transform(source, example, kernel)
+    original = set(source.splitlines())
+    mark = sy._core.TRANSFORM_INSERTED_MARK
+    replaced = [line for line in result.source.splitlines() if line.strip().startswith(mark + " was: ")]
+    for line in replaced:  # a replaced line is kept, commented out, word for word
+        assert line.replace(mark + " was: ", "", 1) in original, line
+    unmarked = [line for line in result.source.splitlines()
+                if line not in original and mark not in line]
+    # The one exception: the signature's last line gives its closing "):" to a line of its own,
+    # after the appended parameters.
+    for line in unmarked:
+        closed_here = line.rstrip().endswith(",") and line.rstrip()[:-1] + "):" in original
+        assert closed_here or line.strip() == "):", line
+    assert len(unmarked) <= 2, unmarked
+
+
+@pytest.mark.parametrize("example,kernel", golden_cases())
+def test_description_agrees_with_the_source(example, kernel):
+    source = (EXAMPLES / example).read_text()
+    result = sy.transform(source, example, kernel)
+    lines = source.splitlines()
+    assert [p.name for p in result.added_params] == [p.name for p in sy.added_params()]
+    assert all(p.name.startswith("sy_") and p.type and p.meaning for p in result.added_params)
+    for p in result.kernel_params:
+        assert p in source
+    assert result.accesses, "every example consumes or produces a communicated tensor"
+    for annotated in result.accesses:
+        annotation = lines[annotated.line - 1]
+        assert "@sy." in annotation and annotated.param in annotation
+        assert annotated.param in result.kernel_params
+        assert annotated.access.role in ("consume", "produce")
+    described = json.loads(result.describe_json())
+    assert json.dumps(described).count(kernel) >= 1
+
+
+def test_plan_check_of_annotated_tensors():
+    source = (EXAMPLES / "ag_gemm_one_tile.py").read_text()
+    result = sy.transform(source, "ag_gemm_one_tile.py", "matmul_kernel")
+    tensor = result.accesses[0].access.tensor
+    good = sy.make_plan("all-gather", world_size=2, shape=[64, 32], tensor=tensor)
+    assert sy.transform(source, "ag_gemm_one_tile.py", "matmul_kernel", plan=good).source == result.source
+    other = sy.make_plan("all-gather", world_size=2, shape=[64, 32], tensor="not_" + tensor)
+    with pytest.raises(sy.TransformError, match=r"ag_gemm_one_tile\.py:\d+:\d+: "):
+        sy.transform(source, "ag_gemm_one_tile.py", "matmul_kernel", plan=other)
+
+
+def test_unknown_kernel():
+    source = (EXAMPLES / "rmsnorm_rows.py").read_text()
+    with pytest.raises(sy.TransformError, match=r"mine\.py:\d+:\d+: .*'no_such_kernel'"):
+        sy.transform(source, "mine.py", "no_such_kernel")
+
+
+def test_unterminated_string_names_line():
+    source = 'import triton\n\n@triton.jit\ndef k(x_ptr):\n    s = "abc\n'
+    with pytest.raises(sy.TransformError, match=r"bad\.py:5:\d+: ") as info:
+        sy.transform(source, "bad.py", "k")
+    assert isinstance(info.value, ValueError)
