@@ -41,7 +41,9 @@ def test_hierarchy(name, bases):
 def test_exported_names_match_errors_module():
     import syncopate.errors as errors
 
-    assert set(errors.__all__) == set(CLASSES)
+    # Every class of common/error.hpp, plus the simulator's CalibrationError (a UserError).
+    assert set(errors.__all__) == set(CLASSES) | {"CalibrationError"}
+    assert issubclass(syncopate.CalibrationError, syncopate.UserError)
     for name in errors.__all__:
         assert getattr(syncopate, name) is getattr(errors, name)
 
