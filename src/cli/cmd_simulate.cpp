@@ -98,7 +98,12 @@ void run_simulate(const SimulateArgs& a, const char* argv0) {
   const auto order = *plan::parse_enum<schedule::OrderKind>(a.order);
   sim::SimOptions options;
   options.dynamic_assignment = a.dynamic;
-  auto call = sim::make_fused_call(plan, gemm, order, calib);
+  sim::FusedCall call;
+  try {
+    call = sim::make_fused_call(plan, gemm, order, calib);
+  } catch (const UserError& e) {
+    throw UserError(fmt::format("{}: {}", a.plan_file, e.what()));  // say which plan did not fit
+  }
   const auto p = sim::predict(call, calib, options);
 
   const auto grid = gemm.grid();

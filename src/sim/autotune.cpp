@@ -78,9 +78,13 @@ TuneResult tune(const TuneRequest& req, const Calibration& calib) {
           result.candidates.push_back(c);
         }
       }
-  if (result.candidates.empty())
-    throw UserError(fmt::format("tune: no-candidate: no template could make a plan for this shape:\n  {}",
-                                fmt::join(result.skipped, "\n  ")));
+  if (result.candidates.empty()) {
+    // The first few refusals say why; the rest are usually the same rule at larger splits.
+    const std::size_t shown = std::min<std::size_t>(result.skipped.size(), 3);
+    throw UserError(fmt::format("tune: no-candidate: no template could make a plan for this shape "
+                                "({} refused), e.g.:\n  {}", result.skipped.size(),
+                                fmt::join(result.skipped.begin(), result.skipped.begin() + shown, "\n  ")));
+  }
 
   auto best_by = [&](double Candidate::*field) {
     return *std::min_element(result.candidates.begin(), result.candidates.end(),
