@@ -41,8 +41,8 @@ def test_gemm_rs_output_shape(fake_mode, world):
 
 @pytest.mark.parametrize("world", [1, 2, 3, 4])
 def test_gemm_ar_output_shape(fake_mode, world):
-    out = torch.ops.syncopate.gemm_ar(cuda(10, 7, dtype=F16), cuda(7, 33, dtype=F16), world, "g")
-    assert tuple(out.shape) == (10, 33)
+    out = torch.ops.syncopate.gemm_ar(cuda(10 * world, 7, dtype=F16), cuda(7, 33, dtype=F16), world, "g")
+    assert tuple(out.shape) == (10 * world, 33)
     assert out.dtype == F16
 
 
@@ -107,11 +107,17 @@ def test_bad_world_size(fake_mode, op, world):
         call(op, cuda(8, 16), cuda(16, 32), world)
 
 
+@pytest.mark.parametrize("op", ["gemm_rs", "gemm_ar"])
 @pytest.mark.parametrize("world", [3, 4, 5])
-def test_gemm_rs_rows_must_divide_by_world(fake_mode, world):
+def test_reduced_rows_must_divide_by_world(fake_mode, op, world):
     rows = 2 * world + 1
-    with pytest.raises(syncopate.ShapeError, match=rf"a has M={rows} rows.*world size {world}; M must be a multiple of {world}"):
-        torch.ops.syncopate.gemm_rs(cuda(rows, 16), cuda(16, 32), world, "g")
+    with pytest.raises(syncopate.ShapeError, match=rf"{op}: a has M={rows} rows.*world size {world}; M must be a multiple of {world}"):
+        getattr(torch.ops.syncopate, op)(cuda(rows, 16), cuda(16, 32), world, "g")
+
+
+def test_ag_gemm_takes_any_shard_rows(fake_mode):
+    # The gathered M is shard rows x world: no divisibility rule to break.
+    assert tuple(torch.ops.syncopate.ag_gemm(cuda(7, 16), cuda(16, 8), 3, "g").shape) == (21, 8)
 
 
 def test_checks_are_value_errors(fake_mode):

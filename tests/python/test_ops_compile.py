@@ -66,9 +66,10 @@ def test_compiled_ops_give_fake_output_shapes(fake_mode, backend, world):
         return torch.ops.syncopate.gemm_ar(y, w_out, world, "tp")
 
     compiled = torch.compile(layer, fullgraph=True, backend=backend)
-    out = compiled(cuda(8, 32), cuda(32, 48), cuda(48, 40), cuda(40, 24))
-    # ag_gemm: [8*w, 48]; gemm_rs: [8, 40]; gemm_ar: [8, 24]
-    assert tuple(out.shape) == (8, 24)
+    shard = 2 * world  # so that gemm_rs's output rows still split evenly for gemm_ar
+    out = compiled(cuda(shard, 32), cuda(32, 48), cuda(48, 40), cuda(40, 24))
+    # ag_gemm: [shard*w, 48]; gemm_rs: [shard, 40]; gemm_ar: [shard, 24]
+    assert tuple(out.shape) == (shard, 24)
     assert out.dtype == BF16
 
 

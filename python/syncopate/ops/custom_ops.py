@@ -6,7 +6,7 @@ Three ops, all forward-only, inputs fp16 or bf16 on one CUDA device, output of t
     gemm_rs(a [M, K/w], b_shard [K/w, N])      -> reduce_scatter(a @ b_shard, dim 0)  [M/w, N]
     gemm_ar(a [M, K/w], b_shard [K/w, N])      -> all_reduce(a @ b_shard)             [M, N]
 
-(w is the world size of the process group; gemm_rs needs M to be a multiple of w.)
+(w is the world size of the process group; gemm_rs and gemm_ar need M to be a multiple of w.)
 
 Each op is registered as ``torch.ops.syncopate.<op>(Tensor a, Tensor b, int world_size,
 str group_name) -> Tensor``. The world size is an argument, not looked up, so the fake (meta)
@@ -82,18 +82,25 @@ def _ag_gemm_shape(a_shard: torch.Tensor, b: torch.Tensor, world_size: int) -> T
     return a_shard.shape[0] * world_size, b.shape[1]
 
 
-def _gemm_rs_shape(a: torch.Tensor, b_shard: torch.Tensor, world_size: int) -> Tuple[int, int]:
-    _check_operands("gemm_rs", a, b_shard, world_size)
+def _check_rows_split_evenly(op: str, a: torch.Tensor, world_size: int) -> None:
+    # The runtime's reduce plans give every rank an equal share of C's rows (gemm_ar reduces
+    # by a reduce-scatter then an all-gather of those shares).
     if a.shape[0] % world_size != 0:
         raise ShapeError(
-            f"syncopate.ops.gemm_rs: a has M={a.shape[0]} rows, which the reduce-scatter cannot "
-            f"split evenly over world size {world_size}; M must be a multiple of {world_size}"
+            f"syncopate.ops.{op}: a has M={a.shape[0]} rows, which the reduction cannot split evenly "
+            f"over world size {world_size}; M must be a multiple of {world_size}"
         )
+
+
+def _gemm_rs_shape(a: torch.Tensor, b_shard: torch.Tensor, world_size: int) -> Tuple[int, int]:
+    _check_operands("gemm_rs", a, b_shard, world_size)
+    _check_rows_split_evenly("gemm_rs", a, world_size)
     return a.shape[0] // world_size, b_shard.shape[1]
 
 
 def _gemm_ar_shape(a: torch.Tensor, b_shard: torch.Tensor, world_size: int) -> Tuple[int, int]:
     _check_operands("gemm_ar", a, b_shard, world_size)
+    _check_rows_split_evenly("gemm_ar", a, world_size)
     return a.shape[0], b_shard.shape[1]
 
 
