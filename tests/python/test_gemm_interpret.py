@@ -179,6 +179,8 @@ def test_annotations_follow_the_annotation_language():
     for tile, end, consume, produce in zip(tiles, ends, consumes, produces):
         assert tile < end < consume < produce
         assert source[consume + 1].strip().startswith("for ")
+        # One simple statement after produce: the notify goes right after it.
+        assert not source[produce + 1].strip().startswith(("if ", "for ", "while ", "with "))
 
 
 @pytest.mark.parametrize("split_k", [2, 3])

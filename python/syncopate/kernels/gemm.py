@@ -32,6 +32,27 @@ _TMA_ALIGN_BYTES = 16
 
 
 @triton.jit
+def _store_c_tile(c, c_desc, c_ptr, off_m, off_n, M, N, stride_cm, BLOCK_M: tl.constexpr,
+                  BLOCK_N: tl.constexpr, EPILOGUE_SPLIT: tl.constexpr,
+                  C_STORE_POINTERS: tl.constexpr):
+    """Stores one C tile. One call, so that the produce annotation covers one statement."""
+    if C_STORE_POINTERS:
+        # A TMA store completes asynchronously; a notify after it could announce a tile that
+        # has not landed yet. Plain stores are complete once the notify's barrier ends.
+        rows = off_m + tl.arange(0, BLOCK_M)
+        cols = off_n + tl.arange(0, BLOCK_N)
+        tl.store(c_ptr + rows[:, None] * stride_cm + cols[None, :], c,
+                 mask=(rows[:, None] < M) & (cols[None, :] < N))
+    elif EPILOGUE_SPLIT == 2:
+        halves = tl.permute(tl.reshape(c, (BLOCK_M, 2, BLOCK_N // 2)), (0, 2, 1))
+        c_left, c_right = tl.split(halves)
+        c_desc.store([off_m, off_n], c_left)
+        c_desc.store([off_m, off_n + BLOCK_N // 2], c_right)
+    else:
+        c_desc.store([off_m, off_n], c)
+
+
+@triton.jit
 def gemm_tma_kernel(a_ptr, b_ptr, c_ptr, M, N, K, stride_am, stride_b, stride_cm, num_programs,
                     B_IS_NK: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                     BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr, EPILOGUE_SPLIT: tl.constexpr,
@@ -85,21 +106,8 @@ def gemm_tma_kernel(a_ptr, b_ptr, c_ptr, M, N, K, stride_am, stride_b, stride_cm
                 acc = tl.dot(a, b, acc)
         c = acc.to(c_ptr.dtype.element_ty)
         # @sy.produce(c_ptr, m=pid_m, n=pid_n)
-        if C_STORE_POINTERS:
-            # A TMA store completes asynchronously; a notify after it could announce a tile
-            # that has not landed yet. Plain stores are complete once the notify's barrier ends.
-            rows = off_m + tl.arange(0, BLOCK_M)
-            cols = off_n + tl.arange(0, BLOCK_N)
-            tl.store(c_ptr + rows[:, None] * stride_cm + cols[None, :], c,
-                     mask=(rows[:, None] < M) & (cols[None, :] < N))
-        elif EPILOGUE_SPLIT == 2:
-            c = tl.reshape(c, (BLOCK_M, 2, BLOCK_N // 2))
-            c = tl.permute(c, (0, 2, 1))
-            c_left, c_right = tl.split(c)
-            c_desc.store([off_m, off_n], c_left)
-            c_desc.store([off_m, off_n + BLOCK_N // 2], c_right)
-        else:
-            c_desc.store([off_m, off_n], c)
+        _store_c_tile(c, c_desc, c_ptr, off_m, off_n, M, N, stride_cm, BLOCK_M, BLOCK_N,
+                      EPILOGUE_SPLIT, C_STORE_POINTERS)
 
 
 @triton.jit
