@@ -137,8 +137,11 @@ TEST(TemplateShapes, NdTensorsAlongAnyDimVerify) {
       o.dim = dim;
       const CommPlan plan = make_plan(o);
       for (const Chunk& c : plan.chunks)
-        for (int d = 0; d < 3; ++d)
-          if (d != dim) EXPECT_EQ(c.box.extent[d], o.shape[d]) << "chunk " << c.id << " cuts dim " << d;
+        for (int d = 0; d < 3; ++d) {
+          if (d != dim) {
+            EXPECT_EQ(c.box.extent[d], o.shape[d]) << "chunk " << c.id << " cuts dim " << d;
+          }
+        }
       const auto report = verify(plan);
       EXPECT_TRUE(report.ok()) << to_string(coll) << " dim " << dim << "\n" << report.format("template");
     }
