@@ -115,7 +115,7 @@ def gemm_rs_variants(a: torch.Tensor, b_shard: torch.Tensor, chunks: int, ops_mo
     variants: dict[str, Variant | str] = {}
 
     torch.mm(a, b_shard, out=partial)  # the collective-alone variant's input
-    variants["gemm"] = (lambda: torch.mm(a, b_shard, out=partial), lambda: partial, False)
+    variants["gemm"] = (lambda: torch.mm(a, b_shard, out=partial), lambda: partial, True)
     variants["collective"] = (lambda: dist.reduce_scatter_tensor(out, partial), lambda: out,
                               True)
 
