@@ -40,7 +40,9 @@ TEST(HeapLayout, RegionsAreAlignedDisjointAndInsideTheHeap) {
   for (std::size_t i = 0; i < regions.size(); ++i) {
     EXPECT_EQ(regions[i].first % kHeapAlign, 0);
     EXPECT_LE(regions[i].first + regions[i].second, layout.total_bytes);
-    if (i > 0) EXPECT_LE(regions[i - 1].first + regions[i - 1].second, regions[i].first);
+    if (i > 0) {
+      EXPECT_LE(regions[i - 1].first + regions[i - 1].second, regions[i].first);
+    }
   }
 }
 
