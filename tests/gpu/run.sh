@@ -11,7 +11,8 @@
 # CPP_WORLDS / PY_WORLDS (space-separated) override the world sizes; OPS_ARGS is passed to
 # test_ops_gpu.py (e.g. "--quick", "--only matrix").
 # Exit status: non-zero if any step failed. Dependencies missing on the device (fmt,
-# nlohmann-json, GoogleTest, CLI11) may be carried in .deps/ (a CMake prefix).
+# nlohmann-json, GoogleTest, CLI11) may be carried in .deps/ (a CMake prefix; SYNCOPATE_DEPS
+# names another).
 set -uo pipefail
 
 # NVLink multicast stays off: using it can put the host's shared GPUs out of service.
@@ -35,10 +36,13 @@ say() { echo "== $*" | tee -a "$log"; }
 say "device: $(nvidia-smi --query-gpu=name --format=csv,noheader | sort | uniq -c | xargs), GPUs: $gpus, $(date -u)"
 say "software: $("$python" -c 'import torch, triton; print("torch", torch.__version__, "triton", triton.__version__, "nccl", ".".join(map(str, torch.cuda.nccl.version())))' 2>&1)"
 
+say "tools: $(cmake --version | head -1), $(c++ --version | head -1), $(nvcc --version | tail -1)"
+
+deps=${SYNCOPATE_DEPS:-$root/.deps}
 prefix_args=()
-if [ -d .deps ]; then
-  prefix_args=(-DCMAKE_PREFIX_PATH="$root/.deps")
-  export LD_LIBRARY_PATH="$root/.deps/lib/x86_64-linux-gnu:${LD_LIBRARY_PATH:-}"
+if [ -d "$deps" ]; then
+  prefix_args=(-DCMAKE_PREFIX_PATH="$deps")
+  export LD_LIBRARY_PATH="$deps/lib/x86_64-linux-gnu:${LD_LIBRARY_PATH:-}"
 fi
 nccl_lib=$("$python" -c 'import nvidia.nccl, os; print(os.path.join(nvidia.nccl.__path__[0], "lib", "libnccl.so.2"))' 2>/dev/null || true)
 if [ -n "$nccl_lib" ] && [ -f "$nccl_lib" ]; then export SYNCOPATE_NCCL_LIBRARY="$nccl_lib"; fi
