@@ -197,3 +197,41 @@ def test_submodule_import_does_not_shadow_the_op(op):
     setattr(sops, op, types.ModuleType(f"syncopate.ops.{op}"))
     assert getattr(sops, op) is public
     assert callable(public) and public is getattr(custom_ops, op)
+
+
+# --- the eager implementation's hand-over to the runtime ------------------------------------------
+# Fake CUDA tensors pass the device check, so the real implementation's later steps (process
+# group lookup, hand-over to syncopate.ops.<op>.forward) can be checked on a CPU.
+
+
+def test_real_impl_needs_torch_distributed(fake_mode):
+    with pytest.raises(syncopate.UserError, match="torch.distributed is not initialized"):
+        custom_ops._run_on_gpu("ag_gemm", cuda(8, 16), cuda(16, 32), 1, "0")
+
+
+def test_real_impl_unknown_group(single_rank_group, fake_mode):
+    with pytest.raises(syncopate.UserError, match="no process group named 'no-such-group'"):
+        custom_ops._run_on_gpu("gemm_rs", cuda(8, 16), cuda(16, 32), 1, "no-such-group")
+
+
+def test_real_impl_world_size_must_match_group(single_rank_group, fake_mode):
+    name = single_rank_group.group_name
+    with pytest.raises(syncopate.UserError, match=rf"world_size=2 but process group '{name}' has 1 ranks"):
+        custom_ops._run_on_gpu("gemm_ar", cuda(8, 16), cuda(16, 32), 2, name)
+
+
+@pytest.mark.parametrize("op", OPS)
+def test_real_impl_hands_over_to_runtime_forward(single_rank_group, fake_mode, monkeypatch, op):
+    calls = []
+
+    def forward(a, b, *, group):
+        calls.append((a, b, group))
+        return a.new_empty((a.shape[0], b.shape[1]))
+
+    monkeypatch.setattr(custom_ops, "_runtime_module", lambda name: types.SimpleNamespace(forward=forward))
+    a, b = cuda(8, 16), cuda(16, 32)
+    out = custom_ops._run_on_gpu(op, a, b, 1, single_rank_group.group_name)
+    assert len(calls) == 1
+    assert calls[0][0] is a and calls[0][1] is b
+    assert calls[0][2].group_name == single_rank_group.group_name
+    assert tuple(out.shape) == (8, 32)
