@@ -9,7 +9,7 @@
 # 3. runs tests/gpu/test_ops_gpu.py under torchrun at every world size from 1 to the GPU count.
 # Logs: LOG_DIR/gpu-tests-<date>.log (everything) and the per-rank result lines beside it.
 # CPP_WORLDS / PY_WORLDS (space-separated) override the world sizes; OPS_ARGS is passed to
-# test_ops_gpu.py (e.g. "--quick", "--only matrix").
+# test_ops_gpu.py (e.g. "--quick", "--only matrix"); CPP_TIMEOUT / PY_TIMEOUT bound each run (s).
 # Exit status: non-zero if any step failed. Dependencies missing on the device (fmt,
 # nlohmann-json, GoogleTest, CLI11) may be carried in .deps/ (a CMake prefix; SYNCOPATE_DEPS
 # names another).
@@ -65,7 +65,7 @@ for world in ${CPP_WORLDS:-$(seq 1 "$max_world")}; do
   # nccl cases apart: a hang inside NCCL (beyond the runtime's bounds) must not hide the rest.
   for filter in "-*nccl*" "*nccl*"; do
     say "C++ runtime tests, single process, world $world on $gpus GPU(s), filter $filter"
-    if ! CUDA_MODULE_LOADING=EAGER SYNCOPATE_TEST_WORLD=$world timeout 240 build-gpu/tests/gpu/syncopate_runtime_gpu_test \
+    if ! CUDA_MODULE_LOADING=EAGER SYNCOPATE_TEST_WORLD=$world timeout ${CPP_TIMEOUT:-240} build-gpu/tests/gpu/syncopate_runtime_gpu_test \
          --gtest_brief=1 --gtest_filter="$filter" >>"$log" 2>&1; then
       status=1; say "C++ world $world ($filter) FAILED"
     fi
@@ -75,7 +75,7 @@ done
 
 for world in ${PY_WORLDS:-$(seq 1 "$gpus")}; do
   say "Python ops, torchrun world $world"
-  if ! timeout 420 "$python" -m torch.distributed.run --standalone --nproc_per_node="$world" \
+  if ! timeout ${PY_TIMEOUT:-420} "$python" -m torch.distributed.run --standalone --nproc_per_node="$world" \
        tests/gpu/test_ops_gpu.py --log "$log_dir/gpu-ops-$stamp-w$world" ${OPS_ARGS:-} >>"$log" 2>&1; then
     status=1; say "Python ops world $world FAILED"
   fi
