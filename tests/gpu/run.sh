@@ -8,7 +8,7 @@
 #    the GPU count share GPUs; nccl cases need one GPU per rank and skip there);
 # 3. runs tests/gpu/test_ops_gpu.py under torchrun at every world size from 1 to the GPU count.
 # Logs: LOG_DIR/gpu-tests-<date>.log (everything) and the per-rank result lines beside it.
-# CPP_WORLDS / PY_WORLDS (space-separated) override the world sizes; OPS_ARGS is passed to
+# STEPS (e.g. "cpp:2 py:2 cpp:4") picks and orders the runs; OPS_ARGS is passed to
 # test_ops_gpu.py (e.g. "--quick", "--only matrix"); CPP_TIMEOUT / PY_TIMEOUT bound each run (s).
 # Exit status: non-zero if any step failed. Dependencies missing on the device (fmt,
 # nlohmann-json, GoogleTest, CLI11) may be carried in .deps/ (a CMake prefix; SYNCOPATE_DEPS
@@ -60,26 +60,42 @@ cp -r python/syncopate "$pkg/"
 cp build-gpu/python/_core*.so build-gpu/python/_runtime*.so "$pkg/syncopate/"
 export PYTHONPATH="$pkg${PYTHONPATH:+:$PYTHONPATH}"
 
-max_world=$(( gpus > 4 ? gpus : 4 ))
-for world in ${CPP_WORLDS:-$(seq 1 "$max_world")}; do
+run_cpp() {  # $1: world size
+  local world=$1 filter
   # nccl cases apart: a hang inside NCCL (beyond the runtime's bounds) must not hide the rest.
   for filter in "-*nccl*" "*nccl*"; do
     say "C++ runtime tests, single process, world $world on $gpus GPU(s), filter $filter"
-    if ! CUDA_MODULE_LOADING=EAGER SYNCOPATE_TEST_WORLD=$world timeout ${CPP_TIMEOUT:-240} build-gpu/tests/gpu/syncopate_runtime_gpu_test \
-         --gtest_brief=1 --gtest_filter="$filter" >>"$log" 2>&1; then
+    if ! CUDA_MODULE_LOADING=EAGER SYNCOPATE_TEST_WORLD=$world timeout "${CPP_TIMEOUT:-240}" \
+         build-gpu/tests/gpu/syncopate_runtime_gpu_test --gtest_brief=1 --gtest_filter="$filter" >>"$log" 2>&1; then
       status=1; say "C++ world $world ($filter) FAILED"
     fi
     grep -E "^\[  (PASSED|FAILED|SKIPPED) \]|tests? ran|missing-chunk error" "$log" | tail -3
   done
-done
+}
 
-for world in ${PY_WORLDS:-$(seq 1 "$gpus")}; do
+run_py() {  # $1: world size
+  local world=$1
   say "Python ops, torchrun world $world"
-  if ! timeout ${PY_TIMEOUT:-420} "$python" -m torch.distributed.run --standalone --nproc_per_node="$world" \
+  if ! timeout "${PY_TIMEOUT:-420}" "$python" -m torch.distributed.run --standalone --nproc_per_node="$world" \
        tests/gpu/test_ops_gpu.py --log "$log_dir/gpu-ops-$stamp-w$world" ${OPS_ARGS:-} >>"$log" 2>&1; then
     status=1; say "Python ops world $world FAILED"
   fi
   grep -E "^SUMMARY|^FAIL" "$log" | tail -12
+}
+
+# STEPS: what to run, in order, e.g. "cpp:2 py:2 cpp:4 py:1". Default: the C++ tests at worlds
+# 1 .. max(4, GPUs), then the Python ops at worlds 1 .. GPUs.
+if [ -z "${STEPS:-}" ]; then
+  STEPS=""
+  for w in $(seq 1 $(( gpus > 4 ? gpus : 4 ))); do STEPS="$STEPS cpp:$w"; done
+  for w in $(seq 1 "$gpus"); do STEPS="$STEPS py:$w"; done
+fi
+for step in $STEPS; do
+  case "$step" in
+    cpp:*) run_cpp "${step#cpp:}" ;;
+    py:*) if [ "${step#py:}" -le "$gpus" ]; then run_py "${step#py:}"; else say "skip $step: $gpus GPU(s)"; fi ;;
+    *) say "unknown step $step"; status=1 ;;
+  esac
 done
 say "done: status $status, log $log"
 exit $status
