@@ -2,6 +2,7 @@
 #include "analysis.hpp"
 
 #include <algorithm>
+#include <limits>
 #include <map>
 #include <optional>
 #include <set>
@@ -129,7 +130,9 @@ class Checker {
       auto names = bound_names(m_, m_.lines[s]);
       assigned.insert(names.begin(), names.end());
     }
-    if (b.end_stmt < a_.kernel.body_end && m_.lines[b.end_stmt].col > tile.col)
+    if (b.end_stmt < a_.kernel.body_end &&
+        (m_.lines[b.end_stmt].col > tile.col ||
+         (m_.lines[b.end_stmt].col == tile.col && is_clause(m_.lines[b.end_stmt]))))
       end.fail(m_.filename, fmt::format("'@sy.end' cuts a compound statement: line {} still belongs "
                                         "to it", m_.lines[b.end_stmt].line));
     b.index_expr = tile.arg("index")->value;
@@ -158,7 +161,7 @@ class Checker {
                                            "rewrite removes; use what the block starts from "
                                            "(e.g. tl.program_id(0))", name), index->col);
       tile.fail(m_.filename, fmt::format("index= uses '{}', which is neither a parameter of kernel "
-                                         "'{}' nor a variable bound before line {}",
+                                         "'{}', nor a variable bound before line {}, nor a module-level name",
                                          name, a_.kernel.name, tile.line), index->col);
     }
   }
@@ -237,9 +240,20 @@ class Checker {
     site.annotation = i;
     site.stmt = stmt;
     std::size_t last = stmt;
-    while (last + 1 < a_.kernel.body_end && m_.lines[last + 1].col > m_.lines[stmt].col) ++last;
+    while (last + 1 < a_.kernel.body_end && continues(m_.lines[stmt], m_.lines[last + 1])) ++last;
     site.last_line = m_.lines[last].end_line;
     (consume ? a_.waits : a_.notifies).push_back(site);
+  }
+
+  // Does `next` still belong to the compound statement headed by `head` (its body, or an
+  // else/elif/except/finally clause of it)?
+  bool continues(const LogicalLine& head, const LogicalLine& next) const {
+    if (next.col > head.col) return true;
+    return next.col == head.col && is_clause(next);
+  }
+  bool is_clause(const LogicalLine& l) const {
+    const Token& t = m_.first(l);
+    return t.is_name("else") || t.is_name("elif") || t.is_name("except") || t.is_name("finally");
   }
 
   static std::string tensor_name(const Annotation& ann, const std::string& param) {
@@ -284,11 +298,16 @@ KernelAnalysis analyze(const Module& m, std::string_view kernel_name, const Tran
   KernelAnalysis a;
   a.kernel = find_kernel(m, kernel_name);
   check_reserved_names(m);
-  const int def_line = m.lines[a.kernel.def_line].line;
+  const LogicalLine& def = m.lines[a.kernel.def_line];
+  // The kernel's comments run up to the next statement outside it; after its last statement,
+  // only comments indented deeper than the def (e.g. a closing '# @sy.end') still belong to it.
+  const int next_outside = a.kernel.body_end < m.lines.size() ? m.lines[a.kernel.body_end].line
+                                                              : std::numeric_limits<int>::max();
   for (std::size_t i = 0; i < m.tokens.size(); ++i) {
     const Token& t = m.tokens[i];
     if (t.kind != TokenKind::comment || !looks_like_annotation(t.text)) continue;
-    if (t.line < def_line || t.line > a.kernel.body_last_line) continue;  // another function's
+    if (t.line < def.line || t.line >= next_outside) continue;  // another function's
+    if (t.line > a.kernel.body_last_line && t.col <= def.col) continue;
     Annotation ann = parse_annotation(m, i);
     if (t.line < a.kernel.body_first_line)
       ann.fail(m.filename, "an annotation must be inside the kernel's body, not in its signature");

@@ -82,7 +82,6 @@ Annotation parse_annotation(const Module& m, std::size_t index) {
   a.line = c.line;
   a.col = c.col;
   a.text = std::string(trim_right(c.text.substr(i)));
-  const int base_col = c.col + static_cast<int>(i);  // column of '@'
 
   std::size_t p = i + 3;  // past "@sy"
   if (p >= c.text.size() || c.text[p] != '.')
@@ -180,10 +179,10 @@ Annotation parse_annotation(const Module& m, std::size_t index) {
       a.fail(m.filename, fmt::format("'tensor=' must be a name or a string, got '{}'", arg.value), arg.col);
   }
   if (spec->positional && positional == 0)
-    a.fail(m.filename, fmt::format("'@sy.{}' needs the kernel parameter it reads or writes first", spec->name), base_col);
+    a.fail(m.filename, fmt::format("'@sy.{}' needs the kernel parameter it reads or writes first", spec->name), a.col);
   for (auto req : spec->required)
     if (!req.empty() && a.arg(req) == nullptr)
-      a.fail(m.filename, fmt::format("'@sy.{}' needs '{}='", spec->name, req), base_col);
+      a.fail(m.filename, fmt::format("'@sy.{}' needs '{}='", spec->name, req), a.col);
   return a;
 }
 
