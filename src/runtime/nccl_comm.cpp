@@ -41,6 +41,7 @@ class NcclLibrary {
     error_string = load<decltype(error_string)>("ncclGetErrorString");
     group_start = load<decltype(group_start)>("ncclGroupStart");
     group_end = load<decltype(group_end)>("ncclGroupEnd");
+    comm_finalize = load<decltype(comm_finalize)>("ncclCommFinalize");
   }
   ~NcclLibrary() = default;  // never dlclose: NCCL keeps threads that outlive us
   NcclLibrary(const NcclLibrary&) = delete;
@@ -59,6 +60,7 @@ class NcclLibrary {
   const char* (*error_string)(nccl_abi::Result) = nullptr;
   nccl_abi::Result (*group_start)() = nullptr;
   nccl_abi::Result (*group_end)() = nullptr;
+  nccl_abi::Result (*comm_finalize)(nccl_abi::Comm) = nullptr;
 
  private:
   template <class Fn>
@@ -178,6 +180,17 @@ std::vector<std::unique_ptr<NcclComm>> NcclComm::init_all(const std::vector<int>
 
 NcclComm::~NcclComm() {
   if (comm_ != nullptr) lib_->comm_destroy(comm_);
+}
+
+void NcclComm::finalize_all(const std::vector<std::unique_ptr<NcclComm>>& comms) {
+  if (comms.empty()) return;
+  const auto& lib = *comms.front()->lib_;
+  // Finalizing is collective: one thread holding every rank must do it in one group, or the
+  // first finalize waits for ranks that this thread has not reached yet.
+  lib.check(lib.group_start(), "ncclGroupStart");
+  for (const auto& c : comms)
+    if (c != nullptr) lib.check(lib.comm_finalize(c->comm_), "ncclCommFinalize");
+  lib.check(lib.group_end(), "ncclGroupEnd");
 }
 
 void NcclComm::send(const void* data, std::int64_t bytes, int peer, cudaStream_t stream) {

@@ -69,6 +69,11 @@ LocalGroup::~LocalGroup() {
     cudaStreamSynchronize(streams_[r]);
   }
   executors_.clear();
+  try {
+    runtime::NcclComm::finalize_all(nccl_);
+  } catch (const std::exception&) {
+    // a failed finalize leaves destroy to clean up what it can
+  }
   nccl_.clear();
   for (int r = 0; r < world_; ++r) {
     cudaSetDevice(heaps_[r]->device());

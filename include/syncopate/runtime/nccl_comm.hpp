@@ -22,6 +22,9 @@ class NcclComm {
   static std::vector<std::uint8_t> unique_id();  // throws DeviceError when NCCL is missing
   NcclComm(const std::vector<std::uint8_t>& id, int world, int rank, int device);
   static std::vector<std::unique_ptr<NcclComm>> init_all(const std::vector<int>& devices);
+  // Single-process mode: finalizes every communicator of init_all() in one group; call it before
+  // destroying them from one thread.
+  static void finalize_all(const std::vector<std::unique_ptr<NcclComm>>& comms);
   ~NcclComm();
   NcclComm(const NcclComm&) = delete;
   NcclComm& operator=(const NcclComm&) = delete;
