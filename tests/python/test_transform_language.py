@@ -1,0 +1,121 @@
+"""syncopate.language primitives under Triton's CPU interpreter: put, symm_at, wait, notify.
+
+symm_at is checked with two host tensors standing for two ranks' symmetric heaps: a pointer
+into "rank 0"'s heap, translated to "rank 1", must address the same offset there.
+"""
+
+import os
+import sys
+import types
+from pathlib import Path
+
+import pytest
+
+os.environ["TRITON_INTERPRET"] = "1"
+
+torch = pytest.importorskip("torch")
+triton = pytest.importorskip("triton")
+pytest.importorskip("numpy")
+import triton.language as tl  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(autouse=True)
+def _interpreter_index_fix(monkeypatch):
+    """Triton 3.6's interpreter calls int() on 1-element arrays, which NumPy >= 2.4 refuses."""
+    from triton.runtime import interpreter
+
+    original_patch = interpreter._patch_lang_tensor
+
+    def patch_lang_tensor(tensor, scope):
+        original_patch(tensor, scope)
+        scope.set_attr(tensor, "__index__", lambda self: int(self.handle.data.reshape(-1)[0]))
+
+    monkeypatch.setattr(interpreter, "_patch_lang_tensor", patch_lang_tensor)
+
+
+syl = None  # syncopate.language, set by the fixture: jitted kernels resolve it as a global
+
+
+@pytest.fixture(scope="module")
+def language():
+    saved = {k: v for k, v in sys.modules.items() if k == "syncopate" or k.startswith("syncopate.")}
+    try:
+        import syncopate  # noqa: F401
+    except ImportError:
+        for k in list(sys.modules):
+            if k == "syncopate" or k.startswith("syncopate."):
+                del sys.modules[k]
+        package = types.ModuleType("syncopate")
+        package.__path__ = [str(ROOT / "python" / "syncopate")]
+        sys.modules["syncopate"] = package
+    import importlib
+
+    global syl
+    syl = importlib.import_module("syncopate.language")
+    yield syl
+    for k in list(sys.modules):
+        if (k == "syncopate" or k.startswith("syncopate.")) and k not in saved:
+            del sys.modules[k]
+    sys.modules.update(saved)
+
+
+def test_put_copies_a_ragged_length(language):
+    @triton.jit
+    def copy_kernel(dst, src, n, BLOCK: tl.constexpr):
+        syl.put(dst, src, n, BLOCK)
+
+    src = torch.arange(37, dtype=torch.float32)
+    dst = torch.full((40,), -1.0)
+    copy_kernel[(1,)](dst, src, 37, BLOCK=16)
+    assert torch.equal(dst[:37], src)
+    assert torch.equal(dst[37:], torch.full((3,), -1.0))
+
+
+def test_symm_at_translates_between_heaps(language):
+    @triton.jit
+    def poke(local_heap, bases, offset, value, peer):
+        remote = syl.symm_at(local_heap + offset, bases, 0, peer)
+        tl.store(remote, value)
+
+    heap0 = torch.zeros(16, dtype=torch.int32)
+    heap1 = torch.zeros(16, dtype=torch.int32)
+    bases = torch.tensor([heap0.data_ptr(), heap1.data_ptr()], dtype=torch.int64)
+    poke[(1,)](heap0, bases, 5, 42, 1)
+    assert heap1.tolist()[5] == 42 and heap0.sum() == 0
+    poke[(1,)](heap0, bases, 2, 7, 0)  # to itself: the same address
+    assert heap0.tolist()[2] == 7
+
+
+def test_wait_returns_when_raised_and_notify_adds(language):
+    @triton.jit
+    def wait_then_notify(signals, error, out):
+        ok = syl.wait(signals + 0, 3, 1_000_000, error, 0, 0, 0)
+        tl.store(out, ok)
+        syl.notify(signals + 1, 2)
+
+    signals = torch.tensor([3, 10], dtype=torch.int32)
+    error = torch.zeros(syl.ERROR_WORDS, dtype=torch.int64)
+    out = torch.zeros(1, dtype=torch.int32)
+    wait_then_notify[(4,)](signals, error, out)
+    assert out.item() == 1
+    assert signals.tolist() == [3, 18]  # four programs, +2 each
+    assert error.tolist() == [0] * syl.ERROR_WORDS
+
+
+def test_wait_times_out_and_records_once(language):
+    @triton.jit
+    def waiter(signals, error, out):
+        pid = tl.program_id(0)
+        ok = syl.wait(signals + 1, 5, 30_000, error, 6, 1, pid + 100)
+        tl.store(out + pid, ok)
+
+    signals = torch.tensor([0, 4], dtype=torch.int32)
+    error = torch.zeros(syl.ERROR_WORDS, dtype=torch.int64)
+    out = torch.full((3,), 9, dtype=torch.int32)
+    waiter[(3,)](signals, error, out)
+    assert out.tolist() == [0, 0, 0]
+    record = dict(zip(syl.ERROR_FIELDS, error.tolist()))
+    # The first program timed out and wrote the record; the others saw the flag and gave up.
+    assert record == {"flag": 1, "rank": 6, "slot": 1, "expected": 5, "seen": 4, "tile": 100}
