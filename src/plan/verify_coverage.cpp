@@ -173,6 +173,9 @@ class CoverageReplay {
 
   // The value promised at the end in `cell` of `tensor` on `rank`, or -1 for no promise.
   int promised(int rank, int tensor, const Box& cell, int& shard) {
+    // Only the collective's tensors carry a promise; other tensors (scratch, staging) may even
+    // have fewer dims than the collective's dim.
+    if (tensor != coll_tensor_ && tensor != output_tensor_) return -1;
     shard = shard_of(cell);
     switch (coll_.kind) {
       case Collective::all_gather:
@@ -212,6 +215,7 @@ class CoverageReplay {
       for (int t = 0; t < static_cast<int>(grid_.tensors.size()); ++t) {
         auto& s = state(r, t);
         for (std::int64_t cell = 0; cell < grid_.tensors[t].cells; ++cell) {
+          if (t != coll_tensor_ && t != output_tensor_) break;
           const Box box = grid_.tensors[t].cell_box(cell);
           int shard = -1;
           const int expected = promised(r, t, box, shard);

@@ -28,17 +28,14 @@ void add_even_split(std::set<std::int64_t>& cuts, std::int64_t size, int parts) 
   for (int k = 0; k < parts; ++k) cuts.insert(even_split(size, parts, k).begin);
 }
 
-// Copies the cuts strictly inside [from_begin, from_begin + extent) to `to`, shifted by delta.
-// Returns the number of new cuts.
-std::size_t carry(const std::set<std::int64_t>& from, std::int64_t from_begin,
-                  std::int64_t extent, std::int64_t delta, std::set<std::int64_t>& to) {
-  std::vector<std::int64_t> moved;
-  for (auto it = from.upper_bound(from_begin); it != from.end() && *it < from_begin + extent; ++it)
-    moved.push_back(*it + delta);
-  std::size_t added = 0;
-  for (auto c : moved) added += to.insert(c).second ? 1 : 0;
-  return added;
-}
+// One side of a chunk that moves data to another place (tensor or offset) in one dim: a cut
+// strictly inside [begin, begin + extent) of this side's tensor appears, shifted, on the other.
+struct MoveSide {
+  std::int64_t begin;
+  std::int64_t extent;
+  std::int64_t shift;  // other side's coordinate - this side's
+  int other_tensor;
+};
 
 }  // namespace
 
@@ -110,32 +107,55 @@ std::optional<PlanGrid> build_plan_grid(const CommPlan& plan, std::int64_t max_c
     add_box(cuts[index_of(chunk.dst_tensor)], chunk.dst_box);
   }
 
+  // Carry cuts across moves until none is new. Worklist: every cut is pushed through the moves
+  // touching its (tensor, dim) once, so the cost is cuts x moves, not rounds x cuts x moves.
+  std::vector<std::vector<std::vector<MoveSide>>> sides(cuts.size());
+  for (std::size_t t = 0; t < cuts.size(); ++t) sides[t].resize(cuts[t].size());
+  for (const auto& chunk : plan.chunks) {
+    const int from = index_of(chunk.tensor);
+    const int to = index_of(chunk.dst_tensor);
+    for (std::size_t d = 0; d < chunk.box.offset.size(); ++d) {
+      const std::int64_t delta = chunk.dst_box.offset[d] - chunk.box.offset[d];
+      if (from == to && delta == 0) continue;
+      sides[from][d].push_back({chunk.box.offset[d], chunk.box.extent[d], delta, to});
+      sides[to][d].push_back({chunk.dst_box.offset[d], chunk.dst_box.extent[d], -delta, from});
+    }
+  }
+  struct Cut {
+    int tensor;
+    std::size_t dim;
+    std::int64_t at;
+  };
+  std::vector<Cut> work;
+  for (std::size_t t = 0; t < cuts.size(); ++t) {
+    for (std::size_t d = 0; d < cuts[t].size(); ++d) {
+      // Sorted by begin, so a cut only scans the sides that start before it.
+      std::sort(sides[t][d].begin(), sides[t][d].end(),
+                [](const MoveSide& x, const MoveSide& y) { return x.begin < y.begin; });
+      if (sides[t][d].empty()) continue;
+      for (auto c : cuts[t][d]) work.push_back({static_cast<int>(t), d, c});
+    }
+  }
   std::size_t total = 0;
   for (const auto& t : cuts)
     for (const auto& d : t) total += d.size();
-  // Carry boundaries across moves until no chunk adds one.
-  bool changed = true;
-  while (changed) {
-    changed = false;
-    for (const auto& chunk : plan.chunks) {
-      const int from = index_of(chunk.tensor);
-      const int to = index_of(chunk.dst_tensor);
-      for (std::size_t d = 0; d < chunk.box.offset.size(); ++d) {
-        const std::int64_t delta = chunk.dst_box.offset[d] - chunk.box.offset[d];
-        if (from == to && delta == 0) continue;
-        std::size_t added = carry(cuts[from][d], chunk.box.offset[d], chunk.box.extent[d], delta,
-                                  cuts[to][d]);
-        added += carry(cuts[to][d], chunk.dst_box.offset[d], chunk.dst_box.extent[d], -delta,
-                       cuts[from][d]);
-        total += added;
-        changed = changed || added > 0;
-        if (total > kMaxCuts) {
-          why = fmt::format("the plan's boxes, carried across its moves, cut the tensors at more "
-                            "than {} places",
-                            kMaxCuts);
-          return std::nullopt;
-        }
+  while (!work.empty()) {
+    const Cut cut = work.back();
+    work.pop_back();
+    for (const MoveSide& side : sides[static_cast<std::size_t>(cut.tensor)][cut.dim]) {
+      if (side.begin >= cut.at) break;
+      if (cut.at >= side.begin + side.extent) continue;
+      const std::int64_t moved = cut.at + side.shift;
+      auto& target = cuts[static_cast<std::size_t>(side.other_tensor)][cut.dim];
+      if (!target.insert(moved).second) continue;
+      if (++total > kMaxCuts) {
+        why = fmt::format("the plan's boxes, carried across its moves, cut the tensors at more "
+                          "than {} places",
+                          kMaxCuts);
+        return std::nullopt;
       }
+      if (!sides[static_cast<std::size_t>(side.other_tensor)][cut.dim].empty())
+        work.push_back({side.other_tensor, cut.dim, moved});
     }
   }
 

@@ -25,6 +25,9 @@ std::vector<char> ordered_pairs(const GraphFacts& facts,
     const int b = facts.component_of[static_cast<std::size_t>(pairs[i].second)];
     if (a == b) {
       answer[i] = 1;  // same component: mutually reachable (a cycle, or the same chunk)
+    } else if (facts.graph.find_edge(pairs[i].first, pairs[i].second) != nullptr ||
+               facts.graph.find_edge(pairs[i].second, pairs[i].first) != nullptr) {
+      answer[i] = 1;  // a direct edge (most forwards name their source in deps): no search
     } else {
       queries.push_back({std::min(a, b), std::max(a, b), i});
     }

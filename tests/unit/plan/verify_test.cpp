@@ -350,6 +350,57 @@ TEST(Verify, AllToAllBlockInTheWrongPlace) {
   EXPECT_NE(find_rule(report, "write-race"), nullptr);
 }
 
+// All-gather through a staging buffer: rank 0's shard lands in "stage" on rank 1, and rank 1
+// copies it into place locally. A 1-d scratch tensor with its own traffic sits beside it.
+TEST(Verify, StagingThroughAnotherTensor) {
+  TinyPlan t(Collective::all_gather, 2, 4);
+  t.plan.collective.dim = 1;  // shards are columns 0..2 and 2..4
+  t.plan.tensors["stage"] = t.plan.tensors["x"];
+  t.plan.tensors["scratch"] = TensorSpec{{8}, DType::bf16, "row-major"};
+  auto move = [&](int src, int dst, const char* from, const char* to, Box box, std::vector<int> deps) {
+    Chunk c;
+    c.id = static_cast<int>(t.plan.chunks.size());
+    c.tensor = from;
+    c.dst_tensor = to;
+    c.box = c.dst_box = box;
+    c.src = src;
+    c.dst = dst;
+    c.deps = std::move(deps);
+    t.plan.chunks.push_back(c);
+    t.plan.ranks[src].streams[0].push_back(c.id);
+    return c.id;
+  };
+  const Box shard0{{0, 0}, {4, 2}}, shard1{{0, 2}, {4, 2}};
+  const int staged = move(0, 1, "x", "stage", shard0, {});
+  move(1, 1, "stage", "x", shard0, {staged});
+  move(1, 0, "x", "x", shard1, {});
+  move(0, 1, "scratch", "scratch", Box{{0}, {8}}, {});
+  auto report = verify(t.plan);
+  EXPECT_TRUE(report.ok()) << report.format("staged");
+
+  // Without the dep, the local copy races with the chunk filling the stage.
+  t.plan.chunks[1].deps.clear();
+  report = verify(t.plan);
+  const Violation* v = find_rule(report, "forward-race");
+  ASSERT_NE(v, nullptr) << report.format("staged");
+  EXPECT_EQ(v->rank, 1);
+  EXPECT_NE(v->detail.find("sends stage[0:4, 0:2] from rank 1"), std::string::npos) << v->detail;
+}
+
+// A chunk moving a tensor onto itself shifted by one row would cut every row into its own
+// cell; past the limit the verifier says it cannot prove coverage instead of running for ages.
+TEST(Verify, CellExplosionIsRefusedNotSlow) {
+  TinyPlan t(Collective::all_gather, 1, std::int64_t{1} << 20);
+  t.add(0, 0, 0, (std::int64_t{1} << 20) - 1);
+  t.plan.chunks[0].dst_box.offset[0] = 1;
+  const auto start = std::chrono::steady_clock::now();
+  const auto report = verify(t.plan);
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(), 20.0);
+  const Violation* v = find_rule(report, "coverage-too-complex");
+  ASSERT_NE(v, nullptr) << report.format("shift");
+  EXPECT_NE(v->detail.find("cannot prove coverage"), std::string::npos) << v->detail;
+}
+
 TEST(Verify, CustomPlansHaveNoCoveragePromise) {
   TinyPlan t(Collective::custom, 2, 4);
   t.add(0, 1, 0, 1);
