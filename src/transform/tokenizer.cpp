@@ -72,9 +72,13 @@ class Lexer {
 
   std::vector<Token> run() {
     while (pos_ < src_.size()) {
-      if (at_line_start_ && brackets_.empty()) {
-        handle_indentation();
-        if (pos_ >= src_.size()) break;
+      if (at_line_start_) {
+        if (!brackets_.empty()) {
+          at_line_start_ = false;  // a continuation line: its indentation means nothing
+        } else {
+          handle_indentation();
+          if (pos_ >= src_.size()) break;
+        }
       }
       const char c = src_[pos_];
       if (c == ' ' || c == '\t' || c == '\f') {
@@ -250,7 +254,6 @@ class Lexer {
   // returns the offset after the closing quote. Emits a token only for top-level strings.
   std::size_t scan_string(std::size_t begin, std::size_t quote, int start_line, int start_col) {
     const std::string_view prefix = src_.substr(begin, quote - begin);
-    const bool raw = prefix_has(prefix, 'r');
     const bool formatted = prefix_has(prefix, 'f') || prefix_has(prefix, 't');
     const char q = src_[quote];
     const bool triple = quote + 2 < src_.size() && src_[quote + 1] == q && src_[quote + 2] == q;
@@ -267,10 +270,12 @@ class Lexer {
         if (src_[p + 1] == '\n' || src_[p + 1] == '\r') {
           p += 1 + newline_length(p + 1);
           next_line(p);
+        } else if (formatted && (src_[p + 1] == '{' || src_[p + 1] == '}')) {
+          ++p;  // a backslash does not escape an f-string brace (rf'\{{' is '\' then '{{')
         } else {
-          p += 2;
+          p += 2;  // an escape; in a raw string the pair stays as written but the quote
+                   // after a backslash still does not end the string
         }
-        (void)raw;  // a raw string still cannot end at an escaped quote
       } else if (c == '\n' || c == '\r') {
         if (!triple) unterminated();
         p += newline_length(p);
@@ -323,9 +328,7 @@ class Lexer {
         if (!triple && depth == 0) fail(start_line, start_col, "unterminated f-string literal");
         p += newline_length(p);
         next_line(p);
-      } else if (c == '#') {
-        fail(line_, col_of(p), "f-string expression part cannot include '#'");
-      } else {
+      } else {  // anything else, '#' in a format spec ("{x:#x}") included
         ++p;
       }
     }

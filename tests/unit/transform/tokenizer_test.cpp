@@ -74,6 +74,28 @@ TEST(Tokenizer, FStringWithNestedQuotesBracesAndFormatSpec) {
   EXPECT_EQ(strings[1].text, "'z'");
 }
 
+TEST(Tokenizer, FStringFormatSpecMayHoldAHash) {
+  const auto t = tokens("s = f'{v:#x} {w!r:>#10}'\n");
+  ASSERT_EQ(of_kind(t, TokenKind::string).size(), 1u);
+  EXPECT_TRUE(of_kind(t, TokenKind::comment).empty());
+}
+
+TEST(Tokenizer, BackslashBeforeAnFStringBrace) {
+  const auto t = tokens("p = rf'(\\{{[{dash}])(\\}}?)'\nq = 1\n");
+  const auto strings = of_kind(t, TokenKind::string);
+  ASSERT_EQ(strings.size(), 1u);
+  EXPECT_EQ(strings[0].text, "rf'(\\{{[{dash}])(\\}}?)'");
+}
+
+TEST(Tokenizer, ContinuationLinesInsideBracketsDoNotIndent) {
+  // A method whose signature closes on a continuation line: the ')' line is not an indentation.
+  const auto t = tokens("class C:\n    def f(self, a,\n          b):\n        return a\n\n    def g(self):\n"
+                        "        return (1,\n  2)\n");
+  EXPECT_EQ(of_kind(t, TokenKind::indent).size(), 3u);
+  EXPECT_EQ(of_kind(t, TokenKind::dedent).size(), 3u);
+  EXPECT_EQ(of_kind(t, TokenKind::dedent)[0].line, 6);
+}
+
 TEST(Tokenizer, ExplicitLineContinuationJoinsLines) {
   const auto t = tokens("a = 1 + \\\n    2\nb = 3\n");
   EXPECT_EQ(of_kind(t, TokenKind::newline).size(), 2u);
