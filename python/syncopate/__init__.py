@@ -26,6 +26,7 @@ from syncopate.errors import (
     UserError,
     WaitTimeoutError,
 )
+
 try:
     from syncopate import _core
 except ImportError as _error:  # e.g. the source tree python/ on sys.path instead of an install
@@ -87,6 +88,7 @@ def calibration(name_or_path="h200"):
             raise UserError(f"calibration {name_or_path!r}: no such shipped calibration; "
                             f"shipped: {', '.join(names) or 'none'}; or pass a path to a .json file")
     return _core.load_calibration(path)
+
 
 # Submodules that need torch, triton or the CUDA build: imported on first attribute access so
 # that `import syncopate` stays cheap and works on a CPU-only machine.
