@@ -19,6 +19,16 @@ struct Edit {
   std::string text;
 };
 
+// A Python string literal body: tensor names from `tensor="..."` may hold quotes or backslashes.
+std::string py_escaped(std::string_view text) {
+  std::string out;
+  for (char c : text) {
+    if (c == '\\' || c == '"') out += '\\';
+    out += c;
+  }
+  return out;
+}
+
 class Rewriter {
  public:
   Rewriter(const Module& m, const KernelAnalysis& a, const TransformOptions& o) : m_(m), a_(a), opt_(o) {
@@ -85,7 +95,7 @@ class Rewriter {
     for (const auto& acc : a_.accesses)
       accesses += (accesses.empty() ? "" : ", ") +
                   fmt::format("{{\"tensor\": \"{}\", \"param\": \"{}\", \"role\": \"{}\", \"m_dim\": {}, \"n_dim\": {}}}",
-                              acc.access.tensor, acc.param,
+                              py_escaped(acc.access.tensor), acc.param,
                               acc.access.role == lower::AccessRole::consume ? "consume" : "produce",
                               acc.access.m_dim, acc.access.n_dim);
     return fmt::format("__syncopate__ = {{\"version\": {}, \"kernel\": \"{}\", \"params\": [{}], \"accesses\": [{}]}}",

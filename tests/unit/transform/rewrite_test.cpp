@@ -138,6 +138,14 @@ TEST(Rewrite, OtherDecoratorsHelpersAndBareJit) {
   EXPECT_TRUE(contains(out, "    # @sy.bogus annotations elsewhere are not ours\n")) << out;
 }
 
+TEST(Rewrite, TensorNameWithQuotesStaysValidPython) {
+  const auto r = transform_kernel("import triton\nimport triton.language as tl\n@triton.jit\ndef k(x_ptr):\n" +
+                                      body() + "    # @sy.consume(x_ptr, tensor='a\"b\\\\c')\n    y = 1\n",
+                                  "k.py", "k");
+  EXPECT_EQ(r.accesses.at(0).access.tensor, "a\"b\\\\c");
+  EXPECT_TRUE(contains(r.source, "\"tensor\": \"a\\\"b\\\\\\\\c\"")) << r.source;
+}
+
 TEST(Rewrite, TransformedFileIsRejectedAsInput) {
   const auto once = run("import triton\nimport triton.language as tl\n@triton.jit\ndef k(x_ptr):\n" + body());
   EXPECT_THROW(transform_kernel(once, "out.py", "k"), TransformError);
