@@ -85,6 +85,26 @@ class TileTables:
                               [s.writers for s in table.slots], [s.chunk for s in table.slots],
                               rank=table.rank)
 
+    @classmethod
+    def from_arrays(cls, arrays: Any, tile_order: Sequence[int], tiles_n: int) -> "TileTables":
+        """From the bindings' SignalTableArrays (SignalTable.arrays(): CSR wait/notify tables,
+        slot_writers, slot_chunk, rank) and a TileOrder (or its list of tiles)."""
+        order = [int(t) for t in getattr(tile_order, "tiles", tile_order)]
+        num_tiles = len(order)
+        waits = [int(x) for x in arrays.wait_offsets]
+        notifies = [int(x) for x in arrays.notify_offsets]
+        for name, offsets in (("wait_offsets", waits), ("notify_offsets", notifies)):
+            if len(offsets) != num_tiles + 1:
+                raise UserError(f"{name}: {len(offsets)} entries for {num_tiles} tiles (expected "
+                                f"{num_tiles + 1}): the signal table and the tile order disagree")
+        wait_slots = [int(x) for x in arrays.wait_slots]
+        notify_slots = [int(x) for x in arrays.notify_slots]
+        return cls.from_lists(order, tiles_n,
+                              [wait_slots[waits[t]:waits[t + 1]] for t in range(num_tiles)],
+                              [notify_slots[notifies[t]:notifies[t + 1]] for t in range(num_tiles)],
+                              [int(w) for w in arrays.slot_writers],
+                              [int(c) for c in arrays.slot_chunk], rank=int(arrays.rank))
+
     @property
     def num_tiles(self) -> int:
         return len(self.tile_order)

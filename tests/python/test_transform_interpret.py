@@ -155,3 +155,16 @@ def test_tables_reject_bad_order(sy):
         sy.launch.TileTables.from_lists([0, 0, 1], 1, [[], [], []], [[], [], []], [1])
     with pytest.raises(sy.launch.UserError, match=r"tile_waits\[1\]: slot 5"):
         sy.launch.TileTables.from_lists([0, 1], 1, [[], [5]], [[], []], [1])
+
+
+def test_tables_from_csr_arrays_match_from_lists(sy):
+    arrays = types.SimpleNamespace(rank=2, wait_offsets=[0, 1, 3, 3], wait_slots=[0, 0, 1],
+                                   notify_offsets=[0, 0, 0, 1], notify_slots=[2],
+                                   slot_writers=[1, 1, 3], slot_chunk=[7, 8, 9])
+    order = types.SimpleNamespace(tiles=[2, 0, 1])
+    tables = sy.launch.TileTables.from_arrays(arrays, order, 1)
+    same = sy.launch.TileTables.from_lists([2, 0, 1], 1, [[0], [0, 1], []], [[], [], [2]], [1, 1, 3],
+                                           [7, 8, 9], rank=2)
+    assert tables == same
+    with pytest.raises(sy.launch.UserError, match="wait_offsets: 4 entries for 2 tiles"):
+        sy.launch.TileTables.from_arrays(arrays, [1, 0], 1)
