@@ -191,12 +191,18 @@ std::string chunk_json(const Chunk& chunk) {
 }
 
 // `"key": [` then one element per line (diffs of golden plans then show which chunk changed);
-// all on one line when `newline` is empty.
+// all on one line when `newline` is empty. Appends in place: a plan can be hundreds of MB.
+template <class T, class Format>
 void append_list(std::string& out, std::string_view pad, std::string_view newline, std::string_view key,
-                 const std::vector<std::string>& items) {
+                 const std::vector<T>& items, Format format) {
   out += fmt::format("{}\"{}\":{}[", pad, key, newline.empty() ? "" : " ");
-  for (std::size_t i = 0; i < items.size(); ++i)
-    out += fmt::format("{}{}{}{}{}", newline, pad, pad, items[i], i + 1 < items.size() ? "," : "");
+  for (std::size_t i = 0; i < items.size(); ++i) {
+    out += newline;
+    out += pad;
+    out += pad;
+    out += format(items[i]);
+    if (i + 1 < items.size()) out += ',';
+  }
   if (!items.empty()) out += fmt::format("{}{}", newline, pad);
   out += "]";
 }
@@ -247,13 +253,9 @@ std::string plan_to_json(const CommPlan& plan, int indent) {
   out += fmt::format("{}\"collective\":{}{},{}", pad, space, collective_json(plan.collective), newline);
   out += fmt::format("{}\"world_size\":{}{},{}", pad, space, plan.world_size, newline);
   out += fmt::format("{}\"tensors\":{}{},{}", pad, space, tensors_json(plan.tensors), newline);
-  std::vector<std::string> items;
-  for (const auto& r : plan.ranks) items.push_back(rank_json(r));
-  append_list(out, pad, newline, "ranks", items);
+  append_list(out, pad, newline, "ranks", plan.ranks, rank_json);
   out += fmt::format(",{}", newline);
-  items.clear();
-  for (const auto& c : plan.chunks) items.push_back(chunk_json(c));
-  append_list(out, pad, newline, "chunks", items);
+  append_list(out, pad, newline, "chunks", plan.chunks, chunk_json);
   out += fmt::format("{}}}\n", newline);
   return out;
 }
