@@ -5,8 +5,8 @@
 // the input, so a hostile file costs at most memory proportional to its own size.
 #include "syncopate/plan/json.hpp"
 
-#include <cerrno>
 #include <algorithm>
+#include <cerrno>
 #include <cstring>
 #include <fstream>
 #include <system_error>
