@@ -24,6 +24,7 @@ import os
 
 import triton
 import triton.language as tl
+from triton.language.target_info import cuda_capability_geq
 
 INTERPRET = os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
 _INTERPRET: tl.constexpr = tl.constexpr(INTERPRET)
@@ -53,6 +54,18 @@ def load_acquire(ptr):
         value = tl.inline_asm_elementwise("ld.global.acquire.sys.b32 $0, [$1];", "=r,l", [ptr],
                                           dtype=tl.int32, is_pure=False, pack=1)
     return value
+
+
+@triton.jit
+def fence_proxy_async():
+    """Orders this thread's generic-proxy accesses (the acquire of a wait) before its later
+    async-proxy ones (TMA loads through tensor descriptors). Hopper and newer; a no-op elsewhere."""
+    if _INTERPRET:
+        pass
+    else:
+        if cuda_capability_geq(9, 0):
+            tl.inline_asm_elementwise("fence.proxy.async.global; mov.u32 $0, 0;", "=r", [],
+                                      dtype=tl.int32, is_pure=False, pack=1)
 
 
 @triton.jit
@@ -131,6 +144,7 @@ def wait_tile(signals_ptr, wait_offsets_ptr, wait_slots_ptr, slot_writers_ptr, t
         slot = tl.load(wait_slots_ptr + i)
         expected = epoch * tl.load(slot_writers_ptr + slot)
         wait(signals_ptr + slot, expected, bound_ns, error_ptr, rank, slot, tile)
+    fence_proxy_async()
 
 
 @triton.jit

@@ -47,6 +47,10 @@ def sy():
         sys.modules["syncopate"] = package
     import importlib
 
+    import triton
+
+    # Tensor descriptors made on the device (ag_gemm_tma) need scratch memory from an allocator.
+    triton.set_allocator(lambda size, align, stream: torch.empty(size, dtype=torch.int8, device="cuda"))
     return types.SimpleNamespace(launch=importlib.import_module("syncopate.launch"),
                                  cases=importlib.import_module("syncopate.kernels.examples.cases"))
 
@@ -128,7 +132,7 @@ def _run_consumer(sy, case, transformed, prob, tables, epoch, signals, source, r
     return error, elapsed
 
 
-@pytest.mark.parametrize("name", ["ag_gemm_one_tile", "persistent_gemm", "rmsnorm_rows"])
+@pytest.mark.parametrize("name", ["ag_gemm_one_tile", "ag_gemm_tma", "persistent_gemm", "rmsnorm_rows"])
 def test_consumer_with_late_shuffled_chunks(sy, name):
     case, transformed, ref, prob, tables = _setup(sy, name, seed=7)
     source = prob.tensors[case.tensor].clone()

@@ -71,7 +71,7 @@ def sy():
 
 
 def _case_ids():
-    return ["ag_gemm_one_tile", "persistent_gemm", "gemm_rs_producer", "rmsnorm_rows"]
+    return ["ag_gemm_one_tile", "ag_gemm_tma", "persistent_gemm", "gemm_rs_producer", "rmsnorm_rows"]
 
 
 def _load_pair(sy, case):

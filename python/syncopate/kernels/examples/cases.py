@@ -87,6 +87,16 @@ def _ag_gemm_one_tile(device, gen) -> Problem:
                    _cdiv(M, BM), _cdiv(N, BN), "c")
 
 
+def _ag_gemm_tma(device, gen) -> Problem:
+    s = _scale(device)
+    M, N, K, BM, BN, BK = 80 * s, 48 * s, 40 * s, 16, 16, 16  # row strides: multiples of 16 bytes
+    a, b, c = _gemm_tensors(device, gen, M, N, K)
+    tiles = _cdiv(M, BM) * _cdiv(N, BN)
+    return Problem({"a": a, "b": b, "c": c}, (a, b, c, M, N, K),
+                   dict(BLOCK_M=BM, BLOCK_N=BN, BLOCK_K=BK), (tiles,), None, M, BM,
+                   _cdiv(M, BM), _cdiv(N, BN), "c")
+
+
 def _persistent_gemm(device, gen) -> Problem:
     s = _scale(device)
     M, N, K, BM, BN, BK = 72 * s, 40 * s, 48 * s, 16, 16, 16
@@ -125,6 +135,7 @@ def _rmsnorm_rows(device, gen) -> Problem:
 
 CASES = [
     Case("ag_gemm_one_tile.py", "matmul_kernel", "consume", "a", _ag_gemm_one_tile),
+    Case("ag_gemm_tma.py", "matmul_tma_kernel", "consume", "a", _ag_gemm_tma),
     Case("persistent_gemm.py", "matmul_persistent", "consume", "a", _persistent_gemm),
     Case("gemm_rs_producer.py", "matmul_rs_kernel", "produce", "c", _gemm_rs_producer),
     Case("rmsnorm_rows.py", "rmsnorm_kernel", "consume", "x", _rmsnorm_rows),
