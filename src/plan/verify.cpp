@@ -74,6 +74,11 @@ void ViolationSink::add(RuleGroup group, std::string rule, int rank, int chunk,
   out_.push_back({group, std::move(rule), rank, chunk, std::move(detail)});
 }
 
+bool ViolationSink::keeps(std::string_view rule) const {
+  auto it = per_rule_.find(rule);
+  return it == per_rule_.end() || it->second.second < kMaxPerRule;
+}
+
 void ViolationSink::finish() {
   for (const auto& [rule, entry] : per_rule_) {
     const auto [group, total] = entry;

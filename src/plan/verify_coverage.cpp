@@ -22,6 +22,26 @@ namespace {
 constexpr RuleGroup kGroup = RuleGroup::coverage;
 // Cells over all ranks and tensors; 4 ints each, so this bounds the replay to ~64 MiB.
 constexpr std::int64_t kMaxCells = std::int64_t{1} << 22;
+// Cell reads and writes of the whole replay: many chunks each covering many cells (a hostile
+// plan) would otherwise take minutes.
+constexpr std::int64_t kMaxCellVisits = std::int64_t{1} << 26;
+
+// How many cells the replay touches: each chunk reads and writes the cells of its box.
+std::int64_t replay_visits(const CommPlan& plan, const PlanGrid& grid) {
+  std::int64_t visits = 0;
+  for (const auto& chunk : plan.chunks) {
+    const auto t = static_cast<std::size_t>(grid.tensor_index.find(chunk.tensor)->second);
+    const TensorGrid& g = grid.tensors[t];
+    std::int64_t cells = 1;
+    for (std::size_t d = 0; d < chunk.box.offset.size(); ++d) {
+      const auto begin = chunk.box.offset[d];
+      cells *= g.cut_index(d, begin + chunk.box.extent[d]) - g.cut_index(d, begin);
+    }
+    visits += 2 * cells;  // cells <= cells of the tensor, so neither product overflows
+    if (visits > kMaxCellVisits) return visits;
+  }
+  return visits;
+}
 
 struct RankTensorState {
   std::vector<int> value;
@@ -332,6 +352,13 @@ void check_coverage(const CommPlan& plan, const GraphFacts& facts, ViolationSink
   if (!grid) {
     sink.add(kGroup, "coverage-too-complex", -1, -1,
              fmt::format("cannot prove coverage: {}", why));
+    return;
+  }
+  if (replay_visits(plan, *grid) > kMaxCellVisits) {
+    sink.add(kGroup, "coverage-too-complex", -1, -1,
+             fmt::format("cannot prove coverage: the chunks' boxes overlap so much that the "
+                         "replay would visit more than {} cells",
+                         kMaxCellVisits));
     return;
   }
   CoverageReplay(plan, facts, std::move(*grid), sink).run();

@@ -24,6 +24,18 @@ class ViolationSink {
 
   explicit ViolationSink(std::vector<Violation>& out) : out_(out) {}
   void add(RuleGroup group, std::string rule, int rank, int chunk, std::string detail);
+  // Same, but builds the detail only when the violation is kept: formatting half a million
+  // messages that are then dropped would dominate the run time on a hostile plan.
+  template <class MakeDetail>
+  void add_lazy(RuleGroup group, std::string rule, int rank, int chunk, MakeDetail&& make_detail) {
+    if (keeps(rule)) {
+      add(group, std::move(rule), rank, chunk, make_detail());
+    } else {
+      add(group, std::move(rule), rank, chunk, std::string());
+    }
+  }
+  // Whether the next violation of `rule` will be kept.
+  bool keeps(std::string_view rule) const;
   // Violations seen so far, including those not kept.
   std::size_t count() const { return seen_; }
   void finish();

@@ -20,7 +20,9 @@ namespace {
 
 constexpr RuleGroup kGroup = RuleGroup::ordering;
 // Overlapping pairs kept for the reachability test; only hostile plans get near it.
-constexpr std::size_t kMaxPairs = std::size_t{1} << 22;
+constexpr std::size_t kMaxPairs = std::size_t{1} << 20;
+// Box comparisons in the sweeps, for the same reason.
+constexpr std::size_t kMaxComparisons = std::size_t{1} << 25;
 
 struct Access {
   int chunk;
@@ -35,14 +37,6 @@ struct Candidate {
   bool write_write;
   int rank;
   const std::string* tensor;
-  friend bool operator<(const Candidate& x, const Candidate& y) {
-    return std::tie(x.first, x.second, x.write_write, x.rank) <
-           std::tie(y.first, y.second, y.write_write, y.rank);
-  }
-  friend bool operator==(const Candidate& x, const Candidate& y) {
-    return x.first == y.first && x.second == y.second && x.write_write == y.write_write &&
-           x.rank == y.rank;
-  }
 };
 
 // The dimension along which the boxes have the most distinct offsets: sweeping along it
@@ -83,12 +77,12 @@ class OrderingChecker {
     }
     if (truncated_) {
       sink_.add(kGroup, "ordering-too-complex", -1, -1,
-                fmt::format("more than {} pairs of chunks touch overlapping regions; only those "
-                            "were checked",
-                            kMaxPairs));
+                fmt::format("so many chunks touch overlapping regions (more than {} pairs, or "
+                            "{} box comparisons) that only the first were checked for races",
+                            kMaxPairs, kMaxComparisons));
     }
-    std::sort(candidates_.begin(), candidates_.end());
-    candidates_.erase(std::unique(candidates_.begin(), candidates_.end()), candidates_.end());
+    // No duplicates to remove: a (reader, writer) pair can only meet in the group of the
+    // reader's src rank and tensor, and a pair of writers only in their common destination's.
     std::vector<std::pair<int, int>> pairs;
     pairs.reserve(candidates_.size());
     for (const auto& c : candidates_) pairs.push_back({c.first, c.second});
@@ -109,6 +103,11 @@ class OrderingChecker {
       std::erase_if(active, [&](const Access* b) {
         return b->box->offset[d] + b->box->extent[d] <= begin;
       });
+      comparisons_ += active.size();
+      if (comparisons_ > kMaxComparisons) {
+        truncated_ = true;
+        return;
+      }
       for (const Access* b : active) consider(rank, tensor, a, *b);
       if (truncated_) return;
       active.push_back(&a);
@@ -138,29 +137,31 @@ class OrderingChecker {
     const Chunk& first = plan_.chunks[static_cast<std::size_t>(c.first)];
     const Chunk& second = plan_.chunks[static_cast<std::size_t>(c.second)];
     if (!c.write_write) {
-      const Box region = intersect(first.box, second.dst_box);
-      sink_.add(kGroup, "forward-race", c.rank, first.id,
-                fmt::format("chunk {} ({}) sends {} from rank {}, but chunk {} ({}), which writes "
-                            "that region there, is not ordered before it (add {} to chunk {}'s "
-                            "deps)",
-                            first.id, describe_route(first), describe_box(*c.tensor, region),
-                            c.rank, second.id, describe_route(second), second.id, first.id));
+      sink_.add_lazy(kGroup, "forward-race", c.rank, first.id, [&] {
+        const Box region = intersect(first.box, second.dst_box);
+        return fmt::format(
+            "chunk {} ({}) sends {} from rank {}, but chunk {} ({}), which writes that region "
+            "there, is not ordered before it (add {} to chunk {}'s deps)",
+            first.id, describe_route(first), describe_box(*c.tensor, region), c.rank, second.id,
+            describe_route(second), second.id, first.id);
+      });
       return;
     }
-    const Box region = intersect(first.dst_box, second.dst_box);
-    sink_.add(kGroup, "write-race", c.rank, second.id,
-              fmt::format("chunks {} ({}, {}) and {} ({}, {}) both write {} on rank {} and neither "
-                          "is ordered before the other (only two reduce-adds may overlap "
-                          "unordered)",
-                          first.id, to_string(first.op), describe_route(first), second.id,
-                          to_string(second.op), describe_route(second),
-                          describe_box(*c.tensor, region), c.rank));
+    sink_.add_lazy(kGroup, "write-race", c.rank, second.id, [&] {
+      const Box region = intersect(first.dst_box, second.dst_box);
+      return fmt::format(
+          "chunks {} ({}, {}) and {} ({}, {}) both write {} on rank {} and neither is ordered "
+          "before the other (only two reduce-adds may overlap unordered)",
+          first.id, to_string(first.op), describe_route(first), second.id, to_string(second.op),
+          describe_route(second), describe_box(*c.tensor, region), c.rank);
+    });
   }
 
   const CommPlan& plan_;
   const GraphFacts& facts_;
   ViolationSink& sink_;
   std::vector<Candidate> candidates_;
+  std::size_t comparisons_ = 0;
   bool truncated_ = false;
 };
 
