@@ -1,7 +1,9 @@
 // The error suite: malformed and unsafe plans, each with the exact rule, rank, chunk and a piece
 // of the message it must get. Plan files live in tests/unit/plan/bad/ (one problem each, made
-// from the small plans in good/); a few cases the JSON loader already refuses are built in C++.
+// from the small plans in good/); more cases are built in C++ below: those the JSON loader
+// already refuses, mutations of template plans, and hostile plans that must stay cheap.
 #include <algorithm>
+#include <chrono>
 #include <filesystem>
 #include <set>
 #include <string>
@@ -11,12 +13,17 @@
 
 #include "syncopate/common/error.hpp"
 #include "syncopate/plan/json.hpp"
+#include "syncopate/plan/templates.hpp"
 #include "syncopate/plan/verify.hpp"
+#include "tiny_plan.hpp"
 
 namespace syncopate::plan {
 namespace {
 
 namespace fs = std::filesystem;
+using testing_plans::find_rule;
+using testing_plans::ring_all_gather_3;
+using testing_plans::TinyPlan;
 
 fs::path plan_dir(const char* kind) { return fs::path(SYNCOPATE_SOURCE_DIR) / "tests/unit/plan" / kind; }
 
@@ -198,6 +205,207 @@ TEST(BadPlansInMemory, NegativeDimAndHugeShape) {
   for (const auto& v : report.violations) rules.insert(v.rule);
   EXPECT_TRUE(rules.contains("collective-dim")) << report.format("p");
   EXPECT_TRUE(rules.contains("bad-tensor-shape")) << report.format("p");
+}
+
+// ---- unsafe plans built in memory
+
+TEST(UnsafePlansInMemory, MissingShardNamesRankRegionAndOwner) {
+  TinyPlan t = ring_all_gather_3();
+  // Send chunk 5 (rank 2 forwards shard 1 to rank 0) to rank 1 instead: rank 0 lacks shard 1.
+  t.plan.chunks[5].dst = 1;
+  const auto report = verify(t.plan);
+  const Violation* v = find_rule(report, "missing-shard");
+  ASSERT_NE(v, nullptr) << report.format("t");
+  EXPECT_EQ(v->group, RuleGroup::coverage);
+  EXPECT_EQ(v->rank, 0);
+  EXPECT_NE(v->detail.find("x[2:4, 0:4]"), std::string::npos) << v->detail;
+  EXPECT_NE(v->detail.find("shard 1, owned by rank 1"), std::string::npos) << v->detail;
+  // and rank 1 now gets shard 1 written over its own input
+  const Violation* own = find_rule(report, "own-shard-overwritten");
+  ASSERT_NE(own, nullptr);
+  EXPECT_EQ(own->rank, 1);
+  EXPECT_EQ(own->chunk, 5);
+}
+
+TEST(UnsafePlansInMemory, ShardDeliveredTwiceNamesBothChunks) {
+  TinyPlan t = ring_all_gather_3();
+  t.add(1, 2, 2, 2, ChunkOp::copy, {}, 0);  // chunk 6: shard 1 to rank 2 again
+  const auto report = verify(t.plan);
+  const Violation* v = find_rule(report, "shard-delivered-twice");
+  ASSERT_NE(v, nullptr) << report.format("t");
+  EXPECT_EQ(v->rank, 2);
+  EXPECT_EQ(v->chunk, 6);
+  EXPECT_NE(v->detail.find("first by chunk 1, last by chunk 6"), std::string::npos) << v->detail;
+}
+
+// Direct reduce-scatter on 2 ranks: each rank adds its partial of the other's shard there.
+TEST(UnsafePlansInMemory, ReduceScatterContributions) {
+  TinyPlan ok(Collective::reduce_scatter, 2, 4);
+  ok.add(0, 1, 2, 2, ChunkOp::reduce_add);
+  ok.add(1, 0, 0, 2, ChunkOp::reduce_add);
+  EXPECT_TRUE(verify(ok.plan).ok()) << verify(ok.plan).format("rs");
+
+  TinyPlan twice = ok;
+  twice.add(0, 1, 2, 2, ChunkOp::reduce_add, {0});  // rank 0's partial added again
+  auto report = verify(twice.plan);
+  const Violation* v = find_rule(report, "contribution-counted-twice");
+  ASSERT_NE(v, nullptr) << report.format("rs");
+  EXPECT_EQ(v->rank, 1);
+  EXPECT_EQ(v->chunk, 2);
+  EXPECT_NE(v->detail.find("rank 0 2 times"), std::string::npos) << v->detail;
+
+  TinyPlan missing(Collective::reduce_scatter, 2, 4);
+  missing.add(1, 0, 0, 2, ChunkOp::reduce_add);
+  report = verify(missing.plan);
+  v = find_rule(report, "contribution-missing");
+  ASSERT_NE(v, nullptr) << report.format("rs");
+  EXPECT_EQ(v->rank, 1);
+  EXPECT_NE(v->detail.find("lacks the contribution of rank 0"), std::string::npos) << v->detail;
+}
+
+TEST(UnsafePlansInMemory, CopyInsteadOfReduceLosesAContribution) {
+  TinyPlan t(Collective::all_reduce, 2, 4);
+  // Reduce-scatter by copy: rank 1's shard 1 is overwritten by rank 0's partial.
+  const int a = t.add(0, 1, 2, 2, ChunkOp::copy);
+  const int b = t.add(1, 0, 0, 2, ChunkOp::reduce_add);
+  t.add(0, 1, 0, 2, ChunkOp::copy, {b});  // all-gather: shard 0 from rank 0
+  t.add(1, 0, 2, 2, ChunkOp::copy, {a});  // shard 1 from rank 1
+  const auto report = verify(t.plan);
+  const Violation* v = find_rule(report, "contribution-missing");
+  ASSERT_NE(v, nullptr) << report.format("ar");
+  EXPECT_NE(v->detail.find("x[2:4, 0:4]"), std::string::npos) << v->detail;
+  EXPECT_NE(v->detail.find("rank 1"), std::string::npos) << v->detail;
+}
+
+TEST(UnsafePlansInMemory, AllToAllBlockInTheWrongPlace) {
+  TemplateOptions o;
+  o.collective = Collective::all_to_all;
+  o.algorithm = Algorithm::direct;
+  o.world_size = 3;
+  o.shape = {6, 2};
+  CommPlan plan = make_plan(o);
+  ASSERT_TRUE(verify(plan).ok());
+  // Find the chunk 0 -> 1 and make it send block 2 of rank 0's input instead of block 1.
+  auto it = std::find_if(plan.chunks.begin(), plan.chunks.end(),
+                         [](const Chunk& c) { return c.src == 0 && c.dst == 1; });
+  ASSERT_NE(it, plan.chunks.end());
+  it->box.offset[0] = 4;
+  auto report = verify(plan);
+  const Violation* v = find_rule(report, "wrong-data");
+  ASSERT_NE(v, nullptr) << report.format("a2a");
+  EXPECT_EQ(v->rank, 1);
+  EXPECT_EQ(v->chunk, it->id);
+  EXPECT_NE(v->detail.find("y[0:2, 0:2] on rank 1 should hold block 0, sent by rank 0 from its "
+                           "block 1 but holds 'x' of rank 0 moved by (-4, 0)"),
+            std::string::npos)
+      << v->detail;
+
+  // Landing it in block 2 instead leaves block 0 empty and writes block 2 twice.
+  it->box.offset[0] = 2;
+  it->dst_box.offset[0] = 4;
+  report = verify(plan);
+  const Violation* missing = find_rule(report, "missing-shard");
+  ASSERT_NE(missing, nullptr) << report.format("a2a");
+  EXPECT_NE(missing->detail.find("rank 1 never receives y[0:2, 0:2]"), std::string::npos)
+      << missing->detail;
+  const Violation* twice = find_rule(report, "shard-delivered-twice");
+  ASSERT_NE(twice, nullptr) << report.format("a2a");
+  EXPECT_NE(twice->detail.find("y[4:6, 0:2] (block 2, sent by rank 2 from its block 1) 2 times"),
+            std::string::npos)
+      << twice->detail;
+  EXPECT_NE(find_rule(report, "write-race"), nullptr);
+}
+
+// A chunk moving a tensor onto itself shifted by one row would cut every row into its own
+// cell; past the limit the verifier says it cannot prove coverage instead of running for ages.
+TEST(UnsafePlansInMemory, CellExplosionIsRefusedNotSlow) {
+  TinyPlan t(Collective::all_gather, 1, std::int64_t{1} << 20);
+  t.add(0, 0, 0, (std::int64_t{1} << 20) - 1);
+  t.plan.chunks[0].dst_box.offset[0] = 1;
+  const auto start = std::chrono::steady_clock::now();
+  const auto report = verify(t.plan);
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(), 20.0);
+  const Violation* v = find_rule(report, "coverage-too-complex");
+  ASSERT_NE(v, nullptr) << report.format("shift");
+  EXPECT_NE(v->detail.find("cannot prove coverage"), std::string::npos) << v->detail;
+}
+
+TEST(UnsafePlansInMemory, ManyRacesAreCappedWithASummary) {
+  // 40 copies into the same row of rank 1, each on its own stream of rank 0: every pair races.
+  TinyPlan wide(Collective::custom, 2, 1, 40);
+  for (int i = 0; i < 40; ++i) wide.add(0, 1, 0, 1, ChunkOp::copy, {}, i);
+  const auto report = verify(wide.plan);
+  // 40 * 39 / 2 = 780 racing pairs: 500 listed, then one summary line.
+  long races = std::count_if(report.violations.begin(), report.violations.end(),
+                             [](const Violation& v) { return v.rule == "write-race"; });
+  EXPECT_EQ(races, 501);
+  EXPECT_NE(report.violations.back().detail.find("280 more violations of this rule not listed"),
+            std::string::npos)
+      << report.violations.back().detail;
+}
+
+// 1400 unordered copies, each over half of the tensor: almost a million racing pairs. The report keeps
+// 500 per rule and a count, and the run stays short.
+TEST(UnsafePlansInMemory, HostileOverlapStaysBounded) {
+  constexpr int n = 1400;
+  TinyPlan t(Collective::all_gather, 2, 2 * n, n);
+  for (int i = 0; i < n; ++i) t.add(0, 1, i, n, ChunkOp::copy, {}, i, 1);
+  const auto start = std::chrono::steady_clock::now();
+  const auto report = verify(t.plan);
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(), 30.0);
+  EXPECT_LT(report.violations.size(), 2000u);
+  const auto summary = std::find_if(report.violations.begin(), report.violations.end(),
+                                    [](const Violation& v) {
+                                      return v.rule == "write-race" && v.chunk < 0;
+                                    });
+  ASSERT_NE(summary, report.violations.end()) << report.format("hostile").substr(0, 2000);
+  EXPECT_NE(summary->detail.find("more violations of this rule not listed (979300 in all)"),
+            std::string::npos)
+      << summary->detail;
+}
+
+TEST(UnsafePlansInMemory, TwoRanksWaitingOnEachOtherIsACycle) {
+  TinyPlan t(Collective::custom, 2, 4);
+  t.add(0, 1, 0, 1, ChunkOp::copy, {1});
+  t.add(1, 0, 1, 1, ChunkOp::copy, {0});
+  const auto report = verify(t.plan);
+  const Violation* v = find_rule(report, "dependency-cycle");
+  ASSERT_NE(v, nullptr) << report.format("t");
+  EXPECT_EQ(v->group, RuleGroup::deadlock);
+  EXPECT_EQ(v->rank, 0);
+  EXPECT_EQ(v->chunk, 0);
+  EXPECT_NE(v->detail.find("chunk 0 (rank 0, 0 -> 1)"), std::string::npos) << v->detail;
+  EXPECT_NE(v->detail.find("chunk 1 (rank 1, 1 -> 0)"), std::string::npos) << v->detail;
+}
+
+TEST(UnsafePlansInMemory, NcclOrderMismatchNamesBothOrders) {
+  TinyPlan t(Collective::custom, 2, 4);
+  t.add(0, 1, 0, 1, ChunkOp::copy, {}, 0, -1, Backend::nccl);
+  t.add(0, 1, 1, 1, ChunkOp::copy, {}, 0, -1, Backend::nccl);
+  std::swap(t.plan.ranks[1].streams[0][0], t.plan.ranks[1].streams[0][1]);
+  const auto report = verify(t.plan);
+  const Violation* v = find_rule(report, "nccl-order-mismatch");
+  ASSERT_NE(v, nullptr) << report.format("t");
+  EXPECT_EQ(v->rank, 0);
+  EXPECT_EQ(v->chunk, 0);
+  EXPECT_NE(v->detail.find("rank 0 stream 0 sends chunks 0, 1 to rank 1 but rank 1 receives 1, 0"),
+            std::string::npos)
+      << v->detail;
+  EXPECT_NE(find_rule(report, "dependency-cycle"), nullptr);  // the rendezvous also deadlocks
+}
+
+TEST(UnsafePlansInMemory, WellFormedErrorsAreAllReportedAndStopLaterGroups) {
+  TinyPlan t = ring_all_gather_3();
+  t.plan.chunks[1].src = 9;
+  t.plan.chunks[4].deps = {99};
+  t.plan.chunks[5].dst = 1;  // a coverage problem, not reported while the plan is malformed
+  const auto report = verify(t.plan);
+  ASSERT_EQ(report.violations.size(), 2u) << report.format("t");
+  EXPECT_EQ(report.violations[0].rule, "rank-out-of-range");
+  EXPECT_EQ(report.violations[0].chunk, 1);
+  EXPECT_EQ(report.violations[1].rule, "unknown-dep");
+  EXPECT_EQ(report.violations[1].chunk, 4);
+  for (const auto& v : report.violations) EXPECT_EQ(v.group, RuleGroup::well_formed);
 }
 
 }  // namespace
