@@ -408,5 +408,33 @@ TEST(UnsafePlansInMemory, WellFormedErrorsAreAllReportedAndStopLaterGroups) {
   for (const auto& v : report.violations) EXPECT_EQ(v.group, RuleGroup::well_formed);
 }
 
+// Removing the dep of any forwarding chunk from a ring or bidir plan must be caught: the
+// forward then races with the chunk that brings its data.
+TEST(UnsafePlansInMemory, EveryDroppedForwardingDepIsCaught) {
+  for (auto kind : {Collective::all_gather, Collective::reduce_scatter, Collective::all_reduce})
+    for (auto algo : {Algorithm::ring, Algorithm::bidir}) {
+      TemplateOptions o;
+      o.collective = kind;
+      o.algorithm = algo;
+      o.world_size = 4;
+      o.split = 2;
+      o.shape = {16, 3};
+      const CommPlan plan = make_plan(o);
+      int mutated = 0;
+      for (std::size_t i = 0; i < plan.chunks.size(); ++i) {
+        if (plan.chunks[i].deps.empty()) continue;
+        CommPlan broken = plan;
+        broken.chunks[i].deps.clear();
+        const auto report = verify(broken);
+        EXPECT_FALSE(report.ok()) << to_string(kind) << " " << to_string(algo) << " chunk " << i;
+        EXPECT_NE(find_rule(report, "forward-race"), nullptr)
+            << to_string(kind) << " " << to_string(algo) << " chunk " << i << "\n"
+            << report.format("mutant");
+        ++mutated;
+      }
+      EXPECT_GT(mutated, 0);
+    }
+}
+
 }  // namespace
 }  // namespace syncopate::plan
