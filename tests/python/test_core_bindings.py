@@ -249,3 +249,14 @@ def test_estimate_arrival_and_explicit_arrival(ag_plan):
         sy.tile_order(ag_plan, table, grid, chunk_arrival=[1.0])
     with pytest.raises(sy.UserError, match="argument 'kind': unknown order 'random'"):
         sy.tile_order(ag_plan, table, grid, kind="random")
+
+
+def test_import_needs_neither_torch_nor_triton():
+    # The core must import on a machine without torch, triton or a GPU; the GPU parts load lazily.
+    import subprocess
+    import sys
+
+    code = ("import sys, syncopate as sy; sy.make_plan('all-gather', world_size=2, shape=[4]); "
+            "print(sorted(m for m in ('torch', 'triton', 'syncopate._runtime') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd="/")
+    assert out.stdout.strip() == "[]", out.stdout + out.stderr
