@@ -3,12 +3,12 @@
 // is caught, and the verifier stays fast on real-sized plans.
 // (Unsafe and malformed plans with exact expected messages: verify_errors_test.cpp.)
 #include <algorithm>
-#include <map>
-#include <random>
-#include <set>
 #include <chrono>
 #include <cstdio>
+#include <random>
+#include <set>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include <fmt/format.h>
@@ -19,11 +19,15 @@
 #include "syncopate/plan/json.hpp"
 #include "syncopate/plan/templates.hpp"
 #include "syncopate/plan/verify.hpp"
+
+#include "brute_force_oracles.hpp"
 #include "tiny_plan.hpp"
 
 namespace syncopate::plan {
 namespace {
 
+using testing_plans::brute_force_coverage;
+using testing_plans::brute_force_races;
 using testing_plans::find_rule;
 using testing_plans::ring_all_gather_3;
 using testing_plans::TinyPlan;
@@ -169,102 +173,13 @@ TEST(Verify, RealSizedPlanIsFast) {
 
 // ---------------------------------------------------------------- coverage, differentially
 
-// An element-by-element replay that shares nothing with the verifier's cell grid and interned
-// values: each element records where its data started and which ranks were added into it.
-// Returns the ranks where the collective's promise is broken (as the coverage group would say).
-struct Element {
-  int tensor = -1;  // -1: undefined, -2: a sum of data from different places
-  std::int64_t origin_row = 0, origin_col = 0;
-  std::map<int, int> contributions;
-  bool operator==(const Element&) const = default;
-};
-
-std::set<int> brute_force_coverage(const CommPlan& plan, const std::vector<int>& order) {
-  const auto& coll = plan.collective;
-  const int w = plan.world_size;
-  const auto& shape = plan.tensors.at(coll.tensor).shape;
-  const std::int64_t rows = shape[0], cols = shape[1];
-  auto tensor_id = [&](const std::string& name) { return name == coll.tensor ? 0 : 1; };
-  // memory[rank][tensor][row * cols + col], deliveries alike
-  std::vector<std::vector<std::vector<Element>>> memory(
-      w, std::vector<std::vector<Element>>(2, std::vector<Element>(rows * cols)));
-  std::vector<std::vector<std::vector<int>>> copies(
-      w, std::vector<std::vector<int>>(2, std::vector<int>(rows * cols, 0)));
-  auto shard = [&](std::int64_t row) {
-    for (int k = w - 1; k >= 0; --k)
-      if (even_split(rows, w, k).begin <= row) return k;
-    return 0;
-  };
-  for (int r = 0; r < w; ++r)
-    for (std::int64_t i = 0; i < rows; ++i)
-      for (std::int64_t j = 0; j < cols; ++j)
-        if (coll.kind != Collective::all_gather || shard(i) == r)
-          memory[r][0][i * cols + j] = Element{0, i, j, {{r, 1}}};
-  std::set<int> broken;
-  for (int id : order) {
-    const Chunk& c = plan.chunks[id];
-    const int from = tensor_id(c.tensor), to = tensor_id(c.dst_tensor);
-    std::vector<Element> sent;
-    for (std::int64_t i = 0; i < c.box.extent[0]; ++i)
-      for (std::int64_t j = 0; j < c.box.extent[1]; ++j)
-        sent.push_back(memory[c.src][from][(c.box.offset[0] + i) * cols + c.box.offset[1] + j]);
-    std::size_t n = 0;
-    for (std::int64_t i = 0; i < c.box.extent[0]; ++i)
-      for (std::int64_t j = 0; j < c.box.extent[1]; ++j) {
-        const std::int64_t row = c.dst_box.offset[0] + i, col = c.dst_box.offset[1] + j;
-        Element& e = memory[c.dst][to][row * cols + col];
-        const Element& in = sent[n++];
-        if (c.op == ChunkOp::copy) {
-          e = in;
-          ++copies[c.dst][to][row * cols + col];
-        } else if (e.tensor == -1 || in.tensor == -1) {
-          e = Element{};
-        } else if (e.tensor != in.tensor || e.origin_row != in.origin_row ||
-                   e.origin_col != in.origin_col) {
-          e = Element{-2, 0, 0, {}};
-        } else {
-          for (const auto& [rank, count] : in.contributions) e.contributions[rank] += count;
-        }
-        if (to == 0 && coll.kind == Collective::all_gather && shard(row) == c.dst) broken.insert(c.dst);
-        if (to == 0 && coll.kind == Collective::all_to_all) broken.insert(c.dst);
-      }
-  }
-  std::map<int, int> everyone;
-  for (int r = 0; r < w; ++r) everyone[r] = 1;
-  for (int r = 0; r < w; ++r)
-    for (std::int64_t i = 0; i < rows; ++i)
-      for (std::int64_t j = 0; j < cols; ++j) {
-        const int k = shard(i);
-        int t = 0;
-        Element want;
-        switch (coll.kind) {
-          case Collective::all_gather:
-            if (k == r) continue;
-            want = Element{0, i, j, {{k, 1}}};
-            break;
-          case Collective::reduce_scatter:
-            if (k != r) continue;
-            want = Element{0, i, j, everyone};
-            break;
-          case Collective::all_reduce: want = Element{0, i, j, everyone}; break;
-          default:  // all-to-all: block k of y on r came from block r of x on k
-            t = 1;
-            want = Element{0, i - even_split(rows, w, k).begin + even_split(rows, w, r).begin, j,
-                           {{k, 1}}};
-        }
-        if (!(memory[r][t][i * cols + j] == want) || copies[r][t][i * cols + j] > 1)
-          broken.insert(r);
-      }
-  return broken;
-}
-
 // Random small template plans, mutated in ways that keep them well-formed (moved boxes, another
-// destination, a flipped op, a repeated chunk); the verifier's coverage verdict per rank must
-// equal the brute force's, on both the intact and the broken ones.
-TEST(Verify, CoverageAgreesWithElementReplay) {
+// destination, a flipped op, a repeated chunk, dropped deps); the verifier's coverage verdict
+// per rank and its races must equal the brute force's, on the intact and the broken ones.
+TEST(Verify, CoverageAndRacesAgreeWithBruteForce) {
   std::mt19937 rng(20261122);
   auto pick = [&](int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); };
-  int compared = 0, intact = 0, broken = 0;
+  int compared = 0, intact = 0, broken = 0, racy = 0;
   for (int sample = 0; sample < 1500; ++sample) {
     TemplateOptions o;
     o.collective = static_cast<Collective>(pick(0, 3));
@@ -277,8 +192,9 @@ TEST(Verify, CoverageAgreesWithElementReplay) {
     const int mutations = pick(0, 2);
     for (int m = 0; m < mutations && !plan.chunks.empty(); ++m) {
       Chunk& c = plan.chunks[pick(0, static_cast<int>(plan.chunks.size()) - 1)];
-      switch (pick(0, 4)) {
+      switch (pick(0, 5)) {
         case 0: c.dst_box.offset[0] += pick(0, 1) ? 1 : -1; break;
+        case 5: c.deps.clear(); break;
         case 1: c.box.offset[0] += pick(0, 1) ? 1 : -1; break;
         case 2: c.dst = pick(0, o.world_size - 1); break;
         case 3: c.op = c.op == ChunkOp::copy ? ChunkOp::reduce_add : ChunkOp::copy; break;
@@ -306,13 +222,21 @@ TEST(Verify, CoverageAgreesWithElementReplay) {
     const auto expected = brute_force_coverage(plan, *order);
     ASSERT_EQ(flagged, expected) << "sample " << sample << "\n"
                                  << report.format("sample") << plan_to_json(plan);
+    std::set<std::tuple<std::string, int, int>> races;
+    for (const auto& v : report.violations)
+      if (v.group == RuleGroup::ordering) races.insert({v.rule, v.rank, v.chunk});
+    ASSERT_EQ(races, brute_force_races(plan)) << "sample " << sample << "\n"
+                                              << report.format("sample") << plan_to_json(plan);
+    racy += races.empty() ? 0 : 1;
     ++compared;
     ++(expected.empty() ? intact : broken);
   }
-  std::printf("compared %d plans: %d intact, %d broken\n", compared, intact, broken);
+  std::printf("compared %d plans: %d intact, %d broken, %d with races\n", compared, intact,
+              broken, racy);
   EXPECT_GT(compared, 1000);
   EXPECT_GT(intact, 200);
   EXPECT_GT(broken, 200);
+  EXPECT_GT(racy, 100);
 }
 
 // ---------------------------------------------------------------- coverage
@@ -329,7 +253,8 @@ TEST(Verify, StagingThroughAnotherTensor) {
   t.plan.collective.dim = 1;  // shards are columns 0..2 and 2..4
   t.plan.tensors["stage"] = t.plan.tensors["x"];
   t.plan.tensors["scratch"] = TensorSpec{{8}, DType::bf16, "row-major"};
-  auto move = [&](int src, int dst, const char* from, const char* to, Box box, std::vector<int> deps) {
+  auto move = [&](int src, int dst, const char* from, const char* to, Box box,
+                  std::vector<int> deps) {
     Chunk c;
     c.id = static_cast<int>(t.plan.chunks.size());
     c.tensor = from;
