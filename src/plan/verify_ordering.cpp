@@ -68,7 +68,8 @@ class OrderingChecker {
     std::map<std::pair<int, std::string_view>, std::vector<Access>> groups;
     for (const auto& c : plan_.chunks) {
       groups[{c.src, c.tensor}].push_back({c.id, false, false, &c.box});
-      groups[{c.dst, c.dst_tensor}].push_back({c.id, true, c.op == ChunkOp::reduce_add, &c.dst_box});
+      const bool reduce = c.op == ChunkOp::reduce_add;
+      groups[{c.dst, c.dst_tensor}].push_back({c.id, true, reduce, &c.dst_box});
     }
     for (auto& [key, accesses] : groups) {
       const auto& tensor = plan_.tensors.find(std::string(key.second))->first;

@@ -5,7 +5,8 @@
 //  - deps: every id in b.deps gives an edge dep -> b;
 //  - NCCL rendezvous: an NCCL chunk is listed in its src's stream (the send) and in its dst's
 //    stream (the recv), so it gets the stream predecessor and successor of both lists; a send
-//    cannot complete until the matching recv is posted, and vice versa.
+//    cannot complete until the matching recv is posted, and vice versa. (An NCCL chunk with
+//    src == dst is a local copy, listed once.)
 // The simulator, the schedule and the runtime reuse this graph; the verifier proves it acyclic.
 //
 // When it may be built: on any plan, without crashing (ids out of range in streams or deps are

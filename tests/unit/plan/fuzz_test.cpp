@@ -96,6 +96,10 @@ class Mutator {
 
  private:
   int pick(int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng_); }
+  // A random index into something of `size` > 0 entries.
+  std::size_t index(std::size_t size) {
+    return std::uniform_int_distribution<std::size_t>(0, size - 1)(rng_);
+  }
 
   static void collect(json& node, std::vector<json*>& out) {
     out.push_back(&node);
@@ -138,7 +142,7 @@ class Mutator {
       for (json* n : nodes)
         if (n->is_number_integer()) integers.push_back(n);
       if (!integers.empty()) {
-        json& node = *integers[static_cast<std::size_t>(pick(0, static_cast<int>(integers.size()) - 1))];
+        json& node = *integers[index(integers.size())];
         const auto v = node.get<std::int64_t>();
         const int how = pick(0, 3);
         constexpr auto lo = std::numeric_limits<std::int64_t>::min();
@@ -149,7 +153,7 @@ class Mutator {
         return;
       }
     }
-    json& node = *nodes[static_cast<std::size_t>(pick(0, static_cast<int>(nodes.size()) - 1))];
+    json& node = *nodes[index(nodes.size())];
     switch (pick(0, 7)) {
       case 0:  // a number where anything was
         node = extreme_number();
@@ -160,15 +164,15 @@ class Mutator {
       case 2:  // drop a key or an entry
         if (node.is_object() && !node.empty()) {
           auto it = node.begin();
-          std::advance(it, pick(0, static_cast<int>(node.size()) - 1));
+          std::advance(it, static_cast<std::ptrdiff_t>(index(node.size())));
           node.erase(it.key());
         } else if (node.is_array() && !node.empty()) {
-          node.erase(static_cast<std::size_t>(pick(0, static_cast<int>(node.size()) - 1)));
+          node.erase(index(node.size()));
         }
         break;
       case 3:  // duplicate an entry
         if (node.is_array() && !node.empty() && node.size() < 4096)
-          node.push_back(node[static_cast<std::size_t>(pick(0, static_cast<int>(node.size()) - 1))]);
+          node.push_back(node[index(node.size())]);
         break;
       case 4:  // shuffle
         if (node.is_array()) {
@@ -190,7 +194,7 @@ class Mutator {
         if (node.is_object()) node["surprise"] = 1;
         break;
       default:  // copy one node over another (e.g. a box of another chunk, a shape)
-        node = *nodes[static_cast<std::size_t>(pick(0, static_cast<int>(nodes.size()) - 1))];
+        node = *nodes[index(nodes.size())];
         break;
     }
   }
@@ -200,11 +204,14 @@ class Mutator {
       text = "{";
       return;
     }
-    const auto at = static_cast<std::size_t>(pick(0, static_cast<int>(text.size()) - 1));
+    const auto at = index(text.size());
     switch (pick(0, 3)) {
       case 0: text.resize(at); break;  // truncate
       case 1: text[at] = static_cast<char>(pick(0, 255)); break;
-      case 2: text.insert(at, std::string(static_cast<std::size_t>(pick(1, 8)), static_cast<char>(pick(0, 255)))); break;
+      case 2:
+        text.insert(at, std::string(static_cast<std::size_t>(pick(1, 8)),
+                                    static_cast<char>(pick(0, 255))));
+        break;
       default: text.erase(at, static_cast<std::size_t>(pick(1, 16))); break;
     }
   }
@@ -269,11 +276,10 @@ TEST(PlanFuzz, LoaderAndVerifierNeverCrashOnMutatedPlans) {
   }
   RecordProperty("iterations", static_cast<int>(iterations));
   RecordProperty("base_seed", fmt::to_string(base));
-  std::printf("fuzz: base seed %llu, %llu inputs: %llu parse errors, %llu verified, %llu with "
-              "violations\n",
-              static_cast<unsigned long long>(base), static_cast<unsigned long long>(iterations),
-              static_cast<unsigned long long>(parse_errors), static_cast<unsigned long long>(verified),
-              static_cast<unsigned long long>(violations));
+  std::printf("fuzz: base seed %s, %s inputs: %s parse errors, %s verified, %s with violations\n",
+              fmt::to_string(base).c_str(), fmt::to_string(iterations).c_str(),
+              fmt::to_string(parse_errors).c_str(), fmt::to_string(verified).c_str(),
+              fmt::to_string(violations).c_str());
   // The mutator must reach all three outcomes, or it is not testing the verifier at all.
   if (iterations >= 2000) {
     EXPECT_GT(parse_errors, 0u);
