@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <chrono>
 #include <filesystem>
+#include <ostream>
 #include <set>
 #include <string>
 #include <vector>
@@ -38,6 +39,9 @@ struct BadPlan {
   int chunk;
   const char* detail;
 };
+
+// ctest lists parameters by this; the default would print the struct's bytes.
+void PrintTo(const BadPlan& plan, std::ostream* out) { *out << plan.file; }
 
 constexpr RuleGroup kWF = RuleGroup::well_formed;
 constexpr RuleGroup kCov = RuleGroup::coverage;
