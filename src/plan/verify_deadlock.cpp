@@ -16,6 +16,8 @@ namespace {
 constexpr RuleGroup kGroup = RuleGroup::deadlock;
 // Long lists in messages are cut to this many entries around the first difference.
 constexpr std::size_t kListWindow = 12;
+// Hops of a cycle spelled out before the rest is elided.
+constexpr std::size_t kMaxHops = 16;
 
 // The rank whose stream issues `chunk` first (for NCCL: its src, which issues the send).
 std::vector<int> issuing_rank(const CommPlan& plan) {
@@ -43,18 +45,26 @@ void check_cycles(const CommPlan& plan, const GraphFacts& facts, ViolationSink& 
   for (const auto& component : facts.components) {
     const int head = component.front();
     if (component.size() == 1 && facts.graph.find_edge(head, head) == nullptr) continue;
-    const auto cycle = facts.graph.shortest_cycle_through(head);
-    std::string detail = "cycle: ";
-    for (std::size_t i = 0; i < cycle.size(); ++i) {
-      const int id = cycle[i];
-      const int next = cycle[(i + 1) % cycle.size()];
-      detail += fmt::format("chunk {} (rank {}, {}) -> {} ", id, issuer[id],
-                            describe_route(plan.chunks[id]), describe_hop(facts.graph, id, next));
-      detail += i + 1 == cycle.size() ? fmt::format("-> chunk {}", next) : "-> ";
-    }
-    if (component.size() > cycle.size())
-      detail += fmt::format("; {} chunks are stuck in this knot in all", component.size());
-    sink.add(kGroup, "dependency-cycle", issuer[head], head, std::move(detail));
+    // Lazy: the search costs O(plan) per knot, so only knots that get listed are searched.
+    sink.add_lazy(kGroup, "dependency-cycle", issuer[head], head, [&] {
+      const auto cycle = facts.graph.shortest_cycle_through(head);
+      std::string detail = "cycle: ";
+      for (std::size_t i = 0; i < cycle.size(); ++i) {
+        if (i == kMaxHops && cycle.size() > kMaxHops + 1) {
+          // A ring-long cycle would make a megabyte line; keep the start and the way back.
+          detail += fmt::format("... ({} more chunks) -> ", cycle.size() - kMaxHops - 1);
+          i = cycle.size() - 1;
+        }
+        const int id = cycle[i];
+        const int next = cycle[(i + 1) % cycle.size()];
+        detail += fmt::format("chunk {} (rank {}, {}) -> {} ", id, issuer[id],
+                              describe_route(plan.chunks[id]), describe_hop(facts.graph, id, next));
+        detail += i + 1 == cycle.size() ? fmt::format("-> chunk {}", next) : "-> ";
+      }
+      if (component.size() > cycle.size())
+        detail += fmt::format("; {} chunks are stuck in this knot in all", component.size());
+      return detail;
+    });
   }
 }
 
