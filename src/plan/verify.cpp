@@ -1,6 +1,20 @@
 // The verifier's entry points: runs the four rule groups in order and formats the report.
 // Each group lives in its own file (verify_well_formed.cpp, verify_coverage.cpp,
-// verify_ordering.cpp, verify_deadlock.cpp).
+// verify_ordering.cpp, verify_deadlock.cpp). The rules, by the names violations carry:
+//  well-formed  unsupported-version world-size rank-count rank-index chunk-id rank-out-of-range
+//               bad-tensor-shape unknown-tensor box-rank negative-offset non-positive-extent
+//               box-out-of-bounds extent-mismatch dtype-mismatch collective-tensor
+//               collective-dim collective-output collective-indivisible op-not-allowed
+//               unknown-dep self-dep unknown-chunk-in-stream chunk-not-issued
+//               chunk-issued-twice issuer-not-endpoint stream-mismatch stream-out-of-range
+//               nccl-unpaired
+//  coverage     missing-shard wrong-data shard-delivered-twice own-shard-overwritten
+//               contribution-missing contribution-counted-twice coverage-too-complex
+//  ordering     forward-race write-race ordering-too-complex
+//  deadlock     dependency-cycle nccl-order-mismatch
+// The *-too-complex rules fire when a (hostile) plan would take the verifier minutes; they
+// reject the plan rather than pass it unproven. Each rule lists at most 500 violations, then
+// one line with the count of the rest.
 #include "syncopate/plan/verify.hpp"
 
 #include <algorithm>
