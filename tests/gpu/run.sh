@@ -77,7 +77,7 @@ run_py() {  # $1: world size
   local world=$1
   say "Python ops, torchrun world $world"
   if ! timeout "${PY_TIMEOUT:-420}" "$python" -m torch.distributed.run --standalone --nproc_per_node="$world" \
-       tests/gpu/test_ops_gpu.py --log "$log_dir/gpu-ops-$stamp-w$world" ${OPS_ARGS:-} >>"$log" 2>&1; then
+       tests/gpu/test_ops_gpu.py --results-file "$log_dir/gpu-ops-$stamp-w$world" ${OPS_ARGS:-} >>"$log" 2>&1; then
     status=1; say "Python ops world $world FAILED"
   fi
   grep -E "^SUMMARY|^FAIL" "$log" | tail -12

@@ -1,6 +1,6 @@
 """GPU correctness of the fused ops under torchrun (one process per GPU).
 
-    torchrun --nproc_per_node=W tests/gpu/test_ops_gpu.py [--quick] [--log FILE]
+    torchrun --nproc_per_node=W tests/gpu/test_ops_gpu.py [--quick] [--results-file FILE]
 
 Every op (ag_gemm, gemm_rs, gemm_ar) x backend (copy-engine, sm-copy, nccl) x shape (one a
 multiple of the 128x128 tile, one not, one small-M that runs sequentially) x dtype (fp16,
@@ -216,7 +216,7 @@ def run_missing_chunk(res, group, world, rank):
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--quick", action="store_true")
-    parser.add_argument("--log", default="")
+    parser.add_argument("--results-file", default="")
     parser.add_argument("--only", default="matrix,custom-ops,back-to-back,missing-chunk")
     args = parser.parse_args()
     rank = int(os.environ["RANK"])
@@ -224,7 +224,7 @@ def main():
     torch.cuda.set_device(local)
     dist.init_process_group("nccl", device_id=torch.device("cuda", local))
     world = dist.get_world_size()
-    log = open(f"{args.log}.rank{rank}", "w") if args.log else None
+    log = open(f"{args.results_file}.rank{rank}", "w") if args.results_file else None
     res = Results(rank, log)
     group = dist.group.WORLD
     parts = args.only.split(",")
