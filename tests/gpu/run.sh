@@ -21,6 +21,11 @@ export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVL
 # tests load every module at start (CUDA_MODULE_LOADING=EAGER below); the Python ops warm their
 # kernels up explicitly (EAGER would load all of PyTorch's kernels in every process).
 export PYTHONUNBUFFERED=1
+# CUDA maps streams onto a few hardware queues (8 by default); two streams sharing one queue
+# are serialised, and a bounded wait at the head of one can then hold up an unrelated stream
+# that the wait itself depends on (seen once: world 4 on 2 GPUs, a 10 s timeout). 32 queues
+# make such false dependencies much rarer.
+export CUDA_DEVICE_MAX_CONNECTIONS=${CUDA_DEVICE_MAX_CONNECTIONS:-32}
 
 root=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$root"
