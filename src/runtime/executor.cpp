@@ -74,7 +74,8 @@ RankExecutor::RankExecutor(plan::CommPlan plan, std::vector<lower::SignalTable> 
   SY_CUDA_CHECK(cudaEventCreateWithFlags(&impl_->fork, cudaEventDisableTiming));
   for (std::size_t s = 0; s < schedule_.streams.size(); ++s) {
     cudaStream_t stream = nullptr;
-    SY_CUDA_CHECK(cudaStreamCreateWithPriority(&stream, cudaStreamNonBlocking, greatest));
+    SY_CUDA_CHECK(cudaStreamCreateWithPriority(&stream, cudaStreamNonBlocking,
+                                               options_.high_priority_streams ? greatest : least));
     impl_->streams.push_back(stream);
     cudaEvent_t join = nullptr;
     SY_CUDA_CHECK(cudaEventCreateWithFlags(&join, cudaEventDisableTiming));

@@ -24,6 +24,15 @@ using plan::Algorithm;
 using plan::Backend;
 using plan::Collective;
 
+// SYNCOPATE_TEST_NORMAL_PRIORITY=1 runs the plan's streams at normal priority (an experiment
+// on head-of-line blocking between ranks that share a GPU).
+runtime::ExecutorOptions test_options() {
+  runtime::ExecutorOptions o;
+  const char* env = std::getenv("SYNCOPATE_TEST_NORMAL_PRIORITY");
+  o.high_priority_streams = !(env != nullptr && std::string(env) == "1");
+  return o;
+}
+
 int test_world() {
   if (const char* env = std::getenv("SYNCOPATE_TEST_WORLD")) return std::atoi(env);
   return std::max(2, device_count());
@@ -138,7 +147,7 @@ TEST_P(TemplatePlans, EveryRankGetsTheCollectiveResultForThreeEpochs) {
   const int world = test_world();
   if (skip_nccl(GetParam(), world)) GTEST_SKIP() << "nccl needs one GPU per rank";
   const auto p = make_case_plan(GetParam(), world);
-  LocalGroup g(p);
+  LocalGroup g(p, test_options());
   const auto n = p.tensors.at(p.collective.tensor).elements();
   for (std::int64_t epoch = 1; epoch <= 3; ++epoch) {
     g.on_every_rank([&](int r) {
@@ -177,7 +186,7 @@ TEST_P(BackToBack, TwoHundredCallsStayCorrect) {
   const int world = test_world();
   if (skip_nccl(GetParam(), world)) GTEST_SKIP() << "nccl needs one GPU per rank";
   const auto p = make_case_plan(GetParam(), world);
-  LocalGroup g(p);
+  LocalGroup g(p, test_options());
   const auto n = p.tensors.at(p.collective.tensor).elements();
   constexpr std::int64_t kCalls = 200;
   g.on_every_rank([&](int r) {
@@ -229,7 +238,7 @@ TEST_P(MissingChunk, TimesOutNamingTheChunk) {
       break;
     }
   ASSERT_GE(dropped, 0);
-  runtime::ExecutorOptions options;
+  runtime::ExecutorOptions options = test_options();
   options.wait_bound_ns = 300'000'000;  // 0.3 s
   options.drop_chunk = dropped;
   LocalGroup g(p, options);

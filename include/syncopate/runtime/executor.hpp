@@ -33,6 +33,7 @@ struct ExecutorOptions {
   std::int64_t wait_bound_ns = 10'000'000'000;  // every wait gives up after this long
   int drop_chunk = -1;       // test hook: this chunk is never moved, so its waiters time out
   int sm_copy_blocks = 16;   // blocks of the SM-copy and add kernels
+  bool high_priority_streams = true;  // the plan's streams at the device's greatest priority
 };
 
 class RankExecutor {
