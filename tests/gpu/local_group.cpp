@@ -79,6 +79,10 @@ LocalGroup::~LocalGroup() {
     cudaSetDevice(heaps_[r]->device());
     cudaStreamDestroy(streams_[r]);
   }
+  for (auto [device, p] : uploads_) {
+    cudaSetDevice(device);
+    cudaFree(p);
+  }
 }
 
 void LocalGroup::on_every_rank(const std::function<void(int)>& fn) {
@@ -98,6 +102,15 @@ void LocalGroup::on_every_rank(const std::function<void(int)>& fn) {
   }
   for (auto& t : threads) t.join();
   if (first) std::rethrow_exception(first);
+}
+
+const float* LocalGroup::upload(int r, const std::vector<float>& values) {
+  check(cudaSetDevice(heaps_[r]->device()), "cudaSetDevice");
+  void* p = nullptr;
+  check(cudaMalloc(&p, values.size() * sizeof(float)), "cudaMalloc");
+  check(cudaMemcpy(p, values.data(), values.size() * sizeof(float), cudaMemcpyHostToDevice), "upload");
+  uploads_.emplace_back(heaps_[r]->device(), p);
+  return static_cast<const float*>(p);
 }
 
 void LocalGroup::write(int r, const std::string& name, const std::vector<float>& values) {

@@ -32,6 +32,12 @@ class LocalGroup {
   // Rethrows the first exception a rank threw.
   void on_every_rank(const std::function<void(int)>& fn);
 
+  // A device copy of `values` on rank r's GPU, freed with the group. Call it from the main
+  // thread before on_every_rank(): allocation and pageable copies can synchronise the whole
+  // device, and a rank thread blocked there while a rank sharing its GPU waits for it would
+  // stall both until the wait bound (seen with several ranks per GPU).
+  const float* upload(int r, const std::vector<float>& values);
+
   // Host <-> device copies of tensor `name` on rank r (synchronous).
   void write(int r, const std::string& name, const std::vector<float>& values);
   std::vector<float> read(int r, const std::string& name);
@@ -44,6 +50,7 @@ class LocalGroup {
   std::vector<std::unique_ptr<runtime::NcclComm>> nccl_;
   std::vector<std::unique_ptr<runtime::RankExecutor>> executors_;
   std::vector<cudaStream_t> streams_;
+  std::vector<std::pair<int, void*>> uploads_;  // (device, buffer)
 };
 
 }  // namespace syncopate::gpu_test

@@ -150,12 +150,13 @@ TEST_P(TemplatePlans, EveryRankGetsTheCollectiveResultForThreeEpochs) {
   LocalGroup g(p, test_options());
   const auto n = p.tensors.at(p.collective.tensor).elements();
   for (std::int64_t epoch = 1; epoch <= 3; ++epoch) {
+    std::vector<const float*> staged;
+    for (int r = 0; r < world; ++r) staged.push_back(g.upload(r, inputs(r, epoch, n)));
     g.on_every_rank([&](int r) {
       auto& ex = g.executor(r);
-      const auto values = inputs(r, epoch, n);
       ex.begin(g.stream(r), epoch);
-      ASSERT_EQ(cudaMemcpyAsync(ex.tensor(r, p.collective.tensor), values.data(), n * sizeof(float),
-                                cudaMemcpyHostToDevice, g.stream(r)), cudaSuccess);
+      ASSERT_EQ(cudaMemcpyAsync(ex.tensor(r, p.collective.tensor), staged[r], n * sizeof(float),
+                                cudaMemcpyDeviceToDevice, g.stream(r)), cudaSuccess);
       ex.issue(g.stream(r), epoch);
       ex.end(g.stream(r), epoch);
       ASSERT_EQ(cudaStreamSynchronize(g.stream(r)), cudaSuccess);
@@ -189,15 +190,13 @@ TEST_P(BackToBack, TwoHundredCallsStayCorrect) {
   LocalGroup g(p, test_options());
   const auto n = p.tensors.at(p.collective.tensor).elements();
   constexpr std::int64_t kCalls = 200;
+  // Inputs of odd and even calls, kept on the device so the loop never waits for the host.
+  std::vector<std::vector<const float*>> sets_of(world);
+  for (int r = 0; r < world; ++r)
+    for (int parity = 0; parity < 2; ++parity) sets_of[r].push_back(g.upload(r, inputs(r, kCalls - 1 + parity, n)));
   g.on_every_rank([&](int r) {
     auto& ex = g.executor(r);
-    // Inputs of odd and even calls, kept on the device so the loop never waits for the host.
-    std::vector<float*> sets(2, nullptr);
-    for (int parity = 0; parity < 2; ++parity) {
-      ASSERT_EQ(cudaMalloc(reinterpret_cast<void**>(&sets[parity]), n * sizeof(float)), cudaSuccess);
-      const auto values = inputs(r, kCalls - 1 + parity, n);
-      ASSERT_EQ(cudaMemcpy(sets[parity], values.data(), n * sizeof(float), cudaMemcpyHostToDevice), cudaSuccess);
-    }
+    const auto& sets = sets_of[r];
     for (std::int64_t epoch = 1; epoch <= kCalls; ++epoch) {
       ex.begin(g.stream(r), epoch);
       ASSERT_EQ(cudaMemcpyAsync(ex.tensor(r, p.collective.tensor), sets[epoch == kCalls ? 1 : epoch % 2],
@@ -206,7 +205,6 @@ TEST_P(BackToBack, TwoHundredCallsStayCorrect) {
       ex.end(g.stream(r), epoch);
     }
     ASSERT_EQ(cudaStreamSynchronize(g.stream(r)), cudaSuccess);
-    for (auto* s : sets) cudaFree(s);
   });
   g.monitor().check();
   for (int q = 0; q < world; ++q) ASSERT_EQ(check_result(g, p, q, kCalls), 0) << "rank " << q;
