@@ -36,6 +36,7 @@ struct BackendEnv {
   const DriverApi* driver = nullptr;
   NcclComm* nccl = nullptr;  // only the nccl backend needs it
   int sm_copy_blocks = 16;
+  bool stream_memops = true;  // raise slots with cuStreamWriteValue32, else with a kernel
 };
 
 struct ChunkBackend {

@@ -95,6 +95,7 @@ void copy_engine_copies(const std::byte* src, std::byte* dst, const std::vector<
 
 void raise_by_stream_write(const ChunkMove& m, const BackendEnv& env) {
   if (m.landing == nullptr) return;
+  if (!env.stream_memops) return launch_signal_store(env.stream, m.landing, m.landing_value);
   const CUresult r = env.driver->stream_write_value32(
       reinterpret_cast<CUstream>(env.stream), reinterpret_cast<CUdeviceptr>(m.landing),
       static_cast<cuuint32_t>(m.landing_value), 0);

@@ -127,6 +127,10 @@ void RankExecutor::wait_all(cudaStream_t stream, const std::vector<WaitRef>& wai
 }
 
 void RankExecutor::set_control(cudaStream_t stream, int slot, std::int64_t epoch) {
+  if (!options_.stream_memops) {
+    launch_signal_store(stream, control(heap_.rank()) + slot, static_cast<std::int32_t>(epoch));
+    return;
+  }
   const CUresult r = impl_->driver.stream_write_value32(
       reinterpret_cast<CUstream>(stream), reinterpret_cast<CUdeviceptr>(control(heap_.rank()) + slot),
       static_cast<cuuint32_t>(epoch), 0);
@@ -198,7 +202,7 @@ void RankExecutor::issue_step(const ChunkStep& step, cudaStream_t stream, std::i
     move.landing = signals(c.dst) + step.landing_slot;
     move.landing_value = static_cast<std::int32_t>(epoch);
   }
-  detail::BackendEnv env{stream, &impl_->driver, nccl_, options_.sm_copy_blocks};
+  detail::BackendEnv env{stream, &impl_->driver, nccl_, options_.sm_copy_blocks, options_.stream_memops};
   detail::backend_for(c.backend).move(move, env);
 }
 

@@ -30,6 +30,9 @@ runtime::ExecutorOptions test_options() {
   runtime::ExecutorOptions o;
   const char* env = std::getenv("SYNCOPATE_TEST_NORMAL_PRIORITY");
   o.high_priority_streams = !(env != nullptr && std::string(env) == "1");
+  // SYNCOPATE_TEST_NO_MEMOPS=1: raise slots with kernels instead of stream memory operations.
+  const char* memops = std::getenv("SYNCOPATE_TEST_NO_MEMOPS");
+  o.stream_memops = !(memops != nullptr && std::string(memops) == "1");
   return o;
 }
 

@@ -34,6 +34,9 @@ struct ExecutorOptions {
   int drop_chunk = -1;       // test hook: this chunk is never moved, so its waiters time out
   int sm_copy_blocks = 16;   // blocks of the SM-copy and add kernels
   bool high_priority_streams = true;  // the plan's streams at the device's greatest priority
+  // Raise landing slots and entry/exit counters with cuStreamWriteValue32 (true) or with a
+  // one-thread release-store kernel (false).
+  bool stream_memops = true;
 };
 
 class RankExecutor {
