@@ -3,7 +3,8 @@
 // gathered chunk by chunk while each rank's GEMM tiles wait only for the rows they read.
 //   plan -> verify (and a broken copy rejected) -> lower -> schedule -> simulate -> tune ->
 //   transform the shipped local GEMM kernel.
-// GPUs are used by scripts/demo.sh, which runs the fused op after this when GPUs are present.
+// CPU only. The fused ops on GPUs are exercised by tests/gpu/run.sh; a GPU half of the demo is
+// still to be written.
 #include <algorithm>
 #include <cstdint>
 #include <filesystem>
