@@ -1,6 +1,5 @@
 // `syncopate lower` (per-rank signal tables for a GEMM tiling) and `syncopate schedule` (per-rank
 // tile orders). Both verify the plan first and write JSON to -o (stdout when absent or "-").
-#include <charconv>
 #include <fstream>
 #include <memory>
 #include <optional>
@@ -11,6 +10,7 @@
 #include <fmt/core.h>
 #include <fmt/format.h>
 
+#include "cli_args.hpp"
 #include "commands.hpp"
 #include "syncopate/common/error.hpp"
 #include "syncopate/lower/signal_table.hpp"
@@ -23,33 +23,6 @@
 
 namespace syncopate::cli {
 namespace {
-
-// "8192x4096x1024" -> {8192, 4096, 1024} when it has exactly `parts` positive integers.
-std::optional<std::vector<std::int64_t>> parse_dims(std::string_view text, std::size_t parts) {
-  std::vector<std::int64_t> dims;
-  while (true) {
-    const auto cut = text.find('x');
-    const std::string_view part = text.substr(0, cut);
-    std::int64_t value = 0;
-    const auto [end, ec] = std::from_chars(part.data(), part.data() + part.size(), value);
-    if (part.empty() || ec != std::errc() || end != part.data() + part.size() || value < 1)
-      return std::nullopt;
-    dims.push_back(value);
-    if (cut == std::string_view::npos) break;
-    text.remove_prefix(cut + 1);
-  }
-  if (dims.size() != parts) return std::nullopt;
-  return dims;
-}
-
-CLI::Validator dims_validator(std::size_t parts, std::string name) {
-  return CLI::Validator(
-      [parts, name](std::string& value) -> std::string {
-        if (parse_dims(value, parts)) return {};
-        return fmt::format("expected {} (positive integers joined by 'x'), got '{}'", name, value);
-      },
-      name);
-}
 
 // Options shared by `lower` and `schedule`.
 struct GemmArgs {
@@ -65,8 +38,8 @@ struct GemmArgs {
 
 void add_gemm_options(CLI::App& cmd, GemmArgs& a) {
   cmd.add_option("plan", a.plan_file, "Plan JSON file")->required();
-  cmd.add_option("--gemm", a.gemm, "Local GEMM shape MxNxK")->required()->check(dims_validator(3, "MxNxK"));
-  cmd.add_option("--tile", a.tile, "Tile BLOCK_MxBLOCK_N")->capture_default_str()->check(dims_validator(2, "BLOCK_MxBLOCK_N"));
+  cmd.add_option("--gemm", a.gemm, "Local GEMM shape MxNxK")->required()->check(sizes_validator(3, "MxNxK"));
+  cmd.add_option("--tile", a.tile, "Tile BLOCK_MxBLOCK_N")->capture_default_str()->check(sizes_validator(2, "BLOCK_MxBLOCK_N"));
   cmd.add_option("--tensor", a.tensor,
                  "Communicated tensor the kernel accesses (default: the plan's collective tensor; "
                  "the output for all-to-all)");
@@ -93,8 +66,8 @@ Lowered load_and_lower(const GemmArgs& a) {
   Lowered out;
   out.plan = plan::load_plan(a.plan_file);
   plan::verify_or_throw(out.plan, a.plan_file);
-  const auto gemm = *parse_dims(a.gemm, 3);  // CLI11 validated both
-  const auto tile = *parse_dims(a.tile, 2);
+  const auto gemm = *parse_sizes(a.gemm, 3);  // CLI11 validated both
+  const auto tile = *parse_sizes(a.tile, 2);
   out.grid = {gemm[0], gemm[1], tile[0], tile[1]};
 
   const auto& coll = out.plan.collective;

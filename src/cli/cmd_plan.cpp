@@ -1,7 +1,6 @@
 // `syncopate plan` (make a plan from a template), `verify` (check plan files) and `show`
 // (print a plan per rank, in issue order).
 #include <algorithm>
-#include <charconv>
 #include <memory>
 #include <optional>
 #include <string>
@@ -10,6 +9,7 @@
 #include <fmt/core.h>
 #include <fmt/format.h>
 
+#include "cli_args.hpp"
 #include "commands.hpp"
 #include "syncopate/common/error.hpp"
 #include "syncopate/plan/json.hpp"
@@ -30,21 +30,6 @@ std::vector<std::string> spellings(bool with_custom = true) {
   return out;
 }
 
-// "8192x4096" -> {8192, 4096}; an empty optional when a part is not a positive integer.
-std::optional<std::vector<std::int64_t>> parse_shape(std::string_view text) {
-  std::vector<std::int64_t> shape;
-  while (true) {
-    const auto cut = text.find('x');
-    const std::string_view part = text.substr(0, cut);
-    std::int64_t value = 0;
-    const auto [end, ec] = std::from_chars(part.data(), part.data() + part.size(), value);
-    if (part.empty() || ec != std::errc() || end != part.data() + part.size() || value < 1) return std::nullopt;
-    shape.push_back(value);
-    if (cut == std::string_view::npos) return shape;
-    text.remove_prefix(cut + 1);
-  }
-}
-
 struct PlanArgs {
   std::string collective, algorithm = "ring", shape, dtype = "bf16", backend = "copy-engine", output;
   int world = 0, split = 1, dim = 0;
@@ -59,7 +44,7 @@ void run_plan(const PlanArgs& a) {
   o.world_size = a.world;
   o.split = a.split;
   o.dim = a.dim;
-  o.shape = *parse_shape(a.shape);
+  o.shape = *parse_sizes(a.shape);
   const CommPlan plan = make_plan(o);
   if (a.output.empty() || a.output == "-") fmt::print("{}", plan_to_json(plan));
   else save_plan(plan, a.output);
@@ -161,7 +146,7 @@ void register_plan_commands(CLI::App& app) {
       ->required()
       ->check(CLI::Validator(
           [](std::string& text) -> std::string {
-            return parse_shape(text) ? "" : "expected sizes >= 1 joined by 'x' (e.g. 8192x4096), got " + text;
+            return parse_sizes(text) ? "" : "expected sizes >= 1 joined by 'x' (e.g. 8192x4096), got " + text;
           },
           "SHAPE"));
   plan->add_option("--dtype", plan_args->dtype, "Element type")->check(CLI::IsMember(spellings<DType>()))->capture_default_str();

@@ -1,6 +1,5 @@
 // `syncopate simulate` (predicted sequential, kernel-level and fused times of one plan + GEMM,
 // with optional trace and SVG) and `syncopate tune` (the simulator's choice for a shape).
-#include <charconv>
 #include <cstdlib>
 #include <filesystem>
 #include <memory>
@@ -12,7 +11,9 @@
 
 #include <fmt/core.h>
 
+#include "cli_args.hpp"
 #include "commands.hpp"
+#include "repo_files.hpp"
 #include "syncopate/common/error.hpp"
 #include "syncopate/plan/json.hpp"
 #include "syncopate/plan/verify.hpp"
@@ -25,52 +26,9 @@ namespace {
 
 namespace fs = std::filesystem;
 
-// "8192x4096x1024" -> {8192, 4096, 1024} when it has exactly `parts` positive integers.
-std::optional<std::vector<std::int64_t>> parse_sizes(std::string_view text, std::size_t parts) {
-  std::vector<std::int64_t> out;
-  for (;;) {
-    const auto cut = text.find('x');
-    const auto part = text.substr(0, cut);
-    std::int64_t v = 0;
-    const auto [end, ec] = std::from_chars(part.data(), part.data() + part.size(), v);
-    if (part.empty() || ec != std::errc() || end != part.data() + part.size() || v < 1) return std::nullopt;
-    out.push_back(v);
-    if (cut == std::string_view::npos) break;
-    text.remove_prefix(cut + 1);
-  }
-  if (out.size() != parts) return std::nullopt;
-  return out;
-}
-
-CLI::Validator sizes(std::size_t parts, std::string what) {
-  return CLI::Validator(
-      [parts, what](std::string& value) -> std::string {
-        return parse_sizes(value, parts) ? "" : fmt::format("expected {} (positive integers joined by 'x'), got '{}'", what, value);
-      },
-      what);
-}
-
-template <class E>
-CLI::Validator spelled() {
-  return CLI::Validator(
-      [](std::string& value) -> std::string {
-        return plan::parse_enum<E>(value) ? "" : fmt::format("expected one of {}, got '{}'", plan::enum_choices<E>(), value);
-      },
-      plan::enum_choices<E>());
-}
-
-// --calib, else calib/h200.json in the working directory or above the executable's directory.
-sim::Calibration find_calibration(const std::string& given, const char* argv0) {
-  if (!given.empty()) return sim::load_calibration(given);
-  std::vector<fs::path> tried{fs::path("calib") / "h200.json"};
-  std::error_code ec;
-  fs::path dir = fs::weakly_canonical(fs::path(argv0), ec).parent_path();
-  for (int up = 0; up < 5 && !dir.empty(); ++up, dir = dir.parent_path())
-    tried.push_back(dir / "calib" / "h200.json");
-  for (const auto& p : tried)
-    if (fs::exists(p, ec)) return sim::load_calibration(p);
-  throw UserError("--calib: no-calibration: calib/h200.json was not found in the working directory or "
-                  "above the syncopate executable; pass --calib FILE");
+// --calib, else the calib/h200.json shipped in the source tree (found as the demo finds it).
+sim::Calibration find_calibration(const std::string& given) {
+  return sim::load_calibration(given.empty() ? find_repo_file("calib/h200.json", "--calib") : fs::path(given));
 }
 
 void write_file(const std::string& path, const std::string& text, const char* what) {
@@ -88,10 +46,10 @@ void print_row(std::string_view name, double us, double floor) {
   fmt::print("  {:<26} {:>11.1f} us   {:>6.2f}x floor\n", name, us, us / floor);
 }
 
-void run_simulate(const SimulateArgs& a, const char* argv0) {
+void run_simulate(const SimulateArgs& a) {
   const auto plan = plan::load_plan(a.plan_file);
   plan::verify_or_throw(plan, a.plan_file);
-  const auto calib = find_calibration(a.calib, argv0);
+  const auto calib = find_calibration(a.calib);
   const auto g = *parse_sizes(a.gemm, 3);
   const auto t = *parse_sizes(a.tile, 2);
   const sim::GemmShape gemm{g[0], g[1], g[2], t[0], t[1]};
@@ -154,8 +112,8 @@ struct TuneArgs {
   int top = 10;
 };
 
-void run_tune(const TuneArgs& a, const char* argv0) {
-  const auto calib = find_calibration(a.calib, argv0);
+void run_tune(const TuneArgs& a) {
+  const auto calib = find_calibration(a.calib);
   sim::TuneRequest req;
   req.collective = *plan::parse_enum<plan::Collective>(a.collective);
   const auto g = *parse_sizes(a.gemm, 3);
@@ -191,31 +149,30 @@ void run_tune(const TuneArgs& a, const char* argv0) {
 }  // namespace
 
 void register_simulate_commands(CLI::App& app) {
-  // The callbacks need argv[0] to find the default calibration; CLI11 keeps the program name.
   auto* sim_cmd = app.add_subcommand("simulate", "Predict sequential, kernel-level and fused times of a plan + GEMM");
   auto sa = std::make_shared<SimulateArgs>();
   sim_cmd->add_option("plan", sa->plan_file, "Plan JSON file")->required();
-  sim_cmd->add_option("--gemm", sa->gemm, "Per-rank GEMM MxNxK")->required()->check(sizes(3, "MxNxK"));
-  sim_cmd->add_option("--tile", sa->tile, "Tile BLOCK_MxBLOCK_N")->capture_default_str()->check(sizes(2, "BLOCK_MxBLOCK_N"));
+  sim_cmd->add_option("--gemm", sa->gemm, "Per-rank GEMM MxNxK")->required()->check(sizes_validator(3, "MxNxK"));
+  sim_cmd->add_option("--tile", sa->tile, "Tile BLOCK_MxBLOCK_N")->capture_default_str()->check(sizes_validator(2, "BLOCK_MxBLOCK_N"));
   sim_cmd->add_option("--calib", sa->calib, "Calibration JSON (default: calib/h200.json)");
-  sim_cmd->add_option("--order", sa->order, "Tile order")->capture_default_str()->check(spelled<schedule::OrderKind>());
+  sim_cmd->add_option("--order", sa->order, "Tile order")->capture_default_str()->check(enum_validator<schedule::OrderKind>());
   sim_cmd->add_option("--trace", sa->trace, "Write a Chrome/Perfetto trace JSON of the timeline");
   sim_cmd->add_option("--svg", sa->svg, "Write an SVG picture of the timeline");
   sim_cmd->add_option("--timeline", sa->timeline, "Which timeline --trace/--svg show")
       ->capture_default_str()->check(CLI::IsMember({"fused", "kernel-level", "sequential"}));
   sim_cmd->add_flag("--dynamic", sa->dynamic, "Workers take the next tile (atomic counter) instead of a static stride");
-  sim_cmd->callback([sa, &app] { run_simulate(*sa, app.get_name().c_str()); });
+  sim_cmd->callback([sa] { run_simulate(*sa); });
 
   auto* tune_cmd = app.add_subcommand("tune", "Choose algorithm, split, backend and tile order by simulation");
   auto ta = std::make_shared<TuneArgs>();
-  tune_cmd->add_option("--collective", ta->collective, "Collective")->capture_default_str()->check(spelled<plan::Collective>());
-  tune_cmd->add_option("--gemm", ta->gemm, "Per-rank GEMM MxNxK (M gathered / reduced along)")->required()->check(sizes(3, "MxNxK"));
-  tune_cmd->add_option("--tile", ta->tile, "Tile BLOCK_MxBLOCK_N")->capture_default_str()->check(sizes(2, "BLOCK_MxBLOCK_N"));
+  tune_cmd->add_option("--collective", ta->collective, "Collective")->capture_default_str()->check(enum_validator<plan::Collective>());
+  tune_cmd->add_option("--gemm", ta->gemm, "Per-rank GEMM MxNxK (M gathered / reduced along)")->required()->check(sizes_validator(3, "MxNxK"));
+  tune_cmd->add_option("--tile", ta->tile, "Tile BLOCK_MxBLOCK_N")->capture_default_str()->check(sizes_validator(2, "BLOCK_MxBLOCK_N"));
   tune_cmd->add_option("--world", ta->world, "World size")->required()->check(CLI::Range(1, 1024));
   tune_cmd->add_option("--calib", ta->calib, "Calibration JSON (default: calib/h200.json)");
   tune_cmd->add_option("--min-gain", ta->min_gain, "Fraction fused must gain over sequential")->capture_default_str()->check(CLI::Range(0.0, 1.0));
   tune_cmd->add_option("--top", ta->top, "Candidates to list")->capture_default_str()->check(CLI::Range(0, 1000));
-  tune_cmd->callback([ta, &app] { run_tune(*ta, app.get_name().c_str()); });
+  tune_cmd->callback([ta] { run_tune(*ta); });
 }
 
 }  // namespace syncopate::cli
