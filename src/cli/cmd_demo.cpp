@@ -8,8 +8,6 @@
 #include <algorithm>
 #include <cstdint>
 #include <filesystem>
-#include <fstream>
-#include <sstream>
 #include <string>
 #include <vector>
 
@@ -17,6 +15,7 @@
 
 #include "commands.hpp"
 #include "repo_files.hpp"
+#include "text_files.hpp"
 #include "syncopate/common/error.hpp"
 #include "syncopate/lower/signal_table.hpp"
 #include "syncopate/plan/json.hpp"
@@ -40,18 +39,6 @@ struct DemoArgs {
   int world = 4;
   std::int64_t m = 8192, n = 8192, k = 8192;
 };
-
-void write_text(const fs::path& path, const std::string& text) {
-  std::ofstream out(path);
-  if (!out || !(out << text)) throw UserError(fmt::format("{}: cannot write demo output", path.string()));
-}
-
-std::string read_text(const fs::path& path) {
-  std::ifstream in(path);
-  std::ostringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
 
 void heading(int step, std::string_view what) { fmt::print("\n[{}] {}\n", step, what); }
 
@@ -125,8 +112,8 @@ void run_demo(const DemoArgs& a) {
              row_major / pred.fused_us);
   sim::SvgOptions svg;
   svg.title = fmt::format("fused AG+GEMM {}x{}x{}, world {}, arrival order", a.m, a.n, a.k, a.world);
-  write_text(out / "fused.svg", sim::svg_timeline(pred.fused, svg));
-  write_text(out / "fused.trace.json", sim::chrome_trace_json(pred.fused));
+  write_text_file((out / "fused.svg").string(), sim::svg_timeline(pred.fused, svg), "timeline");
+  write_text_file((out / "fused.trace.json").string(), sim::chrome_trace_json(pred.fused), "trace");
   fmt::print("    timeline: {} (open in a browser), trace: {} (ui.perfetto.dev)\n", (out / "fused.svg").string(),
              (out / "fused.trace.json").string());
 
@@ -145,8 +132,8 @@ void run_demo(const DemoArgs& a) {
 
   heading(6, "transform: the shipped local GEMM kernel becomes the overlapped kernel");
   const auto kernel_path = find_repo_file("python/syncopate/kernels/gemm.py", "--kernel-file");
-  const auto result = transform::transform_kernel(read_text(kernel_path), kernel_path.string(), "gemm_tma_kernel");
-  write_text(out / "gemm_overlapped.py", result.source);
+  const auto result = transform::transform_kernel(read_text_file(kernel_path.string(), "kernel"), kernel_path.string(), "gemm_tma_kernel");
+  write_text_file((out / "gemm_overlapped.py").string(), result.source, "kernel");
   std::string added;
   for (const auto& param : result.added_params) added += (added.empty() ? "" : ", ") + param.name;
   fmt::print("    {} -> {}: {} tile block(s) rewritten, {} consume/produce annotation(s), parameters added: {}\n",

@@ -1,6 +1,5 @@
 // `syncopate lower` (per-rank signal tables for a GEMM tiling) and `syncopate schedule` (per-rank
 // tile orders). Both verify the plan first and write JSON to -o (stdout when absent or "-").
-#include <fstream>
 #include <memory>
 #include <optional>
 #include <string>
@@ -12,6 +11,7 @@
 
 #include "cli_args.hpp"
 #include "commands.hpp"
+#include "text_files.hpp"
 #include "syncopate/common/error.hpp"
 #include "syncopate/lower/signal_table.hpp"
 #include "syncopate/lower/signal_table_json.hpp"
@@ -95,20 +95,9 @@ Lowered load_and_lower(const GemmArgs& a) {
   return out;
 }
 
-void write_output(const std::string& path, const std::string& text) {
-  if (path.empty() || path == "-") {
-    fmt::print("{}", text);
-    return;
-  }
-  std::ofstream file(path, std::ios::binary);
-  file << text;
-  file.close();
-  if (!file) throw UserError(fmt::format("{}: cannot write the output file", path));
-}
-
 void run_lower(const GemmArgs& a) {
   const Lowered l = load_and_lower(a);
-  write_output(a.output, lower::signal_tables_to_json(l.tables, l.grid, l.accesses));
+  write_text_file(a.output, lower::signal_tables_to_json(l.tables, l.grid, l.accesses), "output");
   if (!a.output.empty() && a.output != "-") {
     std::size_t slots = 0;
     for (const auto& t : l.tables) slots += t.slots.size();
@@ -126,7 +115,7 @@ void run_schedule(const GemmArgs& a, const std::string& order_name, int group_m)
   std::vector<schedule::TileOrder> orders;
   for (const auto& table : l.tables)
     orders.push_back(schedule::make_tile_order(l.plan, table, l.grid, kind, arrival, group_m));
-  write_output(a.output, schedule::tile_orders_to_json(orders, l.grid, group_m, arrival));
+  write_text_file(a.output, schedule::tile_orders_to_json(orders, l.grid, group_m, arrival), "output");
   if (!a.output.empty() && a.output != "-")
     fmt::print("{}: {} order of {} tiles on {} ranks (group_m {})\n", a.output, order_name,
                l.grid.count(), orders.size(), group_m);

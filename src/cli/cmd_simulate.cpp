@@ -3,7 +3,6 @@
 #include <cstdlib>
 #include <filesystem>
 #include <memory>
-#include <fstream>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -14,6 +13,7 @@
 #include "cli_args.hpp"
 #include "commands.hpp"
 #include "repo_files.hpp"
+#include "text_files.hpp"
 #include "syncopate/common/error.hpp"
 #include "syncopate/plan/json.hpp"
 #include "syncopate/plan/verify.hpp"
@@ -29,11 +29,6 @@ namespace fs = std::filesystem;
 // --calib, else the calib/h200.json shipped in the source tree (found as the demo finds it).
 sim::Calibration find_calibration(const std::string& given) {
   return sim::load_calibration(given.empty() ? find_repo_file("calib/h200.json", "--calib") : fs::path(given));
-}
-
-void write_file(const std::string& path, const std::string& text, const char* what) {
-  std::ofstream out(path);
-  if (!out || !(out << text)) throw UserError(fmt::format("{}: cannot write the {} file", path, what));
 }
 
 struct SimulateArgs {
@@ -95,13 +90,13 @@ void run_simulate(const SimulateArgs& a) {
   const sim::Timeline& shown = a.timeline == "kernel-level" ? p.kernel_level
                                : a.timeline == "sequential" ? p.sequential
                                                             : p.fused;
-  if (!a.trace.empty()) write_file(a.trace, sim::chrome_trace_json(shown), "trace");
+  if (!a.trace.empty()) write_text_file(a.trace, sim::chrome_trace_json(shown), "trace");
   if (!a.svg.empty()) {
     sim::SvgOptions svg;
     svg.title = fmt::format("{} {} world {}, GEMM {}x{}x{}, tile {}x{}, {} order: {}", plan::to_string(plan.collective.kind),
                             plan::to_string(plan.collective.algorithm), plan.world_size, gemm.m, gemm.n,
                             gemm.k, gemm.block_m, gemm.block_n, a.order, shown.label);
-    write_file(a.svg, sim::svg_timeline(shown, svg), "SVG");
+    write_text_file(a.svg, sim::svg_timeline(shown, svg), "SVG");
   }
 }
 

@@ -1,14 +1,12 @@
 // `syncopate transform kernel.py --kernel NAME [--plan plan.json] [-o out.py] [--describe d.json]`
-#include <fstream>
-#include <iostream>
 #include <memory>
 #include <optional>
-#include <sstream>
 #include <string>
 
 #include <fmt/core.h>
 
 #include "commands.hpp"
+#include "text_files.hpp"
 #include "syncopate/common/error.hpp"
 #include "syncopate/plan/json.hpp"
 #include "syncopate/transform/transform.hpp"
@@ -25,25 +23,8 @@ struct TransformArgs {
   std::string describe;
 };
 
-std::string read_text(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw UserError(fmt::format("{}: cannot open the kernel file for reading", path));
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
-void write_text(const std::string& path, const std::string& text) {
-  if (path.empty() || path == "-") {
-    std::cout << text;
-    return;
-  }
-  std::ofstream out(path, std::ios::binary);
-  if (!out || !(out << text)) throw UserError(fmt::format("{}: cannot write the output", path));
-}
-
 void run_transform(const TransformArgs& args) {
-  const std::string source = read_text(args.input);
+  const std::string source = read_text_file(args.input, "kernel");
   std::optional<plan::CommPlan> plan;
   transform::TransformOptions options;
   if (!args.plan.empty()) {
@@ -51,8 +32,8 @@ void run_transform(const TransformArgs& args) {
     options.plan = &*plan;
   }
   const auto result = transform::transform_kernel(source, args.input, args.kernel, options);
-  write_text(args.output, result.source);
-  if (!args.describe.empty()) write_text(args.describe, transform::describe_json(result));
+  write_text_file(args.output, result.source, "output");
+  if (!args.describe.empty()) write_text_file(args.describe, transform::describe_json(result), "describe");
 }
 
 }  // namespace
