@@ -6,7 +6,7 @@ The benchmark's variants split collectives and GEMMs into pieces (two_stream); a
 slip there would make bench_ops.py time a wrong computation. This runs each variant once on
 small float32 CPU tensors and compares it with the plain result. gloo lacks the tensor forms
 of all-gather and reduce-scatter, so those two calls are emulated with list/all-reduce forms;
-async-TP and the Syncopate ops need GPUs and are skipped.
+async-TP needs GPUs and is skipped.
 """
 
 from __future__ import annotations
@@ -68,7 +68,7 @@ def _worker(rank: int, world: int, port: int, result_dir: str) -> None:
     dist.broadcast(b, 0)
     gathered = torch.empty(m, k)
     dist.all_gather_into_tensor(gathered, a_shard)
-    failures += _run_variants(op_variants.ag_gemm_variants(a_shard, b, chunks, None, "-"),
+    failures += _run_variants(op_variants.ag_gemm_variants(a_shard, b, chunks),
                               {"op": gathered @ b, "collective": gathered}, "ag_gemm")
 
     a = torch.randn(m, k // world)
@@ -76,9 +76,9 @@ def _worker(rank: int, world: int, port: int, result_dir: str) -> None:
     local = a @ b_shard
     total = local.clone()
     dist.all_reduce(total)
-    failures += _run_variants(op_variants.gemm_rs_variants(a, b_shard, chunks, None, "-"),
+    failures += _run_variants(op_variants.gemm_rs_variants(a, b_shard, chunks),
                               {"op": total.chunk(world)[rank], "gemm": local}, "gemm_rs")
-    failures += _run_variants(op_variants.gemm_ar_variants(a, b_shard, chunks, None, "-"),
+    failures += _run_variants(op_variants.gemm_ar_variants(a, b_shard, chunks),
                               {"op": total, "gemm": local}, "gemm_ar")
     Path(result_dir, f"w{world}_r{rank}.txt").write_text("\n".join(failures))
     dist.destroy_process_group()

@@ -1,4 +1,5 @@
-"""The ways to run one tensor-parallel op that bench_ops.py times side by side.
+"""The PyTorch ways to run one tensor-parallel op that bench_ops.py times side by side
+(Syncopate's own variants: syncopate_variants.py; kernel-level: kernel_level_variants.py).
 
 Every builder returns {variant name: (callable, output getter, poison) or skip reason}. A
 callable runs the op once on the current stream; the getter returns the tensor to check;
@@ -32,14 +33,7 @@ def _symm_ops():
         return None, f"torch.ops.symm_mem unavailable: {type(error).__name__}: {error}"
 
 
-def _syncopate_call(ops_module, op: str, a: torch.Tensor, b: torch.Tensor):
-    if ops_module is None:
-        return None
-    return lambda: getattr(ops_module, op)(a, b)
-
-
-def ag_gemm_variants(a_shard: torch.Tensor, b: torch.Tensor, chunks: int, ops_module,
-                     ops_reason: str) -> dict[str, Variant | str]:
+def ag_gemm_variants(a_shard: torch.Tensor, b: torch.Tensor, chunks: int) -> dict[str, Variant | str]:
     world, rank = dist.get_world_size(), dist.get_rank()
     rows = a_shard.shape[0]
     m, n = rows * world, b.shape[1]
@@ -95,18 +89,10 @@ def ag_gemm_variants(a_shard: torch.Tensor, b: torch.Tensor, chunks: int, ops_mo
                 work.wait()
         variants["two_stream"] = (two_stream, lambda: out, True)
 
-    call = _syncopate_call(ops_module, "ag_gemm", a_shard, b)
-    if call is None:
-        variants["syncopate"] = ops_reason
-    else:
-        holder_s = {}
-        variants["syncopate"] = (lambda: holder_s.__setitem__("out", call()),
-                                 lambda: holder_s["out"], False)
     return variants
 
 
-def gemm_rs_variants(a: torch.Tensor, b_shard: torch.Tensor, chunks: int, ops_module,
-                     ops_reason: str) -> dict[str, Variant | str]:
+def gemm_rs_variants(a: torch.Tensor, b_shard: torch.Tensor, chunks: int) -> dict[str, Variant | str]:
     world, rank = dist.get_world_size(), dist.get_rank()
     m, n = a.shape[0], b_shard.shape[1]
     rows = m // world
@@ -156,18 +142,10 @@ def gemm_rs_variants(a: torch.Tensor, b_shard: torch.Tensor, chunks: int, ops_mo
         variants["two_stream"] = (two_stream, lambda: partial[rank * rows:(rank + 1) * rows],
                                   True)
 
-    call = _syncopate_call(ops_module, "gemm_rs", a, b_shard)
-    if call is None:
-        variants["syncopate"] = ops_reason
-    else:
-        holder_s = {}
-        variants["syncopate"] = (lambda: holder_s.__setitem__("out", call()),
-                                 lambda: holder_s["out"], False)
     return variants
 
 
-def gemm_ar_variants(a: torch.Tensor, b_shard: torch.Tensor, chunks: int, ops_module,
-                     ops_reason: str) -> dict[str, Variant | str]:
+def gemm_ar_variants(a: torch.Tensor, b_shard: torch.Tensor, chunks: int) -> dict[str, Variant | str]:
     m, n = a.shape[0], b_shard.shape[1]
     partial = torch.empty((m, n), dtype=a.dtype, device=a.device)
     variants: dict[str, Variant | str] = {}
@@ -200,13 +178,6 @@ def gemm_ar_variants(a: torch.Tensor, b_shard: torch.Tensor, chunks: int, ops_mo
                 work.wait()
         variants["two_stream"] = (two_stream, lambda: partial, True)
 
-    call = _syncopate_call(ops_module, "gemm_ar", a, b_shard)
-    if call is None:
-        variants["syncopate"] = ops_reason
-    else:
-        holder_s = {}
-        variants["syncopate"] = (lambda: holder_s.__setitem__("out", call()),
-                                 lambda: holder_s["out"], False)
     return variants
 
 

@@ -107,3 +107,41 @@ def local_gemm_shapes(worlds: tuple[int, ...] = (2, 4)) -> list[GemmShape]:
             seen.setdefault(key, []).append(f"{p.op} w{p.world} {p.label} {p.m}x{p.k}x{p.n}")
     return [GemmShape(m, k, n, layout, tuple(labels))
             for (m, k, n, layout), labels in seen.items()]
+
+
+OPS = ("ag_gemm", "gemm_rs", "gemm_ar")
+
+
+def op_rows(world: int, ops=OPS) -> list[tuple[Problem, str]]:
+    """(problem, op) pairs in table order; gemm_ar runs on gemm_rs's rows (same inputs)."""
+    return [(p, op) for p in op_problems(world) for op in ops
+            if (op == "ag_gemm") == (p.op == "ag_gemm")]
+
+
+def parse_slice(text: str) -> slice:
+    """"i:j", "i:" or ":j" (Python slice bounds, no step) -> slice; ValueError naming the rule."""
+    parts = text.split(":")
+    if len(parts) != 2:
+        raise ValueError(f"--rows {text!r}: expected i:j (e.g. 0:12, 5:, :3)")
+    try:
+        lo, hi = (int(p) if p.strip() else None for p in parts)
+    except ValueError:
+        raise ValueError(f"--rows {text!r}: bounds must be integers") from None
+    return slice(lo, hi)
+
+
+def select_rows(rows: list[tuple[Problem, str]], *, quick: bool = False,
+                labels: tuple[str, ...] = (), row_slice: slice | None = None,
+                max_rows: int | None = None) -> list[tuple[Problem, str]]:
+    """The rows to run, in this order: --quick keeps the baselines rows, --labels keeps rows
+    whose label contains any of the substrings, --rows slices what is left (the indices that
+    --list prints with the same filters), --max-rows keeps the first n."""
+    if quick:
+        rows = [r for r in rows if r[0].label == "baseline"]
+    if labels:
+        rows = [r for r in rows if any(s in r[0].label for s in labels)]
+    if row_slice is not None:
+        rows = rows[row_slice]
+    if max_rows is not None:
+        rows = rows[:max_rows]
+    return rows
