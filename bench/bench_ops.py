@@ -41,7 +41,6 @@ os.environ.setdefault("SYNCOPATE_WAIT_BOUND_MS", "2000")
 import argparse  # noqa: E402
 import datetime  # noqa: E402
 import gc  # noqa: E402
-import json  # noqa: E402
 import math  # noqa: E402
 import sys  # noqa: E402
 import time  # noqa: E402
@@ -97,7 +96,7 @@ def kernel_level(op: str, a, b, chunks: int, group, names: tuple[str, ...]) -> d
 
 
 def bench_row(problem, op, args, names, classes, missing, rank, world) -> dict:
-    device = torch.device("cuda")
+    device = torch.device(dist_timing.DEVICE)
     group = dist.group.WORLD
     started = time.monotonic()
     a, b, refs = dist_timing.make_inputs(problem, op, rank, world, torch.bfloat16, device)
@@ -204,13 +203,6 @@ def plot(rows: list[dict], path: Path) -> str | None:
     return None
 
 
-def write_json(path: Path, report: dict) -> None:
-    """Atomically: a reader (or a time-out) never sees half a file."""
-    tmp = path.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(report, indent=1))
-    tmp.replace(path)
-
-
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--ops", default="ag_gemm,gemm_rs,gemm_ar")
@@ -297,20 +289,12 @@ def main(argv=None) -> int:
         print("bench_ops: no CUDA device (use --list or --dry-run here)", file=sys.stderr)
         return 2
     started = time.monotonic()
-    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
-    torch.cuda.set_device(local_rank)
-    options = dist.ProcessGroupNCCL.Options()
-    options.is_high_priority_stream = True  # collectives ahead of compute when they overlap
-    dist.init_process_group("nccl", pg_options=options,
-                            device_id=torch.device("cuda", local_rank),
-                            timeout=datetime.timedelta(seconds=args.nccl_timeout_s))
-    rank, world = dist.get_rank(), dist.get_world_size()
+    rank, world, local_rank = dist_timing.init(args.nccl_timeout_s)
     todo = selected_rows(args, world)
-    torch.backends.cuda.matmul.allow_tf32 = False  # fp32 references must be fp32
     classes, missing = syncopate_variants.load_classes()
     props = torch.cuda.get_device_properties(local_rank)
     now = datetime.datetime.now(datetime.timezone.utc)
-    kind = f"{props.name.lower().replace('nvidia ', 'nvidia-').replace(' ', '-')}-x{world}"
+    kind = dist_timing.device_kind(props, world)
     out_dir = Path(args.out)
     json_path = out_dir / f"bench_ops_{kind}_{now:%Y-%m-%d_%H%M}.json"
     report = {"benchmark": "bench_ops", "device": props.name, "device_kind": kind,
@@ -345,12 +329,12 @@ def main(argv=None) -> int:
         if rank == 0:
             print(row_line(i, len(todo), row), flush=True)
             report["targets"] = targets.evaluate(report["rows"])
-            write_json(json_path, report)
+            dist_timing.write_json(json_path, report)
     if rank == 0:
         report["complete"] = not report["not_run"]
         report["targets"] = targets.evaluate(report["rows"])
         report["seconds"] = time.monotonic() - started
-        write_json(json_path, report)
+        dist_timing.write_json(json_path, report)
         problem = plot(report["rows"], json_path.with_suffix(".png"))
         print(f"wrote {json_path}" + (f" ({problem})" if problem else " and .png"))
         print_table(report["rows"])

@@ -21,6 +21,8 @@ import shapes
 import timing
 
 ERROR_LIMIT = {"ag_gemm": 1e-2, "gemm_rs": 2e-2, "gemm_ar": 2e-2}  # bf16 sums round per hop
+# Where the agreement tensors live: "cuda" under NCCL; the CPU smoke test sets "cpu" (gloo).
+DEVICE = "cuda"
 
 
 def make_inputs(problem: shapes.Problem, op: str, rank: int, world: int, dtype, device):
@@ -89,7 +91,7 @@ def run_hook(hook: Optional[Callable[[], None]]) -> Optional[str]:
 def time_variant(fn, samples: int, warmup: int, after=None) -> tuple[float, Optional[str]]:
     """This rank's median ms and a failure (from `after`) or None; every sample starts after a
     GPU-side barrier (a one-element all-reduce), and is timed with CUDA events."""
-    token = torch.zeros(1, device="cuda")
+    token = torch.zeros(1, device=DEVICE)
     for _ in range(warmup):
         fn()
     torch.cuda.synchronize()
@@ -105,13 +107,13 @@ def time_variant(fn, samples: int, warmup: int, after=None) -> tuple[float, Opti
 
 
 def max_over_ranks(value: float) -> float:
-    t = torch.tensor([value], dtype=torch.float64, device="cuda")
+    t = torch.tensor([value], dtype=torch.float64, device=DEVICE)
     dist.all_reduce(t, op=dist.ReduceOp.MAX)
     return t.item()
 
 
 def any_rank(flag: bool) -> bool:
-    t = torch.tensor([1 if flag else 0], device="cuda")
+    t = torch.tensor([1 if flag else 0], device=DEVICE)
     dist.all_reduce(t, op=dist.ReduceOp.MAX)
     return bool(t.item())
 
@@ -132,3 +134,34 @@ def measure(name: str, variant, ref: torch.Tensor, op: str, samples: int, warmup
         return {"rel_error": err, "ms_invalid": ms,
                 "failed": f"while timing: {failure or 'failed on a peer'}"}
     return {"ms": ms, "rel_error": err}
+
+
+def init(nccl_timeout_s: float) -> tuple[int, int, int]:
+    """NCCL process group over torchrun's ranks (collectives on NCCL's high-priority stream,
+    a watchdog time-out so a stuck collective ends the run); (rank, world, local rank)."""
+    import datetime
+    import os
+
+    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+    torch.cuda.set_device(local_rank)
+    options = dist.ProcessGroupNCCL.Options()
+    options.is_high_priority_stream = True  # collectives ahead of compute when they overlap
+    dist.init_process_group("nccl", pg_options=options,
+                            device_id=torch.device("cuda", local_rank),
+                            timeout=datetime.timedelta(seconds=nccl_timeout_s))
+    torch.backends.cuda.matmul.allow_tf32 = False  # fp32 references must be fp32
+    return dist.get_rank(), dist.get_world_size(), local_rank
+
+
+def device_kind(props, world: int) -> str:
+    """"nvidia-h200-x2" from the device name and the world size."""
+    return f"{props.name.lower().replace('nvidia ', 'nvidia-').replace(' ', '-')}-x{world}"
+
+
+def write_json(path, report: dict) -> None:
+    """Atomically: a reader (or a time-out) never sees half a file."""
+    import json
+
+    tmp = path.with_suffix(".json.tmp")
+    tmp.write_text(json.dumps(report, indent=1))
+    tmp.replace(path)

@@ -109,12 +109,13 @@ def row_metrics(row: dict) -> dict:
 
 def _check(target: str, row: Optional[dict], value: Optional[float], limit: float,
            kind: str, note: str = "", status: Optional[str] = None) -> dict:
-    """kind: "max" (value <= limit), "below" (value < limit) or "min" (value >= limit).
-    missed_by: how far past the limit, as a fraction of the limit."""
+    """kind: "max" (value <= limit), "below" (value < limit), "min" (value >= limit) or
+    "error" (value <= limit, both fractions). missed_by: how far past the limit, as a fraction
+    of the limit; for "error", in the value's own units (0.10 = 10 percentage points)."""
     if status is None:
         if value is None or (isinstance(value, float) and math.isnan(value)):
             status = "not measured"
-        elif kind == "max":
+        elif kind in ("max", "error"):
             status = "met" if value <= limit else "missed"
         elif kind == "below":
             status = "met" if value < limit else "missed"
@@ -122,7 +123,8 @@ def _check(target: str, row: Optional[dict], value: Optional[float], limit: floa
             status = "met" if value >= limit else "missed"
     missed_by = None
     if status == "missed":
-        missed_by = (limit / value - 1.0) if kind == "min" else (value / limit - 1.0)
+        missed_by = {"min": limit / value - 1.0, "error": value - limit}.get(
+            kind, value / limit - 1.0)
     where = {} if row is None else {"op": row["op"], "label": row["label"],
                                     "shape": f"{row['m']}x{row['k']}x{row['n']}"}
     return {"target": target, **where, "value": value, "limit": limit, "kind": kind,
@@ -170,7 +172,7 @@ def evaluate(rows: list[dict]) -> dict:
         for name, p in predictions(row).items():
             if p["what"] == "fused":
                 checks.append(_check("simulator within 15%", row, abs(p["error"]), SIM_LIMIT,
-                                     "max", f"{name}: predicted {p['predicted_ms']:.3f} ms, "
+                                     "error", f"{name}: predicted {p['predicted_ms']:.3f} ms, "
                                      f"measured {p['measured_ms']:.3f} ms"))
     large = [r for r in rows if r["m"] >= LARGE_M]
     if large:
@@ -189,7 +191,9 @@ def format_check(c: dict) -> str:
     where = f"{c['op']} {c['shape']} {c['label']}" if "op" in c else "all rows"
     value = "-" if c["value"] is None else f"{c['value']:.3f}"
     status = c["status"]
-    if status == "missed":
+    if status == "missed" and c["kind"] == "error":
+        status = f"MISSED by {100 * c['missed_by']:.1f} points"
+    elif status == "missed":
         status = f"MISSED by {100 * c['missed_by']:.1f}%"
     return f"  {c['target']:42} {where:44} {value:>7} (limit {c['limit']:.2f}) {status}" + (
         f"  [{c['note']}]" if c["note"] else "")

@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+# The op benchmark (or the ablation) in one command, on a device machine, from any directory:
+#
+#   bench/run_bench.sh [--ablation] [bench_ops.py / bench_ablation.py options]
+#
+# 1. builds the runtime and the Python modules into build-gpu/ through tests/gpu/run.sh with no
+#    test steps (a no-op when the GPU tests already built them on this machine; SKIP_BUILD=1
+#    skips it); the build log goes to $OUT (or bench/results) as gpu-tests-<date>.log;
+# 2. stages the package (python/syncopate + the built _core/_runtime) on PYTHONPATH, as run.sh does;
+# 3. runs torchrun over WORLD processes (default: every visible GPU), bounded by BENCH_TIMEOUT
+#    seconds (default 570); the benchmark rewrites its JSON after every row, so a time-out
+#    keeps what was measured.
+set -uo pipefail
+
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+export PYTHONUNBUFFERED=1
+# As in tests/gpu/run.sh: more hardware queues, fewer false dependencies between streams.
+export CUDA_DEVICE_MAX_CONNECTIONS=${CUDA_DEVICE_MAX_CONNECTIONS:-32}
+
+root=$(cd "$(dirname "$0")/.." && pwd)
+cd "$root"
+out=${OUT:-bench/results}
+mkdir -p "$out"
+python=${PYTHON:-python3}
+script=bench/bench_ops.py
+if [ "${1:-}" = "--ablation" ]; then script=bench/bench_ablation.py; shift; fi
+
+if [ -z "${SKIP_BUILD:-}" ]; then
+  if ! STEPS=" " tests/gpu/run.sh "$out" >/dev/null; then
+    echo "run_bench: build failed (log: $(ls -t "$out"/gpu-tests-*.log | head -1))"
+    tail -30 "$(ls -t "$out"/gpu-tests-*.log | head -1)"
+    exit 2
+  fi
+fi
+# What tests/gpu/run.sh exports for its own children: the carried dependencies and NCCL's path.
+deps=${SYNCOPATE_DEPS:-$root/.deps}
+if [ -d "$deps" ]; then export LD_LIBRARY_PATH="$deps/lib/x86_64-linux-gnu:${LD_LIBRARY_PATH:-}"; fi
+nccl_lib=$("$python" -c 'import nvidia.nccl, os; print(os.path.join(nvidia.nccl.__path__[0], "lib", "libnccl.so.2"))' 2>/dev/null || true)
+if [ -n "$nccl_lib" ] && [ -f "$nccl_lib" ]; then export SYNCOPATE_NCCL_LIBRARY="$nccl_lib"; fi
+
+pkg=$(mktemp -d)
+cp -r python/syncopate "$pkg/"
+cp build-gpu/python/_core*.so build-gpu/python/_runtime*.so "$pkg/syncopate/" 2>/dev/null ||
+  echo "run_bench: no built modules in build-gpu/python: the Syncopate variants will be skipped"
+export PYTHONPATH="$pkg${PYTHONPATH:+:$PYTHONPATH}"
+
+world=${WORLD:-$("$python" -c 'import torch; print(torch.cuda.device_count())')}
+echo "run_bench: $script on $world GPU(s): $*"
+timeout "${BENCH_TIMEOUT:-570}" "$python" -m torch.distributed.run --standalone \
+  --nproc_per_node="$world" "$script" "$@"
+status=$?
+rm -rf "$pkg"
+exit $status
