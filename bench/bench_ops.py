@@ -179,7 +179,7 @@ def plot(rows: list[dict], path: Path) -> str | None:
         import matplotlib.pyplot as plt
     except ImportError as error:
         return f"no plot: {error}"
-    plotted = [r for r in rows if "ratio_to_floor" in r]
+    plotted = [r for r in rows if r.get("ratio_to_floor")]
     shown = [n for n in TABLE if n != "kl_best" and any(n in r["ratio_to_floor"] for r in plotted)]
     shown += sorted({n for r in plotted for n in r["ratio_to_floor"] if n.startswith("kl_")})
     if not plotted or not shown:
