@@ -97,7 +97,7 @@ def local_gemm_variant(ctx, a_in, b, out_shape, producer: bool):
 
 
 def bench_shape(op, m, k, n, args, classes, missing, rank, world, say) -> dict:
-    device = torch.device("cuda")
+    device = torch.device(dist_timing.DEVICE)
     group = dist.group.WORLD
     problem = shapes.Problem(op, world, m, k, n, "kn", "ablation")
     a, b, refs = dist_timing.make_inputs(problem, op, rank, world, torch.bfloat16, device)

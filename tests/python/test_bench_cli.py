@@ -280,3 +280,57 @@ def test_bench_row_end_to_end_on_cpu(gloo_world1, op, tmp_path, capsys):
     plot_problem = bench_ops.plot([row], tmp_path / "r.png")
     assert plot_problem is None or plot_problem.startswith("no plot")
     assert math.isfinite(row["seconds"])
+
+
+class FakeLauncher:
+    """Stands in for ops/fused_gemm.py FusedGemm: launch(a, b, c, signals, epoch)."""
+
+    def __init__(self):
+        self.epochs = []
+
+    def launch(self, a, b, c, signals, epoch):
+        self.epochs.append(epoch)
+        c.copy_(a @ b)
+
+
+class FakeAblationAg(FakeAg):
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        import torch
+        self.gemm = FakeLauncher()
+        self.signals = torch.ones(4, dtype=torch.int32)
+        self.config = None
+
+
+class FakeAblationRs(FakeRs):
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        import torch
+        self.gemm = FakeLauncher()
+        self.signals = torch.ones(4, dtype=torch.int32)
+        self.config = None
+
+
+@pytest.mark.parametrize("op", ["ag_gemm", "gemm_rs"])
+def test_ablation_shape_end_to_end_on_cpu(gloo_world1, op, capsys):
+    import bench_ablation
+    FakeContext.fail_check = set()
+    args = argparse_namespace(samples=2, warmup=1, chunks=2)
+    classes = {"ag_gemm": FakeAblationAg, "gemm_rs": FakeAblationRs}
+    result = bench_ablation.bench_shape(op, 64, 32, 48, args, classes, None, 0, 1, print)
+    v = result["variants"]
+    for name in ("gemm", "collective", "sequential", "arrival/s1", "grouped/s4",
+                 "no_waits/arrival", "no_waits/row-major", "no_waits/grouped"):
+        assert "ms" in v[name], (name, v[name])
+    assert "local_gemm" in v  # Triton on the CPU: measured or failed, never missing
+    assert set(result["syncopate"]) == set(bench_ablation.fused_names())
+    assert result["syncopate"]["row-major/s2"]["tile_order"] == "arrival"  # what the fake reports
+    assert result["wait_cost"]["grouped/s2"] == 1.0 and result["best"]["ms"] == 1.0
+    bench_ablation.print_table([result])
+    out = capsys.readouterr().out
+    assert "no_waits" in out and "best: arrival/s1" in out
+
+
+def argparse_namespace(**kwargs):
+    import argparse
+    return argparse.Namespace(**kwargs)
