@@ -11,6 +11,7 @@
 #include <vector>
 
 #include <nanobind/nanobind.h>
+#include <nanobind/stl/pair.h>
 #include <nanobind/stl/shared_ptr.h>
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/tuple.h>
@@ -22,6 +23,7 @@
 #include "syncopate/lower/signal_table.hpp"
 #include "syncopate/plan/json.hpp"
 #include "syncopate/runtime/executor.hpp"
+#include "syncopate/runtime/occupancy.hpp"
 
 namespace nb = nanobind;
 using namespace nb::literals;
@@ -184,4 +186,52 @@ NB_MODULE(_runtime, m) {
       .def("run", [](RankExecutor& e, std::uintptr_t s, std::int64_t epoch) { e.run(as_stream(s), epoch); },
            "stream"_a, "epoch"_a)
       .def_prop_ro("rank", &RankExecutor::rank);
+
+  // Occupancy shaping and stream priorities (kernel-level mode, docs/KERNEL_LEVEL.md). The
+  // arithmetic needs no GPU; the rest asks the device / driver.
+  nb::class_<runtime::KernelResources>(m, "KernelResources", "What one block of a kernel uses.")
+      .def("__init__", [](runtime::KernelResources* self, int threads, int registers, std::int64_t static_smem,
+                          std::int64_t dynamic_smem) {
+             new (self) runtime::KernelResources{threads, registers, static_smem, dynamic_smem};
+           }, "threads_per_block"_a, "registers_per_thread"_a, "static_smem_bytes"_a = 0, "dynamic_smem_bytes"_a = 0)
+      .def_rw("threads_per_block", &runtime::KernelResources::threads_per_block)
+      .def_rw("registers_per_thread", &runtime::KernelResources::registers_per_thread)
+      .def_rw("static_smem_bytes", &runtime::KernelResources::static_smem_bytes)
+      .def_rw("dynamic_smem_bytes", &runtime::KernelResources::dynamic_smem_bytes);
+  nb::class_<runtime::SmLimits>(m, "SmLimits", "One SM's limits (cudaDeviceGetAttribute).")
+      .def(nb::init<>())
+      .def_rw("smem_per_sm", &runtime::SmLimits::smem_per_sm)
+      .def_rw("smem_per_block_optin", &runtime::SmLimits::smem_per_block_optin)
+      .def_rw("reserved_smem_per_block", &runtime::SmLimits::reserved_smem_per_block)
+      .def_rw("max_blocks_per_sm", &runtime::SmLimits::max_blocks_per_sm)
+      .def_rw("max_threads_per_sm", &runtime::SmLimits::max_threads_per_sm)
+      .def_rw("registers_per_sm", &runtime::SmLimits::registers_per_sm)
+      .def_rw("registers_per_block", &runtime::SmLimits::registers_per_block)
+      .def_rw("warp_size", &runtime::SmLimits::warp_size)
+      .def_rw("smem_granularity", &runtime::SmLimits::smem_granularity)
+      .def_rw("register_granularity", &runtime::SmLimits::register_granularity)
+      .def_rw("register_partitions", &runtime::SmLimits::register_partitions);
+  nb::class_<runtime::Shaping>(m, "Shaping", "The extra dynamic shared memory for a target residency.")
+      .def_ro("ok", &runtime::Shaping::ok)
+      .def_ro("extra_dynamic_smem", &runtime::Shaping::extra_dynamic_smem)
+      .def_ro("dynamic_smem", &runtime::Shaping::dynamic_smem)
+      .def_ro("natural_blocks", &runtime::Shaping::natural_blocks)
+      .def_ro("blocks", &runtime::Shaping::blocks)
+      .def_ro("reason", &runtime::Shaping::reason);
+  m.def("resident_blocks", [](const runtime::KernelResources& k, const runtime::SmLimits& l) {
+          const auto r = runtime::resident_blocks(k, l);
+          return std::make_tuple(r.blocks, std::string(runtime::to_string(r.limit)), r.smem_per_block);
+        }, "kernel"_a, "limits"_a,
+        "(blocks per SM, the limiting resource, shared memory allocated per block).");
+  m.def("shape_for_residency", &runtime::shape_for_residency, "kernel"_a, "limits"_a, "target_blocks"_a,
+        "The least extra dynamic shared memory capping residency at target_blocks (Shaping).");
+  m.def("device_sm_limits", &runtime::device_sm_limits, "device"_a);
+  m.def("function_resources", &runtime::function_resources, "function"_a,
+        "Registers, threads and static shared memory of a loaded CUfunction handle.");
+  m.def("occupancy_blocks", &runtime::occupancy_blocks, "function"_a, "threads_per_block"_a, "dynamic_smem"_a,
+        "cuOccupancyMaxActiveBlocksPerMultiprocessor for a CUfunction handle.");
+  m.def("set_max_dynamic_smem", &runtime::set_max_dynamic_smem, "function"_a, "bytes"_a);
+  m.def("stream_priority_range", &runtime::stream_priority_range,
+        "(least, greatest) stream priority of the current device; greatest is numerically smallest.");
+  m.def("stream_priority", [](std::uintptr_t s) { return runtime::stream_priority(s); }, "stream"_a);
 }
