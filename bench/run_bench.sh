@@ -42,6 +42,9 @@ pkg=$(mktemp -d)
 cp -r python/syncopate "$pkg/"
 cp build-gpu/python/_core*.so build-gpu/python/_runtime*.so "$pkg/syncopate/" 2>/dev/null ||
   echo "run_bench: no built modules in build-gpu/python: the Syncopate variants will be skipped"
+# The wheel ships calib/*.json inside the package (python/CMakeLists.txt); the ops' simulator
+# choice loads syncopate.calibration("h200") from there.
+mkdir -p "$pkg/syncopate/calib" && cp calib/*.json "$pkg/syncopate/calib/"
 export PYTHONPATH="$pkg${PYTHONPATH:+:$PYTHONPATH}"
 
 world=${WORLD:-$("$python" -c 'import torch; print(torch.cuda.device_count())')}
