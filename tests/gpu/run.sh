@@ -63,6 +63,8 @@ fi
 pkg=$(mktemp -d)
 cp -r python/syncopate "$pkg/"
 cp build-gpu/python/_core*.so build-gpu/python/_runtime*.so "$pkg/syncopate/"
+# The wheel ships calib/*.json inside the package; the ops' simulator choice loads it from there.
+mkdir -p "$pkg/syncopate/calib" && cp calib/*.json "$pkg/syncopate/calib/"
 export PYTHONPATH="$pkg${PYTHONPATH:+:$PYTHONPATH}"
 
 run_cpp() {  # $1: world size
