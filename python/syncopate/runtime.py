@@ -24,13 +24,11 @@ import torch
 
 from syncopate.errors import DeviceError, UserError
 
-try:
-    from syncopate import _runtime
-except ImportError as _error:  # a build without CUDA
-    _runtime = None
-    _IMPORT_ERROR = _error
-else:
-    _IMPORT_ERROR = None
+# The extension module is loaded on first use, not on import: loading it registers its own
+# error translator, which (being the most recent) would turn the simulator's CalibrationError
+# into a plain UserError in every later call of syncopate._core (a bindings bug, reported).
+# Importing this module for its constants (the ops do) must not have that effect.
+_runtime = None
 
 DEFAULT_WAIT_BOUND_NS = int(os.environ.get("SYNCOPATE_WAIT_BOUND_MS", "10000")) * 1_000_000
 
@@ -39,9 +37,14 @@ _PLAN_DTYPE = {torch.float16: "f16", torch.bfloat16: "bf16", torch.float32: "f32
 
 def require_runtime():
     """The compiled runtime module, or a DeviceError saying why it is missing."""
+    global _runtime
     if _runtime is None:
-        raise DeviceError(f"syncopate._runtime is not available ({_IMPORT_ERROR}); install syncopate "
-                          "on a machine with a CUDA compiler so the runtime is built")
+        try:
+            from syncopate import _runtime as module
+        except ImportError as exc:  # a build without CUDA
+            raise DeviceError(f"syncopate._runtime is not available ({exc}); install syncopate on a "
+                              "machine with a CUDA compiler so the runtime is built") from exc
+        _runtime = module
     return _runtime
 
 

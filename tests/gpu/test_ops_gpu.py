@@ -1,14 +1,21 @@
 """GPU correctness of the fused ops under torchrun (one process per GPU).
 
-    torchrun --nproc_per_node=W tests/gpu/test_ops_gpu.py [--quick] [--results-file FILE]
+    torchrun --nproc_per_node=W tests/gpu/test_ops_gpu.py [--quick] [--results-file FILE] [--list]
 
-Every op (ag_gemm, gemm_rs, gemm_ar) x backend (copy-engine, sm-copy, nccl) x shape (one a
-multiple of the 128x128 tile, one not, one small-M that runs sequentially) x dtype (fp16,
-bf16): random inputs drawn afresh for every call, the output and the symmetric buffers poisoned
-with NaN before every call, relative error ||out - ref|| / ||ref|| against an fp32 torch
-reference computed from the same inputs. Then 200 back-to-back calls per op and backend with no
-reset and no check in between, each call's result compared afterwards; and the missing-chunk
-test: a chunk never moves, the rank it should land on must get a WaitTimeoutError naming it.
+matrix: every op (ag_gemm, gemm_rs, gemm_ar) x backend (copy-engine, sm-copy, nccl) x mode
+(fused, sequential) x shape x dtype (fp16, bf16) x B layout (kn: [K, N] row-major; nk: the
+transpose view of an nn.Linear weight [N, K]). Shapes (M is a multiple of the world size):
+a multiple of every block; one a multiple of none that TMA still describes; one whose N makes
+the row pitch unaligned for TMA (the transformed pointer kernel) with small M. Random inputs
+drawn afresh for every call, the output and the symmetric buffers poisoned with NaN before every
+call, relative error ||out - ref|| / ||ref|| against an fp32 torch reference from the same inputs.
+algorithms: ring and bidir plans with split factors, fused. auto: the simulator's choice
+(everything "auto"), including shapes where it fuses. back-to-back: 200 calls per op and backend
+with no reset and no check in between, each call's result compared afterwards. missing-chunk: a
+chunk never moves; the rank it should land on must get a WaitTimeoutError naming it.
+
+--quick: bf16 only, the two unaligned shapes, nk only where fused, the copy-engine for the
+back-to-back calls (about a quarter of the cases). --list prints the cases and exits (no GPU).
 
 Prints one line per case and a last line `SUMMARY world=W passed=P failed=F`; exits 1 on any
 failure. Run it through tests/gpu/run.sh, which sets the environment (multicast off).
@@ -19,27 +26,54 @@ import os
 import sys
 import time
 import traceback
+from pathlib import Path
 
-import torch
-import torch.distributed as dist
+# The package staged by run.sh has no calib/ (an installed one does): use the repository's.
+os.environ.setdefault("SYNCOPATE_CALIBRATION", str(Path(__file__).resolve().parents[2] / "calib" / "h200.json"))
 
-from syncopate.errors import WaitTimeoutError
-from syncopate.ops.ag_gemm import AgGemm
-from syncopate.ops.gemm_ar import GemmAr
-from syncopate.ops.gemm_rs import GemmRs
+import torch  # noqa: E402
+import torch.distributed as dist  # noqa: E402
 
 BACKENDS = ("copy-engine", "sm-copy", "nccl")
+MODES = ("fused", "sequential")
+LAYOUTS = ("kn", "nk")
 DTYPES = (torch.float16, torch.bfloat16)
+OPS = ("ag_gemm", "gemm_rs", "gemm_ar")
 # fp32 reference vs fp16/bf16 operands with fp32 accumulation (plus one rounding of each
 # partial before a reduction): bounds from the operands' unit roundoff, with margin.
 TOLERANCE = {torch.float16: 4e-3, torch.bfloat16: 2.5e-2}
 
 
 def shapes(world):
-    # (M, K, N); M is a multiple of the world size. Per-rank rows: >= 128 for the fused path.
-    return [(256 * world, 512, 768),        # multiple of the tile
-            (255 * world, 328, 700),        # not a multiple of the tile (M, N and K)
-            (48 * world, 256, 384)]         # small M: the sequential fallback
+    """(M, K, N, what); M is a multiple of the world size."""
+    return [(256 * world, 512, 768, "multiple of every block"),
+            (255 * world, 328, 712, "multiple of no block, TMA"),
+            (50 * world, 200, 700, "small M, N pitch not 16-byte aligned: pointer kernel")]
+
+
+def auto_shapes(world):
+    return shapes(world) + [(2048 * world, 4096, 4096, "large: the simulator fuses")]
+
+
+def matrix_cases(world, quick):
+    """(op, backend, mode, (m, k, n, what), dtype, layout) of the matrix."""
+    out = []
+    for op in OPS:
+        for backend in BACKENDS:
+            for mode in MODES:
+                for shape in (shapes(world)[1:] if quick else shapes(world)):
+                    for dtype in ((torch.bfloat16,) if quick else DTYPES):
+                        for layout in LAYOUTS:
+                            if quick and mode == "sequential" and layout == "nk":
+                                continue
+                            out.append((op, backend, mode, shape, dtype, layout))
+    return out
+
+
+def algorithm_cases(quick):
+    """(op, algorithm, split), fused with the copy-engine."""
+    combos = [("ring", 2), ("bidir", 1)] if quick else [("ring", 1), ("ring", 2), ("bidir", 1), ("bidir", 2)]
+    return [(op, alg, split) for op in OPS for alg, split in combos]
 
 
 class Results:
@@ -65,17 +99,22 @@ def rel_error(out, ref):
 
 
 def make_ctx(op, group, m, k, n, dtype, backend, **kw):
+    from syncopate.ops.ag_gemm import AgGemm
+    from syncopate.ops.gemm_ar import GemmAr
+    from syncopate.ops.gemm_rs import GemmRs
+
     cls = {"ag_gemm": AgGemm, "gemm_rs": GemmRs, "gemm_ar": GemmAr}[op]
     return cls(group, m=m, k=k, n=n, dtype=dtype, backend=backend, **kw)
 
 
-def inputs(op, m, k, n, dtype, world, gen):
+def inputs(op, m, k, n, dtype, world, gen, layout="kn"):
     dev = torch.device("cuda", torch.cuda.current_device())
-    if op == "ag_gemm":
-        a = torch.randn(m // world, k, generator=gen, device=dev).to(dtype)
+    rows = m // world if op == "ag_gemm" else m
+    a = torch.randn(rows, k, generator=gen, device=dev).to(dtype)
+    if layout == "nk":  # an nn.Linear weight [N, K], passed as its transpose view
+        b = (torch.randn(n, k, generator=gen, device=dev) / k ** 0.5).to(dtype).t()
     else:
-        a = torch.randn(m, k, generator=gen, device=dev).to(dtype)
-    b = (torch.randn(k, n, generator=gen, device=dev) / k ** 0.5).to(dtype)
+        b = (torch.randn(k, n, generator=gen, device=dev) / k ** 0.5).to(dtype)
     return a, b
 
 
@@ -103,122 +142,204 @@ def out_buffer(op, m, n, world, dtype):
     return torch.full((rows, n), float("nan"), dtype=dtype, device="cuda")
 
 
+def describe(ctx):
+    return (f"decision={ctx.decision} origin={ctx.kernel_origin} kernel={ctx.kernel_name} "
+            f"backend={ctx.backend} algorithm={ctx.algorithm} split={ctx.split} order={ctx.tile_order} "
+            f"gemm={ctx.gemm_config}")
+
+
+def check_calls(res, name, ctx, op, m, k, n, dtype, world, rank, gen, layout, calls=3, expect=None):
+    """`calls` checked calls on poisoned buffers; records the worst relative error."""
+    worst = 0.0
+    for _ in range(calls):
+        a, b = inputs(op, m, k, n, dtype, world, gen, layout)
+        poison(ctx)
+        out = out_buffer(op, m, n, world, dtype)
+        ctx(a, b, out=out)
+        worst = max(worst, rel_error(out, reference(op, a, b, world, rank)))
+    ok = worst < TOLERANCE[dtype]
+    detail = f"rel_err={worst:.2e} {describe(ctx)}"
+    if expect is not None and ctx.decision != expect:
+        ok, detail = False, f"expected decision {expect}, got: {detail}"
+    if ctx.decision == "fused" and ctx.kernel_origin != "transformer":
+        ok, detail = False, f"fused without the transformer's kernel: {detail}"
+    res.record(name, ok, detail)
+
+
+def guarded(res, name, fn):
+    """Runs one case; an exception is a failed result, then every rank meets at a barrier."""
+    start = time.perf_counter()
+    try:
+        fn()
+    except Exception as exc:  # noqa: BLE001 - a failure is a result, keep going
+        res.record(name, False, f"{type(exc).__name__}: {exc}")
+        traceback.print_exc()
+    dist.barrier()
+    return time.perf_counter() - start
+
+
 def run_matrix(res, group, world, rank, quick):
     gen = torch.Generator(device="cuda")
     gen.manual_seed(1234 + rank)
-    for op in ("ag_gemm", "gemm_rs", "gemm_ar"):
-        for backend in BACKENDS:
-            for (m, k, n) in shapes(world)[: 2 if quick else 3]:
-                for dtype in DTYPES:
-                    name = f"{op} backend={backend} M={m} K={k} N={n} {str(dtype)[6:]}"
-                    try:
-                        ctx = make_ctx(op, group, m, k, n, dtype, backend)
-                        worst = 0.0
-                        for _ in range(3):
-                            a, b = inputs(op, m, k, n, dtype, world, gen)
-                            poison(ctx)
-                            out = out_buffer(op, m, n, world, dtype)
-                            ctx(a, b, out=out)
-                            worst = max(worst, rel_error(out, reference(op, a, b, world, rank)))
-                        res.record(name, worst < TOLERANCE[dtype],
-                                   f"rel_err={worst:.2e} path={ctx.kernel_origin}")
-                    except Exception as exc:  # noqa: BLE001 - a failure is a result, keep going
-                        res.record(name, False, f"{type(exc).__name__}: {exc}")
-                        traceback.print_exc()
-                    dist.barrier()
+    for op, backend, mode, (m, k, n, _), dtype, layout in matrix_cases(world, quick):
+        name = f"{op} backend={backend} mode={mode} M={m} K={k} N={n} {str(dtype)[6:]} b={layout}"
+
+        def case():
+            ctx = make_ctx(op, group, m, k, n, dtype, backend, mode=mode, b_layout=layout,
+                           algorithm="direct", split=1)
+            check_calls(res, name, ctx, op, m, k, n, dtype, world, rank, gen, layout, expect=mode)
+
+        guarded(res, name, case)
+
+
+def run_algorithms(res, group, world, rank, quick):
+    gen = torch.Generator(device="cuda")
+    gen.manual_seed(4321 + rank)
+    m, k, n, _ = shapes(world)[1]
+    for op, algorithm, split in algorithm_cases(quick):
+        name = f"{op} algorithm={algorithm} split={split} backend=copy-engine mode=fused M={m} K={k} N={n} bf16"
+
+        def case():
+            ctx = make_ctx(op, group, m, k, n, torch.bfloat16, "copy-engine", mode="fused",
+                           algorithm=algorithm, split=split)
+            check_calls(res, name, ctx, op, m, k, n, torch.bfloat16, world, rank, gen, "kn", expect="fused")
+
+        guarded(res, name, case)
+
+
+def run_auto(res, group, world, rank, quick):
+    gen = torch.Generator(device="cuda")
+    gen.manual_seed(555 + rank)
+    cases = auto_shapes(world)
+    for op in OPS:
+        for (m, k, n, what) in (cases[2:] if quick else cases):
+            name = f"{op} auto M={m} K={k} N={n} bf16 ({what})"
+
+            def case():
+                ctx = make_ctx(op, group, m, k, n, torch.bfloat16, "auto")
+                check_calls(res, name, ctx, op, m, k, n, torch.bfloat16, world, rank, gen, "kn", calls=2)
+                if rank == 0:
+                    print(f"  auto: {name}: {ctx.reason}; predicted_us="
+                          f"{ {key: round(v, 1) for key, v in ctx.predicted_us.items()} }", flush=True)
+
+            guarded(res, name, case)
 
 
 def run_custom_ops(res, group, world, rank):
-    """The public torch custom ops (syncopate.ops.*), eager and under torch.compile."""
+    """The public torch custom ops (syncopate.ops.*), eager and under torch.compile, with both
+    B layouts (each keys its own cached context)."""
     import syncopate.ops as sops
 
     gen = torch.Generator(device="cuda")
     gen.manual_seed(7 + rank)
-    m, k, n = shapes(world)[0]
-    for op in ("ag_gemm", "gemm_rs", "gemm_ar"):
+    m, k, n, _ = shapes(world)[0]
+    for op in OPS:
         fn = getattr(sops, op)
-        for mode in ("eager", "compiled"):
-            name = f"custom-op {op} {mode} M={m} K={k} N={n} bf16"
-            try:
-                a, b = inputs(op, m, k, n, torch.bfloat16, world, gen)
+        for mode, layout in (("eager", "kn"), ("eager", "nk"), ("compiled", "kn")):
+            name = f"custom-op {op} {mode} M={m} K={k} N={n} bf16 b={layout}"
+
+            def case():
+                a, b = inputs(op, m, k, n, torch.bfloat16, world, gen, layout)
                 call = fn if mode == "eager" else torch.compile(fn, fullgraph=True)
                 out = call(a, b)
                 err = rel_error(out, reference(op, a, b, world, rank))
                 res.record(name, err < TOLERANCE[torch.bfloat16], f"rel_err={err:.2e}")
-            except Exception as exc:  # noqa: BLE001
-                res.record(name, False, f"{type(exc).__name__}: {exc}")
-                traceback.print_exc()
-            dist.barrier()
+
+            guarded(res, name, case)
 
 
-def run_back_to_back(res, group, world, rank, calls=200):
+def run_back_to_back(res, group, world, rank, quick, calls=200):
     gen = torch.Generator(device="cuda")
     gen.manual_seed(99 + rank)
-    m, k, n = shapes(world)[1]
+    m, k, n, _ = shapes(world)[1]
     dtype = torch.bfloat16
-    for op in ("ag_gemm", "gemm_rs", "gemm_ar"):
-        for backend in BACKENDS:
-            name = f"back-to-back calls={calls} {op} backend={backend} M={m} K={k} N={n}"
-            try:
-                ctx = make_ctx(op, group, m, k, n, dtype, backend)
-                ins, outs = [], []
-                start = time.perf_counter()
-                for _ in range(calls):
-                    a, b = inputs(op, m, k, n, dtype, world, gen)
-                    out = out_buffer(op, m, n, world, dtype)
-                    ctx(a, b, out=out, check=False)
-                    ins.append((a, b))
-                    outs.append(out)
-                ctx.check()
-                elapsed = time.perf_counter() - start
-                worst = max(rel_error(o, reference(op, a, b, world, rank)) for (a, b), o in zip(ins, outs))
-                res.record(name, worst < TOLERANCE[dtype],
-                           f"worst_rel_err={worst:.2e} wall={elapsed:.2f}s path={ctx.kernel_origin}")
-            except Exception as exc:  # noqa: BLE001
-                res.record(name, False, f"{type(exc).__name__}: {exc}")
-                traceback.print_exc()
-            dist.barrier()
+    for op in OPS:
+        for backend in (("copy-engine",) if quick else BACKENDS):
+            for mode in (("fused",) if quick else MODES):
+                name = f"back-to-back calls={calls} {op} backend={backend} mode={mode} M={m} K={k} N={n}"
+
+                def case():
+                    ctx = make_ctx(op, group, m, k, n, dtype, backend, mode=mode, algorithm="direct", split=1)
+                    ins, outs = [], []
+                    start = time.perf_counter()
+                    for _ in range(calls):
+                        a, b = inputs(op, m, k, n, dtype, world, gen)
+                        out = out_buffer(op, m, n, world, dtype)
+                        ctx(a, b, out=out, check=False)
+                        ins.append((a, b))
+                        outs.append(out)
+                    ctx.check()
+                    elapsed = time.perf_counter() - start
+                    worst = max(rel_error(o, reference(op, a, b, world, rank)) for (a, b), o in zip(ins, outs))
+                    res.record(name, worst < TOLERANCE[dtype] and ctx.decision == mode,
+                               f"worst_rel_err={worst:.2e} wall={elapsed:.2f}s {describe(ctx)}")
+
+                guarded(res, name, case)
 
 
-def run_missing_chunk(res, group, world, rank):
+def run_missing_chunk(res, group, world, rank, quick):
     if world < 2:
         return
-    m, k, n = shapes(world)[0]
+    m, k, n, _ = shapes(world)[0]
     import syncopate as sy
+    from syncopate.errors import WaitTimeoutError
 
     for op in ("ag_gemm", "gemm_rs"):
         for backend in BACKENDS:
-            coll, tensor = ("all-gather", "a") if op == "ag_gemm" else ("reduce-scatter", "c")
-            plan = sy.make_plan(coll, world_size=world, shape=[m, k if op == "ag_gemm" else n],
-                                algorithm="direct", dtype="bf16", backend=backend, tensor=tensor)
-            dropped = next(c for c in plan.chunks if c.dst == 1 and c.src != c.dst)
-            name = f"missing-chunk {op} backend={backend} chunk={dropped.id} ({dropped.src}->{dropped.dst})"
-            try:
-                ctx = make_ctx(op, group, m, k, n, torch.bfloat16, backend, drop_chunk=dropped.id,
-                               wait_bound_ns=300_000_000)
-                a, b = inputs(op, m, k, n, torch.bfloat16, world, torch.Generator(device="cuda"))
-                try:
-                    ctx(a, b, check=True)
-                    raised = None
-                except WaitTimeoutError as exc:
-                    raised = str(exc)
-                if rank == dropped.dst:
-                    ok = raised is not None and f"chunk {dropped.id}" in raised
-                    res.record(name, ok, f"error={raised!r}")
-                else:
-                    res.record(name + " (sender side)", True, f"error={raised!r}")
-            except Exception as exc:  # noqa: BLE001
-                res.record(name, False, f"{type(exc).__name__}: {exc}")
-                traceback.print_exc()
-            dist.barrier()
+            for mode in (("fused",) if quick else MODES):
+                coll, tensor = ("all-gather", "a") if op == "ag_gemm" else ("reduce-scatter", "c")
+                plan = sy.make_plan(coll, world_size=world, shape=[m, k if op == "ag_gemm" else n],
+                                    algorithm="direct", dtype="bf16", backend=backend, tensor=tensor)
+                dropped = next(c for c in plan.chunks if c.dst == 1 and c.src != c.dst)
+                name = (f"missing-chunk {op} backend={backend} mode={mode} chunk={dropped.id} "
+                        f"({dropped.src}->{dropped.dst})")
+
+                def case():
+                    ctx = make_ctx(op, group, m, k, n, torch.bfloat16, backend, mode=mode, algorithm="direct",
+                                   split=1, drop_chunk=dropped.id, wait_bound_ns=300_000_000)
+                    a, b = inputs(op, m, k, n, torch.bfloat16, world, torch.Generator(device="cuda"))
+                    try:
+                        ctx(a, b, check=True)
+                        raised = None
+                    except WaitTimeoutError as exc:
+                        raised = str(exc)
+                    if rank == dropped.dst:
+                        ok = raised is not None and f"chunk {dropped.id}" in raised
+                        res.record(name, ok, f"error={raised!r}")
+                    else:
+                        res.record(name + " (sender side)", True, f"error={raised!r}")
+
+                guarded(res, name, case)
+
+
+SECTIONS = ("matrix", "algorithms", "auto", "custom-ops", "back-to-back", "missing-chunk")
+
+
+def list_cases(world, quick):
+    for op, backend, mode, (m, k, n, what), dtype, layout in matrix_cases(world, quick):
+        print(f"matrix {op} {backend} {mode} M={m} K={k} N={n} {str(dtype)[6:]} b={layout} ({what})")
+    for op, alg, split in algorithm_cases(quick):
+        print(f"algorithms {op} {alg} split={split}")
+    for (m, k, n, what) in (auto_shapes(world)[2:] if quick else auto_shapes(world)):
+        print(f"auto x3 ops M={m} K={k} N={n} ({what})")
+    print(f"matrix cases: {len(matrix_cases(world, quick))}")
 
 
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--results-file", default="")
-    parser.add_argument("--only", default="matrix,custom-ops,back-to-back,missing-chunk")
+    parser.add_argument("--only", default=",".join(SECTIONS), help=f"comma-separated, of {SECTIONS}")
+    parser.add_argument("--list", type=int, metavar="WORLD", default=0,
+                        help="print the cases for this world size and exit (no GPU needed)")
     args = parser.parse_args()
+    parts = args.only.split(",")
+    unknown = [p for p in parts if p not in SECTIONS]
+    if unknown:
+        parser.error(f"--only: unknown sections {unknown}; choose from {SECTIONS}")
+    if args.list:
+        list_cases(args.list, args.quick)
+        return
     rank = int(os.environ["RANK"])
     local = int(os.environ.get("LOCAL_RANK", rank))
     torch.cuda.set_device(local)
@@ -227,15 +348,20 @@ def main():
     log = open(f"{args.results_file}.rank{rank}", "w") if args.results_file else None
     res = Results(rank, log)
     group = dist.group.WORLD
-    parts = args.only.split(",")
-    if "matrix" in parts:
-        run_matrix(res, group, world, rank, args.quick)
-    if "custom-ops" in parts:
-        run_custom_ops(res, group, world, rank)
-    if "back-to-back" in parts:
-        run_back_to_back(res, group, world, rank)
-    if "missing-chunk" in parts:
-        run_missing_chunk(res, group, world, rank)
+    runners = {
+        "matrix": lambda: run_matrix(res, group, world, rank, args.quick),
+        "algorithms": lambda: run_algorithms(res, group, world, rank, args.quick),
+        "auto": lambda: run_auto(res, group, world, rank, args.quick),
+        "custom-ops": lambda: run_custom_ops(res, group, world, rank),
+        "back-to-back": lambda: run_back_to_back(res, group, world, rank, args.quick),
+        "missing-chunk": lambda: run_missing_chunk(res, group, world, rank, args.quick),
+    }
+    for section in SECTIONS:
+        if section in parts:
+            start = time.perf_counter()
+            runners[section]()
+            if rank == 0:
+                print(f"== section {section}: {time.perf_counter() - start:.1f}s", flush=True)
     totals = torch.tensor([res.passed, res.failed], device="cuda")
     dist.all_reduce(totals)
     if rank == 0:

@@ -10,8 +10,7 @@ gathered shards land once the destination's tiles are stored.
 
 from __future__ import annotations
 
-from syncopate.ops.ag_gemm import context_for, default_backend
-from syncopate.ops.gemm_rs import ProducerGemm
+from syncopate.ops.gemm_rs import ProducerGemm, producer_forward
 
 
 class GemmAr(ProducerGemm):
@@ -25,7 +24,4 @@ class GemmAr(ProducerGemm):
 
 def forward(a, b, *, group):
     """The torch custom op's implementation (custom_ops.py): checked tensors, a ProcessGroup."""
-    m, k, n = a.shape[0], a.shape[1], b.shape[1]
-    ctx = context_for(GemmAr, group, (m, k, n, a.dtype, a.device, default_backend()),
-                      m=m, k=k, n=n, dtype=a.dtype, device=a.device, backend=default_backend())
-    return ctx(a.contiguous(), b)
+    return producer_forward(GemmAr, a, b, group)

@@ -1,0 +1,175 @@
+"""The fused GEMM every op launches: kernels/gemm.py's local GEMM rewritten by the transformer.
+
+`gemm_tma_kernel` (persistent, TMA descriptors, per-shape configs: the GEMM that is within 5%
+of cuBLAS) is the kernel the ops run. `gemm_pointer_kernel` is rewritten and used only when TMA
+cannot describe an operand (a row pitch that is not a multiple of 16 bytes). Each is transformed
+once per process. A transformer failure raises (TransformError / InternalError naming the kernel
+and the cause): there is no hand-written substitute.
+
+`FusedGemm` binds one rank's tile tables, grid and compile-time configuration once, so a call
+only sets the epoch and launches (no allocation, no synchronisation, no table rebuild).
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+import importlib.util
+import os
+import sys
+import tempfile
+
+import torch
+
+from syncopate.errors import Error, InternalError, TransformError
+from syncopate.launch import TileTables, _unspecialize, check_error, new_error_record, transformed_info
+from syncopate.ops.common import RESERVED_SMS, leading_stride_aligned
+
+TMA_KERNEL = "gemm_tma_kernel"
+POINTER_KERNEL = "gemm_pointer_kernel"
+
+
+def _gemm_module():
+    # importlib: the package syncopate.kernels re-exports a function named gemm over the module
+    return importlib.import_module("syncopate.kernels.gemm")
+
+
+@functools.lru_cache(maxsize=None)
+def transformed_kernel(kernel_name: str):
+    """kernels/gemm.py's `kernel_name` as the transformer rewrites it (made once per process)."""
+    from syncopate import _core
+
+    transform = getattr(_core, "transform", None)
+    if not callable(transform):
+        raise InternalError(f"syncopate.ops: cannot build the fused {kernel_name}: this build of "
+                            "syncopate._core has no transformer binding")
+    path = _gemm_module().__file__
+    with open(path, encoding="utf-8") as f:
+        source = f.read()
+    try:
+        result = transform(source, path, kernel_name)
+    except TransformError as exc:
+        raise TransformError(f"syncopate.ops: the transformer rejected {kernel_name} of {path}: {exc}") from exc
+    except Error as exc:
+        raise InternalError(f"syncopate.ops: transforming {kernel_name} of {path} failed: "
+                            f"{type(exc).__name__}: {exc}") from exc
+    text = getattr(result, "source", None)
+    if not isinstance(text, str) or "syl.wait_tile" not in text:
+        raise InternalError(f"syncopate.ops: the transformer's output for {kernel_name} of {path} has no "
+                            "waits (expected syl.wait_tile): the kernel's annotations did not apply")
+    # Triton reads a kernel's source through inspect, so the module needs a real file; named
+    # inside syncopate.kernels so that gemm.py's relative imports resolve.
+    out_path = os.path.join(tempfile.mkdtemp(prefix="syncopate-"), f"{kernel_name}_fused.py")
+    with open(out_path, "w", encoding="utf-8") as f:
+        f.write(text)
+    name = f"syncopate.kernels._{kernel_name}_fused"
+    try:
+        spec = importlib.util.spec_from_file_location(name, out_path)
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module
+        spec.loader.exec_module(module)
+        kernel = getattr(module, kernel_name)
+        transformed_info(kernel)
+    except Exception as exc:  # noqa: BLE001 - any import failure is a bug of ours
+        sys.modules.pop(name, None)
+        raise InternalError(f"syncopate.ops: the transformed {kernel_name} ({out_path}) does not load: "
+                            f"{type(exc).__name__}: {exc}") from exc
+    _unspecialize(kernel)
+    return kernel
+
+
+def tma_describable(m: int, n: int, k: int, dtype: torch.dtype) -> bool:
+    """Whether TMA can describe A [m, k], B (either layout) and C [m, n] (contiguous,
+    16-byte aligned bases, which the contexts check): every row pitch a multiple of 16 bytes."""
+    return all(leading_stride_aligned(x, dtype) for x in (k, n))
+
+
+def num_sms(device: torch.device) -> int:
+    return torch.cuda.get_device_properties(device).multi_processor_count
+
+
+class FusedGemm:
+    """One rank's fused GEMM C = A @ B for fixed shapes, layout, plan and tile order.
+
+    producer: the GEMM's C feeds a collective (GEMM+RS/AR): C is stored with plain stores so
+    that each tile's notify follows a completed store (a TMA store is asynchronous).
+    """
+
+    def __init__(self, *, plan, rank: int, m: int, n: int, k: int, dtype: torch.dtype, b_layout: str,
+                 config, accesses, tile_order: str, device: torch.device, backend: str,
+                 wait_bound_ns: int, producer: bool, num_programs: int):
+        import syncopate as sy
+
+        self.use_tma = tma_describable(m, n, k, dtype)
+        self.kernel_name = TMA_KERNEL if self.use_tma else POINTER_KERNEL
+        self.kernel = transformed_kernel(self.kernel_name)
+        self.config = config
+        self.b_is_nk = b_layout == "nk"
+        grid = sy.TileGrid(m, n, config.block_m, config.block_n)
+        tables = sy.lower(plan, grid, [sy.TileAccess(t, role, md, nd) for t, role, md, nd in accesses])
+        order = sy.tile_order(plan, tables[rank], grid, tile_order, group_m=config.group_m)
+        self.tables = TileTables.from_signal_table(tables[rank], order, grid.tiles_n)
+        self.num_programs = max(1, min(self.tables.num_tiles, int(num_programs)))
+        self.device = device
+        self.error = new_error_record(device)
+        self.wait_bound_ns = int(wait_bound_ns)
+        # Everything but the operands and the epoch, bound once: the per-call path only sets
+        # sy_epoch and launches.
+        self.kwargs = dict(self.tables.device_arrays(device))
+        self.kwargs.update(sy_tiles_n=self.tables.tiles_n, sy_wait_bound_ns=self.wait_bound_ns,
+                           sy_rank=self.tables.rank, sy_error=self.error, sy_epoch=0)
+        cfg = config
+        self.kwargs.update(BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k,
+                           GROUP_M=cfg.group_m, num_stages=cfg.num_stages, num_warps=cfg.num_warps)
+        if self.use_tma:
+            self.kwargs.update(B_IS_NK=self.b_is_nk, EPILOGUE_SPLIT=cfg.epilogue_split,
+                               WARP_SPECIALIZE=cfg.warp_specialize, FLATTEN=cfg.flatten,
+                               C_STORE_POINTERS=bool(producer))
+            b_pitch = k if self.b_is_nk else n
+            self.scalars = (m, n, k, k, b_pitch, n, self.num_programs)
+        else:
+            # B's strides as the [K, N] operand: (N, 1) row-major, (1, K) for a Linear weight.
+            sbk, sbn = (1, k) if self.b_is_nk else (n, 1)
+            self.scalars = (m, n, k, k, 1, sbk, sbn, n, 1, self.num_programs)
+        self.grid = (self.num_programs,)
+        info = transformed_info(self.kernel)
+        missing = [p for p in info["params"] if p not in self.kwargs and p != "sy_signals"]
+        if missing:
+            raise InternalError(f"syncopate.ops: the fused {self.kernel_name} expects parameters the op "
+                                f"does not bind: {missing}")
+        if self.use_tma and device.type == "cuda":
+            _gemm_module()._ensure_descriptor_allocator()
+
+    def _b_arg(self, b: torch.Tensor) -> torch.Tensor:
+        # The TMA kernel reads an nk B as the [N, K] tensor it is a view of.
+        return b.t() if (self.use_tma and self.b_is_nk) else b
+
+    def warm_up(self, a, b, c, signals_like: torch.Tensor) -> None:
+        """Compiles and loads the kernel with the specialisations real calls use, on scratch
+        signals (epoch 0: every wait holds at once; notifies land in the scratch)."""
+        kwargs = dict(self.kwargs, sy_signals=torch.zeros_like(signals_like), sy_epoch=0,
+                      sy_error=new_error_record(self.device))
+        self.kernel[self.grid](a, self._b_arg(b), c, *self.scalars, **kwargs)
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+        check_error(kwargs["sy_error"], self.tables, f"fused {self.kernel_name} (warm-up)")
+
+    def launch(self, a, b, c, signals: torch.Tensor, epoch: int) -> None:
+        """Enqueues the fused GEMM for call `epoch` on the current stream (no synchronisation)."""
+        kwargs = self.kwargs
+        kwargs["sy_signals"] = signals
+        kwargs["sy_epoch"] = epoch
+        self.kernel[self.grid](a, self._b_arg(b), c, *self.scalars, **kwargs)
+
+    def check(self) -> None:
+        """After a synchronize: raises WaitTimeoutError if a tile's wait ran past its bound
+        (the record keeps the first timeout since the last check; it is cleared here)."""
+        try:
+            check_error(self.error, self.tables, f"fused {self.kernel_name}")
+        finally:
+            self.error.zero_()
+
+
+def persistent_programs(device: torch.device, backend: str) -> int:
+    """The persistent grid: SMs less those the backend's communication needs."""
+    return max(1, num_sms(device) - RESERVED_SMS[backend])

@@ -1,0 +1,398 @@
+"""The op contexts on the CPU: their keyword checks, the B layouts, the transformer-built fused
+GEMM (a failure raises; the waits and notifies are in it), the simulator's choice, and the
+fused kernels run by Triton's interpreter against a float64 reference.
+
+The GPU half (symmetric heap, executor, real chunks) is tests/gpu/test_ops_gpu.py.
+"""
+
+import os
+from pathlib import Path
+
+import pytest
+
+# The interpreter is chosen when triton is first imported (see test_gemm_interpret.py).
+os.environ["TRITON_INTERPRET"] = "1"
+# The staged source package (docs/PYTHON.md, Tests) has no calib/; an installed one does.
+os.environ.setdefault("SYNCOPATE_CALIBRATION",
+                      str(Path(__file__).resolve().parents[2] / "calib" / "h200.json"))
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("triton")
+
+import syncopate as sy  # noqa: E402
+from syncopate.errors import InternalError, ShapeError, TransformError, UserError, WaitTimeoutError  # noqa: E402
+from syncopate.kernels.configs import INTERPRETER_CONFIG  # noqa: E402
+from syncopate.ops import choice as choice_mod  # noqa: E402
+from syncopate.ops import fused_gemm  # noqa: E402
+from syncopate.ops.ag_gemm import AgGemm  # noqa: E402
+from syncopate.ops.common import check_b_layout, detect_b_layout, forward_operands  # noqa: E402
+from syncopate.ops.gemm_ar import GemmAr  # noqa: E402
+from syncopate.ops.gemm_rs import GemmRs  # noqa: E402
+
+from test_gemm_interpret import _interpreter_fixes  # noqa: E402,F401  (autouse fixture)
+
+CONTEXTS = [AgGemm, GemmRs, GemmAr]
+
+
+# --- constructor keywords: every bad one refused before any GPU work ------------------------------
+
+BAD_OPTIONS = [
+    (dict(backend="nvshmem"), r"backend='nvshmem' is not one of \('auto', 'copy-engine', 'sm-copy', 'nccl'\)"),
+    (dict(algorithm="tree"), r"algorithm='tree' is not one of"),
+    (dict(tile_order="random"), r"tile_order='random' is not one of"),
+    (dict(mode="overlap"), r"mode='overlap' is not one of \('auto', 'fused', 'sequential'\)"),
+    (dict(b_layout="tn"), r"b_layout='tn' is not one of \('kn', 'nk'\)"),
+    (dict(split=0), r"split must be None .* or an integer >= 1, got 0"),
+    (dict(split=2.0), r"split must be None .* got 2.0"),
+    (dict(split=True), r"split must be None .* got True"),
+    (dict(m=0), r"m must be a positive integer, got 0"),
+    (dict(k=-4), r"k must be a positive integer, got -4"),
+    (dict(dtype=torch.float32), r"dtype torch.float32 is not supported"),
+]
+
+
+@pytest.mark.parametrize("cls", CONTEXTS)
+@pytest.mark.parametrize("bad,message", BAD_OPTIONS)
+def test_bad_constructor_arguments_are_refused(cls, bad, message):
+    kwargs = dict(m=256, k=128, n=64, dtype=torch.bfloat16, device="cpu")
+    kwargs.update(bad)
+    with pytest.raises(UserError, match=rf"^{cls.__name__}: {message}"):
+        cls(None, **kwargs)
+
+
+def test_old_sequential_keyword_is_gone():
+    # mode="sequential" replaced it; a stale caller gets Python's own error, not silence.
+    with pytest.raises(TypeError, match="sequential"):
+        AgGemm(None, m=256, k=128, n=64, dtype=torch.bfloat16, device="cpu", sequential=True)
+
+
+# --- B layouts ---------------------------------------------------------------------------------
+
+
+def test_detect_b_layout():
+    assert detect_b_layout(torch.empty(48, 40)) == "kn"
+    assert detect_b_layout(torch.empty(40, 48).t()) == "nk"           # a Linear weight [N, K]
+    assert detect_b_layout(torch.empty(48, 80)[:, ::2]) is None        # strided columns
+    assert detect_b_layout(torch.empty(96, 40)[::2]) is None           # strided rows
+
+
+def test_layout_mismatch_names_both_layouts():
+    with pytest.raises(UserError, match=r"AgGemm: b has layout 'nk' but this context was built with "
+                                        r"b_layout='kn'; build a context with b_layout='nk'"):
+        check_b_layout("AgGemm", torch.empty(40, 48).t(), "kn")
+    with pytest.raises(UserError, match=r"GemmRs: b has strides \(80, 2\), neither row-major"):
+        check_b_layout("GemmRs", torch.empty(48, 80)[:, ::2], "nk")
+
+
+def _bare_context(cls, layout, m=64, k=48, n=40, world=2):
+    """A context object with only what the per-call checks read (no heap, no kernels)."""
+    ctx = cls.__new__(cls)
+    ctx.m, ctx.k, ctx.n, ctx.dtype, ctx.world = m, k, n, torch.float16, world
+    ctx.shard_rows = m // world
+    ctx.device, ctx.b_layout, ctx.gemm = torch.device("cpu"), layout, None
+    return ctx
+
+
+@pytest.mark.parametrize("cls", CONTEXTS)
+def test_call_with_the_other_layout_is_refused_before_any_work(cls):
+    ctx = _bare_context(cls, "kn")
+    rows = ctx.shard_rows if cls is AgGemm else ctx.m
+    a = torch.randn(rows, ctx.k, dtype=torch.float16)
+    with pytest.raises(UserError, match=rf"{cls.__name__}: b has layout 'nk' but this context was built "
+                                        r"with b_layout='kn'"):
+        ctx(a, torch.randn(ctx.n, ctx.k, dtype=torch.float16).t())
+    with pytest.raises(ShapeError, match=rf"{cls.__name__}: expected"):
+        ctx(a, torch.randn(ctx.k + 1, ctx.n, dtype=torch.float16))
+    with pytest.raises(UserError, match=rf"{cls.__name__}: operands must be torch.float16"):
+        ctx(a.bfloat16(), torch.randn(ctx.k, ctx.n, dtype=torch.bfloat16))
+
+
+def test_forward_operands_keeps_kn_and_nk_views_and_copies_others():
+    a = torch.randn(8, 48)
+    w = torch.randn(40, 48)
+    _, b, layout = forward_operands(a, w.t())
+    assert layout == "nk" and b.data_ptr() == w.data_ptr()
+    _, b, layout = forward_operands(a, torch.randn(48, 80)[:, ::2])
+    assert layout == "kn" and b.is_contiguous()
+    a2, _, _ = forward_operands(torch.randn(8, 96)[:, ::2], w.t())
+    assert a2.is_contiguous()
+
+
+# --- the transformer builds the fused kernels; its failures raise ------------------------------
+
+
+def _gemm_source():
+    import importlib
+
+    path = importlib.import_module("syncopate.kernels.gemm").__file__
+    with open(path, encoding="utf-8") as f:
+        return path, f.read()
+
+
+@pytest.mark.parametrize("kernel", ["gemm_tma_kernel", "gemm_pointer_kernel"])
+def test_transformed_kernel_waits_before_reading_a_and_notifies_after_storing_c(kernel):
+    path, source = _gemm_source()
+    out = sy.transform(source, path, kernel).source
+    body = out[out.index(f"def {kernel}("):]
+    body = body[:body.index("\n@triton.jit")] if "\n@triton.jit" in body else body
+    lines = [ln.strip() for ln in body.splitlines()]
+    wait = next(i for i, ln in enumerate(lines) if ln.startswith("syl.wait_tile("))
+    notify = next(i for i, ln in enumerate(lines) if ln.startswith("syl.notify_tile("))
+    first_a_read = next(i for i, ln in enumerate(lines) if "a_desc.load" in ln or "tl.load(a_ptr" in ln)
+    store = next(i for i, ln in enumerate(lines) if ln.startswith(("_store_c_tile(", "tl.store(c_ptrs")))
+    assert wait < first_a_read < store < notify
+    assert any(ln.startswith("sy_tile = syl.tile_at(sy_tile_order, tile_id)") for ln in lines)
+
+
+@pytest.fixture
+def fresh_kernel_cache():
+    fused_gemm.transformed_kernel.cache_clear()
+    yield
+    fused_gemm.transformed_kernel.cache_clear()
+
+
+def test_transformer_rejection_raises_transform_error(monkeypatch, fresh_kernel_cache):
+    from syncopate import _core
+
+    def broken(source, filename, kernel, **kw):
+        raise TransformError(f"{filename}:80:9: @sy.tile: the annotated block assigns no pid_m")
+
+    monkeypatch.setattr(_core, "transform", broken)
+    with pytest.raises(TransformError, match=r"syncopate\.ops: the transformer rejected gemm_tma_kernel of "
+                                             r".*gemm\.py: .*gemm\.py:80:9: @sy\.tile"):
+        fused_gemm.transformed_kernel("gemm_tma_kernel")
+
+
+def test_transformer_internal_failure_raises_internal_error(monkeypatch, fresh_kernel_cache):
+    from syncopate import _core
+
+    def broken(source, filename, kernel, **kw):
+        raise InternalError("lowering table overflow")
+
+    monkeypatch.setattr(_core, "transform", broken)
+    with pytest.raises(InternalError, match=r"transforming gemm_pointer_kernel of .*gemm\.py failed: "
+                                            r"InternalError: lowering table overflow"):
+        fused_gemm.transformed_kernel("gemm_pointer_kernel")
+
+
+def test_transformer_output_without_waits_raises(monkeypatch, fresh_kernel_cache):
+    from syncopate import _core
+
+    monkeypatch.setattr(_core, "transform", lambda source, filename, kernel, **kw:
+                        type("R", (), {"source": source})())
+    with pytest.raises(InternalError, match=r"output for gemm_tma_kernel .* has no waits"):
+        fused_gemm.transformed_kernel("gemm_tma_kernel")
+
+
+def test_no_hand_written_fallback_kernel_is_left():
+    import importlib
+
+    ag = importlib.import_module("syncopate.ops.ag_gemm")
+    assert not hasattr(ag, "fallback_fused_gemm")
+    root = Path(ag.__file__).resolve().parent
+    for f in root.glob("*.py"):
+        assert "fallback_fused_gemm" not in f.read_text(), f
+
+
+# --- the simulator's choice --------------------------------------------------------------------
+
+
+def _choose(coll, m, n, k, world, **kw):
+    return choice_mod.choose(coll, m=m, n=n, k=k, world=world, dtype="bf16", block_m=128, block_n=256, **kw)
+
+
+@pytest.mark.parametrize("coll", ["all-gather", "reduce-scatter", "all-reduce"])
+def test_auto_choice_is_deterministic(coll):
+    first = _choose(coll, 4096, 8192, 4096, 4)
+    choice_mod._choose_cached.cache_clear()
+    again = _choose(coll, 4096, 8192, 4096, 4)
+    assert first == again
+    assert first.decision in ("fused", "sequential")
+    assert set(first.predicted_us) == {"fused", "sequential", "floor", "gemm", "comm"}
+    assert first.predicted_us["floor"] <= first.predicted_us["fused"] + 1e-6
+
+
+@pytest.mark.parametrize("coll", ["all-gather", "reduce-scatter", "all-reduce"])
+@pytest.mark.parametrize("world", [2, 4])
+@pytest.mark.parametrize("rows_per_rank", [1, 8, 64])
+def test_auto_falls_back_to_sequential_for_tiny_m(coll, world, rows_per_rank):
+    c = _choose(coll, rows_per_rank * world, 4096, 4096, world)
+    assert c.decision == "sequential", c.reason
+    assert "fused needs" in c.reason
+
+
+def test_auto_fuses_a_large_all_gather():
+    c = _choose("all-gather", 8192, 8192, 8192, 4)
+    assert c.decision == "fused", c.reason
+    assert c.predicted_us["fused"] < c.predicted_us["sequential"]
+
+
+def test_fixed_choices_are_kept_and_mode_overrides():
+    c = _choose("reduce-scatter", 64, 4096, 4096, 2, backend="nccl", algorithm="ring", split=2,
+                tile_order="row-major", mode="fused")
+    assert (c.decision, c.backend, c.algorithm, c.split, c.tile_order) == ("fused", "nccl", "ring", 2, "row-major")
+    c = _choose("all-gather", 8192, 8192, 8192, 4, mode="sequential", backend="sm-copy")
+    assert (c.decision, c.backend) == ("sequential", "sm-copy")
+
+
+def test_a_split_no_template_accepts_is_a_user_error():
+    with pytest.raises(UserError, match="no-candidate"):
+        _choose("all-gather", 4, 256, 256, 2, split=8, mode="fused")
+
+
+# --- the fused kernels under the interpreter ---------------------------------------------------
+
+
+def _fused(plan, rank, m, n, k, accesses, layout, producer, bound_ns=2_000_000, order="arrival"):
+    return fused_gemm.FusedGemm(plan=plan, rank=rank, m=m, n=n, k=k, dtype=torch.float16, b_layout=layout,
+                                config=INTERPRETER_CONFIG, accesses=accesses, tile_order=order,
+                                device=torch.device("cpu"), backend="copy-engine", wait_bound_ns=bound_ns,
+                                producer=producer, num_programs=3)
+
+
+def _b(k, n, layout, gen):
+    if layout == "nk":
+        return torch.randn(n, k, generator=gen).half().t()
+    return torch.randn(k, n, generator=gen).half()
+
+
+def _landed(g, epoch):
+    return torch.tensor([epoch * w for w in g.tables.slot_writers], dtype=torch.int32)
+
+
+# K = 40 (80-byte rows) keeps the TMA kernel; N = 44 (88-byte rows) forces the pointer kernel.
+@pytest.mark.parametrize("n,kernel", [(40, "gemm_tma_kernel"), (44, "gemm_pointer_kernel")])
+@pytest.mark.parametrize("layout", ["kn", "nk"])
+@pytest.mark.parametrize("order", ["arrival", "row-major"])
+def test_fused_all_gather_gemm_matches_reference(n, kernel, layout, order):
+    m, k, world, rank = 70, 40, 2, 1
+    plan = sy.make_plan("all-gather", world_size=world, shape=[m, k], algorithm="direct", dtype="f16",
+                        backend="copy-engine", tensor="a")
+    g = _fused(plan, rank, m, n, k, [("a", "consume", 0, -1)], layout, producer=False, order=order)
+    assert g.kernel_name == kernel
+    gen = torch.Generator().manual_seed(5)
+    a, b = torch.randn(m, k, generator=gen).half(), _b(k, n, layout, gen)
+    for epoch in (1, 2):
+        c = torch.full((m, n), float("nan"), dtype=torch.float16)
+        g.launch(a, b, c, _landed(g, epoch), epoch)
+        g.check()
+        ref = a.double() @ b.double()
+        assert torch.allclose(c.double(), ref, rtol=2e-2, atol=2e-2)
+
+
+def test_fused_gemm_waits_for_a_missing_chunk_then_names_it():
+    m, n, k, world, rank = 64, 40, 48, 2, 0
+    plan = sy.make_plan("all-gather", world_size=world, shape=[m, k], algorithm="direct", dtype="f16",
+                        backend="copy-engine", tensor="a")
+    g = _fused(plan, rank, m, n, k, [("a", "consume", 0, -1)], "kn", producer=False, bound_ns=20_000)
+    signals = _landed(g, 1)
+    missing_slot = g.tables.wait_slots[0]
+    signals[missing_slot] = 0
+    chunk = g.tables.slot_chunks[missing_slot]
+    gen = torch.Generator().manual_seed(1)
+    g.launch(torch.randn(m, k, generator=gen).half(), _b(k, n, "kn", gen), torch.empty(m, n).half(), signals, 1)
+    with pytest.raises(WaitTimeoutError, match=rf"rank {rank}: tile \d+ waited on slot {missing_slot} "
+                                               rf"\(chunk {chunk}\) for value >= 1 but saw 0"):
+        g.check()
+    g.check()  # the record was cleared
+
+
+@pytest.mark.parametrize("coll", ["reduce-scatter", "all-reduce"])
+@pytest.mark.parametrize("layout", ["kn", "nk"])
+def test_fused_producer_stores_c_then_notifies_every_ready_slot(coll, layout):
+    m, n, k, world, rank = 64, 72, 40, 2, 0
+    plan = sy.make_plan(coll, world_size=world, shape=[m, n], algorithm="direct", dtype="f16",
+                        backend="copy-engine", tensor="c")
+    g = _fused(plan, rank, m, n, k, [("c", "produce", 0, 1)], layout, producer=True)
+    assert g.kwargs["C_STORE_POINTERS"] is True
+    gen = torch.Generator().manual_seed(9)
+    a, b = torch.randn(m, k, generator=gen).half(), _b(k, n, layout, gen)
+    signals = torch.zeros(len(g.tables.slot_writers), dtype=torch.int32)
+    notified = set(g.tables.notify_slots)
+    assert notified, "a producer plan must have ready / dst-ready slots"
+    c = torch.full((m, n), float("nan"), dtype=torch.float16)
+    g.launch(a, b, c, signals, 1)
+    g.check()
+    assert torch.allclose(c.double(), a.double() @ b.double(), rtol=2e-2, atol=2e-2)
+    for slot in range(len(signals)):
+        expected = g.tables.slot_writers[slot] if slot in notified else 0
+        assert int(signals[slot]) == expected, (slot, int(signals[slot]), expected)
+
+
+# --- whole contexts at world 1, with a CPU stand-in for the runtime's workspace ----------------
+
+
+class FakeWorkspace:
+    """PlanWorkspace's interface over CPU tensors: issue() lands every chunk at once (world 1
+    has none to move) by raising each landing slot to its epoch's value."""
+
+    def __init__(self, plan, group=None, *, grid, accesses, device, wait_bound_ns, drop_chunk, sm_copy_blocks):
+        m, n, bm, bn = grid
+        tables = sy.lower(plan, sy.TileGrid(m, n, bm, bn), [sy.TileAccess(*a) for a in accesses])
+        self.writers = [s.writers for s in tables[0].slots]
+        self.plan, self.epoch, self.log = plan, 0, []
+        self._signals = torch.zeros(max(1, len(self.writers)), dtype=torch.int32)
+        self._tensors = {}
+
+    def tensor(self, name, dtype):
+        shape = list(self.plan.tensors[name].shape)
+        return self._tensors.setdefault(name, torch.full(shape, float("nan"), dtype=dtype))
+
+    def signals(self):
+        return self._signals
+
+    def next_epoch(self):
+        self.epoch += 1
+        return self.epoch
+
+    def begin(self, epoch):
+        self.log.append(("begin", epoch))
+
+    def issue(self, epoch, wait_landed=True):
+        self.log.append(("issue", epoch, wait_landed))
+
+    def wait_landed(self, epoch):
+        self.log.append(("wait_landed", epoch))
+
+    def end(self, epoch):
+        self.log.append(("end", epoch))
+
+    def check(self, synchronize=True):
+        self.log.append(("check",))
+
+
+@pytest.fixture
+def cpu_runtime(monkeypatch):
+    import syncopate.runtime
+
+    monkeypatch.setattr(syncopate.runtime, "PlanWorkspace", FakeWorkspace)
+    monkeypatch.setattr(fused_gemm, "num_sms", lambda device: 8)
+
+
+@pytest.mark.parametrize("cls", CONTEXTS)
+@pytest.mark.parametrize("mode", ["fused", "sequential"])
+@pytest.mark.parametrize("layout", ["kn", "nk"])
+def test_context_at_world_one_runs_the_fused_kernel_or_torch(cpu_runtime, cls, mode, layout):
+    m, k, n = 70, 40, 48
+    ctx = cls(None, m=m, k=k, n=n, dtype=torch.float16, device="cpu", mode=mode, b_layout=layout,
+              backend="copy-engine", algorithm="direct", split=1, tile_order="row-major")
+    assert (ctx.decision, ctx.backend, ctx.algorithm, ctx.split, ctx.tile_order) == \
+        (mode, "copy-engine", "direct", 1, "row-major")
+    assert ctx.kernel_origin == ("transformer" if mode == "fused" else "sequential")
+    assert ctx.gemm_config == INTERPRETER_CONFIG.name
+    assert set(ctx.predicted_us) == {"fused", "sequential", "floor", "gemm", "comm"}
+    gen = torch.Generator().manual_seed(3)
+    for call in (1, 2):
+        a, b = torch.randn(m, k, generator=gen).half(), _b(k, n, layout, gen)
+        out = torch.full((m, n), float("nan"), dtype=torch.float16)
+        got = ctx(a, b, out=out, check=True)
+        assert got is out
+        assert torch.allclose(out.double(), a.double() @ b.double(), rtol=2e-2, atol=2e-2)
+    steps = [entry[0] for entry in ctx.ws.log]
+    assert steps[:2] == ["begin", "issue"] and steps.count("end") == 2 and steps.count("check") == 2
+    if mode == "fused":
+        assert ctx.kernel_name == "gemm_tma_kernel"
+        assert ctx.gemm.kwargs["C_STORE_POINTERS"] is (cls is not AgGemm)
+    with pytest.raises(UserError, match=r"b has layout"):
+        other = "kn" if layout == "nk" else "nk"
+        ctx(a, _b(k, n, other, gen))
