@@ -145,6 +145,46 @@ std::vector<EngineKernel> arrival_kernels(const FusedCall& call, int rank, const
   return out;
 }
 
+// The calibration kernel-level mode runs with: each SM-using backend on `comm_sms` SMs, its
+// bandwidth (and its link overrides) scaled by min(1, comm_sms / calibrated sms).
+Calibration shaped_calibration(const Calibration& calib, const KernelLevelShaping& shaping,
+                               const plan::CommPlan& plan) {
+  if (shaping.comm_sms < -1)
+    throw UserError(fmt::format("simulate: kernel_level.comm_sms: expected -1 (calibrated) or >= 0, got {}",
+                                shaping.comm_sms));
+  Calibration c = calib;
+  if (shaping.comm_sms < 0) return c;
+  for (std::size_t b = 0; b < c.backends.size(); ++b) {
+    auto& model = c.backends[b];
+    const bool used = std::any_of(plan.chunks.begin(), plan.chunks.end(), [b](const plan::Chunk& ch) {
+      return ch.src != ch.dst && ch.backend == static_cast<plan::Backend>(b);
+    });
+    if (model.sms <= 0 || !used) continue;  // the copy engine uses no SMs
+    const double scale = std::min(1.0, double(shaping.comm_sms) / double(model.sms));
+    if (scale <= 0)
+      throw UserError(fmt::format("simulate: kernel_level.comm_sms: 0 SMs leave backend {} no way to move bytes",
+                                  plan::to_string(static_cast<plan::Backend>(b))));
+    model.bandwidth_gbps *= scale;
+    model.sms = shaping.comm_sms;
+    for (auto& link : c.links)
+      if (link.backend == static_cast<plan::Backend>(b)) link.bandwidth_gbps *= scale;
+  }
+  return c;
+}
+
+// Compute throughput of a shaped kernel relative to unshaped, or 0 when not shaped.
+double shaped_speed(const KernelLevelShaping& shaping) {
+  if (shaping.natural_residency < 1 || shaping.residency < 0)
+    throw UserError(fmt::format("simulate: kernel_level: residency {} / natural_residency {}: expected "
+                                "residency >= 0 and natural_residency >= 1", shaping.residency,
+                                shaping.natural_residency));
+  if (!(shaping.block_share > 0 && shaping.block_share <= 1))
+    throw UserError(fmt::format("simulate: kernel_level.block_share: expected a number in (0, 1], got {}",
+                                shaping.block_share));
+  if (shaping.residency == 0 || shaping.residency >= shaping.natural_residency) return 0;
+  return std::min(1.0, shaping.residency * shaping.block_share);
+}
+
 }  // namespace
 
 int compute_workers(const plan::CommPlan& plan, int rank, const Calibration& calib) {
@@ -180,8 +220,10 @@ Timeline simulate_fused(const FusedCall& call, const Calibration& calib, const S
   return detail::run_engine(in, calib);
 }
 
-Timeline simulate_kernel_level(const FusedCall& call, const Calibration& calib, const SimOptions& options) {
+Timeline simulate_kernel_level(const FusedCall& call, const Calibration& base_calib, const SimOptions& options) {
   check_call(call);
+  const Calibration calib = shaped_calibration(base_calib, options.kernel_level, call.plan);
+  const double speed = shaped_speed(options.kernel_level);
   const Timeline comm = simulate_comm_alone(call.plan, calib);
   EngineInput in;
   in.label = "kernel-level";
@@ -190,7 +232,10 @@ Timeline simulate_kernel_level(const FusedCall& call, const Calibration& calib, 
   const auto gates = chunk_gates(call);
   std::vector<std::vector<EngineKernel>> kernels;
   for (int r = 0; r < call.plan.world_size; ++r) {
-    auto er = rank_shell(call, compute_workers(call.plan, r, calib), calib);
+    // Shaped: communication blocks sit beside the compute blocks, which keep every SM at a
+    // lower rate; not shaped: communication takes whole SMs.
+    auto er = rank_shell(call, speed > 0 ? calib.sms : compute_workers(call.plan, r, calib), calib);
+    if (speed > 0) er.tile_work_us /= speed;
     er.kernels = arrival_kernels(call, r, comm, tile_wait_chunks(call.tables[r]), gates);
     in.ranks.push_back(std::move(er));
   }

@@ -16,10 +16,30 @@
 
 namespace syncopate::sim {
 
+// Kernel-level mode only: how its compute kernels share SMs with communication kernels (NCCL,
+// SM copy), and what occupancy shaping changes (docs/KERNEL_LEVEL.md). The defaults reproduce
+// the unshaped model. The model:
+//  - comm_sms: SMs' worth of blocks each communication backend runs on (-1: the calibrated
+//    `sms`). A backend's bandwidth scales with min(1, comm_sms / calibrated sms) (fewer NCCL
+//    channels move fewer bytes); more SMs than calibrated buy nothing.
+//  - residency 0 (not shaped), or >= natural_residency (shaping to what the kernel already
+//    has changes nothing): compute blocks fill their SMs and communication takes whole SMs
+//    from them (compute workers = sms - comm SMs), as the other modes assume.
+//  - 1 <= residency < natural_residency: the compute kernel is padded so that communication
+//    blocks fit beside `residency` compute blocks on every SM: compute keeps every SM, each
+//    at min(1, residency * block_share) of its unshaped throughput.
+struct KernelLevelShaping {
+  int residency = 0;
+  int natural_residency = 1;  // compute blocks per SM without shaping
+  double block_share = 0.9;   // share of an SM's GEMM throughput one resident block reaches (assumed)
+  int comm_sms = -1;
+};
+
 struct SimOptions {
   // false: a persistent kernel's worker w takes positions w, w+W, ... of the tile order (the
   // Triton persistent loop); true: a free worker takes the next tile (an atomic counter).
   bool dynamic_assignment = false;
+  KernelLevelShaping kernel_level;
 };
 
 struct Prediction {
