@@ -2,7 +2,7 @@
 # End-to-end checks of the `syncopate` CLI's contract: valid plans exit 0, every malformed or
 # unsafe plan exits 1 with a message naming the rule, and no input (junk bytes, a directory, a
 # missing file, a truncated plan) crashes it (exit >= 128) or hangs it. Then `syncopate demo`
-# runs the whole CPU pipeline.
+# runs the whole CPU pipeline, and its GPU half is dispatched (or skipped) as documented.
 #   $1: the syncopate executable   $2: the source tree
 set -uo pipefail
 CLI="$1"; SRC="$2"
@@ -37,10 +37,36 @@ check 1 "plan that cannot be split" "$CLI" plan --collective all-gather --algo r
 check 2 "plan with an unknown --algo" "$CLI" plan --collective all-gather --algo tree --world 2 --shape 64x64
 check 0 "plan to file" "$CLI" plan --collective reduce-scatter --algo bidir --world 3 --split 2 --shape 96x32 -o "$TMP/p.json"
 check 0 "verify generated" "$CLI" verify "$TMP/p.json"
-check 0 "demo" "$CLI" demo --out "$TMP/demo" --world 2 --m 2048 --n 2048 --k 2048
+check 0 "demo" "$CLI" demo --no-gpu --out "$TMP/demo" --world 2 --m 2048 --n 2048 --k 2048
 for f in plan.json fused.svg fused.trace.json gemm_overlapped.py; do
   [[ -s "$TMP/demo/$f" ]] || { echo "FAIL: demo did not write $f"; fails=$((fails + 1)); }
 done
+
+# The GPU half: no driver -> one line, exit 0; --no-gpu -> nothing. With a fake driver that
+# reports 2 GPUs (built here when a C compiler exists), the demo must run the python it picks
+# with the shape and calibration, pass its exit status on, and say how to install the package
+# when the python cannot import it.
+demo_small=(demo --out "$TMP/demo" --world 2 --m 2048 --n 2048 --k 2048)
+check 0 "demo without a CUDA driver" env SYNCOPATE_DEMO_LIBCUDA="$TMP/none.so" "$CLI" "${demo_small[@]}"
+grep -q "^GPU: none found (no CUDA driver" "$TMP/out" || { echo "FAIL: demo without a driver: no 'GPU: none found' line"; fails=$((fails + 1)); }
+check 0 "demo --no-gpu" "$CLI" "${demo_small[@]}" --no-gpu
+grep -Eq "^GPU:|\] GPU:" "$TMP/out" && { echo "FAIL: demo --no-gpu printed a GPU line"; fails=$((fails + 1)); }
+if command -v cc >/dev/null 2>&1; then
+  printf 'int cuInit(unsigned f){(void)f;return 0;}\nint cuDeviceGetCount(int*n){*n=2;return 0;}\n' >"$TMP/fake.c"
+  cc -shared -fPIC -o "$TMP/libfakecuda.so" "$TMP/fake.c"
+  printf '#!/bin/sh\n[ "$1" = -c ] && exit 0\necho "fake python: $*"\nexit 7\n' >"$TMP/py-ok"
+  printf '#!/bin/sh\nexit 1\n' >"$TMP/py-bare"
+  chmod +x "$TMP/py-ok" "$TMP/py-bare"
+  check 7 "demo with 2 (fake) GPUs passes the python demo's status on" \
+    env SYNCOPATE_DEMO_LIBCUDA="$TMP/libfakecuda.so" SYNCOPATE_PYTHON="$TMP/py-ok" "$CLI" "${demo_small[@]}"
+  grep -q "fake python: -m syncopate.demo --m 2048 --k 2048 --n 2048 --calib /.*h200.json" "$TMP/out" ||
+    { echo "FAIL: demo did not run 'python -m syncopate.demo' with the shape and calibration"; fails=$((fails + 1)); }
+  check 1 "demo with GPUs but no syncopate package" \
+    env SYNCOPATE_DEMO_LIBCUDA="$TMP/libfakecuda.so" SYNCOPATE_PYTHON="$TMP/py-bare" "$CLI" "${demo_small[@]}"
+  grep -q "py-bare -m pip install" "$TMP/err" || { echo "FAIL: demo did not say how to install the package"; fails=$((fails + 1)); }
+  check 1 "demo with GPUs and a python that does not exist" \
+    env SYNCOPATE_DEMO_LIBCUDA="$TMP/libfakecuda.so" SYNCOPATE_PYTHON="$TMP/no-python" "$CLI" "${demo_small[@]}"
+fi
 
 if ((fails)); then echo "$fails CLI check(s) failed"; exit 1; fi
 echo "all CLI checks passed"
