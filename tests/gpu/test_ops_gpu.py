@@ -280,7 +280,7 @@ def run_back_to_back(res, group, world, rank, quick, calls=200):
 def run_missing_chunk(res, group, world, rank, quick):
     if world < 2:
         return
-    m, k, n, _ = shapes(world)[0]
+    m, k, n, _ = shapes(world)[1]  # the matrix's shape: its kernels are compiled already
     import syncopate as sy
     from syncopate.errors import WaitTimeoutError
 

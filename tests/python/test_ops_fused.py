@@ -396,3 +396,24 @@ def test_context_at_world_one_runs_the_fused_kernel_or_torch(cpu_runtime, cls, m
     with pytest.raises(UserError, match=r"b has layout"):
         other = "kn" if layout == "nk" else "nk"
         ctx(a, _b(k, n, other, gen))
+
+
+@pytest.mark.parametrize("op", ["ag_gemm", "gemm_rs", "gemm_ar"])
+def test_custom_op_forward_caches_one_context_per_b_layout(cpu_runtime, single_rank_group, monkeypatch, op):
+    import importlib
+
+    from syncopate.ops import common
+
+    monkeypatch.setattr(common, "_CONTEXTS", {})
+    module = importlib.import_module(f"syncopate.ops.{op}")
+    m, k, n = 64, 40, 48
+    gen = torch.Generator().manual_seed(11)
+    a = torch.randn(m, k, generator=gen).half()
+    w = torch.randn(n, k, generator=gen).half()
+    for b, layout in ((w.t(), "nk"), (w.t().contiguous(), "kn"), (w.t()[:, :], "nk")):
+        out = module.forward(a, b, group=single_rank_group)
+        assert torch.allclose(out.double(), a.double() @ b.double(), rtol=2e-2, atol=2e-2)
+    layouts = sorted(key[-1] for key in common._CONTEXTS)
+    assert layouts == ["kn", "nk"]
+    ctx = next(iter(common._CONTEXTS.values()))
+    assert ctx.backend in ("copy-engine", "sm-copy", "nccl") and ctx.decision == "sequential"  # world 1
