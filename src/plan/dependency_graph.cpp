@@ -24,30 +24,64 @@ void build_csr(int n, const std::vector<DependencyEdge>& edges, bool forward,
 
 }  // namespace
 
+std::vector<IssueStep> issue_steps(const CommPlan& plan, const std::vector<int>& stream) {
+  const int n = static_cast<int>(plan.chunks.size());
+  auto group_of = [&](int id) { return id >= 0 && id < n ? plan.chunks[id].group : kNoGroup; };
+  std::vector<IssueStep> steps;
+  for (std::size_t i = 0; i < stream.size(); ++i) {
+    const int group = group_of(stream[i]);
+    if (!steps.empty() && group != kNoGroup && group_of(stream[steps.back().begin]) == group) {
+      steps.back().end = i + 1;
+    } else {
+      steps.push_back({i, i + 1});
+    }
+  }
+  return steps;
+}
+
 DependencyGraph::DependencyGraph(const CommPlan& plan) {
   const int n = static_cast<int>(plan.chunks.size());
   auto valid = [n](int id) { return id >= 0 && id < n; };
   std::vector<DependencyEdge> raw;
+  std::vector<DependencyEdge> group_deps;  // pushed after deps: the last reason to be kept
   for (std::size_t r = 0; r < plan.ranks.size(); ++r) {
     const auto& streams = plan.ranks[r].streams;
     for (std::size_t s = 0; s < streams.size(); ++s) {
-      int prev = -1;
-      for (int id : streams[s]) {
-        if (!valid(id)) continue;
-        if (prev >= 0) {
-          raw.push_back({prev, id, EdgeKind::stream_order, static_cast<int>(r),
-                         static_cast<int>(s)});
+      const auto& list = streams[s];
+      const int rank = static_cast<int>(r), stream = static_cast<int>(s);
+      const IssueStep* prev = nullptr;
+      const auto steps = issue_steps(plan, list);
+      for (const auto& step : steps) {
+        bool any = false;
+        for (std::size_t i = step.begin; i < step.end; ++i) any = any || valid(list[i]);
+        if (!any) continue;
+        if (prev != nullptr)
+          for (std::size_t a = prev->begin; a < prev->end; ++a)
+            for (std::size_t b = step.begin; b < step.end; ++b)
+              if (valid(list[a]) && valid(list[b]))
+                raw.push_back({list[a], list[b], EdgeKind::stream_order, rank, stream, -1});
+        prev = &step;
+        if (step.end - step.begin < 2) continue;
+        for (std::size_t m = step.begin; m < step.end; ++m) {
+          const int member = list[m];
+          if (!valid(member) || plan.chunks[member].src != rank) continue;
+          for (int dep : plan.chunks[member].deps) {
+            if (!valid(dep)) continue;
+            for (std::size_t o = step.begin; o < step.end; ++o)
+              if (valid(list[o]) && list[o] != member)
+                group_deps.push_back({dep, list[o], EdgeKind::group_dep, rank, stream, member});
+          }
         }
-        prev = id;
       }
     }
   }
   for (const auto& chunk : plan.chunks) {
     if (!valid(chunk.id)) continue;
     for (int dep : chunk.deps)
-      if (valid(dep)) raw.push_back({dep, chunk.id, EdgeKind::dep, -1, -1});
+      if (valid(dep)) raw.push_back({dep, chunk.id, EdgeKind::dep, -1, -1, -1});
   }
-  // Stable sort keeps the first reason (stream order was pushed first) for duplicate edges.
+  raw.insert(raw.end(), group_deps.begin(), group_deps.end());
+  // Stable sort keeps the first reason (stream order, then deps, then group deps) for duplicates.
   std::stable_sort(raw.begin(), raw.end(), [](const DependencyEdge& a, const DependencyEdge& b) {
     return a.from != b.from ? a.from < b.from : a.to < b.to;
   });

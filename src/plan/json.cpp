@@ -74,7 +74,8 @@ RankProgram read_rank(const JsonNode& node) {
 
 Chunk read_chunk(const JsonNode& node) {
   ObjectReader fields(node, "chunk",
-                      {"id", "tensor", "box", "dst_tensor", "dst_box", "src", "dst", "backend", "op", "stream", "deps"});
+                      {"id", "tensor", "box", "dst_tensor", "dst_box", "src", "dst", "backend", "op", "stream", "deps",
+                       "group"});
   Chunk chunk;
   chunk.id = fields.required("id").as_int();
   chunk.tensor = fields.required("tensor").as_string();
@@ -89,6 +90,11 @@ Chunk read_chunk(const JsonNode& node) {
   chunk.op = fields.required("op").as_enum<ChunkOp>();
   chunk.stream = fields.required("stream").as_int();
   if (auto deps = fields.optional("deps")) chunk.deps = deps->as_int_list();
+  if (auto group = fields.optional("group")) {
+    chunk.group = group->as_int();
+    // Absent means "no group"; a written group number is a name, never negative.
+    if (chunk.group < 0) group->fail("a group number >= 0 (leave the key out for no group)");
+  }
   fields.finish();
   return chunk;
 }
@@ -185,8 +191,10 @@ std::string chunk_json(const Chunk& chunk) {
   // The common case (same tensor and box on both sides) stays short; the reader fills them in.
   if (chunk.dst_tensor != chunk.tensor) out += fmt::format(R"("dst_tensor":{},)", quote(chunk.dst_tensor));
   if (chunk.dst_box != chunk.box) out += fmt::format(R"("dst_box":{},)", box_json(chunk.dst_box));
-  out += fmt::format(R"("src":{},"dst":{},"backend":"{}","op":"{}","stream":{},"deps":{}}})", chunk.src, chunk.dst,
+  out += fmt::format(R"("src":{},"dst":{},"backend":"{}","op":"{}","stream":{},"deps":{})", chunk.src, chunk.dst,
                      to_string(chunk.backend), to_string(chunk.op), chunk.stream, list(chunk.deps));
+  if (chunk.group != kNoGroup) out += fmt::format(R"(,"group":{})", chunk.group);
+  out += '}';
   return out;
 }
 

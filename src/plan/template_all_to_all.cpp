@@ -35,7 +35,8 @@ void add_all_to_all(PlanBuilder& builder, const PieceGeometry& g) {
   for (int i = 0; i < round_count(algorithm, w); ++i) {
     std::vector<int> now(received.size(), -1);
     for (int k = 0; k < g.split; ++k)
-      for (const Peer& peer : round_peers(algorithm, w, i))
+      for (const Peer& peer : round_peers(algorithm, w, i)) {
+        builder.next_group();  // NCCL: rank r's send to r+offset and recv from r-offset
         for (int r = 0; r < w; ++r) {
           const int dst = ring_rank(r, peer.offset, w);
           std::vector<int> deps;
@@ -43,6 +44,7 @@ void add_all_to_all(PlanBuilder& builder, const PieceGeometry& g) {
           now[static_cast<std::size_t>(k) * w + dst] =
               builder.add({g.box(dst, k), g.box(r, k), r, dst, ChunkOp::copy, peer.stream, std::move(deps)}, true);
         }
+      }
     received = now;
   }
 }

@@ -51,7 +51,16 @@ class PlanBuilder {
     std::vector<int> deps;
   };
   // Adds one chunk of the collective's tensor (to `output` when `to_output`); returns its id.
+  // An NCCL chunk between two ranks joins the current NCCL group (see next_group).
   int add(Move move, bool to_output = false);
+  // Starts a new NCCL group: the templates call it once per ring step (and sub-chunk and
+  // direction) or per direct round, so each rank's send and recv of that step are issued
+  // together. Chunks of one step on one rank are consecutive in its stream by construction.
+  // Numbers stay dense: a block that made no NCCL chunk (a local copy) uses up no number.
+  void next_group() {
+    if (group_used_) ++group_;
+    group_used_ = false;
+  }
 
   const TemplateOptions& options() const { return options_; }
   CommPlan take() { return std::move(plan_); }
@@ -59,6 +68,8 @@ class PlanBuilder {
  private:
   TemplateOptions options_;
   CommPlan plan_;
+  int group_ = 0;
+  bool group_used_ = false;
 };
 
 // Ids of the reduce chunks that land each piece on its owner, indexed by shard * split + sub:

@@ -2,7 +2,9 @@
 //
 // Loops run step-major, then sub-chunk, then rank: that is the issue order on every stream,
 // so sub-chunk k of a step can leave as soon as sub-chunk k of the previous step has arrived
-// (each sub-chunk pipelines on its own), and every dep points to an earlier chunk.
+// (each sub-chunk pipelines on its own), and every dep points to an earlier chunk. With NCCL,
+// each (step, sub-chunk[, direction]) is one group: on every rank its send and its recv are the
+// two consecutive chunks of that block in the stream, issued together.
 #include <algorithm>
 
 #include "template_builder.hpp"
@@ -42,7 +44,7 @@ void gather_ring(PlanBuilder& b, const PieceGeometry& g, const LandingChunks* re
   Arrivals last(g.split, w);
   for (int s = 0; s + 1 < w; ++s) {
     Arrivals now(g.split, w);
-    for (int k = 0; k < g.split; ++k)
+    for (int k = 0; k < g.split; ++k, b.next_group())
       for (int r = 0; r < w; ++r) {
         // Step s: rank r forwards shard r-s, which it received at step s-1 (or owns at s == 0).
         const int shard = ring_rank(r, -s, w);
@@ -57,7 +59,7 @@ void gather_ring(PlanBuilder& b, const PieceGeometry& g, const LandingChunks* re
 void gather_direct(PlanBuilder& b, const PieceGeometry& g, const LandingChunks* ready) {
   const int w = g.parts;
   for (int p = 1; p < w; ++p)  // rotated: rank r serves r+1 first, so no rank is everyone's first target
-    for (int k = 0; k < g.split; ++k)
+    for (int k = 0; k < g.split; ++k, b.next_group())
       for (int r = 0; r < w; ++r)
         b.add({g.box(r, k), g.box(r, k), r, ring_rank(r, p, w), ChunkOp::copy, 0, ready_deps(ready, g, r, k)});
 }
@@ -69,7 +71,7 @@ void gather_bidir(PlanBuilder& b, const PieceGeometry& g, const LandingChunks* r
   for (int s = 0; s < dirs[0].hops; ++s) {
     std::vector<Arrivals> now(dirs.size(), Arrivals(g.split, w));
     for (int k = 0; k < g.split; ++k)
-      for (std::size_t d = 0; d < dirs.size(); ++d) {
+      for (std::size_t d = 0; d < dirs.size(); ++d, b.next_group()) {
         if (s >= dirs[d].hops) continue;
         for (int r = 0; r < w; ++r) {
           // Shard j travels j -> j+step -> ...; at step s rank r holds shard r - s*step.
@@ -90,7 +92,7 @@ LandingChunks scatter_ring(PlanBuilder& b, const PieceGeometry& g) {
   Arrivals last(g.split, w);
   for (int s = 0; s + 1 < w; ++s) {
     Arrivals now(g.split, w);
-    for (int k = 0; k < g.split; ++k)
+    for (int k = 0; k < g.split; ++k, b.next_group())
       for (int r = 0; r < w; ++r) {
         // Step s: rank r adds its running partial of shard r-s-1 into rank r+1; at the last
         // step that is shard r+1 itself, landing complete on its owner.
@@ -110,7 +112,7 @@ LandingChunks scatter_direct(PlanBuilder& b, const PieceGeometry& g) {
   const int w = g.parts;
   LandingChunks landed(static_cast<std::size_t>(w) * g.split);
   for (int p = 1; p < w; ++p)
-    for (int k = 0; k < g.split; ++k)
+    for (int k = 0; k < g.split; ++k, b.next_group())
       for (int r = 0; r < w; ++r) {
         // Every rank adds its partial of shard j straight into rank j; the adds into one
         // shard are unordered, so the backend must apply each one atomically.
@@ -129,7 +131,7 @@ LandingChunks scatter_bidir(PlanBuilder& b, const PieceGeometry& g) {
   for (int s = 0; s < dirs[0].hops; ++s) {
     std::vector<Arrivals> now(dirs.size(), Arrivals(g.split, w));
     for (int k = 0; k < g.split; ++k)
-      for (std::size_t d = 0; d < dirs.size(); ++d) {
+      for (std::size_t d = 0; d < dirs.size(); ++d, b.next_group()) {
         const int hops = dirs[d].hops;
         if (s >= hops) continue;
         for (int r = 0; r < w; ++r) {

@@ -93,6 +93,10 @@ int PlanBuilder::add(Move move, bool to_output) {
   c.op = move.op;
   c.stream = move.stream;
   c.deps = std::move(move.deps);
+  if (c.backend == Backend::nccl && c.src != c.dst) {
+    c.group = group_;
+    group_used_ = true;
+  }
   // Push model: the source issues. NCCL needs the matching receive on the destination too,
   // in the same stream; a local chunk (src == dst) is listed once.
   plan_.ranks[c.src].streams[c.stream].push_back(c.id);

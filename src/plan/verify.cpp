@@ -8,6 +8,9 @@
 //               unknown-dep self-dep unknown-chunk-in-stream chunk-not-issued
 //               chunk-issued-twice issuer-not-endpoint stream-mismatch stream-out-of-range
 //               nccl-unpaired
+//               (NCCL groups, verify_groups.cpp) group-out-of-range group-not-nccl
+//               group-local-chunk group-split-across-streams group-not-consecutive
+//               group-dep-inside-group groups-too-complex
 //  coverage     missing-shard wrong-data shard-delivered-twice own-shard-overwritten
 //               contribution-missing contribution-counted-twice coverage-too-complex
 //  ordering     forward-race write-race ordering-too-complex
@@ -57,6 +60,7 @@ VerifyReport verify(const CommPlan& plan) {
   VerifyReport report;
   ViolationSink sink(report.violations);
   check_well_formed(plan, sink);
+  check_groups(plan, sink);
   // The later groups index tensors, ranks and chunks freely; they need a well-formed plan.
   if (sink.count() == 0) {
     const GraphFacts facts(plan);

@@ -33,11 +33,16 @@ std::vector<int> issuing_rank(const CommPlan& plan) {
   return issuer;
 }
 
-std::string describe_hop(const DependencyGraph& graph, int from, int to) {
+std::string describe_hop(const CommPlan& plan, const DependencyGraph& graph, int from, int to) {
   const DependencyEdge* edge = graph.find_edge(from, to);
   if (edge == nullptr) return "?";
   if (edge->kind == EdgeKind::dep) return fmt::format("(chunk {} depends on {})", to, from);
-  return fmt::format("(issued after it on rank {} stream {})", edge->rank, edge->stream);
+  if (edge->kind == EdgeKind::group_dep)
+    return fmt::format("(issued in one NCCL group with chunk {} on rank {} stream {}, which depends on {})",
+                       edge->via, edge->rank, edge->stream, from);
+  return fmt::format("(issued after {} on rank {} stream {})",
+                     plan.chunks[static_cast<std::size_t>(from)].group == kNoGroup ? "it" : "its NCCL group",
+                     edge->rank, edge->stream);
 }
 
 void check_cycles(const CommPlan& plan, const GraphFacts& facts, ViolationSink& sink) {
@@ -58,11 +63,19 @@ void check_cycles(const CommPlan& plan, const GraphFacts& facts, ViolationSink& 
         const int id = cycle[i];
         const int next = cycle[(i + 1) % cycle.size()];
         detail += fmt::format("chunk {} (rank {}, {}) -> {} ", id, issuer[id],
-                              describe_route(plan.chunks[id]), describe_hop(facts.graph, id, next));
+                              describe_route(plan.chunks[id]), describe_hop(plan, facts.graph, id, next));
         detail += i + 1 == cycle.size() ? fmt::format("-> chunk {}", next) : "-> ";
       }
       if (component.size() > cycle.size())
         detail += fmt::format("; {} chunks are stuck in this knot in all", component.size());
+      bool ungrouped_nccl = true;
+      for (int id : cycle) {
+        const auto& c = plan.chunks[static_cast<std::size_t>(id)];
+        ungrouped_nccl = ungrouped_nccl && c.backend == Backend::nccl && c.group == kNoGroup;
+      }
+      if (ungrouped_nccl)
+        detail += "; ungrouped NCCL sends and recvs on one stream complete one at a time: give each step's "
+                  "send and recv one group number so they are issued together";
       return detail;
     });
   }

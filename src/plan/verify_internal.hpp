@@ -75,6 +75,8 @@ std::vector<char> ordered_pairs(const GraphFacts& facts,
 // The rule groups. Each appends its violations; coverage, ordering and deadlock require a plan
 // that passed check_well_formed.
 void check_well_formed(const CommPlan& plan, ViolationSink& sink);
+// NCCL group rules (well-formed group too); safe on any plan (skips ids out of range).
+void check_groups(const CommPlan& plan, ViolationSink& sink);
 void check_coverage(const CommPlan& plan, const GraphFacts& facts, ViolationSink& sink);
 void check_ordering(const CommPlan& plan, const GraphFacts& facts, ViolationSink& sink);
 void check_deadlock(const CommPlan& plan, const GraphFacts& facts, ViolationSink& sink);

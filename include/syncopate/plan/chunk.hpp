@@ -48,7 +48,17 @@ struct Box {
 // - the chunk is issued, in stream `stream`, by its src rank or its dst rank (copy engine and
 //   SM copy can push or pull through symmetric memory); an NCCL chunk is issued by both: the
 //   send in src's stream `stream` and the matching recv in dst's stream `stream`;
-// - every id in deps has landed before this chunk starts.
+// - every id in deps has landed before this chunk starts;
+// - `group` (NCCL only; kNoGroup when absent): on each rank that lists the chunk, the chunks of
+//   one stream carrying the same group number form one NCCL group. They must be consecutive in
+//   that stream; the rank waits for every member's deps, issues them all between
+//   ncclGroupStart and ncclGroupEnd so they progress together, and the next chunk of the stream
+//   starts once all of them have landed. A ring step groups its send with its recv, which is
+//   what keeps an NCCL ring from being a chain of rendezvous around the ring. A number names a
+//   group within one rank's stream only: the chunk's send joins the group of that number on its
+//   src, its recv the group of that number on its dst.
+inline constexpr int kNoGroup = -1;
+
 struct Chunk {
   int id = -1;
   std::string tensor;
@@ -61,6 +71,7 @@ struct Chunk {
   ChunkOp op = ChunkOp::copy;
   int stream = 0;
   std::vector<int> deps;
+  int group = kNoGroup;
 
   friend bool operator==(const Chunk&, const Chunk&) = default;
 };

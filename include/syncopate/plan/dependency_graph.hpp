@@ -1,8 +1,14 @@
 // The happens-before graph of a plan: which chunk must have landed before which one starts.
 //
 // Nodes are chunk ids. An edge a -> b means "a has landed before b starts". Edges come from:
-//  - stream order: consecutive chunks in one (rank, stream) issue list run one after the other;
+//  - stream order: consecutive *steps* of one (rank, stream) issue list run one after the other.
+//    A step is one chunk, or an NCCL group (a run of consecutive chunks with one `group`
+//    number): every member of a step has an edge to every member of the next step, and the
+//    members of one group have no edges among themselves (they progress together);
 //  - deps: every id in b.deps gives an edge dep -> b;
+//  - group deps: a rank issues a group once the deps of its members that it waits for (those it
+//    sends: the src side reads the forwarded data) have landed, so such a dep d of member m gives
+//    d -> every other member of m's group on that rank (a dep inside its own group is a cycle);
 //  - NCCL rendezvous: an NCCL chunk is listed in its src's stream (the send) and in its dst's
 //    stream (the recv), so it gets the stream predecessor and successor of both lists; a send
 //    cannot complete until the matching recv is posted, and vice versa. (An NCCL chunk with
@@ -23,18 +29,29 @@
 
 namespace syncopate::plan {
 
-enum class EdgeKind : std::uint8_t { stream_order, dep };
+enum class EdgeKind : std::uint8_t { stream_order, dep, group_dep };
 
 // Why an edge exists. For stream_order, `rank`/`stream` name the issue list that orders the two
-// chunks; for dep they are -1. When two reasons give the same edge, the first one found (stream
-// order before deps) is kept.
+// chunks; for group_dep they name the list holding the group, and `via` is the member whose dep
+// `from` is; otherwise they are -1. When two reasons give the same edge, the first one found
+// (stream order, then deps, then group deps) is kept.
 struct DependencyEdge {
   int from = 0;
   int to = 0;
   EdgeKind kind = EdgeKind::stream_order;
   int rank = -1;
   int stream = -1;
+  int via = -1;
 };
+
+// The steps of one issue list: runs of consecutive ids with one group number (kNoGroup chunks
+// are steps of their own), as [begin, end) positions into the list. An id out of range is a
+// step of its own. Shared by the graph, the verifier, the simulator and the runtime's issue loop.
+struct IssueStep {
+  std::size_t begin = 0;
+  std::size_t end = 0;
+};
+std::vector<IssueStep> issue_steps(const CommPlan& plan, const std::vector<int>& stream);
 
 class DependencyGraph {
  public:

@@ -68,7 +68,7 @@ TEST(PlanJson, HandWrittenFieldsRoundTrip) {
   plan.tensors["t"] = {{1}, DType::i64, ""};
   plan.ranks = {{0, {{0}, {}}}, {1, {{0, 1}}}};
   Chunk a{0, "t", {{0}, {1}}, "weird name.1", {{1, 2, 3}, {1, 1, 1}}, 0, 1, Backend::nccl, ChunkOp::reduce_add, 0, {}};
-  Chunk b{1, "t", {{0}, {1}}, "t", {{0}, {1}}, 1, 1, Backend::sm_copy, ChunkOp::copy, 0, {0, 0, -7}};
+  Chunk b{1, "t", {{0}, {1}}, "t", {{0}, {1}}, 1, 1, Backend::sm_copy, ChunkOp::copy, 0, {0, 0, -7}, 12};
   plan.chunks = {a, b};
   EXPECT_EQ(parse_plan(plan_to_json(plan)), plan);
 }
@@ -91,7 +91,17 @@ TEST(PlanJson, AbsentOptionalFieldsGetTheirDefaults) {
   EXPECT_EQ(plan.chunks[0].dst_tensor, "x");
   EXPECT_EQ(plan.chunks[0].dst_box, plan.chunks[0].box);
   EXPECT_TRUE(plan.chunks[0].deps.empty());
+  EXPECT_EQ(plan.chunks[0].group, kNoGroup);
   EXPECT_EQ(plan.collective.split, 1);
+}
+
+TEST(PlanJson, GroupIsWrittenOnlyWhenSet) {
+  const std::string copies = plan_to_json(make_plan(options(Collective::all_gather, Algorithm::ring, 3, 1)));
+  EXPECT_EQ(copies.find("\"group\""), std::string::npos);
+  const CommPlan nccl = make_plan(options(Collective::all_gather, Algorithm::ring, 3, 1, Backend::nccl));
+  const std::string text = plan_to_json(nccl);
+  EXPECT_NE(text.find("\"deps\":[],\"group\":0}"), std::string::npos) << text;
+  EXPECT_EQ(parse_plan(text).chunks[4].group, nccl.chunks[4].group);
 }
 
 // ---------------------------------------------------------------- errors name the path
@@ -128,7 +138,16 @@ TEST(PlanJsonErrors, MisspeltChunkKeyIsRejected) {
   doc["chunks"][0]["dep"] = json::array();
   EXPECT_EQ(document_error(doc),
             "plan.json: chunks[0].dep: expected one of the chunk keys (id, tensor, box, dst_tensor, dst_box, src, dst, "
-            "backend, op, stream, deps), got an unknown key");
+            "backend, op, stream, deps, group), got an unknown key");
+}
+
+TEST(PlanJsonErrors, NegativeOrNonIntegerGroupIsRejected) {
+  json doc = valid_document();
+  doc["chunks"][5]["group"] = -1;
+  EXPECT_EQ(document_error(doc),
+            "plan.json: chunks[5].group: expected a group number >= 0 (leave the key out for no group), got -1");
+  doc["chunks"][5]["group"] = "a";
+  EXPECT_EQ(document_error(doc), R"(plan.json: chunks[5].group: expected an integer, got "a")");
 }
 
 TEST(PlanJsonErrors, MisspeltTopLevelKeyIsRejected) {

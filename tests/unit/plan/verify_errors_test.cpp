@@ -91,6 +91,8 @@ const BadPlan kBadPlans[] = {
     // ---- deadlock
     {"dependency-cycle", "dependency-cycle", kDead, 0, 0, "chunk 0 (rank 0, 0 -> 1) -> (chunk 1 depends on 0) -> chunk 1 (rank 1, 1 -> 0) -> (chunk 0 depends on 1) -> chunk 0"},
     {"nccl-cross-pair-cycle", "dependency-cycle", kDead, 0, 0, "chunk 1 (rank 1, 1 -> 0) -> (issued after it on rank 1 stream 0) -> chunk 0"},
+    {"group-not-consecutive", "group-not-consecutive", kWF, 0, 1, "rank 0 stream 0 lists chunk 1 of NCCL group 0 at position 2, after chunk 2 (position 1) broke the group off"},
+    {"group-not-nccl", "group-not-nccl", kWF, 1, 1, "chunk 1 (1 -> 0) is in group 3 but uses the copy-engine backend"},
     {"nccl-order-mismatch", "nccl-order-mismatch", kDead, 0, 0, "rank 0 stream 0 sends chunks 0, 2 to rank 1 but rank 1 receives 2, 0"},
     // ---- refused by the loader, with the JSON path
     {"parse-truncated", "parse", kWF, -1, -1, "parse-truncated.json:9:22: invalid JSON"},
