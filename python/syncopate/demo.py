@@ -252,7 +252,8 @@ def report(result: dict, args: argparse.Namespace, prediction: dict) -> int:
     print(f"    fused op: {how or 'defaults'}; GEMM kernel from: {op['kernel_origin']}")
     print(f"    {'variant':<36}{'median':>12}{'speed-up':>11}{'rel. error':>13}")
     print(f"    {'sequential (NCCL all-gather, mm)':<36}{us_seq:>9.1f} us{1.0:>10.2f}x{err_seq:>13.2e}")
-    print(f"    {'syncopate fused AG+GEMM':<36}{us_fused:>9.1f} us{us_seq / us_fused:>10.2f}x{err_fused:>13.2e}")
+    label = "syncopate fused AG+GEMM" if op.get("decision", "fused") == "fused" else "syncopate (chose sequential)"
+    print(f"    {label:<36}{us_fused:>9.1f} us{us_seq / us_fused:>10.2f}x{err_fused:>13.2e}")
     print(f"    (median of {args.iters} calls after {args.warmup} warm-up, slowest of {world} rank(s); "
           f"error vs an fp32 reference, worst rank, tolerance {tol:.1e})")
     print_prediction(prediction, indent="    ")
