@@ -89,6 +89,7 @@ void LocalGroup::on_every_rank(const std::function<void(int)>& fn) {
   std::vector<std::thread> threads;
   std::exception_ptr first;
   std::mutex mutex;
+  barrier_ = std::make_unique<std::barrier<>>(world_);
   for (int r = 0; r < world_; ++r) {
     threads.emplace_back([&, r] {
       try {
@@ -98,10 +99,18 @@ void LocalGroup::on_every_rank(const std::function<void(int)>& fn) {
         std::lock_guard<std::mutex> lock(mutex);
         if (!first) first = std::current_exception();
       }
+      // A finished (or failed) rank stops counting, so the others never wait for it.
+      barrier_->arrive_and_drop();
     });
   }
   for (auto& t : threads) t.join();
+  barrier_.reset();
   if (first) std::rethrow_exception(first);
+}
+
+void LocalGroup::barrier() {
+  if (!barrier_) throw std::logic_error("LocalGroup::barrier() called outside on_every_rank()");
+  barrier_->arrive_and_wait();
 }
 
 const float* LocalGroup::upload(int r, const std::vector<float>& values) {

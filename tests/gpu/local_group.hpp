@@ -3,6 +3,7 @@
 // executor and host thread. Inputs are integer-valued f32, so sums are exact in any order.
 #pragma once
 
+#include <barrier>
 #include <functional>
 #include <memory>
 #include <vector>
@@ -32,6 +33,12 @@ class LocalGroup {
   // Rethrows the first exception a rank threw.
   void on_every_rank(const std::function<void(int)>& fn);
 
+  // Inside on_every_rank(): returns once every rank's thread has called it (a rank that threw
+  // no longer counts). For ranks sharing a GPU: whatever a rank enqueued before the barrier is
+  // ahead, in every hardware queue, of what any rank enqueues after it, so a wait enqueued after
+  // the barrier cannot hold up the write it waits for (docs/RUNTIME.md, "Ranks sharing a GPU").
+  void barrier();
+
   // A device copy of `values` on rank r's GPU, freed with the group. Call it from the main
   // thread before on_every_rank(): allocation and pageable copies can synchronise the whole
   // device, and a rank thread blocked there while a rank sharing its GPU waits for it would
@@ -51,6 +58,7 @@ class LocalGroup {
   std::vector<std::unique_ptr<runtime::RankExecutor>> executors_;
   std::vector<cudaStream_t> streams_;
   std::vector<std::pair<int, void*>> uploads_;  // (device, buffer)
+  std::unique_ptr<std::barrier<>> barrier_;      // of the running on_every_rank(), else null
 };
 
 }  // namespace syncopate::gpu_test
