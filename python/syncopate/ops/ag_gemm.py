@@ -53,6 +53,7 @@ class OpContext:
         if m % world != 0:
             raise ShapeError(f"{who}: m={m} rows cannot be split into {world} equal shards (one per rank)")
         from syncopate.kernels.gemm import select_config
+        from syncopate.ops.fused_gemm import fused_config
 
         self.device = default_device(device)
         self.m, self.k, self.n, self.dtype, self.rank, self.world = m, k, n, dtype, rank, world
@@ -62,7 +63,7 @@ class OpContext:
         self.wait_bound_ns = int(wait_bound_ns)
         # The GEMM's own per-shape configuration (no split-K: every tile is final when stored);
         # the simulator and the lowering use its real block shape.
-        self.config = select_config(m, n, k, self.device, dtype, allow_split_k=False)
+        self.config = fused_config(select_config(m, n, k, self.device, dtype, allow_split_k=False))
         choice = choose(self.collective, m=m, n=n, k=k, world=world, dtype=plan_dtype(dtype),
                         block_m=self.config.block_m, block_n=self.config.block_n, backend=backend,
                         algorithm=algorithm, split=split, tile_order=tile_order, mode=mode)

@@ -12,6 +12,7 @@ only sets the epoch and launches (no allocation, no synchronisation, no table re
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import importlib
 import importlib.util
@@ -76,6 +77,20 @@ def transformed_kernel(kernel_name: str):
                             f"{type(exc).__name__}: {exc}") from exc
     _unspecialize(kernel)
     return kernel
+
+
+def fused_config(config):
+    """The local GEMM's config as the fused kernel can use it.
+
+    Triton 3.6 cannot warp-specialise the transformed TMA loop with 4 warps: its
+    NVGPUWarpSpecialization pass stops in TaskIdPropagation ("Other parent ops are not
+    supported", the bounded spin loop of a wait inside the partitioned loop). With 8 warps it
+    compiles. So 4-warp configs run without warp specialisation in the fused kernel; the
+    sm_90 compile check (tests/python/compile_fused_kernels.py) covers every candidate.
+    """
+    if config.warp_specialize and config.num_warps < 8:
+        return dataclasses.replace(config, warp_specialize=False)
+    return config
 
 
 def tma_describable(m: int, n: int, k: int, dtype: torch.dtype) -> bool:
