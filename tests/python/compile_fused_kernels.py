@@ -48,7 +48,10 @@ def compile_variant(kernel_name, config, b_is_nk, producer, dtype="bf16"):
             constexprs[(i,)] = values[name]
         else:  # M, N, K, strides, num_programs
             signature[name] = "i32"
-    triton.compile(ASTSource(kernel, signature, constexprs), target=TARGET,
+    # As launches specialise them: every pointer 16-byte aligned (the contexts require it).
+    attrs = {(i,): [["tt.divisibility", 16]] for i, name in enumerate(names)
+             if signature[name].startswith("*")}
+    triton.compile(ASTSource(kernel, signature, constexprs, attrs), target=TARGET,
                    options=dict(num_warps=config.num_warps, num_stages=config.num_stages))
 
 
