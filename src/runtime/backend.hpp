@@ -49,6 +49,12 @@ const ChunkBackend& sm_copy_backend();
 const ChunkBackend& nccl_backend();
 const ChunkBackend& backend_for(plan::Backend kind);
 
+// The NCCL chunks of one group (plan::Chunk::group), all sends or recvs of this rank: packs every
+// send that needs staging, posts every send and recv between one ncclGroupStart/End so they
+// progress together, then unpacks or adds every recv that went through staging and raises its
+// landing slot (after the whole group: the stream runs the group as one unit).
+void nccl_group_move(const std::vector<ChunkMove>& moves, const BackendEnv& env);
+
 // Shared by backends: pitched copies on the copy engine, and the landing raise as a stream
 // memory write (release: the driver fences the stream's earlier writes first).
 void copy_engine_copies(const std::byte* src, std::byte* dst, const std::vector<Copy2D>& copies,

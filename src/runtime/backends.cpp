@@ -45,39 +45,56 @@ void sm_copy_move(const ChunkMove& m, const BackendEnv& env) {
   if (m.landing != nullptr) launch_signal_store(env.stream, m.landing, m.landing_value);
 }
 
-// NCCL: the src rank sends, the dst rank receives (packing through staging when a box is not
-// contiguous, or when it must be added), then the dst raises its own landing slot.
-void nccl_move(const ChunkMove& m, const BackendEnv& env) {
-  if (m.role == StepRole::local) return copy_engine_move(m, env);
+// NCCL, in three phases so that a group can run each phase for all its members: the src rank
+// packs a box that is not contiguous into staging (before the group), then sends while the dst
+// rank receives (inside the group), then the dst unpacks or adds what staging received and
+// raises its own landing slot (after the group: the receive has completed by then).
+void nccl_check(const ChunkMove& m, const BackendEnv& env) {
   if (env.nccl == nullptr)
     throw UserError(fmt::format("chunk {}: nccl-without-communicator: the plan uses the nccl backend "
                                 "but the executor was given no NCCL communicator", m.chunk->id));
+  if (m.role != StepRole::nccl_send && m.role != StepRole::nccl_recv)
+    throw InternalError(fmt::format("chunk {}: nccl backend given a {} step", m.chunk->id, to_string(m.role)));
+}
+
+bool recv_in_place(const ChunkMove& m) { return m.chunk->op == plan::ChunkOp::copy && dst_contiguous(m.copies); }
+
+void nccl_before(const ChunkMove& m, const BackendEnv& env) {
+  if (m.role == StepRole::nccl_send && !src_contiguous(m.copies))
+    copy_engine_copies(m.src, need(m.staging_at_src, m, "nccl"), to_packed_dst(m.copies), env.stream);
+}
+
+void nccl_post(const ChunkMove& m, const BackendEnv& env) {
   const std::int64_t bytes = total_bytes(m.copies);
   if (m.role == StepRole::nccl_send) {
-    if (src_contiguous(m.copies)) {
-      env.nccl->send(m.src + (m.copies.empty() ? 0 : m.copies.front().src_offset), bytes, m.chunk->dst,
-                     env.stream);
-    } else {
-      std::byte* staging = need(m.staging_at_src, m, "nccl");
-      copy_engine_copies(m.src, staging, to_packed_dst(m.copies), env.stream);
-      env.nccl->send(staging, bytes, m.chunk->dst, env.stream);
-    }
-    return;
-  }
-  if (m.role != StepRole::nccl_recv)
-    throw InternalError(fmt::format("chunk {}: nccl backend given a {} step", m.chunk->id, to_string(m.role)));
-  if (m.chunk->op == plan::ChunkOp::copy && dst_contiguous(m.copies)) {
-    env.nccl->recv(m.dst + (m.copies.empty() ? 0 : m.copies.front().dst_offset), bytes, m.chunk->src,
-                   env.stream);
+    const std::byte* from = src_contiguous(m.copies)
+                                ? m.src + (m.copies.empty() ? 0 : m.copies.front().src_offset)
+                                : m.staging_at_src;
+    env.nccl->send(from, bytes, m.chunk->dst, env.stream);
   } else {
-    std::byte* staging = need(m.staging_at_dst, m, "nccl");
-    env.nccl->recv(staging, bytes, m.chunk->src, env.stream);
+    std::byte* into = recv_in_place(m) ? m.dst + (m.copies.empty() ? 0 : m.copies.front().dst_offset)
+                                       : need(m.staging_at_dst, m, "nccl");
+    env.nccl->recv(into, bytes, m.chunk->src, env.stream);
+  }
+}
+
+void nccl_after(const ChunkMove& m, const BackendEnv& env) {
+  if (m.role != StepRole::nccl_recv) return;
+  if (!recv_in_place(m)) {
     if (m.chunk->op == plan::ChunkOp::copy)
-      copy_engine_copies(staging, m.dst, from_packed_src(m.copies), env.stream);
+      copy_engine_copies(m.staging_at_dst, m.dst, from_packed_src(m.copies), env.stream);
     else
-      add_copies(staging, m.dst, from_packed_src(m.copies), m.dtype, env);
+      add_copies(m.staging_at_dst, m.dst, from_packed_src(m.copies), m.dtype, env);
   }
   raise_by_stream_write(m, env);
+}
+
+void nccl_move(const ChunkMove& m, const BackendEnv& env) {
+  if (m.role == StepRole::local) return copy_engine_move(m, env);
+  nccl_check(m, env);
+  nccl_before(m, env);
+  nccl_post(m, env);
+  nccl_after(m, env);
 }
 
 }  // namespace
@@ -115,6 +132,25 @@ const ChunkBackend& sm_copy_backend() {
 const ChunkBackend& nccl_backend() {
   static constexpr ChunkBackend backend{"nccl", nccl_move};
   return backend;
+}
+
+void nccl_group_move(const std::vector<ChunkMove>& moves, const BackendEnv& env) {
+  for (const auto& m : moves) nccl_check(m, env);
+  for (const auto& m : moves) nccl_before(m, env);
+  env.nccl->group_start();
+  try {
+    for (const auto& m : moves) nccl_post(m, env);
+  } catch (...) {
+    // Close the group NCCL holds open on this thread before the error leaves; its own error,
+    // if any, is secondary to the one being thrown.
+    try {
+      env.nccl->group_end();
+    } catch (...) {
+    }
+    throw;
+  }
+  env.nccl->group_end();
+  for (const auto& m : moves) nccl_after(m, env);
 }
 
 const ChunkBackend& backend_for(plan::Backend kind) {

@@ -8,6 +8,7 @@
 #include "backend.hpp"
 #include "cuda_check.hpp"
 #include "driver_api.hpp"
+#include "nccl_watchdog.hpp"
 #include "syncopate/common/error.hpp"
 #include "syncopate/runtime/device_ops.hpp"
 
@@ -35,6 +36,7 @@ struct RankExecutor::Impl {
   std::vector<cudaStream_t> streams;  // one per plan stream, highest priority
   cudaEvent_t fork = nullptr;
   std::vector<cudaEvent_t> joins;
+  std::unique_ptr<detail::NcclWatchdog> watchdog;  // when this rank sends or receives by NCCL
 };
 
 RankExecutor::RankExecutor(plan::CommPlan plan, std::vector<lower::SignalTable> tables,
@@ -60,15 +62,24 @@ RankExecutor::RankExecutor(plan::CommPlan plan, std::vector<lower::SignalTable> 
     throw UserError(fmt::format("rank {}: heap-not-connected: map the peers before building an executor", r));
   if (options_.wait_bound_ns <= 0)
     throw UserError(fmt::format("rank {}: bad-wait-bound: {} ns (must be positive)", r, options_.wait_bound_ns));
+  bool uses_nccl = false;
   for (const auto& steps : schedule_.streams)
-    for (const auto& step : steps)
-      if (plan_.chunks[step.chunk].backend == plan::Backend::nccl && step.role != StepRole::local &&
-          nccl_ == nullptr)
+    for (const auto& step : steps) {
+      const bool nccl_call = plan_.chunks[step.chunk].backend == plan::Backend::nccl && step.role != StepRole::local;
+      if (nccl_call && nccl_ == nullptr)
         throw UserError(fmt::format("rank {}, chunk {}: nccl-without-communicator: the chunk uses the "
                                     "nccl backend but no NCCL communicator was given", r, step.chunk));
+      uses_nccl = uses_nccl || nccl_call;
+      if (step.group != plan::kNoGroup && !nccl_call)
+        throw UserError(fmt::format("rank {}, chunk {}: group-not-nccl: only NCCL sends and recvs can be "
+                                    "grouped (verify the plan)", r, step.chunk));
+    }
   DeviceScope scope(heap_.device());
   impl_->driver = detail::load_driver_api();
   warm_up_kernels();
+  if (uses_nccl)
+    impl_->watchdog = std::make_unique<detail::NcclWatchdog>(heap_.device(), *nccl_, options_.wait_bound_ns,
+                                                             monitor_.device_record());
   int least = 0, greatest = 0;
   SY_CUDA_CHECK(cudaDeviceGetStreamPriorityRange(&least, &greatest));
   SY_CUDA_CHECK(cudaEventCreateWithFlags(&impl_->fork, cudaEventDisableTiming));
@@ -155,7 +166,16 @@ void RankExecutor::issue(cudaStream_t stream, std::int64_t epoch, bool wait_land
   for (std::size_t s = 0; s < schedule_.streams.size(); ++s) {
     cudaStream_t side = impl_->streams[s];
     SY_CUDA_CHECK(cudaStreamWaitEvent(side, impl_->fork, 0));
-    for (const auto& step : schedule_.streams[s]) issue_step(step, side, epoch);
+    const auto& steps = schedule_.streams[s];
+    for (const auto& batch : step_batches(steps)) {
+      if (steps[batch.begin].group == plan::kNoGroup) {
+        issue_step(steps[batch.begin], side, epoch);
+        continue;
+      }
+      std::vector<const ChunkStep*> members;
+      for (auto i = batch.begin; i < batch.end; ++i) members.push_back(&steps[i]);
+      issue_group(members, side, epoch);
+    }
     SY_CUDA_CHECK(cudaEventRecord(impl_->joins[s], side));
   }
   // The caller's stream does not join the side streams here: a consumer kernel launched after
@@ -180,10 +200,12 @@ void RankExecutor::run(cudaStream_t stream, std::int64_t epoch) {
   end(stream, epoch);
 }
 
-void RankExecutor::issue_step(const ChunkStep& step, cudaStream_t stream, std::int64_t epoch) {
+bool RankExecutor::dropped(const ChunkStep& step) const {
+  return step.chunk == options_.drop_chunk && (options_.drop_on_rank < 0 || options_.drop_on_rank == heap_.rank());
+}
+
+detail::ChunkMove RankExecutor::make_move(const ChunkStep& step, std::int64_t epoch) const {
   const plan::Chunk& c = plan_.chunks[step.chunk];
-  wait_all(stream, step.waits, epoch);
-  if (step.chunk == options_.drop_chunk) return;  // test hook: the chunk goes missing
   const auto& src_spec = plan_.tensors.at(c.tensor);
   const auto& dst_spec = plan_.tensors.at(c.dst_tensor);
   detail::ChunkMove move;
@@ -202,8 +224,47 @@ void RankExecutor::issue_step(const ChunkStep& step, cudaStream_t stream, std::i
     move.landing = signals(c.dst) + step.landing_slot;
     move.landing_value = static_cast<std::int32_t>(epoch);
   }
-  detail::BackendEnv env{stream, &impl_->driver, nccl_, options_.sm_copy_blocks, options_.stream_memops};
-  detail::backend_for(c.backend).move(move, env);
+  return move;
+}
+
+void RankExecutor::watched(cudaStream_t stream, const std::vector<const ChunkStep*>& steps, std::int64_t epoch,
+                           const std::function<void()>& issue) {
+  detail::NcclBatch batch;
+  batch.rank = heap_.rank();
+  batch.epoch = epoch;
+  for (const ChunkStep* step : steps) {
+    const auto& c = plan_.chunks[step->chunk];
+    batch.members.push_back({step->chunk, step->role, step->role == StepRole::nccl_send ? c.dst : c.src});
+  }
+  impl_->watchdog->watch(stream, std::move(batch), issue);
+}
+
+void RankExecutor::issue_step(const ChunkStep& step, cudaStream_t stream, std::int64_t epoch) {
+  wait_all(stream, step.waits, epoch);
+  if (dropped(step)) return;  // test hook: the chunk goes missing
+  const detail::ChunkMove move = make_move(step, epoch);
+  const detail::BackendEnv env{stream, &impl_->driver, nccl_, options_.sm_copy_blocks, options_.stream_memops};
+  const auto& backend = detail::backend_for(move.chunk->backend);
+  if (step.role == StepRole::nccl_send || step.role == StepRole::nccl_recv)
+    watched(stream, {&step}, epoch, [&] { backend.move(move, env); });
+  else
+    backend.move(move, env);
+}
+
+void RankExecutor::issue_group(const std::vector<const ChunkStep*>& steps, cudaStream_t stream, std::int64_t epoch) {
+  // The group starts once every member's waits hold (the verifier made sure none waits for
+  // another member), then all of them are in flight at once.
+  for (const ChunkStep* step : steps) wait_all(stream, step->waits, epoch);
+  std::vector<const ChunkStep*> issued;
+  std::vector<detail::ChunkMove> moves;
+  for (const ChunkStep* step : steps) {
+    if (dropped(*step)) continue;  // test hook
+    issued.push_back(step);
+    moves.push_back(make_move(*step, epoch));
+  }
+  if (moves.empty()) return;
+  const detail::BackendEnv env{stream, &impl_->driver, nccl_, options_.sm_copy_blocks, options_.stream_memops};
+  watched(stream, issued, epoch, [&] { detail::nccl_group_move(moves, env); });
 }
 
 }  // namespace syncopate::runtime

@@ -5,6 +5,7 @@
 
 #include <cstdlib>
 #include <cstring>
+#include <mutex>
 #include <string>
 
 #include <fmt/format.h>
@@ -42,6 +43,7 @@ class NcclLibrary {
     group_start = load<decltype(group_start)>("ncclGroupStart");
     group_end = load<decltype(group_end)>("ncclGroupEnd");
     comm_finalize = load<decltype(comm_finalize)>("ncclCommFinalize");
+    comm_abort = load<decltype(comm_abort)>("ncclCommAbort");
   }
   ~NcclLibrary() = default;  // never dlclose: NCCL keeps threads that outlive us
   NcclLibrary(const NcclLibrary&) = delete;
@@ -61,6 +63,7 @@ class NcclLibrary {
   nccl_abi::Result (*group_start)() = nullptr;
   nccl_abi::Result (*group_end)() = nullptr;
   nccl_abi::Result (*comm_finalize)(nccl_abi::Comm) = nullptr;
+  nccl_abi::Result (*comm_abort)(nccl_abi::Comm) = nullptr;
 
  private:
   template <class Fn>
@@ -179,12 +182,36 @@ std::vector<std::unique_ptr<NcclComm>> NcclComm::init_all(const std::vector<int>
 }
 
 NcclComm::~NcclComm() {
-  if (comm_ != nullptr) lib_->comm_destroy(comm_);
+  // An aborted communicator is already freed by ncclCommAbort.
+  if (comm_ != nullptr && !aborted()) lib_->comm_destroy(comm_);
+}
+
+void NcclComm::abort(const std::string& why) {
+  if (comm_ == nullptr) return;
+  static std::mutex abort_mutex;  // one abort per communicator, whichever thread comes first
+  const std::lock_guard<std::mutex> lock(abort_mutex);
+  if (aborted()) return;
+  abort_reason_ = why;
+  aborted_.store(true, std::memory_order_release);
+  lib_->comm_abort(comm_);  // its result does not matter: the communicator is gone either way
+}
+
+void NcclComm::check_usable() const {
+  if (aborted())
+    throw DeviceError(fmt::format("rank {}: nccl backend: the communicator was aborted ({}); build a new one",
+                                  rank_, abort_reason_));
 }
 
 void NcclComm::finalize_all(const std::vector<std::unique_ptr<NcclComm>>& comms) {
   if (comms.empty()) return;
   const auto& lib = *comms.front()->lib_;
+  bool any_aborted = false;
+  for (const auto& c : comms) any_aborted = any_aborted || (c != nullptr && c->aborted());
+  if (any_aborted) {
+    for (const auto& c : comms)
+      if (c != nullptr) c->abort("a peer's communicator was aborted");
+    return;
+  }
   // Finalizing is collective: one thread holding every rank must do it in one group, or the
   // first finalize waits for ranks that this thread has not reached yet.
   lib.check(lib.group_start(), "ncclGroupStart");
@@ -194,13 +221,22 @@ void NcclComm::finalize_all(const std::vector<std::unique_ptr<NcclComm>>& comms)
 }
 
 void NcclComm::send(const void* data, std::int64_t bytes, int peer, cudaStream_t stream) {
+  check_usable();
   lib_->check(lib_->send(data, static_cast<std::size_t>(bytes), nccl_abi::kUint8, peer, comm_, stream),
               "ncclSend");
 }
 
 void NcclComm::recv(void* data, std::int64_t bytes, int peer, cudaStream_t stream) {
+  check_usable();
   lib_->check(lib_->recv(data, static_cast<std::size_t>(bytes), nccl_abi::kUint8, peer, comm_, stream),
               "ncclRecv");
 }
+
+void NcclComm::group_start() {
+  check_usable();
+  lib_->check(lib_->group_start(), "ncclGroupStart");
+}
+
+void NcclComm::group_end() { lib_->check(lib_->group_end(), "ncclGroupEnd"); }
 
 }  // namespace syncopate::runtime

@@ -24,7 +24,7 @@ StepRole role_of(const plan::Chunk& c, int rank) {
 
 ChunkStep make_step(const plan::CommPlan& plan, const std::vector<lower::SignalTable>& tables,
                     const plan::Chunk& c, int rank) {
-  ChunkStep step{c.id, role_of(c, rank), {}, -1};
+  ChunkStep step{c.id, role_of(c, rank), {}, -1, c.group};
   const bool reads_src = step.role != StepRole::nccl_recv;
   const bool writes_dst = step.role != StepRole::nccl_send;
   if (reads_src) {
@@ -71,8 +71,21 @@ std::string_view to_string(WaitKind kind) {
     case WaitKind::dst_ready: return "dst-ready";
     case WaitKind::entry: return "entry";
     case WaitKind::exit: return "exit";
+    case WaitKind::nccl: return "nccl";
   }
   return "?";
+}
+
+std::vector<StepBatch> step_batches(const std::vector<ChunkStep>& steps) {
+  std::vector<StepBatch> out;
+  for (std::size_t i = 0; i < steps.size(); ++i) {
+    const int group = steps[i].group;
+    if (!out.empty() && group != plan::kNoGroup && steps[out.back().begin].group == group)
+      out.back().end = i + 1;
+    else
+      out.push_back({i, i + 1});
+  }
+  return out;
 }
 
 RankSchedule make_rank_schedule(const plan::CommPlan& plan,

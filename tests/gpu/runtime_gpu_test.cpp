@@ -1,13 +1,17 @@
-// Single-process multi-GPU runtime tests: every template plan on every backend, epochs with no
-// reset, 200 back-to-back calls, and a chunk that goes missing on purpose.
+// Single-process multi-GPU runtime tests: every template plan on every backend (NCCL plans issue
+// each step's send and recv as one NCCL group), epochs with no reset, 200 back-to-back calls, a
+// chunk that goes missing on purpose, and an NCCL peer that never posts its send.
 //
 // World size: SYNCOPATE_TEST_WORLD (default: the number of visible GPUs, at least 2). Ranks
 // beyond the GPU count share GPUs (rank r on GPU r % count); nccl cases then skip, since NCCL
 // needs one GPU per rank.
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
+#include <thread>
 #include <string>
 #include <vector>
 
@@ -16,6 +20,7 @@
 #include "local_group.hpp"
 #include "syncopate/common/error.hpp"
 #include "syncopate/plan/verify.hpp"
+#include "syncopate/runtime/rank_schedule.hpp"
 
 namespace syncopate::gpu_test {
 namespace {
@@ -264,6 +269,67 @@ INSTANTIATE_TEST_SUITE_P(AllBackends, MissingChunk,
                                          Case{Collective::all_gather, Algorithm::direct, Backend::sm_copy, 1, 0},
                                          Case{Collective::all_gather, Algorithm::direct, Backend::nccl, 1, 0}),
                          case_name);
+
+// An NCCL recv whose peer never posts the send hangs inside NCCL's kernel, where no bounded
+// wait runs. Rank 0 skips its send of one chunk; rank 1 still posts the matching recv. Without
+// the landing wait on the caller's stream (issue(..., false)), only the executor's NCCL watchdog
+// can end it: after the bound it aborts rank 1's communicator, the streams drain, and
+// monitor.check() raises WaitTimeoutError for that chunk, with kind nccl and the peer as owner.
+TEST(NcclBoundedWait, nccl_PeerThatNeverSendsIsAbortedAfterTheBound) {
+  const int world = test_world();
+  if (world < 2 || world > device_count()) GTEST_SKIP() << "nccl needs two ranks with one GPU each";
+  const auto p = make_case_plan(Case{Collective::all_gather, Algorithm::ring, Backend::nccl, 1, 0}, world);
+  int dropped = -1;
+  for (const auto& c : p.chunks)
+    if (c.src == 0 && c.dst == 1) {
+      dropped = c.id;
+      break;
+    }
+  ASSERT_GE(dropped, 0);
+  runtime::ExecutorOptions options = test_options();
+  options.wait_bound_ns = 300'000'000;  // 0.3 s
+  options.drop_chunk = dropped;
+  options.drop_on_rank = 0;  // rank 1 still posts its recv
+  LocalGroup g(p, options);
+  const auto start = std::chrono::steady_clock::now();
+  g.on_every_rank([&](int r) {
+    auto& ex = g.executor(r);
+    ex.begin(g.stream(r), 1);
+    ex.issue(g.stream(r), 1, /*wait_landed=*/false);
+    ex.end(g.stream(r), 1);
+    // Poll rather than synchronise: if the abort failed to end NCCL's kernel, report it and
+    // stop the process instead of hanging the GPU job.
+    while (cudaStreamQuery(g.stream(r)) == cudaErrorNotReady) {
+      if (std::chrono::steady_clock::now() - start > std::chrono::seconds(30)) {
+        std::fprintf(stderr, "FATAL: rank %d's stream is still busy 30 s after a 0.3 s bound: the NCCL "
+                     "watchdog did not end the hung recv\n", r);
+        std::fflush(stderr);
+        std::_Exit(3);
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    ASSERT_EQ(cudaStreamSynchronize(g.stream(r)), cudaSuccess);
+  });
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  EXPECT_LT(seconds, 20.0);
+  const runtime::WaitRecord record = g.monitor().snapshot();
+  EXPECT_EQ(record.flag, 1);
+  EXPECT_EQ(record.kind, static_cast<int>(runtime::WaitKind::nccl));
+  EXPECT_EQ(record.rank, 1);
+  EXPECT_EQ(record.owner, 0);  // the peer that never sent
+  EXPECT_EQ(record.chunk, dropped);
+  try {
+    g.monitor().check();
+    FAIL() << "no WaitTimeoutError although rank 0 never sent chunk " << dropped;
+  } catch (const WaitTimeoutError& e) {
+    const std::string msg = e.what();
+    EXPECT_NE(msg.find(fmt::format("(chunk {})", dropped)), std::string::npos) << msg;
+    EXPECT_NE(msg.find("rank 1"), std::string::npos) << msg;
+    std::printf("NCCL timeout as raised after %.2f s: %s\n", seconds, msg.c_str());
+  }
+  // The aborted communicator refuses further calls instead of hanging in them.
+  EXPECT_THROW(g.executor(1).run(g.stream(1), 2), DeviceError);
+}
 
 }  // namespace
 }  // namespace syncopate::gpu_test

@@ -10,9 +10,16 @@
 // One executor per rank. In the single-process mode give each rank's executor its own host
 // thread (the nccl backend needs it: NCCL calls of different ranks must not serialise on one
 // thread).
+//
+// NCCL chunks of one group (plan::Chunk::group) are issued together: their waits, then their
+// sends and recvs between one ncclGroupStart/End, then their landing raises. Every NCCL call or
+// group is bounded by `wait_bound_ns` too: a watchdog thread aborts the communicator when one
+// has not completed that long after it started, and records the timeout for monitor.check()
+// (WaitKind::nccl, naming rank, chunk and peer). The communicator is unusable after that.
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -29,9 +36,15 @@
 
 namespace syncopate::runtime {
 
+namespace detail {
+struct ChunkMove;  // backend.hpp
+}  // namespace detail
+
 struct ExecutorOptions {
   std::int64_t wait_bound_ns = 10'000'000'000;  // every wait gives up after this long
   int drop_chunk = -1;       // test hook: this chunk is never moved, so its waiters time out
+  int drop_on_rank = -1;     // with drop_chunk: only this rank skips its part (an NCCL send whose
+                             // recv is still posted); -1: every rank
   int sm_copy_blocks = 16;   // blocks of the SM-copy and add kernels
   bool high_priority_streams = true;  // the plan's streams at the device's greatest priority
   // Raise landing slots and entry/exit counters with cuStreamWriteValue32 (true) or with a
@@ -81,6 +94,12 @@ class RankExecutor {
   void wait_all(cudaStream_t stream, const std::vector<WaitRef>& waits, std::int64_t epoch);
   void set_control(cudaStream_t stream, int slot, std::int64_t epoch);
   void issue_step(const ChunkStep& step, cudaStream_t stream, std::int64_t epoch);
+  void issue_group(const std::vector<const ChunkStep*>& steps, cudaStream_t stream, std::int64_t epoch);
+  bool dropped(const ChunkStep& step) const;
+  detail::ChunkMove make_move(const ChunkStep& step, std::int64_t epoch) const;
+  // Issues the NCCL calls `issue` enqueues on `stream` under the watchdog (see above).
+  void watched(cudaStream_t stream, const std::vector<const ChunkStep*>& steps, std::int64_t epoch,
+               const std::function<void()>& issue);
 
   plan::CommPlan plan_;
   std::vector<lower::SignalTable> tables_;

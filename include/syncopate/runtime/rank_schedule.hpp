@@ -29,8 +29,10 @@ namespace syncopate::runtime {
 enum class StepRole { push, pull, local, nccl_send, nccl_recv };
 std::string_view to_string(StepRole role);
 
-// What a wait is for, to name it in a timeout.
-enum class WaitKind { landing, ready, dst_ready, entry, exit };
+// What a wait is for, to name it in a timeout. `nccl` is not a slot wait: an NCCL send or recv
+// that did not complete within the bound (its communicator was then aborted); the record names
+// the chunk and, as its owner, the peer.
+enum class WaitKind { landing, ready, dst_ready, entry, exit, nccl };
 std::string_view to_string(WaitKind kind);
 
 // Wait until int32 slot `slot` of `rank`'s signal array (or control array, for entry/exit)
@@ -53,6 +55,10 @@ struct ChunkStep {
   StepRole role = StepRole::push;
   std::vector<WaitRef> waits;
   int landing_slot = -1;  // slot on the chunk's dst raised by this step; -1 if the peer raises it
+  // The chunk's NCCL group (plan::Chunk::group). Consecutive steps of one stream with the same
+  // group are issued together: every member's waits first, then all their sends and recvs
+  // between one ncclGroupStart/End, then their landing raises.
+  int group = plan::kNoGroup;
   friend bool operator==(const ChunkStep&, const ChunkStep&) = default;
 };
 
@@ -62,6 +68,14 @@ struct RankSchedule {
   std::vector<std::vector<ChunkStep>> streams;     // by plan stream index
   std::vector<WaitRef> landing_waits;              // every chunk landing on this rank
 };
+
+// Consecutive steps of one stream issued as one unit: [begin, end) positions. A step with no
+// group is a batch of its own.
+struct StepBatch {
+  std::size_t begin = 0;
+  std::size_t end = 0;
+};
+std::vector<StepBatch> step_batches(const std::vector<ChunkStep>& steps);
 
 // Throws UserError naming rank and chunk when a rank issues a chunk it is neither src nor dst
 // of, or the tables do not match the plan.

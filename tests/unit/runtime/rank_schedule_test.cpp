@@ -1,5 +1,6 @@
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <map>
 
 #include <fmt/format.h>
@@ -67,17 +68,29 @@ bool replay(const plan::CommPlan& p, const std::vector<lower::SignalTable>& tabl
         if (phase[r] == kStreams) {
           bool all_done = true;
           for (std::size_t k = 0; k < s.streams.size(); ++k) {
-            while (next[r][k] < s.streams[k].size()) {
-              const auto& step = s.streams[k][next[r][k]];
-              if (!holds(step.waits, e)) break;
-              const bool nccl = step.role == StepRole::nccl_send || step.role == StepRole::nccl_recv;
-              if (nccl) {
-                const int key = step.chunk * 2 + (step.role == StepRole::nccl_send ? 0 : 1);
-                ready_halves[key] = 1;
-                if (!ready_halves.count(step.chunk * 2) || !ready_halves.count(step.chunk * 2 + 1)) break;
+            const auto& steps = s.streams[k];
+            // One batch at a time: a step, or an NCCL group whose members' waits all hold, then
+            // all post their halves, and the batch completes once every member's peer half is
+            // posted too.
+            const auto batches = step_batches(steps);
+            while (next[r][k] < steps.size()) {
+              const auto batch = *std::find_if(batches.begin(), batches.end(),
+                                               [&](const StepBatch& b) { return b.begin == next[r][k]; });
+              bool waits_hold = true;
+              for (auto i = batch.begin; i < batch.end; ++i) waits_hold = waits_hold && holds(steps[i].waits, e);
+              if (!waits_hold) break;
+              bool complete = true;
+              for (auto i = batch.begin; i < batch.end; ++i) {
+                const auto& step = steps[i];
+                const bool nccl = step.role == StepRole::nccl_send || step.role == StepRole::nccl_recv;
+                if (!nccl) continue;
+                ready_halves[step.chunk * 2 + (step.role == StepRole::nccl_send ? 0 : 1)] = 1;
+                complete = complete && ready_halves.count(step.chunk * 2) && ready_halves.count(step.chunk * 2 + 1);
               }
-              if (step.landing_slot >= 0) signals[p.chunks[step.chunk].dst][step.landing_slot] = e;
-              ++next[r][k];
+              if (!complete) break;
+              for (auto i = batch.begin; i < batch.end; ++i)
+                if (steps[i].landing_slot >= 0) signals[p.chunks[steps[i].chunk].dst][steps[i].landing_slot] = e;
+              next[r][k] = batch.end;
               progress = true;
             }
             all_done = all_done && next[r][k] == s.streams[k].size();
@@ -111,6 +124,51 @@ TEST(RankSchedule, EveryTemplatePlanCompletesOverSeveralEpochs) {
                 << fmt::format("{} {} {} world {} split {}", plan::to_string(c), plan::to_string(a),
                                plan::to_string(b), w, split);
           }
+}
+
+// A world-3 NCCL ring step in which every rank posts its send before its recv: ungrouped, each
+// send waits for a recv that its peer posts only after its own send completes (a deadlock);
+// grouped, the two are issued together and everything completes.
+plan::CommPlan send_first_nccl_ring(bool grouped) {
+  auto p = make(Collective::all_gather, Algorithm::ring, Backend::nccl, 3);
+  for (int r = 0; r < 3; ++r)
+    for (auto& list : p.ranks[r].streams)
+      std::stable_sort(list.begin(), list.end(), [&](int a, int b) {
+        const auto& ca = p.chunks[a];
+        const auto& cb = p.chunks[b];
+        if (ca.group != cb.group) return ca.group < cb.group;
+        return (ca.src == r) > (cb.src == r);  // inside one step: the send first
+      });
+  if (!grouped)
+    for (auto& c : p.chunks) c.group = plan::kNoGroup;
+  return p;
+}
+
+TEST(RankSchedule, GroupedSendFirstRingCompletesUngroupedDeadlocks) {
+  const auto grouped = send_first_nccl_ring(true);
+  EXPECT_TRUE(replay(grouped, landing_tables(grouped), 3));
+  const auto ungrouped = send_first_nccl_ring(false);
+  EXPECT_FALSE(replay(ungrouped, landing_tables(ungrouped), 1));
+}
+
+TEST(RankSchedule, StepsCarryTheirGroupAndBatchTogether) {
+  const auto p = make(Collective::all_gather, Algorithm::ring, Backend::nccl, 4, 2);
+  const auto tables = landing_tables(p);
+  for (int r = 0; r < 4; ++r) {
+    const auto s = make_rank_schedule(p, tables, r);
+    const auto& steps = s.streams.at(0);
+    for (const auto& step : steps) EXPECT_EQ(step.group, p.chunks[step.chunk].group);
+    const auto batches = step_batches(steps);
+    ASSERT_EQ(batches.size(), 6u);  // 3 ring steps x 2 sub-chunks, one send + one recv each
+    for (const auto& b : batches) {
+      ASSERT_EQ(b.end - b.begin, 2u);
+      EXPECT_NE(steps[b.begin].role, steps[b.begin + 1].role);
+    }
+  }
+  // Copy-engine steps have no group: one batch each.
+  const auto ce = make(Collective::all_gather, Algorithm::ring, Backend::copy_engine, 4);
+  const auto ce_steps = make_rank_schedule(ce, landing_tables(ce), 0).streams.at(0);
+  EXPECT_EQ(step_batches(ce_steps).size(), ce_steps.size());
 }
 
 TEST(RankSchedule, ReplayDetectsAChunkThatNeverLands) {
