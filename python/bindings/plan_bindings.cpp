@@ -6,6 +6,7 @@
 // loader and its errors name the JSON path.
 #include <cstdint>
 #include <filesystem>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -14,6 +15,7 @@
 #include <nanobind/operators.h>
 #include <nanobind/stl/filesystem.h>
 #include <nanobind/stl/map.h>
+#include <nanobind/stl/optional.h>
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/string_view.h>
 #include <nanobind/stl/vector.h>
@@ -75,6 +77,13 @@ void bind_values(nb::module_& m) {
       .def_prop_ro("op", [](const Chunk& c) { return enum_str(c.op); })
       .def_ro("stream", &Chunk::stream)
       .def_ro("deps", &Chunk::deps)
+      .def_prop_ro(
+          "group",
+          [](const Chunk& c) -> std::optional<int> {
+            if (c.group == plan::kNoGroup) return std::nullopt;
+            return c.group;
+          },
+          "NCCL group number (issued with the rank's other members of it in one ncclGroupStart/End), or None")
       .def(nb::self == nb::self)
       .def("__repr__", [](const Chunk& c) {
         return "Chunk(id=" + std::to_string(c.id) + ", " + c.tensor + ", " + std::to_string(c.src) +
