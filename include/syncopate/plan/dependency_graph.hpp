@@ -46,7 +46,8 @@ struct DependencyEdge {
 
 // The steps of one issue list: runs of consecutive ids with one group number (kNoGroup chunks
 // are steps of their own), as [begin, end) positions into the list. An id out of range is a
-// step of its own. Shared by the graph, the verifier, the simulator and the runtime's issue loop.
+// step of its own. Shared by the graph and the verifier; the runtime batches its steps the same
+// way (runtime::step_batches).
 struct IssueStep {
   std::size_t begin = 0;
   std::size_t end = 0;
