@@ -1,7 +1,11 @@
 // Building a fused call from a plan: lowering, then tile orders driven by predicted arrival.
 #include "syncopate/sim/fused_call.hpp"
 
+#include <algorithm>
+
 #include <fmt/core.h>
+
+#include "syncopate/plan/dependency_graph.hpp"
 
 #include "syncopate/sim/simulator.hpp"
 
@@ -63,6 +67,30 @@ FusedCall make_fused_call(const plan::CommPlan& plan, const GemmShape& gemm,
 FusedCall make_fused_call(const plan::CommPlan& plan, const GemmShape& gemm, schedule::OrderKind order,
                           const Calibration& calib, int group_m) {
   return make_fused_call(plan, gemm, default_accesses(plan), order, calib, group_m);
+}
+
+std::vector<std::vector<std::pair<int, int>>> merge_group_gates(const plan::CommPlan& plan,
+                                                                std::vector<std::vector<std::pair<int, int>>> gates) {
+  const auto original = gates;  // unions are built from each member's own gates
+  const int n = static_cast<int>(plan.chunks.size());
+  for (const auto& program : plan.ranks)
+    for (const auto& list : program.streams)
+      for (const auto& step : plan::issue_steps(plan, list)) {
+        if (step.end - step.begin < 2) continue;
+        std::vector<std::pair<int, int>> on_rank;  // the group's gates on this rank
+        for (auto i = step.begin; i < step.end; ++i)
+          if (list[i] >= 0 && list[i] < n && static_cast<std::size_t>(list[i]) < original.size())
+            for (const auto& gate : original[list[i]])
+              if (gate.first == program.rank && std::find(on_rank.begin(), on_rank.end(), gate) == on_rank.end())
+                on_rank.push_back(gate);
+        for (auto i = step.begin; i < step.end; ++i) {
+          if (list[i] < 0 || list[i] >= n || static_cast<std::size_t>(list[i]) >= gates.size()) continue;
+          auto& mine = gates[list[i]];
+          for (const auto& gate : on_rank)
+            if (std::find(mine.begin(), mine.end(), gate) == mine.end()) mine.push_back(gate);
+        }
+      }
+  return gates;
 }
 
 }  // namespace syncopate::sim

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <utility>
 #include <vector>
 
 #include "syncopate/lower/signal_table.hpp"
@@ -52,5 +53,14 @@ FusedCall make_fused_call(const plan::CommPlan& plan, const GemmShape& gemm,
 
 // Reorders an existing call's tiles (same plan, tables and GEMM) without lowering again.
 void reorder(FusedCall& call, schedule::OrderKind order, const Calibration& calib, int group_m = 8);
+
+// Producer tiles (rank, tile) that gate each chunk, by chunk id, as the runtime sees them once
+// NCCL groups are taken into account: a rank issues a group only when the waits of all its
+// members there hold, so every member of a group on rank r also waits for the gates on rank r
+// of the other members. `gates` comes from the signal tables (ready slots on a chunk's src,
+// dst-ready slots on its dst); the result adds those group gates, without duplicates, in the
+// order first seen. Chunks in no group keep theirs unchanged.
+std::vector<std::vector<std::pair<int, int>>> merge_group_gates(const plan::CommPlan& plan,
+                                                                std::vector<std::vector<std::pair<int, int>>> gates);
 
 }  // namespace syncopate::sim

@@ -5,12 +5,14 @@
 // against the time NCCL measured for it.
 #include <cstdio>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <gtest/gtest.h>
 
 #include "sim_fixtures.hpp"
 #include "syncopate/plan/templates.hpp"
+#include "syncopate/sim/fused_call.hpp"
 #include "syncopate/sim/simulator.hpp"
 
 namespace syncopate::sim {
@@ -122,6 +124,25 @@ TEST(GroupTimeline, H200NcclRingAllGatherIsNearTheMeasuredTime) {
   const double serial = simulate_comm_alone(ungrouped, calib).total_us;
   std::printf("the same ring ungrouped (one rendezvous at a time): %.1f us\n", serial);
   EXPECT_GT(serial, 3.5 * kMeasuredUs);
+}
+
+// A group's members wait for each other's producer tiles on the rank that issues them: rank 0
+// groups {send a, recv b}, rank 1 {recv a, send b}; c (copy engine) is in no group.
+TEST(GroupGates, EveryMemberGetsItsGroupsGatesOnEachRank) {
+  plan::CommPlan p;
+  p.collective.kind = plan::Collective::custom;
+  p.world_size = 2;
+  p.tensors["x"] = {{384, 1000}, plan::DType::bf16, "row-major"};
+  p.chunks = {nccl_chunk(0, 0, 0, 1, 0), nccl_chunk(1, 128, 1, 0, 0), rows_chunk(2, "x", 256, 0, 1)};
+  p.ranks = {{0, {{0, 1, 2}}}, {1, {{0, 1}}}};
+  using Gates = std::vector<std::pair<int, int>>;
+  const std::vector<Gates> gates = {{{0, 3}}, {{0, 5}, {1, 7}}, {{0, 9}}};
+  const auto merged = merge_group_gates(p, gates);
+  EXPECT_EQ(merged[0], (Gates{{0, 3}, {0, 5}, {1, 7}}));  // + b's gates on rank 0 and on rank 1
+  EXPECT_EQ(merged[1], (Gates{{0, 5}, {1, 7}, {0, 3}}));  // + a's gate on rank 0
+  EXPECT_EQ(merged[2], gates[2]);
+  p.chunks[0].group = p.chunks[1].group = plan::kNoGroup;
+  EXPECT_EQ(merge_group_gates(p, gates), gates);
 }
 
 }  // namespace
