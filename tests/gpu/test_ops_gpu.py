@@ -52,7 +52,8 @@ def shapes(world):
 
 
 def auto_shapes(world):
-    return shapes(world) + [(2048 * world, 4096, 4096, "large: the simulator fuses")]
+    # Large enough that "auto" fuses AG+GEMM and GEMM+RS (ops/choice.py) at worlds 2-4.
+    return shapes(world) + [(4096 * world, 8192, 8192, "large: the simulator fuses")]
 
 
 def matrix_cases(world, quick):

@@ -441,3 +441,26 @@ def test_custom_op_forward_caches_one_context_per_b_layout(cpu_runtime, single_r
     assert layouts == ["kn", "nk"]
     ctx = next(iter(common._CONTEXTS.values()))
     assert ctx.backend in ("copy-engine", "sm-copy", "nccl") and ctx.decision == "sequential"  # world 1
+
+
+@pytest.mark.parametrize("cls", CONTEXTS)
+def test_auto_fallback_runs_the_torch_collective_and_matmul(cpu_runtime, single_rank_group, monkeypatch, cls):
+    """mode="auto" deciding "sequential" runs the PyTorch path (collective + torch.matmul), no
+    heap or executor; an explicit mode="sequential" keeps the executor's path."""
+    import torch.distributed as dist
+
+    calls = []
+    for name in ("all_gather_into_tensor", "reduce_scatter_tensor", "all_reduce"):
+        real = getattr(dist, name)
+        monkeypatch.setattr(dist, name, lambda *a, _real=real, _name=name, **kw: (calls.append(_name), _real(*a, **kw))[1])
+    m, k, n = 8, 40, 48  # 8 rows: the simulator never pays for overlap here
+    ctx = cls(single_rank_group, m=m, k=k, n=n, dtype=torch.float16, device="cpu")
+    assert (ctx.decision, ctx.sequential_path, ctx.ws, ctx.gemm) == ("sequential", "torch", None, None), ctx.reason
+    gen = torch.Generator().manual_seed(5)
+    a, b = torch.randn(m, k, generator=gen).half(), torch.randn(k, n, generator=gen).half()
+    out = ctx(a, b, check=True)
+    assert torch.allclose(out.double(), a.double() @ b.double(), rtol=2e-2, atol=2e-2)
+    expected = {"AgGemm": "all_gather_into_tensor", "GemmRs": "reduce_scatter_tensor", "GemmAr": "all_reduce"}
+    assert calls == [expected[cls.__name__]]
+    explicit = cls(single_rank_group, m=m, k=k, n=n, dtype=torch.float16, device="cpu", mode="sequential")
+    assert (explicit.sequential_path, explicit.ws is not None) == ("executor", True)

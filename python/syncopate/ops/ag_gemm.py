@@ -69,7 +69,17 @@ class OpContext:
                         algorithm=algorithm, split=split, tile_order=tile_order, mode=mode)
         self.choice = choice
         self.gemm = None
-        self._build(drop_chunk)
+        # Where "auto" decided that overlap does not pay, the call is exactly what the user would
+        # run without Syncopate (NCCL collective + torch.matmul): no heap, no executor. An
+        # explicit mode="sequential" keeps the executor's sequential path (every backend, bounded
+        # waits), which the GPU tests exercise.
+        self.torch_fallback = mode == "auto" and choice.decision == "sequential" and \
+            (group is not None or world == 1)
+        self.ws = None
+        if self.torch_fallback:
+            self._build_fallback()
+        else:
+            self._build(drop_chunk)
         # No rank may start a call (and spin) before every rank has loaded its kernels.
         barrier(group, self.device)
 
@@ -109,6 +119,14 @@ class OpContext:
     @property
     def sequential(self) -> bool:
         return self.choice.decision == "sequential"
+
+    @property
+    def sequential_path(self) -> Optional[str]:
+        """How a sequential context runs: "torch" (NCCL collective + torch.matmul, the auto
+        fallback) or "executor" (the plan's chunks with the chosen backend, then the GEMM)."""
+        if self.decision != "sequential":
+            return None
+        return "torch" if self.torch_fallback else "executor"
 
     @property
     def kernel_origin(self) -> str:
@@ -163,6 +181,9 @@ class OpContext:
 
     def check(self) -> None:
         """Synchronizes, then raises WaitTimeoutError naming rank, slot, expected, seen, chunk."""
+        if self.ws is None:  # the torch fallback: NCCL reports its own errors
+            torch.cuda.synchronize(self.device)
+            return
         self.ws.check(synchronize=True)
         if self.gemm is not None:
             self.gemm.check()
@@ -192,12 +213,22 @@ class AgGemm(OpContext):
             self.gemm.warm_up(self.a_full, self._scratch_b(),
                               torch.empty((self.m, self.n), dtype=self.dtype, device=self.device), self.signals)
 
+    def _build_fallback(self) -> None:
+        self.a_full = torch.empty((self.m, self.k), dtype=self.dtype, device=self.device)
+
     def __call__(self, a_shard: torch.Tensor, b: torch.Tensor, *, out: Optional[torch.Tensor] = None,
                  check: bool = CHECK_EACH_CALL) -> torch.Tensor:
         """c = all_gather(a_shard) @ b, into `out` if given (else a new tensor). check:
         synchronize and raise a WaitTimeoutError now (else errors surface at the next check())."""
         self._check_operands(a_shard, "a_shard", (self.shard_rows, self.k), b, "b", a_to_kernel=False)
         out = check_out(out, (self.m, self.n), self.dtype, self.device, "AgGemm")
+        if self.torch_fallback:
+            if self.group is None:
+                return torch.matmul(a_shard, b, out=out)
+            import torch.distributed as dist
+
+            dist.all_gather_into_tensor(self.a_full, a_shard, group=self.group)
+            return torch.matmul(self.a_full, b, out=out)
         ws = self.ws
         epoch = ws.next_epoch()
         ws.begin(epoch)

@@ -52,6 +52,24 @@ class ProducerGemm(OpContext):
             self.gemm.warm_up(a, self._scratch_b(),
                               torch.empty((self.m, self.n), dtype=self.dtype, device=self.device), self.signals)
 
+    def _build_fallback(self) -> None:
+        self.c = torch.empty((self.m, self.n), dtype=self.dtype, device=self.device)
+        self.result = self._result_view()
+
+    def _fallback_call(self, a: torch.Tensor, b_shard: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
+        """NCCL + torch.matmul, what the user would run without Syncopate (see OpContext)."""
+        if self.group is None:
+            return torch.matmul(a, b_shard, out=out)
+        import torch.distributed as dist
+
+        if self.collective == "all-reduce":
+            torch.matmul(a, b_shard, out=out)
+            dist.all_reduce(out, group=self.group)
+        else:
+            torch.matmul(a, b_shard, out=self.c)
+            dist.reduce_scatter_tensor(out, self.c, group=self.group)
+        return out
+
     def _result_view(self) -> torch.Tensor:
         lo = self.rank * self.shard_rows
         return self.c[lo:lo + self.shard_rows]
@@ -63,6 +81,8 @@ class ProducerGemm(OpContext):
         self._check_operands(a, "a", (self.m, self.k), b_shard, "b_shard", a_to_kernel=True)
         result = self.result
         out = check_out(out, tuple(result.shape), self.dtype, self.device, type(self).__name__)
+        if self.torch_fallback:
+            return self._fallback_call(a, b_shard, out)
         ws = self.ws
         epoch = ws.next_epoch()
         ws.begin(epoch)
