@@ -48,7 +48,7 @@ import shapes  # noqa: E402
 import syncopate_variants  # noqa: E402
 
 ORDERS = ("arrival", "row-major", "grouped")
-SPLITS = (1, 2, 4)
+SPLITS = (1, 2, 4, 8)  # 8: what the simulator picks for GEMM+RS at 8192^3
 OPS = ("ag_gemm", "gemm_rs")
 DEFAULT_SHAPES = "8192x8192x8192,32768x4096x4096"
 BACKEND = "copy-engine"

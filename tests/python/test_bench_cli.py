@@ -167,7 +167,7 @@ def test_ablation_dry_run(capsys):
     import bench_ablation
     assert bench_ablation.main(["--dry-run", "--world", "2"]) == 0
     out = capsys.readouterr().out
-    assert "4 shapes x 16 variants (9 fused contexts each)" in out
+    assert "4 shapes x 19 variants (12 fused contexts each)" in out
     with pytest.raises(SystemExit):
         bench_ablation.main(["--dry-run", "--shapes", "8x8"])
 
