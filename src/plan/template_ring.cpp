@@ -114,8 +114,9 @@ LandingChunks scatter_direct(PlanBuilder& b, const PieceGeometry& g) {
   for (int p = 1; p < w; ++p)
     for (int k = 0; k < g.split; ++k, b.next_group())
       for (int r = 0; r < w; ++r) {
-        // Every rank adds its partial of shard j straight into rank j; the adds into one
-        // shard are unordered, so the backend must apply each one atomically.
+        // Every rank's partial of shard j is added straight into rank j. Rank j pulls them
+        // all on its one stream, so the adds into one shard run one after the other (no
+        // atomics; the runtime's exclusivity analysis sees that).
         const int owner = ring_rank(r, p, w);
         const int id = b.add({g.box(owner, k), g.box(owner, k), r, owner, ChunkOp::reduce_add, 0, {}});
         landed[static_cast<std::size_t>(owner) * g.split + k].push_back(id);

@@ -97,10 +97,16 @@ int PlanBuilder::add(Move move, bool to_output) {
     c.group = group_;
     group_used_ = true;
   }
-  // Push model: the source issues. NCCL needs the matching receive on the destination too,
-  // in the same stream; a local chunk (src == dst) is listed once.
-  plan_.ranks[c.src].streams[c.stream].push_back(c.id);
-  if (c.backend == Backend::nccl && c.dst != c.src) plan_.ranks[c.dst].streams[c.stream].push_back(c.id);
+  // Who issues: a copy is pushed by its source; a reduce-add is pulled by its destination, so
+  // the add runs on the GPU that owns the box (local loads and stores, no remote atomics) and a
+  // rank's adds into one box are ordered on its own stream. NCCL needs the send on the source
+  // and the matching receive on the destination, in the same stream; a local chunk (src == dst)
+  // is listed once.
+  const bool remote = c.dst != c.src;
+  const bool nccl = c.backend == Backend::nccl;
+  const bool pulled = remote && !nccl && c.op == ChunkOp::reduce_add;
+  plan_.ranks[pulled ? c.dst : c.src].streams[c.stream].push_back(c.id);
+  if (nccl && remote) plan_.ranks[c.dst].streams[c.stream].push_back(c.id);
   plan_.chunks.push_back(std::move(c));
   return plan_.chunks.back().id;
 }

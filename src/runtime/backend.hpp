@@ -29,6 +29,7 @@ struct ChunkMove {
   std::byte* staging_at_dst = nullptr; // ... on chunk->dst (or null)
   std::int32_t* landing = nullptr;     // landing slot on chunk->dst; null if the peer raises it
   std::int32_t landing_value = 0;      // epoch (landing slots have one writer)
+  bool atomic_add = false;             // reduce-add: another adder may touch the box meanwhile
 };
 
 struct BackendEnv {

@@ -16,31 +16,33 @@ std::byte* need(std::byte* staging, const ChunkMove& m, const char* backend) {
   return staging;
 }
 
-void add_copies(const std::byte* src, std::byte* dst, const std::vector<Copy2D>& copies,
-                plan::DType dtype, const BackendEnv& env) {
-  for (const auto& c : copies) launch_add_2d(env.stream, dtype, src, dst, c, env.sm_copy_blocks);
+void add_copies(const std::byte* src, std::byte* dst, const std::vector<Copy2D>& copies, const ChunkMove& m,
+                const BackendEnv& env) {
+  for (const auto& c : copies) launch_add_2d(env.stream, m.dtype, src, dst, c, env.sm_copy_blocks, m.atomic_add);
 }
 
 // Copy engine: cudaMemcpy2DAsync through the peer mapping; reduce-add bounces through the
-// destination's staging area and an add kernel. Then a stream memory write raises the slot.
+// destination's staging area and an add kernel (a pulled chunk: the dst's copy engine reads the
+// peer, the add is local). Then a stream memory write raises the slot.
 void copy_engine_move(const ChunkMove& m, const BackendEnv& env) {
   if (m.chunk->op == plan::ChunkOp::copy) {
     copy_engine_copies(m.src, m.dst, m.copies, env.stream);
   } else {
     std::byte* staging = need(m.staging_at_dst, m, "copy-engine");
     copy_engine_copies(m.src, staging, to_packed_dst(m.copies), env.stream);
-    add_copies(staging, m.dst, from_packed_src(m.copies), m.dtype, env);
+    add_copies(staging, m.dst, from_packed_src(m.copies), m, env);
   }
   raise_by_stream_write(m, env);
 }
 
 // SM copy: a kernel on a few blocks reads and writes through the peer mapping; reduce-add adds
-// straight from the source. Then a one-thread kernel release-stores the slot.
+// straight from the source (a pulled chunk: remote 16-byte loads, local stores). Then a
+// one-thread kernel release-stores the slot.
 void sm_copy_move(const ChunkMove& m, const BackendEnv& env) {
   if (m.chunk->op == plan::ChunkOp::copy) {
     for (const auto& c : m.copies) launch_copy_2d(env.stream, m.src, m.dst, c, env.sm_copy_blocks);
   } else {
-    add_copies(m.src, m.dst, m.copies, m.dtype, env);
+    add_copies(m.src, m.dst, m.copies, m, env);
   }
   if (m.landing != nullptr) launch_signal_store(env.stream, m.landing, m.landing_value);
 }
@@ -84,7 +86,7 @@ void nccl_after(const ChunkMove& m, const BackendEnv& env) {
     if (m.chunk->op == plan::ChunkOp::copy)
       copy_engine_copies(m.staging_at_dst, m.dst, from_packed_src(m.copies), env.stream);
     else
-      add_copies(m.staging_at_dst, m.dst, from_packed_src(m.copies), m.dtype, env);
+      add_copies(m.staging_at_dst, m.dst, from_packed_src(m.copies), m, env);
   }
   raise_by_stream_write(m, env);
 }

@@ -211,6 +211,7 @@ detail::ChunkMove RankExecutor::make_move(const ChunkStep& step, std::int64_t ep
   detail::ChunkMove move;
   move.chunk = &c;
   move.role = step.role;
+  move.atomic_add = step.atomic_add;
   move.dtype = dst_spec.dtype;
   move.copies = box_copies(c.box, src_spec.shape, c.dst_box, dst_spec.shape, plan::dtype_size(src_spec.dtype));
   move.src = tensor(c.src, c.tensor);

@@ -1,6 +1,8 @@
 // make_rank_schedule(): see rank_schedule.hpp.
 #include "syncopate/runtime/rank_schedule.hpp"
 
+#include <algorithm>
+
 #include <fmt/format.h>
 
 #include "syncopate/common/error.hpp"
@@ -51,7 +53,48 @@ ChunkStep make_step(const plan::CommPlan& plan, const std::vector<lower::SignalT
   return step;
 }
 
+struct Adder {
+  int rank = -1;
+  int stream = -1;
+  friend bool operator==(const Adder&, const Adder&) = default;
+};
+
+// The (rank, stream) whose stream runs a reduce-add's add kernel; rank -1 when no rank lists it.
+std::vector<Adder> adders(const plan::CommPlan& plan) {
+  std::vector<Adder> out(plan.chunks.size());
+  for (const auto& program : plan.ranks)
+    for (std::size_t s = 0; s < program.streams.size(); ++s)
+      for (int id : program.streams[s]) {
+        if (id < 0 || id >= static_cast<int>(plan.chunks.size())) continue;  // reported by the caller
+        const auto& c = plan.chunks[static_cast<std::size_t>(id)];
+        // An NCCL chunk is listed by both ends; its add runs after the recv, on the dst.
+        const bool nccl_send_half = c.backend == plan::Backend::nccl && program.rank != c.dst;
+        if (!nccl_send_half && out[id].rank < 0) out[id] = {program.rank, static_cast<int>(s)};
+      }
+  return out;
+}
+
 }  // namespace
+
+std::vector<bool> atomic_adds(const plan::CommPlan& plan) {
+  const auto adder = adders(plan);
+  // Reduce-adds by destination rank: only those can overlap.
+  std::vector<std::vector<int>> by_dst(static_cast<std::size_t>(std::max(plan.world_size, 0)));
+  for (const auto& c : plan.chunks)
+    if (c.op == plan::ChunkOp::reduce_add && c.dst >= 0 && c.dst < plan.world_size) by_dst[c.dst].push_back(c.id);
+  std::vector<bool> atomic(plan.chunks.size(), false);
+  for (const auto& ids : by_dst)
+    for (std::size_t i = 0; i < ids.size(); ++i)
+      for (std::size_t j = i + 1; j < ids.size(); ++j) {
+        const auto& a = plan.chunks[ids[i]];
+        const auto& b = plan.chunks[ids[j]];
+        if (a.dst_tensor != b.dst_tensor || !a.dst_box.overlaps(b.dst_box)) continue;
+        if (adder[a.id] == adder[b.id] && adder[a.id].rank >= 0) continue;  // one stream: ordered
+        atomic[a.id] = true;
+        atomic[b.id] = true;
+      }
+  return atomic;
+}
 
 std::string_view to_string(StepRole role) {
   switch (role) {
@@ -104,12 +147,14 @@ RankSchedule make_rank_schedule(const plan::CommPlan& plan,
   schedule.rank = rank;
   for (int p = 0; p < plan.world_size; ++p)
     if (p != rank) schedule.begin_waits.push_back({WaitKind::exit, p, kExitSlot, 1, -1, -1});
+  const auto atomic = atomic_adds(plan);
   for (const auto& ids : plan.ranks[rank].streams) {
     auto& steps = schedule.streams.emplace_back();
     for (int id : ids) {
       if (id < 0 || id >= static_cast<int>(plan.chunks.size()))
         throw UserError(fmt::format("ranks[{}]: unknown-chunk: chunk id {} out of range", rank, id));
-      steps.push_back(make_step(plan, tables, plan.chunks[id], rank));
+      auto& step = steps.emplace_back(make_step(plan, tables, plan.chunks[id], rank));
+      step.atomic_add = step.role != StepRole::nccl_send && atomic[id];
     }
   }
   const auto& own = tables[rank];

@@ -3,7 +3,9 @@
 //    passes; then record the timeout in the WaitRecord and let the stream go on;
 //  - signal_store / signal_add: raise a slot with a release store / release add, system scope;
 //  - copy_2d: the SM-driven copy backend (a few blocks, vector loads where aligned);
-//  - add_2d: dst += src, element-wise, atomically (several chunks may add into one box).
+//  - add_2d: dst += src over a pitched region (16-byte vectors, fp32 accumulation for f16/bf16);
+//    plain stores when the caller is the box's only adder at the time, packed atomics when not
+//    (ChunkStep::atomic_add says which).
 // Kernels live in device_ops.cu; warm_up_kernels() loads them all, so no module load happens
 // while a waiter spins (baselines-h200.md, "A hang seen").
 #pragma once
@@ -43,7 +45,7 @@ void launch_signal_add(cudaStream_t stream, std::int32_t* slot, std::int32_t val
 void launch_copy_2d(cudaStream_t stream, const std::byte* src, std::byte* dst, const Copy2D& copy,
                     int max_blocks);
 void launch_add_2d(cudaStream_t stream, plan::DType dtype, const std::byte* src, std::byte* dst,
-                   const Copy2D& copy, int max_blocks);
+                   const Copy2D& copy, int max_blocks, bool atomic);
 // Loads every kernel above on the current device. Throws DeviceError.
 void warm_up_kernels();
 

@@ -59,6 +59,12 @@ struct ChunkStep {
   // group are issued together: every member's waits first, then all their sends and recvs
   // between one ncclGroupStart/End, then their landing raises.
   int group = plan::kNoGroup;
+  // Reduce-add steps that add on this rank (push, pull, local, nccl-recv): true when another
+  // reduce-add into an overlapping box of the same destination may run at the same time, i.e.
+  // is added by another rank or on another stream (see atomic_adds()); such an add must be
+  // atomic. False for the rest: the add is the only writer of its box then, so it loads, adds
+  // and stores plainly (deterministic, full speed).
+  bool atomic_add = false;
   friend bool operator==(const ChunkStep&, const ChunkStep&) = default;
 };
 
@@ -76,6 +82,14 @@ struct StepBatch {
   std::size_t end = 0;
 };
 std::vector<StepBatch> step_batches(const std::vector<ChunkStep>& steps);
+
+// Per chunk of the plan: does its add need atomics? Only reduce-add chunks can be true. Each
+// reduce-add has one adder, the (rank, stream) whose stream runs its add kernel: the dst for a
+// pulled, local or NCCL chunk, the src for a pushed one. Adds of one adder are ordered by its
+// stream; two reduce-adds into overlapping boxes of one dst tensor with different adders may
+// run at the same time, so both are atomic. (Conservative: an order through deps is not looked
+// for; the templates need none.)
+std::vector<bool> atomic_adds(const plan::CommPlan& plan);
 
 // Throws UserError naming rank and chunk when a rank issues a chunk it is neither src nor dst
 // of, or the tables do not match the plan.

@@ -341,13 +341,17 @@ void drop_chunk(CommPlan& plan, int id) {
   for (auto& c : plan.chunks) std::erase(c.deps, id);
 }
 
-// Issues a copy of chunk `id` right after the original, on the same stream.
+// Issues a copy of chunk `id` right after the original, on the same stream of every rank that
+// lists it (the src for a pushed copy, the dst for a pulled reduce-add).
 void duplicate_chunk(CommPlan& plan, int id) {
   Chunk copy = plan.chunks[id];
   copy.id = static_cast<int>(plan.chunks.size());
   plan.chunks.push_back(copy);
-  auto& stream = plan.ranks[copy.src].streams[copy.stream];
-  stream.insert(std::find(stream.begin(), stream.end(), id) + 1, copy.id);
+  for (auto& program : plan.ranks) {
+    auto& stream = program.streams[copy.stream];
+    const auto at = std::find(stream.begin(), stream.end(), id);
+    if (at != stream.end()) stream.insert(at + 1, copy.id);
+  }
 }
 
 TEST(CoverageReplayNegative, EveryDroppedChunkIsMissedSomewhere) {

@@ -66,7 +66,7 @@ TEST_P(EveryTemplate, HasDenseIdsAndTheExpectedChunkCount) {
 }
 
 TEST_P(EveryTemplate, ListsEachChunkOnItsIssuersInIdOrder) {
-  for (auto backend : {Backend::copy_engine, Backend::nccl}) {
+  for (auto backend : {Backend::copy_engine, Backend::sm_copy, Backend::nccl}) {
     const CommPlan plan = make_plan(options_for(GetParam(), backend));
     std::vector<std::vector<int>> listed_by(plan.chunks.size());  // ranks listing each chunk
     for (const auto& program : plan.ranks)
@@ -79,8 +79,9 @@ TEST_P(EveryTemplate, ListsEachChunkOnItsIssuersInIdOrder) {
         }
       }
     for (const Chunk& c : plan.chunks) {
-      std::vector<int> want{c.src};
-      if (backend == Backend::nccl && c.dst != c.src) want.push_back(c.dst);
+      // A copy is pushed by its source, a reduce-add pulled by its destination; NCCL: both.
+      std::vector<int> want{c.op == ChunkOp::reduce_add ? c.dst : c.src};
+      if (backend == Backend::nccl && c.dst != c.src) want = {c.src, c.dst};
       std::sort(want.begin(), want.end());
       std::sort(listed_by[c.id].begin(), listed_by[c.id].end());
       EXPECT_EQ(listed_by[c.id], want) << "chunk " << c.id;
@@ -207,12 +208,19 @@ TEST(TemplateAlgorithms, BidirSendsTheLargerHalfClockwise) {
 }
 
 TEST(TemplateAlgorithms, DirectIsRotatedSoNoRankIsEveryonesFirstPeer) {
-  const CommPlan plan = make_plan(options_for({Collective::reduce_scatter, Algorithm::direct, 5, 1}));
-  for (const auto& program : plan.ranks) {
-    std::vector<int> peers;
-    for (int id : program.streams[0]) peers.push_back(plan.chunks[id].dst);
-    EXPECT_EQ(peers, (std::vector<int>{(program.rank + 1) % 5, (program.rank + 2) % 5, (program.rank + 3) % 5,
-                                       (program.rank + 4) % 5}));
+  // All-gather copies are pushed: rank r serves r+1 first. Reduce-scatter adds are pulled by
+  // their destination: rank r takes r-1's partial first.
+  const CommPlan ag = make_plan(options_for({Collective::all_gather, Algorithm::direct, 5, 1}));
+  const CommPlan rs = make_plan(options_for({Collective::reduce_scatter, Algorithm::direct, 5, 1}));
+  for (int r = 0; r < 5; ++r) {
+    std::vector<int> targets, sources;
+    for (int id : ag.ranks[r].streams[0]) targets.push_back(ag.chunks[id].dst);
+    for (int id : rs.ranks[r].streams[0]) {
+      EXPECT_EQ(rs.chunks[id].dst, r);
+      sources.push_back(rs.chunks[id].src);
+    }
+    EXPECT_EQ(targets, (std::vector<int>{(r + 1) % 5, (r + 2) % 5, (r + 3) % 5, (r + 4) % 5}));
+    EXPECT_EQ(sources, (std::vector<int>{(r + 4) % 5, (r + 3) % 5, (r + 2) % 5, (r + 1) % 5}));
   }
 }
 

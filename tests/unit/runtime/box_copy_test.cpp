@@ -1,6 +1,7 @@
 #include <gtest/gtest.h>
 
 #include "syncopate/common/error.hpp"
+#include "syncopate/runtime/add_launch.hpp"
 #include "syncopate/runtime/box_copy.hpp"
 
 namespace syncopate::runtime {
@@ -107,6 +108,38 @@ TEST(BoxCopy, RejectsBoxesOutsideTheirTensorNamingTheSide) {
   }
   EXPECT_THROW(box_copies({{0, 0}, {2, 8}}, {4, 8}, {{0, 0}, {3, 8}}, {4, 8}, 2), UserError);
   EXPECT_THROW(box_copies({{0}, {2}}, {4, 8}, {{0, 0}, {2, 8}}, {4, 8}, 2), UserError);
+}
+
+// The reduce-add kernel's launch shape: full blocks, never more blocks than allowed, threads
+// along a row only as many as the row has units (narrow boxes put the block on rows instead),
+// and wide rows spread over the allowed blocks.
+TEST(AddLaunchShape, FullBlocksWithinTheBlockCap) {
+  for (std::int64_t units : {1, 2, 3, 7, 8, 100, 511, 512, 513, 4096, 1 << 20})
+    for (std::int64_t rows : {1, 2, 5, 64, 1000, 1 << 16})
+      for (int cap : {1, 4, 16, 132}) {
+        const AddLaunch l = add_launch_shape(units, rows, cap);
+        const auto where = ::testing::Message() << units << " units x " << rows << " rows, cap " << cap;
+        EXPECT_EQ(l.tx * l.ty, kAddThreads) << where;
+        EXPECT_EQ(l.tx & (l.tx - 1), 0) << where;  // a power of two
+        EXPECT_GE(l.tx, std::min<std::int64_t>(units, kAddThreads)) << where;
+        EXPECT_LT(l.tx, 2 * std::max<std::int64_t>(units, 1)) << where;
+        EXPECT_GE(l.bx, 1) << where;
+        EXPECT_GE(l.by, 1) << where;
+        EXPECT_LE(l.bx * l.by, cap) << where;
+        // No block is launched without work: bx blocks along a row each get some units, by
+        // along rows each get some rows.
+        EXPECT_LE((l.bx - 1) * std::int64_t{l.tx} * kAddUnroll, units) << where;
+        EXPECT_LE((l.by - 1) * std::int64_t{l.ty}, rows) << where;
+      }
+  // A 32 MiB bf16 row block (4096 x 4096) with 16 blocks: all 16 used, along the rows' units.
+  const AddLaunch wide = add_launch_shape(4096 * 2 / 16, 4096, 16);
+  EXPECT_EQ(wide.tx, 512);
+  EXPECT_EQ(wide.bx * wide.by, 16);
+  // One 16-byte unit per row (8 bf16 columns): one thread per row, 512 rows per block.
+  const AddLaunch narrow = add_launch_shape(1, 1 << 16, 16);
+  EXPECT_EQ(narrow.tx, 1);
+  EXPECT_EQ(narrow.ty, 512);
+  EXPECT_EQ(narrow.by, 16);
 }
 
 }  // namespace

@@ -249,6 +249,114 @@ TEST(RankSchedule, ProducerTilesGateTheChunksOfAReduceScatter) {
       }
 }
 
+// ---------------------------------------------------------------- reduce-add: who adds, atomics
+
+// Every reduce-add of a template runs on its destination: pulled (copy engine, SM copy) or
+// received (NCCL); the pull waits for the source's entry counter and its producer tiles.
+TEST(RankScheduleReduceAdd, TemplatesAddOnTheDestination) {
+  for (auto b : {Backend::copy_engine, Backend::sm_copy, Backend::nccl})
+    for (auto c : {Collective::reduce_scatter, Collective::all_reduce})
+      for (auto a : {Algorithm::ring, Algorithm::direct, Algorithm::bidir})
+        for (int w : {2, 3, 4}) {
+          const auto p = make(c, a, b, w, 2);
+          const auto tables = landing_tables(p);
+          int adds = 0;
+          for (int r = 0; r < w; ++r)
+            for (const auto& steps : make_rank_schedule(p, tables, r).streams)
+              for (const auto& step : steps) {
+                const auto& ch = p.chunks[step.chunk];
+                if (ch.op != plan::ChunkOp::reduce_add || step.role == StepRole::nccl_send) continue;
+                ++adds;
+                const auto where = fmt::format("{} {} {} world {} chunk {}", plan::to_string(c), plan::to_string(a),
+                                               plan::to_string(b), w, ch.id);
+                EXPECT_EQ(r, ch.dst) << where;
+                EXPECT_EQ(step.role, b == Backend::nccl ? StepRole::nccl_recv : StepRole::pull) << where;
+                if (step.role != StepRole::pull) continue;
+                const bool entry = std::any_of(step.waits.begin(), step.waits.end(), [&](const WaitRef& wr) {
+                  return wr.kind == WaitKind::entry && wr.rank == ch.src;
+                });
+                EXPECT_TRUE(entry) << where;
+              }
+          EXPECT_EQ(adds, w * (w - 1) * 2) << plan::to_string(c) << " " << plan::to_string(a) << " world " << w;
+        }
+}
+
+std::vector<int> atomic_steps(const plan::CommPlan& p) {
+  const auto tables = landing_tables(p);
+  std::vector<int> out;
+  for (int r = 0; r < p.world_size; ++r)
+    for (const auto& steps : make_rank_schedule(p, tables, r).streams)
+      for (const auto& step : steps)
+        if (step.atomic_add) out.push_back(step.chunk);
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+// Ring and direct: each rank adds everything landing on it on its one stream, so no add is
+// atomic. Bidir: the owner of a shard receives its last add from both directions on two
+// streams; exactly those two adds per (shard, sub-chunk) are atomic (world >= 3).
+TEST(RankScheduleReduceAdd, AtomicsOnlyWhereTwoStreamsAddIntoOneBox) {
+  for (auto b : {Backend::copy_engine, Backend::sm_copy, Backend::nccl})
+    for (auto c : {Collective::reduce_scatter, Collective::all_reduce})
+      for (int w : {2, 3, 4, 5})
+        for (int split : {1, 2}) {
+          const auto where = fmt::format("{} {} world {} split {}", plan::to_string(c), plan::to_string(b), w, split);
+          for (auto a : {Algorithm::ring, Algorithm::direct})
+            EXPECT_TRUE(atomic_steps(make(c, a, b, w, split)).empty()) << plan::to_string(a) << " " << where;
+          const auto p = make(c, Algorithm::bidir, b, w, split);
+          std::vector<int> expected;
+          for (const auto& ch : p.chunks) {
+            if (ch.op != plan::ChunkOp::reduce_add) continue;
+            bool other_stream = false;
+            for (const auto& o : p.chunks)
+              other_stream = other_stream || (o.id != ch.id && o.op == plan::ChunkOp::reduce_add && o.dst == ch.dst &&
+                                              o.stream != ch.stream && o.dst_box.overlaps(ch.dst_box));
+            if (other_stream) expected.push_back(ch.id);
+          }
+          EXPECT_EQ(atomic_steps(p), expected) << "bidir " << where;
+          EXPECT_EQ(expected.size(), w >= 3 ? static_cast<std::size_t>(2 * w * split) : 0u) << "bidir " << where;
+        }
+}
+
+// The analysis follows the issue lists, not the templates: a reduce-add pushed by its source
+// adds from the source's stream, so two sources adding into one box are concurrent.
+TEST(RankScheduleReduceAdd, PushedAddsFromTwoSourcesAreAtomic) {
+  auto p = make(Collective::reduce_scatter, Algorithm::direct, Backend::sm_copy, 3);
+  for (auto& rp : p.ranks) rp.streams.assign(1, {});
+  for (const auto& c : p.chunks) p.ranks[c.src].streams[0].push_back(c.id);  // push every chunk
+  std::vector<int> all;
+  for (const auto& c : p.chunks) all.push_back(c.id);
+  EXPECT_EQ(atomic_steps(p), all);
+  const auto flags = atomic_adds(p);
+  EXPECT_EQ(std::count(flags.begin(), flags.end(), true), static_cast<long>(p.chunks.size()));
+  for (int r = 0; r < 3; ++r) {
+    const auto schedule = make_rank_schedule(p, landing_tables(p), r);
+    for (const auto& step : schedule.streams.at(0)) {
+      EXPECT_EQ(step.role, StepRole::push);
+      EXPECT_EQ(step.atomic_add, true);
+    }
+  }
+}
+
+TEST(RankScheduleReduceAdd, DisjointBoxesAndCopiesNeedNoAtomics) {
+  // Direct reduce-scatter pushed, but each owner's box shrunk so the two sources' boxes are
+  // disjoint halves: no overlap, no atomics.
+  auto p = make(Collective::reduce_scatter, Algorithm::direct, Backend::copy_engine, 3);
+  for (auto& rp : p.ranks) rp.streams.assign(1, {});
+  for (auto& c : p.chunks) {
+    p.ranks[c.src].streams[0].push_back(c.id);
+    const bool first = (c.dst - c.src + 3) % 3 == 1;  // the owner's left neighbour
+    c.box.extent[1] = c.dst_box.extent[1] = 4;
+    c.box.offset[1] = c.dst_box.offset[1] = first ? 0 : 4;
+  }
+  EXPECT_TRUE(atomic_steps(p).empty());
+  // All-gather copies never add.
+  const auto ag = make(Collective::all_gather, Algorithm::bidir, Backend::sm_copy, 4, 2);
+  EXPECT_TRUE(atomic_steps(ag).empty());
+  const auto flags = atomic_adds(ag);
+  EXPECT_EQ(std::count(flags.begin(), flags.end(), true), 0);
+}
+
 TEST(RankSchedule, RejectsAChunkIssuedByAThirdRank) {
   auto p = make(Collective::all_gather, Algorithm::direct, Backend::copy_engine, 3);
   int moved = -1;
