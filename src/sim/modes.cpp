@@ -206,7 +206,8 @@ Timeline simulate_fused(const FusedCall& call, const Calibration& calib, const S
   in.label = "fused";
   in.dynamic_assignment = options.dynamic_assignment;
   in.chunks = base_chunks(call.plan, calib);
-  const auto gates = chunk_gates(call);
+  // The runtime starts an NCCL group once every member's waits hold: gate members together.
+  const auto gates = merge_group_gates(call.plan, chunk_gates(call));
   for (std::size_t c = 0; c < gates.size(); ++c) {
     in.chunks[c].gate_tiles = gates[c];
     in.chunks[c].gate_delay_us = calib.backend(in.chunks[c].backend).signal_latency_us;
@@ -229,7 +230,8 @@ Timeline simulate_kernel_level(const FusedCall& call, const Calibration& base_ca
   in.label = "kernel-level";
   in.dynamic_assignment = options.dynamic_assignment;
   in.chunks = base_chunks(call.plan, calib);
-  const auto gates = chunk_gates(call);
+  // The runtime starts an NCCL group once every member's waits hold: gate members together.
+  const auto gates = merge_group_gates(call.plan, chunk_gates(call));
   std::vector<std::vector<EngineKernel>> kernels;
   for (int r = 0; r < call.plan.world_size; ++r) {
     // Shaped: communication blocks sit beside the compute blocks, which keep every SM at a
