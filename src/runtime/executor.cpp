@@ -160,8 +160,17 @@ void RankExecutor::begin(cudaStream_t stream, std::int64_t epoch) {
 }
 
 void RankExecutor::issue(cudaStream_t stream, std::int64_t epoch, bool wait_landed) {
+  publish(stream, epoch);
+  fork(stream, epoch, wait_landed);
+}
+
+void RankExecutor::publish(cudaStream_t stream, std::int64_t epoch) {
   DeviceScope scope(heap_.device());
   set_control(stream, kEntrySlot, epoch);
+}
+
+void RankExecutor::fork(cudaStream_t stream, std::int64_t epoch, bool wait_landed) {
+  DeviceScope scope(heap_.device());
   SY_CUDA_CHECK(cudaEventRecord(impl_->fork, stream));
   for (std::size_t s = 0; s < schedule_.streams.size(); ++s) {
     cudaStream_t side = impl_->streams[s];

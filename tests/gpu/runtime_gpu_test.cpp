@@ -1,6 +1,8 @@
 // Single-process multi-GPU runtime tests: every template plan on every backend (NCCL plans issue
 // each step's send and recv as one NCCL group), epochs with no reset, 200 back-to-back calls, a
-// chunk that goes missing on purpose, and an NCCL peer that never posts its send.
+// chunk that goes missing on purpose, an NCCL peer that never posts its send, reduce-adds in
+// bf16/f16 over uneven and odd-width boxes (plain and atomic adds), and the reduce-add
+// bandwidth per backend (printed, never asserted).
 //
 // World size: SYNCOPATE_TEST_WORLD (default: the number of visible GPUs, at least 2). Ranks
 // beyond the GPU count share GPUs (rank r on GPU r % count); nccl cases then skip, since NCCL
@@ -11,14 +13,20 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <tuple>
 #include <thread>
 #include <string>
 #include <vector>
 
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
 #include <fmt/format.h>
 
 #include "local_group.hpp"
 #include "syncopate/common/error.hpp"
+#include "syncopate/lower/signal_table.hpp"
 #include "syncopate/plan/verify.hpp"
 #include "syncopate/runtime/rank_schedule.hpp"
 
@@ -44,6 +52,25 @@ runtime::ExecutorOptions test_options() {
 int test_world() {
   if (const char* env = std::getenv("SYNCOPATE_TEST_WORLD")) return std::atoi(env);
   return std::max(2, device_count());
+}
+
+// One call of rank r inside on_every_rank(), ordered for ranks that share a GPU
+// (docs/RUNTIME.md, "Ranks sharing a GPU"): begin, copy `bytes` of `input` into the collective's
+// tensor (if any), publish the entry counter, then a host barrier so that every rank's entry
+// write is enqueued before any rank enqueues a wait for it; fork the chunk steps, end, and a
+// second barrier so every exit write is enqueued before the next call's begin waits for it.
+void ordered_call(LocalGroup& g, int r, std::int64_t epoch, const void* input = nullptr, std::size_t bytes = 0,
+                  bool wait_landed = true) {
+  auto& ex = g.executor(r);
+  ex.begin(g.stream(r), epoch);
+  if (input != nullptr)
+    EXPECT_EQ(cudaMemcpyAsync(ex.tensor(r, ex.plan().collective.tensor), input, bytes, cudaMemcpyDeviceToDevice,
+                              g.stream(r)), cudaSuccess);
+  ex.publish(g.stream(r), epoch);
+  g.barrier();
+  ex.fork(g.stream(r), epoch, wait_landed);
+  ex.end(g.stream(r), epoch);
+  g.barrier();
 }
 
 // Integer-valued inputs: sums of a few of them are exact in f32 whatever the order.
@@ -161,12 +188,7 @@ TEST_P(TemplatePlans, EveryRankGetsTheCollectiveResultForThreeEpochs) {
     std::vector<const float*> staged;
     for (int r = 0; r < world; ++r) staged.push_back(g.upload(r, inputs(r, epoch, n)));
     g.on_every_rank([&](int r) {
-      auto& ex = g.executor(r);
-      ex.begin(g.stream(r), epoch);
-      ASSERT_EQ(cudaMemcpyAsync(ex.tensor(r, p.collective.tensor), staged[r], n * sizeof(float),
-                                cudaMemcpyDeviceToDevice, g.stream(r)), cudaSuccess);
-      ex.issue(g.stream(r), epoch);
-      ex.end(g.stream(r), epoch);
+      ordered_call(g, r, epoch, staged[r], n * sizeof(float));
       ASSERT_EQ(cudaStreamSynchronize(g.stream(r)), cudaSuccess);
     });
     g.monitor().check();
@@ -203,15 +225,9 @@ TEST_P(BackToBack, TwoHundredCallsStayCorrect) {
   for (int r = 0; r < world; ++r)
     for (int parity = 0; parity < 2; ++parity) sets_of[r].push_back(g.upload(r, inputs(r, kCalls - 1 + parity, n)));
   g.on_every_rank([&](int r) {
-    auto& ex = g.executor(r);
     const auto& sets = sets_of[r];
-    for (std::int64_t epoch = 1; epoch <= kCalls; ++epoch) {
-      ex.begin(g.stream(r), epoch);
-      ASSERT_EQ(cudaMemcpyAsync(ex.tensor(r, p.collective.tensor), sets[epoch == kCalls ? 1 : epoch % 2],
-                                n * sizeof(float), cudaMemcpyDeviceToDevice, g.stream(r)), cudaSuccess);
-      ex.issue(g.stream(r), epoch);
-      ex.end(g.stream(r), epoch);
-    }
+    for (std::int64_t epoch = 1; epoch <= kCalls; ++epoch)
+      ordered_call(g, r, epoch, sets[epoch == kCalls ? 1 : epoch % 2], n * sizeof(float));
     ASSERT_EQ(cudaStreamSynchronize(g.stream(r)), cudaSuccess);
   });
   g.monitor().check();
@@ -249,7 +265,7 @@ TEST_P(MissingChunk, TimesOutNamingTheChunk) {
   options.drop_chunk = dropped;
   LocalGroup g(p, options);
   g.on_every_rank([&](int r) {
-    g.executor(r).run(g.stream(r), 1);
+    ordered_call(g, r, 1);
     ASSERT_EQ(cudaStreamSynchronize(g.stream(r)), cudaSuccess);
   });
   try {
@@ -330,6 +346,356 @@ TEST(NcclBoundedWait, nccl_PeerThatNeverSendsIsAbortedAfterTheBound) {
   // The aborted communicator refuses further calls instead of hanging in them.
   EXPECT_THROW(g.executor(1).run(g.stream(1), 2), DeviceError);
 }
+
+// ---------------------------------------------------------------- reduce-add in 16-bit types
+//
+// Pulled reduce-adds (docs/RUNTIME.md, "Reduce-add chunks") in bf16/f16 over boxes that exercise
+// the add kernel's scalar head, 16-byte body and scalar tail: uneven row shards of odd width
+// (dim 0) and uneven column shards (dim 1, pitched rows). Inputs lie in [1, 2) with 6
+// fraction bits, so partial sums round (the order of adds matters to the last bit) while a
+// missing or doubled contribution (>= 1) is far outside the tolerance. Plans whose adds are all
+// plain (ring, direct: each rank adds on one stream) must give the same bits every call.
+
+std::uint16_t to_bits(plan::DType t, float v) {
+  std::uint16_t b;
+  if (t == plan::DType::bf16) {
+    const __nv_bfloat16 h = __float2bfloat16_rn(v);
+    std::memcpy(&b, &h, 2);
+  } else {
+    const __half h = __float2half_rn(v);
+    std::memcpy(&b, &h, 2);
+  }
+  return b;
+}
+
+float from_bits(plan::DType t, std::uint16_t b) {
+  if (t == plan::DType::bf16) {
+    __nv_bfloat16 h;
+    std::memcpy(&h, &b, 2);
+    return __bfloat162float(h);
+  }
+  __half h;
+  std::memcpy(&h, &b, 2);
+  return __half2float(h);
+}
+
+float input16(int rank, std::int64_t k) { return 1.0f + static_cast<float>((rank * 131 + k * 17) % 61) / 64.0f; }
+
+struct Case16 {
+  Collective collective;
+  Algorithm algorithm;
+  Backend backend;
+  plan::DType dtype;
+  int split;
+  int dim;
+};
+
+std::string case16_name(const testing::TestParamInfo<Case16>& info) {
+  const auto& c = info.param;
+  std::string s = fmt::format("{}_{}_{}_{}_split{}_dim{}", plan::to_string(c.collective), plan::to_string(c.algorithm),
+                              plan::to_string(c.backend), plan::to_string(c.dtype), c.split, c.dim);
+  for (auto& ch : s)
+    if (ch == '-') ch = '_';
+  return s;
+}
+
+plan::CommPlan make_case16_plan(const Case16& c, int world) {
+  plan::TemplateOptions o;
+  o.collective = c.collective;
+  o.algorithm = c.algorithm;
+  o.world_size = world;
+  o.split = c.split;
+  o.dtype = c.dtype;
+  o.dim = c.dim;
+  o.backend = c.backend;
+  // dim 0: uneven row shards, rows of 1031 elements (2062 bytes: every row starts at another
+  // offset modulo 16); dim 1: 33 rows, uneven column shards of about 40 elements.
+  o.shape = c.dim == 0 ? std::vector<std::int64_t>{3 * world * c.split + 1, 1031}
+                       : std::vector<std::int64_t>{33, 40 * world * c.split + 3};
+  auto p = plan::make_plan(o);
+  plan::verify_or_throw(p, case16_name({c, 0}));
+  return p;
+}
+
+// Raw bytes of tensor `name` on rank r (main thread only).
+std::vector<std::uint16_t> read16(LocalGroup& g, int r, const std::string& name) {
+  const auto& spec = g.executor(r).plan().tensors.at(name);
+  std::vector<std::uint16_t> out(static_cast<std::size_t>(spec.elements()));
+  EXPECT_EQ(cudaSetDevice(g.device(r)), cudaSuccess);
+  EXPECT_EQ(cudaMemcpy(out.data(), g.executor(r).tensor(r, name), out.size() * 2, cudaMemcpyDeviceToHost),
+            cudaSuccess);
+  return out;
+}
+
+// Device buffers of 16-bit values, freed at scope exit (allocated from the main thread).
+class Device16 {
+ public:
+  Device16(int device, const std::vector<std::uint16_t>& values) : device_(device) {
+    EXPECT_EQ(cudaSetDevice(device), cudaSuccess);
+    EXPECT_EQ(cudaMalloc(&ptr_, values.size() * 2), cudaSuccess);
+    EXPECT_EQ(cudaMemcpy(ptr_, values.data(), values.size() * 2, cudaMemcpyHostToDevice), cudaSuccess);
+  }
+  ~Device16() {
+    cudaSetDevice(device_);
+    cudaFree(ptr_);
+  }
+  Device16(const Device16&) = delete;
+  Device16& operator=(const Device16&) = delete;
+  const void* get() const { return ptr_; }
+
+ private:
+  int device_ = 0;
+  void* ptr_ = nullptr;
+};
+
+class ReduceAdd16 : public testing::TestWithParam<Case16> {};
+
+TEST_P(ReduceAdd16, SumsWithinRoundingAndPlainAddsAreDeterministic) {
+  const int world = test_world();
+  const Case16 c = GetParam();
+  if (c.backend == Backend::nccl && world > device_count()) GTEST_SKIP() << "nccl needs one GPU per rank";
+  const auto p = make_case16_plan(c, world);
+  const auto tables = lower::lower(p, lower::TileGrid{1, 1, 1, 1}, {});
+  bool any_atomic = false;
+  for (int r = 0; r < world; ++r)
+    for (const auto& steps : runtime::make_rank_schedule(p, tables, r).streams)
+      for (const auto& step : steps) any_atomic = any_atomic || step.atomic_add;
+  const bool must_be_deterministic = c.algorithm != Algorithm::bidir;
+  if (must_be_deterministic) ASSERT_FALSE(any_atomic) << "ring and direct add on one stream per rank";
+
+  LocalGroup g(p, test_options());
+  const auto& x = p.collective.tensor;
+  const auto& shape = p.tensors.at(x).shape;
+  const std::int64_t n = p.tensors.at(x).elements();
+  std::vector<std::unique_ptr<Device16>> staged;
+  std::vector<std::vector<float>> given(world);  // the inputs as the device holds them
+  for (int r = 0; r < world; ++r) {
+    std::vector<std::uint16_t> bits(static_cast<std::size_t>(n));
+    for (std::int64_t k = 0; k < n; ++k) {
+      bits[k] = to_bits(c.dtype, input16(r, k));
+      given[r].push_back(from_bits(c.dtype, bits[k]));
+    }
+    staged.push_back(std::make_unique<Device16>(g.device(r), bits));
+  }
+  // Each rounding of a partial sum (< 2 * world) is at most half an ulp; world - 1 of them.
+  const float ulp = std::ldexp(2.0f * world, c.dtype == plan::DType::bf16 ? -7 : -10);
+  const float tolerance = 0.5f * ulp * world + 1e-6f;
+  std::vector<std::vector<std::uint16_t>> first(world);
+  for (std::int64_t epoch = 1; epoch <= 3; ++epoch) {
+    g.on_every_rank([&](int r) {
+      ordered_call(g, r, epoch, staged[r]->get(), n * 2);
+      ASSERT_EQ(cudaStreamSynchronize(g.stream(r)), cudaSuccess);
+    });
+    g.monitor().check();
+    for (int q = 0; q < world; ++q) {
+      const auto out = read16(g, q, x);
+      int wrong = 0;
+      for (std::int64_t k = 0; k < n; ++k) {
+        const std::int64_t i = along(shape, c.dim, k);
+        if (c.collective == Collective::reduce_scatter && owner(i, shape[c.dim], world) != q) continue;
+        double want = 0;
+        for (int r = 0; r < world; ++r) want += given[r][k];
+        const float got = from_bits(c.dtype, out[k]);
+        if (std::fabs(got - want) > tolerance) {
+          if (wrong < 5)
+            ADD_FAILURE() << fmt::format("rank {}, epoch {}, element {} (index {} along dim {}): got {}, want {} +- {}",
+                                         q, epoch, k, i, c.dim, got, want, tolerance);
+          ++wrong;
+        }
+      }
+      ASSERT_EQ(wrong, 0) << "rank " << q << ", epoch " << epoch;
+      if (epoch == 1) first[q] = out;
+      if (must_be_deterministic && epoch > 1) {
+        std::int64_t differ = 0;
+        for (std::int64_t k = 0; k < n; ++k) differ += out[k] != first[q][k];
+        EXPECT_EQ(differ, 0) << "rank " << q << ": plain adds gave other bits at epoch " << epoch
+                             << " than at epoch 1 for the same inputs";
+      }
+    }
+  }
+  std::printf("%s: world %d, %s adds\n", case16_name({c, 0}).c_str(), world, any_atomic ? "some atomic" : "plain");
+}
+
+std::vector<Case16> case16_all() {
+  std::vector<Case16> out;
+  for (auto backend : {Backend::copy_engine, Backend::sm_copy, Backend::nccl}) {
+    for (auto coll : {Collective::reduce_scatter, Collective::all_reduce})
+      for (auto alg : {Algorithm::ring, Algorithm::direct, Algorithm::bidir}) {
+        out.push_back({coll, alg, backend, plan::DType::bf16, 1, 0});
+        out.push_back({coll, alg, backend, plan::DType::bf16, 2, 1});
+      }
+    out.push_back({Collective::reduce_scatter, Algorithm::direct, backend, plan::DType::f16, 1, 1});
+    out.push_back({Collective::all_reduce, Algorithm::bidir, backend, plan::DType::f16, 2, 0});
+  }
+  return out;
+}
+
+INSTANTIATE_TEST_SUITE_P(AllBackends, ReduceAdd16, testing::ValuesIn(case16_all()), case16_name);
+
+// The atomic add path on any world >= 2: a world-2 direct reduce-scatter whose chunk into
+// rank 1 is issued twice, on two streams of rank 1, into the same box; the schedule must mark
+// both adds atomic, and rank 1's shard must end as x1 + 2 * x0 (small integers: exact in any
+// order). Odd row width: scalar heads and tails beside the packed-pair body.
+class AtomicAdds : public testing::TestWithParam<std::tuple<Backend, plan::DType>> {};
+
+TEST_P(AtomicAdds, TwoStreamsAddingIntoOneBoxLoseNothing) {
+  const auto [backend, dtype] = GetParam();
+  if (backend == Backend::nccl && device_count() < 2) GTEST_SKIP() << "nccl needs one GPU per rank";
+  plan::TemplateOptions o;
+  o.collective = Collective::reduce_scatter;
+  o.algorithm = Algorithm::direct;
+  o.world_size = 2;
+  o.dtype = dtype;
+  o.backend = backend;
+  o.shape = {301, 517};
+  auto p = plan::make_plan(o);
+  int into_1 = -1;
+  for (const auto& ch : p.chunks)
+    if (ch.dst == 1) into_1 = ch.id;
+  ASSERT_GE(into_1, 0);
+  plan::Chunk again = p.chunks[into_1];
+  again.id = static_cast<int>(p.chunks.size());
+  again.stream = 1;
+  again.group = plan::kNoGroup;
+  p.chunks.push_back(again);
+  for (auto& rp : p.ranks) {
+    rp.streams.resize(2);
+    if (rp.rank == 1 || (backend == Backend::nccl && rp.rank == 0)) rp.streams[1].push_back(again.id);
+  }
+  const auto tables = lower::lower(p, lower::TileGrid{1, 1, 1, 1}, {});
+  int atomic_steps = 0;
+  for (const auto& steps : runtime::make_rank_schedule(p, tables, 1).streams)
+    for (const auto& step : steps) atomic_steps += step.atomic_add;
+  ASSERT_EQ(atomic_steps, 2);
+
+  LocalGroup g(p, test_options());
+  const auto& x = p.collective.tensor;
+  const std::int64_t n = p.tensors.at(x).elements();
+  const bool wide = dtype == plan::DType::f32 || dtype == plan::DType::i32;
+  auto value = [](int r, std::int64_t k) { return static_cast<int>((r * 37 + k * 11) % 29) - 14; };
+  std::vector<std::unique_ptr<Device16>> staged;  // 4-byte types go in as pairs of 16-bit words
+  for (int r = 0; r < 2; ++r) {
+    std::vector<std::uint16_t> words(static_cast<std::size_t>(n * (wide ? 2 : 1)));
+    for (std::int64_t k = 0; k < n; ++k) {
+      const int v = value(r, k);
+      if (dtype == plan::DType::f32) {
+        const float f = static_cast<float>(v);
+        std::memcpy(&words[2 * k], &f, 4);
+      } else if (dtype == plan::DType::i32) {
+        std::memcpy(&words[2 * k], &v, 4);
+      } else {
+        words[k] = to_bits(dtype, static_cast<float>(v));
+      }
+    }
+    staged.push_back(std::make_unique<Device16>(g.device(r), words));
+  }
+  const std::size_t bytes = static_cast<std::size_t>(n) * plan::dtype_size(dtype);
+  g.on_every_rank([&](int r) {
+    ordered_call(g, r, 1, staged[r]->get(), bytes);
+    ASSERT_EQ(cudaStreamSynchronize(g.stream(r)), cudaSuccess);
+  });
+  g.monitor().check();
+  std::vector<std::uint16_t> words(bytes / 2);
+  ASSERT_EQ(cudaSetDevice(g.device(1)), cudaSuccess);
+  ASSERT_EQ(cudaMemcpy(words.data(), g.executor(1).tensor(1, x), bytes, cudaMemcpyDeviceToHost), cudaSuccess);
+  const auto& box = p.chunks[into_1].dst_box;
+  int wrong = 0;
+  for (std::int64_t k = 0; k < n; ++k) {
+    const std::int64_t row = k / o.shape[1];
+    const bool in_box = row >= box.offset[0] && row < box.offset[0] + box.extent[0];
+    const int want = value(1, k) + (in_box ? 2 * value(0, k) : 0);
+    float got = 0;
+    if (dtype == plan::DType::f32) {
+      std::memcpy(&got, &words[2 * k], 4);
+    } else if (dtype == plan::DType::i32) {
+      int i = 0;
+      std::memcpy(&i, &words[2 * k], 4);
+      got = static_cast<float>(i);
+    } else {
+      got = from_bits(dtype, words[k]);
+    }
+    if (got != static_cast<float>(want)) {
+      if (wrong < 5) ADD_FAILURE() << fmt::format("element {} (row {}): got {}, want {}", k, row, got, want);
+      ++wrong;
+    }
+  }
+  EXPECT_EQ(wrong, 0);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    AllBackends, AtomicAdds,
+    testing::Combine(testing::Values(Backend::copy_engine, Backend::sm_copy, Backend::nccl),
+                     testing::Values(plan::DType::bf16, plan::DType::f16, plan::DType::f32, plan::DType::i32)),
+    [](const testing::TestParamInfo<std::tuple<Backend, plan::DType>>& info) {
+      std::string s = fmt::format("{}_{}", plan::to_string(std::get<0>(info.param)),
+                                  plan::to_string(std::get<1>(info.param)));
+      for (auto& ch : s)
+        if (ch == '-') ch = '_';
+      return s;
+    });
+
+// Reduce-add bandwidth per backend, printed for the lead (never asserted: performance lives in
+// benchmarks). World 2, one GPU per rank: a direct reduce-scatter of a 2 x 32 MiB bf16 tensor
+// (8192 x 4096), so each rank pulls and adds one 32 MiB chunk per call; beside it the same
+// bytes as a direct all-gather (a plain copy: the link's ceiling for that backend). 5 warm-up
+// calls, then 20 timed calls back to back; GB/s = 32 MiB / (time per call), the slower rank.
+// Add and SM-copy kernels get 16 blocks (what the fused ops give them), and 64 for comparison.
+double seconds_per_call(const plan::CommPlan& p, int calls, int blocks) {
+  runtime::ExecutorOptions options = test_options();
+  options.sm_copy_blocks = blocks;
+  LocalGroup g(p, options);
+  std::vector<double> per_rank(2, 0.0);
+  g.on_every_rank([&](int r) {
+    auto& ex = g.executor(r);
+    ASSERT_EQ(cudaMemsetAsync(ex.tensor(r, p.collective.tensor), 0,
+                              p.tensors.at(p.collective.tensor).elements() * 2, g.stream(r)), cudaSuccess);
+    std::int64_t epoch = 1;
+    for (; epoch <= 5; ++epoch) ex.run(g.stream(r), epoch);
+    ASSERT_EQ(cudaStreamSynchronize(g.stream(r)), cudaSuccess);
+    g.barrier();
+    const auto start = std::chrono::steady_clock::now();
+    for (int i = 0; i < calls; ++i, ++epoch) ex.run(g.stream(r), epoch);
+    ASSERT_EQ(cudaStreamSynchronize(g.stream(r)), cudaSuccess);
+    per_rank[r] = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() / calls;
+  });
+  g.monitor().check();
+  return std::max(per_rank[0], per_rank[1]);
+}
+
+// One test per backend, named after it (run.sh runs the nccl ones apart).
+class ReduceAddBandwidth : public testing::TestWithParam<Backend> {};
+
+TEST_P(ReduceAddBandwidth, PrintsGBsFor32MiBChunks) {
+  if (device_count() < 2) GTEST_SKIP() << "needs two GPUs (one per rank)";
+  if (test_world() != 2) GTEST_SKIP() << "printed once, in the world-2 run";
+  constexpr double kChunkBytes = 32.0 * 1024 * 1024;
+  const Backend backend = GetParam();
+  auto gbs = [&](Collective coll, int blocks) {
+    plan::TemplateOptions o;
+    o.collective = coll;
+    o.algorithm = Algorithm::direct;
+    o.world_size = 2;
+    o.dtype = plan::DType::bf16;
+    o.backend = backend;
+    o.shape = {8192, 4096};
+    return kChunkBytes / seconds_per_call(plan::make_plan(o), 20, blocks) / 1e9;
+  };
+  const double add16 = gbs(Collective::reduce_scatter, 16);
+  const double copy16 = gbs(Collective::all_gather, 16);
+  const double add64 = gbs(Collective::reduce_scatter, 64);
+  std::printf("reduce-add bandwidth: %-11s 32 MiB reduce-add %7.1f GB/s (64 blocks: %7.1f), 32 MiB copy %7.1f GB/s, "
+              "add/copy %.2f\n", std::string(plan::to_string(backend)).c_str(), add16, add64, copy16, add16 / copy16);
+  std::fflush(stdout);
+}
+
+INSTANTIATE_TEST_SUITE_P(AllBackends, ReduceAddBandwidth,
+                         testing::Values(Backend::copy_engine, Backend::sm_copy, Backend::nccl),
+                         [](const testing::TestParamInfo<Backend>& info) {
+                           std::string s(plan::to_string(info.param));
+                           for (auto& ch : s)
+                             if (ch == '-') ch = '_';
+                           return s;
+                         });
 
 }  // namespace
 }  // namespace syncopate::gpu_test

@@ -70,6 +70,13 @@ class RankExecutor {
   // writes the plan's buffers any more.
   void begin(cudaStream_t stream, std::int64_t epoch);
   void issue(cudaStream_t stream, std::int64_t epoch, bool wait_landed = true);
+  // issue() in two halves, for ranks that share a GPU (docs/RUNTIME.md, "Ranks sharing a GPU"):
+  // publish() raises the entry counter; fork() issues the chunk steps (everything else issue()
+  // does). With a host barrier between every rank's publish() and any rank's fork(), each entry
+  // write is enqueued ahead of every operation that waits for it, so no hardware queue shared
+  // by two ranks can hold a waiter in front of the write it waits for.
+  void publish(cudaStream_t stream, std::int64_t epoch);
+  void fork(cudaStream_t stream, std::int64_t epoch, bool wait_landed = true);
   // Makes `stream` wait until every chunk landing here has landed (what issue() does with
   // wait_landed): for a producer kernel launched after issue() whose output the chunks carry.
   void wait_landed(cudaStream_t stream, std::int64_t epoch);
