@@ -152,7 +152,7 @@ class OpContext:
                          b_layout=self.b_layout, config=self.config, accesses=accesses,
                          tile_order=self.tile_order, device=self.device, backend=self.backend,
                          wait_bound_ns=self.wait_bound_ns, producer=producer,
-                         num_programs=persistent_programs(self.device, self.backend))
+                         num_programs=persistent_programs(self.device, self.backend, producer))
 
     def _scratch_b(self) -> torch.Tensor:
         if self.b_layout == "nk":

@@ -20,6 +20,17 @@ B_LAYOUTS = ("kn", "nk")
 RESERVED_SMS = {"copy-engine": 4, "sm-copy": 20, "nccl": 24}
 # SM-copy blocks the executor runs: the reserved SMs less a few for the signal kernels.
 SM_COPY_BLOCKS = RESERVED_SMS["sm-copy"] - 4
+# GEMM+RS / GEMM+AR add every incoming chunk with a kernel at the destination while the GEMM
+# runs (docs/RUNTIME.md, "Reduce-add chunks"), also with the copy engine (which only moves the
+# bytes into staging): the add kernel's blocks need SMs the persistent GEMM leaves free, or they
+# wait for its end and the whole reduction lands in the tail.
+PRODUCER_RESERVED_SMS = {"copy-engine": 12, "sm-copy": 20, "nccl": 24}
+PRODUCER_ADD_BLOCKS = 10
+
+
+def reserved_sms(backend: str, producer: bool) -> int:
+    """SMs the fused GEMM leaves to the chunk backend (and, for producers, the add kernels)."""
+    return (PRODUCER_RESERVED_SMS if producer else RESERVED_SMS)[backend]
 CHECK_EACH_CALL = os.environ.get("SYNCOPATE_CHECK_EACH_CALL", "1") not in ("", "0")
 _TMA_ALIGN_BYTES = 16
 

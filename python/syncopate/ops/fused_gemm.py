@@ -24,7 +24,7 @@ import torch
 
 from syncopate.errors import Error, InternalError, TransformError
 from syncopate.launch import TileTables, _unspecialize, check_error, new_error_record, transformed_info
-from syncopate.ops.common import RESERVED_SMS, leading_stride_aligned
+from syncopate.ops.common import leading_stride_aligned, reserved_sms
 
 TMA_KERNEL = "gemm_tma_kernel"
 POINTER_KERNEL = "gemm_pointer_kernel"
@@ -185,6 +185,7 @@ class FusedGemm:
             self.error.zero_()
 
 
-def persistent_programs(device: torch.device, backend: str) -> int:
-    """The persistent grid: SMs less those the backend's communication needs."""
-    return max(1, num_sms(device) - RESERVED_SMS[backend])
+def persistent_programs(device: torch.device, backend: str, producer: bool = False) -> int:
+    """The persistent grid: SMs less those the backend's communication (and, for a producer
+    GEMM, the destination's add kernels) needs."""
+    return max(1, num_sms(device) - reserved_sms(backend, producer))

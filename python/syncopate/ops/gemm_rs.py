@@ -23,8 +23,8 @@ from typing import Optional
 import torch
 
 from syncopate.ops.ag_gemm import OpContext
-from syncopate.ops.common import (CHECK_EACH_CALL, SM_COPY_BLOCKS, check_out, context_for, default_backend,
-                                  forward_operands)
+from syncopate.ops.common import (CHECK_EACH_CALL, PRODUCER_ADD_BLOCKS, SM_COPY_BLOCKS, check_out, context_for,
+                                  default_backend, forward_operands)
 
 
 class ProducerGemm(OpContext):
@@ -41,7 +41,8 @@ class ProducerGemm(OpContext):
         self.ws = PlanWorkspace(self.plan, self.group, grid=(self.m, self.n, self.config.block_m,
                                                              self.config.block_n),
                                 accesses=accesses, device=self.device, wait_bound_ns=self.wait_bound_ns,
-                                drop_chunk=drop_chunk, sm_copy_blocks=SM_COPY_BLOCKS)
+                                drop_chunk=drop_chunk,
+                                sm_copy_blocks=SM_COPY_BLOCKS if self.backend == "sm-copy" else PRODUCER_ADD_BLOCKS)
         self.c = self.ws.tensor("c", self.dtype)
         self.signals = self.ws.signals()
         self.result = self._result_view()
