@@ -33,7 +33,7 @@ std::string_view likely_cause(std::int32_t kind) {
 std::string format_timeout(const WaitRecord& r) {
   // The NCCL watchdog's record: no slot; `owner` is the peer and `chunk` the first member.
   if (r.kind == static_cast<std::int32_t>(WaitKind::nccl))
-    return fmt::format("rank {}: wait timed out after {} ms: NCCL call of chunk {} with rank {} did not complete ({})",
+    return fmt::format("rank {}: wait timed out after {} ms: NCCL call (chunk {}) with rank {} did not complete ({})",
                        r.rank, r.bound_ns / 1'000'000, r.chunk, r.owner, likely_cause(r.kind));
   const std::string chunk = r.chunk >= 0 ? fmt::format(" (chunk {})", r.chunk) : std::string();
   return fmt::format(
