@@ -59,6 +59,12 @@ void bind_calibration(nb::module_& m) {
       .def_ro("egress_gbps", &sim::Calibration::egress_gbps)
       .def_ro("ingress_gbps", &sim::Calibration::ingress_gbps)
       .def_ro("launch_overhead_us", &sim::Calibration::launch_overhead_us)
+      .def(
+          "fused_call_overhead_us",
+          [](const sim::Calibration& c, std::string_view collective) {
+            return c.fused_call_overhead(enum_arg<plan::Collective>(collective, "collective"));
+          },
+          "collective"_a, "Measured cost of one fused call beyond the model (overheads.fused_call_us).")
       .def("tile_time_us", &sim::Calibration::tile_time_us, "block_m"_a, "block_n"_a, "k"_a)
       .def(
           "link_bandwidth_gbps",

@@ -181,9 +181,19 @@ Calibration parse_calibration(std::string_view json_text, std::string_view sourc
   c.gemm.mma_efficiency = gemm.required("mma_efficiency").fraction();
   c.gemm.tile_overhead_us = gemm.required("tile_overhead_us").non_negative();
 
-  auto overheads = object(top.required("overheads"), source, {"launch_us", "sync_us"});
+  auto overheads = object(top.required("overheads"), source, {"launch_us", "sync_us", "fused_call_us"});
   c.launch_overhead_us = overheads.required("launch_us").non_negative();
   c.sync_overhead_us = overheads.required("sync_us").non_negative();
+  if (auto per = overheads.optional("fused_call_us")) {
+    std::vector<std::string_view> names;
+    for (const auto& [coll, name] : plan::EnumTable<plan::Collective>::entries)
+      if (coll != plan::Collective::custom) names.push_back(name);
+    static_assert(plan::EnumTable<plan::Collective>::entries.size() == 5);
+    auto o = object(*per, source, {names[0], names[1], names[2], names[3]});
+    for (const auto& [coll, name] : plan::EnumTable<plan::Collective>::entries)
+      if (coll != plan::Collective::custom)
+        if (auto v = o.optional(name)) c.fused_call_overhead_us.at(static_cast<std::size_t>(coll)) = v->non_negative();
+  }
 
   const Node backends_node = top.required("backends");
   std::vector<std::string_view> names;
@@ -232,6 +242,9 @@ std::string calibration_to_json(const Calibration& c, int indent) {
   doc["gemm"] = {{"peak_tflops", c.gemm.peak_tflops}, {"mma_efficiency", c.gemm.mma_efficiency},
                  {"tile_overhead_us", c.gemm.tile_overhead_us}};
   doc["overheads"] = {{"launch_us", c.launch_overhead_us}, {"sync_us", c.sync_overhead_us}};
+  for (const auto& [coll, name] : plan::EnumTable<plan::Collective>::entries)
+    if (coll != plan::Collective::custom && c.fused_call_overhead(coll) > 0)
+      doc["overheads"]["fused_call_us"][std::string(name)] = c.fused_call_overhead(coll);
   for (const auto& [b, name] : plan::EnumTable<plan::Backend>::entries) {
     const auto& m = c.backend(b);
     doc["backends"][std::string(name)] = {

@@ -251,6 +251,25 @@ def test_auto_fuses_a_large_all_gather():
     assert c.predicted_us["fused"] < c.predicted_us["sequential"]
 
 
+def test_auto_charges_the_calibrations_fused_call_overhead(tmp_path, monkeypatch):
+    """The measured per-call cost comes from the calibration (overheads.fused_call_us): raise it
+    and the same large all-gather falls back to sequential, saying what it charged."""
+    import json
+    from pathlib import Path
+
+    import syncopate
+
+    shipped = Path(syncopate.__file__).resolve().parent / "calib" / "h200.json"
+    doc = json.loads(shipped.read_text())
+    doc["overheads"]["fused_call_us"]["all-gather"] = 50000
+    path = tmp_path / "slow_calls.json"
+    path.write_text(json.dumps(doc))
+    monkeypatch.setenv(choice_mod.CALIBRATION_ENV, str(path))
+    c = _choose("all-gather", 8192, 8192, 8192, 4)
+    assert c.decision == "sequential", c.reason
+    assert "+50000 us measured call overhead" in c.reason
+
+
 def test_fixed_choices_are_kept_and_mode_overrides():
     c = _choose("reduce-scatter", 64, 4096, 4096, 2, backend="nccl", algorithm="ring", split=2,
                 tile_order="row-major", mode="fused")

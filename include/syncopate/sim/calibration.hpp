@@ -67,6 +67,14 @@ struct Calibration {
   double local_copy_gbps = 0;     // a chunk whose src == dst (device-to-device copy)
   double launch_overhead_us = 0;  // one kernel launch (and the gap between stream-ordered kernels)
   double sync_overhead_us = 0;    // one cross-stream event wait / host-visible synchronisation
+  // Measured cost of one fused call beyond what the model predicts, per collective (indexed by
+  // plan::Collective; JSON overheads.fused_call_us, optional, 0 when absent): the host issue
+  // path, and for reduce-scatter / all-reduce the reduction tail the model does not capture.
+  // The auto-choice adds it to the fused time before comparing with sequential.
+  std::array<double, 5> fused_call_overhead_us{};
+  double fused_call_overhead(plan::Collective c) const {
+    return fused_call_overhead_us.at(static_cast<std::size_t>(c));
+  }
   GemmModel gemm;
   std::array<BackendModel, 3> backends{};  // indexed by plan::Backend
   std::vector<LinkOverride> links;

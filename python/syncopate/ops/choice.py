@@ -29,18 +29,9 @@ MIN_GAIN = 0.05
 # measured), it is within the model's error, and the simulator does not model the host's cost
 # of issuing a fused call (tens of microseconds of Python); for tiny M that cost dominates.
 MIN_SAVING_US = 16.0
-# ... after adding this to the fused prediction: what a fused call costs beyond the simulator's
-# model, measured as (measured - predicted) fused time on nvidia-h200-x2 (world 2, 2026-11-22):
-# - all-gather, the 30 AG+GEMM rows of bench/results/h200x2-2026-11-22-session2/
-#   bench_ops_ag_gemm_all_rows_2214.json: 12-113 us where fusion wins (median about 60), 150-380 us
-#   on small or K=4096 shapes (a fused call's host issue path is about 130 us against 50 us for
-#   NCCL + mm, bench/profile_op.py). With 100 us, "auto" fused none of the 21 rows where fused
-#   lost, and 5 of the 9 where it won.
-# - reduce-scatter / all-reduce, the baseline rows of bench_ops_rs_ar_quick_2231.json (adds at
-#   the destination): 150-870 us (RS, median about 300) and 530-1400 us (AR, median about 700).
-#   The simulator does not model that an incoming reduce-add may only land once the receiver's
-#   own tiles of that box are stored (dst-ready), which puts most of the reduction in the tail.
-FUSED_CALL_OVERHEAD_US = {"all-gather": 100.0, "reduce-scatter": 300.0, "all-reduce": 700.0}
+# ... after adding the calibration's measured cost of a fused call that the simulator does not
+# model (overheads.fused_call_us in calib/h200.json, with its provenance there: the host issue
+# path, and the reduction tail of GEMM+RS/AR). `sy.tune` charges the same.
 SPLITS = (1, 2, 4, 8)
 CALIBRATION_ENV = "SYNCOPATE_CALIBRATION"
 
@@ -107,7 +98,7 @@ def _choose_cached(collective, m, n, k, world, dtype, block_m, block_n, backend,
                      backends=_as_list(backend, BACKENDS), orders=_as_list(tile_order, TILE_ORDERS),
                      min_gain=MIN_GAIN)
     fused, seq = result.best_fused, result.best_sequential
-    overhead = FUSED_CALL_OVERHEAD_US.get(collective, max(FUSED_CALL_OVERHEAD_US.values()))
+    overhead = calib.fused_call_overhead_us(collective)
     saving = seq.sequential_us - fused.fused_us - overhead
     if mode == "auto":
         pays = saving >= max(MIN_GAIN * seq.sequential_us, MIN_SAVING_US)

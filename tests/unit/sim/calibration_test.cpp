@@ -37,6 +37,20 @@ TEST(Calibration, LinkOverridesWin) {
   EXPECT_DOUBLE_EQ(c.link_bandwidth_gbps(1, 1, plan::Backend::nccl), 1000);  // local copy
 }
 
+TEST(Calibration, FusedCallOverheadIsOptionalPerCollective) {
+  auto doc = nlohmann::json::parse(testing::round_calibration_json());
+  EXPECT_DOUBLE_EQ(parse_calibration(doc.dump()).fused_call_overhead(plan::Collective::all_gather), 0);
+  doc["overheads"]["fused_call_us"] = {{"all-gather", 100}, {"reduce-scatter", 300.5}};
+  const auto c = parse_calibration(doc.dump());
+  EXPECT_DOUBLE_EQ(c.fused_call_overhead(plan::Collective::all_gather), 100);
+  EXPECT_DOUBLE_EQ(c.fused_call_overhead(plan::Collective::reduce_scatter), 300.5);
+  EXPECT_DOUBLE_EQ(c.fused_call_overhead(plan::Collective::all_reduce), 0);
+  const auto again = parse_calibration(calibration_to_json(c), "again");
+  EXPECT_DOUBLE_EQ(again.fused_call_overhead(plan::Collective::reduce_scatter), 300.5);
+  // The shipped calibration carries the measured values.
+  EXPECT_GT(load_calibration(shipped_path()).fused_call_overhead(plan::Collective::all_reduce), 0);
+}
+
 struct BadCase {
   std::string name;
   std::string json_pointer;  // what to change
@@ -73,6 +87,10 @@ INSTANTIATE_TEST_SUITE_P(
         BadCase{"speed-up instead of slowdown", "/backends/copy-engine/compute_slowdown", 0.5,
                 "backends.copy-engine.compute_slowdown: expected a number >= 1"},
         BadCase{"misspelt key", "/overheads/lunch_us", 3, "overheads.lunch_us: unknown key"},
+        BadCase{"negative fused-call overhead", "/overheads/fused_call_us", nlohmann::json{{"all-gather", -1}},
+                "overheads.fused_call_us.all-gather: expected a number >= 0"},
+        BadCase{"fused-call overhead of no collective", "/overheads/fused_call_us", nlohmann::json{{"gather", 1}},
+                "overheads.fused_call_us.gather: unknown key"},
         BadCase{"missing backend", "/backends/sm-copy", nullptr, "backends.sm-copy: missing required key"},
         BadCase{"future version", "/version", 2, "version: expected version 1"},
         BadCase{"zero lanes", "/backends/nccl/concurrency", 0, "backends.nccl.concurrency: expected an integer >= 1"},

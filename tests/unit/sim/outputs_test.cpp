@@ -58,13 +58,20 @@ TEST(SvgTimeline, HasRanksLegendAxisAndOneBarPerTile) {
   EXPECT_NE(svg.find("fill=\"#a9a9a9\""), std::string::npos);
 }
 
+// The shipped calibration with no measured fused-call overhead: the model's own comparison.
+Calibration h200_model_only() {
+  auto c = h200();
+  c.fused_call_overhead_us.fill(0);
+  return c;
+}
+
 TEST(AutoChoice, LargeAllGatherGemmChoosesFused) {
   TuneRequest req;
   req.collective = plan::Collective::all_gather;
   req.gemm = {8192, 2048, 8192, 128, 256};
   req.world_size = 4;
   req.splits = {1, 2};
-  const auto r = tune(req, h200());
+  const auto r = tune(req, h200_model_only());
   EXPECT_EQ(r.decision, Decision::fused) << r.reason;
   EXPECT_EQ(r.best_fused.order, schedule::OrderKind::arrival);
   EXPECT_LT(r.best_fused.fused_us, r.best_sequential.sequential_us);
@@ -97,6 +104,24 @@ TEST(AutoChoice, SmallMGemmPlusReduceScatterFallsBack) {
   const auto r = tune(req, h200());
   EXPECT_EQ(r.decision, Decision::sequential) << r.reason;
   EXPECT_LT(r.best_fused.fused_us, r.best_sequential.sequential_us);  // faster, but not by enough
+}
+
+TEST(AutoChoice, ChargesTheMeasuredFusedCallOverhead) {
+  // The same large AG+GEMM, with a calibration saying a fused call costs 10 ms more than
+  // modelled: the choice must fall back, and say what it charged.
+  TuneRequest req;
+  req.collective = plan::Collective::all_gather;
+  req.gemm = {8192, 2048, 8192, 128, 256};
+  req.world_size = 4;
+  req.splits = {1};
+  auto calib = h200_model_only();
+  ASSERT_EQ(tune(req, calib).decision, Decision::fused);
+  calib.fused_call_overhead_us.at(static_cast<std::size_t>(plan::Collective::all_gather)) = 10000;
+  const auto r = tune(req, calib);
+  EXPECT_NE(r.decision, Decision::fused) << r.reason;
+  EXPECT_NE(r.reason.find("10000 us measured call overhead"), std::string::npos) << r.reason;
+  // Only the decision is charged: the candidates keep the model's times.
+  EXPECT_LT(r.best_fused.fused_us, r.best_sequential.sequential_us);
 }
 
 TEST(AutoChoice, RefusesWhatNoTemplateCanSplit) {
