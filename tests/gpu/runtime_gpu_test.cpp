@@ -157,15 +157,22 @@ std::string case_name(const testing::TestParamInfo<Case>& info) {
   return s;
 }
 
-plan::CommPlan make_case_plan(const Case& c, int world) {
+// The template options every parameterised case shares; each case picks its own shape.
+plan::TemplateOptions case_options(Collective collective, Algorithm algorithm, Backend backend, plan::DType dtype,
+                                   int split, int dim, int world) {
   plan::TemplateOptions o;
-  o.collective = c.collective;
-  o.algorithm = c.algorithm;
+  o.collective = collective;
+  o.algorithm = algorithm;
   o.world_size = world;
-  o.split = c.split;
-  o.dtype = plan::DType::f32;
-  o.dim = c.dim;
-  o.backend = c.backend;
+  o.split = split;
+  o.dtype = dtype;
+  o.dim = dim;
+  o.backend = backend;
+  return o;
+}
+
+plan::CommPlan make_case_plan(const Case& c, int world) {
+  auto o = case_options(c.collective, c.algorithm, c.backend, plan::DType::f32, c.split, c.dim, world);
   const std::int64_t split_dim = c.collective == Collective::all_to_all ? 3 * world * c.split
                                                                         : 3 * world * c.split + 1;
   o.shape = c.dim == 0 ? std::vector<std::int64_t>{split_dim, 37} : std::vector<std::int64_t>{7, split_dim};
@@ -400,14 +407,7 @@ std::string case16_name(const testing::TestParamInfo<Case16>& info) {
 }
 
 plan::CommPlan make_case16_plan(const Case16& c, int world) {
-  plan::TemplateOptions o;
-  o.collective = c.collective;
-  o.algorithm = c.algorithm;
-  o.world_size = world;
-  o.split = c.split;
-  o.dtype = c.dtype;
-  o.dim = c.dim;
-  o.backend = c.backend;
+  auto o = case_options(c.collective, c.algorithm, c.backend, c.dtype, c.split, c.dim, world);
   // dim 0: uneven row shards, rows of 1031 elements (2062 bytes: every row starts at another
   // offset modulo 16); dim 1: 33 rows, uneven column shards of about 40 elements.
   o.shape = c.dim == 0 ? std::vector<std::int64_t>{3 * world * c.split + 1, 1031}
