@@ -117,37 +117,29 @@ struct AddArgs {
 template <class T>
 struct AddMath;  // add two 16-byte vectors / two elements in T's accumulation type
 
-template <>
-struct AddMath<float> {
-  __device__ static float add(float a, float b) { return a + b; }
+// Types with native + and atomicAdd: four lanes per 16-byte vector.
+template <class T>
+struct NativeAddMath {
+  static_assert(sizeof(T) == 4);
+  __device__ static T add(T a, T b) { return a + b; }
   __device__ static void add_vec(uint4& d, const uint4& s) {
-    float* dv = reinterpret_cast<float*>(&d);
-    const float* sv = reinterpret_cast<const float*>(&s);
+    T* dv = reinterpret_cast<T*>(&d);
+    const T* sv = reinterpret_cast<const T*>(&s);
 #pragma unroll
     for (int i = 0; i < 4; ++i) dv[i] += sv[i];
   }
-  __device__ static void atomic_vec(float* d, const uint4& s) {
-    const float* sv = reinterpret_cast<const float*>(&s);
+  __device__ static void atomic_vec(T* d, const uint4& s) {
+    const T* sv = reinterpret_cast<const T*>(&s);
 #pragma unroll
     for (int i = 0; i < 4; ++i) atomicAdd(d + i, sv[i]);
   }
 };
 
 template <>
-struct AddMath<int> {
-  __device__ static int add(int a, int b) { return a + b; }
-  __device__ static void add_vec(uint4& d, const uint4& s) {
-    int* dv = reinterpret_cast<int*>(&d);
-    const int* sv = reinterpret_cast<const int*>(&s);
-#pragma unroll
-    for (int i = 0; i < 4; ++i) dv[i] += sv[i];
-  }
-  __device__ static void atomic_vec(int* d, const uint4& s) {
-    const int* sv = reinterpret_cast<const int*>(&s);
-#pragma unroll
-    for (int i = 0; i < 4; ++i) atomicAdd(d + i, sv[i]);
-  }
-};
+struct AddMath<float> : NativeAddMath<float> {};
+
+template <>
+struct AddMath<int> : NativeAddMath<int> {};
 
 template <>
 struct AddMath<__nv_bfloat16> {
