@@ -87,13 +87,13 @@ def check_world(args: argparse.Namespace, gpus: int) -> Optional[str]:
 
 
 def find_calibration(explicit: Optional[str]) -> Optional[Path]:
-    """The calibration file: --calib, $SYNCOPATE_CALIB, the package's calib/h200.json, or
-    calib/h200.json in the working directory or above it (a source checkout)."""
+    """The calibration file: --calib, $SYNCOPATE_CALIBRATION (the variable the ops read,
+    ops/choice.py; when it names a file) or its older alias $SYNCOPATE_CALIB, the package's
+    calib/h200.json, or calib/h200.json in the working directory or above it (a source checkout)."""
     if explicit:
         return Path(explicit)
-    candidates = []
-    if os.environ.get("SYNCOPATE_CALIB"):
-        candidates.append(Path(os.environ["SYNCOPATE_CALIB"]))
+    candidates = [Path(os.environ[name]) for name in ("SYNCOPATE_CALIBRATION", "SYNCOPATE_CALIB")
+                  if os.environ.get(name)]
     candidates.append(Path(__file__).resolve().parent / "calib" / "h200.json")
     here = Path.cwd().resolve()
     candidates += [d / "calib" / "h200.json" for d in (here, *here.parents)]
