@@ -84,10 +84,17 @@ def test_prediction_without_calibration_says_why():
 
 
 def test_calibration_from_the_environment(monkeypatch, tmp_path):
+    # Other test modules set $SYNCOPATE_CALIBRATION for the whole process (test_ops_fused.py):
+    # start from neither name set.
+    monkeypatch.delenv("SYNCOPATE_CALIBRATION", raising=False)
     f = tmp_path / "mine.json"
     f.write_text("{}")
     monkeypatch.setenv("SYNCOPATE_CALIB", str(f))
-    assert demo.find_calibration(None) == f
+    assert demo.find_calibration(None) == f  # the older alias
+    g = tmp_path / "ops.json"
+    g.write_text("{}")
+    monkeypatch.setenv("SYNCOPATE_CALIBRATION", str(g))
+    assert demo.find_calibration(None) == g  # the ops' name wins over the alias
     assert demo.find_calibration("explicit.json") == Path("explicit.json")
 
 
