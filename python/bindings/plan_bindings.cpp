@@ -173,7 +173,7 @@ void bind_templates(nb::module_& m) {
       "make_plan",
       [](std::string_view collective, int world_size, std::vector<std::int64_t> shape,
          std::string_view algorithm, int split, std::string_view dtype, int dim,
-         std::string_view backend, std::string tensor, std::string output) {
+         std::string_view backend, std::string tensor, std::string output, std::string staging) {
         plan::TemplateOptions options;
         options.collective = enum_arg<plan::Collective>(collective, "collective");
         options.algorithm = enum_arg<plan::Algorithm>(algorithm, "algorithm");
@@ -185,13 +185,16 @@ void bind_templates(nb::module_& m) {
         options.backend = enum_arg<plan::Backend>(backend, "backend");
         options.tensor = std::move(tensor);
         options.output = std::move(output);
+        options.staging = std::move(staging);
         return plan::make_plan(options);
       },
       "collective"_a, nb::kw_only(), "world_size"_a, "shape"_a, "algorithm"_a = "ring",
       "split"_a = 1, "dtype"_a = "bf16", "dim"_a = 0, "backend"_a = "copy-engine",
-      "tensor"_a = "x", "output"_a = "y",
+      "tensor"_a = "x", "output"_a = "y", "staging"_a = "",
       "Makes a template plan. `shape` is the full (gathered / reduced) tensor; raises "
-      "ShapeError when it cannot be split as asked.");
+      "ShapeError when it cannot be split as asked. `staging` (reduce-scatter, direct only) "
+      "names a staging tensor [world, ..., shape[dim] / world, ...]: each rank's partial is copied "
+      "into its slot on the owner and the consumer adds the slots; `shape` then needs a unit dim 0.");
 }
 
 void bind_verifier(nb::module_& m) {

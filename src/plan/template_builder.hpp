@@ -49,8 +49,10 @@ class PlanBuilder {
     ChunkOp op = ChunkOp::copy;
     int stream = 0;
     std::vector<int> deps;
+    bool pull = false;  // a copy issued by dst (a reduce-add always is, except over NCCL)
   };
-  // Adds one chunk of the collective's tensor (to `output` when `to_output`); returns its id.
+  // Adds one chunk of the collective's tensor (to the all-to-all output or the staging tensor
+  // when `to_output`); returns its id.
   // An NCCL chunk between two ranks joins the current NCCL group (see next_group).
   int add(Move move, bool to_output = false);
   // Starts a new NCCL group: the templates call it once per ring step (and sub-chunk and
@@ -67,6 +69,7 @@ class PlanBuilder {
 
  private:
   TemplateOptions options_;
+  std::string output_;  // what `to_output` lands in: the all-to-all output or the staging tensor
   CommPlan plan_;
   int group_ = 0;
   bool group_used_ = false;
@@ -85,5 +88,12 @@ LandingChunks add_reduce_scatter(PlanBuilder& builder, const PieceGeometry& geom
 
 // All-to-all: block j of rank r's `tensor` lands in block r of rank j's `output`.
 void add_all_to_all(PlanBuilder& builder, const PieceGeometry& geometry);
+
+// Staged reduce-scatter (templates.hpp): rank s's shard r lands in slot s of rank r's staging
+// tensor. Returns the chunk ids by (src * world + dst) * split + sub (-1 where src == dst).
+std::vector<int> add_staged_reduce_scatter(PlanBuilder& builder, const PieceGeometry& geometry);
+
+// The staging tensor's shape: `shape` with dim 0 = world and `dim` = shape[dim] / world.
+std::vector<std::int64_t> staging_shape(const std::vector<std::int64_t>& shape, int dim, int world);
 
 }  // namespace syncopate::plan::detail

@@ -1,6 +1,8 @@
 // make_plan: checks the template options, then hands over to the collective's generator.
 #include "syncopate/plan/templates.hpp"
 
+#include <algorithm>
+
 #include <fmt/core.h>
 #include <fmt/format.h>
 
@@ -14,9 +16,37 @@ constexpr int kMaxWorldSize = 1024;
 // A plan larger than this would take gigabytes; refuse it instead of exhausting memory.
 constexpr std::int64_t kMaxChunks = std::int64_t{1} << 24;
 
-int streams_for(Algorithm algorithm) { return algorithm == Algorithm::bidir ? 2 : 1; }
+int streams_for(const TemplateOptions& o) {
+  if (!o.staging.empty()) return std::max(1, o.world_size - 1);  // one per peer offset
+  return o.algorithm == Algorithm::bidir ? 2 : 1;
+}
 
 std::string shape_text(const std::vector<std::int64_t>& shape) { return fmt::format("{}", fmt::join(shape, "x")); }
+
+// A staged reduce-scatter: the layout of the staging tensor needs a unit dim 0 (the slot index)
+// and equal shards (slots of one shape); the chunks are one-shot copies, so only direct.
+void check_staging(const TemplateOptions& o) {
+  const auto coll = to_string(o.collective);
+  if (o.collective != Collective::reduce_scatter)
+    throw ShapeError(fmt::format("staging \"{}\": only a reduce-scatter can stage its partials, not {}", o.staging,
+                                 coll));
+  if (o.algorithm != Algorithm::direct)
+    throw ShapeError(fmt::format("staging \"{}\": algorithm {} is not supported; a staged reduce-scatter is direct "
+                                 "(each partial copied once, straight to its owner)",
+                                 o.staging, to_string(o.algorithm)));
+  if (o.staging == o.tensor)
+    throw ShapeError(fmt::format("staging \"{}\" must be named apart from the input tensor \"{}\"", o.staging,
+                                 o.tensor));
+  if (o.dim == 0 || o.shape[0] != 1)
+    throw ShapeError(fmt::format("staging \"{}\": shape {} with dim {}: the input needs a unit dim 0 (the staging "
+                                 "tensor's slot index) and a scatter dim after it, e.g. [1, M, N] with dim 1",
+                                 o.staging, shape_text(o.shape), o.dim));
+  const std::int64_t size = o.shape[o.dim];
+  if (size % o.world_size != 0)
+    throw ShapeError(fmt::format("staging \"{}\": dim {} of size {} is not divisible by world size {} (the staging "
+                                 "slots must be equal)",
+                                 o.staging, o.dim, size, o.world_size));
+}
 
 void check_options(const TemplateOptions& o) {
   if (o.collective == Collective::custom)
@@ -52,6 +82,8 @@ void check_options(const TemplateOptions& o) {
                                  o.dim, size, w, o.split, w * o.split));
   }
 
+  if (!o.staging.empty()) check_staging(o);
+
   const std::int64_t per_phase = o.collective == Collective::all_to_all ? w * w * o.split : w * (w - 1) * o.split;
   const std::int64_t chunks = o.collective == Collective::all_reduce ? 2 * per_phase : per_phase;
   if (chunks > kMaxChunks)
@@ -73,9 +105,14 @@ PlanBuilder::PlanBuilder(const TemplateOptions& options, int streams_per_rank) :
   const TensorSpec spec{options.shape, options.dtype, "row-major"};
   plan_.tensors[options.tensor] = spec;
   if (options.collective == Collective::all_to_all) {
-    plan_.collective.output = options.output;
-    plan_.tensors[options.output] = spec;
+    output_ = options.output;
+    plan_.tensors[output_] = spec;
+  } else if (!options.staging.empty()) {
+    output_ = options.staging;
+    plan_.tensors[output_] =
+        TensorSpec{staging_shape(options.shape, options.dim, options.world_size), options.dtype, "row-major"};
   }
+  plan_.collective.output = output_;
   for (int r = 0; r < options.world_size; ++r)
     plan_.ranks.push_back(RankProgram{r, std::vector<std::vector<int>>(static_cast<std::size_t>(streams_per_rank))});
 }
@@ -85,7 +122,7 @@ int PlanBuilder::add(Move move, bool to_output) {
   c.id = static_cast<int>(plan_.chunks.size());
   c.tensor = options_.tensor;
   c.box = std::move(move.box);
-  c.dst_tensor = to_output ? options_.output : options_.tensor;
+  c.dst_tensor = to_output ? output_ : options_.tensor;
   c.dst_box = std::move(move.dst_box);
   c.src = move.src;
   c.dst = move.dst;
@@ -99,12 +136,13 @@ int PlanBuilder::add(Move move, bool to_output) {
   }
   // Who issues: a copy is pushed by its source; a reduce-add is pulled by its destination, so
   // the add runs on the GPU that owns the box (local loads and stores, no remote atomics) and a
-  // rank's adds into one box are ordered on its own stream. NCCL needs the send on the source
-  // and the matching receive on the destination, in the same stream; a local chunk (src == dst)
-  // is listed once.
+  // rank's adds into one box are ordered on its own stream. A staged copy is pulled too
+  // (move.pull: the receiver knows when its slot may be filled). NCCL needs the send on the
+  // source and the matching receive on the destination, in the same stream; a local chunk
+  // (src == dst) is listed once.
   const bool remote = c.dst != c.src;
   const bool nccl = c.backend == Backend::nccl;
-  const bool pulled = remote && !nccl && c.op == ChunkOp::reduce_add;
+  const bool pulled = remote && !nccl && (c.op == ChunkOp::reduce_add || move.pull);
   plan_.ranks[pulled ? c.dst : c.src].streams[c.stream].push_back(c.id);
   if (nccl && remote) plan_.ranks[c.dst].streams[c.stream].push_back(c.id);
   plan_.chunks.push_back(std::move(c));
@@ -115,11 +153,17 @@ int PlanBuilder::add(Move move, bool to_output) {
 
 CommPlan make_plan(const TemplateOptions& options) {
   check_options(options);
-  detail::PlanBuilder builder(options, streams_for(options.algorithm));
+  detail::PlanBuilder builder(options, streams_for(options));
   const detail::PieceGeometry geometry{options.shape, options.dim, options.world_size, options.split};
   switch (options.collective) {
     case Collective::all_gather: detail::add_all_gather(builder, geometry, nullptr); break;
-    case Collective::reduce_scatter: detail::add_reduce_scatter(builder, geometry); break;
+    case Collective::reduce_scatter:
+      if (options.staging.empty()) {
+        detail::add_reduce_scatter(builder, geometry);
+      } else {
+        detail::add_staged_reduce_scatter(builder, geometry);
+      }
+      break;
     case Collective::all_reduce: {
       // The all-gather half sends a piece on only once every contribution has landed on its
       // owner; that also orders each rank's overwrite after its own partial was read.

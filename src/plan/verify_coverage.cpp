@@ -83,7 +83,9 @@ class CoverageReplay {
 
   void run() {
     coll_tensor_ = grid_.tensor_index.at(coll_.tensor);
-    if (coll_.kind == Collective::all_to_all) output_tensor_ = grid_.tensor_index.at(coll_.output);
+    staged_ = coll_.kind == Collective::reduce_scatter && !coll_.output.empty();
+    if (coll_.kind == Collective::all_to_all || staged_)
+      output_tensor_ = grid_.tensor_index.at(coll_.output);
     dims_ = static_cast<int>(plan_.tensors.at(coll_.tensor).shape.size());
     shard_size_ = plan_.tensors.at(coll_.tensor).shape[static_cast<std::size_t>(coll_.dim)];
     initialise();
@@ -169,8 +171,13 @@ class CoverageReplay {
   }
 
   // An all-gather rank's own shard and an all-to-all input are what the others read; writing
-  // into them destroys data the promise depends on.
+  // into them destroys data the promise depends on. A staged reduce-scatter's input is both
+  // the partials the others read and the consumer's output; its own slot is never filled.
   void check_input_overwrite(const Chunk& chunk, int to) {
+    if (staged_) {
+      check_staged_overwrite(chunk, to);
+      return;
+    }
     if (to != coll_tensor_) return;
     if (coll_.kind == Collective::all_gather) {
       const Box own = shard_box(to, chunk.dst);
@@ -191,11 +198,46 @@ class CoverageReplay {
     }
   }
 
+  void check_staged_overwrite(const Chunk& chunk, int to) {
+    if (to == coll_tensor_) {
+      sink_.add(kGroup, "own-shard-overwritten", chunk.dst, chunk.id,
+                fmt::format("chunk {} ({}) writes {} on rank {}: in a staged reduce-scatter '{}' "
+                            "holds the partials the others read and the consumer's result; "
+                            "partials belong in '{}'",
+                            chunk.id, describe_route(chunk),
+                            describe_box(chunk.dst_tensor, chunk.dst_box), chunk.dst,
+                            coll_.tensor, coll_.output));
+    } else if (to == output_tensor_ && chunk.dst_box.offset[0] <= chunk.dst &&
+               chunk.dst < chunk.dst_box.offset[0] + chunk.dst_box.extent[0]) {
+      sink_.add(kGroup, "own-shard-overwritten", chunk.dst, chunk.id,
+                fmt::format("chunk {} ({}) writes {} on rank {}, inside slot {}: a rank's own "
+                            "partial never goes through its staging tensor",
+                            chunk.id, describe_route(chunk),
+                            describe_box(chunk.dst_tensor, chunk.dst_box), chunk.dst,
+                            chunk.dst));
+    }
+  }
+
+  // Staged reduce-scatter: slot `slot` of the staging tensor on `rank` holds rank `slot`'s
+  // shard `rank` of the input, moved to the slot's place.
+  int staged_partial(int rank, int slot) {
+    std::vector<std::int64_t> delta(static_cast<std::size_t>(dims_), 0);
+    delta[0] = slot;
+    delta[static_cast<std::size_t>(coll_.dim)] = -even_split(shard_size_, world_, rank).begin;
+    return values_.shifted(values_.origin(coll_tensor_, dims_, slot), delta);
+  }
+
   // The value promised at the end in `cell` of `tensor` on `rank`, or -1 for no promise.
   int promised(int rank, int tensor, const Box& cell, int& shard) {
     // Only the collective's tensors carry a promise; other tensors (scratch, staging) may even
     // have fewer dims than the collective's dim.
     if (tensor != coll_tensor_ && tensor != output_tensor_) return -1;
+    if (staged_) {
+      if (tensor != output_tensor_) return -1;  // the consumer writes it: checked on write
+      shard = static_cast<int>(cell.offset[0]);  // the slot
+      if (shard == rank) return -1;              // never written: checked on write
+      return staged_partial(rank, shard);
+    }
     shard = shard_of(cell);
     switch (coll_.kind) {
       case Collective::all_gather:
@@ -264,6 +306,9 @@ class CoverageReplay {
   }
 
   std::string what_belongs(int rank, int shard) const {
+    if (staged_)
+      return fmt::format("staging slot {}: rank {}'s partial of shard {} of '{}'", shard, shard,
+                         rank, coll_.tensor);
     switch (coll_.kind) {
       case Collective::all_gather:
         return fmt::format("shard {}, owned by rank {}", shard, shard);
@@ -295,7 +340,7 @@ class CoverageReplay {
     const SymbolicValue& v = values_.get(value);
     const bool reduction = coll_.kind == Collective::reduce_scatter ||
                            coll_.kind == Collective::all_reduce;
-    const bool in_place = v.tensor == coll_tensor_ &&
+    const bool in_place = tensor == coll_tensor_ && v.tensor == coll_tensor_ &&
                           std::all_of(v.shift.begin(), v.shift.end(),
                                       [](std::int64_t s) { return s == 0; });
     if (reduction && in_place) {
@@ -336,6 +381,7 @@ class CoverageReplay {
   int world_;
   int coll_tensor_ = -1;
   int output_tensor_ = -1;
+  bool staged_ = false;  // a reduce-scatter into a staging tensor (comm_plan.hpp)
   int dims_ = 0;
   std::int64_t shard_size_ = 0;
   int reduced_ = -1;

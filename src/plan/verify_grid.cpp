@@ -95,11 +95,14 @@ std::optional<PlanGrid> build_plan_grid(const CommPlan& plan, std::int64_t max_c
 
   // Shard (or block) boundaries of the collective, so a cell never straddles two shards.
   const auto& coll = plan.collective;
+  // A staging tensor is cut into its slots instead (dim 0, one per rank).
   if (coll.kind != Collective::custom) {
     for (const std::string* name : {&coll.tensor, &coll.output}) {
       if (name->empty() || !grid.tensor_index.contains(*name)) continue;
       const auto& spec = plan.tensors.at(*name);
-      add_even_split(cuts[index_of(*name)][coll.dim], spec.shape[coll.dim], plan.world_size);
+      const bool staging = name == &coll.output && coll.kind != Collective::all_to_all;
+      const int dim = staging ? 0 : coll.dim;
+      add_even_split(cuts[index_of(*name)][dim], spec.shape[dim], plan.world_size);
     }
   }
   for (const auto& chunk : plan.chunks) {

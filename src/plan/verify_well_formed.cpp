@@ -94,7 +94,18 @@ class WellFormedChecker {
              fmt::format("{} dim is {} but tensor '{}' has {} dims", kind, c.dim, c.tensor, dims));
       return;
     }
-    if (c.kind != Collective::all_to_all) return;
+    if (c.kind == Collective::reduce_scatter && !c.output.empty()) {
+      check_staging(*spec);
+      return;
+    }
+    if (c.kind != Collective::all_to_all) {
+      if (!c.output.empty())
+        report("collective-output", -1, -1,
+               fmt::format("{} names output '{}', but only all-to-all (its output) and "
+                           "reduce-scatter (its staging tensor) take one",
+                           kind, c.output));
+      return;
+    }
     const TensorSpec* out = tensor(c.output);
     if (out == nullptr || c.output == c.tensor) {
       report("collective-output", -1, -1,
@@ -112,6 +123,50 @@ class WellFormedChecker {
                          "is not a multiple of {}",
                          c.dim, c.tensor, spec->shape[c.dim], plan_.world_size,
                          spec->shape[c.dim], plan_.world_size));
+    }
+  }
+
+  // A staged reduce-scatter (comm_plan.hpp): input [1, .., S, ..], staging [W, .., S/W, ..].
+  void check_staging(const TensorSpec& in) {
+    const auto& c = plan_.collective;
+    const TensorSpec* out = tensor(c.output);
+    if (out == nullptr || c.output == c.tensor) {
+      report("collective-output", -1, -1,
+             fmt::format("reduce-scatter staging '{}' must be a tensor of the plan other than '{}'",
+                         c.output, c.tensor));
+      return;
+    }
+    if (!tensor_usable(out)) return;  // already reported as bad-tensor-shape
+    if (out->dtype != in.dtype) {
+      report("collective-output", -1, -1,
+             fmt::format("reduce-scatter staging '{}' is {} but input '{}' is {}; they must match",
+                         c.output, to_string(out->dtype), c.tensor, to_string(in.dtype)));
+    }
+    if (c.dim == 0 || in.shape[0] != 1) {
+      report("collective-output", -1, -1,
+             fmt::format("staged reduce-scatter of '{}' {} along dim {}: the input needs a unit dim "
+                         "0 (the staging tensor's slot index) and a scatter dim after it",
+                         c.tensor, in.shape, c.dim));
+      return;
+    }
+    const auto w = plan_.world_size;
+    const auto size = in.shape[static_cast<std::size_t>(c.dim)];
+    if (w < 1) return;  // reported by check_header
+    if (size % w != 0) {
+      report("collective-indivisible", -1, -1,
+             fmt::format("staged reduce-scatter splits dim {} of '{}' (size {}) into {} equal "
+                         "slots, but {} is not a multiple of {}",
+                         c.dim, c.tensor, size, w, size, w));
+      return;
+    }
+    auto want = in.shape;
+    want[0] = w;
+    want[static_cast<std::size_t>(c.dim)] = size / w;
+    if (out->shape != want) {
+      report("collective-output", -1, -1,
+             fmt::format("reduce-scatter staging '{}' is {} but must be {} (one slot per rank "
+                         "along dim 0, one shard of '{}' {} along dim {})",
+                         c.output, out->shape, want, c.tensor, in.shape, c.dim));
     }
   }
 
@@ -231,6 +286,13 @@ class WellFormedChecker {
              fmt::format("reduce-add into {} on rank {}: {} only moves data, it never adds",
                          describe_box(chunk.dst_tensor, chunk.dst_box), chunk.dst,
                          to_string(kind)));
+    }
+    if (chunk.op == ChunkOp::reduce_add && kind == Collective::reduce_scatter &&
+        !plan_.collective.output.empty()) {
+      report("op-not-allowed", dst_ok ? chunk.dst : -1, id,
+             fmt::format("reduce-add into {} on rank {}: a staged reduce-scatter only copies "
+                         "partials into staging slots; the consumer adds them",
+                         describe_box(chunk.dst_tensor, chunk.dst_box), chunk.dst));
     }
   }
 

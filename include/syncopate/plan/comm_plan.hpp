@@ -37,12 +37,18 @@ struct TensorSpec {
 //  all-reduce     like reduce-scatter, but every rank must end with the whole tensor reduced.
 //  all-to-all     rank r's block j of `tensor` (along `dim`) must land in block r of `output`
 //                 on rank j, exactly once (the own block too, by a local chunk src == dst).
+//  staged reduce-scatter (reduce-scatter with `output` set: the staging tensor P)
+//                 `tensor` is [1, ..., S, ...] with dim > 0 and S % world == 0, P is
+//                 [world, ..., S / world, ...] (same dtype). On rank r, slot P[s] (s != r) must
+//                 hold rank s's shard r of `tensor`, delivered exactly once by copies; slot P[r]
+//                 and `tensor` itself are never written by a chunk (the consumer adds the slots
+//                 to its own partial and writes `tensor`).
 //  custom         no coverage promise; well-formedness, ordering and deadlock rules still apply.
 // Shards and blocks split S as evenly as possible: the first S % world shards get one extra.
 struct CollectiveSpec {
   Collective kind = Collective::custom;
   std::string tensor;
-  std::string output;  // all-to-all only
+  std::string output;  // all-to-all: the output; reduce-scatter: the staging tensor (optional)
   int dim = 0;
   Algorithm algorithm = Algorithm::ring;  // how the plan was made (informational)
   int split = 1;                          // sub-chunks per shard (informational)

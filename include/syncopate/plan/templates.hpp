@@ -1,6 +1,14 @@
 // Plan templates: all-gather, reduce-scatter, all-reduce (RS then AG) and all-to-all, with
 // ring, direct (one-shot to every peer) and bidirectional-ring algorithms, for any world size
 // >= 1, any tensor rank and dimension, and a split factor cutting each shard into sub-chunks.
+//
+// Staged reduce-scatter (options.staging set): the chunks never add. Rank s copies its partial
+// of shard r into slot s of rank r's staging tensor, and the consumer (a GEMM's epilogue) adds
+// the slots itself. The input is [1, ..., S, ...] (a unit dim 0 gives the slot index), the
+// staging tensor [W, ..., S / W, ...]; chunk s -> r sub-chunk k copies input box (0, r*S/W + k0)
+// into staging box (s, k0), pulled by r (copy engine, SM copy) or sent by s and received by r
+// (NCCL, grouped per peer offset and sub-chunk), on stream p - 1 of both for peer offset
+// p = r - s mod W. Slot r of rank r is never written. Only the direct algorithm.
 #pragma once
 
 #include <cstdint>
@@ -22,10 +30,13 @@ struct TemplateOptions {
   Backend backend = Backend::copy_engine;
   std::string tensor = "x";           // tensor name ("x" in, "y" out for all-to-all)
   std::string output = "y";
+  // Non-empty: a staged reduce-scatter (see above) into a staging tensor of this name.
+  std::string staging;
 };
 
 // Throws ShapeError (naming the option and value) when the shape cannot be split as asked,
-// e.g. a dimension of 3 into 4 ranks x 2 sub-chunks.
+// e.g. a dimension of 3 into 4 ranks x 2 sub-chunks, or staging is asked of something else
+// than a direct reduce-scatter of a [1, ...] tensor whose dim divides by the world size.
 CommPlan make_plan(const TemplateOptions& options);
 
 }  // namespace syncopate::plan
