@@ -8,6 +8,8 @@ and the cause): there is no hand-written substitute.
 
 `FusedGemm` binds one rank's tile tables, grid and compile-time configuration once, so a call
 only sets the epoch and launches (no allocation, no synchronisation, no table rebuild).
+`StagedReduceGemm` (ops/staged_gemm.py) is the same for kernels/gemm_reduce.py's
+`gemm_reduce_kernel`, the GEMM+RS whose epilogue adds the staged partials.
 """
 
 from __future__ import annotations
@@ -30,21 +32,25 @@ TMA_KERNEL = "gemm_tma_kernel"
 POINTER_KERNEL = "gemm_pointer_kernel"
 
 
-def _gemm_module():
+GEMM_MODULE = "syncopate.kernels.gemm"
+
+
+def _gemm_module(module_name: str = GEMM_MODULE):
     # importlib: the package syncopate.kernels re-exports a function named gemm over the module
-    return importlib.import_module("syncopate.kernels.gemm")
+    return importlib.import_module(module_name)
 
 
 @functools.lru_cache(maxsize=None)
-def transformed_kernel(kernel_name: str):
-    """kernels/gemm.py's `kernel_name` as the transformer rewrites it (made once per process)."""
+def transformed_kernel(kernel_name: str, module_name: str = GEMM_MODULE):
+    """`kernel_name` of the kernels module `module_name` (default kernels/gemm.py) as the
+    transformer rewrites it (made once per process)."""
     from syncopate import _core
 
     transform = getattr(_core, "transform", None)
     if not callable(transform):
         raise InternalError(f"syncopate.ops: cannot build the fused {kernel_name}: this build of "
                             "syncopate._core has no transformer binding")
-    path = _gemm_module().__file__
+    path = _gemm_module(module_name).__file__
     with open(path, encoding="utf-8") as f:
         source = f.read()
     try:
@@ -113,29 +119,13 @@ class FusedGemm:
     def __init__(self, *, plan, rank: int, m: int, n: int, k: int, dtype: torch.dtype, b_layout: str,
                  config, accesses, tile_order: str, device: torch.device, backend: str,
                  wait_bound_ns: int, producer: bool, num_programs: int):
-        import syncopate as sy
-
         self.use_tma = tma_describable(m, n, k, dtype)
         self.kernel_name = TMA_KERNEL if self.use_tma else POINTER_KERNEL
         self.kernel = transformed_kernel(self.kernel_name)
-        self.config = config
-        self.b_is_nk = b_layout == "nk"
-        grid = sy.TileGrid(m, n, config.block_m, config.block_n)
-        tables = sy.lower(plan, grid, [sy.TileAccess(t, role, md, nd) for t, role, md, nd in accesses])
-        order = sy.tile_order(plan, tables[rank], grid, tile_order, group_m=config.group_m)
-        self.tables = TileTables.from_signal_table(tables[rank], order, grid.tiles_n)
-        self.num_programs = max(1, min(self.tables.num_tiles, int(num_programs)))
-        self.device = device
-        self.error = new_error_record(device)
-        self.wait_bound_ns = int(wait_bound_ns)
-        # Everything but the operands and the epoch, bound once: the per-call path only sets
-        # sy_epoch and launches.
-        self.kwargs = dict(self.tables.device_arrays(device))
-        self.kwargs.update(sy_tiles_n=self.tables.tiles_n, sy_wait_bound_ns=self.wait_bound_ns,
-                           sy_rank=self.tables.rank, sy_error=self.error, sy_epoch=0)
+        self._bind(plan=plan, rank=rank, m=m, n=n, b_layout=b_layout, config=config, accesses=accesses,
+                   tile_order=tile_order, device=device, wait_bound_ns=wait_bound_ns,
+                   num_programs=num_programs)
         cfg = config
-        self.kwargs.update(BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k,
-                           GROUP_M=cfg.group_m, num_stages=cfg.num_stages, num_warps=cfg.num_warps)
         if self.use_tma:
             self.kwargs.update(B_IS_NK=self.b_is_nk, EPILOGUE_SPLIT=cfg.epilogue_split,
                                WARP_SPECIALIZE=cfg.warp_specialize, FLATTEN=cfg.flatten,
@@ -146,35 +136,62 @@ class FusedGemm:
             # B's strides as the [K, N] operand: (N, 1) row-major, (1, K) for a Linear weight.
             sbk, sbn = (1, k) if self.b_is_nk else (n, 1)
             self.scalars = (m, n, k, k, 1, sbk, sbn, n, 1, self.num_programs)
+        self._finish_binding()
+
+    def _bind(self, *, plan, rank, m, n, b_layout, config, accesses, tile_order, device, wait_bound_ns,
+              num_programs) -> None:
+        """Lowers the plan for this rank, orders its tiles and binds everything but the operands
+        and the epoch: the per-call path only sets sy_epoch and launches. accesses: (tensor,
+        role, m_dim, n_dim[, m_local_shard]) tuples, as sy.TileAccess takes them."""
+        import syncopate as sy
+
+        self.config = config
+        self.b_is_nk = b_layout == "nk"
+        grid = sy.TileGrid(m, n, config.block_m, config.block_n)
+        tables = sy.lower(plan, grid, [sy.TileAccess(*access) for access in accesses])
+        order = sy.tile_order(plan, tables[rank], grid, tile_order, group_m=config.group_m)
+        self.tables = TileTables.from_signal_table(tables[rank], order, grid.tiles_n)
+        self.num_programs = max(1, min(self.tables.num_tiles, int(num_programs)))
+        self.device = device
+        self.error = new_error_record(device)
+        self.wait_bound_ns = int(wait_bound_ns)
+        self.kwargs = dict(self.tables.device_arrays(device))
+        self.kwargs.update(sy_tiles_n=self.tables.tiles_n, sy_wait_bound_ns=self.wait_bound_ns,
+                           sy_rank=self.tables.rank, sy_error=self.error, sy_epoch=0)
+        self.kwargs.update(BLOCK_M=config.block_m, BLOCK_N=config.block_n, BLOCK_K=config.block_k,
+                           GROUP_M=config.group_m, num_stages=config.num_stages, num_warps=config.num_warps)
+
+    def _finish_binding(self) -> None:
         self.grid = (self.num_programs,)
         info = transformed_info(self.kernel)
         missing = [p for p in info["params"] if p not in self.kwargs and p != "sy_signals"]
         if missing:
             raise InternalError(f"syncopate.ops: the fused {self.kernel_name} expects parameters the op "
                                 f"does not bind: {missing}")
-        if self.use_tma and device.type == "cuda":
+        if self.use_tma and self.device.type == "cuda":
             _gemm_module()._ensure_descriptor_allocator()
 
     def _b_arg(self, b: torch.Tensor) -> torch.Tensor:
         # The TMA kernel reads an nk B as the [N, K] tensor it is a view of.
         return b.t() if (self.use_tma and self.b_is_nk) else b
 
-    def warm_up(self, a, b, c, signals_like: torch.Tensor) -> None:
+    def warm_up(self, a, b, c, signals_like: torch.Tensor, *operands) -> None:
         """Compiles and loads the kernel with the specialisations real calls use, on scratch
-        signals (epoch 0: every wait holds at once; notifies land in the scratch)."""
+        signals (epoch 0: every wait holds at once; notifies land in the scratch). operands:
+        the kernel's pointer arguments after c, if any (StagedReduceGemm: p, out)."""
         kwargs = dict(self.kwargs, sy_signals=torch.zeros_like(signals_like), sy_epoch=0,
                       sy_error=new_error_record(self.device))
-        self.kernel[self.grid](a, self._b_arg(b), c, *self.scalars, **kwargs)
+        self.kernel[self.grid](a, self._b_arg(b), c, *operands, *self.scalars, **kwargs)
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
         check_error(kwargs["sy_error"], self.tables, f"fused {self.kernel_name} (warm-up)")
 
-    def launch(self, a, b, c, signals: torch.Tensor, epoch: int) -> None:
+    def launch(self, a, b, c, signals: torch.Tensor, epoch: int, *operands) -> None:
         """Enqueues the fused GEMM for call `epoch` on the current stream (no synchronisation)."""
         kwargs = self.kwargs
         kwargs["sy_signals"] = signals
         kwargs["sy_epoch"] = epoch
-        self.kernel[self.grid](a, self._b_arg(b), c, *self.scalars, **kwargs)
+        self.kernel[self.grid](a, self._b_arg(b), c, *operands, *self.scalars, **kwargs)
 
     def check(self) -> None:
         """After a synchronize: raises WaitTimeoutError if a tile's wait ran past its bound
