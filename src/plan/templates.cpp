@@ -64,6 +64,7 @@ void check_options(const TemplateOptions& o) {
     throw ShapeError(fmt::format("dim {} is out of range for shape {} (a tensor of rank {})", o.dim,
                                  shape_text(o.shape), o.shape.size()));
   if (o.tensor.empty()) throw ShapeError("tensor name is empty");
+  if (!o.staging.empty()) check_staging(o);  // before the generic size checks: its messages say more
 
   const std::int64_t size = o.shape[o.dim];
   const std::int64_t w = o.world_size;
@@ -81,8 +82,6 @@ void check_options(const TemplateOptions& o) {
     throw ShapeError(fmt::format("dim {} of size {} cannot be cut into {} ranks x {} sub-chunks = {} non-empty pieces",
                                  o.dim, size, w, o.split, w * o.split));
   }
-
-  if (!o.staging.empty()) check_staging(o);
 
   const std::int64_t per_phase = o.collective == Collective::all_to_all ? w * w * o.split : w * (w - 1) * o.split;
   const std::int64_t chunks = o.collective == Collective::all_reduce ? 2 * per_phase : per_phase;
