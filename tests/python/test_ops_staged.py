@@ -11,6 +11,7 @@ notifies the ready slots of its rows.
 """
 
 import os
+import re
 from pathlib import Path
 
 import pytest
@@ -206,7 +207,7 @@ def test_staged_unsupported_says_why(m, n, k, world, why):
     if why is None:
         assert got is None
     else:
-        assert got is not None and __import__("re").search(why, got), got
+        assert got is not None and re.search(why, got), got
 
 
 def test_staged_gemm_refuses_an_unsupported_shape_by_name():
@@ -214,3 +215,177 @@ def test_staged_gemm_refuses_an_unsupported_shape_by_name():
         staged_gemm.StagedReduceGemm(plan=None, rank=0, world=2, m=96, n=32, k=32, dtype=torch.float16,
                                      b_layout="kn", config=CFG, tile_order="arrival",
                                      device=torch.device("cpu"), wait_bound_ns=1, num_programs=1)
+
+
+# --- the lowering of R3's staged plan agrees with the hand-built tables ------------------------
+
+
+def _staged_plan(world, m, n, split, backend="copy-engine"):
+    return staged_gemm.staged_plan(world=world, m=m, n=n, split=split, dtype="f16", backend=backend)
+
+
+def _gemm(plan, world, rank, m, n, k, layout="kn", order="arrival", bound_ns=2_000_000):
+    return staged_gemm.StagedReduceGemm(plan=plan, rank=rank, world=world, m=m, n=n, k=k, dtype=torch.float16,
+                                        b_layout=layout, config=CFG, tile_order=order,
+                                        device=torch.device("cpu"), wait_bound_ns=bound_ns, num_programs=3)
+
+
+def _by_tile(tables, offsets, slots):
+    """Per tile id, the set of chunks of its slots (slot numbering differs between tables)."""
+    return [sorted(tables.slot_chunks[s] for s in slots[offsets[t]:offsets[t + 1]])
+            for t in range(tables.num_tiles)]
+
+
+@pytest.mark.parametrize("world,split", [(2, 1), (2, 2), (3, 2), (4, 1), (4, 3)])
+def test_lowered_staged_plan_waits_and_notifies_like_the_design(world, split):
+    m, n, k = 64 * world, 40, 32
+    plan = _staged_plan(world, m, n, split)
+    sy.verify_or_raise(plan)
+    for rank in range(world):
+        g = _gemm(plan, world, rank, m, n, k)
+        want = hand_tables(m, n, world, rank, split)
+        got_waits = _by_tile(g.tables, g.tables.wait_offsets, g.tables.wait_slots)
+        got_notifies = _by_tile(g.tables, g.tables.notify_offsets, g.tables.notify_slots)
+        # The hand tables number chunks (src, dst, k); map the plan's chunks the same way.
+        ids = {}
+        for c in plan.chunks:
+            k0 = c.dst_box.offset[1]
+            sub = next(i for i in range(split) if even_split(m // world, split, i)[0] == k0)
+            ids[c.id] = (c.src * world + c.dst) * split + sub
+        assert [sorted(ids[c] for c in row) for row in got_waits] == \
+            _by_tile(want, want.wait_offsets, want.wait_slots), rank
+        assert [sorted(ids[c] for c in row) for row in got_notifies] == \
+            _by_tile(want, want.notify_offsets, want.notify_slots), rank
+        # Own box last in the tile order: every tile that waits comes after every tile that does not.
+        waits = [bool(row) for row in got_waits]
+        positions = [waits[t] for t in g.tables.tile_order]
+        assert positions == sorted(positions), rank
+
+
+@pytest.mark.parametrize("world,rank,split", [(2, 1, 2), (3, 0, 1), (4, 2, 2)])
+@pytest.mark.parametrize("layout", ["kn", "nk"])
+def test_staged_gemm_from_the_lowering_matches_reference(world, rank, split, layout):
+    m, n, k = 64 * world, 48, 40
+    g = _gemm(_staged_plan(world, m, n, split), world, rank, m, n, k, layout=layout)
+    assert g.kernel_name == staged_gemm.STAGED_KERNEL
+    a, b, p = _operands(m, n, k, world, torch.float16, layout, seed=world + rank)
+    p[rank] = float("nan")
+    shard, lo = m // world, rank * (m // world)
+    ref = a.double() @ b.double()
+    for epoch in (1, 2):
+        signals = _landed(g.tables, epoch)
+        c = torch.full((m, n), float("nan"), dtype=torch.float16)
+        out = torch.full((shard, n), float("nan"), dtype=torch.float16)
+        g.launch(a, b, c, signals, epoch, p, out)
+        g.check()
+        expected = ref[lo:lo + shard] + sum(p[s].double() for s in range(world) if s != rank)
+        assert torch.allclose(out.double(), expected, rtol=2e-2, atol=5e-2)
+        assert torch.allclose(c[:lo].double(), ref[:lo], rtol=2e-2, atol=2e-2)
+        assert torch.allclose(c[lo + shard:].double(), ref[lo + shard:], rtol=2e-2, atol=2e-2)
+        assert all(int(signals[s]) == epoch * w for s, w in enumerate(g.tables.slot_writers))
+
+
+def test_staged_gemm_names_a_chunk_that_never_lands():
+    world, rank, m, n, k = 2, 0, 128, 32, 32
+    plan = _staged_plan(world, m, n, 2)
+    g = _gemm(plan, world, rank, m, n, k, bound_ns=20_000)
+    signals = _landed(g.tables, 1)
+    missing = g.tables.wait_slots[0]
+    signals[missing] = 0
+    chunk = plan.chunks[g.tables.slot_chunks[missing]]
+    assert (chunk.src, chunk.dst) == (1, 0)
+    a, b, p = _operands(m, n, k, world, torch.float16, "kn", seed=2)
+    g.launch(a, b, torch.empty(m, n).half(), signals, 1, p, torch.empty(64, n).half())
+    with pytest.raises(WaitTimeoutError, match=rf"rank 0: tile \d+ waited on slot {missing} \(chunk {chunk.id}\)"):
+        g.check()
+
+
+# --- the op's `reduce` keyword, auto's choice and its reason -----------------------------------
+
+from syncopate.ops import choice as choice_mod  # noqa: E402
+from syncopate.ops.gemm_ar import GemmAr  # noqa: E402
+from syncopate.ops.gemm_rs import GemmRs  # noqa: E402
+
+from test_ops_fused import FakeWorkspace, cpu_runtime  # noqa: E402,F401  (fixture)
+
+
+def _rs(m, k, n, **kw):
+    kw.setdefault("dtype", torch.float16)
+    return GemmRs(None, m=m, k=k, n=n, device="cpu", **kw)
+
+
+def test_reduce_keyword_is_checked_before_any_work():
+    with pytest.raises(UserError, match=r"^GemmRs: reduce='sum' is not one of \('auto', 'epilogue', 'chunks'\)"):
+        _rs(64, 32, 32, reduce="sum")
+    with pytest.raises(TypeError, match="reduce"):  # GEMM+AR keeps reduce-add chunks
+        GemmAr(None, m=64, k=32, n=32, dtype=torch.float16, device="cpu", reduce="epilogue")
+
+
+@pytest.mark.parametrize("kw,why", [
+    (dict(m=70), r"the shard of 70 rows is not a multiple of the GEMM's BLOCK_M=32"),
+    (dict(algorithm="ring"), r"algorithm='ring' was given and the staged plan is direct only"),
+    (dict(mode="sequential"), r"mode='sequential' runs torch.matmul, then the plan's reduce-add chunks"),
+    (dict(n=44), r"TMA cannot describe the operands"),
+])
+def test_epilogue_refused_by_name_and_auto_falls_back_saying_why(cpu_runtime, kw, why):
+    args = dict(m=64, k=40, n=48, backend="copy-engine", split=1, tile_order="row-major")
+    args.update(kw)
+    args.setdefault("mode", "fused")
+    with pytest.raises(UserError, match=rf"^GemmRs: reduce='epilogue' cannot run here: ({why})"):
+        _rs(reduce="epilogue", **args)
+    ctx = _rs(reduce="auto", **args)
+    assert ctx.reduce == "chunks"
+    assert re.search(rf"reduction by reduce-add chunks: ({why})", ctx.reason), ctx.reason
+
+
+def test_a_build_without_the_staged_template_falls_back(cpu_runtime, monkeypatch):
+    monkeypatch.setattr(staged_gemm, "staging_supported", lambda: False)
+    ctx = _rs(64, 40, 48, mode="fused", backend="copy-engine", split=1, tile_order="row-major")
+    assert ctx.reduce == "chunks"
+    assert "no staged reduce-scatter template" in ctx.reason
+    with pytest.raises(UserError, match=r"reduce='epilogue' cannot run here: this build of syncopate._core"):
+        _rs(64, 40, 48, mode="fused", reduce="epilogue")
+
+
+def _choose(m, n, k, world, **kw):
+    return choice_mod.choose("reduce-scatter", m=m, n=n, k=k, world=world, dtype="bf16", block_m=128,
+                             block_n=256, **kw)
+
+
+@pytest.mark.parametrize("world", [2, 4])
+def test_choice_compares_the_epilogue_with_the_chunks(world):
+    both = _choose(8192, 8192, 8192, world, mode="fused", reduce="auto")
+    chunks = _choose(8192, 8192, 8192, world, mode="fused", reduce="chunks")
+    staged = _choose(8192, 8192, 8192, world, mode="fused", reduce="epilogue")
+    assert chunks.reduce == "chunks" and staged.reduce == "epilogue" and staged.algorithm == "direct"
+    assert "reduction in the epilogue" in both.reason and "reduce-add chunks" in both.reason
+    faster = min((staged, chunks), key=lambda c: c.predicted_us["fused"])
+    assert both.reduce == faster.reduce
+    assert both.predicted_us == faster.predicted_us
+    auto = _choose(8192, 8192, 8192, world, reduce="auto")  # mode auto: reason keeps the comparison
+    assert "reduction in the epilogue" in auto.reason, auto.reason
+
+
+def test_choice_other_collectives_ignore_reduce():
+    assert choice_mod.choose("all-gather", m=8192, n=8192, k=8192, world=2, dtype="bf16", block_m=128,
+                             block_n=256, mode="fused", reduce="auto").reduce == "chunks"
+
+
+@pytest.mark.parametrize("layout", ["kn", "nk"])
+def test_context_at_world_one_runs_the_staged_kernel(cpu_runtime, layout):
+    m, k, n = 64, 40, 48
+    ctx = _rs(m, k, n, mode="fused", reduce="epilogue", backend="copy-engine", split=1,
+              tile_order="row-major", b_layout=layout)
+    assert (ctx.decision, ctx.reduce, ctx.algorithm, ctx.kernel_name) == \
+        ("fused", "epilogue", "direct", staged_gemm.STAGED_KERNEL)
+    assert ctx.plan.tensors["c"].shape == [1, m, n] and ctx.plan.tensors["p"].shape == [1, m, n]
+    gen = torch.Generator().manual_seed(4)
+    for call in (1, 2):
+        a = torch.randn(m, k, generator=gen).half()
+        b = torch.randn(n, k, generator=gen).half().t() if layout == "nk" else torch.randn(k, n, generator=gen).half()
+        out = torch.full((m, n), float("nan"), dtype=torch.float16)
+        assert ctx(a, b, out=out, check=True) is out
+        assert torch.allclose(out.double(), a.double() @ b.double(), rtol=2e-2, atol=2e-2)
+    # No landing wait after the kernel and no copy-out: begin, issue, end per call.
+    assert [e[0] for e in ctx.ws.log] == ["begin", "issue", "end", "check"] * 2
+    assert all(e[2] is False for e in ctx.ws.log if e[0] == "issue")

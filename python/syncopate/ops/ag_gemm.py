@@ -66,7 +66,8 @@ class OpContext:
         self.config = fused_config(select_config(m, n, k, self.device, dtype, allow_split_k=False))
         choice = choose(self.collective, m=m, n=n, k=k, world=world, dtype=plan_dtype(dtype),
                         block_m=self.config.block_m, block_n=self.config.block_n, backend=backend,
-                        algorithm=algorithm, split=split, tile_order=tile_order, mode=mode)
+                        algorithm=algorithm, split=split, tile_order=tile_order, mode=mode,
+                        **self._choice_options(mode=mode, algorithm=algorithm))
         self.choice = choice
         self.gemm = None
         # Where "auto" decided that overlap does not pay, the call is exactly what the user would
@@ -82,6 +83,10 @@ class OpContext:
             self._build(drop_chunk)
         # No rank may start a call (and spin) before every rank has loaded its kernels.
         barrier(group, self.device)
+
+    def _choice_options(self, *, mode: str, algorithm: str) -> dict:
+        """More keywords of ops.choice.choose for this op (GemmRs: which reductions to compare)."""
+        return {}
 
     # -- what the benchmark and the tests read ----------------------------------------------------
     @property

@@ -7,9 +7,12 @@ block shape. Pure: no GPU, no torch.distributed; the contexts call `choose` once
     c.decision, c.backend, c.algorithm, c.split, c.tile_order, c.predicted_us, c.reason
 
 Every argument other than the shape may be fixed (a string or int) or "auto"/None (the
-simulator picks among all). `mode="auto"` runs fused only when the simulator predicts it at
-least MIN_GAIN faster than the best sequential configuration *and* MIN_SAVING_US faster in
-absolute terms (see there).
+simulator picks among all). For reduce-scatter, `reduce` adds the staged plan (reduction in the
+GEMM's epilogue, ops/staged_gemm.py) to the fused candidates: "chunks" (today's reduce-add
+plans only), "epilogue" (staged plans only: algorithm direct) or "auto" (both; the faster
+predicted wins). The caller decides whether the shape allows the staged kernel at all.
+`mode="auto"` runs fused only when the simulator predicts it at least MIN_GAIN faster than the
+best sequential configuration *and* MIN_SAVING_US faster in absolute terms (see there).
 """
 
 from __future__ import annotations
@@ -45,6 +48,18 @@ class OpChoice:
     tile_order: str
     predicted_us: dict     # fused, sequential, floor, gemm, comm (this configuration)
     reason: str
+    reduce: str = "chunks"  # reduce-scatter: "epilogue" when the staged plan runs fused
+
+
+@dataclasses.dataclass(frozen=True)
+class _StagedCandidate:
+    """The best staged plan, with the attributes of a tune candidate the choice reads."""
+
+    fused_us: float
+    backend: str
+    split: int
+    order: str
+    algorithm: str = "direct"
 
 
 def calibration_name() -> str:
@@ -74,13 +89,41 @@ def _as_list(value, everything):
     return list(everything) if value in ("auto", None) else [value]
 
 
-def _prediction(collective, m, n, k, world, dtype, block_m, block_n, backend, algorithm, split,
-                order, calib):
+def _plan(collective, m, n, k, world, dtype, backend, algorithm, split, staged):
     import syncopate as sy
 
+    if staged:
+        from syncopate.ops.staged_gemm import staged_plan
+
+        return staged_plan(world=world, m=m, n=n, split=split, dtype=dtype, backend=backend)
     shape = [m, k] if collective == "all-gather" else [m, n]
-    plan = sy.make_plan(collective, world_size=world, shape=shape, algorithm=algorithm, split=split,
+    return sy.make_plan(collective, world_size=world, shape=shape, algorithm=algorithm, split=split,
                         dtype=dtype, dim=0, backend=backend)
+
+
+def _best_staged(m, n, k, world, dtype, block_m, block_n, backends, splits, orders, calib):
+    """The staged GEMM+RS candidate the simulator predicts fastest (None if no split fits)."""
+    import syncopate as sy
+
+    best = None
+    for backend in backends:
+        for split in splits:
+            try:
+                plan = _plan("reduce-scatter", m, n, k, world, dtype, backend, "direct", split, True)
+            except UserError:  # a split that would make an empty sub-chunk
+                continue
+            for order in orders:
+                us = sy.simulate(plan, sy.GemmShape(m, n, k, block_m, block_n), calib, order=order).fused_us
+                if best is None or us < best.fused_us:
+                    best = _StagedCandidate(us, backend, int(split), order)
+    return best
+
+
+def _prediction(collective, m, n, k, world, dtype, block_m, block_n, backend, algorithm, split,
+                order, calib, staged=False):
+    import syncopate as sy
+
+    plan = _plan(collective, m, n, k, world, dtype, backend, algorithm, split, staged)
     p = sy.simulate(plan, sy.GemmShape(m, n, k, block_m, block_n), calib, order=order)
     return dict(fused=p.fused_us, sequential=p.sequential_us, floor=p.floor_us, gemm=p.gemm_alone_us,
                 comm=p.comm_alone_us)
@@ -88,7 +131,7 @@ def _prediction(collective, m, n, k, world, dtype, block_m, block_n, backend, al
 
 @functools.lru_cache(maxsize=256)
 def _choose_cached(collective, m, n, k, world, dtype, block_m, block_n, backend, algorithm, split,
-                   tile_order, mode, calib_name):
+                   tile_order, mode, calib_name, reduce="chunks"):
     import syncopate as sy
 
     calib = _cached_calibration(calib_name)
@@ -98,6 +141,19 @@ def _choose_cached(collective, m, n, k, world, dtype, block_m, block_n, backend,
                      backends=_as_list(backend, BACKENDS), orders=_as_list(tile_order, TILE_ORDERS),
                      min_gain=MIN_GAIN)
     fused, seq = result.best_fused, result.best_sequential
+    staged_note = ""
+    if collective == "reduce-scatter" and reduce in ("auto", "epilogue"):
+        staged = _best_staged(m, n, k, world, dtype, block_m, block_n, _as_list(backend, BACKENDS),
+                              _as_list(split, SPLITS), _as_list(tile_order, TILE_ORDERS), calib)
+        if staged is None and reduce == "epilogue":
+            raise UserError(f"syncopate.ops: reduce='epilogue': no-candidate: no split in "
+                            f"{_as_list(split, SPLITS)} makes a staged plan of {m} rows over {world} ranks")
+        if staged is not None:
+            staged_note = (f"; reduction in the epilogue {staged.fused_us:.1f} us vs reduce-add chunks "
+                           f"{fused.fused_us:.1f} us" if reduce == "auto" else "; reduce='epilogue' given")
+            if reduce == "epilogue" or staged.fused_us < fused.fused_us:
+                fused = staged
+    is_staged = isinstance(fused, _StagedCandidate)
     overhead = calib.fused_call_overhead_us(collective)
     saving = seq.sequential_us - fused.fused_us - overhead
     if mode == "auto":
@@ -105,22 +161,26 @@ def _choose_cached(collective, m, n, k, world, dtype, block_m, block_n, backend,
         decision = "fused" if pays else "sequential"
         reason = (f"simulated: best fused {fused.fused_us:.1f} us (+{overhead:.0f} us measured call "
                   f"overhead) vs best sequential {seq.sequential_us:.1f} us ({saving:+.1f} us); fused needs "
-                  f">= {100 * MIN_GAIN:.0f}% and >= {MIN_SAVING_US:.0f} us")
+                  f">= {100 * MIN_GAIN:.0f}% and >= {MIN_SAVING_US:.0f} us{staged_note}")
     else:
         decision = mode
         reason = f"mode={mode!r} given"
     pick = fused if decision == "fused" else seq
     order = pick.order if decision == "fused" else (tile_order if tile_order != "auto" else "arrival")
+    runs_staged = decision == "fused" and is_staged
+    if decision == "fused" and mode != "auto":
+        reason += staged_note
     predicted = _prediction(collective, m, n, k, world, dtype, block_m, block_n, pick.backend,
-                            pick.algorithm, pick.split, order, calib)
-    return OpChoice(decision, pick.backend, pick.algorithm, int(pick.split), order, predicted, reason)
+                            pick.algorithm, pick.split, order, calib, staged=runs_staged)
+    return OpChoice(decision, pick.backend, pick.algorithm, int(pick.split), order, predicted, reason,
+                    "epilogue" if runs_staged else "chunks")
 
 
 def choose(collective: str, *, m: int, n: int, k: int, world: int, dtype: str, block_m: int,
            block_n: int, backend: str = "auto", algorithm: str = "auto", split: Optional[int] = None,
-           tile_order: str = "auto", mode: str = "auto") -> OpChoice:
+           tile_order: str = "auto", mode: str = "auto", reduce: str = "chunks") -> OpChoice:
     """The configuration an op context runs with (see the module docstring). m, n, k: the GEMM
     every rank runs (all-gather: M is the gathered rows). Deterministic for equal arguments."""
     calib_name = calibration_name()
     return _choose_cached(collective, int(m), int(n), int(k), int(world), dtype, int(block_m),
-                          int(block_n), backend, algorithm, split, tile_order, mode, calib_name)
+                          int(block_n), backend, algorithm, split, tile_order, mode, calib_name, reduce)

@@ -66,3 +66,23 @@ class StagedReduceGemm(FusedGemm):
         self.scalars = (m, n, k, k, b_pitch, n, shard * n, n, n, rank * shard, shard, rank,
                         self.num_programs)
         self._finish_binding()
+
+
+def staging_supported() -> bool:
+    """Whether this build's make_plan has the staged reduce-scatter template (staging=)."""
+    import syncopate as sy
+
+    try:
+        sy.make_plan("reduce-scatter", world_size=1, shape=[1, 1, 1], dim=1, algorithm="direct",
+                     split=1, backend="copy-engine", tensor="c", staging="p")
+    except TypeError:
+        return False
+    return True
+
+
+def staged_plan(*, world: int, m: int, n: int, split: int, dtype: str, backend: str):
+    """The staged reduce-scatter plan of C [M, N]: tensor "c" [1, M, N] (dim 1), staging "p"."""
+    import syncopate as sy
+
+    return sy.make_plan("reduce-scatter", world_size=world, shape=[1, m, n], dim=1, algorithm="direct",
+                        split=split, dtype=dtype, backend=backend, tensor="c", staging="p")
