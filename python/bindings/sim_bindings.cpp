@@ -64,7 +64,9 @@ void bind_calibration(nb::module_& m) {
           [](const sim::Calibration& c, std::string_view collective) {
             return c.fused_call_overhead(enum_arg<plan::Collective>(collective, "collective"));
           },
-          "collective"_a, "Measured cost of one fused call beyond the model (overheads.fused_call_us).")
+          "collective"_a,
+          "Deprecated lump added to the fused time by the auto-choice (overheads.fused_call_us); 0 for "
+          "calibrations with `host`, whose costs the simulator models.")
       .def("tile_time_us", &sim::Calibration::tile_time_us, "block_m"_a, "block_n"_a, "k"_a)
       .def(
           "link_bandwidth_gbps",
@@ -107,7 +109,17 @@ void bind_timelines(nb::module_& m) {
       .def_ro("ready", &sim::ChunkTiming::ready)
       .def_ro("start", &sim::ChunkTiming::start)
       .def_ro("transfer_end", &sim::ChunkTiming::transfer_end)
-      .def_ro("arrival", &sim::ChunkTiming::arrival);
+      .def_ro("arrival", &sim::ChunkTiming::arrival)
+      .def_ro("add_us", &sim::ChunkTiming::add_us);
+
+  nb::class_<sim::RankEnd>(m, "RankEnd",
+                           "How one rank's fused call ends: host launch, GPU end, copy-out, host return.")
+      .def_ro("host_launch", &sim::RankEnd::host_launch)
+      .def_ro("gpu_end", &sim::RankEnd::gpu_end)
+      .def_ro("copy_out_start", &sim::RankEnd::copy_out_start)
+      .def_ro("copy_out_end", &sim::RankEnd::copy_out_end)
+      .def_ro("host_return", &sim::RankEnd::host_return)
+      .def_ro("end", &sim::RankEnd::end);
 
   nb::class_<sim::TileTiming>(m, "TileTiming", "One tile's run on one SM worker, in microseconds.")
       .def_ro("rank", &sim::TileTiming::rank)
@@ -125,6 +137,7 @@ void bind_timelines(nb::module_& m) {
       .def_ro("chunks", &sim::Timeline::chunks)
       .def_ro("tiles", &sim::Timeline::tiles)
       .def_ro("total_us", &sim::Timeline::total_us)
+      .def_ro("rank_ends", &sim::Timeline::rank_ends)
       .def("chrome_trace_json", &sim::chrome_trace_json,
            "Chrome / Perfetto trace-event JSON (open in ui.perfetto.dev).")
       .def(

@@ -97,16 +97,18 @@ TuneResult tune(const TuneRequest& req, const Calibration& calib) {
                    [](const Candidate& a, const Candidate& b) { return a.fused_us < b.fused_us; });
 
   const double seq = result.best_sequential.sequential_us;
-  // The measured cost of a fused call the model does not capture (calibration), charged here
-  // only: candidates keep the model's own times.
+  // Deprecated calibrations (overheads.fused_call_us, no `host`) carry a measured lump per call
+  // that their model did not capture; charged here only, candidates keep the model's own times.
+  // Calibrations with `host` have the host path in the fused timeline and a lump of 0.
   const double fused_overhead = calib.fused_call_overhead(req.collective);
   const double fused_gain = gain(result.best_fused.fused_us + fused_overhead, seq);
   const double kl_gain = gain(result.best_kernel_level.kernel_level_us, seq);
   if (fused_gain >= req.min_gain && fused_gain >= kl_gain) {
     result.decision = Decision::fused;
-    result.reason = fmt::format("fused ({:.1f} us + {:.0f} us measured call overhead) beats the best sequential "
-                                "({:.1f} us) by {:.1f}%",
-                                result.best_fused.fused_us, fused_overhead, seq, 100 * fused_gain);
+    const std::string lump =
+        fused_overhead > 0 ? fmt::format(" + {:.0f} us measured call overhead", fused_overhead) : "";
+    result.reason = fmt::format("fused ({:.1f} us{}) beats the best sequential ({:.1f} us) by {:.1f}%",
+                                result.best_fused.fused_us, lump, seq, 100 * fused_gain);
   } else if (kl_gain >= req.min_gain) {
     result.decision = Decision::kernel_level;
     result.reason = fmt::format("kernel-level overlap ({:.1f} us) beats the best sequential ({:.1f} us) by "

@@ -119,7 +119,7 @@ Object object(const Node& node, std::string_view source, std::initializer_list<s
 BackendModel read_backend(const Node& node, std::string_view source) {
   auto o = object(node, source,
                   {"bandwidth_gbps", "latency_us", "signal_latency_us", "concurrency", "sms",
-                   "compute_slowdown"});
+                   "compute_slowdown", "bandwidth_under_compute_gbps", "issue_us"});
   BackendModel b;
   b.bandwidth_gbps = o.required("bandwidth_gbps").positive();
   b.latency_us = o.required("latency_us").non_negative();
@@ -127,6 +127,8 @@ BackendModel read_backend(const Node& node, std::string_view source) {
   b.concurrency = o.required("concurrency").integer(1);
   b.sms = o.required("sms").integer(0);
   b.compute_slowdown = o.required("compute_slowdown").at_least_one();
+  if (auto v = o.optional("bandwidth_under_compute_gbps")) b.bandwidth_under_compute_gbps = v->positive();
+  if (auto v = o.optional("issue_us")) b.issue_us = v->non_negative();
   return b;
 }
 
@@ -137,6 +139,13 @@ double Calibration::link_bandwidth_gbps(int src, int dst, plan::Backend b) const
     if (link.src == src && link.dst == dst && link.backend == b) return link.bandwidth_gbps;
   if (src == dst) return local_copy_gbps;
   return backend(b).bandwidth_gbps;
+}
+
+double Calibration::link_bandwidth_under_compute_gbps(int src, int dst, plan::Backend b) const {
+  const double alone = link_bandwidth_gbps(src, dst, b);
+  if (src == dst) return alone;
+  const auto& m = backend(b);
+  return alone * (m.bandwidth_under_compute() / m.bandwidth_gbps);
 }
 
 double Calibration::tile_time_us(std::int64_t block_m, std::int64_t block_n, std::int64_t k) const {
@@ -156,7 +165,8 @@ Calibration parse_calibration(std::string_view json_text, std::string_view sourc
   }
   const Node root(doc, "", source);
   auto top = object(root, source,
-                    {"version", "device", "sources", "gpu", "gemm", "overheads", "backends", "links"});
+                    {"version", "device", "sources", "gpu", "gemm", "overheads", "host", "reduce_add",
+                     "backends", "links"});
   Calibration c;
   c.version = top.required("version").integer(1);
   if (c.version != kCalibrationVersion)
@@ -184,7 +194,15 @@ Calibration parse_calibration(std::string_view json_text, std::string_view sourc
   auto overheads = object(top.required("overheads"), source, {"launch_us", "sync_us", "fused_call_us"});
   c.launch_overhead_us = overheads.required("launch_us").non_negative();
   c.sync_overhead_us = overheads.required("sync_us").non_negative();
+  const auto host = top.optional("host");
   if (auto per = overheads.optional("fused_call_us")) {
+    // Deprecated: the lump stood for the host path and the reduction tail, which `host`,
+    // `reduce_add` and the copy-out now model; charging both would count them twice.
+    if (host)
+      throw CalibrationError(fmt::format(
+          "{}: overheads.fused_call_us: deprecated: the file has `host`, which models the cost this "
+          "lump stood for (host path, reduce-add step, copy-out); remove overheads.fused_call_us",
+          source));
     std::vector<std::string_view> names;
     for (const auto& [coll, name] : plan::EnumTable<plan::Collective>::entries)
       if (coll != plan::Collective::custom) names.push_back(name);
@@ -193,6 +211,18 @@ Calibration parse_calibration(std::string_view json_text, std::string_view sourc
     for (const auto& [coll, name] : plan::EnumTable<plan::Collective>::entries)
       if (coll != plan::Collective::custom)
         if (auto v = o.optional(name)) c.fused_call_overhead_us.at(static_cast<std::size_t>(coll)) = v->non_negative();
+  }
+
+  if (host) {
+    auto o = object(*host, source, {"fused_call_us", "after_launch_us", "producer_after_launch_us"});
+    c.host.fused_call_us = o.required("fused_call_us").non_negative();
+    c.host.after_launch_us = o.required("after_launch_us").non_negative();
+    c.host.producer_after_launch_us = o.required("producer_after_launch_us").non_negative();
+  }
+  if (auto add = top.optional("reduce_add")) {
+    auto o = object(*add, source, {"add_gbps", "add_under_compute_gbps"});
+    c.reduce_add.add_gbps = o.required("add_gbps").positive();
+    c.reduce_add.add_under_compute_gbps = o.required("add_under_compute_gbps").positive();
   }
 
   const Node backends_node = top.required("backends");
@@ -245,12 +275,22 @@ std::string calibration_to_json(const Calibration& c, int indent) {
   for (const auto& [coll, name] : plan::EnumTable<plan::Collective>::entries)
     if (coll != plan::Collective::custom && c.fused_call_overhead(coll) > 0)
       doc["overheads"]["fused_call_us"][std::string(name)] = c.fused_call_overhead(coll);
+  const bool has_host = c.host.fused_call_us > 0 || c.host.after_launch_us > 0 || c.host.producer_after_launch_us > 0;
+  if (has_host)
+    doc["host"] = {{"fused_call_us", c.host.fused_call_us}, {"after_launch_us", c.host.after_launch_us},
+                   {"producer_after_launch_us", c.host.producer_after_launch_us}};
+  if (c.reduce_add.add_gbps > 0)
+    doc["reduce_add"] = {{"add_gbps", c.reduce_add.add_gbps},
+                         {"add_under_compute_gbps", c.reduce_add.add_under_compute_gbps}};
   for (const auto& [b, name] : plan::EnumTable<plan::Backend>::entries) {
     const auto& m = c.backend(b);
     doc["backends"][std::string(name)] = {
         {"bandwidth_gbps", m.bandwidth_gbps}, {"latency_us", m.latency_us},
         {"signal_latency_us", m.signal_latency_us}, {"concurrency", m.concurrency},
         {"sms", m.sms}, {"compute_slowdown", m.compute_slowdown}};
+    if (m.bandwidth_under_compute_gbps > 0)
+      doc["backends"][std::string(name)]["bandwidth_under_compute_gbps"] = m.bandwidth_under_compute_gbps;
+    if (m.issue_us > 0) doc["backends"][std::string(name)]["issue_us"] = m.issue_us;
   }
   if (!c.links.empty()) {
     doc["links"] = json::array();

@@ -63,6 +63,7 @@ struct RankState {
   std::size_t tiles_done_in_kernel = 0;
   std::vector<std::size_t> worker_next;  // static assignment: next position per worker
   std::size_t shared_next = 0;           // dynamic assignment
+  bool kernel_running = false;           // between a kernel's start and its last tile
   double work_clock = 0;                 // microseconds of full-speed work done so far
   double rate = 1;                       // work clock speed (1 / slowdown)
   std::priority_queue<RunningTile, std::vector<RunningTile>, std::greater<>> running;
@@ -183,7 +184,14 @@ class Engine {
     timeline_.chunks[c].transfer_end = now_;
     --lanes_used_[lane_key(c)];
     const auto& model = calib_.backend(ch.backend);
-    push(now_ + model.latency_us + model.signal_latency_us, EventKind::chunk_landed, c);
+    double add_us = 0;
+    if (ch.add_step && calib_.reduce_add.add_gbps > 0) {
+      const bool busy = in_.compute_slowdown && ranks_.at(ch.dst).kernel_running;
+      const double gbps = busy ? calib_.reduce_add.add_under_compute_gbps : calib_.reduce_add.add_gbps;
+      add_us = ch.bytes / (gbps * 1e3);  // GB/s -> bytes per microsecond
+    }
+    timeline_.chunks[c].add_us = add_us;
+    push(now_ + model.latency_us + add_us + model.signal_latency_us, EventKind::chunk_landed, c);
     dispatch(lane_key(c));
   }
   void on_landed(int c) {
@@ -214,7 +222,7 @@ class Engine {
     double start = rs.prev_end;
     if (!kernels[k].waits.empty())
       start = std::max(start, rs.kernel_waits_landed[k] + calib_.sync_overhead_us);
-    start += calib_.launch_overhead_us;
+    start = std::max(start, kernels[k].not_before_us) + calib_.launch_overhead_us;
     ++rs.next_kernel;
     rs.active_finished = false;
     push(std::max(start, now_), EventKind::kernel_start, r, static_cast<int>(k));
@@ -223,6 +231,8 @@ class Engine {
     auto& rs = ranks_[r];
     const int workers = in_.ranks[r].workers;
     rs.active_kernel = k;
+    rs.kernel_running = true;
+    rates_dirty_ = true;  // links touching this rank now run at their under-compute bandwidth
     rs.tiles_done_in_kernel = 0;
     rs.shared_next = 0;
     rs.worker_next.resize(workers);
@@ -269,6 +279,8 @@ class Engine {
     auto& rs = ranks_[r];
     rs.prev_end = now_;
     rs.active_finished = true;
+    rs.kernel_running = false;
+    rates_dirty_ = true;
     for (int c : rs.kernel_gates[rs.active_kernel]) {
       chunks_[c].gate_open = std::max(chunks_[c].gate_open, now_);
       release_one(c);
@@ -290,7 +302,13 @@ class Engine {
     for (std::size_t f = 0; f < flows_.size(); ++f) {
       const auto& ch = in_.chunks[flows_[f]];
       const int b = static_cast<int>(ch.backend);
-      uses[f].push_back(resource({ch.src, ch.dst, b}, calib_.link_bandwidth_gbps(ch.src, ch.dst, ch.backend)));
+      // A GEMM running on either end slows the link (both ends' state is the same for every
+      // flow on it, so one capacity per link).
+      const bool busy = in_.compute_slowdown && ch.src != ch.dst &&
+                        (ranks_.at(ch.src).kernel_running || ranks_.at(ch.dst).kernel_running);
+      const double link = busy ? calib_.link_bandwidth_under_compute_gbps(ch.src, ch.dst, ch.backend)
+                               : calib_.link_bandwidth_gbps(ch.src, ch.dst, ch.backend);
+      uses[f].push_back(resource({ch.src, ch.dst, b}, link));
       if (ch.src != ch.dst) {
         uses[f].push_back(resource({ch.src, -1, -1}, calib_.egress_gbps));
         uses[f].push_back(resource({-1, ch.dst, -1}, calib_.ingress_gbps));

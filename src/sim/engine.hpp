@@ -17,6 +17,11 @@
 //    `workers` SM workers in the kernel's order: statically (worker w takes positions w, w+W,
 //    ...: a persistent kernel) or dynamically (the next tile to the first free worker). A worker
 //    claims its next tile, spins until the tile's own waits have landed, then computes it.
+//  - While a kernel runs on either end, a link moves bytes at the backend's under-compute
+//    bandwidth (calibration), and a reduce-add chunk with `add_step` is added into place on its
+//    destination after its transfer: bytes / the add rate (under compute while a kernel runs
+//    there), before its signal. A kernel starts no earlier than its `not_before_us` (the host
+//    enqueues it then) plus the launch overhead.
 //  - A rank computes `compute_slowdown` times slower while chunks of a backend with that
 //    slowdown are moving into or out of it (the largest factor of those in flight applies).
 #pragma once
@@ -42,11 +47,13 @@ struct EngineChunk {
   std::vector<std::pair<int, int>> gate_kernels; // (rank, kernel) that finish before it starts
   double gate_delay_us = 0;                      // after the last gate tile or kernel finishes
   double not_before_us = 0;
+  bool add_step = false;                         // a reduce-add added in place after its transfer
 };
 
 struct EngineKernel {
   std::vector<int> tiles;  // tile ids in execution order
   std::vector<int> waits;  // chunks that land before the kernel launches
+  double not_before_us = 0;  // when the host enqueues it (the launch overhead comes on top)
 };
 
 struct EngineRank {

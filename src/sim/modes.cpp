@@ -185,6 +185,74 @@ double shaped_speed(const KernelLevelShaping& shaping) {
   return std::min(1.0, shaping.residency * shaping.block_share);
 }
 
+// The host's side of a fused call: each rank enqueues the chunks it lists, stream by stream
+// (each costs its backend's issue_us), then launches its kernel after fused_call_us more.
+struct HostIssue {
+  std::vector<double> chunk_enqueued;  // by chunk: the latest host time a listing rank enqueues it
+  std::vector<double> launch;          // by rank: the fused kernel's host launch time
+};
+
+HostIssue host_issue(const plan::CommPlan& plan, const Calibration& calib) {
+  HostIssue h;
+  const int n = static_cast<int>(plan.chunks.size());
+  h.chunk_enqueued.assign(plan.chunks.size(), 0.0);
+  h.launch.assign(plan.world_size, calib.host.fused_call_us);
+  for (const auto& program : plan.ranks) {
+    double t = 0;
+    for (const auto& stream : program.streams)
+      for (int c : stream) {
+        if (c < 0 || c >= n) continue;
+        t += calib.backend(plan.chunks[c].backend).issue_us;
+        h.chunk_enqueued[c] = std::max(h.chunk_enqueued[c], t);
+      }
+    if (program.rank >= 0 && program.rank < plan.world_size) h.launch[program.rank] += t;
+  }
+  return h;
+}
+
+// Bytes a GEMM+RS/AR copies out of the heap on `rank` when its call ends: its reduced shard
+// (reduce-scatter) or the whole tensor (all-reduce); 0 for the other collectives.
+double result_bytes(const plan::CommPlan& plan, int rank) {
+  const auto& spec = plan.collective;
+  const bool rs = spec.kind == plan::Collective::reduce_scatter;
+  if (!rs && spec.kind != plan::Collective::all_reduce) return 0;
+  const auto tensor = plan.tensors.find(spec.tensor);
+  if (tensor == plan.tensors.end()) return 0;
+  const auto& shape = tensor->second.shape;
+  double elements = static_cast<double>(tensor->second.elements());
+  if (rs && spec.dim >= 0 && spec.dim < static_cast<int>(shape.size()) && shape[spec.dim] > 0)
+    elements = elements / double(shape[spec.dim]) *
+               double(plan::even_split(shape[spec.dim], plan.world_size, rank).size);
+  return elements * plan::dtype_size(tensor->second.dtype);
+}
+
+// How each rank's call ends, as a user times it (see RankEnd), and the call's total.
+void end_of_call(Timeline& timeline, const FusedCall& call, const Calibration& calib,
+                 const HostIssue& host) {
+  const int world = call.plan.world_size;
+  const bool producer = produces(call);
+  std::vector<double> gpu_end(world, 0.0);
+  for (const auto& t : timeline.tiles) gpu_end.at(t.rank) = std::max(gpu_end.at(t.rank), t.end);
+  for (const auto& c : timeline.chunks)  // chunks landing here, and those its streams carry
+    for (int r : {c.dst, c.issuer})
+      if (r >= 0 && r < world) gpu_end[r] = std::max(gpu_end[r], c.arrival);
+  timeline.rank_ends.assign(world, {});
+  for (int r = 0; r < world; ++r) {
+    auto& e = timeline.rank_ends[r];
+    e.host_launch = host.launch[r];
+    e.gpu_end = gpu_end[r];
+    e.copy_out_start = e.copy_out_end = e.gpu_end;
+    const double bytes = producer ? result_bytes(call.plan, r) : 0.0;
+    if (bytes > 0) {  // after the exit wait (a stream wait on every landing) and its enqueue
+      e.copy_out_start = std::max(e.gpu_end + calib.sync_overhead_us, e.host_launch);
+      e.copy_out_end = e.copy_out_start + bytes / (calib.local_copy_gbps * 1e3);
+    }
+    e.host_return = e.host_launch + (producer ? calib.host.producer_after_launch_us : calib.host.after_launch_us);
+    e.end = std::max(e.copy_out_end, e.host_return);
+    timeline.total_us = std::max(timeline.total_us, e.end);
+  }
+}
+
 }  // namespace
 
 int compute_workers(const plan::CommPlan& plan, int rank, const Calibration& calib) {
@@ -206,19 +274,26 @@ Timeline simulate_fused(const FusedCall& call, const Calibration& calib, const S
   in.label = "fused";
   in.dynamic_assignment = options.dynamic_assignment;
   in.chunks = base_chunks(call.plan, calib);
+  const HostIssue host = host_issue(call.plan, calib);
   // The runtime starts an NCCL group once every member's waits hold: gate members together.
   const auto gates = merge_group_gates(call.plan, chunk_gates(call));
   for (std::size_t c = 0; c < gates.size(); ++c) {
-    in.chunks[c].gate_tiles = gates[c];
-    in.chunks[c].gate_delay_us = calib.backend(in.chunks[c].backend).signal_latency_us;
+    auto& ch = in.chunks[c];
+    ch.gate_tiles = gates[c];
+    ch.gate_delay_us = calib.backend(ch.backend).signal_latency_us;
+    ch.not_before_us += host.chunk_enqueued[c];
+    // Copy-engine and NCCL reduce-adds land in staging, then an add kernel adds them in place.
+    ch.add_step = call.plan.chunks[c].op == plan::ChunkOp::reduce_add && ch.backend != plan::Backend::sm_copy;
   }
   for (int r = 0; r < call.plan.world_size; ++r) {
     auto er = rank_shell(call, compute_workers(call.plan, r, calib), calib);
     er.tile_waits = tile_wait_chunks(call.tables[r]);
-    er.kernels.push_back({call.orders[r].tiles, {}});
+    er.kernels.push_back({call.orders[r].tiles, {}, host.launch[r]});
     in.ranks.push_back(std::move(er));
   }
-  return detail::run_engine(in, calib);
+  Timeline timeline = detail::run_engine(in, calib);
+  end_of_call(timeline, call, calib, host);
+  return timeline;
 }
 
 Timeline simulate_kernel_level(const FusedCall& call, const Calibration& base_calib, const SimOptions& options) {

@@ -38,6 +38,35 @@ struct BackendModel {
   int sms = 0;                   // SMs taken from compute while this backend is used on a GPU
   double compute_slowdown = 1;   // compute runs this many times slower while this backend's
                                  // chunks are moving on the GPU (shared HBM / L2 / SMs)
+  // Optional (JSON backends.<b>.bandwidth_under_compute_gbps; absent: bandwidth_gbps): a link's
+  // bandwidth while a GEMM kernel runs on either end (the GEMM's HBM / L2 traffic slows the copy).
+  double bandwidth_under_compute_gbps = 0;
+  // Optional (backends.<b>.issue_us; absent: 0): host time to enqueue one chunk of this backend
+  // in a fused call (the executor's wait, copy and add launches), before the kernel's launch.
+  double issue_us = 0;
+  double bandwidth_under_compute() const {
+    return bandwidth_under_compute_gbps > 0 ? bandwidth_under_compute_gbps : bandwidth_gbps;
+  }
+};
+
+// The host's side of one fused call (JSON `host`, optional; all 0 when absent). The GPU cannot
+// run what the host has not enqueued yet, and the call (timed from before it to after it, as a
+// user sees it) cannot end before the host returns:
+//   fused kernel launch  = fused_call_us + sum of the rank's chunks' issue_us
+//   call ends no earlier = launch + after_launch_us (producer_after_launch_us for GEMM+RS/AR)
+struct HostModel {
+  double fused_call_us = 0;             // checks, epoch begin, the Triton launch path
+  double after_launch_us = 0;           // consumers (AG+GEMM): epoch end
+  double producer_after_launch_us = 0;  // producers: exit wait, copy-out, epoch end enqueued
+};
+
+// Reduce-add chunks of the copy engine and NCCL land in the destination's staging area and are
+// then added into place by an add kernel (docs/RUNTIME.md); the add takes bytes / rate, after the
+// transfer and before the signal. JSON `reduce_add`, optional; 0 (absent): no add step.
+// SM-copy reduce-adds read the remote box inside the add kernel: their transfer is the add.
+struct ReduceAddModel {
+  double add_gbps = 0;                // chunk bytes per second with the GPU otherwise idle
+  double add_under_compute_gbps = 0;  // while a GEMM kernel runs on the destination
 };
 
 // One (src, dst, backend) link whose bandwidth differs from the backend's default.
@@ -64,18 +93,20 @@ struct Calibration {
   int sms = 0;                    // streaming multiprocessors per GPU
   double egress_gbps = 0;         // all of one GPU's outgoing interconnect bandwidth
   double ingress_gbps = 0;        // all of its incoming interconnect bandwidth
-  double local_copy_gbps = 0;     // a chunk whose src == dst (device-to-device copy)
+  double local_copy_gbps = 0;     // a chunk whose src == dst (device-to-device copy), and the
+                                  // copy of a GEMM+RS/AR result out of the heap (fused calls)
   double launch_overhead_us = 0;  // one kernel launch (and the gap between stream-ordered kernels)
   double sync_overhead_us = 0;    // one cross-stream event wait / host-visible synchronisation
-  // Measured cost of one fused call beyond what the model predicts, per collective (indexed by
-  // plan::Collective; JSON overheads.fused_call_us, optional, 0 when absent): the host issue
-  // path, and for reduce-scatter / all-reduce the reduction tail the model does not capture.
-  // The auto-choice adds it to the fused time before comparing with sequential.
+  // DEPRECATED (JSON overheads.fused_call_us, read only from files without `host`): a measured
+  // lump per collective that the auto-choice added to the fused time, from before the model
+  // had the host path, the add step and the copy-out. A file with `host` must not have it.
   std::array<double, 5> fused_call_overhead_us{};
   double fused_call_overhead(plan::Collective c) const {
     return fused_call_overhead_us.at(static_cast<std::size_t>(c));
   }
   GemmModel gemm;
+  HostModel host;
+  ReduceAddModel reduce_add;
   std::array<BackendModel, 3> backends{};  // indexed by plan::Backend
   std::vector<LinkOverride> links;
 
@@ -84,6 +115,8 @@ struct Calibration {
   }
   // Bandwidth of the (src, dst) link for backend b, overrides first.
   double link_bandwidth_gbps(int src, int dst, plan::Backend b) const;
+  // The same while a GEMM runs on src or dst: scaled by the backend's under-compute ratio.
+  double link_bandwidth_under_compute_gbps(int src, int dst, plan::Backend b) const;
   // Time of one tile of block_m x block_n over depth k, in microseconds.
   double tile_time_us(std::int64_t block_m, std::int64_t block_n, std::int64_t k) const;
 };

@@ -12,7 +12,9 @@ namespace syncopate::sim {
 //   ready:        its stream predecessors and deps have landed and its producer tiles are done
 //   start:        it got a lane (copy engine, SM-copy lane, NCCL channel) and began moving
 //   transfer_end: its last byte is through the link
-//   arrival:      the signal is visible on its destination (transfer_end + latency + signal)
+//   arrival:      the signal is visible on its destination (transfer_end + latency + add_us +
+//                 signal)
+//   add_us:       a reduce-add's add step on its destination (copy engine, NCCL), else 0
 struct ChunkTiming {
   int chunk = 0;
   int src = 0;
@@ -25,6 +27,20 @@ struct ChunkTiming {
   double start = 0;
   double transfer_end = 0;
   double arrival = 0;
+  double add_us = 0;
+};
+
+// One rank's call as a user times it (fused mode; the other modes leave it empty): the host
+// enqueues the kernel at host_launch, the GPU finishes its tiles and the chunks landing here at
+// gpu_end, a GEMM+RS/AR then copies its result out of the heap (copy_out_start .. copy_out_end,
+// equal when there is none), and the call ends at `end`, no earlier than the host returns.
+struct RankEnd {
+  double host_launch = 0;
+  double gpu_end = 0;
+  double copy_out_start = 0;
+  double copy_out_end = 0;
+  double host_return = 0;
+  double end = 0;
 };
 
 // One tile's run on one SM worker. `start` is when its inputs had landed and it began computing
@@ -48,6 +64,7 @@ struct Timeline {
   std::vector<int> workers;          // per rank: SM workers of its compute kernel
   std::vector<ChunkTiming> chunks;   // by chunk id
   std::vector<TileTiming> tiles;     // every tile of every rank, by (rank, position in order)
+  std::vector<RankEnd> rank_ends;    // fused mode: per rank, the host path and the copy-out
   double total_us = 0;               // the last event on any rank
 };
 

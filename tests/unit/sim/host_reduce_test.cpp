@@ -1,0 +1,252 @@
+// The mechanisms measured on nvidia-h200-x2 (calib/h200.json's sources): the host path of a
+// fused call, copy-engine bandwidth while a GEMM runs, the reduce-add's add step on its
+// destination, and the copy-out of a GEMM+RS/AR result. Hand-computed on the round calibration
+// of sim_fixtures.hpp (tile 5 us, 128 x 1000 bf16 chunk = 256000 bytes, 10 us at 25.6 GB/s,
+// latency 1 us, launch 2 us, sync 3 us), plus behaviour checks on real template plans.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <filesystem>
+
+#include <nlohmann/json.hpp>
+
+#include "sim_fixtures.hpp"
+#include "syncopate/plan/templates.hpp"
+#include "syncopate/sim/simulator.hpp"
+
+namespace syncopate::sim {
+namespace {
+
+using testing::round_calibration_json;
+using testing::two_rank_all_gather;
+using testing::two_rank_producer;
+
+constexpr double kTol = 1e-6;
+
+// The round calibration with some fields set (JSON pointer -> value).
+Calibration with(std::initializer_list<std::pair<const char*, nlohmann::json>> edits,
+                 double bandwidth_gbps = 25.6) {
+  auto doc = nlohmann::json::parse(round_calibration_json(1.0, 4, bandwidth_gbps));
+  for (const auto& [pointer, value] : edits) doc[nlohmann::json::json_pointer(pointer)] = value;
+  return parse_calibration(doc.dump(), "edited-round.json");
+}
+
+double first_tile_start(const Timeline& tl, int rank) {
+  double t = 1e300;
+  for (const auto& tile : tl.tiles)
+    if (tile.rank == rank) t = std::min(t, tile.start);
+  return t;
+}
+
+// --- host path ------------------------------------------------------------------------------
+
+// Each rank lists one chunk: it enqueues it at 4 (issue_us), launches the kernel at 10 + 4 = 14,
+// which starts 2 us later; the chunks start at 2 (launch) + 4. The call ends no earlier than the
+// host returns (launch + after_launch_us).
+TEST(HostPath, KernelStartsAfterTheHostLaunchesIt) {
+  const auto calib = with({{"/host", {{"fused_call_us", 10}, {"after_launch_us", 100},
+                                      {"producer_after_launch_us", 0}}},
+                           {"/backends/copy-engine/issue_us", 4}});
+  const auto tl = simulate_fused(two_rank_all_gather({0, 1, 2, 3}, {2, 3, 0, 1}), calib);
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_NEAR(tl.rank_ends[r].host_launch, 14, kTol);
+    EXPECT_NEAR(first_tile_start(tl, r), 16, kTol);
+    EXPECT_NEAR(tl.chunks[r].start, 6, kTol);
+    EXPECT_NEAR(tl.rank_ends[r].host_return, 114, kTol);
+  }
+  EXPECT_NEAR(tl.total_us, 114, kTol);  // the GPU is done at 16 + 2 x 5 = 26
+}
+
+// Charged once per call: a GEMM with 4x the tiles launches at the same host time, and the
+// predicted time grows by the extra compute only.
+TEST(HostPath, ChargedOncePerCallNotPerTile) {
+  const auto calib = with({{"/host", {{"fused_call_us", 50}, {"after_launch_us", 0},
+                                      {"producer_after_launch_us", 0}}}});
+  auto small = two_rank_all_gather({0, 1, 2, 3}, {2, 3, 0, 1});
+  const auto base = simulate_fused(small, calib);
+  EXPECT_NEAR(first_tile_start(base, 0), 52, kTol);
+  // Same chunks, 2x deeper K: twice the tile time, same host launch.
+  auto deep = small;
+  deep.gemm.k = 2000;
+  const auto slower = simulate_fused(deep, calib);
+  EXPECT_NEAR(first_tile_start(slower, 0), 52, kTol);
+  EXPECT_NEAR(slower.rank_ends[0].host_launch, base.rank_ends[0].host_launch, kTol);
+}
+
+// More chunks to enqueue, later launch: a split-4 plan's ranks issue 4x the chunks of split 1.
+TEST(HostPath, EveryIssuedChunkDelaysTheLaunch) {
+  auto calib = with({{"/host", {{"fused_call_us", 20}, {"after_launch_us", 0},
+                                {"producer_after_launch_us", 0}}},
+                     {"/backends/copy-engine/issue_us", 7}});
+  auto launch = [&](int split) {
+    plan::TemplateOptions o;
+    o.collective = plan::Collective::all_gather;
+    o.algorithm = plan::Algorithm::direct;
+    o.world_size = 2;
+    o.split = split;
+    o.shape = {1024, 1000};
+    const auto call = make_fused_call(plan::make_plan(o), {1024, 256, 1000, 128, 128},
+                                      schedule::OrderKind::arrival, calib);
+    return simulate_fused(call, calib).rank_ends.at(0).host_launch;
+  };
+  EXPECT_NEAR(launch(1), 20 + 7, kTol);
+  EXPECT_NEAR(launch(4), 20 + 4 * 7, kTol);
+}
+
+// --- copy-engine bandwidth under compute ------------------------------------------------------
+
+// The kernels start at 2 with the chunks and run (local tiles, then spinning) until the chunks
+// land: at 12.8 GB/s the 256000 bytes take 20 us, landing at 2 + 20 + 1 = 23 instead of 13.
+TEST(UnderCompute, ALinkIsSlowerWhileAGemmRuns) {
+  const auto call = two_rank_all_gather({0, 1, 2, 3}, {2, 3, 0, 1});
+  const auto slow = simulate_fused(call, with({{"/backends/copy-engine/bandwidth_under_compute_gbps", 12.8}}));
+  EXPECT_NEAR(slow.chunks[0].transfer_end, 22, kTol);
+  EXPECT_NEAR(slow.chunks[0].arrival, 23, kTol);
+  EXPECT_NEAR(slow.total_us, 28, kTol);
+  // Communication alone has no GEMM: the full bandwidth.
+  EXPECT_NEAR(simulate_comm_alone(call.plan, with({{"/backends/copy-engine/bandwidth_under_compute_gbps", 12.8}}))
+                  .chunks[0].arrival, 13, kTol);
+}
+
+TEST(UnderCompute, AFasterCopyUnderComputeShortensTheCall) {
+  const auto call = two_rank_all_gather({0, 1, 2, 3}, {2, 3, 0, 1});
+  const double slow = simulate_fused(call, with({{"/backends/copy-engine/bandwidth_under_compute_gbps", 6.4}})).total_us;
+  const double fast = simulate_fused(call, with({{"/backends/copy-engine/bandwidth_under_compute_gbps", 20}})).total_us;
+  EXPECT_LT(fast, slow);
+}
+
+// --- the add step of reduce-adds --------------------------------------------------------------
+
+FusedCall reduce_add_producer() {
+  auto call = two_rank_producer();
+  call.plan.chunks[0].op = plan::ChunkOp::reduce_add;
+  return call;
+}
+
+// Rank 0's tiles 0 and 1 end at 7; the chunk moves 7 -> 17, latency to 18; rank 1's kernel has
+// ended (at 12), so the add runs at add_gbps: 256000 B / 25.6 GB/s = 10 us, landing at 28.
+TEST(ReduceAdd, AddedInPlaceAfterTheTransfer) {
+  const auto calib = with({{"/reduce_add", {{"add_gbps", 25.6}, {"add_under_compute_gbps", 12.8}}}});
+  const auto tl = simulate_fused(reduce_add_producer(), calib);
+  EXPECT_NEAR(tl.chunks[0].transfer_end, 17, kTol);
+  EXPECT_NEAR(tl.chunks[0].add_us, 10, kTol);
+  EXPECT_NEAR(tl.chunks[0].arrival, 28, kTol);
+  // A plain copy of the same box has no add step.
+  const auto copy = simulate_fused(two_rank_producer(), calib);
+  EXPECT_NEAR(copy.chunks[0].add_us, 0, kTol);
+  EXPECT_NEAR(copy.chunks[0].arrival, 18, kTol);
+}
+
+// At 1000 GB/s the transfer ends at 7.256, while rank 1 still computes (until 12): the add runs
+// at add_under_compute_gbps, 20 us.
+TEST(ReduceAdd, SlowerWhileTheDestinationComputes) {
+  const auto calib = with({{"/reduce_add", {{"add_gbps", 25.6}, {"add_under_compute_gbps", 12.8}}}}, 1000);
+  const auto tl = simulate_fused(reduce_add_producer(), calib);
+  EXPECT_NEAR(tl.chunks[0].add_us, 20, kTol);
+}
+
+// The reduction tail (last landing on a rank after its last tile) grows with the size of the last
+// sub-chunk: split 1 leaves one big add after the GEMM, split 4 a quarter of it.
+TEST(ReduceAdd, TheTailGrowsWithTheLastSubChunk) {
+  const auto calib = load_calibration(std::filesystem::path(SYNCOPATE_SOURCE_DIR) / "calib" / "h200.json");
+  auto tail = [&](int split) {
+    plan::TemplateOptions o;
+    o.collective = plan::Collective::reduce_scatter;
+    o.algorithm = plan::Algorithm::direct;
+    o.world_size = 2;
+    o.split = split;
+    o.shape = {8192, 8192};
+    const auto call = make_fused_call(plan::make_plan(o), {8192, 8192, 4096, 128, 256},
+                                      schedule::OrderKind::arrival, calib);
+    const auto tl = simulate_fused(call, calib);
+    double last_tile = 0;
+    for (const auto& t : tl.tiles)
+      if (t.rank == 0) last_tile = std::max(last_tile, t.end);
+    return tl.rank_ends[0].gpu_end - last_tile;
+  };
+  const double one = tail(1), four = tail(4);
+  EXPECT_GT(one, 1.5 * four) << "split 1 tail " << one << " us, split 4 " << four << " us";
+  EXPECT_GT(four, 0);
+}
+
+// --- copy-out of the result -------------------------------------------------------------------
+
+// GEMM+RS on 2 ranks, 256 x 1000 bf16: each rank copies its 128 x 1000 shard (256000 bytes) out
+// of the heap at local_copy_gbps (1000 GB/s: 0.256 us) after the exit wait (sync 3 us); an
+// all-reduce copies the whole tensor (twice the bytes).
+TEST(CopyOut, AfterEveryLandingAndTheExitWait) {
+  const auto calib = with({});
+  for (auto kind : {plan::Collective::reduce_scatter, plan::Collective::all_reduce}) {
+    plan::TemplateOptions o;
+    o.collective = kind;
+    o.algorithm = plan::Algorithm::direct;
+    o.world_size = 2;
+    o.shape = {256, 1000};
+    const auto call = make_fused_call(plan::make_plan(o), {256, 1000, 500, 128, 128},
+                                      schedule::OrderKind::arrival, calib);
+    const auto tl = simulate_fused(call, calib);
+    const double bytes = kind == plan::Collective::reduce_scatter ? 256000 : 512000;
+    for (const auto& e : tl.rank_ends) {
+      EXPECT_NEAR(e.copy_out_start, e.gpu_end + 3, kTol);
+      EXPECT_NEAR(e.copy_out_end - e.copy_out_start, bytes / 1e6, kTol);
+      EXPECT_NEAR(e.end, e.copy_out_end, kTol);
+    }
+    double last = 0;
+    for (const auto& c : tl.chunks) last = std::max(last, c.arrival);
+    EXPECT_GE(tl.rank_ends[0].gpu_end + kTol, tl.chunks[0].arrival);
+    EXPECT_GT(tl.total_us, last);
+  }
+}
+
+// A consumer (AG+GEMM) has nothing to copy out.
+TEST(CopyOut, NoneForAConsumer) {
+  const auto tl = simulate_fused(two_rank_all_gather({0, 1, 2, 3}, {2, 3, 0, 1}), with({}));
+  for (const auto& e : tl.rank_ends) EXPECT_NEAR(e.copy_out_end, e.gpu_end, kTol);
+  EXPECT_NEAR(tl.total_us, 18, kTol);  // as HandTimeline.FusedArrivalOrder
+}
+
+// --- calibration fields -----------------------------------------------------------------------
+
+TEST(CalibrationHost, NewFieldsReadAndWrittenBack) {
+  const auto c = with({{"/host", {{"fused_call_us", 90}, {"after_launch_us", 8}, {"producer_after_launch_us", 70}}},
+                       {"/reduce_add", {{"add_gbps", 320}, {"add_under_compute_gbps", 270}}},
+                       {"/backends/copy-engine/bandwidth_under_compute_gbps", 20},
+                       {"/backends/copy-engine/issue_us", 31}});
+  const auto again = parse_calibration(calibration_to_json(c), "again");
+  EXPECT_DOUBLE_EQ(again.host.fused_call_us, 90);
+  EXPECT_DOUBLE_EQ(again.host.producer_after_launch_us, 70);
+  EXPECT_DOUBLE_EQ(again.reduce_add.add_under_compute_gbps, 270);
+  EXPECT_DOUBLE_EQ(again.backend(plan::Backend::copy_engine).bandwidth_under_compute(), 20);
+  EXPECT_DOUBLE_EQ(again.backend(plan::Backend::copy_engine).issue_us, 31);
+  EXPECT_DOUBLE_EQ(again.backend(plan::Backend::nccl).bandwidth_under_compute(), 25.6);  // absent: as alone
+  EXPECT_DOUBLE_EQ(again.link_bandwidth_under_compute_gbps(0, 1, plan::Backend::copy_engine), 20);
+}
+
+TEST(CalibrationHost, TheDeprecatedLumpBesideHostIsAnError) {
+  try {
+    with({{"/host", {{"fused_call_us", 90}, {"after_launch_us", 8}, {"producer_after_launch_us", 70}}},
+          {"/overheads/fused_call_us", {{"all-gather", 100}}}});
+    FAIL() << "expected a CalibrationError";
+  } catch (const CalibrationError& e) {
+    EXPECT_NE(std::string(e.what()).find("edited-round.json: overheads.fused_call_us: deprecated"), std::string::npos)
+        << e.what();
+  }
+  // Alone (an old file), it is still read.
+  EXPECT_DOUBLE_EQ(with({{"/overheads/fused_call_us", {{"all-gather", 100}}}}).fused_call_overhead(plan::Collective::all_gather), 100);
+}
+
+TEST(CalibrationHost, BadValuesNameTheirPath) {
+  EXPECT_THROW(with({{"/host", {{"fused_call_us", -1}, {"after_launch_us", 0}, {"producer_after_launch_us", 0}}}}),
+               CalibrationError);
+  EXPECT_THROW(with({{"/reduce_add", {{"add_gbps", 0}, {"add_under_compute_gbps", 1}}}}), CalibrationError);
+  try {
+    with({{"/backends/copy-engine/bandwidth_under_compute_gbps", -3}});
+    FAIL();
+  } catch (const CalibrationError& e) {
+    EXPECT_NE(std::string(e.what()).find("backends.copy-engine.bandwidth_under_compute_gbps: expected a number > 0"),
+              std::string::npos) << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace syncopate::sim
