@@ -211,11 +211,13 @@ HostIssue host_issue(const plan::CommPlan& plan, const Calibration& calib) {
 }
 
 // Bytes a GEMM+RS/AR copies out of the heap on `rank` when its call ends: its reduced shard
-// (reduce-scatter) or the whole tensor (all-reduce); 0 for the other collectives.
+// (reduce-scatter) or the whole tensor (all-reduce); 0 for the other collectives and for a
+// staged reduce-scatter (GemmRs reduce="epilogue": no copy-out).
 double result_bytes(const plan::CommPlan& plan, int rank) {
   const auto& spec = plan.collective;
   const bool rs = spec.kind == plan::Collective::reduce_scatter;
   if (!rs && spec.kind != plan::Collective::all_reduce) return 0;
+  if (rs && !spec.output.empty()) return 0;  // staged: the reducing GEMM writes `out` itself
   const auto tensor = plan.tensors.find(spec.tensor);
   if (tensor == plan.tensors.end()) return 0;
   const auto& shape = tensor->second.shape;
