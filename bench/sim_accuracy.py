@@ -189,8 +189,9 @@ def git_revision() -> str:
                              capture_output=True, text=True, check=True).stdout.strip()
         dirty = subprocess.run(["git", "-C", str(REPO), "status", "--porcelain", "--", "src/sim",
                                 "include/syncopate/sim", "calib"],
-                               capture_output=True, text=True, check=True).stdout.strip()
-        return rev + ("+uncommitted simulator/calibration changes" if dirty else "")
+                               capture_output=True, text=True, check=True).stdout
+        files = sorted({line[3:] for line in dirty.splitlines() if line.strip()})
+        return rev + (f" + uncommitted changes to {', '.join(files)}" if files else "")
     except (OSError, subprocess.CalledProcessError):
         return "unknown (not a git checkout)"
 
