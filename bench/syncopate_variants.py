@@ -4,6 +4,14 @@
     syncopate_sm    mode="fused", backend="sm-copy"
     syncopate_nccl  mode="fused", backend="nccl"
     syncopate_auto  everything "auto": the simulator's choice (may be sequential)
+    syncopate_epilogue_ce / _sm / _nccl
+                    GEMM+RS only: mode="fused", reduce="epilogue" (the staged partials added in
+                    the GEMM's epilogue, ops/staged_gemm.py), per backend; a row whose shard is
+                    not a multiple of the GEMM's BLOCK_M skips it with the context's reason
+
+For GEMM+RS every variant but syncopate_auto passes reduce="chunks" unless it names one (so
+syncopate_ce / _sm / _nccl and the ablation stay today's fused RS with reduce-add chunks, timed
+next to the epilogue rows); syncopate_auto may pick either.
 
 Contexts (syncopate.ops.ag_gemm.AgGemm, gemm_rs.GemmRs, gemm_ar.GemmAr) are built once per row,
 before anything is timed; each warms its kernels up and ends on a barrier, so no rank spins on
@@ -27,14 +35,20 @@ SETTINGS = {
     "syncopate_sm": dict(backend="sm-copy", mode="fused"),
     "syncopate_nccl": dict(backend="nccl", mode="fused"),
     "syncopate_auto": dict(backend="auto", algorithm="auto", mode="auto"),
+    "syncopate_epilogue_ce": dict(backend="copy-engine", mode="fused", reduce="epilogue"),
+    "syncopate_epilogue_sm": dict(backend="sm-copy", mode="fused", reduce="epilogue"),
+    "syncopate_epilogue_nccl": dict(backend="nccl", mode="fused", reduce="epilogue"),
 }
 FUSED = ("syncopate_ce", "syncopate_sm", "syncopate_nccl")
+EPILOGUE = ("syncopate_epilogue_ce", "syncopate_epilogue_sm", "syncopate_epilogue_nccl")
+# Only GemmRs has the `reduce` keyword.
+REDUCE_OPS = ("gemm_rs",)
 CLASSES = {"ag_gemm": ("syncopate.ops.ag_gemm", "AgGemm"),
            "gemm_rs": ("syncopate.ops.gemm_rs", "GemmRs"),
            "gemm_ar": ("syncopate.ops.gemm_ar", "GemmAr")}
 # What the report keeps of each context (the names helper A's contexts expose).
 ATTRIBUTES = ("decision", "backend", "algorithm", "split", "tile_order", "gemm_config",
-              "kernel_origin", "predicted_us")
+              "kernel_origin", "kernel_name", "reduce", "predicted_us")
 
 
 def load_classes() -> tuple[dict, Optional[str]]:
@@ -96,6 +110,12 @@ def build(op: str, a: torch.Tensor, b: torch.Tensor, m: int, b_layout: str, grou
             built.variants[name] = missing
             continue
         kwargs = dict((extra_kwargs or {}).get(name, SETTINGS.get(name, {})))
+        if op not in REDUCE_OPS and "reduce" in kwargs:
+            built.variants[name] = f"the reduction epilogue is GEMM+RS only, not {op}"
+            continue
+        if op in REDUCE_OPS and name != "syncopate_auto":
+            # Fixed variants (and the ablation's) keep meaning today's reduce-add chunks.
+            kwargs.setdefault("reduce", "chunks")
         k = a.shape[1]  # AG: full K (a_shard [m/w, K]); RS/AR: K/w (a [m, K/w])
         n = b.shape[1]
         try:

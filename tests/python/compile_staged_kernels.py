@@ -1,0 +1,80 @@
+"""Compiles the staged GEMM+RS kernel (kernels/gemm_reduce.py as the transformer rewrites it) for
+sm_90 with Triton and its bundled ptxas: no GPU needed.
+
+    python tests/python/compile_staged_kernels.py     # prints OK/FAIL per variant, exit 1 on a FAIL
+
+Every variant GemmRs(reduce="epilogue") can launch: each candidate GEMM config after
+ops.fused_gemm.fused_config, both B layouts, with 2 staging slots (world 2), and the default
+config with 4 and 8 (the unrolled slot loop). Triton's interpreter runs none of the GPU passes
+(warp specialisation, pipelining of the flattened persistent loop with a wait after the K loop),
+so this is what catches a kernel those passes cannot compile. Run by test_ops_staged.py in a
+subprocess (TRITON_INTERPRET must be unset when triton is imported).
+"""
+
+import os
+import sys
+
+if os.environ.get("TRITON_INTERPRET", "0") not in ("", "0"):
+    sys.exit("compile_staged_kernels.py: unset TRITON_INTERPRET (the interpreter compiles nothing)")
+
+import triton  # noqa: E402
+from triton.compiler import ASTSource  # noqa: E402
+
+from compile_fused_kernels import ADDED, TARGET  # noqa: E402
+from syncopate.kernels.configs import CANDIDATES  # noqa: E402
+from syncopate.ops.fused_gemm import fused_config, transformed_kernel  # noqa: E402
+from syncopate.ops.staged_gemm import STAGED_KERNEL, STAGED_MODULE  # noqa: E402
+
+POINTERS = ("a_ptr", "b_ptr", "c_ptr", "p_ptr", "out_ptr")
+
+
+def compile_variant(config, b_is_nk, slots, dtype="bf16"):
+    kernel = transformed_kernel(STAGED_KERNEL, STAGED_MODULE)
+    names = [p.name for p in kernel.params]
+    values = dict(NUM_SLOTS=slots, B_IS_NK=b_is_nk, BLOCK_M=config.block_m, BLOCK_N=config.block_n,
+                  BLOCK_K=config.block_k, GROUP_M=config.group_m, WARP_SPECIALIZE=config.warp_specialize,
+                  FLATTEN=config.flatten)
+    signature, constexprs = {}, {}
+    for i, name in enumerate(names):
+        if name in POINTERS:
+            signature[name] = "*" + dtype
+        elif name in ADDED:
+            signature[name] = ADDED[name]
+        elif name in values:
+            signature[name] = "constexpr"
+            constexprs[(i,)] = values[name]
+        else:  # M, N, K, strides, shard_begin, shard_rows, skip_slot, num_programs
+            signature[name] = "i32"
+    unknown = set(values) - set(names)
+    if unknown:
+        raise RuntimeError(f"{STAGED_KERNEL} has no parameters {sorted(unknown)}")
+    attrs = {(i,): [["tt.divisibility", 16]] for i, name in enumerate(names)
+             if signature[name].startswith("*")}
+    triton.compile(ASTSource(kernel, signature, constexprs, attrs), target=TARGET,
+                   options=dict(num_warps=config.num_warps, num_stages=config.num_stages))
+
+
+def variants():
+    configs = [fused_config(c) for c in CANDIDATES]
+    for config in configs:
+        for b_is_nk in (False, True):
+            yield config, b_is_nk, 2
+    for slots in (4, 8):
+        yield configs[0], False, slots
+
+
+def main() -> int:
+    failed = 0
+    for config, b_is_nk, slots in variants():
+        what = f"{STAGED_KERNEL} {config.name} b={'nk' if b_is_nk else 'kn'} slots={slots}"
+        try:
+            compile_variant(config, b_is_nk, slots)
+            print(f"OK {what}", flush=True)
+        except Exception as exc:  # noqa: BLE001 - report every variant
+            failed += 1
+            print(f"FAIL {what}: {type(exc).__name__}: {str(exc).splitlines()[-1] if str(exc) else ''}", flush=True)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
