@@ -251,9 +251,9 @@ def test_auto_fuses_a_large_all_gather():
     assert c.predicted_us["fused"] < c.predicted_us["sequential"]
 
 
-def test_auto_charges_the_calibrations_fused_call_overhead(tmp_path, monkeypatch):
-    """The measured per-call cost comes from the calibration (overheads.fused_call_us): raise it
-    and the same large all-gather falls back to sequential, saying what it charged."""
+def test_auto_charges_the_calibrations_host_path(tmp_path, monkeypatch):
+    """The host's cost of a fused call comes from the calibration (host.fused_call_us, charged
+    inside the simulator): raise it and the same large all-gather falls back to sequential."""
     import json
     from pathlib import Path
 
@@ -261,13 +261,14 @@ def test_auto_charges_the_calibrations_fused_call_overhead(tmp_path, monkeypatch
 
     shipped = Path(syncopate.__file__).resolve().parent / "calib" / "h200.json"
     doc = json.loads(shipped.read_text())
-    doc["overheads"]["fused_call_us"]["all-gather"] = 50000
+    doc["host"]["fused_call_us"] = 50000
     path = tmp_path / "slow_calls.json"
     path.write_text(json.dumps(doc))
     monkeypatch.setenv(choice_mod.CALIBRATION_ENV, str(path))
     c = _choose("all-gather", 8192, 8192, 8192, 4)
     assert c.decision == "sequential", c.reason
-    assert "+50000 us measured call overhead" in c.reason
+    assert c.predicted_us["fused"] > 50000, c.predicted_us
+    assert "(host path included)" in c.reason
 
 
 def test_fixed_choices_are_kept_and_mode_overrides():
