@@ -93,6 +93,11 @@ void add_all_to_all(PlanBuilder& builder, const PieceGeometry& geometry);
 // tensor. Returns the chunk ids by (src * world + dst) * split + sub (-1 where src == dst).
 std::vector<int> add_staged_reduce_scatter(PlanBuilder& builder, const PieceGeometry& geometry);
 
+// Staged all-reduce's second half: rank r copies its reduced shard r (which the consumer wrote
+// into `tensor`) to every other rank, each sub-chunk after the staging chunk that read the
+// partial it overwrites (`staged`, as returned above).
+void add_staged_all_gather(PlanBuilder& builder, const PieceGeometry& geometry, const std::vector<int>& staged);
+
 // The staging tensor's shape: `shape` with dim 0 = world and `dim` = shape[dim] / world.
 std::vector<std::int64_t> staging_shape(const std::vector<std::int64_t>& shape, int dim, int world);
 

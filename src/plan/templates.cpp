@@ -27,9 +27,10 @@ std::string shape_text(const std::vector<std::int64_t>& shape) { return fmt::for
 // and equal shards (slots of one shape); the chunks are one-shot copies, so only direct.
 void check_staging(const TemplateOptions& o) {
   const auto coll = to_string(o.collective);
-  if (o.collective != Collective::reduce_scatter)
-    throw ShapeError(fmt::format("staging \"{}\": only a reduce-scatter can stage its partials, not {}", o.staging,
-                                 coll));
+  if (o.collective != Collective::reduce_scatter && o.collective != Collective::all_reduce)
+    throw ShapeError(fmt::format("staging \"{}\": only a reduce-scatter or an all-reduce can stage its partials, "
+                                 "not {}",
+                                 o.staging, coll));
   if (o.algorithm != Algorithm::direct)
     throw ShapeError(fmt::format("staging \"{}\": algorithm {} is not supported; a staged reduce-scatter is direct "
                                  "(each partial copied once, straight to its owner)",
@@ -164,6 +165,11 @@ CommPlan make_plan(const TemplateOptions& options) {
       }
       break;
     case Collective::all_reduce: {
+      if (!options.staging.empty()) {
+        const std::vector<int> staged = detail::add_staged_reduce_scatter(builder, geometry);
+        detail::add_staged_all_gather(builder, geometry, staged);
+        break;
+      }
       // The all-gather half sends a piece on only once every contribution has landed on its
       // owner; that also orders each rank's overwrite after its own partial was read.
       const detail::LandingChunks landed = detail::add_reduce_scatter(builder, geometry);

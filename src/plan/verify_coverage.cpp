@@ -83,7 +83,8 @@ class CoverageReplay {
 
   void run() {
     coll_tensor_ = grid_.tensor_index.at(coll_.tensor);
-    staged_ = coll_.kind == Collective::reduce_scatter && !coll_.output.empty();
+    staged_ = (coll_.kind == Collective::reduce_scatter || coll_.kind == Collective::all_reduce) &&
+              !coll_.output.empty();
     if (coll_.kind == Collective::all_to_all || staged_)
       output_tensor_ = grid_.tensor_index.at(coll_.output);
     dims_ = static_cast<int>(plan_.tensors.at(coll_.tensor).shape.size());
@@ -199,7 +200,17 @@ class CoverageReplay {
   }
 
   void check_staged_overwrite(const Chunk& chunk, int to) {
-    if (to == coll_tensor_) {
+    if (to == coll_tensor_ && coll_.kind == Collective::all_reduce) {
+      // The results of the others land here; the own shard is the consumer's.
+      const Box own = shard_box(to, chunk.dst);
+      if (!own.overlaps(chunk.dst_box)) return;
+      sink_.add(kGroup, "own-shard-overwritten", chunk.dst, chunk.id,
+                fmt::format("chunk {} ({}) writes {} on rank {}, inside shard {} ({}), which rank "
+                            "{}'s consumer reduces and writes itself",
+                            chunk.id, describe_route(chunk),
+                            describe_box(coll_.tensor, intersect(own, chunk.dst_box)), chunk.dst,
+                            chunk.dst, describe_box(coll_.tensor, own), chunk.dst));
+    } else if (to == coll_tensor_) {
       sink_.add(kGroup, "own-shard-overwritten", chunk.dst, chunk.id,
                 fmt::format("chunk {} ({}) writes {} on rank {}: in a staged reduce-scatter '{}' "
                             "holds the partials the others read and the consumer's result; "
@@ -232,11 +243,17 @@ class CoverageReplay {
     // Only the collective's tensors carry a promise; other tensors (scratch, staging) may even
     // have fewer dims than the collective's dim.
     if (tensor != coll_tensor_ && tensor != output_tensor_) return -1;
-    if (staged_) {
-      if (tensor != output_tensor_) return -1;  // the consumer writes it: checked on write
+    if (staged_ && tensor == output_tensor_) {
       shard = static_cast<int>(cell.offset[0]);  // the slot
       if (shard == rank) return -1;              // never written: checked on write
       return staged_partial(rank, shard);
+    }
+    if (staged_) {
+      // Reduce-scatter: the consumer writes the input, checked on write. All-reduce: shard q of
+      // every other rank gets rank q's shard q, which its consumer reduced (in place).
+      shard = shard_of(cell);
+      if (coll_.kind != Collective::all_reduce || shard == rank) return -1;
+      return values_.origin(coll_tensor_, dims_, shard);
     }
     shard = shard_of(cell);
     switch (coll_.kind) {
@@ -305,10 +322,11 @@ class CoverageReplay {
     }
   }
 
-  std::string what_belongs(int rank, int shard) const {
-    if (staged_)
+  std::string what_belongs(int rank, int tensor, int shard) const {
+    if (staged_ && tensor == output_tensor_)
       return fmt::format("staging slot {}: rank {}'s partial of shard {} of '{}'", shard, shard,
                          rank, coll_.tensor);
+    if (staged_) return fmt::format("shard {}: rank {}'s reduced result", shard, shard);
     switch (coll_.kind) {
       case Collective::all_gather:
         return fmt::format("shard {}, owned by rank {}", shard, shard);
@@ -323,24 +341,27 @@ class CoverageReplay {
     sink_.add(kGroup, "shard-delivered-twice", rank, f.chunk,
               fmt::format("rank {} receives {} ({}) {} times: first by chunk {}, last by chunk {}",
                           rank, describe_box(grid_.names[tensor], f.bounds),
-                          what_belongs(rank, shard), f.deliveries, f.first_writer, f.chunk));
+                          what_belongs(rank, tensor, shard), f.deliveries, f.first_writer, f.chunk));
   }
 
   void report_wrong(int rank, int tensor, int shard, int value, const Finding& f) {
     const std::string region = describe_box(grid_.names[tensor], f.bounds);
-    if (value == ValueTable::kUndefined) {
+    // A staged all-reduce's shard still holding the rank's own partial: nothing arrived.
+    const bool never_replaced = staged_ && tensor == coll_tensor_ &&
+                                value == values_.origin(coll_tensor_, dims_, rank);
+    if (value == ValueTable::kUndefined || never_replaced) {
       sink_.add(kGroup, "missing-shard", rank, f.chunk,
                 fmt::format("rank {} never receives {} ({}){}", rank, region,
-                            what_belongs(rank, shard),
-                            f.chunk >= 0 ? fmt::format("; chunk {} wrote undefined data there",
-                                                       f.chunk)
-                                         : std::string()));
+                            what_belongs(rank, tensor, shard),
+                            f.chunk >= 0 && !never_replaced
+                                ? fmt::format("; chunk {} wrote undefined data there", f.chunk)
+                                : std::string()));
       return;
     }
     const SymbolicValue& v = values_.get(value);
     const bool reduction = coll_.kind == Collective::reduce_scatter ||
                            coll_.kind == Collective::all_reduce;
-    const bool in_place = tensor == coll_tensor_ && v.tensor == coll_tensor_ &&
+    const bool in_place = !staged_ && tensor == coll_tensor_ && v.tensor == coll_tensor_ &&
                           std::all_of(v.shift.begin(), v.shift.end(),
                                       [](std::int64_t s) { return s == 0; });
     if (reduction && in_place) {
@@ -370,7 +391,7 @@ class CoverageReplay {
     }
     sink_.add(kGroup, "wrong-data", rank, f.chunk,
               fmt::format("{} on rank {} should hold {} but holds {}", region, rank,
-                          what_belongs(rank, shard), values_.describe(value, grid_.names)));
+                          what_belongs(rank, tensor, shard), values_.describe(value, grid_.names)));
   }
 
   const CommPlan& plan_;

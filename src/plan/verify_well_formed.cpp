@@ -94,15 +94,16 @@ class WellFormedChecker {
              fmt::format("{} dim is {} but tensor '{}' has {} dims", kind, c.dim, c.tensor, dims));
       return;
     }
-    if (c.kind == Collective::reduce_scatter && !c.output.empty()) {
+    const bool reduction = c.kind == Collective::reduce_scatter || c.kind == Collective::all_reduce;
+    if (reduction && !c.output.empty()) {
       check_staging(*spec);
       return;
     }
     if (c.kind != Collective::all_to_all) {
       if (!c.output.empty())
         report("collective-output", -1, -1,
-               fmt::format("{} names output '{}', but only all-to-all (its output) and "
-                           "reduce-scatter (its staging tensor) take one",
+               fmt::format("{} names output '{}', but only all-to-all (its output), "
+                           "reduce-scatter and all-reduce (their staging tensor) take one",
                            kind, c.output));
       return;
     }
@@ -126,27 +127,28 @@ class WellFormedChecker {
     }
   }
 
-  // A staged reduce-scatter (comm_plan.hpp): input [1, .., S, ..], staging [W, .., S/W, ..].
+  // A staged reduction (comm_plan.hpp): input [1, .., S, ..], staging [W, .., S/W, ..].
   void check_staging(const TensorSpec& in) {
     const auto& c = plan_.collective;
+    const auto kind = to_string(c.kind);
     const TensorSpec* out = tensor(c.output);
     if (out == nullptr || c.output == c.tensor) {
       report("collective-output", -1, -1,
-             fmt::format("reduce-scatter staging '{}' must be a tensor of the plan other than '{}'",
+             fmt::format("{} staging '{}' must be a tensor of the plan other than '{}'", kind,
                          c.output, c.tensor));
       return;
     }
     if (!tensor_usable(out)) return;  // already reported as bad-tensor-shape
     if (out->dtype != in.dtype) {
       report("collective-output", -1, -1,
-             fmt::format("reduce-scatter staging '{}' is {} but input '{}' is {}; they must match",
+             fmt::format("{} staging '{}' is {} but input '{}' is {}; they must match", kind,
                          c.output, to_string(out->dtype), c.tensor, to_string(in.dtype)));
     }
     if (c.dim == 0 || in.shape[0] != 1) {
       report("collective-output", -1, -1,
-             fmt::format("staged reduce-scatter of '{}' {} along dim {}: the input needs a unit dim "
-                         "0 (the staging tensor's slot index) and a scatter dim after it",
-                         c.tensor, in.shape, c.dim));
+             fmt::format("staged {} of '{}' {} along dim {}: the input needs a unit dim 0 (the "
+                         "staging tensor's slot index) and a scatter dim after it",
+                         kind, c.tensor, in.shape, c.dim));
       return;
     }
     const auto w = plan_.world_size;
@@ -154,9 +156,9 @@ class WellFormedChecker {
     if (w < 1) return;  // reported by check_header
     if (size % w != 0) {
       report("collective-indivisible", -1, -1,
-             fmt::format("staged reduce-scatter splits dim {} of '{}' (size {}) into {} equal "
-                         "slots, but {} is not a multiple of {}",
-                         c.dim, c.tensor, size, w, size, w));
+             fmt::format("staged {} splits dim {} of '{}' (size {}) into {} equal slots, but {} "
+                         "is not a multiple of {}",
+                         kind, c.dim, c.tensor, size, w, size, w));
       return;
     }
     auto want = in.shape;
@@ -164,9 +166,9 @@ class WellFormedChecker {
     want[static_cast<std::size_t>(c.dim)] = size / w;
     if (out->shape != want) {
       report("collective-output", -1, -1,
-             fmt::format("reduce-scatter staging '{}' is {} but must be {} (one slot per rank "
-                         "along dim 0, one shard of '{}' {} along dim {})",
-                         c.output, out->shape, want, c.tensor, in.shape, c.dim));
+             fmt::format("{} staging '{}' is {} but must be {} (one slot per rank along dim 0, "
+                         "one shard of '{}' {} along dim {})",
+                         kind, c.output, out->shape, want, c.tensor, in.shape, c.dim));
     }
   }
 
@@ -287,12 +289,13 @@ class WellFormedChecker {
                          describe_box(chunk.dst_tensor, chunk.dst_box), chunk.dst,
                          to_string(kind)));
     }
-    if (chunk.op == ChunkOp::reduce_add && kind == Collective::reduce_scatter &&
-        !plan_.collective.output.empty()) {
+    const bool reduction = kind == Collective::reduce_scatter || kind == Collective::all_reduce;
+    if (chunk.op == ChunkOp::reduce_add && reduction && !plan_.collective.output.empty()) {
       report("op-not-allowed", dst_ok ? chunk.dst : -1, id,
-             fmt::format("reduce-add into {} on rank {}: a staged reduce-scatter only copies "
-                         "partials into staging slots; the consumer adds them",
-                         describe_box(chunk.dst_tensor, chunk.dst_box), chunk.dst));
+             fmt::format("reduce-add into {} on rank {}: a staged {} only copies partials into "
+                         "staging slots (and results out); the consumer adds them",
+                         describe_box(chunk.dst_tensor, chunk.dst_box), chunk.dst,
+                         to_string(kind)));
     }
   }
 

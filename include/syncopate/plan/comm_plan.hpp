@@ -43,12 +43,16 @@ struct TensorSpec {
 //                 hold rank s's shard r of `tensor`, delivered exactly once by copies; slot P[r]
 //                 and `tensor` itself are never written by a chunk (the consumer adds the slots
 //                 to its own partial and writes `tensor`).
+//  staged all-reduce (all-reduce with `output` set): P as for the staged reduce-scatter, and
+//                 on rank r every shard q != r of `tensor` must hold rank q's shard q (what its
+//                 consumer wrote: the reduced result), delivered exactly once; shard r of rank
+//                 r is never written by a chunk.
 //  custom         no coverage promise; well-formedness, ordering and deadlock rules still apply.
 // Shards and blocks split S as evenly as possible: the first S % world shards get one extra.
 struct CollectiveSpec {
   Collective kind = Collective::custom;
   std::string tensor;
-  std::string output;  // all-to-all: the output; reduce-scatter: the staging tensor (optional)
+  std::string output;  // all-to-all: the output; reduce-scatter, all-reduce: staging (optional)
   int dim = 0;
   Algorithm algorithm = Algorithm::ring;  // how the plan was made (informational)
   int split = 1;                          // sub-chunks per shard (informational)

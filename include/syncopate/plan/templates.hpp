@@ -9,6 +9,10 @@
 // into staging box (s, k0), pulled by r (copy engine, SM copy) or sent by s and received by r
 // (NCCL, grouped per peer offset and sub-chunk), on stream p - 1 of both for peer offset
 // p = r - s mod W. Slot r of rank r is never written. Only the direct algorithm.
+// Staged all-reduce: the same, then rank r copies its reduced shard r of the input (written by
+// the consumer) to every other rank s, pushed by r (NCCL: send and recv) on stream
+// (s - r - 1) mod W, sub-chunk k depending on the staging chunk s -> r of sub-chunk k (which
+// reads rank s's partial there, that the copy overwrites).
 #pragma once
 
 #include <cstdint>
@@ -30,13 +34,15 @@ struct TemplateOptions {
   Backend backend = Backend::copy_engine;
   std::string tensor = "x";           // tensor name ("x" in, "y" out for all-to-all)
   std::string output = "y";
-  // Non-empty: a staged reduce-scatter (see above) into a staging tensor of this name.
+  // Non-empty: a staged reduce-scatter or all-reduce (see above) into a staging tensor of
+  // this name.
   std::string staging;
 };
 
 // Throws ShapeError (naming the option and value) when the shape cannot be split as asked,
 // e.g. a dimension of 3 into 4 ranks x 2 sub-chunks, or staging is asked of something else
-// than a direct reduce-scatter of a [1, ...] tensor whose dim divides by the world size.
+// than a direct reduce-scatter or all-reduce of a [1, ...] tensor whose dim divides by the
+// world size.
 CommPlan make_plan(const TemplateOptions& options);
 
 }  // namespace syncopate::plan

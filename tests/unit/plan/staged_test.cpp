@@ -1,8 +1,9 @@
-// The staged reduce-scatter template (templates.hpp: each partial copied into a staging slot on
-// its owner, the consumer adds the slots): every world size, split and backend verifies and
-// matches a brute-force oracle of the chunk list; an element-by-element replay that shares no
-// code with the verifier shows every slot filled once with the right data; bad options are
-// refused naming the option; JSON round trips.
+// The staged reduce-scatter and all-reduce templates (templates.hpp: each partial copied into a
+// staging slot on its owner, the consumer adds the slots; all-reduce then copies each reduced
+// shard from its owner to the others): every world size, split and backend verifies and matches
+// a brute-force oracle of the chunk list; an element-by-element replay that shares no code with
+// the verifier shows every slot (and shard) filled once with the right data; bad options are
+// refused naming the option; JSON round trips; dropping the all-reduce's deps is a race.
 #include <algorithm>
 #include <map>
 #include <string>
@@ -21,6 +22,7 @@ namespace syncopate::plan {
 namespace {
 
 struct StagedCase {
+  Collective collective;
   int world;
   int split;
   Backend backend;
@@ -33,7 +35,7 @@ std::int64_t shard_rows(const StagedCase& c) { return 2 * c.split + 1; }
 
 TemplateOptions staged_options(const StagedCase& c) {
   TemplateOptions o;
-  o.collective = Collective::reduce_scatter;
+  o.collective = c.collective;
   o.algorithm = Algorithm::direct;
   o.world_size = c.world;
   o.split = c.split;
@@ -57,7 +59,7 @@ TEST_P(StagedTemplate, Verifies) {
 TEST_P(StagedTemplate, DeclaresTheInputAndTheStagingTensor) {
   const StagedCase c = GetParam();
   const CommPlan plan = make_plan(staged_options(c));
-  EXPECT_EQ(plan.collective.kind, Collective::reduce_scatter);
+  EXPECT_EQ(plan.collective.kind, c.collective);
   EXPECT_EQ(plan.collective.tensor, "c");
   EXPECT_EQ(plan.collective.output, "p");
   EXPECT_EQ(plan.collective.dim, 1);
@@ -70,13 +72,16 @@ TEST_P(StagedTemplate, DeclaresTheInputAndTheStagingTensor) {
 }
 
 // The oracle: for every ordered pair s != r and sub-chunk k, exactly one chunk copies rows
-// [r*Ms + k0, +rows_k) of rank s's c into rows [k0, +rows_k) of slot s of rank r's p, on the
-// stream of its peer offset, issued by the ranks its backend says.
+// [r*Ms + k0, +rows_k) of rank s's c into rows [k0, +rows_k) of slot s of rank r's p, pulled by
+// r; all-reduce: and exactly one copies the same rows of rank r's c into rank s's c, pushed by
+// r, after the first one. Chunk x -> y is on stream (y - x - 1) mod W; NCCL is issued by both.
 TEST_P(StagedTemplate, MatchesTheOracleChunkList) {
   const StagedCase c = GetParam();
   const CommPlan plan = make_plan(staged_options(c));
   const std::int64_t ms = shard_rows(c);
-  std::map<std::tuple<int, int, int>, int> seen;  // (s, r, k) -> chunk id
+  const bool all_reduce = c.collective == Collective::all_reduce;
+  std::map<std::tuple<int, int, int>, int> seen;     // staging (s, r, k) -> chunk id
+  std::map<std::tuple<int, int, int>, int> results;  // all-reduce (r, s, k) -> chunk id
   std::vector<std::vector<int>> issuers(plan.chunks.size());
   for (const auto& program : plan.ranks) {
     ASSERT_EQ(static_cast<int>(program.streams.size()), std::max(1, c.world - 1)) << "rank " << program.rank;
@@ -86,8 +91,35 @@ TEST_P(StagedTemplate, MatchesTheOracleChunkList) {
     }
   }
   for (const Chunk& chunk : plan.chunks) {
+    ASSERT_NE(chunk.src, chunk.dst) << "chunk " << chunk.id << " is local";
+    EXPECT_EQ(chunk.stream, ((chunk.dst - chunk.src - 1) % c.world + c.world) % c.world) << "chunk " << chunk.id;
+    EXPECT_EQ(chunk.op, ChunkOp::copy);
+    EXPECT_EQ(chunk.backend, c.backend);
+    EXPECT_EQ(chunk.group != kNoGroup, c.backend == Backend::nccl) << "chunk " << chunk.id;
+    EXPECT_EQ(chunk.tensor, "c");
+    auto issued_by = issuers[static_cast<std::size_t>(chunk.id)];
+    std::sort(issued_by.begin(), issued_by.end());
+    if (chunk.dst_tensor == "c") {
+      ASSERT_TRUE(all_reduce) << "chunk " << chunk.id << " writes c in a reduce-scatter";
+      const int r = chunk.src, s = chunk.dst;
+      const std::int64_t row = chunk.box.offset[1] - r * ms;  // inside shard r
+      int k = -1;
+      for (int i = 0; i < c.split; ++i)
+        if (even_split(ms, c.split, i).begin == row) k = i;
+      ASSERT_GE(k, 0) << "chunk " << chunk.id << " starts at row " << chunk.box.offset[1];
+      EXPECT_TRUE(results.emplace(std::tuple{r, s, k}, chunk.id).second) << "chunk " << chunk.id << " repeats";
+      const Span rows = even_split(ms, c.split, k);
+      EXPECT_EQ(chunk.box, (Box{{0, r * ms + rows.begin, 0}, {1, rows.size, kCols}})) << "chunk " << chunk.id;
+      EXPECT_EQ(chunk.dst_box, chunk.box) << "chunk " << chunk.id;
+      // After the staging chunk s -> r of the same rows, which reads what this one overwrites.
+      ASSERT_TRUE(seen.contains({s, r, k})) << "chunk " << chunk.id << " comes before its staging chunk";
+      EXPECT_EQ(chunk.deps, std::vector<int>{seen.at({s, r, k})}) << "chunk " << chunk.id;
+      std::vector<int> want{r};  // pushed by the owner of the result
+      if (c.backend == Backend::nccl) want = {std::min(s, r), std::max(s, r)};
+      EXPECT_EQ(issued_by, want) << "chunk " << chunk.id;
+      continue;
+    }
     const int s = chunk.src, r = chunk.dst;
-    ASSERT_NE(s, r) << "chunk " << chunk.id << " stages a rank's own partial";
     // Which sub-chunk: the one whose rows the chunk's slot box starts at.
     int k = -1;
     for (int i = 0; i < c.split; ++i)
@@ -96,23 +128,18 @@ TEST_P(StagedTemplate, MatchesTheOracleChunkList) {
     EXPECT_TRUE(seen.emplace(std::tuple{s, r, k}, chunk.id).second)
         << "chunk " << chunk.id << " repeats (s " << s << ", r " << r << ", k " << k << ")";
     const Span rows = even_split(ms, c.split, k);
-    EXPECT_EQ(chunk.tensor, "c");
     EXPECT_EQ(chunk.dst_tensor, "p");
     EXPECT_EQ(chunk.box, (Box{{0, r * ms + rows.begin, 0}, {1, rows.size, kCols}})) << "chunk " << chunk.id;
     EXPECT_EQ(chunk.dst_box, (Box{{s, rows.begin, 0}, {1, rows.size, kCols}})) << "chunk " << chunk.id;
-    EXPECT_EQ(chunk.op, ChunkOp::copy);
-    EXPECT_EQ(chunk.backend, c.backend);
     EXPECT_TRUE(chunk.deps.empty()) << "chunk " << chunk.id;
-    EXPECT_EQ(chunk.stream, ((r - s - 1) % c.world + c.world) % c.world) << "chunk " << chunk.id;
     std::vector<int> want{r};  // pulled by the owner of the slot
     if (c.backend == Backend::nccl) want = {std::min(s, r), std::max(s, r)};
-    auto got = issuers[static_cast<std::size_t>(chunk.id)];
-    std::sort(got.begin(), got.end());
-    EXPECT_EQ(got, want) << "chunk " << chunk.id;
-    EXPECT_EQ(chunk.group != kNoGroup, c.backend == Backend::nccl) << "chunk " << chunk.id;
+    EXPECT_EQ(issued_by, want) << "chunk " << chunk.id;
   }
-  EXPECT_EQ(static_cast<std::int64_t>(seen.size()), std::int64_t{c.world} * (c.world - 1) * c.split);
-  EXPECT_EQ(seen.size(), plan.chunks.size());
+  const std::int64_t pairs = std::int64_t{c.world} * (c.world - 1) * c.split;
+  EXPECT_EQ(static_cast<std::int64_t>(seen.size()), pairs);
+  EXPECT_EQ(static_cast<std::int64_t>(results.size()), all_reduce ? pairs : 0);
+  EXPECT_EQ(seen.size() + results.size(), plan.chunks.size());
 }
 
 // With NCCL, rank x's send to x+p and its recv from x-p of one sub-chunk form one group, and
@@ -128,7 +155,9 @@ TEST_P(StagedTemplate, NcclGroupsPairEachSendWithItsRecv) {
         const Chunk& a = plan.chunks[static_cast<std::size_t>(stream[i])];
         const Chunk& b = plan.chunks[static_cast<std::size_t>(stream[i + 1])];
         EXPECT_EQ(a.group, b.group) << "rank " << program.rank;
-        EXPECT_EQ(a.dst_box.offset[1], b.dst_box.offset[1]) << "one group, one sub-chunk";
+        const std::int64_t ms = shard_rows(c);
+        EXPECT_EQ(a.dst_box.offset[1] % ms, b.dst_box.offset[1] % ms) << "one group, one sub-chunk";
+        EXPECT_EQ(a.dst_tensor, b.dst_tensor) << "one group, one phase";
         const int sends = (a.src == program.rank) + (b.src == program.rank);
         EXPECT_EQ(sends, 1) << "rank " << program.rank << " group " << a.group;
       }
@@ -143,24 +172,45 @@ struct Origin {
   int writes = 0;
 };
 
+// Chunks run in id order (every dep points to a lower id; the verifier proves the plan's
+// ordering); a chunk sends what its source element holds at that moment. c starts as each
+// rank's partial; on the all-reduce's owner it stands for the consumer's reduced result.
 TEST_P(StagedTemplate, ElementReplayFillsEverySlotOnceWithTheRightPartial) {
   const StagedCase c = GetParam();
   const CommPlan plan = make_plan(staged_options(c));
   const std::int64_t ms = shard_rows(c);
   const int w = c.world;
-  // p[rank][(slot * ms + row) * cols + col]
+  const std::int64_t m = w * ms;
+  // p[rank][(slot * ms + row) * cols + col], c[rank][row * cols + col]
   std::vector<std::vector<Origin>> p(static_cast<std::size_t>(w),
                                      std::vector<Origin>(static_cast<std::size_t>(w * ms * kCols)));
+  std::vector<std::vector<Origin>> cs(static_cast<std::size_t>(w));
+  for (int r = 0; r < w; ++r)
+    for (std::int64_t i = 0; i < m; ++i)
+      for (std::int64_t j = 0; j < kCols; ++j) cs[static_cast<std::size_t>(r)].push_back({r, i, j, 0});
   for (const Chunk& chunk : plan.chunks) {
-    ASSERT_EQ(chunk.dst_tensor, "p") << "chunk " << chunk.id << " writes c";
+    const bool to_c = chunk.dst_tensor == "c";
     for (std::int64_t i = 0; i < chunk.box.extent[1]; ++i)
       for (std::int64_t j = 0; j < chunk.box.extent[2]; ++j) {
-        const std::int64_t at = (chunk.dst_box.offset[0] * ms + chunk.dst_box.offset[1] + i) * kCols +
-                                chunk.dst_box.offset[2] + j;
-        Origin& e = p[static_cast<std::size_t>(chunk.dst)][static_cast<std::size_t>(at)];
-        e = {chunk.src, chunk.box.offset[1] + i, chunk.box.offset[2] + j, e.writes + 1};
+        const Origin& from = cs[static_cast<std::size_t>(chunk.src)]
+                               [static_cast<std::size_t>((chunk.box.offset[1] + i) * kCols + chunk.box.offset[2] + j)];
+        const std::int64_t slot = to_c ? 0 : chunk.dst_box.offset[0] * ms;
+        const std::int64_t at = (slot + chunk.dst_box.offset[1] + i) * kCols + chunk.dst_box.offset[2] + j;
+        Origin& e = (to_c ? cs : p)[static_cast<std::size_t>(chunk.dst)][static_cast<std::size_t>(at)];
+        e = {from.rank, from.row, from.col, e.writes + 1};
       }
   }
+  for (int r = 0; r < w; ++r)
+    for (std::int64_t i = 0; i < m; ++i)
+      for (std::int64_t j = 0; j < kCols; ++j) {
+        const Origin& e = cs[static_cast<std::size_t>(r)][static_cast<std::size_t>(i * kCols + j)];
+        const int owner = static_cast<int>(i / ms);
+        const std::string where = fmt::format("rank {} c[0, {}, {}]", r, i, j);
+        const bool arrives = c.collective == Collective::all_reduce && owner != r;
+        EXPECT_EQ(e.writes, arrives ? 1 : 0) << where;
+        EXPECT_EQ(e.rank, arrives ? owner : r) << where;
+        EXPECT_EQ(e.row, i) << where;
+      }
   for (int r = 0; r < w; ++r)
     for (int s = 0; s < w; ++s)
       for (std::int64_t i = 0; i < ms; ++i)
@@ -186,14 +236,17 @@ TEST_P(StagedTemplate, JsonRoundTrips) {
 
 std::vector<StagedCase> staged_cases() {
   std::vector<StagedCase> cases;
-  for (int world : {1, 2, 3, 4, 8})
-    for (int split : {1, 2, 3, 4})
-      for (auto backend : {Backend::copy_engine, Backend::sm_copy, Backend::nccl}) cases.push_back({world, split, backend});
+  for (auto coll : {Collective::reduce_scatter, Collective::all_reduce})
+    for (int world : {1, 2, 3, 4, 8})
+      for (int split : {1, 2, 3, 4})
+        for (auto backend : {Backend::copy_engine, Backend::sm_copy, Backend::nccl})
+          cases.push_back({coll, world, split, backend});
   return cases;
 }
 
 std::string staged_name(const ::testing::TestParamInfo<StagedCase>& info) {
-  std::string name = fmt::format("w{}_s{}_{}", info.param.world, info.param.split, to_string(info.param.backend));
+  std::string name = fmt::format("{}_w{}_s{}_{}", to_string(info.param.collective), info.param.world,
+                                 info.param.split, to_string(info.param.backend));
   std::replace(name.begin(), name.end(), '-', '_');
   return name;
 }
@@ -203,7 +256,7 @@ INSTANTIATE_TEST_SUITE_P(Staged, StagedTemplate, ::testing::ValuesIn(staged_case
 // ---------------------------------------------------------------- shapes
 
 TEST(StagedTemplateShapes, AnyRankAndScatterDimAfterTheUnitDim) {
-  TemplateOptions o = staged_options({3, 2, Backend::copy_engine});
+  TemplateOptions o = staged_options({Collective::reduce_scatter, 3, 2, Backend::copy_engine});
   o.shape = {1, 4, 6, 5};
   o.dim = 2;  // shards of 2 along dim 2, the other dims whole
   const CommPlan plan = make_plan(o);
@@ -227,16 +280,17 @@ void expect_refused(const TemplateOptions& o, const std::string& fragment) {
 }
 
 TEST(StagedTemplateShapes, RefusesWhatCannotBeStaged) {
-  const TemplateOptions good = staged_options({2, 1, Backend::copy_engine});
+  const TemplateOptions good = staged_options({Collective::reduce_scatter, 2, 1, Backend::copy_engine});
   for (auto algorithm : {Algorithm::ring, Algorithm::bidir}) {
     TemplateOptions o = good;
     o.algorithm = algorithm;
     expect_refused(o, fmt::format("staging \"p\": algorithm {} is not supported", to_string(algorithm)));
   }
-  for (auto coll : {Collective::all_gather, Collective::all_reduce, Collective::all_to_all}) {
+  for (auto coll : {Collective::all_gather, Collective::all_to_all}) {
     TemplateOptions o = good;
     o.collective = coll;
-    expect_refused(o, fmt::format("only a reduce-scatter can stage its partials, not {}", to_string(coll)));
+    expect_refused(o, fmt::format("only a reduce-scatter or an all-reduce can stage its partials, not {}",
+                                  to_string(coll)));
   }
   TemplateOptions same = good;
   same.staging = "c";
@@ -253,6 +307,56 @@ TEST(StagedTemplateShapes, RefusesWhatCannotBeStaged) {
   TemplateOptions fine = good;
   fine.split = 4;  // shards of 3 rows cannot make 4 sub-chunks
   expect_refused(fine, "dim 1 of size 6 cannot be cut into 2 ranks x 4 sub-chunks");
+}
+
+// ---------------------------------------------------------------- all-reduce hazards
+
+TEST(StagedAllReduce, AResultCopiedOverAPartialBeforeItWasStagedIsARace) {
+  TemplateOptions o = staged_options({Collective::all_reduce, 3, 2, Backend::copy_engine});
+  CommPlan plan = make_plan(o);
+  // The first result copy: rank 0's shard 0 (sub-chunk 0) into rank 1, over the partial that
+  // staging chunk dep (1 -> 0) reads on rank 1.
+  Chunk* result = nullptr;
+  for (Chunk& chunk : plan.chunks)
+    if (chunk.dst_tensor == "c" && !result) result = &chunk;
+  ASSERT_NE(result, nullptr);
+  ASSERT_EQ(result->deps.size(), 1u);
+  const int staging = result->deps[0];
+  result->deps.clear();
+  const VerifyReport report = verify(plan);
+  const auto race = std::find_if(report.violations.begin(), report.violations.end(), [&](const Violation& v) {
+    return v.group == RuleGroup::ordering && v.rank == result->dst &&
+           v.detail.find(fmt::format("chunk {}", staging)) != std::string::npos;
+  });
+  EXPECT_NE(race, report.violations.end()) << report.format("staged all-reduce without its dep");
+}
+
+TEST(StagedAllReduce, AMissingResultAndAnOwnShardWrittenAreNamed) {
+  const TemplateOptions o = staged_options({Collective::all_reduce, 3, 1, Backend::copy_engine});
+  CommPlan missing = make_plan(o);
+  // Drop the last chunk (a result copy; nothing depends on it) and its listing.
+  const Chunk last = missing.chunks.back();
+  ASSERT_EQ(last.dst_tensor, "c");
+  missing.chunks.pop_back();
+  for (auto& program : missing.ranks)
+    for (auto& stream : program.streams) std::erase(stream, last.id);
+  VerifyReport report = verify(missing);
+  ASSERT_EQ(report.violations.size(), 1u) << report.format("missing");
+  EXPECT_EQ(report.violations[0].rule, "missing-shard");
+  EXPECT_EQ(report.violations[0].rank, last.dst);
+  EXPECT_NE(report.violations[0].detail.find(fmt::format("(shard {}: rank {}'s reduced result)", last.src, last.src)),
+            std::string::npos)
+      << report.format("missing");
+
+  CommPlan own = make_plan(o);
+  Chunk& first = own.chunks.back();  // src -> dst: land it in dst's own shard instead
+  first.box.offset[1] = first.dst * 2;
+  first.dst_box = first.box;
+  report = verify(own);
+  const auto hit = std::find_if(report.violations.begin(), report.violations.end(), [&](const Violation& v) {
+    return v.rule == "own-shard-overwritten" && v.rank == first.dst && v.chunk == first.id;
+  });
+  EXPECT_NE(hit, report.violations.end()) << report.format("own shard");
 }
 
 }  // namespace

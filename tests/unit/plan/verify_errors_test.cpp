@@ -94,8 +94,9 @@ const BadPlan kBadPlans[] = {
     {"group-not-consecutive", "group-not-consecutive", kWF, 0, 1, "rank 0 stream 0 lists chunk 1 of NCCL group 0 at position 2, after chunk 2 (position 1) broke the group off"},
     {"group-not-nccl", "group-not-nccl", kWF, 1, 1, "chunk 1 (1 -> 0) is in group 3 but uses the copy-engine backend"},
     {"nccl-order-mismatch", "nccl-order-mismatch", kDead, 0, 0, "rank 0 stream 0 sends chunks 0, 2 to rank 1 but rank 1 receives 2, 0"},
-    {"output-not-taken", "collective-output", kWF, -1, -1, "all-gather names output 'x', but only all-to-all (its output) and reduce-scatter (its staging tensor) take one"},
-    // ---- staged reduce-scatter (good/rs_staged3.json, one problem each)
+    {"output-not-taken", "collective-output", kWF, -1, -1, "all-gather names output 'x', but only all-to-all (its output), reduce-scatter and all-reduce (their staging tensor) take one"},
+    // ---- staged reduce-scatter (good/rs_staged3.json, one problem each) and all-reduce
+    // (good/ar_staged3.json: a result copied over a partial before it was staged)
     {"staged-missing-slot", "missing-shard", kCov, 2, -1, "rank 2 never receives p[0:1, 0:2, 0:2] (staging slot 0: rank 0's partial of shard 2 of 'c')"},
     {"staged-slot-delivered-twice", "shard-delivered-twice", kCov, 2, 6, "rank 2 receives p[0:1, 0:2, 0:2] (staging slot 0: rank 0's partial of shard 2 of 'c') 2 times: first by chunk 5, last by chunk 6"},
     {"staged-wrong-rank", "wrong-data", kCov, 2, 5, "p[0:1, 0:2, 0:2] on rank 2 should hold staging slot 0: rank 0's partial of shard 2 of 'c' but holds 'c' of rank 1 moved by (0, -4, 0)"},
@@ -105,6 +106,7 @@ const BadPlan kBadPlans[] = {
     {"staged-reduce-add", "op-not-allowed", kWF, 2, 5, "a staged reduce-scatter only copies partials into staging slots"},
     {"staged-bad-staging-shape", "collective-output", kWF, -1, -1, "reduce-scatter staging 'p' is [3, 3, 2] but must be [3, 2, 2]"},
     {"staged-no-unit-dim", "collective-output", kWF, -1, -1, "the input needs a unit dim 0 (the staging tensor's slot index)"},
+    {"staged-result-before-staging", "forward-race", kOrd, 1, 3, "chunk 3 (1 -> 0) sends c[0:1, 0:2, 0:2] from rank 1, but chunk 6 (0 -> 1), which writes that region there, is not ordered"},
     {"staged-indivisible", "collective-indivisible", kWF, -1, -1, "into 3 equal slots, but 7 is not a multiple of 3"},
     // ---- refused by the loader, with the JSON path
     {"parse-truncated", "parse", kWF, -1, -1, "parse-truncated.json:9:22: invalid JSON"},
