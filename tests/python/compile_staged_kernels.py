@@ -3,9 +3,9 @@ sm_90 with Triton and its bundled ptxas: no GPU needed.
 
     python tests/python/compile_staged_kernels.py     # prints OK/FAIL per variant, exit 1 on a FAIL
 
-Every variant GemmRs(reduce="epilogue") can launch: each candidate GEMM config after
-ops.fused_gemm.fused_config, both B layouts, with 2 staging slots (world 2), and the default
-config with 4 and 8 (the unrolled slot loop). Triton's interpreter runs none of the GPU passes
+The variants GemmRs(reduce="epilogue") launches that differ in what the GPU passes see: each
+candidate GEMM config after ops.fused_gemm.fused_config with 2 staging slots (world 2), and the
+default (warp-specialised) config with an nk B and with 4 slots (the unrolled slot loop). Triton's interpreter runs none of the GPU passes
 (warp specialisation, pipelining of the flattened persistent loop with a wait after the K loop),
 so this is what catches a kernel those passes cannot compile. Run by test_ops_staged.py in a
 subprocess (TRITON_INTERPRET must be unset when triton is imported).
@@ -55,12 +55,13 @@ def compile_variant(config, b_is_nk, slots, dtype="bf16"):
 
 
 def variants():
+    # Every config with a row-major B; the default config also with an nk B and with more slots.
+    # (All 3 configs x both layouts x slots 2, 4, 8 compiled on 2026-11-22; this keeps CI short.)
     configs = [fused_config(c) for c in CANDIDATES]
     for config in configs:
-        for b_is_nk in (False, True):
-            yield config, b_is_nk, 2
-    for slots in (4, 8):
-        yield configs[0], False, slots
+        yield config, False, 2
+    yield configs[0], True, 2
+    yield configs[0], False, 4
 
 
 def main() -> int:
