@@ -55,19 +55,24 @@ void bind_tiling(nb::module_& m) {
                          "Which dims of a communicated tensor a tile's rows and columns index.")
       .def(
           "__init__",
-          [](TileAccess* self, std::string tensor, std::string_view role, int m_dim, int n_dim) {
-            new (self) TileAccess{std::move(tensor), enum_arg<AccessRole>(role, "role"), m_dim, n_dim};
+          [](TileAccess* self, std::string tensor, std::string_view role, int m_dim, int n_dim,
+             bool m_local_shard) {
+            new (self) TileAccess{std::move(tensor), enum_arg<AccessRole>(role, "role"), m_dim, n_dim,
+                                  m_local_shard};
           },
-          "tensor"_a, "role"_a = "consume", "m_dim"_a = 0, "n_dim"_a = -1)
+          "tensor"_a, "role"_a = "consume", "m_dim"_a = 0, "n_dim"_a = -1,
+          "m_local_shard"_a = false)
       .def_rw("tensor", &TileAccess::tensor)
       .def_prop_rw(
           "role", [](const TileAccess& a) { return enum_str(a.role); },
           [](TileAccess& a, std::string_view role) { a.role = enum_arg<AccessRole>(role, "role"); })
       .def_rw("m_dim", &TileAccess::m_dim)
       .def_rw("n_dim", &TileAccess::n_dim)
+      .def_rw("m_local_shard", &TileAccess::m_local_shard,
+              "m_dim holds this rank's shard of the grid rows (rows rank*E .. (rank+1)*E - 1).")
       .def("__repr__", [](const TileAccess& a) {
         return "TileAccess(" + a.tensor + ", " + enum_str(a.role) + ", m_dim=" + std::to_string(a.m_dim) +
-               ", n_dim=" + std::to_string(a.n_dim) + ")";
+               ", n_dim=" + std::to_string(a.n_dim) + (a.m_local_shard ? ", m_local_shard=True" : "") + ")";
       });
 }
 

@@ -36,7 +36,6 @@ using runtime::RankExecutor;
 using runtime::SymmetricHeap;
 using runtime::WaitMonitor;
 
-using AccessTuple = std::tuple<std::string, std::string, int, int>;  // tensor, role, m_dim, n_dim
 
 cudaStream_t as_stream(std::uintptr_t handle) { return reinterpret_cast<cudaStream_t>(handle); }
 
@@ -49,16 +48,45 @@ nb::bytes from_bytes(const std::vector<std::uint8_t>& v) {
   return nb::bytes(reinterpret_cast<const char*>(v.data()), v.size());
 }
 
-lower::TileAccess to_access(const AccessTuple& t) {
-  const auto& [tensor, role, m_dim, n_dim] = t;
-  lower::AccessRole r;
-  if (role == "consume")
-    r = lower::AccessRole::consume;
-  else if (role == "produce")
-    r = lower::AccessRole::produce;
-  else
-    throw UserError("access of \"" + tensor + "\": bad-role: \"" + role + "\" (consume or produce)");
-  return {tensor, r, m_dim, n_dim};
+// One access as Python passes it: (tensor, role, m_dim, n_dim) or (tensor, role, m_dim, n_dim,
+// m_local_shard); `index` is its place in the list, for the error.
+lower::TileAccess to_access(const nb::handle& item, std::size_t index) {
+  const std::string where = "accesses[" + std::to_string(index) + "]";
+  const std::string shape = " (want (tensor, role, m_dim, n_dim) or (tensor, role, m_dim, n_dim, m_local_shard))";
+  if (!nb::isinstance<nb::tuple>(item) && !nb::isinstance<nb::list>(item))
+    throw UserError(where + ": bad-access: not a tuple" + shape);
+  const auto seq = nb::borrow<nb::sequence>(item);
+  const std::size_t n = nb::len(seq);
+  if (n != 4 && n != 5)
+    throw UserError(where + ": bad-access: " + std::to_string(n) + " items" + shape);
+  lower::TileAccess a;
+  try {
+    a.tensor = nb::cast<std::string>(seq[0]);
+    const auto role = nb::cast<std::string>(seq[1]);
+    a.m_dim = nb::cast<int>(seq[2]);
+    a.n_dim = nb::cast<int>(seq[3]);
+    if (n == 5) {
+      // Only a real bool (or 0/1): a stray string here is a mistake, not "true".
+      const nb::handle flag = seq[4];
+      if (nb::isinstance<nb::bool_>(flag)) {
+        a.m_local_shard = nb::cast<bool>(flag);
+      } else {
+        const int v = nb::cast<int>(flag);
+        if (v != 0 && v != 1) throw nb::cast_error();
+        a.m_local_shard = v == 1;
+      }
+    }
+    if (role == "consume")
+      a.role = lower::AccessRole::consume;
+    else if (role == "produce")
+      a.role = lower::AccessRole::produce;
+    else
+      throw UserError(where + " of \"" + a.tensor + "\": bad-role: \"" + role + "\" (consume or produce)");
+  } catch (const nb::cast_error&) {
+    throw UserError(where + ": bad-access: wrong item types" + shape +
+                    ": tensor and role are str, m_dim and n_dim int, m_local_shard bool");
+  }
+  return a;
 }
 
 // A plan made ready to execute: the parsed plan, its per-rank signal tables (lowered against the
@@ -71,11 +99,11 @@ struct PreparedPlan {
 
 std::shared_ptr<PreparedPlan> prepare(const std::string& plan_json, std::int64_t m, std::int64_t n,
                                       std::int64_t block_m, std::int64_t block_n,
-                                      const std::vector<AccessTuple>& accesses) {
+                                      const nb::list& accesses) {
   auto p = std::make_shared<PreparedPlan>();
   p->plan = plan::parse_plan(plan_json, "<plan json>");
   std::vector<lower::TileAccess> acc;
-  for (const auto& a : accesses) acc.push_back(to_access(a));
+  for (std::size_t i = 0; i < accesses.size(); ++i) acc.push_back(to_access(accesses[i], i));
   p->tables = lower::lower(p->plan, lower::TileGrid{m, n, block_m, block_n}, acc);
   p->layout = runtime::make_heap_layout(p->plan, p->tables);
   return p;
@@ -124,7 +152,7 @@ NB_MODULE(_runtime, m) {
            }, "rank"_a);
   m.def("prepare_plan", &prepare, "plan_json"_a, "m"_a, "n"_a, "block_m"_a, "block_n"_a, "accesses"_a,
         "Parses a plan, lowers it against an M x N grid of block_m x block_n tiles and the kernel's "
-        "accesses [(tensor, 'consume'|'produce', m_dim, n_dim)], and lays out the heap.");
+        "accesses [(tensor, 'consume'|'produce', m_dim, n_dim[, m_local_shard])], and lays out the heap.");
 
   nb::class_<SymmetricHeap>(m, "SymmetricHeap")
       .def(nb::init<int, int, int, std::size_t>(), "rank"_a, "world"_a, "device"_a, "bytes"_a)

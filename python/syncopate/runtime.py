@@ -122,7 +122,10 @@ class PlanWorkspace:
 
     plan: a syncopate CommPlan (sy.make_plan) for group's world size.
     grid: (M, N, BLOCK_M, BLOCK_N) of the local kernel, accesses: [(tensor, role, m_dim, n_dim)]
-    as in lower/tiling.hpp; with no accesses the tables hold landing slots only.
+    or [(tensor, role, m_dim, n_dim, m_local_shard)] as in lower/tiling.hpp (m_local_shard, a
+    bool: m_dim holds only this rank's shard of the grid rows, e.g. the staging tensor of a staged
+    GEMM+RS); any other shape raises UserError naming the access. With no accesses the tables
+    hold landing slots only.
     extra_bytes: more symmetric space after the plan's regions (see extra_offset).
     """
 

@@ -1,7 +1,8 @@
 // lower(): a verified plan and a tile grid -> one SignalTable per rank (see signal_table.hpp).
 //
-// Each chunk is visited once per slot kind; the tiles it concerns come from tiles_touching(),
-// a rectangle of the grid, so the cost is the number of (chunk, tile) pairs that matter, not
+// Each chunk is visited once per slot kind; the tiles it concerns come from tiles_touching() on
+// the rank whose tiles they are (an m_local_shard access maps a box to different tiles on each
+// rank), a rectangle of the grid, so the cost is the number of (chunk, tile) pairs that matter, not
 // chunks x tiles.
 #include <algorithm>
 #include <string>
@@ -45,13 +46,14 @@ void check_plan_shape(const plan::CommPlan& plan) {
   }
 }
 
-// Linear ids of every tile whose region under a `role` access of `tensor` meets `box`.
-std::vector<int> tiles_for(const TileGrid& grid, const std::vector<TileAccess>& accesses,
-                           AccessRole role, const std::string& tensor, const plan::Box& box) {
+// Linear ids of every tile of `rank` whose region under a `role` access of `tensor` meets `box`.
+std::vector<int> tiles_for(const plan::CommPlan& plan, const TileGrid& grid,
+                           const std::vector<TileAccess>& accesses, AccessRole role,
+                           const std::string& tensor, const plan::Box& box, int rank) {
   std::vector<int> tiles;
   for (const auto& access : accesses) {
     if (access.role != role || access.tensor != tensor) continue;
-    const TileRect rect = tiles_touching(grid, access, box);
+    const TileRect rect = tiles_touching(grid, access, plan.tensors.at(tensor).shape, box, rank);
     if (rect.empty()) continue;
     for (auto tm = rect.rows.begin; tm < rect.rows.end; ++tm)
       for (auto tn = rect.cols.begin; tn < rect.cols.end; ++tn)
@@ -101,12 +103,12 @@ std::vector<SignalTable> lower(const plan::CommPlan& plan, const TileGrid& grid,
     auto& table = tables[c.dst];
     const int slot = add_slot(table, SlotKind::landing, c.id, 1);
     table.landing_slot_of_chunk[c.id] = slot;
-    for (int tile : tiles_for(grid, accesses, AccessRole::consume, c.dst_tensor, c.dst_box))
+    for (int tile : tiles_for(plan, grid, accesses, AccessRole::consume, c.dst_tensor, c.dst_box, c.dst))
       table.tile_waits[tile].push_back(slot);
   }
   // Ready: the source box must be fully written by the src rank's tiles before the chunk leaves.
   for (const auto& c : plan.chunks) {
-    const auto tiles = tiles_for(grid, accesses, AccessRole::produce, c.tensor, c.box);
+    const auto tiles = tiles_for(plan, grid, accesses, AccessRole::produce, c.tensor, c.box, c.src);
     if (tiles.empty()) continue;
     auto& table = tables[c.src];
     const int slot = add_slot(table, SlotKind::ready, c.id, static_cast<int>(tiles.size()));
@@ -115,7 +117,7 @@ std::vector<SignalTable> lower(const plan::CommPlan& plan, const TileGrid& grid,
   }
   // Dst-ready: the destination box must hold the local tiles' output before a chunk lands there.
   for (const auto& c : plan.chunks) {
-    const auto tiles = tiles_for(grid, accesses, AccessRole::produce, c.dst_tensor, c.dst_box);
+    const auto tiles = tiles_for(plan, grid, accesses, AccessRole::produce, c.dst_tensor, c.dst_box, c.dst);
     if (tiles.empty()) continue;
     auto& table = tables[c.dst];
     const int slot = add_slot(table, SlotKind::dst_ready, c.id, static_cast<int>(tiles.size()));

@@ -44,11 +44,14 @@ nlohmann::json rank_json(const SignalTable& table) {
 std::string signal_tables_to_json(const std::vector<SignalTable>& tables, const TileGrid& grid,
                                   const std::vector<TileAccess>& accesses, int indent) {
   nlohmann::json access_list = nlohmann::json::array();
-  for (const auto& a : accesses)
-    access_list.push_back({{"tensor", a.tensor},
-                           {"role", std::string(plan::to_string(a.role))},
-                           {"m_dim", a.m_dim},
-                           {"n_dim", a.n_dim}});
+  for (const auto& a : accesses) {
+    nlohmann::json entry = {{"tensor", a.tensor},
+                            {"role", std::string(plan::to_string(a.role))},
+                            {"m_dim", a.m_dim},
+                            {"n_dim", a.n_dim}};
+    if (a.m_local_shard) entry["m_local_shard"] = true;  // absent = false (older files stay as they were)
+    access_list.push_back(std::move(entry));
+  }
   nlohmann::json ranks = nlohmann::json::array();
   for (const auto& table : tables) ranks.push_back(rank_json(table));
   const nlohmann::json doc = {{"version", kSignalTableJsonVersion},

@@ -11,6 +11,14 @@
 //    box a producer tile on r writes; its writers are those tiles. The chunk may land (add into,
 //    or overwrite, that box) only once the slot reaches e * writers: a reduce-add landing before
 //    the local partial is stored would be overwritten by the store (write-after-write hazard).
+// An m_local_shard access (tiling.hpp) is resolved on the rank whose tiles wait or notify: a
+// landing slot on the chunk's dst, ready slots on its src, dst-ready slots on its dst.
+// Staged GEMM+RS ("c" produce rows 1 cols 2, "p" consume m_local_shard rows 1 cols 2): on rank r
+// the tiles of its own row box wait on the landing slots of the staging chunks of their rows
+// from every other rank; the other tiles wait on nothing and notify the ready slot of the chunk
+// that ships their rows. A tile straddling two boxes (M / W not a multiple of BLOCK_M) gets both,
+// and the two ranks' straddling tiles then wait on each other's ready chunks: a cross-rank cycle
+// that lowering does not detect, so staged plans need M / W % BLOCK_M == 0.
 //
 // Slot layout per rank: landing slots first (chunk id order, so slot == index among the chunks
 // landing here), then ready slots, then dst-ready slots, each in chunk id order. Wait and notify

@@ -7,6 +7,14 @@
 //   AG+GEMM (A gathered along M):  {tensor "a", consume, m_dim 0, n_dim -1}
 //   AG along N (B gathered):       {tensor "b", consume, m_dim -1, n_dim 1}
 //   GEMM+RS (C partials):          {tensor "c", produce, m_dim 0, n_dim 1}
+//   staged GEMM+RS (partials of this rank's box, received into staging "p" of shape
+//   [W, M/W, N]):                  {tensor "p", consume, m_dim 1, n_dim 2, m_local_shard true}
+//
+// m_local_shard: the tensor's m_dim holds only THIS rank's shard of the grid rows. With E the
+// tensor's extent on m_dim and W the world size (grid.m must be W * E), grid rows
+// [rank * E, (rank + 1) * E) index tensor rows [0, E); a tile's rows outside that range touch
+// nothing of the tensor. So the same access means different tiles on different ranks, and every
+// function that maps tiles to regions takes the rank.
 #pragma once
 
 #include <cstdint>
@@ -30,6 +38,7 @@ struct TileAccess {
   AccessRole role = AccessRole::consume;
   int m_dim = 0;   // tensor dim indexed by the tile's row range, -1 if none
   int n_dim = -1;  // tensor dim indexed by the tile's column range, -1 if none
+  bool m_local_shard = false;  // m_dim holds this rank's shard of the grid rows (see above)
 };
 
 }  // namespace syncopate::lower

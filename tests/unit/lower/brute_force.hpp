@@ -36,14 +36,22 @@ inline void for_each_element(const plan::Box& box,
   }
 }
 
-// Tiles whose row range / column range contains element `idx` under `access`.
+// Grid row of tensor row 0 on m_dim: rank * E for an m_local_shard access (E = the tensor's
+// extent on m_dim), 0 otherwise.
+inline std::int64_t row_shift(const plan::CommPlan& plan, const lower::TileAccess& access, int rank) {
+  if (!access.m_local_shard) return 0;
+  return std::int64_t{rank} * plan.tensors.at(access.tensor).shape.at(access.m_dim);
+}
+
+// Tiles whose row range / column range contains element `idx` under `access`; the element's
+// row on m_dim is grid row idx[m_dim] + shift.
 inline std::set<int> tiles_of_element(const lower::TileGrid& grid, const lower::TileAccess& access,
-                                      const std::vector<std::int64_t>& idx) {
+                                      const std::vector<std::int64_t>& idx, std::int64_t shift = 0) {
   std::set<int> tiles;
   for (std::int64_t tm = 0; tm < grid.tiles_m(); ++tm)
     for (std::int64_t tn = 0; tn < grid.tiles_n(); ++tn) {
-      const bool row_ok = access.m_dim < 0 || (idx[access.m_dim] >= tm * grid.block_m &&
-                                               idx[access.m_dim] < (tm + 1) * grid.block_m);
+      const bool row_ok = access.m_dim < 0 || (idx[access.m_dim] + shift >= tm * grid.block_m &&
+                                               idx[access.m_dim] + shift < (tm + 1) * grid.block_m);
       const bool col_ok = access.n_dim < 0 || (idx[access.n_dim] >= tn * grid.block_n &&
                                                idx[access.n_dim] < (tn + 1) * grid.block_n);
       if (row_ok && col_ok) tiles.insert(static_cast<int>(tm * grid.tiles_n() + tn));
@@ -52,10 +60,11 @@ inline std::set<int> tiles_of_element(const lower::TileGrid& grid, const lower::
 }
 
 inline std::set<int> tiles_touching_box(const lower::TileGrid& grid,
-                                        const lower::TileAccess& access, const plan::Box& box) {
+                                        const lower::TileAccess& access, const plan::Box& box,
+                                        std::int64_t shift = 0) {
   std::set<int> tiles;
   for_each_element(box, [&](const std::vector<std::int64_t>& idx) {
-    for (int t : tiles_of_element(grid, access, idx)) tiles.insert(t);
+    for (int t : tiles_of_element(grid, access, idx, shift)) tiles.insert(t);
   });
   return tiles;
 }
@@ -67,7 +76,8 @@ inline std::vector<std::set<int>> brute_waits(const plan::CommPlan& plan,
   std::vector<std::set<int>> waits(static_cast<std::size_t>(grid.count()));
   for (const auto& c : plan.chunks) {
     if (c.dst != rank || c.dst_tensor != access.tensor) continue;
-    for (int t : tiles_touching_box(grid, access, c.dst_box)) waits[t].insert(c.id);
+    for (int t : tiles_touching_box(grid, access, c.dst_box, row_shift(plan, access, rank)))
+      waits[t].insert(c.id);
   }
   return waits;
 }
@@ -89,12 +99,13 @@ using KindChunk = std::pair<lower::SlotKind, int>;
 inline std::vector<std::set<KindChunk>> brute_notifies(const plan::CommPlan& plan, const lower::TileGrid& grid,
                                                 const lower::TileAccess& access, int rank) {
   std::vector<std::set<KindChunk>> out(static_cast<std::size_t>(grid.count()));
+  const std::int64_t shift = row_shift(plan, access, rank);
   for (const auto& c : plan.chunks) {
     if (c.src == rank && c.tensor == access.tensor)
-      for (int t : tiles_touching_box(grid, access, c.box))
+      for (int t : tiles_touching_box(grid, access, c.box, shift))
         out[t].insert({lower::SlotKind::ready, c.id});
     if (c.dst == rank && c.dst_tensor == access.tensor)
-      for (int t : tiles_touching_box(grid, access, c.dst_box))
+      for (int t : tiles_touching_box(grid, access, c.dst_box, shift))
         out[t].insert({lower::SlotKind::dst_ready, c.id});
   }
   return out;
@@ -120,7 +131,9 @@ inline void expect_notifies_match_brute_force(const plan::CommPlan& plan, const 
       EXPECT_EQ(slot.writers, listed[slot.slot]) << "slot " << slot.slot;
       const auto& c = plan.chunks[slot.chunk];
       const auto& box = slot.kind == lower::SlotKind::ready ? c.box : c.dst_box;
-      EXPECT_EQ(slot.writers, static_cast<int>(tiles_touching_box(grid, access, box).size()));
+      const int owner = slot.kind == lower::SlotKind::ready ? c.src : c.dst;
+      EXPECT_EQ(slot.writers,
+                static_cast<int>(tiles_touching_box(grid, access, box, row_shift(plan, access, owner)).size()));
       const auto& by_chunk = slot.kind == lower::SlotKind::ready ? table.ready_slot_of_chunk
                                                           : table.dst_ready_slot_of_chunk;
       EXPECT_EQ(by_chunk[slot.chunk], slot.slot);

@@ -83,6 +83,26 @@ class PlanBuilder {
     plan_.chunks.push_back(c);
     return c.id;
   }
+  // Moves `box` of `tensor` on src into `dst_box` of `dst_tensor` on dst; issued by `issuer`
+  // (src or dst) on `stream`.
+  int copy_into(const std::string& tensor, plan::Box box, const std::string& dst_tensor,
+                plan::Box dst_box, int src, int dst, int issuer, int stream) {
+    plan::Chunk c;
+    c.id = static_cast<int>(plan_.chunks.size());
+    c.tensor = tensor;
+    c.dst_tensor = dst_tensor;
+    c.box = std::move(box);
+    c.dst_box = std::move(dst_box);
+    c.src = src;
+    c.dst = dst;
+    c.stream = stream;
+    auto& streams = plan_.ranks[issuer].streams;
+    if (static_cast<int>(streams.size()) <= stream) streams.resize(stream + 1);
+    streams[stream].push_back(c.id);
+    plan_.chunks.push_back(c);
+    return c.id;
+  }
+  plan::CommPlan& mutable_plan() { return plan_; }
   const plan::CommPlan& plan() const { return plan_; }
 
  private:
@@ -128,6 +148,32 @@ inline plan::CommPlan hand_direct_reduce_scatter(int world, std::int64_t rows, s
       const auto span = plan::even_split(rows, world, j);
       b.chunk("x", rows_box(span.begin, span.size, cols), r, j, 0, {}, plan::ChunkOp::reduce_add);
     }
+  return b.plan();
+}
+
+// A staged GEMM+RS written by hand (docs: the staged design): "c" [1, M, N] holds every rank's
+// partials, "p" [W, M/W, N] is the staging tensor. For every ordered pair s != r and sub-chunk k
+// of `split`: copy c[0, r*Ms + k0 .. +rows_k, :] on s into p[s, k0 .. +rows_k, :] on r, pulled
+// by r on stream (s - r - 1) mod W (one stream per peer). M must divide by W.
+inline plan::CommPlan hand_staged_reduce_scatter(int world, std::int64_t m, std::int64_t n, int split) {
+  PlanBuilder b(world, plan::Collective::reduce_scatter);
+  const std::int64_t ms = m / world;
+  b.tensor("c", {1, m, n});
+  b.tensor("p", {world, ms, n});
+  auto& spec = b.mutable_plan().collective;
+  spec.tensor = "c";
+  spec.output = "p";
+  spec.dim = 1;
+  spec.algorithm = plan::Algorithm::direct;
+  spec.split = split;
+  for (int r = 0; r < world; ++r)
+    for (int k = 0; k < split; ++k)
+      for (int d = 1; d < world; ++d) {
+        const int s = (r + d) % world;
+        const auto rows = plan::even_split(ms, split, k);
+        b.copy_into("c", {{0, r * ms + rows.begin, 0}, {1, rows.size, n}}, "p",
+                    {{s, rows.begin, 0}, {1, rows.size, n}}, s, r, r, d - 1);
+      }
   return b.plan();
 }
 
