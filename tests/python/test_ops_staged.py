@@ -412,3 +412,15 @@ def test_context_at_world_one_runs_the_staged_kernel(cpu_runtime, layout):
     # No landing wait after the kernel and no copy-out: begin, issue, end per call.
     assert [e[0] for e in ctx.ws.log] == ["begin", "issue", "end", "check"] * 2
     assert all(e[2] is False for e in ctx.ws.log if e[0] == "issue")
+
+
+def test_a_staged_configuration_the_simulator_finds_deadlocked_is_refused():
+    # NCCL groups each rank's send and recv of a step; in row-major order rank 0's own tiles
+    # come first and wait for the recv whose grouped send needs rank 0's later tiles.
+    with pytest.raises(UserError, match=r"reduce='epilogue': no-candidate: .*the simulator refused nccl split 1 "
+                                        r"row-major: .*deadlock"):
+        _choose(8192, 8192, 8192, 2, mode="fused", reduce="epilogue", backend="nccl", split=1,
+                tile_order="row-major")
+    # auto never picks it: the reduce-add chunks run instead.
+    c = _choose(8192, 8192, 8192, 2, mode="fused", reduce="auto", backend="nccl", split=1, tile_order="row-major")
+    assert c.reduce == "chunks"

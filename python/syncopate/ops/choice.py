@@ -102,10 +102,13 @@ def _plan(collective, m, n, k, world, dtype, backend, algorithm, split, staged):
 
 
 def _best_staged(m, n, k, world, dtype, block_m, block_n, backends, splits, orders, calib):
-    """The staged GEMM+RS candidate the simulator predicts fastest (None if no split fits)."""
+    """(the staged GEMM+RS candidate the simulator predicts fastest, or None; the simulator's
+    refusals). A refusal is a configuration the simulator finds deadlocked: e.g. NCCL with a
+    row-major order, where a rank's own tiles come first and wait for a recv grouped with the
+    send of tiles that come after them; such a configuration is never chosen."""
     import syncopate as sy
 
-    best = None
+    best, refusals = None, []
     for backend in backends:
         for split in splits:
             try:
@@ -113,10 +116,14 @@ def _best_staged(m, n, k, world, dtype, block_m, block_n, backends, splits, orde
             except UserError:  # a split that would make an empty sub-chunk
                 continue
             for order in orders:
-                us = sy.simulate(plan, sy.GemmShape(m, n, k, block_m, block_n), calib, order=order).fused_us
+                try:
+                    us = sy.simulate(plan, sy.GemmShape(m, n, k, block_m, block_n), calib, order=order).fused_us
+                except UserError as exc:
+                    refusals.append(f"{backend} split {split} {order}: {exc}")
+                    continue
                 if best is None or us < best.fused_us:
                     best = _StagedCandidate(us, backend, int(split), order)
-    return best
+    return best, refusals
 
 
 def _prediction(collective, m, n, k, world, dtype, block_m, block_n, backend, algorithm, split,
@@ -143,11 +150,12 @@ def _choose_cached(collective, m, n, k, world, dtype, block_m, block_n, backend,
     fused, seq = result.best_fused, result.best_sequential
     staged_note = ""
     if collective == "reduce-scatter" and reduce in ("auto", "epilogue"):
-        staged = _best_staged(m, n, k, world, dtype, block_m, block_n, _as_list(backend, BACKENDS),
-                              _as_list(split, SPLITS), _as_list(tile_order, TILE_ORDERS), calib)
+        staged, refusals = _best_staged(m, n, k, world, dtype, block_m, block_n, _as_list(backend, BACKENDS),
+                                        _as_list(split, SPLITS), _as_list(tile_order, TILE_ORDERS), calib)
         if staged is None and reduce == "epilogue":
-            raise UserError(f"syncopate.ops: reduce='epilogue': no-candidate: no split in "
-                            f"{_as_list(split, SPLITS)} makes a staged plan of {m} rows over {world} ranks")
+            why = f"; the simulator refused {'; '.join(refusals[:3])}" if refusals else ""
+            raise UserError(f"syncopate.ops: reduce='epilogue': no-candidate: no staged plan of {m} rows over "
+                            f"{world} ranks with split in {_as_list(split, SPLITS)} runs{why}")
         if staged is not None:
             staged_note = (f"; reduction in the epilogue {staged.fused_us:.1f} us vs reduce-add chunks "
                            f"{fused.fused_us:.1f} us" if reduce == "auto" else "; reduce='epilogue' given")
