@@ -160,7 +160,7 @@ def test_options(capsys):
         assert message in capsys.readouterr().err
     assert bench_ops.main(["--dry-run", "--world", "2", "--quick", "--ops", "gemm_rs"]) == 0
     out = capsys.readouterr().out
-    assert "world 2: 4 rows x 13 variants" in out and "estimated" in out
+    assert "world 2: 4 rows x 16 variants" in out and "estimated" in out
 
 
 def test_ablation_dry_run(capsys):
@@ -179,7 +179,7 @@ class FakeContext:
     fail_check = set()
 
     def __init__(self, group, *, m, k, n, dtype, device, b_layout, backend="auto",
-                 mode="auto", algorithm="auto", split=None, tile_order="auto"):
+                 mode="auto", algorithm="auto", split=None, tile_order="auto", reduce=None):
         import torch.distributed as dist
         self.world = dist.get_world_size(group)
         self.m, self.k, self.n = m, k, n
