@@ -113,6 +113,7 @@ def test_annotations_follow_the_annotation_language():
     produce = next(i for i, ln in enumerate(stripped) if ln.startswith("# @sy.produce(c_ptr, m=pid_m, n=pid_n"))
     k_loop = stripped.index("for ki in range(k_tiles):")
     assert tile < end < k_loop < consume < produce
-    assert "m_dim=1, n_dim=2" in stripped[consume] and "m_dim=1, n_dim=2" in stripped[produce]
+    assert "m_dim=1, n_dim=2, m_local_shard=True)" in stripped[consume]   # p holds this rank's rows only
+    assert stripped[produce].endswith("m_dim=1, n_dim=2)")
     assert stripped[consume + 1].startswith("acc = _add_staged_partials(")
     assert stripped[produce + 1].startswith("_store_reduced_tile(")

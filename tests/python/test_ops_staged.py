@@ -190,6 +190,11 @@ def test_transformed_kernel_waits_after_the_k_loop_and_notifies_after_the_store(
     store = next(i for i, ln in enumerate(lines) if ln.startswith("_store_reduced_tile("))
     notify = next(i for i, ln in enumerate(lines) if ln.startswith("syl.notify_tile("))
     assert k_loop < wait < add < store < notify
+    # The transformer's description of the accesses is what the op passes to the lowering.
+    described = out[out.index("__syncopate__ = "):].splitlines()[0]
+    assert '"tensor": "p", "param": "p_ptr", "role": "consume", "m_dim": 1, "n_dim": 2, "m_local_shard": true' \
+        in described.replace("True", "true"), described
+    assert [tuple(a) for a in staged_gemm.STAGED_ACCESSES] == [("c", "produce", 1, 2), ("p", "consume", 1, 2, True)]
 
 
 def test_every_staged_kernel_variant_compiles_for_sm90():
@@ -424,3 +429,10 @@ def test_a_staged_configuration_the_simulator_finds_deadlocked_is_refused():
     # auto never picks it: the reduce-add chunks run instead.
     c = _choose(8192, 8192, 8192, 2, mode="fused", reduce="auto", backend="nccl", split=1, tile_order="row-major")
     assert c.reduce == "chunks"
+
+
+def test_the_kernels_annotations_must_describe_the_lowered_accesses():
+    kernel = fused_gemm.transformed_kernel(staged_gemm.STAGED_KERNEL, staged_gemm.STAGED_MODULE)
+    staged_gemm.check_accesses_match(kernel, staged_gemm.STAGED_ACCESSES)
+    with pytest.raises(sy.errors.InternalError, match=r"annotations describe the accesses .* the op lowers"):
+        staged_gemm.check_accesses_match(kernel, [("c", "produce", 1, 2), ("p", "consume", 1, 2)])

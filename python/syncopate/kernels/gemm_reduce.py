@@ -117,7 +117,7 @@ def gemm_reduce_kernel(a_ptr, b_ptr, c_ptr, p_ptr, out_ptr, M, N, K, stride_am, 
                 acc = tl.dot(a, b, acc)
         # The wait sits after the K loop: a shard tile computes its own partial while the
         # others' are still on their way.
-        # @sy.consume(p_ptr, m=pid_m, n=pid_n, m_dim=1, n_dim=2)
+        # @sy.consume(p_ptr, m=pid_m, n=pid_n, m_dim=1, n_dim=2, m_local_shard=True)
         acc = _add_staged_partials(acc, p_ptr, off_m, off_n, N, stride_ps, stride_pm, shard_begin,
                                    shard_rows, skip_slot, NUM_SLOTS, BLOCK_M, BLOCK_N)
         # @sy.produce(c_ptr, m=pid_m, n=pid_n, m_dim=1, n_dim=2)

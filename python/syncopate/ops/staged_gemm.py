@@ -16,7 +16,8 @@ from __future__ import annotations
 
 import torch
 
-from syncopate.errors import UserError
+from syncopate.errors import InternalError, UserError
+from syncopate.launch import transformed_info
 from syncopate.ops.fused_gemm import FusedGemm, tma_describable, transformed_kernel
 
 STAGED_KERNEL = "gemm_reduce_kernel"
@@ -39,6 +40,17 @@ def staged_unsupported(m: int, n: int, k: int, world: int, block_m: int, dtype: 
     return None
 
 
+def check_accesses_match(kernel, accesses) -> None:
+    """InternalError unless the kernel's annotations (the transformer's __syncopate__ accesses)
+    describe exactly `accesses`, which the lowering and the workspace use."""
+    described = {(a["tensor"], a["role"], a["m_dim"], a["n_dim"], bool(a.get("m_local_shard", False)))
+                 for a in transformed_info(kernel)["accesses"]}
+    given = {(t, role, md, nd, bool(rest[0]) if rest else False) for t, role, md, nd, *rest in accesses}
+    if described != given:
+        raise InternalError(f"syncopate.ops: {STAGED_KERNEL}'s annotations describe the accesses "
+                            f"{sorted(described)}, the op lowers {sorted(given)}")
+
+
 class StagedReduceGemm(FusedGemm):
     """One rank's fused GEMM+RS with the reduction in the epilogue, for fixed shapes, layout,
     plan and tile order. launch(a, b, c, signals, epoch, p, out): c the heap's [M, N] view of
@@ -53,6 +65,7 @@ class StagedReduceGemm(FusedGemm):
         self.use_tma = True
         self.kernel_name = STAGED_KERNEL
         self.kernel = transformed_kernel(STAGED_KERNEL, STAGED_MODULE)
+        check_accesses_match(self.kernel, accesses)
         self._bind(plan=plan, rank=rank, m=m, n=n, b_layout=b_layout, config=config, accesses=accesses,
                    tile_order=tile_order, device=device, wait_bound_ns=wait_bound_ns,
                    num_programs=num_programs)
