@@ -246,7 +246,9 @@ def test_auto_falls_back_to_sequential_for_tiny_m(coll, world, rows_per_rank):
 
 
 def test_auto_fuses_a_large_all_gather():
-    c = _choose("all-gather", 8192, 8192, 8192, 4)
+    # 16384 rows: with the host path inside the simulator (calib host), 8192^3 is predicted
+    # within 5% (4.3% at world 2, where the demo measured 1.09x), so auto keeps sequential there.
+    c = _choose("all-gather", 16384, 8192, 8192, 4)
     assert c.decision == "fused", c.reason
     assert c.predicted_us["fused"] < c.predicted_us["sequential"]
 
