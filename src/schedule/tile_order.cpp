@@ -104,6 +104,70 @@ std::vector<int> producer_order(const lower::SignalTable& table, const lower::Ti
   return order;
 }
 
+// Staged side (some tiles wait, others only notify; staged GEMM+RS): tiles that ship a chunk and
+// wait on none first, by the chunk's peer counted from this rank ((peer - rank) mod W: box
+// rank+1, rank+2, ..., so that at any moment the ranks feed different receivers), then by
+// predicted leaving time (ties: chunk id, slot); then tiles that neither wait nor ship; then the
+// waiting tiles by arrival as on the consumer side (the own box last, in sub-chunk order).
+std::vector<int> staged_order(const plan::CommPlan& plan, const lower::SignalTable& table,
+                              const lower::TileGrid& grid, const std::vector<double>& chunk_arrival,
+                              int group_m) {
+  const auto count = static_cast<std::size_t>(grid.count());
+  std::vector<char> waits_remote(count, 0);
+  for (std::size_t t = 0; t < count; ++t)
+    for (int s : table.tile_waits[t])
+      if (plan.chunks[table.slots[s].chunk].src != table.rank) waits_remote[t] = 1;
+  std::vector<std::vector<int>> tiles_of_slot(table.slots.size());
+  for (std::size_t t = 0; t < count; ++t)
+    if (waits_remote[t] == 0)
+      for (int s : table.tile_notifies[t]) tiles_of_slot[s].push_back(static_cast<int>(t));
+  const int world = std::max(plan.world_size, 1);
+  const auto distance = [&](int slot) {
+    const auto& c = plan.chunks[table.slots[slot].chunk];
+    const int peer = c.src == table.rank ? c.dst : c.src;
+    return ((peer - table.rank) % world + world) % world;
+  };
+  std::vector<int> slots;
+  for (int s = 0; s < static_cast<int>(table.slots.size()); ++s)
+    if (!tiles_of_slot[s].empty()) slots.push_back(s);
+  std::stable_sort(slots.begin(), slots.end(), [&](int a, int b) {
+    const int ca = table.slots[a].chunk, cb = table.slots[b].chunk;
+    return std::tuple{distance(a), chunk_arrival[ca], ca, a} <
+           std::tuple{distance(b), chunk_arrival[cb], cb, b};
+  });
+  std::vector<char> emitted(count, 0);
+  std::vector<int> order;
+  const auto emit = [&](std::vector<int> tiles) {
+    std::erase_if(tiles, [&](int t) { return emitted[t] != 0; });
+    for (int t : group_m_order(grid, std::move(tiles), group_m)) {
+      emitted[t] = 1;
+      order.push_back(t);
+    }
+  };
+  for (int s : slots) emit(tiles_of_slot[s]);
+  std::vector<int> idle;  // neither waits nor ships
+  for (std::size_t t = 0; t < count; ++t)
+    if (waits_remote[t] == 0) idle.push_back(static_cast<int>(t));
+  emit(std::move(idle));
+  // The waiting tiles, in the consumer order (which puts tiles without remote waits first: all
+  // emitted already, so what it adds is the arrival groups, kept in their order).
+  for (int t : consumer_order(plan, table, grid, chunk_arrival, group_m))
+    if (emitted[t] == 0) order.push_back(t);
+  return order;
+}
+
+// Some tile waits on a chunk from another rank, and some tile that waits on none gates a chunk.
+bool is_staged(const plan::CommPlan& plan, const lower::SignalTable& table) {
+  bool waits = false, ships = false;
+  for (std::size_t t = 0; t < table.tile_waits.size(); ++t) {
+    bool remote = false;
+    for (int s : table.tile_waits[t]) remote = remote || plan.chunks[table.slots[s].chunk].src != table.rank;
+    waits = waits || remote;
+    ships = ships || (!remote && !table.tile_notifies[t].empty());
+  }
+  return waits && ships;
+}
+
 bool any_nonempty(const std::vector<std::vector<int>>& lists) {
   return std::any_of(lists.begin(), lists.end(), [](const auto& l) { return !l.empty(); });
 }
@@ -144,7 +208,9 @@ TileOrder make_tile_order(const plan::CommPlan& plan, const lower::SignalTable& 
       out.tiles = group_m_order(grid, std::move(all), group_m);
       break;
     case OrderKind::arrival:
-      if (any_nonempty(table.tile_waits))
+      if (is_staged(plan, table))
+        out.tiles = staged_order(plan, table, grid, chunk_arrival, group_m);
+      else if (any_nonempty(table.tile_waits))
         out.tiles = consumer_order(plan, table, grid, chunk_arrival, group_m);
       else if (any_nonempty(table.tile_notifies))
         out.tiles = producer_order(table, grid, chunk_arrival, group_m);

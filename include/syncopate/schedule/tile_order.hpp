@@ -11,6 +11,13 @@
 // each slot's tiles not yet placed are appended in group-M order, so the chunk that leaves (or
 // lands on this rank's partial) first has all its tiles written first; tiles gating no chunk
 // come last. A table with neither waits nor notifies gets the grouped order.
+// Arrival order, staged side (some tiles wait on remote chunks and some tiles that wait on none
+// gate a chunk: staged GEMM+RS, where rank r's own row box waits on the other ranks' partials and
+// its other boxes ship them): the shipping tiles first, box by box staggered by rank (chunks to
+// peer rank+1 first, then rank+2, ... mod W, so that the ranks feed different receivers at any
+// moment), each box's chunks by predicted leaving time, tiles per chunk in group-M order; then
+// tiles that neither wait nor ship; then the waiting tiles in the consumer side's arrival groups
+// (the own box last, in sub-chunk order).
 // Row-major and grouped (group-M over the whole grid, no arrival awareness) orders exist for
 // comparison.
 //
