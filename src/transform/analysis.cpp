@@ -223,6 +223,9 @@ class Checker {
                                               nv->value, tile.n, tile_ann.line), nv->col);
     if (ann.arg("m_dim") && !mv) ann.fail(m_.filename, "'m_dim=' needs 'm='", ann.arg("m_dim")->col);
     if (ann.arg("n_dim") && !nv) ann.fail(m_.filename, "'n_dim=' needs 'n='", ann.arg("n_dim")->col);
+    const AnnotationArg* shard = ann.arg("m_local_shard");
+    if (shard && !mv)
+      ann.fail(m_.filename, "'m_local_shard=' needs 'm=' (the shard is of the tile's rows)", shard->col);
 
     AnnotatedAccess acc;
     acc.param = param->value;
@@ -231,6 +234,7 @@ class Checker {
     acc.access.tensor = tensor_name(ann, param->value);
     acc.access.m_dim = mv ? (ann.arg("m_dim") ? std::stoi(ann.arg("m_dim")->value) : 0) : -1;
     acc.access.n_dim = nv ? (ann.arg("n_dim") ? std::stoi(ann.arg("n_dim")->value) : 1) : -1;
+    acc.access.m_local_shard = shard && (shard->value == "True" || shard->value == "1");
     if (acc.access.m_dim >= 0 && acc.access.m_dim == acc.access.n_dim)
       ann.fail(m_.filename, fmt::format("m and n index the same tensor dimension {}", acc.access.m_dim));
     check_against_plan(ann, acc.access);

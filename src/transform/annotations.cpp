@@ -18,16 +18,16 @@ struct KindSpec {
   AnnotationKind kind;
   std::string_view name;
   bool positional;                            // takes one positional kernel parameter
-  std::array<std::string_view, 5> keywords;   // allowed keywords ("" pads)
+  std::array<std::string_view, 6> keywords;   // allowed keywords ("" pads)
   std::array<std::string_view, 2> required;   // required keywords ("" pads)
 };
 
 // The one table of annotation kinds; parsing and the "known kinds" message both read it.
 constexpr std::array<KindSpec, 4> kKinds{{
-    {AnnotationKind::tile, "tile", false, {"index", "m", "n", "", ""}, {"index", "m"}},
-    {AnnotationKind::end, "end", false, {"", "", "", "", ""}, {"", ""}},
-    {AnnotationKind::consume, "consume", true, {"m", "n", "tensor", "m_dim", "n_dim"}, {"", ""}},
-    {AnnotationKind::produce, "produce", true, {"m", "n", "tensor", "m_dim", "n_dim"}, {"", ""}},
+    {AnnotationKind::tile, "tile", false, {"index", "m", "n", "", "", ""}, {"index", "m"}},
+    {AnnotationKind::end, "end", false, {"", "", "", "", "", ""}, {"", ""}},
+    {AnnotationKind::consume, "consume", true, {"m", "n", "tensor", "m_dim", "n_dim", "m_local_shard"}, {"", ""}},
+    {AnnotationKind::produce, "produce", true, {"m", "n", "tensor", "m_dim", "n_dim", "m_local_shard"}, {"", ""}},
 }};
 
 std::string known_kinds() {
@@ -175,6 +175,9 @@ Annotation parse_annotation(const Module& m, std::size_t index) {
       a.fail(m.filename, fmt::format("'{}=' must be a variable name, got '{}'", arg.key, arg.value), arg.col);
     if ((arg.key == "m_dim" || arg.key == "n_dim") && !arg.is_int)
       a.fail(m.filename, fmt::format("'{}=' must be a non-negative integer, got '{}'", arg.key, arg.value), arg.col);
+    if (arg.key == "m_local_shard" && arg.value != "True" && arg.value != "False" && arg.value != "1" &&
+        arg.value != "0")
+      a.fail(m.filename, fmt::format("'m_local_shard=' must be True, False, 1 or 0, got '{}'", arg.value), arg.col);
     if (arg.key == "tensor" && !arg.is_name && !arg.is_string)
       a.fail(m.filename, fmt::format("'tensor=' must be a name or a string, got '{}'", arg.value), arg.col);
   }

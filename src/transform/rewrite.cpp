@@ -94,10 +94,12 @@ class Rewriter {
     std::string accesses;
     for (const auto& acc : a_.accesses)
       accesses += (accesses.empty() ? "" : ", ") +
-                  fmt::format("{{\"tensor\": \"{}\", \"param\": \"{}\", \"role\": \"{}\", \"m_dim\": {}, \"n_dim\": {}}}",
+                  fmt::format("{{\"tensor\": \"{}\", \"param\": \"{}\", \"role\": \"{}\", \"m_dim\": {}, \"n_dim\": {}{}}}",
                               py_escaped(acc.access.tensor), acc.param,
                               acc.access.role == lower::AccessRole::consume ? "consume" : "produce",
-                              acc.access.m_dim, acc.access.n_dim);
+                              acc.access.m_dim, acc.access.n_dim,
+                              // only when set, so kernels without it describe themselves as before
+                              acc.access.m_local_shard ? ", \"m_local_shard\": True" : "");
     return fmt::format("__syncopate__ = {{\"version\": {}, \"kernel\": \"{}\", \"params\": [{}], \"accesses\": [{}]}}",
                        kOutputVersion, a_.kernel.name, params, accesses);
   }

@@ -51,13 +51,16 @@ std::string describe_json(const TransformResult& result, int indent) {
   for (const auto& p : result.added_params)
     added.push_back({{"name", p.name}, {"type", p.type}, {"meaning", p.meaning}});
   auto& acc = j["accesses"] = nlohmann::ordered_json::array();
-  for (const auto& a : result.accesses)
-    acc.push_back({{"tensor", a.access.tensor},
-                   {"param", a.param},
-                   {"role", a.access.role == lower::AccessRole::consume ? "consume" : "produce"},
-                   {"m_dim", a.access.m_dim},
-                   {"n_dim", a.access.n_dim},
-                   {"line", a.line}});
+  for (const auto& a : result.accesses) {
+    nlohmann::ordered_json entry = {{"tensor", a.access.tensor},
+                                    {"param", a.param},
+                                    {"role", a.access.role == lower::AccessRole::consume ? "consume" : "produce"},
+                                    {"m_dim", a.access.m_dim},
+                                    {"n_dim", a.access.n_dim}};
+    if (a.access.m_local_shard) entry["m_local_shard"] = true;  // absent = false
+    entry["line"] = a.line;
+    acc.push_back(std::move(entry));
+  }
   j["tile_blocks"] = result.tile_blocks;
   return j.dump(indent) + "\n";
 }

@@ -39,7 +39,7 @@ struct AddedParam {
 
 // One consume/produce annotation, as lowering needs it (TileAccess) plus where it came from.
 struct AnnotatedAccess {
-  lower::TileAccess access;  // tensor name in the plan, role, m_dim / n_dim
+  lower::TileAccess access;  // tensor name in the plan, role, m_dim / n_dim, m_local_shard
   std::string param;         // the kernel parameter the annotation names
   int line = 0;              // of the annotation comment
 };
