@@ -19,13 +19,13 @@ std::vector<lower::TileAccess> default_accesses(const plan::CommPlan& plan) {
       if (spec.dim == 1) return {{spec.tensor, lower::AccessRole::consume, -1, 1}};
       break;
     case plan::Collective::reduce_scatter:
+    case plan::Collective::all_reduce:
       // Staged (an output names the staging tensor [W, M/W, N]): the GEMM stores C (rows on
-      // collective.dim) and its own box's tiles read the staged partials of their rows.
+      // collective.dim) and its own box's tiles read the staged partials of their rows. (A staged
+      // all-reduce's gather chunks land on C: lowering gates them with dst-ready slots.)
       if (!spec.output.empty())
         return {{spec.tensor, lower::AccessRole::produce, spec.dim, spec.dim + 1},
                 {spec.output, lower::AccessRole::consume, 1, 2, /*m_local_shard=*/true}};
-      return {{spec.tensor, lower::AccessRole::produce, 0, 1}};
-    case plan::Collective::all_reduce:
       return {{spec.tensor, lower::AccessRole::produce, 0, 1}};
     case plan::Collective::all_to_all:
       return {{spec.output, lower::AccessRole::consume, 0, -1}};

@@ -34,7 +34,7 @@ struct FusedCall {
 //   all-gather along dim 0      -> consumes the tensor, tile rows index dim 0   (AG+GEMM)
 //   all-gather along dim 1      -> consumes the tensor, tile columns index dim 1
 //   reduce-scatter, all-reduce  -> produces the tensor, rows dim 0, columns dim 1 (GEMM+RS/AR)
-//   reduce-scatter with an output (staged: the output is the staging tensor [W, M/W, N])
+//   reduce-scatter / all-reduce with an output (staged: the output is the staging tensor [W, M/W, N])
 //                               -> produces the tensor, rows collective.dim, columns the next
 //                                  dim, and consumes the output, rows dim 1 (m_local_shard),
 //                                  columns dim 2

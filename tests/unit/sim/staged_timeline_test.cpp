@@ -12,6 +12,7 @@
 #include "../lower/test_plans.hpp"
 #include "sim_fixtures.hpp"
 #include "syncopate/sim/fused_call.hpp"
+#include "syncopate/plan/templates.hpp"
 #include "syncopate/sim/simulator.hpp"
 
 namespace syncopate::sim {
@@ -89,6 +90,51 @@ TEST(StagedTimeline, OwnBoxLastAndAfterItsPartialsNoAdds) {
     EXPECT_LT(timeline.total_us, sequential);
     EXPECT_GE(timeline.total_us, floor);
   }
+}
+
+}  // namespace
+}  // namespace syncopate::sim
+
+namespace syncopate::sim {
+namespace {
+
+// The templates' staged plans (plan/templates.hpp, options.staging) through the same path: the
+// default accesses lower them, the fused timeline finishes (no cycle), own-box tiles come last.
+TEST(StagedTimeline, TemplatePlansReduceScatterAndAllReduce) {
+  const auto calib = testing::round_calibration();
+  for (auto collective : {plan::Collective::reduce_scatter, plan::Collective::all_reduce})
+    for (int world : {2, 3})
+      for (int split : {1, 2}) {
+        SCOPED_TRACE(::testing::Message() << plan::to_string(collective) << " world " << world << " split " << split);
+        plan::TemplateOptions o;
+        o.collective = collective;
+        o.algorithm = plan::Algorithm::direct;
+        o.world_size = world;
+        o.split = split;
+        o.shape = {1, world * 256, 1000};
+        o.dim = 1;
+        o.tensor = "c";
+        o.staging = "p";
+        const auto plan = plan::make_plan(o);
+        const GemmShape gemm{world * 256, 1000, 1000, 128, 128};
+        const auto call = make_fused_call(plan, gemm, schedule::OrderKind::arrival, calib);
+        const auto timeline = simulate_fused(call, calib);
+        EXPECT_GT(timeline.total_us, 0);
+        const auto grid = gemm.grid();
+        for (int r = 0; r < world; ++r) {
+          const auto& order = call.orders[r].tiles;
+          const auto box_of = [&](int t) { return (t / grid.tiles_n()) * grid.block_m / 256; };
+          // The last quarter/third/half of the order is the own box, and only it waits.
+          for (std::size_t i = 0; i < order.size(); ++i) {
+            const bool own = i >= order.size() - static_cast<std::size_t>(grid.count() / world);
+            EXPECT_EQ(box_of(order[i]) == r, own) << "rank " << r << " position " << i;
+            EXPECT_EQ(!call.tables[r].tile_waits[order[i]].empty(), own) << "rank " << r << " position " << i;
+          }
+          if (collective == plan::Collective::all_reduce)  // the gathered boxes land after the
+            for (const auto& c : plan.chunks)             // receiver's own partial was stored
+              if (c.dst == r && c.dst_tensor == "c") EXPECT_GE(call.tables[r].dst_ready_slot_of_chunk[c.id], 0);
+        }
+      }
 }
 
 }  // namespace
