@@ -58,10 +58,14 @@ TEST(SvgTimeline, HasRanksLegendAxisAndOneBarPerTile) {
   EXPECT_NE(svg.find("fill=\"#a9a9a9\""), std::string::npos);
 }
 
-// The shipped calibration with no measured fused-call overhead: the model's own comparison.
+// The shipped calibration without the host path (no deprecated lump either): the schedules'
+// own comparison. Kernel-level and sequential modes have no host path, so with it the fused
+// candidate carries about 120 us the others do not.
 Calibration h200_model_only() {
   auto c = h200();
   c.fused_call_overhead_us.fill(0);
+  c.host = {};
+  for (auto& b : c.backends) b.issue_us = 0;
   return c;
 }
 
@@ -95,15 +99,17 @@ TEST(AutoChoice, SaysWhenOverlapDoesNotPay) {
 
 TEST(AutoChoice, SmallMGemmPlusReduceScatterFallsBack) {
   // On the shipped H200 calibration: GEMM+RS with M = 256 on 2 ranks. The GEMM is 224 tiles (1.7
-  // waves), the reduce-scatter a few microseconds; fused saves only the launch and sync of the
-  // second phase, about 3%, under the default 5% margin. (Depends on calib/h200.json.)
+  // waves), the reduce-scatter a few microseconds; the fused call's host path (about 120 us
+  // before its kernel starts), the add step and the copy-out make it slower outright, as
+  // measured on nvidia-h200-x2 (fused GEMM+RS at small M: 2-4x sequential). (Depends on
+  // calib/h200.json.)
   TuneRequest req;
   req.collective = plan::Collective::reduce_scatter;
   req.gemm = {256, 28672, 8192, 128, 256};
   req.world_size = 2;
   const auto r = tune(req, h200());
   EXPECT_EQ(r.decision, Decision::sequential) << r.reason;
-  EXPECT_LT(r.best_fused.fused_us, r.best_sequential.sequential_us);  // faster, but not by enough
+  EXPECT_GT(r.best_fused.fused_us, r.best_sequential.sequential_us);
 }
 
 TEST(AutoChoice, ChargesTheMeasuredFusedCallOverhead) {

@@ -16,6 +16,19 @@ namespace syncopate::sim {
 namespace {
 
 Calibration h200() { return load_calibration(std::string(SYNCOPATE_SOURCE_DIR) + "/calib/h200.json"); }
+// The schedules' own properties: the shipped calibration without the fixed costs of a fused
+// call measured on nvidia-h200-x2 (host path, slower links and adds under a GEMM), which
+// host_reduce_test.cpp checks on their own. The RS/AR copy-out stays (bounded below).
+Calibration h200_schedule_only() {
+  auto c = h200();
+  c.host = {};
+  c.reduce_add = {};
+  for (auto& b : c.backends) {
+    b.issue_us = 0;
+    b.bandwidth_under_compute_gbps = 0;
+  }
+  return c;
+}
 
 struct Shape {
   std::int64_t m, n, k, bm, bn;
@@ -80,13 +93,20 @@ void check_invariants(const FusedCall& call, const Calibration& calib, const Pre
   const double tile = calib.tile_time_us(call.gemm.block_m, call.gemm.block_n, call.gemm.k);
   const double waves = std::ceil(double(call.gemm.grid().count()) / workers);
   const double compute_on_workers = calib.launch_overhead_us + waves * tile;
-  const double overheads = calib.launch_overhead_us + calib.sync_overhead_us + 10.0;  // signals
+  double result_bytes = 0;  // an upper bound of a GEMM+RS/AR's copy-out: the whole tensor
+  if (call.plan.collective.kind == plan::Collective::reduce_scatter ||
+      call.plan.collective.kind == plan::Collective::all_reduce) {
+    const auto& t = call.plan.tensors.at(call.plan.collective.tensor);
+    result_bytes = double(t.elements()) * plan::dtype_size(t.dtype);
+  }
+  const double copy_out = calib.sync_overhead_us + result_bytes / (calib.local_copy_gbps * 1e3);
+  const double overheads = calib.launch_overhead_us + calib.sync_overhead_us + 10.0 + copy_out;  // signals
   if (arrival_order)
     EXPECT_LE(p.fused_us, p.comm_alone_us + compute_on_workers * max_slowdown(calib) + overheads) << what;
 }
 
 TEST(SimProperties, FusedBetweenFloorAndSumOverManyPlans) {
-  const auto calib = h200();
+  const auto calib = h200_schedule_only();
   const Shape shapes[] = {{1024, 512, 4096, 128, 256}, {1000, 768, 2048, 128, 128}, {4096, 1024, 8192, 128, 256}};
   int cases = 0;
   for (auto coll : {plan::Collective::all_gather, plan::Collective::reduce_scatter, plan::Collective::all_reduce,
@@ -129,9 +149,10 @@ TEST(SimProperties, Deterministic) {
 
 // The effect the paper reports: with tiles in arrival order the fused kernel hides the
 // all-gather; in row-major order workers spin on shards that land last. AG+GEMM, world 4,
-// copy engine ring, per-rank GEMM 8192 x 2048 x 8192 on the H200 calibration.
+// copy engine ring, per-rank GEMM 8192 x 2048 x 8192 on the H200 calibration (schedule only:
+// the host path adds about 120 us to both orders).
 TEST(SimProperties, ArrivalOrderBeatsRowMajorByALargeFactor) {
-  const auto calib = h200();
+  const auto calib = h200_schedule_only();
   const Shape s{8192, 2048, 8192, 128, 256};
   for (int world : {4, 8}) {
     const auto plan = plan::make_plan(options(plan::Collective::all_gather, plan::Algorithm::ring, world, 1,
