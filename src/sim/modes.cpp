@@ -298,8 +298,23 @@ Timeline simulate_fused(const FusedCall& call, const Calibration& calib, const S
   return timeline;
 }
 
+// A staged plan (reduce-scatter / all-reduce whose collective names a staging output) lands
+// partials that only the fused kernel's epilogue sums: a library GEMM beside a collective has no
+// such epilogue, so kernel-level overlap is not a way to run it.
+static bool staged_plan(const plan::CommPlan& plan) {
+  const auto kind = plan.collective.kind;
+  return (kind == plan::Collective::reduce_scatter || kind == plan::Collective::all_reduce) &&
+         !plan.collective.output.empty();
+}
+
 Timeline simulate_kernel_level(const FusedCall& call, const Calibration& base_calib, const SimOptions& options) {
   check_call(call);
+  if (staged_plan(call.plan))
+    throw UserError(fmt::format(
+        "simulate: kernel-level: staged-plan: the plan stages partials in \"{}\" for the fused "
+        "kernel's epilogue to sum; kernel-level overlap (a library GEMM beside the collective) has "
+        "no such epilogue. Simulate it fused, or use the reduce-add plan (no staging)",
+        call.plan.collective.output));
   const Calibration calib = shaped_calibration(base_calib, options.kernel_level, call.plan);
   const double speed = shaped_speed(options.kernel_level);
   const Timeline comm = simulate_comm_alone(call.plan, calib);
@@ -396,7 +411,13 @@ Prediction predict(const FusedCall& call, const Calibration& calib, const SimOpt
   p.comm_alone_us = simulate_comm_alone(call.plan, calib).total_us;
   p.floor_us = std::max(p.gemm_alone_us, p.comm_alone_us);
   p.fused = simulate_fused(call, calib, options);
-  p.kernel_level = simulate_kernel_level(call, calib, options);
+  if (staged_plan(call.plan)) {  // not a mode this plan can run in (see staged_plan)
+    p.kernel_level.label = "kernel-level (not applicable to a staged plan)";
+    p.kernel_level.world_size = call.plan.world_size;
+    p.kernel_level.total_us = std::numeric_limits<double>::infinity();
+  } else {
+    p.kernel_level = simulate_kernel_level(call, calib, options);
+  }
   p.sequential = simulate_sequential(call, calib, options);
   p.fused_us = p.fused.total_us;
   p.kernel_level_us = p.kernel_level.total_us;

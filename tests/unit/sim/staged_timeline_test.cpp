@@ -5,6 +5,8 @@
 // others, each starting after the partials of its rows landed, and every chunk leaving only
 // after its producer tiles ended.
 #include <algorithm>
+#include <cmath>
+#include <string>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -135,6 +137,52 @@ TEST(StagedTimeline, TemplatePlansReduceScatterAndAllReduce) {
               if (c.dst == r && c.dst_tensor == "c") EXPECT_GE(call.tables[r].dst_ready_slot_of_chunk[c.id], 0);
         }
       }
+}
+
+// Kernel-level overlap cannot run a staged plan (a library GEMM has no epilogue that sums the
+// staged partials): predict() reports it as not applicable (infinite time, so no choice picks
+// it) instead of failing the whole prediction, and asking for it directly names the rule. Split 2
+// once made predict() throw a deadlock from kernel-level mode.
+TEST(StagedTimeline, KernelLevelIsNotApplicableToStagedPlans) {
+  const auto calib = testing::round_calibration();
+  for (int split : {1, 2, 4}) {
+    SCOPED_TRACE(::testing::Message() << "split " << split);
+    plan::TemplateOptions o;
+    o.collective = plan::Collective::reduce_scatter;
+    o.algorithm = plan::Algorithm::direct;
+    o.world_size = 2;
+    o.split = split;
+    o.shape = {1, 2 * 512, 1000};
+    o.dim = 1;
+    o.tensor = "c";
+    o.staging = "p";
+    const auto plan = plan::make_plan(o);
+    const GemmShape gemm{2 * 512, 1000, 1000, 128, 128};
+    const auto call = make_fused_call(plan, gemm, schedule::OrderKind::arrival, calib);
+    const Prediction p = predict(call, calib);
+    EXPECT_GT(p.fused_us, 0);
+    EXPECT_LT(p.fused_us, 1e12);
+    EXPECT_GT(p.sequential_us, 0);
+    EXPECT_TRUE(std::isinf(p.kernel_level_us));
+    EXPECT_NE(p.kernel_level.label.find("not applicable"), std::string::npos);
+    try {
+      simulate_kernel_level(call, calib);
+      ADD_FAILURE() << "kernel-level simulation of a staged plan did not throw";
+    } catch (const UserError& e) {
+      EXPECT_NE(std::string(e.what()).find("staged-plan"), std::string::npos) << e.what();
+    }
+  }
+  // A reduce-add plan of the same shape still gets a kernel-level time.
+  plan::TemplateOptions o;
+  o.collective = plan::Collective::reduce_scatter;
+  o.algorithm = plan::Algorithm::direct;
+  o.world_size = 2;
+  o.split = 2;
+  o.shape = {2 * 512, 1000};
+  const auto plan = plan::make_plan(o);
+  const auto call = make_fused_call(plan, GemmShape{2 * 512, 1000, 1000, 128, 128},
+                                    schedule::OrderKind::arrival, calib);
+  EXPECT_FALSE(std::isinf(predict(call, calib).kernel_level_us));
 }
 
 }  // namespace
