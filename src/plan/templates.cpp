@@ -23,7 +23,7 @@ int streams_for(const TemplateOptions& o) {
 
 std::string shape_text(const std::vector<std::int64_t>& shape) { return fmt::format("{}", fmt::join(shape, "x")); }
 
-// A staged reduce-scatter: the layout of the staging tensor needs a unit dim 0 (the slot index)
+// A staged reduction: the layout of the staging tensor needs a unit dim 0 (the slot index)
 // and equal shards (slots of one shape); the chunks are one-shot copies, so only direct.
 void check_staging(const TemplateOptions& o) {
   const auto coll = to_string(o.collective);
@@ -32,7 +32,7 @@ void check_staging(const TemplateOptions& o) {
                                  "not {}",
                                  o.staging, coll));
   if (o.algorithm != Algorithm::direct)
-    throw ShapeError(fmt::format("staging \"{}\": algorithm {} is not supported; a staged reduce-scatter is direct "
+    throw ShapeError(fmt::format("staging \"{}\": algorithm {} is not supported; a staged reduction is direct "
                                  "(each partial copied once, straight to its owner)",
                                  o.staging, to_string(o.algorithm)));
   if (o.staging == o.tensor)
