@@ -355,7 +355,8 @@ def test_reduce_keyword_is_checked_before_any_work():
     (dict(mode="sequential"), r"mode='sequential' runs torch.matmul, then the plan's reduce-add chunks"),
     (dict(n=44), r"TMA cannot describe the operands"),
 ])
-def test_epilogue_refused_by_name_and_auto_falls_back_saying_why(cpu_runtime, kw, why):
+def test_epilogue_refused_by_name_and_auto_falls_back_saying_why(cpu_runtime, monkeypatch, kw, why):
+    monkeypatch.setenv(staged_gemm.AUTO_STAGED_ENV, "1")  # auto may take the epilogue: the shape refuses
     args = dict(m=64, k=40, n=48, backend="copy-engine", split=1, tile_order="row-major")
     args.update(kw)
     args.setdefault("mode", "fused")
@@ -366,7 +367,22 @@ def test_epilogue_refused_by_name_and_auto_falls_back_saying_why(cpu_runtime, kw
     assert re.search(rf"reduction by reduce-add chunks: ({why})", ctx.reason), ctx.reason
 
 
+def test_auto_leaves_the_epilogue_out_until_it_has_run_on_a_gpu(cpu_runtime, monkeypatch):
+    # Not yet run on a GPU: auto keeps today's reduce-add chunks and says how to opt in; an
+    # explicit reduce='epilogue' still runs it, and the variable lets auto take it.
+    monkeypatch.delenv(staged_gemm.AUTO_STAGED_ENV, raising=False)
+    args = dict(m=64, k=40, n=48, mode="fused", backend="copy-engine", split=1, tile_order="row-major")
+    ctx = _rs(reduce="auto", **args)
+    assert ctx.reduce == "chunks"
+    assert re.search(r"reduction by reduce-add chunks: the staged epilogue has not run on a GPU yet.*"
+                     r"SYNCOPATE_AUTO_STAGED=1", ctx.reason), ctx.reason
+    assert _rs(reduce="epilogue", **args).reduce == "epilogue"
+    monkeypatch.setenv(staged_gemm.AUTO_STAGED_ENV, "1")
+    assert "has not run on a GPU" not in _rs(reduce="auto", **args).reason
+
+
 def test_a_build_without_the_staged_template_falls_back(cpu_runtime, monkeypatch):
+    monkeypatch.setenv(staged_gemm.AUTO_STAGED_ENV, "1")
     monkeypatch.setattr(staged_gemm, "staging_supported", lambda: False)
     ctx = _rs(64, 40, 48, mode="fused", backend="copy-engine", split=1, tile_order="row-major")
     assert ctx.reduce == "chunks"

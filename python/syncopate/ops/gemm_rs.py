@@ -146,10 +146,14 @@ class GemmRs(ProducerGemm):
 
     def _epilogue_refusal(self, mode: str, algorithm: str):
         """Why the staged epilogue cannot run (a phrase), or None."""
-        from syncopate.ops.staged_gemm import staged_unsupported, staging_supported
+        from syncopate.ops.staged_gemm import (AUTO_STAGED_ENV, staged_in_auto, staged_unsupported,
+                                               staging_supported)
 
         if self._reduce_request == "chunks":
             return "reduce='chunks' given"
+        if self._reduce_request == "auto" and not staged_in_auto():
+            return (f"the staged epilogue has not run on a GPU yet, so auto leaves it out (set "
+                    f"{AUTO_STAGED_ENV}=1, or pass reduce='epilogue')")
         if mode == "sequential":
             return "mode='sequential' runs torch.matmul, then the plan's reduce-add chunks"
         if algorithm not in ("auto", "direct"):

@@ -14,6 +14,8 @@ rows are this rank's shard of the grid rows), "c" produced.
 
 from __future__ import annotations
 
+import os
+
 import torch
 
 from syncopate.errors import InternalError, UserError
@@ -79,6 +81,19 @@ class StagedReduceGemm(FusedGemm):
         self.scalars = (m, n, k, k, b_pitch, n, shard * n, n, n, rank * shard, shard, rank,
                         self.num_programs)
         self._finish_binding()
+
+
+# reduce="auto" takes the staged kernel only when this is set. The staged path is proven on the
+# CPU (interpreter, lowering, verifier) but has not run on a GPU (no device time since it was
+# built, 2026-11-22); a default should not be a path no GPU has executed. Set
+# SYNCOPATE_AUTO_STAGED=1 to let auto choose it (e.g. for the GPU tests and benchmark), or pass
+# reduce="epilogue". Flip the default once tests/gpu/test_ops_gpu.py's gemm_rs_epilogue rows pass.
+AUTO_STAGED_ENV = "SYNCOPATE_AUTO_STAGED"
+
+
+def staged_in_auto() -> bool:
+    """Whether reduce="auto" may choose the staged epilogue (see AUTO_STAGED_ENV)."""
+    return os.environ.get(AUTO_STAGED_ENV, "0") not in ("", "0")
 
 
 def staging_supported() -> bool:
