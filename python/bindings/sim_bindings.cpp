@@ -239,7 +239,7 @@ void bind_tune(nb::module_& m) {
       },
       "collective"_a, "gemm"_a, "world_size"_a, "calib"_a, nb::kw_only(), "dtype"_a = "bf16",
       "algorithms"_a = nb::none(), "splits"_a = nb::none(), "backends"_a = nb::none(),
-      "orders"_a = nb::none(), "min_gain"_a = 0.05,
+      "orders"_a = nb::none(), "min_gain"_a = sim::kDefaultMinGain,
       "Simulates every algorithm x split x backend x order (or the lists given) and says whether "
       "fused, kernel-level or sequential execution should run.");
 }

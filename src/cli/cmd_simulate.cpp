@@ -103,7 +103,7 @@ void run_simulate(const SimulateArgs& a) {
 struct TuneArgs {
   std::string collective = "all-gather", gemm, tile = "128x256", calib;
   int world = 2;
-  double min_gain = 0.05;
+  double min_gain = sim::kDefaultMinGain;
   int top = 10;
 };
 
