@@ -7,10 +7,11 @@ block shape. Pure: no GPU, no torch.distributed; the contexts call `choose` once
     c.decision, c.backend, c.algorithm, c.split, c.tile_order, c.predicted_us, c.reason
 
 Every argument other than the shape may be fixed (a string or int) or "auto"/None (the
-simulator picks among all). For reduce-scatter, `reduce` adds the staged plan (reduction in the
-GEMM's epilogue, ops/staged_gemm.py) to the fused candidates: "chunks" (today's reduce-add
-plans only), "epilogue" (staged plans only: algorithm direct) or "auto" (both; the faster
-predicted wins). The caller decides whether the shape allows the staged kernel at all.
+simulator picks among all). For reduce-scatter and all-reduce, `reduce` adds the staged plan
+(reduction in the GEMM's epilogue, ops/staged_gemm.py) to the fused candidates: "chunks"
+(today's reduce-add plans only), "epilogue" (staged plans only: algorithm direct) or "auto"
+(both; the faster predicted wins). The caller decides whether the shape allows the staged
+kernel at all.
 `mode="auto"` runs fused only when the simulator predicts it at least MIN_GAIN faster than the
 best sequential configuration *and* MIN_SAVING_US faster in absolute terms (see there).
 """
@@ -37,6 +38,8 @@ MIN_SAVING_US = 16.0
 # files instead carry a measured lump per collective (overheads.fused_call_us, deprecated),
 # which is added here as before (0 for files with `host`); `sy.tune` charges the same.
 SPLITS = (1, 2, 4, 8)
+# The collectives with a staged candidate (the simulator times the staged plans of both).
+STAGED_COLLECTIVES = ("reduce-scatter", "all-reduce")
 CALIBRATION_ENV = "SYNCOPATE_CALIBRATION"
 
 
@@ -49,7 +52,7 @@ class OpChoice:
     tile_order: str
     predicted_us: dict     # fused, sequential, floor, gemm, comm (this configuration)
     reason: str
-    reduce: str = "chunks"  # reduce-scatter: "epilogue" when the staged plan runs fused
+    reduce: str = "chunks"  # reduce-scatter / all-reduce: "epilogue" when the staged plan runs fused
 
 
 @dataclasses.dataclass(frozen=True)
@@ -96,15 +99,16 @@ def _plan(collective, m, n, k, world, dtype, backend, algorithm, split, staged):
     if staged:
         from syncopate.ops.staged_gemm import staged_plan
 
-        return staged_plan(world=world, m=m, n=n, split=split, dtype=dtype, backend=backend)
+        return staged_plan(world=world, m=m, n=n, split=split, dtype=dtype, backend=backend,
+                           collective=collective)
     shape = [m, k] if collective == "all-gather" else [m, n]
     return sy.make_plan(collective, world_size=world, shape=shape, algorithm=algorithm, split=split,
                         dtype=dtype, dim=0, backend=backend)
 
 
-def _best_staged(m, n, k, world, dtype, block_m, block_n, backends, splits, orders, calib):
-    """(the staged GEMM+RS candidate the simulator predicts fastest, or None; the simulator's
-    refusals). A refusal is a configuration the simulator finds deadlocked: e.g. NCCL with a
+def _best_staged(collective, m, n, k, world, dtype, block_m, block_n, backends, splits, orders, calib):
+    """(the staged GEMM+RS / GEMM+AR candidate the simulator predicts fastest, or None; the
+    simulator's refusals). A refusal is a configuration the simulator finds deadlocked: e.g. NCCL with a
     row-major order, where a rank's own tiles come first and wait for a recv grouped with the
     send of tiles that come after them; such a configuration is never chosen."""
     import syncopate as sy
@@ -113,7 +117,7 @@ def _best_staged(m, n, k, world, dtype, block_m, block_n, backends, splits, orde
     for backend in backends:
         for split in splits:
             try:
-                plan = _plan("reduce-scatter", m, n, k, world, dtype, backend, "direct", split, True)
+                plan = _plan(collective, m, n, k, world, dtype, backend, "direct", split, True)
             except UserError:  # a split that would make an empty sub-chunk
                 continue
             for order in orders:
@@ -150,9 +154,10 @@ def _choose_cached(collective, m, n, k, world, dtype, block_m, block_n, backend,
                      min_gain=MIN_GAIN)
     fused, seq = result.best_fused, result.best_sequential
     staged_note = ""
-    if collective == "reduce-scatter" and reduce in ("auto", "epilogue"):
-        staged, refusals = _best_staged(m, n, k, world, dtype, block_m, block_n, _as_list(backend, BACKENDS),
-                                        _as_list(split, SPLITS), _as_list(tile_order, TILE_ORDERS), calib)
+    if collective in STAGED_COLLECTIVES and reduce in ("auto", "epilogue"):
+        staged, refusals = _best_staged(collective, m, n, k, world, dtype, block_m, block_n,
+                                        _as_list(backend, BACKENDS), _as_list(split, SPLITS),
+                                        _as_list(tile_order, TILE_ORDERS), calib)
         if staged is None and reduce == "epilogue":
             why = f"; the simulator refused {'; '.join(refusals[:3])}" if refusals else ""
             raise UserError(f"syncopate.ops: reduce='epilogue': no-candidate: no staged plan of {m} rows over "

@@ -13,14 +13,17 @@ stream then waits for every chunk landing here and copies this rank's reduced ro
 Where the simulator predicts that overlap does not pay (ops/choice.py), the context runs
 sequentially: torch.matmul, then the plan.
 
-reduce="epilogue" (GemmRs only; "auto" takes it where it applies and the simulator predicts it
-faster) moves the reduction out of the communication path: a staged plan ships every other
-rank's partial of this rank's rows by plain copy chunks into the staging tensor "p", and the
-fused kernel (ops/staged_gemm.py, kernels/gemm_reduce.py) computes the other ranks' row boxes
-first, this rank's box last, adding the staged partials in each own tile's epilogue and storing
-the sum straight into `out`: no add kernel, no dst-ready gate, no copy-out.
+reduce="epilogue" ("auto" takes it where it applies and the simulator predicts it faster)
+moves the reduction out of the communication path: a staged plan ships every other rank's
+partial of this rank's rows by plain copy chunks into the staging tensor "p", and the fused
+kernel (ops/staged_gemm.py, kernels/gemm_reduce.py) computes the other ranks' row boxes first,
+this rank's box last, adding the staged partials in each own tile's epilogue and storing the sum
+once: GemmRs straight into `out` (no add kernel, no dst-ready gate, no copy-out); GemmAr into
+its own box of the heap's C, from where gather chunks push it to every other rank, and then
+copies all of C out.
 
-GemmAr (gemm_ar.py) is the same with an all-reduce plan: every rank ends with all of C.
+GemmAr (gemm_ar.py) is the same with an all-reduce plan: every rank ends with all of C. The
+`reduce` keyword and both paths live in ProducerGemm, shared by the two.
 """
 
 from __future__ import annotations
@@ -34,16 +37,82 @@ from syncopate.ops.ag_gemm import OpContext
 from syncopate.ops.common import (CHECK_EACH_CALL, PRODUCER_ADD_BLOCKS, SM_COPY_BLOCKS, check_out, context_for,
                                   default_backend, forward_operands)
 
-# GemmRs(reduce=...): where the partial sums are added.
+# GemmRs / GemmAr(reduce=...): where the partial sums are added.
 REDUCE_CHOICES = ("auto", "epilogue", "chunks")
 
 
 class ProducerGemm(OpContext):
-    """A GEMM whose output C [m, n] a collective plan on tensor "c" then carries (RS or AR)."""
+    """A GEMM whose output C [m, n] a collective plan on tensor "c" then carries (RS or AR).
+
+    reduce: "chunks" (reduce-add chunks land in the heap's C, then this rank's result is copied
+    out), "epilogue" (staged partials added in the fused kernel's epilogue; needs the shard
+    m / world to be a multiple of the GEMM's BLOCK_M, TMA-describable operands, algorithm direct
+    and a fused run, else UserError saying which) or "auto" (the epilogue where it applies and
+    is predicted faster, and SYNCOPATE_AUTO_STAGED is set; `.reason` says why not where it is
+    not).
+    """
 
     collective = "reduce-scatter"
+    # The staged kernel stores the reduced own rows straight into the caller's `out` (GEMM+RS);
+    # False: into the heap's C, which the call then copies out (GEMM+AR: gather chunks read it).
+    staged_writes_out = True
+    _staged = False  # set by _build: the staged fused kernel runs
+
+    def __init__(self, group, *, reduce: str = "auto", **kwargs):
+        if reduce not in REDUCE_CHOICES:
+            raise UserError(f"{type(self).__name__}: reduce={reduce!r} is not one of {REDUCE_CHOICES} "
+                            "(\"epilogue\": add the staged partials in the GEMM's epilogue; \"chunks\": "
+                            "reduce-add chunks)")
+        self._reduce_request = reduce
+        self._reduce_why = None
+        super().__init__(group, **kwargs)
+
+    def _choice_options(self, *, mode: str, algorithm: str) -> dict:
+        why = self._epilogue_refusal(mode, algorithm)
+        if why is None:
+            return dict(reduce=self._reduce_request)
+        if self._reduce_request == "epilogue":
+            raise UserError(f"{type(self).__name__}: reduce='epilogue' cannot run here: {why}")
+        self._reduce_why = why
+        return dict(reduce="chunks")
+
+    def _epilogue_refusal(self, mode: str, algorithm: str):
+        """Why the staged epilogue cannot run (a phrase), or None."""
+        from syncopate.ops.staged_gemm import (AUTO_STAGED_ENV, staged_in_auto, staged_unsupported,
+                                               staging_supported)
+
+        if self._reduce_request == "chunks":
+            return "reduce='chunks' given"
+        if self._reduce_request == "auto" and not staged_in_auto():
+            return (f"the staged epilogue has not run on a GPU yet, so auto leaves it out (set "
+                    f"{AUTO_STAGED_ENV}=1, or pass reduce='epilogue')")
+        if mode == "sequential":
+            return "mode='sequential' runs torch.matmul, then the plan's reduce-add chunks"
+        if algorithm not in ("auto", "direct"):
+            return f"algorithm={algorithm!r} was given and the staged plan is direct only"
+        why = staged_unsupported(self.m, self.n, self.k, self.world, self.config.block_m, self.dtype)
+        if why is not None:
+            return why
+        if not staging_supported(self.collective):
+            return f"this build of syncopate._core has no staged {self.collective} template (make_plan(staging=))"
+        return None
+
+    @property
+    def reduce(self) -> str:
+        """"epilogue" when the staged fused kernel runs, else "chunks" (reduce-add chunks, or a
+        sequential path)."""
+        return self.choice.reduce
+
+    @property
+    def reason(self) -> str:
+        if self._reduce_why is None:
+            return self.choice.reason
+        return f"{self.choice.reason}; reduction by reduce-add chunks: {self._reduce_why}"
 
     def _build(self, drop_chunk: int) -> None:
+        if self.reduce == "epilogue":
+            self._build_staged(drop_chunk)
+            return
         from syncopate.runtime import PlanWorkspace
 
         self.plan = self._make_plan([self.m, self.n], "c")
@@ -91,10 +160,16 @@ class ProducerGemm(OpContext):
         """The op's result, copied into `out` if given (else a new tensor). check: synchronize and
         raise a WaitTimeoutError now (else errors surface at the next check())."""
         self._check_operands(a, "a", (self.m, self.k), b_shard, "b_shard", a_to_kernel=True)
-        result = self.result
-        out = check_out(out, tuple(result.shape), self.dtype, self.device, type(self).__name__)
+        rows = self.m if self.collective == "all-reduce" else self.shard_rows
+        out = check_out(out, (rows, self.n), self.dtype, self.device, type(self).__name__)
         if self.torch_fallback:
             return self._fallback_call(a, b_shard, out)
+        if self._staged:
+            self._staged_call(a, b_shard, out)
+            if check:
+                self.check()
+            return out
+        result = self.result
         ws = self.ws
         epoch = ws.next_epoch()
         ws.begin(epoch)
@@ -113,89 +188,28 @@ class ProducerGemm(OpContext):
             self.check()
         return out
 
-
-class GemmRs(ProducerGemm):
-    """Context of GEMM+RS: out [m / world, n] = this rank's rows of sum over ranks of a @ b_shard.
-
-    reduce: "chunks" (reduce-add chunks land in the heap's C, then this rank's rows are copied
-    out), "epilogue" (staged partials added in the fused kernel's epilogue, written straight into
-    `out`; needs the shard m / world to be a multiple of the GEMM's BLOCK_M, TMA-describable
-    operands, algorithm direct and a fused run, else UserError saying which) or "auto" (the
-    epilogue where it applies and is predicted faster; `.reason` says why not where it is not).
-    """
-
-    collective = "reduce-scatter"
-    _staged = False  # set by _build: the staged fused kernel runs
-
-    def __init__(self, group, *, reduce: str = "auto", **kwargs):
-        if reduce not in REDUCE_CHOICES:
-            raise UserError(f"GemmRs: reduce={reduce!r} is not one of {REDUCE_CHOICES} (\"epilogue\": add the "
-                            "staged partials in the GEMM's epilogue; \"chunks\": reduce-add chunks)")
-        self._reduce_request = reduce
-        self._reduce_why = None
-        super().__init__(group, **kwargs)
-
-    def _choice_options(self, *, mode: str, algorithm: str) -> dict:
-        why = self._epilogue_refusal(mode, algorithm)
-        if why is None:
-            return dict(reduce=self._reduce_request)
-        if self._reduce_request == "epilogue":
-            raise UserError(f"GemmRs: reduce='epilogue' cannot run here: {why}")
-        self._reduce_why = why
-        return dict(reduce="chunks")
-
-    def _epilogue_refusal(self, mode: str, algorithm: str):
-        """Why the staged epilogue cannot run (a phrase), or None."""
-        from syncopate.ops.staged_gemm import (AUTO_STAGED_ENV, staged_in_auto, staged_unsupported,
-                                               staging_supported)
-
-        if self._reduce_request == "chunks":
-            return "reduce='chunks' given"
-        if self._reduce_request == "auto" and not staged_in_auto():
-            return (f"the staged epilogue has not run on a GPU yet, so auto leaves it out (set "
-                    f"{AUTO_STAGED_ENV}=1, or pass reduce='epilogue')")
-        if mode == "sequential":
-            return "mode='sequential' runs torch.matmul, then the plan's reduce-add chunks"
-        if algorithm not in ("auto", "direct"):
-            return f"algorithm={algorithm!r} was given and the staged plan is direct only"
-        why = staged_unsupported(self.m, self.n, self.k, self.world, self.config.block_m, self.dtype)
-        if why is not None:
-            return why
-        if not staging_supported():
-            return "this build of syncopate._core has no staged reduce-scatter template (make_plan(staging=))"
-        return None
-
-    @property
-    def reduce(self) -> str:
-        """"epilogue" when the staged fused kernel runs, else "chunks" (reduce-add chunks, or a
-        sequential path)."""
-        return self.choice.reduce
-
-    @property
-    def reason(self) -> str:
-        if self._reduce_why is None:
-            return self.choice.reason
-        return f"{self.choice.reason}; reduction by reduce-add chunks: {self._reduce_why}"
-
-    def _build(self, drop_chunk: int) -> None:
-        if self.reduce != "epilogue":
-            super()._build(drop_chunk)
-            return
+    def _build_staged(self, drop_chunk: int) -> None:
         self._staged = True
         from syncopate.ops.fused_gemm import persistent_programs
         from syncopate.ops.staged_gemm import STAGED_ACCESSES, StagedReduceGemm, staged_plan
         from syncopate.runtime import PlanWorkspace, plan_dtype
 
         self.plan = staged_plan(world=self.world, m=self.m, n=self.n, split=self.split,
-                                dtype=plan_dtype(self.dtype), backend=self.backend)
+                                dtype=plan_dtype(self.dtype), backend=self.backend, collective=self.collective)
         self.ws = PlanWorkspace(self.plan, self.group, grid=(self.m, self.n, self.config.block_m,
                                                              self.config.block_n),
                                 accesses=STAGED_ACCESSES, device=self.device, wait_bound_ns=self.wait_bound_ns,
                                 drop_chunk=drop_chunk, sm_copy_blocks=SM_COPY_BLOCKS)
-        self.c = self.ws.tensor("c", self.dtype)[0]          # [M, N]: the other ranks' row boxes
+        self.c = self.ws.tensor("c", self.dtype)[0]          # [M, N]: the row boxes of C
         self.p = self.ws.tensor("p", self.dtype)             # [W, M / W, N]: staged partials
         self.signals = self.ws.signals()
-        self.result = None                                   # the kernel writes `out` itself
+        lo = self.rank * self.shard_rows
+        # Where the own tiles store their reduced rows: `out` itself (reduce-scatter: None here),
+        # or this rank's own box of the heap's C (all-reduce: the gather chunks push it from
+        # there; the kernel's one annotated store statement covers these rows, so the notify
+        # after it announces them to the gather chunks' ready slots).
+        self.own_rows = None if self.staged_writes_out else self.c[lo:lo + self.shard_rows]
+        self.result = None if self.staged_writes_out else self._result_view()
         # No add kernel runs beside the GEMM: it leaves the backend only the SMs a consumer does.
         self.gemm = StagedReduceGemm(plan=self.plan, rank=self.rank, world=self.world, m=self.m, n=self.n,
                                      k=self.k, dtype=self.dtype, b_layout=self.b_layout, config=self.config,
@@ -210,33 +224,51 @@ class GemmRs(ProducerGemm):
         self.gemm.warm_up(scratch(self.m, self.k), self._scratch_b(), scratch(self.m, self.n), self.signals,
                           scratch(*self.p.shape), scratch(self.shard_rows, self.n))
 
-    def __call__(self, a: torch.Tensor, b_shard: torch.Tensor, *, out: Optional[torch.Tensor] = None,
-                 check: bool = CHECK_EACH_CALL) -> torch.Tensor:
-        """This rank's rows of the sum, into `out` if given (else a new tensor). check: synchronize
-        and raise a WaitTimeoutError now (else errors surface at the next check())."""
-        if not self._staged:
-            return super().__call__(a, b_shard, out=out, check=check)
-        self._check_operands(a, "a", (self.m, self.k), b_shard, "b_shard", a_to_kernel=True)
-        out = check_out(out, (self.shard_rows, self.n), self.dtype, self.device, "GemmRs")
+    def _staged_call(self, a: torch.Tensor, b_shard: torch.Tensor, out: torch.Tensor) -> None:
+        """One call of the staged path (operands and `out` checked).
+
+        Why no peer can overwrite "p" while this call's kernel still reads it: every chunk that
+        writes this rank's p in call e + 1 is ordered after this call's kernel. Copy-engine and
+        SM-copy staging chunks are pulled by this rank on side streams that issue() forks from
+        this stream after begin(e + 1), hence after this kernel; a pushed chunk would wait for
+        this rank's entry counter, which issue(e + 1) sets on this stream after the kernel; an
+        NCCL chunk needs this rank's recv, posted on the same forked side streams. And no peer
+        overwrites the "c" rows this rank pulls before they have landed: a peer's next kernel
+        follows its begin(e + 1), which waits for this rank's exit counter, set by end(e) after
+        joining the side streams (runtime/rank_schedule.hpp). GEMM+RS: the kernel's own tiles
+        wait on every landing slot of this rank, so no wait_landed() is needed before end().
+
+        GEMM+AR adds gather chunks: owner q pushes its reduced box q into this rank's C box q,
+        over the partial of box q this rank stored there. That write waits (a) for this rank's
+        tiles of box q in this call, which raise the gather chunk's dst-ready slot (lowering:
+        "c" is produced there), so no late partial store overwrites the sum, and (b) for the
+        staging chunk (this rank -> q) that reads that partial (the plan's dependency on the
+        same sub-chunk, which the executor keeps on q's side). The own box the gather chunks
+        read is in the heap when they leave: the own tiles notify their ready slots after the
+        one annotated store statement that writes it. A gather chunk of call e + 1 cannot land
+        before this call's copy-out: its dst-ready slot rises only from this rank's kernel of
+        e + 1, which follows the copy-out on this stream. The copy-out follows wait_landed
+        (every gather chunk landed here) and the kernel (the own box), and precedes end(e).
+        """
         ws = self.ws
         epoch = ws.next_epoch()
-        # Why no peer can overwrite "p" while this call's kernel still reads it: every chunk that
-        # writes this rank's p in call e + 1 is ordered after this call's kernel. Copy-engine and
-        # SM-copy chunks are pulled by this rank on side streams that issue() forks from this
-        # stream after begin(e + 1), hence after this kernel; a pushed chunk would wait for this
-        # rank's entry counter, which issue(e + 1) sets on this stream after the kernel; an NCCL
-        # chunk needs this rank's recv, posted on the same forked side streams. And no peer
-        # overwrites the "c" rows this rank pulls before they have landed: a peer's next kernel
-        # follows its begin(e + 1), which waits for this rank's exit counter, set by end(e) after
-        # joining the side streams (runtime/rank_schedule.hpp). The kernel's own tiles wait on
-        # every landing slot of this rank, so no wait_landed() is needed before end().
         ws.begin(epoch)
         ws.issue(epoch, wait_landed=False)
-        self.gemm.launch(a, b_shard, self.c, self.signals, epoch, self.p, out)
+        self.gemm.launch(a, b_shard, self.c, self.signals, epoch, self.p,
+                         out if self.staged_writes_out else self.own_rows)
+        if not self.staged_writes_out:
+            ws.wait_landed(epoch)
+            out.copy_(self.result)  # before end(): after it, peers may write into "c" again
         ws.end(epoch)
-        if check:
-            self.check()
-        return out
+
+
+class GemmRs(ProducerGemm):
+    """Context of GEMM+RS: out [m / world, n] = this rank's rows of sum over ranks of a @ b_shard.
+
+    reduce (see ProducerGemm): "epilogue" writes the reduced rows straight into `out`.
+    """
+
+    collective = "reduce-scatter"
 
 
 def forward(a, b, *, group):

@@ -1,15 +1,20 @@
-"""The fused GEMM of the staged GEMM+RS (GemmRs(reduce="epilogue")): kernels/gemm_reduce.py's
-`gemm_reduce_kernel` rewritten by the transformer.
+"""The fused GEMM of the staged GEMM+RS and GEMM+AR (GemmRs / GemmAr(reduce="epilogue")):
+kernels/gemm_reduce.py's `gemm_reduce_kernel` rewritten by the transformer.
 
-The plan (make_plan("reduce-scatter", ..., staging="p"): tensor "c" [1, M, N], staging tensor
-"p" [W, M/W, N]; docs/PYTHON.md) moves, for every ordered pair s != r, rank s's partial of row
-box r by plain copy chunks into slot p[s] on rank r. The kernel's tiles outside this rank's box store c and notify the ready slots of those
-chunks; the tiles of this rank's box wait, after their K loop, for the landing slots of every
-chunk staging their rows, add the partials in registers and store the sum straight into the
-caller's `out` [M/W, N]. No add kernel, no atomics, no dst-ready gate, no copy-out.
+The plan (make_plan("reduce-scatter" | "all-reduce", ..., staging="p"): tensor "c" [1, M, N],
+staging tensor "p" [W, M/W, N]; docs/PYTHON.md) moves, for every ordered pair s != r, rank s's
+partial of row box r by plain copy chunks into slot p[s] on rank r. The kernel's tiles outside
+this rank's box store c and notify the ready slots of those chunks; the tiles of this rank's box
+wait, after their K loop, for the landing slots of every chunk staging their rows, add the
+partials in registers and store the sum once: reduce-scatter, straight into the caller's `out`
+[M/W, N] (no add kernel, no atomics, no dst-ready gate, no copy-out); all-reduce, into this
+rank's own box of "c" in the heap (the kernel's `out` is that view), after which the same
+annotated statement notifies the ready slots of the gather chunks that push the reduced box to
+every other rank (they land on the peers once the peers' own partials of that box were stored,
+dst-ready, and staged, a plan dependency).
 
-The lowering reads the accesses of STAGED_ACCESSES: "p" is consumed with m_local_shard (its
-rows are this rank's shard of the grid rows), "c" produced.
+The lowering reads the accesses of STAGED_ACCESSES (the same for both collectives): "p" is
+consumed with m_local_shard (its rows are this rank's shard of the grid rows), "c" produced.
 """
 
 from __future__ import annotations
@@ -18,7 +23,7 @@ import os
 
 import torch
 
-from syncopate.errors import InternalError, UserError
+from syncopate.errors import Error, InternalError, UserError
 from syncopate.launch import transformed_info
 from syncopate.ops.fused_gemm import FusedGemm, tma_describable, transformed_kernel
 
@@ -54,9 +59,11 @@ def check_accesses_match(kernel, accesses) -> None:
 
 
 class StagedReduceGemm(FusedGemm):
-    """One rank's fused GEMM+RS with the reduction in the epilogue, for fixed shapes, layout,
-    plan and tile order. launch(a, b, c, signals, epoch, p, out): c the heap's [M, N] view of
-    "c", p the heap's "p" [W, M/W, N], out the caller's contiguous [M/W, N]."""
+    """One rank's fused GEMM+RS / GEMM+AR with the reduction in the epilogue, for fixed shapes,
+    layout, plan and tile order. launch(a, b, c, signals, epoch, p, out): c the heap's [M, N]
+    view of "c", p the heap's "p" [W, M/W, N], out a [M/W, N] view with row pitch N: the
+    caller's tensor (reduce-scatter) or c's own rows [rank * M/W, (rank + 1) * M/W) (all-reduce;
+    the kernel's masks keep the two stores disjoint)."""
 
     def __init__(self, *, plan, rank: int, world: int, m: int, n: int, k: int, dtype: torch.dtype,
                  b_layout: str, config, tile_order: str, device: torch.device, wait_bound_ns: int,
@@ -87,7 +94,8 @@ class StagedReduceGemm(FusedGemm):
 # CPU (interpreter, lowering, verifier) but has not run on a GPU (no device time since it was
 # built, 2026-11-22); a default should not be a path no GPU has executed. Set
 # SYNCOPATE_AUTO_STAGED=1 to let auto choose it (e.g. for the GPU tests and benchmark), or pass
-# reduce="epilogue". Flip the default once tests/gpu/test_ops_gpu.py's gemm_rs_epilogue rows pass.
+# reduce="epilogue". Flip the default once tests/gpu/test_ops_gpu.py's gemm_rs_epilogue and
+# gemm_ar_epilogue rows pass.
 AUTO_STAGED_ENV = "SYNCOPATE_AUTO_STAGED"
 
 
@@ -96,21 +104,31 @@ def staged_in_auto() -> bool:
     return os.environ.get(AUTO_STAGED_ENV, "0") not in ("", "0")
 
 
-def staging_supported() -> bool:
-    """Whether this build's make_plan has the staged reduce-scatter template (staging=)."""
+# The collectives whose plans have a staged template (make_plan(..., staging=)).
+STAGED_COLLECTIVES = ("reduce-scatter", "all-reduce")
+
+
+def staging_supported(collective: str = "reduce-scatter") -> bool:
+    """Whether this build's make_plan has the staged template of `collective` (staging=)."""
     import syncopate as sy
 
     try:
-        sy.make_plan("reduce-scatter", world_size=1, shape=[1, 1, 1], dim=1, algorithm="direct",
+        sy.make_plan(collective, world_size=1, shape=[1, 1, 1], dim=1, algorithm="direct",
                      split=1, backend="copy-engine", tensor="c", staging="p")
-    except TypeError:
+    except (TypeError, Error):  # an older build: no staging= keyword, or no template for it
         return False
     return True
 
 
-def staged_plan(*, world: int, m: int, n: int, split: int, dtype: str, backend: str):
-    """The staged reduce-scatter plan of C [M, N]: tensor "c" [1, M, N] (dim 1), staging "p"."""
+def staged_plan(*, world: int, m: int, n: int, split: int, dtype: str, backend: str,
+                collective: str = "reduce-scatter"):
+    """The staged plan of C [M, N] (reduce-scatter, or all-reduce: the same staging chunks, then
+    each owner pushes its reduced box to every other rank): tensor "c" [1, M, N] (dim 1),
+    staging "p"."""
     import syncopate as sy
 
-    return sy.make_plan("reduce-scatter", world_size=world, shape=[1, m, n], dim=1, algorithm="direct",
+    if collective not in STAGED_COLLECTIVES:
+        raise UserError(f"staged_plan: collective {collective!r} has no staged template; use one of "
+                        f"{STAGED_COLLECTIVES}")
+    return sy.make_plan(collective, world_size=world, shape=[1, m, n], dim=1, algorithm="direct",
                         split=split, dtype=dtype, backend=backend, tensor="c", staging="p")
