@@ -92,13 +92,16 @@ def _operands(m, n, k, world, dtype, layout, seed):
     return a, b, p
 
 
-def _run_transformed(tables, a, b, p, world, rank, signals, epoch, bound_ns=2_000_000, num_programs=3):
+def _run_transformed(tables, a, b, p, world, rank, signals, epoch, bound_ns=2_000_000, num_programs=3,
+                     own_rows_in_c=False):
+    """The transformed kernel as GemmRs's staged path launches it (out: a new tensor), or with
+    own_rows_in_c as GemmAr's does (out: c's own box)."""
     m, k = a.shape
     n = b.shape[1]
     shard = m // world
     kernel = fused_gemm.transformed_kernel(staged_gemm.STAGED_KERNEL, staged_gemm.STAGED_MODULE)
     c = torch.full((m, n), float("nan"), dtype=a.dtype)
-    out = torch.full((shard, n), float("nan"), dtype=a.dtype)
+    out = c[rank * shard:(rank + 1) * shard] if own_rows_in_c else torch.full((shard, n), float("nan"), dtype=a.dtype)
     b_is_nk = b.stride(0) == 1 and b.stride(1) != 1
     b_arg = b.t() if b_is_nk else b
     error = launch(kernel, (num_programs,), tables, a, b_arg, c, p, out, m, n, k, k, b_arg.stride(0), n,
@@ -337,17 +340,16 @@ from syncopate.ops.gemm_rs import GemmRs  # noqa: E402
 from test_ops_fused import FakeWorkspace, cpu_runtime  # noqa: E402,F401  (fixture)
 
 
-def _rs(m, k, n, **kw):
+def _rs(m, k, n, cls=GemmRs, **kw):
     kw.setdefault("dtype", torch.float16)
-    return GemmRs(None, m=m, k=k, n=n, device="cpu", **kw)
+    return cls(None, m=m, k=k, n=n, device="cpu", **kw)
 
 
-def test_reduce_keyword_is_checked_before_any_work():
-    with pytest.raises(UserError, match=r"^GemmRs: reduce='sum' is not one of \('auto', 'epilogue', 'chunks'\)"):
-        _rs(64, 32, 32, reduce="sum")
-    # GemmAr shares the keyword (test_ops_staged_ar.py tests its staged path).
-    with pytest.raises(UserError, match=r"^GemmAr: reduce='sum' is not one of"):
-        GemmAr(None, m=64, k=32, n=32, dtype=torch.float16, device="cpu", reduce="sum")
+@pytest.mark.parametrize("cls", [GemmRs, GemmAr])  # GemmAr's staged path: test_ops_staged_ar.py
+def test_reduce_keyword_is_checked_before_any_work(cls):
+    with pytest.raises(UserError, match=rf"^{cls.__name__}: reduce='sum' is not one of "
+                                        r"\('auto', 'epilogue', 'chunks'\)"):
+        _rs(64, 32, 32, reduce="sum", cls=cls)
 
 
 @pytest.mark.parametrize("kw,why", [
@@ -356,27 +358,30 @@ def test_reduce_keyword_is_checked_before_any_work():
     (dict(mode="sequential"), r"mode='sequential' runs torch.matmul, then the plan's reduce-add chunks"),
     (dict(n=44), r"TMA cannot describe the operands"),
 ])
-def test_epilogue_refused_by_name_and_auto_falls_back_saying_why(cpu_runtime, monkeypatch, kw, why):
+@pytest.mark.parametrize("cls", [GemmRs, GemmAr])  # one ProducerGemm keyword, the same rules
+def test_epilogue_refused_by_name_and_auto_falls_back_saying_why(cpu_runtime, monkeypatch, cls, kw, why):
     monkeypatch.setenv(staged_gemm.AUTO_STAGED_ENV, "1")  # auto may take the epilogue: the shape refuses
     args = dict(m=64, k=40, n=48, backend="copy-engine", split=1, tile_order="row-major")
     args.update(kw)
     args.setdefault("mode", "fused")
-    with pytest.raises(UserError, match=rf"^GemmRs: reduce='epilogue' cannot run here: ({why})"):
-        _rs(reduce="epilogue", **args)
-    ctx = _rs(reduce="auto", **args)
+    with pytest.raises(UserError, match=rf"^{cls.__name__}: reduce='epilogue' cannot run here: ({why})"):
+        _rs(reduce="epilogue", cls=cls, **args)
+    ctx = _rs(reduce="auto", cls=cls, **args)
     assert ctx.reduce == "chunks"
     assert re.search(rf"reduction by reduce-add chunks: ({why})", ctx.reason), ctx.reason
 
 
-def test_auto_leaves_the_epilogue_out_until_it_has_run_on_a_gpu(cpu_runtime, monkeypatch):
+@pytest.mark.parametrize("cls", [GemmRs, GemmAr])
+def test_auto_leaves_the_epilogue_out_until_it_has_run_on_a_gpu(cpu_runtime, monkeypatch, cls):
     # Not yet run on a GPU: auto keeps today's reduce-add chunks and says how to opt in; an
     # explicit reduce='epilogue' still runs it, and the variable lets auto take it.
     monkeypatch.delenv(staged_gemm.AUTO_STAGED_ENV, raising=False)
-    args = dict(m=64, k=40, n=48, mode="fused", backend="copy-engine", split=1, tile_order="row-major")
+    args = dict(m=64, k=40, n=48, mode="fused", backend="copy-engine", split=1, tile_order="row-major", cls=cls)
     ctx = _rs(reduce="auto", **args)
-    assert ctx.reduce == "chunks"
+    assert ctx.reduce == "chunks" and ctx.kernel_name == "gemm_tma_kernel"
     assert re.search(r"reduction by reduce-add chunks: the staged epilogue has not run on a GPU yet.*"
                      r"SYNCOPATE_AUTO_STAGED=1", ctx.reason), ctx.reason
+    assert _rs(**args).reduce == "chunks"  # the default is auto
     assert _rs(reduce="epilogue", **args).reduce == "epilogue"
     monkeypatch.setenv(staged_gemm.AUTO_STAGED_ENV, "1")
     assert "has not run on a GPU" not in _rs(reduce="auto", **args).reason
@@ -392,22 +397,31 @@ def test_a_build_without_the_staged_template_falls_back(cpu_runtime, monkeypatch
         _rs(64, 40, 48, mode="fused", reduce="epilogue")
 
 
-def _choose(m, n, k, world, **kw):
-    return choice_mod.choose("reduce-scatter", m=m, n=n, k=k, world=world, dtype="bf16", block_m=128,
+def _choose(m, n, k, world, collective="reduce-scatter", **kw):
+    return choice_mod.choose(collective, m=m, n=n, k=k, world=world, dtype="bf16", block_m=128,
                              block_n=256, **kw)
 
 
+@pytest.mark.parametrize("collective", ["reduce-scatter", "all-reduce"])
 @pytest.mark.parametrize("world", [2, 4])
-def test_choice_compares_the_epilogue_with_the_chunks(world):
-    both = _choose(8192, 8192, 8192, world, mode="fused", reduce="auto")
-    chunks = _choose(8192, 8192, 8192, world, mode="fused", reduce="chunks")
-    staged = _choose(8192, 8192, 8192, world, mode="fused", reduce="epilogue")
+def test_choice_compares_the_epilogue_with_the_chunks(world, collective):
+    both = _choose(8192, 8192, 8192, world, collective, mode="fused", reduce="auto")
+    chunks = _choose(8192, 8192, 8192, world, collective, mode="fused", reduce="chunks")
+    staged = _choose(8192, 8192, 8192, world, collective, mode="fused", reduce="epilogue")
     assert chunks.reduce == "chunks" and staged.reduce == "epilogue" and staged.algorithm == "direct"
     assert "reduction in the epilogue" in both.reason and "reduce-add chunks" in both.reason
+    # The staged prediction is the simulator's for the staged plan of this collective (GEMM+AR:
+    # its copy-out of all of C included).
+    plan = staged_gemm.staged_plan(world=world, m=8192, n=8192, split=staged.split, dtype="bf16",
+                                   backend=staged.backend, collective=collective)
+    assert plan.collective.kind == collective
+    direct = sy.simulate(plan, sy.GemmShape(8192, 8192, 8192, 128, 256),
+                         choice_mod._cached_calibration(choice_mod.calibration_name()), order=staged.tile_order)
+    assert staged.predicted_us["fused"] == pytest.approx(direct.fused_us)
     faster = min((staged, chunks), key=lambda c: c.predicted_us["fused"])
     assert both.reduce == faster.reduce
     assert both.predicted_us == faster.predicted_us
-    auto = _choose(8192, 8192, 8192, world, reduce="auto")  # mode auto: reason keeps the comparison
+    auto = _choose(8192, 8192, 8192, world, collective, reduce="auto")  # mode auto: reason keeps the comparison
     assert "reduction in the epilogue" in auto.reason, auto.reason
 
 
@@ -416,14 +430,18 @@ def test_choice_other_collectives_ignore_reduce():
                              block_n=256, mode="fused", reduce="auto").reduce == "chunks"
 
 
+@pytest.mark.parametrize("cls", [GemmRs, GemmAr])
 @pytest.mark.parametrize("layout", ["kn", "nk"])
-def test_context_at_world_one_runs_the_staged_kernel(cpu_runtime, layout):
+def test_context_at_world_one_runs_the_staged_kernel(cpu_runtime, cls, layout):
     m, k, n = 64, 40, 48
     ctx = _rs(m, k, n, mode="fused", reduce="epilogue", backend="copy-engine", split=1,
-              tile_order="row-major", b_layout=layout)
+              tile_order="row-major", b_layout=layout, cls=cls)
     assert (ctx.decision, ctx.reduce, ctx.algorithm, ctx.kernel_name) == \
         ("fused", "epilogue", "direct", staged_gemm.STAGED_KERNEL)
+    assert ctx.plan.collective.kind == cls.collective and ctx.plan.collective.output == "p"
     assert ctx.plan.tensors["c"].shape == [1, m, n] and ctx.plan.tensors["p"].shape == [1, m, n]
+    if cls is GemmAr:  # the own rows the kernel stores are the heap's C (at world 1, all of it)
+        assert ctx.own_rows.data_ptr() == ctx.c.data_ptr() and ctx.own_rows.shape == (m, n)
     gen = torch.Generator().manual_seed(4)
     for call in (1, 2):
         a = torch.randn(m, k, generator=gen).half()
@@ -431,20 +449,28 @@ def test_context_at_world_one_runs_the_staged_kernel(cpu_runtime, layout):
         out = torch.full((m, n), float("nan"), dtype=torch.float16)
         assert ctx(a, b, out=out, check=True) is out
         assert torch.allclose(out.double(), a.double() @ b.double(), rtol=2e-2, atol=2e-2)
-    # No landing wait after the kernel and no copy-out: begin, issue, end per call.
-    assert [e[0] for e in ctx.ws.log] == ["begin", "issue", "end", "check"] * 2
+        if cls is GemmAr:
+            assert torch.equal(out, ctx.c), "out is the copy of the heap's C"
+        else:
+            assert torch.isnan(ctx.c).all(), "the own rows go straight to out, never to the heap's C"
+    if cls is GemmRs:  # no landing wait after the kernel and no copy-out: begin, issue, end per call
+        assert [e[0] for e in ctx.ws.log] == ["begin", "issue", "end", "check"] * 2
+    else:  # the kernel, the gathered boxes' landings, the copy-out (checked above), the end
+        assert [e[0] for e in ctx.ws.log] == ["begin", "issue", "wait_landed", "end", "check"] * 2
     assert all(e[2] is False for e in ctx.ws.log if e[0] == "issue")
 
 
-def test_a_staged_configuration_the_simulator_finds_deadlocked_is_refused():
+@pytest.mark.parametrize("collective", ["reduce-scatter", "all-reduce"])
+def test_a_staged_configuration_the_simulator_finds_deadlocked_is_refused(collective):
     # NCCL groups each rank's send and recv of a step; in row-major order rank 0's own tiles
     # come first and wait for the recv whose grouped send needs rank 0's later tiles.
     with pytest.raises(UserError, match=r"reduce='epilogue': no-candidate: .*the simulator refused nccl split 1 "
                                         r"row-major: .*deadlock"):
-        _choose(8192, 8192, 8192, 2, mode="fused", reduce="epilogue", backend="nccl", split=1,
+        _choose(8192, 8192, 8192, 2, collective, mode="fused", reduce="epilogue", backend="nccl", split=1,
                 tile_order="row-major")
     # auto never picks it: the reduce-add chunks run instead.
-    c = _choose(8192, 8192, 8192, 2, mode="fused", reduce="auto", backend="nccl", split=1, tile_order="row-major")
+    c = _choose(8192, 8192, 8192, 2, collective, mode="fused", reduce="auto", backend="nccl", split=1,
+                tile_order="row-major")
     assert c.reduce == "chunks"
 
 

@@ -1,7 +1,9 @@
 """The staged GEMM+AR (GemmAr(reduce="epilogue")) on the CPU: the transformed
 kernels/gemm_reduce.py under Triton's interpreter with all-reduce tables built by hand from the
 design and lowered from the staged all-reduce plan, the whole plan's data movement emulated
-across ranks, the op's `reduce` keyword and auto's choice for all-reduce, the context at world 1.
+across ranks, the fallback of a build without the template. (The `reduce` keyword's rules,
+auto's choice for all-reduce and the context at world 1 are tested with GemmRs's, in
+test_ops_staged.py.)
 
 Hand-built tables, rank r of W, split S (sub-chunk k of every shard: rows even_split(Ms, S, k)).
 Chunks: staging (s, d, k) copies rank s's partial of box d, sub-chunk k, into p[s] on d; gather
@@ -17,7 +19,6 @@ chunk (d, q, k), which reads the partial it overwrites). On rank r:
 """
 
 import os
-import re
 from pathlib import Path
 
 import pytest
@@ -31,15 +32,14 @@ pytest.importorskip("triton")
 
 import syncopate as sy  # noqa: E402
 from syncopate.errors import UserError, WaitTimeoutError  # noqa: E402
-from syncopate.launch import TileTables, check_error, launch  # noqa: E402
-from syncopate.ops import choice as choice_mod  # noqa: E402
-from syncopate.ops import fused_gemm, staged_gemm  # noqa: E402
+from syncopate.launch import TileTables, check_error  # noqa: E402
+from syncopate.ops import staged_gemm  # noqa: E402
 from syncopate.ops.gemm_ar import GemmAr  # noqa: E402
 from syncopate.ops.gemm_rs import GemmRs  # noqa: E402
 
 from test_gemm_interpret import _interpreter_fixes  # noqa: E402,F401  (autouse fixture)
 from test_ops_fused import FakeWorkspace, cpu_runtime  # noqa: E402,F401  (fixture)
-from test_ops_staged import CFG, _landed, _operands, even_split  # noqa: E402
+from test_ops_staged import CFG, _landed, _operands, _run_transformed, even_split  # noqa: E402
 
 ACCESSES = [sy.TileAccess(*a) for a in staged_gemm.STAGED_ACCESSES]
 
@@ -90,21 +90,10 @@ def hand_ar_tables(m, n, world, rank, split):
     return tables, slots
 
 
-def _run_ar(tables, a, b, p, world, rank, signals, epoch, c=None, bound_ns=2_000_000, num_programs=3):
+def _run_ar(tables, a, b, p, world, rank, signals, epoch, bound_ns=2_000_000):
     """The transformed kernel as GemmAr's staged path launches it: `out` is c's own box."""
-    m, k = a.shape
-    n = b.shape[1]
-    shard = m // world
-    kernel = fused_gemm.transformed_kernel(staged_gemm.STAGED_KERNEL, staged_gemm.STAGED_MODULE)
-    c = torch.full((m, n), float("nan"), dtype=a.dtype) if c is None else c
-    own = c[rank * shard:(rank + 1) * shard]
-    b_is_nk = b.stride(0) == 1 and b.stride(1) != 1
-    b_arg = b.t() if b_is_nk else b
-    error = launch(kernel, (num_programs,), tables, a, b_arg, c, p, own, m, n, k, k, b_arg.stride(0), n,
-                   shard * n, n, n, rank * shard, shard, rank, num_programs, signals=signals, epoch=epoch,
-                   wait_bound_ns=bound_ns, sync=False, NUM_SLOTS=world, B_IS_NK=b_is_nk,
-                   BLOCK_M=CFG.block_m, BLOCK_N=CFG.block_n, BLOCK_K=CFG.block_k, GROUP_M=CFG.group_m,
-                   WARP_SPECIALIZE=False, FLATTEN=True)
+    c, _, error = _run_transformed(tables, a, b, p, world, rank, signals, epoch, bound_ns=bound_ns,
+                                   own_rows_in_c=True)
     return c, error
 
 
@@ -288,50 +277,12 @@ def test_every_rank_ends_with_the_whole_sum(world, split, layout):
         assert torch.allclose(c.double(), total, rtol=3e-2, atol=1e-1), (r, (c.double() - total).abs().max())
 
 
-# --- the op: keywords, refusals, auto, world 1 ----------------------------------------------
+# --- the op (keywords, refusals and world 1 with GemmRs's: test_ops_staged.py) ----------------
 
 
 def _ar(m, k, n, **kw):
     kw.setdefault("dtype", torch.float16)
     return GemmAr(None, m=m, k=k, n=n, device="cpu", **kw)
-
-
-@pytest.mark.parametrize("cls", [GemmRs, GemmAr])
-def test_reduce_keyword_is_checked_before_any_work_for_both_ops(cls):
-    with pytest.raises(UserError, match=rf"^{cls.__name__}: reduce='sum' is not one of "
-                                        r"\('auto', 'epilogue', 'chunks'\)"):
-        cls(None, m=64, k=32, n=32, dtype=torch.float16, device="cpu", reduce="sum")
-
-
-@pytest.mark.parametrize("kw,why", [
-    (dict(m=70), r"the shard of 70 rows is not a multiple of the GEMM's BLOCK_M=32"),
-    (dict(algorithm="ring"), r"algorithm='ring' was given and the staged plan is direct only"),
-    (dict(mode="sequential"), r"mode='sequential' runs torch.matmul, then the plan's reduce-add chunks"),
-    (dict(n=44), r"TMA cannot describe the operands"),
-])
-def test_ar_epilogue_refused_by_name_and_auto_falls_back_saying_why(cpu_runtime, monkeypatch, kw, why):
-    monkeypatch.setenv(staged_gemm.AUTO_STAGED_ENV, "1")
-    args = dict(m=64, k=40, n=48, backend="copy-engine", split=1, tile_order="row-major")
-    args.update(kw)
-    args.setdefault("mode", "fused")
-    with pytest.raises(UserError, match=rf"^GemmAr: reduce='epilogue' cannot run here: ({why})"):
-        _ar(reduce="epilogue", **args)
-    ctx = _ar(reduce="auto", **args)
-    assert ctx.reduce == "chunks"
-    assert re.search(rf"reduction by reduce-add chunks: ({why})", ctx.reason), ctx.reason
-
-
-def test_ar_auto_leaves_the_epilogue_out_until_it_has_run_on_a_gpu(cpu_runtime, monkeypatch):
-    monkeypatch.delenv(staged_gemm.AUTO_STAGED_ENV, raising=False)
-    args = dict(m=64, k=40, n=48, mode="fused", backend="copy-engine", split=1, tile_order="row-major")
-    ctx = _ar(reduce="auto", **args)
-    assert ctx.reduce == "chunks" and ctx.kernel_name == "gemm_tma_kernel"
-    assert re.search(r"reduction by reduce-add chunks: the staged epilogue has not run on a GPU yet.*"
-                     r"SYNCOPATE_AUTO_STAGED=1", ctx.reason), ctx.reason
-    assert _ar(reduce="epilogue", **args).reduce == "epilogue"
-    assert _ar(**args).reduce == "chunks"  # the default is auto
-    monkeypatch.setenv(staged_gemm.AUTO_STAGED_ENV, "1")
-    assert "has not run on a GPU" not in _ar(reduce="auto", **args).reason
 
 
 def test_a_build_without_the_staged_all_reduce_template_falls_back(cpu_runtime, monkeypatch):
@@ -364,64 +315,8 @@ def test_staged_plan_names_a_collective_without_a_template():
     assert not staged_gemm.staging_supported("all-gather")
 
 
-@pytest.mark.parametrize("layout", ["kn", "nk"])
-def test_ar_context_at_world_one_runs_the_staged_kernel_and_copies_c_out(cpu_runtime, layout):
-    m, k, n = 64, 40, 48
-    ctx = _ar(m, k, n, mode="fused", reduce="epilogue", backend="copy-engine", split=1,
-              tile_order="row-major", b_layout=layout)
-    assert (ctx.decision, ctx.reduce, ctx.algorithm, ctx.kernel_name) == \
-        ("fused", "epilogue", "direct", staged_gemm.STAGED_KERNEL)
-    assert ctx.plan.collective.kind == "all-reduce" and ctx.plan.collective.output == "p"
-    assert ctx.plan.tensors["c"].shape == [1, m, n] and ctx.plan.tensors["p"].shape == [1, m, n]
-    # The own rows the kernel stores are the heap's C (at world 1, all of it).
-    assert ctx.own_rows.data_ptr() == ctx.c.data_ptr() and ctx.own_rows.shape == (m, n)
-    gen = torch.Generator().manual_seed(6)
-    for call in (1, 2):
-        a = torch.randn(m, k, generator=gen).half()
-        b = torch.randn(n, k, generator=gen).half().t() if layout == "nk" else torch.randn(k, n, generator=gen).half()
-        out = torch.full((m, n), float("nan"), dtype=torch.float16)
-        assert ctx(a, b, out=out, check=True) is out
-        want = a.double() @ b.double()
-        assert torch.allclose(out.double(), want, rtol=2e-2, atol=2e-2)
-        assert torch.equal(out, ctx.c), "out is the copy of the heap's C"
-    # The kernel first, then the gathered boxes' landings, the copy-out (checked above), the end.
-    assert [e[0] for e in ctx.ws.log] == ["begin", "issue", "wait_landed", "end", "check"] * 2
-    assert all(e[2] is False for e in ctx.ws.log if e[0] == "issue")
+def test_ar_refuses_an_out_of_the_reduce_scatter_shape(cpu_runtime):
+    ctx = _ar(64, 40, 48, mode="fused", reduce="epilogue", backend="copy-engine", split=1, tile_order="row-major")
+    a, b = torch.zeros(64, 40, dtype=torch.float16), torch.zeros(40, 48, dtype=torch.float16)
     with pytest.raises(UserError, match=r"^GemmAr: out must be a contiguous \[64, 48\]"):
-        ctx(a, b, out=torch.empty(m // 2, n, dtype=torch.float16))  # the RS shape: refused
-
-
-# --- the choice for all-reduce ----------------------------------------------------------------
-
-
-def _choose(m, n, k, world, **kw):
-    return choice_mod.choose("all-reduce", m=m, n=n, k=k, world=world, dtype="bf16", block_m=128,
-                             block_n=256, **kw)
-
-
-@pytest.mark.parametrize("world", [2, 4])
-def test_choice_compares_the_epilogue_with_the_chunks_for_all_reduce(world):
-    both = _choose(8192, 8192, 4096, world, mode="fused", reduce="auto")
-    chunks = _choose(8192, 8192, 4096, world, mode="fused", reduce="chunks")
-    staged = _choose(8192, 8192, 4096, world, mode="fused", reduce="epilogue")
-    assert chunks.reduce == "chunks" and staged.reduce == "epilogue" and staged.algorithm == "direct"
-    assert "reduction in the epilogue" in both.reason and "reduce-add chunks" in both.reason
-    # The staged prediction is the simulator's for that plan (its copy-out of all of C included).
-    plan = staged_gemm.staged_plan(world=world, m=8192, n=8192, split=staged.split, dtype="bf16",
-                                   backend=staged.backend, collective="all-reduce")
-    direct = sy.simulate(plan, sy.GemmShape(8192, 8192, 4096, 128, 256),
-                         choice_mod._cached_calibration(choice_mod.calibration_name()),
-                         order=staged.tile_order).fused_us
-    assert staged.predicted_us["fused"] == pytest.approx(direct)
-    faster = min((staged, chunks), key=lambda c: c.predicted_us["fused"])
-    assert both.reduce == faster.reduce and both.predicted_us == faster.predicted_us
-    assert "reduction in the epilogue" in _choose(8192, 8192, 4096, world, reduce="auto").reason
-
-
-def test_a_deadlocked_staged_all_reduce_is_never_chosen():
-    with pytest.raises(UserError, match=r"reduce='epilogue': no-candidate: .*the simulator refused nccl split 1 "
-                                        r"row-major: .*deadlock"):
-        _choose(8192, 8192, 4096, 2, mode="fused", reduce="epilogue", backend="nccl", split=1,
-                tile_order="row-major")
-    assert _choose(8192, 8192, 4096, 2, mode="fused", reduce="auto", backend="nccl", split=1,
-                   tile_order="row-major").reduce == "chunks"
+        ctx(a, b, out=torch.empty(32, 48, dtype=torch.float16))
