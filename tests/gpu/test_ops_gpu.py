@@ -4,9 +4,10 @@
 
 matrix: every op (ag_gemm, gemm_rs, gemm_ar) x backend (copy-engine, sm-copy, nccl) x mode
 (fused, sequential) x shape x dtype (fp16, bf16) x B layout (kn: [K, N] row-major; nk: the
-transpose view of an nn.Linear weight [N, K]). gemm_rs runs with reduce="chunks" (reduce-add
-chunks); gemm_rs_epilogue is GemmRs(reduce="epilogue") (the staged partials added in the fused
-GEMM's epilogue), fused only: where the shard is a multiple of every BLOCK_M it must run the
+transpose view of an nn.Linear weight [N, K]). gemm_rs and gemm_ar run with reduce="chunks"
+(reduce-add chunks); gemm_rs_epilogue / gemm_ar_epilogue are GemmRs / GemmAr(reduce="epilogue")
+(the staged partials added in the fused GEMM's epilogue; GEMM+AR then gathers the reduced boxes
+by copy chunks), fused only: where the shard is a multiple of every BLOCK_M it must run the
 staged kernel; elsewhere reduce="epilogue" must be refused by name and reduce="auto" must fall
 back to chunks and say why in ctx.reason, then run correctly. Shapes (M is a multiple of the world size):
 a multiple of every block; one a multiple of none that TMA still describes; one whose N makes
@@ -18,7 +19,7 @@ algorithms: ring and bidir plans with split factors, fused. auto: the simulator'
 with no reset and no check in between, each call's result compared afterwards. missing-chunk: a
 chunk never moves; the rank it should land on must get a WaitTimeoutError naming it.
 
---quick: bf16 only, the two unaligned shapes (gemm_rs_epilogue: the aligned one and one
+--quick: bf16 only, the two unaligned shapes (the epilogue rows: the aligned one and one
 unaligned), nk only where fused, the copy-engine for the back-to-back calls (about a quarter of
 the cases). --list prints the cases and exits (no GPU).
 
@@ -47,9 +48,10 @@ MODES = ("fused", "sequential")
 LAYOUTS = ("kn", "nk")
 DTYPES = (torch.float16, torch.bfloat16)
 OPS = ("ag_gemm", "gemm_rs", "gemm_ar")
-# GemmRs(reduce="epilogue"): its own row in every section but custom-ops (the custom op is auto).
-EPILOGUE = "gemm_rs_epilogue"
-MATRIX_OPS = OPS + (EPILOGUE,)
+# GemmRs / GemmAr(reduce="epilogue"): own rows in every section but auto and custom-ops (the
+# custom op is auto).
+EPILOGUE_OPS = ("gemm_rs_epilogue", "gemm_ar_epilogue")
+MATRIX_OPS = OPS + EPILOGUE_OPS
 # fp32 reference vs fp16/bf16 operands with fp32 accumulation (plus one rounding of each
 # partial before a reduction): bounds from the operands' unit roundoff, with margin.
 TOLERANCE = {torch.float16: 4e-3, torch.bfloat16: 2.5e-2}
@@ -73,9 +75,9 @@ def matrix_cases(world, quick):
     out = []
     for op in MATRIX_OPS:
         for backend in BACKENDS:
-            for mode in (("fused",) if op == EPILOGUE else MODES):
+            for mode in (("fused",) if op in EPILOGUE_OPS else MODES):
                 # --quick keeps the unaligned shapes; the epilogue also keeps the one it runs on.
-                quick_shapes = shapes(world)[:2] if op == EPILOGUE else shapes(world)[1:]
+                quick_shapes = shapes(world)[:2] if op in EPILOGUE_OPS else shapes(world)[1:]
                 for shape in (quick_shapes if quick else shapes(world)):
                     for dtype in ((torch.bfloat16,) if quick else DTYPES):
                         for layout in LAYOUTS:
@@ -88,18 +90,19 @@ def matrix_cases(world, quick):
 def algorithm_cases(quick):
     """(op, algorithm, split), fused with the copy-engine."""
     combos = [("ring", 2), ("bidir", 1)] if quick else [("ring", 1), ("ring", 2), ("bidir", 1), ("bidir", 2)]
-    staged = [(EPILOGUE, "direct", 2), (EPILOGUE, "direct", 4)]  # sub-chunks of the staged plan
-    return [(op, alg, split) for op in OPS for alg, split in combos] + (staged[:1] if quick else staged)
+    splits = (2,) if quick else (2, 4)  # sub-chunks of the staged plans
+    staged = [(op, "direct", split) for op in EPILOGUE_OPS for split in splits]
+    return [(op, alg, split) for op in OPS for alg, split in combos] + staged
 
 
 def base_op(op):
     """The op whose inputs, reference and output shape a case uses."""
-    return "gemm_rs" if op == EPILOGUE else op
+    return op.removesuffix("_epilogue")
 
 
 def epilogue_applies(m, world):
     """Whether the shard is a multiple of every BLOCK_M the GEMM may pick (kernels/configs.py:
-    128 and 64), so that GemmRs(reduce="epilogue") must run the staged kernel."""
+    128 and 64), so that GemmRs / GemmAr(reduce="epilogue") must run the staged kernel."""
     return (m // world) % 256 == 0
 
 
@@ -130,10 +133,10 @@ def make_ctx(op, group, m, k, n, dtype, backend, **kw):
     from syncopate.ops.gemm_ar import GemmAr
     from syncopate.ops.gemm_rs import GemmRs
 
-    cls = {"ag_gemm": AgGemm, "gemm_rs": GemmRs, EPILOGUE: GemmRs, "gemm_ar": GemmAr}[op]
-    if op == "gemm_rs":
+    cls = {"ag_gemm": AgGemm, "gemm_rs": GemmRs, "gemm_ar": GemmAr}[base_op(op)]
+    if op in ("gemm_rs", "gemm_ar"):
         kw.setdefault("reduce", "chunks")
-    elif op == EPILOGUE:
+    elif op in EPILOGUE_OPS:
         kw.setdefault("reduce", "epilogue")
     return cls(group, m=m, k=k, n=n, dtype=dtype, backend=backend, **kw)
 
@@ -166,7 +169,7 @@ def reference(op, a, b, world, rank):
 
 
 def poison(ctx):
-    # The heap's buffers of the context: gathered A, or C and (staged GEMM+RS) the staging p.
+    # The heap's buffers of the context: gathered A, or C and (staged GEMM+RS/AR) the staging p.
     for name in ("a_full", "c", "p"):
         buf = getattr(ctx, name, None)
         if isinstance(buf, torch.Tensor):
@@ -202,7 +205,7 @@ def check_calls(res, name, ctx, op, m, k, n, dtype, world, rank, gen, layout, ca
         ok, detail = False, f"expected reduce={expect_reduce}, got: {detail}; reason: {ctx.reason}"
     if expect_reduce == "epilogue" and ctx.kernel_name != "gemm_reduce_kernel":
         ok, detail = False, f"the staged context runs {ctx.kernel_name}: {detail}"
-    if expect_reduce == "chunks" and op == EPILOGUE and "reduction by reduce-add chunks:" not in ctx.reason:
+    if expect_reduce == "chunks" and op in EPILOGUE_OPS and "reduction by reduce-add chunks:" not in ctx.reason:
         ok, detail = False, f"the fallback to chunks does not say why: {ctx.reason!r}"
     if ctx.decision == "fused" and ctx.kernel_origin != "transformer":
         ok, detail = False, f"fused without the transformer's kernel: {detail}"
@@ -228,8 +231,8 @@ def run_matrix(res, group, world, rank, quick):
         name = f"{op} backend={backend} mode={mode} M={m} K={k} N={n} {str(dtype)[6:]} b={layout}"
 
         def case():
-            if op == EPILOGUE and not epilogue_applies(m, world):
-                epilogue_refused_by_name(res, name, group, m, k, n, dtype, backend, layout)
+            if op in EPILOGUE_OPS and not epilogue_applies(m, world):
+                epilogue_refused_by_name(res, name, op, group, m, k, n, dtype, backend, layout)
                 ctx = make_ctx(op, group, m, k, n, dtype, backend, mode=mode, b_layout=layout,
                                algorithm="direct", split=1, reduce="auto")
                 check_calls(res, name, ctx, op, m, k, n, dtype, world, rank, gen, layout, expect=mode,
@@ -238,18 +241,18 @@ def run_matrix(res, group, world, rank, quick):
             ctx = make_ctx(op, group, m, k, n, dtype, backend, mode=mode, b_layout=layout,
                            algorithm="direct", split=1)
             check_calls(res, name, ctx, op, m, k, n, dtype, world, rank, gen, layout, expect=mode,
-                        expect_reduce="epilogue" if op == EPILOGUE else None)
+                        expect_reduce="epilogue" if op in EPILOGUE_OPS else None)
 
         guarded(res, name, case)
 
 
-def epilogue_refused_by_name(res, name, group, m, k, n, dtype, backend, layout):
-    """GemmRs(reduce="epilogue") on a shape the staged kernel cannot run: a UserError naming why,
-    raised on every rank alike before any GPU work or collective."""
+def epilogue_refused_by_name(res, name, op, group, m, k, n, dtype, backend, layout):
+    """GemmRs / GemmAr(reduce="epilogue") on a shape the staged kernel cannot run: a UserError
+    naming why, raised on every rank alike before any GPU work or collective."""
     from syncopate.errors import UserError
 
     try:
-        make_ctx(EPILOGUE, group, m, k, n, dtype, backend, mode="fused", b_layout=layout, algorithm="direct",
+        make_ctx(op, group, m, k, n, dtype, backend, mode="fused", b_layout=layout, algorithm="direct",
                  split=1)
         res.record(name + " (refusal)", False, "reduce='epilogue' was accepted for a shard that is not a "
                                                "multiple of every BLOCK_M")
@@ -262,14 +265,14 @@ def run_algorithms(res, group, world, rank, quick):
     gen = torch.Generator(device="cuda")
     gen.manual_seed(4321 + rank)
     for op, algorithm, split in algorithm_cases(quick):
-        m, k, n, _ = shapes(world)[0 if op == EPILOGUE else 1]  # the staged plan needs whole tiles per shard
+        m, k, n, _ = shapes(world)[0 if op in EPILOGUE_OPS else 1]  # the staged plan needs whole tiles per shard
         name = f"{op} algorithm={algorithm} split={split} backend=copy-engine mode=fused M={m} K={k} N={n} bf16"
 
         def case():
             ctx = make_ctx(op, group, m, k, n, torch.bfloat16, "copy-engine", mode="fused",
                            algorithm=algorithm, split=split)
             check_calls(res, name, ctx, op, m, k, n, torch.bfloat16, world, rank, gen, "kn", expect="fused",
-                        expect_reduce="epilogue" if op == EPILOGUE else None)
+                        expect_reduce="epilogue" if op in EPILOGUE_OPS else None)
 
         guarded(res, name, case)
 
@@ -320,9 +323,9 @@ def run_back_to_back(res, group, world, rank, quick, calls=200):
     gen.manual_seed(99 + rank)
     dtype = torch.bfloat16
     for op in MATRIX_OPS:
-        m, k, n, _ = shapes(world)[0 if op == EPILOGUE else 1]
+        m, k, n, _ = shapes(world)[0 if op in EPILOGUE_OPS else 1]
         for backend in (("copy-engine",) if quick else BACKENDS):
-            for mode in (("fused",) if quick or op == EPILOGUE else MODES):
+            for mode in (("fused",) if quick or op in EPILOGUE_OPS else MODES):
                 name = f"back-to-back calls={calls} {op} backend={backend} mode={mode} M={m} K={k} N={n}"
 
                 def case():
@@ -338,7 +341,7 @@ def run_back_to_back(res, group, world, rank, quick, calls=200):
                     ctx.check()
                     elapsed = time.perf_counter() - start
                     worst = max(rel_error(o, reference(op, a, b, world, rank)) for (a, b), o in zip(ins, outs))
-                    staged_ok = op != EPILOGUE or ctx.reduce == "epilogue"
+                    staged_ok = op not in EPILOGUE_OPS or ctx.reduce == "epilogue"
                     res.record(name, worst < TOLERANCE[dtype] and ctx.decision == mode and staged_ok,
                                f"worst_rel_err={worst:.2e} wall={elapsed:.2f}s {describe(ctx)}")
 
@@ -352,17 +355,20 @@ def run_missing_chunk(res, group, world, rank, quick):
     from syncopate.errors import WaitTimeoutError
     from syncopate.ops.staged_gemm import staged_plan
 
-    for op in ("ag_gemm", "gemm_rs", EPILOGUE):
-        m, k, n, _ = shapes(world)[0 if op == EPILOGUE else 1]  # the matrix's shapes: kernels compiled
+    for op in ("ag_gemm", "gemm_rs") + EPILOGUE_OPS:
+        m, k, n, _ = shapes(world)[0 if op in EPILOGUE_OPS else 1]  # the matrix's shapes: kernels compiled
         for backend in BACKENDS:
-            for mode in (("fused",) if quick or op == EPILOGUE else MODES):
+            for mode in (("fused",) if quick or op in EPILOGUE_OPS else MODES):
                 coll, tensor = ("all-gather", "a") if op == "ag_gemm" else ("reduce-scatter", "c")
-                if op == EPILOGUE:  # a staging chunk: rank 1's own tiles wait for it
-                    plan = staged_plan(world=world, m=m, n=n, split=1, dtype="bf16", backend=backend)
+                if op in EPILOGUE_OPS:
+                    plan = staged_plan(world=world, m=m, n=n, split=1, dtype="bf16", backend=backend,
+                                       collective="all-reduce" if op == "gemm_ar_epilogue" else "reduce-scatter")
                 else:
                     plan = sy.make_plan(coll, world_size=world, shape=[m, k if op == "ag_gemm" else n],
                                         algorithm="direct", dtype="bf16", backend=backend, tensor=tensor)
-                dropped = next(c for c in plan.chunks if c.dst == 1 and c.src != c.dst)
+                # Staged plans: a staging chunk (into p), which rank 1's own tiles wait for.
+                dropped = next(c for c in plan.chunks if c.dst == 1 and c.src != c.dst
+                               and (op not in EPILOGUE_OPS or c.dst_tensor == "p"))
                 name = (f"missing-chunk {op} backend={backend} mode={mode} chunk={dropped.id} "
                         f"({dropped.src}->{dropped.dst})")
 
