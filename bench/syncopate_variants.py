@@ -5,13 +5,14 @@
     syncopate_nccl  mode="fused", backend="nccl"
     syncopate_auto  everything "auto": the simulator's choice (may be sequential)
     syncopate_epilogue_ce / _sm / _nccl
-                    GEMM+RS only: mode="fused", reduce="epilogue" (the staged partials added in
-                    the GEMM's epilogue, ops/staged_gemm.py), per backend; a row whose shard is
-                    not a multiple of the GEMM's BLOCK_M skips it with the context's reason
+                    GEMM+RS and GEMM+AR: mode="fused", reduce="epilogue" (the staged partials
+                    added in the GEMM's epilogue, ops/staged_gemm.py; GEMM+AR then gathers the
+                    reduced boxes), per backend; a row whose shard is not a multiple of the
+                    GEMM's BLOCK_M skips it with the context's reason
 
-For GEMM+RS every variant but syncopate_auto passes reduce="chunks" unless it names one (so
-syncopate_ce / _sm / _nccl and the ablation stay today's fused RS with reduce-add chunks, timed
-next to the epilogue rows); syncopate_auto may pick either.
+For GEMM+RS and GEMM+AR every variant but syncopate_auto passes reduce="chunks" unless it names
+one (so syncopate_ce / _sm / _nccl and the ablation stay today's fused RS/AR with reduce-add
+chunks, timed next to the epilogue rows); syncopate_auto may pick either.
 
 Contexts (syncopate.ops.ag_gemm.AgGemm, gemm_rs.GemmRs, gemm_ar.GemmAr) are built once per row,
 before anything is timed; each warms its kernels up and ends on a barrier, so no rank spins on
@@ -41,8 +42,8 @@ SETTINGS = {
 }
 FUSED = ("syncopate_ce", "syncopate_sm", "syncopate_nccl")
 EPILOGUE = ("syncopate_epilogue_ce", "syncopate_epilogue_sm", "syncopate_epilogue_nccl")
-# Only GemmRs has the `reduce` keyword.
-REDUCE_OPS = ("gemm_rs",)
+# The ops with the `reduce` keyword (GemmRs, GemmAr).
+REDUCE_OPS = ("gemm_rs", "gemm_ar")
 CLASSES = {"ag_gemm": ("syncopate.ops.ag_gemm", "AgGemm"),
            "gemm_rs": ("syncopate.ops.gemm_rs", "GemmRs"),
            "gemm_ar": ("syncopate.ops.gemm_ar", "GemmAr")}
@@ -111,7 +112,7 @@ def build(op: str, a: torch.Tensor, b: torch.Tensor, m: int, b_layout: str, grou
             continue
         kwargs = dict((extra_kwargs or {}).get(name, SETTINGS.get(name, {})))
         if op not in REDUCE_OPS and "reduce" in kwargs:
-            built.variants[name] = f"the reduction epilogue is GEMM+RS only, not {op}"
+            built.variants[name] = f"the reduction epilogue is GEMM+RS/AR only, not {op}"
             continue
         if op in REDUCE_OPS and name != "syncopate_auto":
             # Fixed variants (and the ablation's) keep meaning today's reduce-add chunks.

@@ -282,6 +282,31 @@ def test_bench_row_end_to_end_on_cpu(gloo_world1, op, tmp_path, capsys):
     assert math.isfinite(row["seconds"])
 
 
+@pytest.mark.parametrize("op", ["ag_gemm", "gemm_rs", "gemm_ar"])
+def test_variants_pass_reduce_to_the_ops_that_have_it(gloo_world1, op):
+    """GEMM+RS and GEMM+AR: fixed variants keep the reduce-add chunks, the epilogue variants
+    ask for the staged epilogue, auto chooses; AG+GEMM has no reduce keyword (skip reason)."""
+    import torch
+    import syncopate_variants
+    asked = []
+
+    class Recording(FakeContext):
+        def __init__(self, group, **kwargs):
+            asked.append(kwargs.get("reduce", "<none>"))
+            super().__init__(group, **kwargs)
+
+    names = ("syncopate_ce", "syncopate_auto", "syncopate_epilogue_ce")
+    a, b = torch.zeros(64, 32), torch.zeros(32, 48)
+    built = syncopate_variants.build(op, a, b, 64, "kn", None, names, {op: Recording}, None)
+    if op == "ag_gemm":
+        assert asked == ["<none>", "<none>"]
+        assert built.variants["syncopate_epilogue_ce"] == "the reduction epilogue is GEMM+RS/AR only, not ag_gemm"
+    else:
+        assert asked == ["chunks", "<none>", "epilogue"]
+        assert not any(isinstance(v, str) for v in built.variants.values()), built.variants
+    built.close()
+
+
 class FakeLauncher:
     """Stands in for ops/fused_gemm.py FusedGemm: launch(a, b, c, signals, epoch)."""
 
