@@ -18,7 +18,10 @@ from __future__ import annotations
 import math
 from typing import Optional
 
-FUSED = ("syncopate_ce", "syncopate_sm", "syncopate_nccl")
+# Every fixed fused variant, the staged (reduction-in-the-epilogue) GEMM+RS/AR ones included:
+# the best of them is what the fused targets judge.
+FUSED = ("syncopate_ce", "syncopate_sm", "syncopate_nccl",
+         "syncopate_epilogue_ce", "syncopate_epilogue_sm", "syncopate_epilogue_nccl")
 AUTO = "syncopate_auto"
 LARGE_M = 4096
 FLOOR_LIMIT = 1.10

@@ -56,6 +56,17 @@ def test_large_row_all_targets_met():
     assert not checks_of(report, "auto <= 1.03x sequential")  # only for M < 4096
 
 
+def test_the_epilogue_variant_is_judged_when_it_is_the_best_fused():
+    row = make_row(op="gemm_rs", ms={"gemm": 1.0, "collective": 0.4, "sequential": 1.3, "async_tp": 1.4,
+                                     "syncopate_ce": 1.5, "syncopate_epilogue_ce": 1.08},
+                   predicted={"syncopate_ce": {"fused": 1450.0}})
+    report = targets.evaluate([row])
+    floor = checks_of(report, "fused <= 1.10x floor")[0]
+    assert floor["status"] == "met" and floor["note"] == "syncopate_epilogue_ce"
+    assert floor["value"] == pytest.approx(1.08)
+    assert checks_of(report, "fused faster than sequential")[0]["status"] == "met"
+
+
 def test_misses_say_by_how_much():
     row = make_row(ms={"gemm": 1.0, "collective": 0.4, "sequential": 1.2, "async_tp": 1.1,
                        "syncopate_ce": 1.32},
