@@ -11,6 +11,12 @@ prints predicted vs measured, the error and whether it is within TARGET (issue #
                               order and block sizes (gemm_config)
   syncopate_auto              what auto ran: fused as above, or, when it chose sequential, the
                               torch path (NCCL collective then cuBLAS), simulated as below
+  kl_plain / _priority        kernel-level overlap (syncopate.kernel_level via bench/kernel_level_
+  kl_occupancy / _both        variants.py): the simulator's kernel-level mode on the NCCL ring plan
+  kl_triton / _triton_shaped  split into the run's `chunks`, cuBLAS's 128x256 tiles (the Triton
+                              variants: 64x128, natural residency 2, shaped to 1), an SM carveout
+                              of CARVEOUT_SMS for _occupancy / _both; priority is not modelled
+                              (measured ~0), so _priority is predicted as _plain
   sequential                  NCCL + cuBLAS, against the simulator's sequential mode with auto's
                               recorded configuration (what bench_ops.py compared it with). The
                               simulator has no model of NCCL's own collective kernels: its NCCL
@@ -19,7 +25,8 @@ prints predicted vs measured, the error and whether it is within TARGET (issue #
 
 Then a summary per op x M class (M >= 4096 / small) x kind (fused / sequential), over all rows
 and over the hold-out rows (rows whose shape was not used to derive a calibration parameter;
-HELD_IN lists the others). --json writes bench/results/sim-accuracy-<date>.json (or PATH).
+HELD_IN lists the others; of kernel-level, the small-M rows and the carveout variants are held
+in: KL_HELD_IN_*). --json writes bench/results/sim-accuracy-<date>.json (or PATH).
 A report, not a test: exit 0 unless an input is malformed (1, naming file, row and field) or
 the compiled `syncopate` package cannot be imported (2).
 """
@@ -43,10 +50,27 @@ TARGET = 0.15
 SMALL_M = 4096  # rows with M below this are "small" (bench/targets.py's split)
 COLLECTIVE = {"ag_gemm": "all-gather", "gemm_rs": "reduce-scatter", "gemm_ar": "all-reduce"}
 FUSED_VARIANTS = ("syncopate_ce", "syncopate_sm", "syncopate_nccl")
+# bench/kernel_level_variants.py's settings, as simulator options (CARVEOUT_SMS: its default).
+CARVEOUT_SMS = 16
+_CUBLAS = dict(block_m=128, block_n=256, group_m=8)
+_TRITON = dict(block_m=64, block_n=128, group_m=8)
+KL_VARIANTS = {
+    "kl_plain": dict(_CUBLAS),
+    "kl_priority": dict(_CUBLAS),
+    "kl_occupancy": dict(_CUBLAS, sm_carveout=CARVEOUT_SMS),
+    "kl_both": dict(_CUBLAS, sm_carveout=CARVEOUT_SMS),
+    "kl_triton": dict(_TRITON, natural_residency=2),
+    "kl_triton_shaped": dict(_TRITON, natural_residency=2, residency=1),
+}
+KL_OPS = ("ag_gemm", "gemm_rs")
 # Rows whose shapes the calibration's new parameters were measured on (the two profiles of
 # bench/results/h200x2-2026-11-22-session2/); every other row is hold-out.
 HELD_IN = {("ag_gemm", 1024, 4096, 3072): "profile_ag_gemm_1024x4096x3072_nk.txt",
            ("gemm_rs", 8192, 8192, 8192): "profile_gemm_rs_8192x8192x8192_split4.txt"}
+# Kernel-level rows that derived its calibration (calib/h200.json, kernel_level): the rows with M
+# below SMALL_M (chunk_latency_us) and, at M >= SMALL_M, the carveout variants (carveout_slowdown).
+KL_HELD_IN_SMALL_M = "kernel_level.chunk_latency_us fit (kernel-level rows with small M)"
+KL_HELD_IN_CARVEOUT = "kernel_level.carveout_slowdown (kl_occupancy / kl_plain, kl_both / kl_priority)"
 _CONFIG = re.compile(r"^(\d+)x(\d+)x(\d+)(?:_.*?_g(\d+))?")
 
 
@@ -78,9 +102,14 @@ def measured_ms(row: dict, variant: str):
     return ms if isinstance(ms, (int, float)) and math.isfinite(ms) and ms > 0 else None
 
 
-def cases(row: dict, where: str) -> list[dict]:
+def cases(row: dict, where: str, chunks: int = 4) -> list[dict]:
     """The (variant, configuration) pairs of one row that have a simulator counterpart."""
     out = []
+    if row.get("op") in KL_OPS:
+        for name, settings in KL_VARIANTS.items():
+            if measured_ms(row, name) is not None:
+                config = dict(backend="nccl", algorithm="ring", split=chunks, order="arrival", **settings)
+                out.append(dict(variant=name, kind="kernel-level", config=config, recorded_prediction_us=None))
     recorded = row.get("syncopate", {})
     for name in (*FUSED_VARIANTS, "syncopate_auto"):
         info = recorded.get(name)
@@ -112,7 +141,7 @@ def recorded_config(info: dict, where: str) -> dict:
 
 def simulate(sy, calib, op: str, m: int, k: int, n: int, world: int, dtype: str, config: dict,
              kind: str, cache: dict) -> float:
-    """Today's prediction (us) of one configuration: fused or sequential."""
+    """Today's prediction (us) of one configuration: fused, kernel-level or sequential."""
     collective = COLLECTIVE[op]
     k_local = k if op == "ag_gemm" else k // world
     key = (collective, m, k_local, n, world, dtype, tuple(sorted(config.items())))
@@ -121,9 +150,12 @@ def simulate(sy, calib, op: str, m: int, k: int, n: int, world: int, dtype: str,
         plan = sy.make_plan(collective, world_size=world, shape=shape, algorithm=config["algorithm"],
                             split=config["split"], dtype=dtype, dim=0, backend=config["backend"])
         gemm = sy.GemmShape(m, n, k_local, config["block_m"], config["block_n"])
-        cache[key] = sy.simulate(plan, gemm, calib, order=config["order"], group_m=config["group_m"])
+        cache[key] = sy.simulate(plan, gemm, calib, order=config["order"], group_m=config["group_m"],
+                                 kernel_level_residency=config.get("residency", 0),
+                                 natural_residency=config.get("natural_residency", 1),
+                                 sm_carveout=config.get("sm_carveout", 0))
     p = cache[key]
-    return p.fused_us if kind == "fused" else p.sequential_us
+    return {"fused": p.fused_us, "kernel-level": p.kernel_level_us, "sequential": p.sequential_us}[kind]
 
 
 def evaluate(paths: list[Path], calib_path: Path, sy) -> tuple[list[dict], list[dict]]:
@@ -141,6 +173,9 @@ def evaluate(paths: list[Path], calib_path: Path, sy) -> tuple[list[dict], list[
                             device=report.get("device_kind"), date=report.get("date"),
                             world=world, rows=len(rows)))
         dtype = report.get("dtype", "bf16")
+        chunks = (report.get("args") or {}).get("chunks", 4)  # bench_ops.py --chunks (kernel-level pieces)
+        if not isinstance(chunks, int) or chunks < 1:
+            raise InputError(f"{path.name}: args.chunks: expected an integer >= 1, got {chunks!r}")
         for i, row in enumerate(rows):
             where = f"{path.name}: rows[{i}]"
             op = field(row, "op", where, str)
@@ -149,7 +184,7 @@ def evaluate(paths: list[Path], calib_path: Path, sy) -> tuple[list[dict], list[
             m, k, n = (field(row, d, where, int) for d in ("m", "k", "n"))
             row_world = row.get("world", world)
             shape_key = (op.replace("gemm_ar", "gemm_rs"), m, k, n)
-            for case in cases(row, where):
+            for case in cases(row, where, chunks):
                 predicted = simulate(sy, calib, op, m, k, n, row_world, dtype, case["config"],
                                      case["kind"], cache)
                 measured = measured_ms(row, case["variant"]) * 1000.0
@@ -161,8 +196,17 @@ def evaluate(paths: list[Path], calib_path: Path, sy) -> tuple[list[dict], list[
                     recorded_prediction_us=case["recorded_prediction_us"], measured_us=measured,
                     error=error, within_target=abs(error) <= TARGET,
                     m_class="M>=4096" if m >= SMALL_M else "small M",
-                    held_in=HELD_IN.get(shape_key)))
+                    held_in=held_in(case, shape_key, m)))
     return results, sources
+
+
+def held_in(case: dict, shape_key: tuple, m: int):
+    """Why a result's row derived a calibration parameter of its kind, or None (hold-out)."""
+    if case["kind"] == "kernel-level":
+        if m < SMALL_M:
+            return KL_HELD_IN_SMALL_M
+        return KL_HELD_IN_CARVEOUT if case["config"].get("sm_carveout") else None
+    return HELD_IN.get(shape_key)
 
 
 def summarize(results: list[dict]) -> list[dict]:
@@ -206,6 +250,10 @@ def print_report(results: list[dict], summary_all: list[dict], summary_out: list
     for r in results:
         c = r["config"]
         config = f"{r['kind'][:3]} {c['backend']} {c['algorithm']} s{c['split']} {c['order']} {c['block_m']}x{c['block_n']}"
+        if c.get("sm_carveout"):
+            config += f" co{c['sm_carveout']}"
+        if c.get("residency"):
+            config += f" r{c['residency']}"
         then = r["recorded_prediction_us"]
         print(f"{r['op']:8} {r['m']:>6}x{r['k']:>5}x{r['n']:>6} {r['b_layout'] or '':2} {r['variant']:15} "
               f"{config:34} {'-' if then is None else f'{then:8.1f}':>8} {r['predicted_us']:8.1f} "
@@ -257,10 +305,14 @@ def main(argv=None) -> int:
                           f", device {', '.join(sorted({str(s['device']) for s in sources}))}"),
             sources=sources, predictions_from_commit=revision, calibration=str(args.calib),
             date=today, target=TARGET,
-            held_in={f"{op} {m}x{k}x{n}": why for (op, m, k, n), why in HELD_IN.items()},
+            held_in={**{f"{op} {m}x{k}x{n}": why for (op, m, k, n), why in HELD_IN.items()},
+                     f"kernel-level, M < {SMALL_M}": KL_HELD_IN_SMALL_M,
+                     f"kernel-level kl_occupancy / kl_both, M >= {SMALL_M}": KL_HELD_IN_CARVEOUT},
             counterparts=dict(fused="the variant's recorded configuration, fused mode",
                               sequential="syncopate_auto's recorded configuration, sequential mode "
-                                         "(measured: NCCL collective + cuBLAS)"),
+                                         "(measured: NCCL collective + cuBLAS)",
+                              **{"kernel-level": "kernel-level mode, NCCL ring plan split into the run's "
+                                                 "chunks, the kl_* variant's GEMM and SM carveout"}),
             summary_all=summary_all, summary_hold_out=summary_out, results=results)
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps(doc, indent=1) + "\n")

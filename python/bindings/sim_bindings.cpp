@@ -173,7 +173,7 @@ void bind_timelines(nb::module_& m) {
       [](const plan::CommPlan& plan, const sim::GemmShape& gemm, const sim::Calibration& calib,
          std::string_view order, std::optional<std::vector<lower::TileAccess>> accesses, int group_m,
          bool dynamic_assignment, int kernel_level_residency, int natural_residency, double block_share,
-         int comm_sms) {
+         int comm_sms, int sm_carveout) {
         const auto kind = enum_arg<schedule::OrderKind>(order, "order");
         const sim::FusedCall call = accesses ? sim::make_fused_call(plan, gemm, *accesses, kind, calib, group_m)
                                              : sim::make_fused_call(plan, gemm, kind, calib, group_m);
@@ -183,14 +183,17 @@ void bind_timelines(nb::module_& m) {
         options.kernel_level.natural_residency = natural_residency;
         options.kernel_level.block_share = block_share;
         options.kernel_level.comm_sms = comm_sms;
+        options.kernel_level.sm_carveout = sm_carveout;
         return sim::predict(call, calib, options);
       },
       "plan"_a, "gemm"_a, "calib"_a, nb::kw_only(), "order"_a = "arrival", "accesses"_a = nb::none(),
       "group_m"_a = 8, "dynamic_assignment"_a = false, "kernel_level_residency"_a = 0,
       "natural_residency"_a = 1, "block_share"_a = 0.9, "comm_sms"_a = -1,
+      "sm_carveout"_a = 0,
       "Lowers and schedules the plan for the GEMM, then predicts fused, kernel-level and "
       "sequential times. accesses default to default_accesses(plan). kernel_level_residency, "
-      "natural_residency, block_share and comm_sms shape the kernel-level prediction "
+      "natural_residency, block_share, comm_sms and sm_carveout (cuBLAS: SMs the GEMM leaves free) "
+      "shape the kernel-level prediction "
       "(sim::KernelLevelShaping; docs/KERNEL_LEVEL.md).");
 }
 

@@ -2,6 +2,8 @@
 #include "syncopate/sim/autotune.hpp"
 
 #include <algorithm>
+#include <cmath>
+#include <limits>
 
 #include <fmt/core.h>
 #include <fmt/format.h>
@@ -69,7 +71,10 @@ TuneResult tune(const TuneRequest& req, const Calibration& calib) {
         base.gemm_alone_us = gemm_alone;
         base.comm_alone_us = simulate_comm_alone(plan, calib).total_us;
         base.sequential_us = simulate_sequential(call, calib).total_us;
-        base.kernel_level_us = simulate_kernel_level(call, calib).total_us;
+        // syncopate.kernel_level runs its collective through NCCL only: other backends have no
+        // kernel-level implementation to choose.
+        base.kernel_level_us = backend == plan::Backend::nccl ? simulate_kernel_level(call, calib).total_us
+                                                              : std::numeric_limits<double>::infinity();
         for (std::size_t i = 0; i < req.orders.size(); ++i) {
           if (i > 0) reorder(call, req.orders[i], calib);
           Candidate c = base;
@@ -103,24 +108,27 @@ TuneResult tune(const TuneRequest& req, const Calibration& calib) {
   const double fused_overhead = calib.fused_call_overhead(req.collective);
   const double fused_gain = gain(result.best_fused.fused_us + fused_overhead, seq);
   const double kl_gain = gain(result.best_kernel_level.kernel_level_us, seq);
+  const std::string lump =
+      fused_overhead > 0 ? fmt::format(" + {:.0f} us measured call overhead", fused_overhead) : "";
   if (fused_gain >= req.min_gain && fused_gain >= kl_gain) {
     result.decision = Decision::fused;
-    const std::string lump =
-        fused_overhead > 0 ? fmt::format(" + {:.0f} us measured call overhead", fused_overhead) : "";
     result.reason = fmt::format("fused ({:.1f} us{}) beats the best sequential ({:.1f} us) by {:.1f}%",
                                 result.best_fused.fused_us, lump, seq, 100 * fused_gain);
   } else if (kl_gain >= req.min_gain) {
     result.decision = Decision::kernel_level;
     result.reason = fmt::format("kernel-level overlap ({:.1f} us) beats the best sequential ({:.1f} us) by "
-                                "{:.1f}%, and fused ({:.1f} us + {:.0f} us measured call overhead) gains only {:.1f}%",
+                                "{:.1f}%, and fused ({:.1f} us{}) gains only {:.1f}%",
                                 result.best_kernel_level.kernel_level_us, seq, 100 * kl_gain,
-                                result.best_fused.fused_us, fused_overhead, 100 * fused_gain);
+                                result.best_fused.fused_us, lump, 100 * fused_gain);
   } else {
     result.decision = Decision::sequential;
-    result.reason = fmt::format("overlap does not pay: the best fused ({:.1f} us + {:.0f} us measured call "
-                                "overhead) gains {:.1f}% over the best sequential ({:.1f} us), less than the "
-                                "{:.0f}% required; fall back to sequential",
-                                result.best_fused.fused_us, fused_overhead, 100 * fused_gain, seq,
+    const std::string kl = std::isfinite(result.best_kernel_level.kernel_level_us)
+                               ? fmt::format(" and kernel-level overlap {:.1f}%", 100 * kl_gain)
+                               : std::string();
+    result.reason = fmt::format("overlap does not pay: the best fused ({:.1f} us{}) gains {:.1f}%{} over the "
+                                "best sequential ({:.1f} us), less than the {:.0f}% required; fall back to "
+                                "sequential",
+                                result.best_fused.fused_us, lump, 100 * fused_gain, kl, seq,
                                 100 * req.min_gain);
   }
   return result;

@@ -165,8 +165,8 @@ Calibration parse_calibration(std::string_view json_text, std::string_view sourc
   }
   const Node root(doc, "", source);
   auto top = object(root, source,
-                    {"version", "device", "sources", "gpu", "gemm", "overheads", "host", "reduce_add",
-                     "backends", "links"});
+                    {"version", "device", "sources", "gpu", "gemm", "overheads", "host", "kernel_level",
+                     "reduce_add", "backends", "links"});
   Calibration c;
   c.version = top.required("version").integer(1);
   if (c.version != kCalibrationVersion)
@@ -218,6 +218,15 @@ Calibration parse_calibration(std::string_view json_text, std::string_view sourc
     c.host.fused_call_us = o.required("fused_call_us").non_negative();
     c.host.after_launch_us = o.required("after_launch_us").non_negative();
     c.host.producer_after_launch_us = o.required("producer_after_launch_us").non_negative();
+  }
+  if (auto kl = top.optional("kernel_level")) {
+    auto o = object(*kl, source, {"call_us", "collective_us", "gemm_us", "chunk_latency_us",
+                                  "carveout_slowdown"});
+    c.kernel_level.call_us = o.required("call_us").non_negative();
+    c.kernel_level.collective_us = o.required("collective_us").non_negative();
+    c.kernel_level.gemm_us = o.required("gemm_us").non_negative();
+    c.kernel_level.chunk_latency_us = o.required("chunk_latency_us").non_negative();
+    c.kernel_level.carveout_slowdown = o.required("carveout_slowdown").at_least_one();
   }
   if (auto add = top.optional("reduce_add")) {
     auto o = object(*add, source, {"add_gbps", "add_under_compute_gbps"});
@@ -279,6 +288,12 @@ std::string calibration_to_json(const Calibration& c, int indent) {
   if (has_host)
     doc["host"] = {{"fused_call_us", c.host.fused_call_us}, {"after_launch_us", c.host.after_launch_us},
                    {"producer_after_launch_us", c.host.producer_after_launch_us}};
+  const auto& kl = c.kernel_level;
+  if (kl.call_us > 0 || kl.collective_us > 0 || kl.gemm_us > 0 || kl.chunk_latency_us > 0 ||
+      kl.carveout_slowdown != 1)
+    doc["kernel_level"] = {{"call_us", kl.call_us}, {"collective_us", kl.collective_us},
+                           {"gemm_us", kl.gemm_us}, {"chunk_latency_us", kl.chunk_latency_us},
+                           {"carveout_slowdown", kl.carveout_slowdown}};
   if (c.reduce_add.add_gbps > 0)
     doc["reduce_add"] = {{"add_gbps", c.reduce_add.add_gbps},
                          {"add_under_compute_gbps", c.reduce_add.add_under_compute_gbps}};

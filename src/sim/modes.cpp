@@ -109,8 +109,9 @@ bool produces(const FusedCall& call) {
 
 // Kernel-level overlap cuts the GEMM into kernels by arrival group: a tile's key is the
 // predicted (communication-alone) landing of the last chunk it reads, or the leaving time of
-// the first chunk it writes; tiles with neither go first. At most world_size kernels, as a
-// two-stream implementation launches one GEMM per shard.
+// the first chunk it writes; tiles with neither go first. One kernel per group, as
+// syncopate.kernel_level launches one GEMM per piece and source (AG+GEMM: the local shard, then
+// chunks x (world - 1) pieces); each kernel pays its own tail wave.
 std::vector<EngineKernel> arrival_kernels(const FusedCall& call, int rank, const Timeline& comm,
                                           const std::vector<std::vector<int>>& waits,
                                           const std::vector<std::vector<std::pair<int, int>>>& gates) {
@@ -128,31 +129,26 @@ std::vector<EngineKernel> arrival_kernels(const FusedCall& call, int rank, const
     if (waits[t].empty() && leave[t] == std::numeric_limits<double>::infinity()) key = neither;
     groups[key].push_back(t);
   }
-  std::vector<std::vector<int>> ordered;
-  for (auto& [key, tiles] : groups) ordered.push_back(std::move(tiles));
-  const int kernels = std::min<int>(static_cast<int>(ordered.size()), std::max(1, call.plan.world_size));
-  std::vector<EngineKernel> out(kernels);
-  for (int k = 0; k < kernels; ++k) {
-    const auto span = plan::even_split(static_cast<std::int64_t>(ordered.size()), kernels, k);
+  std::vector<EngineKernel> out;
+  for (auto& [key, tiles] : groups) {
     std::set<int> kernel_waits;
-    for (auto g = span.begin; g < span.begin + span.size; ++g)
-      for (int t : ordered[g]) {
-        out[k].tiles.push_back(t);
-        kernel_waits.insert(waits[t].begin(), waits[t].end());
-      }
-    out[k].waits.assign(kernel_waits.begin(), kernel_waits.end());
+    for (int t : tiles) kernel_waits.insert(waits[t].begin(), waits[t].end());
+    out.push_back({std::move(tiles), {kernel_waits.begin(), kernel_waits.end()}});
   }
   return out;
 }
 
-// The calibration kernel-level mode runs with: each SM-using backend on `comm_sms` SMs, its
-// bandwidth (and its link overrides) scaled by min(1, comm_sms / calibrated sms).
+// The calibration kernel-level mode runs with: every chunk's latency plus the kernel-level
+// chunk_latency_us; each SM-using backend on `comm_sms` SMs, its bandwidth (and its link
+// overrides) scaled by min(1, comm_sms / calibrated sms).
 Calibration shaped_calibration(const Calibration& calib, const KernelLevelShaping& shaping,
                                const plan::CommPlan& plan) {
   if (shaping.comm_sms < -1)
     throw UserError(fmt::format("simulate: kernel_level.comm_sms: expected -1 (calibrated) or >= 0, got {}",
                                 shaping.comm_sms));
   Calibration c = calib;
+  // Each chunk is (part of) a collective call of its own: its fixed cost on the comm stream.
+  for (auto& model : c.backends) model.latency_us += calib.kernel_level.chunk_latency_us;
   if (shaping.comm_sms < 0) return c;
   for (std::size_t b = 0; b < c.backends.size(); ++b) {
     auto& model = c.backends[b];
@@ -298,6 +294,51 @@ Timeline simulate_fused(const FusedCall& call, const Calibration& calib, const S
   return timeline;
 }
 
+// The host's side of a kernel-level call (syncopate.kernel_level from Python): each rank makes
+// one collective call per chunk it issues (its streams' order) and one GEMM launch per kernel,
+// one after the other. A chunk's call comes after the launches of the kernels that gate it on
+// this rank, so a producer interleaves (a piece's GEMM, then the collective carrying it) and a
+// consumer makes all its collective calls first (nothing gates them), then launches its GEMMs.
+struct KernelLevelHost {
+  std::vector<double> chunk_enqueued;               // by chunk: its call on its issuer
+  std::vector<std::vector<double>> kernel_enqueued; // by rank, kernel: its launch
+  std::vector<double> host_return;                  // by rank: after the last operation
+};
+
+KernelLevelHost kernel_level_host(const plan::CommPlan& plan, const std::vector<EngineChunk>& chunks,
+                                  const std::vector<EngineRank>& ranks, const Calibration& calib) {
+  const auto& model = calib.kernel_level;
+  KernelLevelHost h;
+  h.chunk_enqueued.assign(chunks.size(), 0.0);
+  h.kernel_enqueued.resize(ranks.size());
+  h.host_return.assign(ranks.size(), 0.0);
+  const int n = static_cast<int>(chunks.size());
+  for (const auto& program : plan.ranks) {
+    const int r = program.rank;
+    if (r < 0 || r >= static_cast<int>(ranks.size())) continue;
+    const int kernels = static_cast<int>(ranks[r].kernels.size());
+    auto& launched = h.kernel_enqueued[r];
+    launched.assign(kernels, 0.0);
+    double t = model.call_us;
+    int next = 0;  // the next kernel to launch
+    auto launch_through = [&](int k) {
+      for (; next <= k && next < kernels; ++next) launched[next] = t += model.gemm_us;
+    };
+    for (const auto& stream : program.streams)
+      for (int c : stream) {
+        if (c < 0 || c >= n || chunks[c].issuer != r) continue;
+        int gate = -1;
+        for (auto [gr, k] : chunks[c].gate_kernels)
+          if (gr == r) gate = std::max(gate, k);
+        launch_through(gate);
+        h.chunk_enqueued[c] = t += model.collective_us;
+      }
+    launch_through(kernels - 1);
+    h.host_return[r] = t;
+  }
+  return h;
+}
+
 // A staged plan (reduce-scatter / all-reduce whose collective names a staging output) lands
 // partials that only the fused kernel's epilogue sums: a library GEMM beside a collective has no
 // such epilogue, so kernel-level overlap is not a way to run it.
@@ -317,6 +358,13 @@ Timeline simulate_kernel_level(const FusedCall& call, const Calibration& base_ca
         call.plan.collective.output));
   const Calibration calib = shaped_calibration(base_calib, options.kernel_level, call.plan);
   const double speed = shaped_speed(options.kernel_level);
+  const int carveout = options.kernel_level.sm_carveout;
+  if (carveout < 0 || carveout >= calib.sms)
+    throw UserError(fmt::format("simulate: kernel_level.sm_carveout: expected 0 (none) to {} SMs, got {}",
+                                calib.sms - 1, carveout));
+  if (carveout > 0 && speed > 0)
+    throw UserError("simulate: kernel_level: sm_carveout with residency: a carveout is cuBLAS's way to "
+                    "leave SMs free, residency the Triton GEMM's; choose one");
   const Timeline comm = simulate_comm_alone(call.plan, calib);
   EngineInput in;
   in.label = "kernel-level";
@@ -328,8 +376,13 @@ Timeline simulate_kernel_level(const FusedCall& call, const Calibration& base_ca
   for (int r = 0; r < call.plan.world_size; ++r) {
     // Shaped: communication blocks sit beside the compute blocks, which keep every SM at a
     // lower rate; not shaped: communication takes whole SMs.
-    auto er = rank_shell(call, speed > 0 ? calib.sms : compute_workers(call.plan, r, calib), calib);
+    // Carveout: the GEMM leaves `carveout` SMs free whether or not communication uses them.
+    const int workers = speed > 0      ? calib.sms
+                        : carveout > 0 ? std::min(calib.sms - carveout, compute_workers(call.plan, r, calib))
+                                       : compute_workers(call.plan, r, calib);
+    auto er = rank_shell(call, workers, calib);
     if (speed > 0) er.tile_work_us /= speed;
+    if (carveout > 0) er.tile_work_us *= calib.kernel_level.carveout_slowdown;
     er.kernels = arrival_kernels(call, r, comm, tile_wait_chunks(call.tables[r]), gates);
     in.ranks.push_back(std::move(er));
   }
@@ -349,7 +402,31 @@ Timeline simulate_kernel_level(const FusedCall& call, const Calibration& base_ca
       in.chunks[c].gate_delay_us = calib.sync_overhead_us;
     }
   }
-  return detail::run_engine(in, calib);
+  // The host path: nothing runs before the host has issued it; the call ends no earlier than
+  // the host's last operation (nothing is copied out: the collective writes the result).
+  const KernelLevelHost host = kernel_level_host(call.plan, in.chunks, in.ranks, calib);
+  for (std::size_t c = 0; c < in.chunks.size(); ++c) in.chunks[c].not_before_us += host.chunk_enqueued[c];
+  for (std::size_t r = 0; r < in.ranks.size(); ++r)
+    for (std::size_t k = 0; k < in.ranks[r].kernels.size(); ++k)
+      in.ranks[r].kernels[k].not_before_us = host.kernel_enqueued[r][k];
+  Timeline timeline = detail::run_engine(in, calib);
+  const int world = call.plan.world_size;
+  std::vector<double> gpu_end(world, 0.0);
+  for (const auto& t : timeline.tiles) gpu_end.at(t.rank) = std::max(gpu_end.at(t.rank), t.end);
+  for (const auto& c : timeline.chunks)
+    for (int r : {c.dst, c.issuer})
+      if (r >= 0 && r < world) gpu_end[r] = std::max(gpu_end[r], c.arrival);
+  timeline.rank_ends.assign(world, {});
+  for (int r = 0; r < world; ++r) {
+    auto& e = timeline.rank_ends[r];
+    const auto& launched = host.kernel_enqueued[r];
+    e.host_launch = launched.empty() ? 0.0 : launched.back();
+    e.host_return = host.host_return[r];
+    e.gpu_end = e.copy_out_start = e.copy_out_end = gpu_end[r];
+    e.end = std::max(e.gpu_end, e.host_return);
+    timeline.total_us = std::max(timeline.total_us, e.end);
+  }
+  return timeline;
 }
 
 Timeline simulate_sequential(const FusedCall& call, const Calibration& calib, const SimOptions& options) {

@@ -44,6 +44,24 @@ def test_calibration_errors(h200, tmp_path):
         sy.calibration("no-such-gpu")
 
 
+def test_kernel_level_carveout_and_costs(h200, tmp_path):
+    """sm_carveout reaches kernel-level mode only; the shipped kernel_level section costs time."""
+    plan = sy.make_plan("all-gather", world_size=2, shape=[8192, 8192], split=4, backend="nccl")
+    gemm = sy.GemmShape(m=8192, n=8192, k=8192)
+    plain = sy.simulate(plan, gemm, h200)
+    carved = sy.simulate(plan, gemm, h200, sm_carveout=16)
+    assert carved.kernel_level_us > plain.kernel_level_us  # carveout_slowdown 1.04 per tile
+    assert carved.fused_us == plain.fused_us and carved.sequential_us == plain.sequential_us
+    assert [e.host_return for e in plain.kernel_level.rank_ends] == [pytest.approx(130.0)] * 2  # 4 calls x 20 + 5 GEMMs x 10
+    with pytest.raises(sy.UserError, match="sm_carveout"):
+        sy.simulate(plan, gemm, h200, sm_carveout=h200.sms)
+    data = json.loads(h200.to_json())
+    del data["kernel_level"]  # a calibration without the section: no kernel-level costs
+    path = tmp_path / "no-kl.json"
+    path.write_text(json.dumps(data))
+    assert sy.simulate(plan, gemm, sy.calibration(path)).kernel_level_us < plain.kernel_level_us
+
+
 def test_prediction_is_self_consistent(h200, ag_case):
     plan, gemm = ag_case
     p = sy.simulate(plan, gemm, h200)

@@ -50,11 +50,15 @@ def test_report_rows_and_summary(tmp_path):
     assert report["predictions_from_commit"]
     results = report["results"]
     # One result per row and timed variant with a counterpart: the three fused backends, auto
-    # and sequential, when each was measured.
+    # and sequential, and the kernel-level variants of AG+GEMM and GEMM+RS, when each was measured.
+    kl = ("kl_plain", "kl_priority", "kl_occupancy", "kl_both", "kl_triton", "kl_triton_shaped")
     expected = sum(1 for r in rows for v in ("syncopate_ce", "syncopate_sm", "syncopate_nccl",
-                                             "syncopate_auto", "sequential")
-                   if isinstance(r["variants"].get(v), dict) and "ms" in r["variants"][v])
+                                             "syncopate_auto", "sequential", *kl)
+                   if isinstance(r["variants"].get(v), dict) and "ms" in r["variants"][v]
+                   and not (v in kl and r["op"] == "gemm_ar"))
     assert len(results) == expected
+    assert {r["variant"] for r in results if r["kind"] == "kernel-level"} == {
+        "kl_plain", "kl_priority", "kl_occupancy", "kl_both"}  # what the recorded run timed
     for res in results:
         row = rows[res["row"]]
         assert res["measured_us"] == pytest.approx(row["variants"][res["variant"]]["ms"] * 1000)
@@ -68,10 +72,21 @@ def test_report_rows_and_summary(tmp_path):
             assert (res["config"]["backend"], res["config"]["split"], res["config"]["order"]) == (
                 recorded["backend"], recorded["split"], recorded["tile_order"])
             assert recorded["gemm_config"].startswith(f"{res['config']['block_m']}x{res['config']['block_n']}x")
-    # The profiled shapes are held in; the others are hold-out.
-    held = {(r["op"], r["m"], r["k"], r["n"]) for r in results if r["held_in"]}
+    for res in results:
+        if res["kind"] == "kernel-level":  # bench/kernel_level_variants.py's configuration
+            c = res["config"]
+            assert (c["backend"], c["algorithm"], c["split"]) == ("nccl", "ring", 4)
+            assert (c["block_m"], c["block_n"]) == (128, 256)
+            assert c.get("sm_carveout", 0) == (16 if res["variant"] in ("kl_occupancy", "kl_both") else 0)
+    # The profiled shapes are held in; the others are hold-out. Kernel-level: its small-M rows
+    # (chunk latency fit) and its carveout variants (carveout factor) are held in.
+    fused_seq = [r for r in results if r["kind"] != "kernel-level"]
+    held = {(r["op"], r["m"], r["k"], r["n"]) for r in fused_seq if r["held_in"]}
     assert ("ag_gemm", 1024, 4096, 3072) in held and ("gemm_ar", 8192, 8192, 8192) in held
-    assert all(not r["held_in"] for r in results if (r["m"], r["k"], r["n"]) == (1024, 4096, 4096))
+    assert all(not r["held_in"] for r in fused_seq if (r["m"], r["k"], r["n"]) == (1024, 4096, 4096))
+    for r in results:
+        if r["kind"] == "kernel-level":
+            assert bool(r["held_in"]) == (r["m"] < 4096 or r["variant"] in ("kl_occupancy", "kl_both"))
     # Summaries count every result once per (op, M class, kind).
     per_op = [s for s in report["summary_all"] if s["op"] != "all ops"]
     assert sum(s["n"] for s in per_op) == len(results)
@@ -85,6 +100,7 @@ def test_changing_the_calibration_changes_the_prediction(tmp_path):
     path = subset(tmp_path, lambda r: (r["op"], r["m"], r["k"], r["n"]) == ("ag_gemm", 8192, 8192, 8192))
     calib = json.loads((REPO / "calib/h200.json").read_text())
     calib["host"]["fused_call_us"] += 1000
+    calib["kernel_level"]["chunk_latency_us"] += 1000  # four NCCL calls in a row on the comm stream
     slow = tmp_path / "slow.json"
     slow.write_text(json.dumps(calib))
     reports = []
@@ -93,6 +109,7 @@ def test_changing_the_calibration_changes_the_prediction(tmp_path):
         assert run(str(path), "--calib", str(c), "--json", str(out), "--quiet").returncode == 0
         reports.append({r["variant"]: r["predicted_us"] for r in json.loads(out.read_text())["results"]})
     assert reports[1]["syncopate_ce"] > reports[0]["syncopate_ce"] + 900
+    assert reports[1]["kl_plain"] > reports[0]["kl_plain"] + 2500  # 4 x 1000 less what the GEMM hides
     assert reports[1]["sequential"] == pytest.approx(reports[0]["sequential"])
 
 

@@ -69,6 +69,23 @@ struct ReduceAddModel {
   double add_under_compute_gbps = 0;  // while a GEMM kernel runs on the destination
 };
 
+// Kernel-level overlap as syncopate.kernel_level runs it from Python (JSON `kernel_level`,
+// optional; all 0 / 1 when absent: no host path, as before). Per rank, the host issues the
+// call's operations one by one: each collective call (one per chunk the rank issues) and each
+// GEMM launch (one per GEMM kernel) starts on the GPU no earlier than its host enqueue, and the
+// call ends no earlier than the last enqueue (docs/SIMULATOR.md, "Kernel-level mode").
+struct KernelLevelModel {
+  double call_us = 0;        // before the first operation: the op's checks and setup
+  double collective_us = 0;  // host time of one asynchronous collective call (torch.distributed)
+  double gemm_us = 0;        // host time of one GEMM launch of a piece (torch.mm, cuBLAS)
+  // On the GPU, per chunk: what one collective call costs the communication stream beyond its
+  // bytes (NCCL's kernel launch and the rendezvous with the peer's call), paid like latency_us.
+  double chunk_latency_us = 0;
+  // A GEMM with an SM carveout (cuBLASLt with an SM count target) runs this many times slower
+  // per tile than the model's GEMM, on top of the SMs it gives up (measured; 1: none).
+  double carveout_slowdown = 1;
+};
+
 // One (src, dst, backend) link whose bandwidth differs from the backend's default.
 struct LinkOverride {
   int src = 0;
@@ -106,6 +123,7 @@ struct Calibration {
   }
   GemmModel gemm;
   HostModel host;
+  KernelLevelModel kernel_level;
   ReduceAddModel reduce_add;
   std::array<BackendModel, 3> backends{};  // indexed by plan::Backend
   std::vector<LinkOverride> links;

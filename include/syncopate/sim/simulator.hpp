@@ -3,7 +3,8 @@
 //  fused         one persistent kernel per rank; each tile waits for its own chunks, each
 //                produced chunk leaves when its tiles are written (the Syncopate way);
 //  kernel-level  two streams: communication on one, the GEMM cut into one kernel per arrival
-//                group on the other, each launched after an event wait on its chunks;
+//                group on the other, each launched after an event wait on its chunks, every
+//                collective call and GEMM launch issued by the host one by one;
 //  sequential    the whole collective, then the whole GEMM (or GEMM then collective when the
 //                GEMM produces what is sent);
 //  alone         the GEMM with every SM and no communication; the communication with no GEMM.
@@ -28,11 +29,17 @@ namespace syncopate::sim {
 //  - 1 <= residency < natural_residency: the compute kernel is padded so that communication
 //    blocks fit beside `residency` compute blocks on every SM: compute keeps every SM, each
 //    at min(1, residency * block_share) of its unshaped throughput.
+//  - sm_carveout s > 0 (cuBLAS's SM count target, not with residency): the GEMM kernels run on
+//    sms - max(s, comm SMs) workers, each tile `Calibration::kernel_level.carveout_slowdown`
+//    times slower (measured: cuBLASLt with a carveout against cuBLAS on every SM).
+// Stream priority is not modelled: measured, it changed kernel-level times by about 0
+// (docs/SIMULATOR.md).
 struct KernelLevelShaping {
   int residency = 0;
   int natural_residency = 1;  // compute blocks per SM without shaping
   double block_share = 0.9;   // share of an SM's GEMM throughput one resident block reaches (assumed)
   int comm_sms = -1;
+  int sm_carveout = 0;
 };
 
 struct SimOptions {

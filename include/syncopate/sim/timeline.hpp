@@ -30,8 +30,8 @@ struct ChunkTiming {
   double add_us = 0;
 };
 
-// One rank's call as a user times it (fused mode; the other modes leave it empty): the host
-// enqueues the kernel at host_launch, the GPU finishes its tiles and the chunks landing here at
+// One rank's call as a user times it (fused and kernel-level modes; the others leave it empty):
+// the host enqueues the (kernel-level: last) kernel at host_launch, the GPU finishes its tiles and the chunks landing here at
 // gpu_end, a GEMM+RS/AR then copies its result out of the heap (copy_out_start .. copy_out_end,
 // equal when there is none), and the call ends at `end`, no earlier than the host returns.
 struct RankEnd {
