@@ -1,5 +1,6 @@
 // `syncopate simulate` (predicted sequential, kernel-level and fused times of one plan + GEMM,
 // with optional trace and SVG) and `syncopate tune` (the simulator's choice for a shape).
+#include <cmath>
 #include <cstdlib>
 #include <filesystem>
 #include <memory>
@@ -37,7 +38,17 @@ struct SimulateArgs {
   bool dynamic = false;
 };
 
+// A mode the simulator cannot run a plan in has an infinite time (kernel-level mode for a staged
+// plan, or a backend syncopate.kernel_level does not run): show it as "-".
+std::string us_or_dash(double us, int width) {
+  return std::isfinite(us) ? fmt::format("{:>{}.1f}", us, width) : fmt::format("{:>{}}", "-", width);
+}
+
 void print_row(std::string_view name, double us, double floor) {
+  if (!std::isfinite(us)) {
+    fmt::print("  {:<26} {:>11}      (does not apply to this plan)\n", name, "-");
+    return;
+  }
   fmt::print("  {:<26} {:>11.1f} us   {:>6.2f}x floor\n", name, us, us / floor);
 }
 
@@ -73,8 +84,10 @@ void run_simulate(const SimulateArgs& a) {
   print_row("sequential", p.sequential_us, p.floor_us);
   print_row("kernel-level overlap", p.kernel_level_us, p.floor_us);
   print_row("fused", p.fused_us, p.floor_us);
-  fmt::print("\n  fused vs sequential: {:.2f}x faster; vs kernel-level: {:.2f}x faster\n",
-             p.sequential_us / p.fused_us, p.kernel_level_us / p.fused_us);
+  fmt::print("\n  fused vs sequential: {:.2f}x faster", p.sequential_us / p.fused_us);
+  if (std::isfinite(p.kernel_level_us))
+    fmt::print("; vs kernel-level: {:.2f}x faster", p.kernel_level_us / p.fused_us);
+  fmt::print("\n");
   fmt::print("  fused by tile order:");
   for (const auto& [kind, name] : plan::EnumTable<schedule::OrderKind>::entries) {
     double us = p.fused_us;
@@ -128,15 +141,18 @@ void run_tune(const TuneArgs& a) {
              plan::to_string(s.algorithm), s.split, plan::to_string(s.backend), s.sequential_us, s.gemm_alone_us,
              s.comm_alone_us);
   const auto& k = r.best_kernel_level;
-  fmt::print("best kernel-level: {} split {} {}: {:.1f} us\n\n", plan::to_string(k.algorithm), k.split,
-             plan::to_string(k.backend), k.kernel_level_us);
+  if (std::isfinite(k.kernel_level_us))
+    fmt::print("best kernel-level: {} split {} {}: {:.1f} us\n\n", plan::to_string(k.algorithm), k.split,
+               plan::to_string(k.backend), k.kernel_level_us);
+  else
+    fmt::print("best kernel-level: none (kernel-level mode runs on the NCCL backend only)\n\n");
   fmt::print("  {:<8} {:>5} {:<12} {:<10} {:>11} {:>13} {:>11} {:>11}\n", "algo", "split", "backend", "order",
              "fused us", "kernel-lvl us", "seq us", "comm us");
   for (int i = 0; i < std::min<int>(a.top, static_cast<int>(r.candidates.size())); ++i) {
     const auto& c = r.candidates[i];
-    fmt::print("  {:<8} {:>5} {:<12} {:<10} {:>11.1f} {:>13.1f} {:>11.1f} {:>11.1f}\n", plan::to_string(c.algorithm),
-               c.split, plan::to_string(c.backend), schedule::to_string(c.order), c.fused_us, c.kernel_level_us,
-               c.sequential_us, c.comm_alone_us);
+    fmt::print("  {:<8} {:>5} {:<12} {:<10} {:>11.1f} {} {:>11.1f} {:>11.1f}\n", plan::to_string(c.algorithm),
+               c.split, plan::to_string(c.backend), schedule::to_string(c.order), c.fused_us,
+               us_or_dash(c.kernel_level_us, 13), c.sequential_us, c.comm_alone_us);
   }
   fmt::print("  ({} candidates simulated, {} refused by the templates)\n", r.candidates.size(), r.skipped.size());
 }
