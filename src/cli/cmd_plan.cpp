@@ -32,6 +32,7 @@ std::vector<std::string> spellings(bool with_custom = true) {
 
 struct PlanArgs {
   std::string collective, algorithm = "ring", shape, dtype = "bf16", backend = "copy-engine", output;
+  std::string staging;  // non-empty: a staged reduce-scatter / all-reduce into this tensor
   int world = 0, split = 1, dim = 0;
 };
 
@@ -45,6 +46,7 @@ void run_plan(const PlanArgs& a) {
   o.split = a.split;
   o.dim = a.dim;
   o.shape = *parse_sizes(a.shape);
+  o.staging = a.staging;
   const CommPlan plan = make_plan(o);
   if (a.output.empty() || a.output == "-") fmt::print("{}", plan_to_json(plan));
   else save_plan(plan, a.output);
@@ -154,6 +156,9 @@ void register_plan_commands(CLI::App& app) {
   plan->add_option("--backend", plan_args->backend, "Backend every chunk uses")
       ->check(CLI::IsMember(spellings<Backend>()))
       ->capture_default_str();
+  plan->add_option("--staging", plan_args->staging,
+                   "Staged reduce-scatter / all-reduce: land each rank's partial in this staging tensor "
+                   "for a consumer (the GEMM's epilogue) to sum; needs --algo direct, a shape 1xMxN and --dim 1");
   plan->add_option("-o,--output", plan_args->output, "Output file (default: stdout)");
   plan->callback([plan_args] { run_plan(*plan_args); });
 

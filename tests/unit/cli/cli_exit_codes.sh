@@ -37,6 +37,11 @@ check 1 "plan that cannot be split" "$CLI" plan --collective all-gather --algo r
 check 2 "plan with an unknown --algo" "$CLI" plan --collective all-gather --algo tree --world 2 --shape 64x64
 check 0 "plan to file" "$CLI" plan --collective reduce-scatter --algo bidir --world 3 --split 2 --shape 96x32 -o "$TMP/p.json"
 check 0 "verify generated" "$CLI" verify "$TMP/p.json"
+check 0 "staged plan to file" "$CLI" plan --collective reduce-scatter --algo direct --world 4 --split 2 --shape 1x256x64 --dim 1 --staging p -o "$TMP/staged.json"
+check 0 "verify staged" "$CLI" verify "$TMP/staged.json"
+grep -q '"output": *"p"' "$TMP/staged.json" || { echo "FAIL: staged plan names no staging output"; fails=$((fails + 1)); }
+check 1 "staged plan with a ring" "$CLI" plan --collective reduce-scatter --algo ring --world 2 --shape 1x64x64 --dim 1 --staging p
+grep -q "staging" "$TMP/err" || { echo "FAIL: staged ring refusal does not name the staging option"; fails=$((fails + 1)); }
 check 0 "demo" "$CLI" demo --no-gpu --out "$TMP/demo" --world 2 --m 2048 --n 2048 --k 2048
 for f in plan.json fused.svg fused.trace.json gemm_overlapped.py; do
   [[ -s "$TMP/demo/$f" ]] || { echo "FAIL: demo did not write $f"; fails=$((fails + 1)); }
