@@ -63,17 +63,25 @@ def variants():
             yield POINTER_KERNEL, config, b_is_nk, False
 
 
-def main() -> int:
+def compile_each(jobs) -> int:
+    """Runs every (description, compile thunk) job, printing OK/FAIL per job (a failure does not
+    stop the others); 1 if any failed."""
     failed = 0
-    for kernel_name, config, b_is_nk, producer in variants():
-        what = f"{kernel_name} {config.name} b={'nk' if b_is_nk else 'kn'} producer={producer}"
+    for what, compile_it in jobs:
         try:
-            compile_variant(kernel_name, config, b_is_nk, producer)
+            compile_it()
             print(f"OK {what}", flush=True)
         except Exception as exc:  # noqa: BLE001 - report every variant
             failed += 1
             print(f"FAIL {what}: {type(exc).__name__}: {str(exc).splitlines()[-1] if str(exc) else ''}", flush=True)
     return 1 if failed else 0
+
+
+def main() -> int:
+    return compile_each(
+        (f"{kernel_name} {config.name} b={'nk' if b_is_nk else 'kn'} producer={producer}",
+         lambda k=kernel_name, c=config, b=b_is_nk, p=producer: compile_variant(k, c, b, p))
+        for kernel_name, config, b_is_nk, producer in variants())
 
 
 if __name__ == "__main__":

@@ -20,7 +20,7 @@ if os.environ.get("TRITON_INTERPRET", "0") not in ("", "0"):
 import triton  # noqa: E402
 from triton.compiler import ASTSource  # noqa: E402
 
-from compile_fused_kernels import ADDED, TARGET  # noqa: E402
+from compile_fused_kernels import ADDED, TARGET, compile_each  # noqa: E402
 from syncopate.kernels.configs import CANDIDATES  # noqa: E402
 from syncopate.ops.fused_gemm import fused_config, transformed_kernel  # noqa: E402
 from syncopate.ops.staged_gemm import STAGED_KERNEL, STAGED_MODULE  # noqa: E402
@@ -65,16 +65,10 @@ def variants():
 
 
 def main() -> int:
-    failed = 0
-    for config, b_is_nk, slots in variants():
-        what = f"{STAGED_KERNEL} {config.name} b={'nk' if b_is_nk else 'kn'} slots={slots}"
-        try:
-            compile_variant(config, b_is_nk, slots)
-            print(f"OK {what}", flush=True)
-        except Exception as exc:  # noqa: BLE001 - report every variant
-            failed += 1
-            print(f"FAIL {what}: {type(exc).__name__}: {str(exc).splitlines()[-1] if str(exc) else ''}", flush=True)
-    return 1 if failed else 0
+    return compile_each(
+        (f"{STAGED_KERNEL} {config.name} b={'nk' if b_is_nk else 'kn'} slots={slots}",
+         lambda c=config, b=b_is_nk, s=slots: compile_variant(c, b, s))
+        for config, b_is_nk, slots in variants())
 
 
 if __name__ == "__main__":
