@@ -142,9 +142,10 @@ class OrderingChecker {
         const Box region = intersect(first.box, second.dst_box);
         return fmt::format(
             "chunk {} ({}) sends {} from rank {}, but chunk {} ({}), which writes that region "
-            "there, is not ordered before it (add {} to chunk {}'s deps)",
+            "there, is not ordered with it (add {} to chunk {}'s deps to send what chunk {} "
+            "writes, or {} to chunk {}'s deps to send what was there before it)",
             first.id, describe_route(first), describe_box(*c.tensor, region), c.rank, second.id,
-            describe_route(second), second.id, first.id);
+            describe_route(second), second.id, first.id, second.id, first.id, second.id);
       });
       return;
     }

@@ -86,7 +86,7 @@ const BadPlan kBadPlans[] = {
     {"contribution-missing", "contribution-missing", kCov, 2, 4, "x[4:6, 0:4] on rank 2 lacks the contribution of rank 1"},
     {"contribution-counted-twice", "contribution-counted-twice", kCov, 1, 4, "x[2:4, 0:2] on rank 1 counts the contribution of rank 0 2 times"},
     // ---- ordering
-    {"forward-race", "forward-race", kOrd, 1, 4, "chunk 4 (1 -> 2) sends x[0:2, 0:4] from rank 1, but chunk 0 (0 -> 1), which writes that region there, is not ordered before it (add 0 to chunk 4's deps)"},
+    {"forward-race", "forward-race", kOrd, 1, 4, "chunk 4 (1 -> 2) sends x[0:2, 0:4] from rank 1, but chunk 0 (0 -> 1), which writes that region there, is not ordered with it (add 0 to chunk 4's deps to send what chunk 0 writes, or 4 to chunk 0's deps to send what was there before it)"},
     {"write-race", "write-race", kOrd, 0, 4, "chunks 1 (reduce-add, 1 -> 0) and 4 (copy, 1 -> 0) both write x[0:1, 0:2] on rank 0"},
     // ---- deadlock
     {"dependency-cycle", "dependency-cycle", kDead, 0, 0, "chunk 0 (rank 0, 0 -> 1) -> (chunk 1 depends on 0) -> chunk 1 (rank 1, 1 -> 0) -> (chunk 0 depends on 1) -> chunk 0"},
@@ -106,7 +106,7 @@ const BadPlan kBadPlans[] = {
     {"staged-reduce-add", "op-not-allowed", kWF, 2, 5, "a staged reduce-scatter only copies partials into staging slots"},
     {"staged-bad-staging-shape", "collective-output", kWF, -1, -1, "reduce-scatter staging 'p' is [3, 3, 2] but must be [3, 2, 2]"},
     {"staged-no-unit-dim", "collective-output", kWF, -1, -1, "the input needs a unit dim 0 (the staging tensor's slot index)"},
-    {"staged-result-before-staging", "forward-race", kOrd, 1, 3, "chunk 3 (1 -> 0) sends c[0:1, 0:2, 0:2] from rank 1, but chunk 6 (0 -> 1), which writes that region there, is not ordered"},
+    {"staged-result-before-staging", "forward-race", kOrd, 1, 3, "chunk 3 (1 -> 0) sends c[0:1, 0:2, 0:2] from rank 1, but chunk 6 (0 -> 1), which writes that region there, is not ordered with it (add 6 to chunk 3's deps to send what chunk 6 writes, or 3 to chunk 6's deps to send what was there before it)"},
     {"staged-indivisible", "collective-indivisible", kWF, -1, -1, "into 3 equal slots, but 7 is not a multiple of 3"},
     // ---- refused by the loader, with the JSON path
     {"parse-truncated", "parse", kWF, -1, -1, "parse-truncated.json:9:22: invalid JSON"},
