@@ -83,8 +83,7 @@ class CoverageReplay {
 
   void run() {
     coll_tensor_ = grid_.tensor_index.at(coll_.tensor);
-    staged_ = (coll_.kind == Collective::reduce_scatter || coll_.kind == Collective::all_reduce) &&
-              !coll_.output.empty();
+    staged_ = coll_.staged();
     if (coll_.kind == Collective::all_to_all || staged_)
       output_tensor_ = grid_.tensor_index.at(coll_.output);
     dims_ = static_cast<int>(plan_.tensors.at(coll_.tensor).shape.size());

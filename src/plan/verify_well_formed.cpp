@@ -94,8 +94,7 @@ class WellFormedChecker {
              fmt::format("{} dim is {} but tensor '{}' has {} dims", kind, c.dim, c.tensor, dims));
       return;
     }
-    const bool reduction = c.kind == Collective::reduce_scatter || c.kind == Collective::all_reduce;
-    if (reduction && !c.output.empty()) {
+    if (c.staged()) {
       check_staging(*spec);
       return;
     }
@@ -289,8 +288,7 @@ class WellFormedChecker {
                          describe_box(chunk.dst_tensor, chunk.dst_box), chunk.dst,
                          to_string(kind)));
     }
-    const bool reduction = kind == Collective::reduce_scatter || kind == Collective::all_reduce;
-    if (chunk.op == ChunkOp::reduce_add && reduction && !plan_.collective.output.empty()) {
+    if (chunk.op == ChunkOp::reduce_add && plan_.collective.staged()) {
       report("op-not-allowed", dst_ok ? chunk.dst : -1, id,
              fmt::format("reduce-add into {} on rank {}: a staged {} only copies partials into "
                          "staging slots (and results out); the consumer adds them",

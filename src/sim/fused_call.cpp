@@ -23,7 +23,7 @@ std::vector<lower::TileAccess> default_accesses(const plan::CommPlan& plan) {
       // Staged (an output names the staging tensor [W, M/W, N]): the GEMM stores C (rows on
       // collective.dim) and its own box's tiles read the staged partials of their rows. (A staged
       // all-reduce's gather chunks land on C: lowering gates them with dst-ready slots.)
-      if (!spec.output.empty())
+      if (spec.staged())
         return {{spec.tensor, lower::AccessRole::produce, spec.dim, spec.dim + 1},
                 {spec.output, lower::AccessRole::consume, 1, 2, /*m_local_shard=*/true}};
       return {{spec.tensor, lower::AccessRole::produce, 0, 1}};

@@ -213,7 +213,7 @@ double result_bytes(const plan::CommPlan& plan, int rank) {
   const auto& spec = plan.collective;
   const bool rs = spec.kind == plan::Collective::reduce_scatter;
   if (!rs && spec.kind != plan::Collective::all_reduce) return 0;
-  if (rs && !spec.output.empty()) return 0;  // staged: the reducing GEMM writes `out` itself
+  if (rs && spec.staged()) return 0;  // staged: the reducing GEMM writes `out` itself
   const auto tensor = plan.tensors.find(spec.tensor);
   if (tensor == plan.tensors.end()) return 0;
   const auto& shape = tensor->second.shape;
@@ -339,18 +339,11 @@ KernelLevelHost kernel_level_host(const plan::CommPlan& plan, const std::vector<
   return h;
 }
 
-// A staged plan (reduce-scatter / all-reduce whose collective names a staging output) lands
-// partials that only the fused kernel's epilogue sums: a library GEMM beside a collective has no
-// such epilogue, so kernel-level overlap is not a way to run it.
-static bool staged_plan(const plan::CommPlan& plan) {
-  const auto kind = plan.collective.kind;
-  return (kind == plan::Collective::reduce_scatter || kind == plan::Collective::all_reduce) &&
-         !plan.collective.output.empty();
-}
-
 Timeline simulate_kernel_level(const FusedCall& call, const Calibration& base_calib, const SimOptions& options) {
   check_call(call);
-  if (staged_plan(call.plan))
+  // A staged plan lands partials that only the fused kernel's epilogue sums: a library GEMM
+  // beside a collective has no such epilogue, so kernel-level overlap is not a way to run it.
+  if (call.plan.collective.staged())
     throw UserError(fmt::format(
         "simulate: kernel-level: staged-plan: the plan stages partials in \"{}\" for the fused "
         "kernel's epilogue to sum; kernel-level overlap (a library GEMM beside the collective) has "
@@ -488,7 +481,7 @@ Prediction predict(const FusedCall& call, const Calibration& calib, const SimOpt
   p.comm_alone_us = simulate_comm_alone(call.plan, calib).total_us;
   p.floor_us = std::max(p.gemm_alone_us, p.comm_alone_us);
   p.fused = simulate_fused(call, calib, options);
-  if (staged_plan(call.plan)) {  // not a mode this plan can run in (see staged_plan)
+  if (call.plan.collective.staged()) {  // not a mode this plan can run in (see simulate_kernel_level)
     p.kernel_level.label = "kernel-level (not applicable to a staged plan)";
     p.kernel_level.world_size = call.plan.world_size;
     p.kernel_level.total_us = std::numeric_limits<double>::infinity();

@@ -57,6 +57,11 @@ struct CollectiveSpec {
   Algorithm algorithm = Algorithm::ring;  // how the plan was made (informational)
   int split = 1;                          // sub-chunks per shard (informational)
 
+  // A staged reduce-scatter / all-reduce: `output` names the staging tensor (see above).
+  bool staged() const {
+    return (kind == Collective::reduce_scatter || kind == Collective::all_reduce) && !output.empty();
+  }
+
   friend bool operator==(const CollectiveSpec&, const CollectiveSpec&) = default;
 };
 
