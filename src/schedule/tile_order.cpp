@@ -47,6 +47,33 @@ void validate_inputs(const plan::CommPlan& plan, const lower::SignalTable& table
   check_lists(table.tile_notifies, "bad-notify-slot");
 }
 
+// An order built group by group: each group's tiles not yet placed, group-M swizzled.
+class OrderBuilder {
+ public:
+  OrderBuilder(const lower::TileGrid& grid, int group_m)
+      : grid_(grid), group_m_(group_m), placed_(static_cast<std::size_t>(grid.count()), 0) {}
+
+  void emit(std::vector<int> tiles) {
+    std::erase_if(tiles, [&](int t) { return placed_[t] != 0; });
+    append_new(group_m_order(grid_, std::move(tiles), group_m_));
+  }
+  // Appends the tiles not yet placed, in the given order.
+  void append_new(const std::vector<int>& tiles) {
+    for (int t : tiles)
+      if (placed_[t] == 0) {
+        placed_[t] = 1;
+        order_.push_back(t);
+      }
+  }
+  std::vector<int> tiles() && { return std::move(order_); }
+
+ private:
+  const lower::TileGrid& grid_;
+  int group_m_;
+  std::vector<char> placed_;
+  std::vector<int> order_;
+};
+
 // Consumer side: local tiles (waiting on no chunk from another rank) first, then one group per
 // distinct predicted arrival of the last chunk waited on, earliest first.
 std::vector<int> consumer_order(const plan::CommPlan& plan, const lower::SignalTable& table,
@@ -88,20 +115,12 @@ std::vector<int> producer_order(const lower::SignalTable& table, const lower::Ti
     const int ca = table.slots[a].chunk, cb = table.slots[b].chunk;
     return std::tie(chunk_arrival[ca], ca, a) < std::tie(chunk_arrival[cb], cb, b);
   });
-  std::vector<char> emitted(static_cast<std::size_t>(grid.count()), 0);
-  std::vector<int> order;
-  const auto emit = [&](std::vector<int> tiles) {
-    std::erase_if(tiles, [&](int t) { return emitted[t] != 0; });
-    for (int t : group_m_order(grid, std::move(tiles), group_m)) {
-      emitted[t] = 1;
-      order.push_back(t);
-    }
-  };
-  for (int s : slots) emit(tiles_of_slot[s]);
+  OrderBuilder order(grid, group_m);
+  for (int s : slots) order.emit(tiles_of_slot[s]);
   std::vector<int> rest(static_cast<std::size_t>(grid.count()));
   std::iota(rest.begin(), rest.end(), 0);
-  emit(std::move(rest));  // tiles that gate no chunk
-  return order;
+  order.emit(std::move(rest));  // tiles that gate no chunk
+  return std::move(order).tiles();
 }
 
 // Staged side (some tiles wait, others only notify; staged GEMM+RS): tiles that ship a chunk and
@@ -135,25 +154,16 @@ std::vector<int> staged_order(const plan::CommPlan& plan, const lower::SignalTab
     return std::tuple{distance(a), chunk_arrival[ca], ca, a} <
            std::tuple{distance(b), chunk_arrival[cb], cb, b};
   });
-  std::vector<char> emitted(count, 0);
-  std::vector<int> order;
-  const auto emit = [&](std::vector<int> tiles) {
-    std::erase_if(tiles, [&](int t) { return emitted[t] != 0; });
-    for (int t : group_m_order(grid, std::move(tiles), group_m)) {
-      emitted[t] = 1;
-      order.push_back(t);
-    }
-  };
-  for (int s : slots) emit(tiles_of_slot[s]);
+  OrderBuilder order(grid, group_m);
+  for (int s : slots) order.emit(tiles_of_slot[s]);
   std::vector<int> idle;  // neither waits nor ships
   for (std::size_t t = 0; t < count; ++t)
     if (waits_remote[t] == 0) idle.push_back(static_cast<int>(t));
-  emit(std::move(idle));
+  order.emit(std::move(idle));
   // The waiting tiles, in the consumer order (which puts tiles without remote waits first: all
   // emitted already, so what it adds is the arrival groups, kept in their order).
-  for (int t : consumer_order(plan, table, grid, chunk_arrival, group_m))
-    if (emitted[t] == 0) order.push_back(t);
-  return order;
+  order.append_new(consumer_order(plan, table, grid, chunk_arrival, group_m));
+  return std::move(order).tiles();
 }
 
 // Some tile waits on a chunk from another rank, and some tile that waits on none gates a chunk.
