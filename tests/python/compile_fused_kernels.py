@@ -31,28 +31,33 @@ ADDED = {"sy_signals": "*i32", "sy_tile_order": "*i32", "sy_tiles_n": "i32", "sy
          "sy_error": "*i64"}
 
 
-def compile_variant(kernel_name, config, b_is_nk, producer, dtype="bf16"):
-    kernel = transformed_kernel(kernel_name)
+def compile_for_sm90(kernel, pointers, values, config, dtype="bf16"):
+    """Compiles a transformed kernel: `pointers` are its data pointers (of `dtype`), `values` its
+    constexprs, the transformer's parameters typed as ADDED, every other parameter i32."""
     names = [p.name for p in kernel.params]
-    values = dict(B_IS_NK=b_is_nk, BLOCK_M=config.block_m, BLOCK_N=config.block_n, BLOCK_K=config.block_k,
-                  GROUP_M=config.group_m, EPILOGUE_SPLIT=config.epilogue_split,
-                  WARP_SPECIALIZE=config.warp_specialize, FLATTEN=config.flatten, C_STORE_POINTERS=producer)
     signature, constexprs = {}, {}
     for i, name in enumerate(names):
-        if name in ("a_ptr", "b_ptr", "c_ptr"):
+        if name in pointers:
             signature[name] = "*" + dtype
         elif name in ADDED:
             signature[name] = ADDED[name]
         elif name in values:
             signature[name] = "constexpr"
             constexprs[(i,)] = values[name]
-        else:  # M, N, K, strides, num_programs
+        else:  # M, N, K, strides, num_programs, shard offsets, ...
             signature[name] = "i32"
     # As launches specialise them: every pointer 16-byte aligned (the contexts require it).
     attrs = {(i,): [["tt.divisibility", 16]] for i, name in enumerate(names)
              if signature[name].startswith("*")}
     triton.compile(ASTSource(kernel, signature, constexprs, attrs), target=TARGET,
                    options=dict(num_warps=config.num_warps, num_stages=config.num_stages))
+
+
+def compile_variant(kernel_name, config, b_is_nk, producer, dtype="bf16"):
+    values = dict(B_IS_NK=b_is_nk, BLOCK_M=config.block_m, BLOCK_N=config.block_n, BLOCK_K=config.block_k,
+                  GROUP_M=config.group_m, EPILOGUE_SPLIT=config.epilogue_split,
+                  WARP_SPECIALIZE=config.warp_specialize, FLATTEN=config.flatten, C_STORE_POINTERS=producer)
+    compile_for_sm90(transformed_kernel(kernel_name), ("a_ptr", "b_ptr", "c_ptr"), values, config, dtype)
 
 
 def variants():

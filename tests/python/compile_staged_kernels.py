@@ -17,10 +17,7 @@ import sys
 if os.environ.get("TRITON_INTERPRET", "0") not in ("", "0"):
     sys.exit("compile_staged_kernels.py: unset TRITON_INTERPRET (the interpreter compiles nothing)")
 
-import triton  # noqa: E402
-from triton.compiler import ASTSource  # noqa: E402
-
-from compile_fused_kernels import ADDED, TARGET, compile_each  # noqa: E402
+from compile_fused_kernels import compile_each, compile_for_sm90  # noqa: E402
 from syncopate.kernels.configs import CANDIDATES  # noqa: E402
 from syncopate.ops.fused_gemm import fused_config, transformed_kernel  # noqa: E402
 from syncopate.ops.staged_gemm import STAGED_KERNEL, STAGED_MODULE  # noqa: E402
@@ -29,29 +26,14 @@ POINTERS = ("a_ptr", "b_ptr", "c_ptr", "p_ptr", "out_ptr")
 
 
 def compile_variant(config, b_is_nk, slots, dtype="bf16"):
-    kernel = transformed_kernel(STAGED_KERNEL, STAGED_MODULE)
-    names = [p.name for p in kernel.params]
     values = dict(NUM_SLOTS=slots, B_IS_NK=b_is_nk, BLOCK_M=config.block_m, BLOCK_N=config.block_n,
                   BLOCK_K=config.block_k, GROUP_M=config.group_m, WARP_SPECIALIZE=config.warp_specialize,
                   FLATTEN=config.flatten)
-    signature, constexprs = {}, {}
-    for i, name in enumerate(names):
-        if name in POINTERS:
-            signature[name] = "*" + dtype
-        elif name in ADDED:
-            signature[name] = ADDED[name]
-        elif name in values:
-            signature[name] = "constexpr"
-            constexprs[(i,)] = values[name]
-        else:  # M, N, K, strides, shard_begin, shard_rows, skip_slot, num_programs
-            signature[name] = "i32"
-    unknown = set(values) - set(names)
+    kernel = transformed_kernel(STAGED_KERNEL, STAGED_MODULE)
+    unknown = set(values) - {p.name for p in kernel.params}
     if unknown:
         raise RuntimeError(f"{STAGED_KERNEL} has no parameters {sorted(unknown)}")
-    attrs = {(i,): [["tt.divisibility", 16]] for i, name in enumerate(names)
-             if signature[name].startswith("*")}
-    triton.compile(ASTSource(kernel, signature, constexprs, attrs), target=TARGET,
-                   options=dict(num_warps=config.num_warps, num_stages=config.num_stages))
+    compile_for_sm90(kernel, POINTERS, values, config, dtype)
 
 
 def variants():

@@ -5,22 +5,13 @@
 
 #include "syncopate/common/error.hpp"
 #include "syncopate/lower/signal_table.hpp"
+#include "lower_error.hpp"
 #include "test_plans.hpp"
 
 namespace syncopate::lower {
 namespace {
 
-// Runs lower() and returns the UserError message (fails the test when nothing is thrown).
-std::string lower_error(const plan::CommPlan& plan, const TileGrid& grid,
-                        const std::vector<TileAccess>& accesses) {
-  try {
-    (void)lower(plan, grid, accesses);
-  } catch (const UserError& e) {
-    return e.what();
-  }
-  ADD_FAILURE() << "lower() accepted the input";
-  return {};
-}
+using testing::lower_error;
 
 class LowerErrors : public ::testing::Test {
  protected:

@@ -13,6 +13,7 @@
 #include "syncopate/lower/signal_table.hpp"
 #include "syncopate/lower/signal_table_json.hpp"
 #include "syncopate/lower/tile_region.hpp"
+#include "lower_error.hpp"
 #include "test_plans.hpp"
 
 namespace syncopate::lower {
@@ -172,16 +173,7 @@ TEST(StagedWaits, TileRegionOfShardAccessIsClippedAndShifted) {
             tiles_touching(grid, plain, p_shape, whole, 1).rows.end);
 }
 
-std::string lower_error(const plan::CommPlan& plan, const TileGrid& grid,
-                        const std::vector<TileAccess>& accesses) {
-  try {
-    (void)lower(plan, grid, accesses);
-  } catch (const UserError& e) {
-    return e.what();
-  }
-  ADD_FAILURE() << "lower() accepted the input";
-  return {};
-}
+using testing::lower_error;
 
 TEST(StagedWaits, ShardExtentThatDoesNotCoverTheGridIsRefusedByName) {
   // p has 4 rows per rank, 3 ranks: 12 rows, but the GEMM has M = 13.
