@@ -2,7 +2,7 @@
 # Makes .deps/, a CMake prefix holding the Debian C++ libraries the GPU machines lack (fmt,
 # nlohmann-json, CLI11, GoogleTest), copied from this machine after scripts/setup.sh installed
 # them. Carry it to the device (`carry: [".deps"]`); tests/gpu/run.sh finds it there.
-# Add `/.deps/` to .git/info/exclude once so it stays out of commits.
+# .gitignore keeps it out of commits.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 DEPS="${SYNCOPATE_DEPS:-$ROOT/.deps}"
@@ -12,5 +12,4 @@ for d in fmt nlohmann CLI gtest gmock; do cp -r "/usr/include/$d" "$DEPS/include
 cp -a "$LIB"/libfmt.so* "$LIB"/libgtest*.a "$LIB"/libgmock*.a "$DEPS/lib/x86_64-linux-gnu/"
 cp -r "$LIB/cmake/fmt" "$LIB/cmake/GTest" "$DEPS/lib/x86_64-linux-gnu/cmake/"
 cp -r /usr/share/cmake/nlohmann_json /usr/share/cmake/CLI11 "$DEPS/share/cmake/"
-grep -qx '/.deps/' "$ROOT/.git/info/exclude" 2>/dev/null || echo '/.deps/' >>"$ROOT/.git/info/exclude"
 du -sh "$DEPS"

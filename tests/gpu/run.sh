@@ -6,7 +6,9 @@
 # 1. builds the runtime, the C++ GPU tests and the Python modules (build-gpu/, Release);
 # 2. runs the single-process multi-GPU C++ tests at world sizes 1 .. max(4, GPUs) (ranks beyond
 #    the GPU count share GPUs; nccl cases need one GPU per rank and skip there);
-# 3. runs tests/gpu/test_ops_gpu.py under torchrun at every world size from 1 to the GPU count.
+# 3. runs tests/gpu/test_ops_gpu.py and tests/gpu/test_graphs_gpu.py under torchrun at worlds 1-4
+#    (one GPU per rank where there are enough, else every rank on the GPUs there are: gloo
+#    bootstrap, NCCL rows skipped by name; correctness only) and beyond 4 up to the GPU count.
 # Logs: LOG_DIR/gpu-tests-<date>.log (everything) and the per-rank result lines beside it.
 # STEPS (e.g. "cpp:2 py:2 cpp:4") picks and orders the runs; OPS_ARGS is passed to
 # test_ops_gpu.py (e.g. "--quick", "--only matrix"); CPP_TIMEOUT / PY_TIMEOUT bound each run (s).
@@ -60,11 +62,7 @@ if ! { cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DSYNCOPATE_C
 fi
 
 # The package from the source tree plus the modules just built (no pip: nothing to download).
-pkg=$(mktemp -d)
-cp -r python/syncopate "$pkg/"
-cp build-gpu/python/_core*.so build-gpu/python/_runtime*.so "$pkg/syncopate/"
-# The wheel ships calib/*.json inside the package; the ops' simulator choice loads it from there.
-mkdir -p "$pkg/syncopate/calib" && cp calib/*.json "$pkg/syncopate/calib/"
+pkg=$(tests/gpu/stage_package.sh)
 export PYTHONPATH="$pkg${PYTHONPATH:+:$PYTHONPATH}"
 
 run_cpp() {  # $1: world size
@@ -90,17 +88,28 @@ run_py() {  # $1: world size
   grep -E "^SUMMARY|^FAIL" "$log" | tail -12
 }
 
-# STEPS: what to run, in order, e.g. "cpp:2 py:2 cpp:4 py:1". Default: the C++ tests at worlds
-# 1 .. max(4, GPUs), then the Python ops at worlds 1 .. GPUs.
+run_graphs() {  # $1: world size
+  local world=$1
+  say "call path under CUDA graphs, torchrun world $world"
+  if ! timeout "${PY_TIMEOUT:-420}" "$python" -m torch.distributed.run --standalone --nproc_per_node="$world" \
+       tests/gpu/test_graphs_gpu.py --results-file "$log_dir/gpu-graphs-$stamp-w$world" ${GRAPHS_ARGS:-} >>"$log" 2>&1; then
+    status=1; say "graphs world $world FAILED"
+  fi
+  grep -E "^SUMMARY graphs|^FAIL" "$log" | tail -12
+}
+
+# STEPS: what to run, in order, e.g. "cpp:2 py:2 graphs:2 cpp:4 py:1". Default: the C++ tests at
+# worlds 1 .. max(4, GPUs), then the Python ops and the graph tests at worlds 1 .. max(4, GPUs).
 if [ -z "${STEPS:-}" ]; then
   STEPS=""
   for w in $(seq 1 $(( gpus > 4 ? gpus : 4 ))); do STEPS="$STEPS cpp:$w"; done
-  for w in $(seq 1 "$gpus"); do STEPS="$STEPS py:$w"; done
+  for w in $(seq 1 $(( gpus > 4 ? gpus : 4 ))); do STEPS="$STEPS py:$w graphs:$w"; done
 fi
 for step in $STEPS; do
   case "$step" in
     cpp:*) run_cpp "${step#cpp:}" ;;
-    py:*) if [ "${step#py:}" -le "$gpus" ]; then run_py "${step#py:}"; else say "skip $step: $gpus GPU(s)"; fi ;;
+    py:*) run_py "${step#py:}" ;;
+    graphs:*) run_graphs "${step#graphs:}" ;;
     *) say "unknown step $step"; status=1 ;;
   esac
 done

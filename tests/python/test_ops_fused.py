@@ -22,6 +22,7 @@ pytest.importorskip("triton")
 import syncopate as sy  # noqa: E402
 from syncopate.errors import InternalError, ShapeError, TransformError, UserError, WaitTimeoutError  # noqa: E402
 from syncopate.kernels.configs import INTERPRETER_CONFIG  # noqa: E402
+from syncopate.launch import epoch_word  # noqa: E402
 from syncopate.ops import choice as choice_mod  # noqa: E402
 from syncopate.ops import fused_gemm  # noqa: E402
 from syncopate.ops.ag_gemm import AgGemm  # noqa: E402
@@ -320,7 +321,7 @@ def test_fused_all_gather_gemm_matches_reference(n, kernel, layout, order):
     a, b = torch.randn(m, k, generator=gen).half(), _b(k, n, layout, gen)
     for epoch in (1, 2):
         c = torch.full((m, n), float("nan"), dtype=torch.float16)
-        g.launch(a, b, c, _landed(g, epoch), epoch)
+        g.launch(a, b, c, _landed(g, epoch), epoch_word(epoch))
         g.check()
         ref = a.double() @ b.double()
         assert torch.allclose(c.double(), ref, rtol=2e-2, atol=2e-2)
@@ -336,7 +337,8 @@ def test_fused_gemm_waits_for_a_missing_chunk_then_names_it():
     signals[missing_slot] = 0
     chunk = g.tables.slot_chunks[missing_slot]
     gen = torch.Generator().manual_seed(1)
-    g.launch(torch.randn(m, k, generator=gen).half(), _b(k, n, "kn", gen), torch.empty(m, n).half(), signals, 1)
+    g.launch(torch.randn(m, k, generator=gen).half(), _b(k, n, "kn", gen), torch.empty(m, n).half(), signals,
+             epoch_word(1))
     with pytest.raises(WaitTimeoutError, match=rf"rank {rank}: tile \d+ waited on slot {missing_slot} "
                                                rf"\(chunk {chunk}\) for value >= 1 but saw 0"):
         g.check()
@@ -357,7 +359,7 @@ def test_fused_producer_stores_c_then_notifies_every_ready_slot(coll, layout):
     notified = set(g.tables.notify_slots)
     assert notified, "a producer plan must have ready / dst-ready slots"
     c = torch.full((m, n), float("nan"), dtype=torch.float16)
-    g.launch(a, b, c, signals, 1)
+    g.launch(a, b, c, signals, epoch_word(1))
     g.check()
     assert torch.allclose(c.double(), a.double() @ b.double(), rtol=2e-2, atol=2e-2)
     for slot in range(len(signals)):
@@ -369,14 +371,15 @@ def test_fused_producer_stores_c_then_notifies_every_ready_slot(coll, layout):
 
 
 class FakeWorkspace:
-    """PlanWorkspace's interface over CPU tensors: issue() lands every chunk at once (world 1
-    has none to move) by raising each landing slot to its epoch's value."""
+    """PlanWorkspace's interface over CPU tensors, logging each step of a call (world 1 has no
+    chunk to move). begin() advances the epoch word as the device would."""
 
     def __init__(self, plan, group=None, *, grid, accesses, device, wait_bound_ns, drop_chunk, sm_copy_blocks):
         m, n, bm, bn = grid
         tables = sy.lower(plan, sy.TileGrid(m, n, bm, bn), [sy.TileAccess(*a) for a in accesses])
         self.writers = [s.writers for s in tables[0].slots]
-        self.plan, self.epoch, self.log = plan, 0, []
+        self.plan, self.log, self.nccl = plan, [], None
+        self.epoch_word = torch.zeros(1, dtype=torch.int32)
         self._signals = torch.zeros(max(1, len(self.writers)), dtype=torch.int32)
         self._tensors = {}
 
@@ -387,21 +390,27 @@ class FakeWorkspace:
     def signals(self):
         return self._signals
 
-    def next_epoch(self):
-        self.epoch += 1
-        return self.epoch
+    def begin(self):
+        self.epoch_word += 1
+        self.log.append(("begin",))
 
-    def begin(self, epoch):
-        self.log.append(("begin", epoch))
+    def publish(self):
+        self.log.append(("publish",))
 
-    def issue(self, epoch, wait_landed=True):
-        self.log.append(("issue", epoch, wait_landed))
+    def fork(self):
+        self.log.append(("fork",))
 
-    def wait_landed(self, epoch):
-        self.log.append(("wait_landed", epoch))
+    def issue_chunks(self):
+        self.log.append(("issue_chunks",))
 
-    def end(self, epoch):
-        self.log.append(("end", epoch))
+    def issue(self, wait_landed=True):
+        self.log.append(("issue", wait_landed))
+
+    def wait_landed(self):
+        self.log.append(("wait_landed",))
+
+    def end(self):
+        self.log.append(("end",))
 
     def check(self, synchronize=True):
         self.log.append(("check",))
@@ -435,13 +444,46 @@ def test_context_at_world_one_runs_the_fused_kernel_or_torch(cpu_runtime, cls, m
         assert got is out
         assert torch.allclose(out.double(), a.double() @ b.double(), rtol=2e-2, atol=2e-2)
     steps = [entry[0] for entry in ctx.ws.log]
-    assert steps[:2] == ["begin", "issue"] and steps.count("end") == 2 and steps.count("check") == 2
+    assert steps.count("begin") == 2 and steps.count("end") == 2 and steps.count("check") == 2
+    assert int(ctx.ws.epoch_word) == 2  # advanced by each call's begin, on the "device"
+    assert ctx.call_mode == "eager"  # no CUDA graphs on the CPU
     if mode == "fused":
         assert ctx.kernel_name == "gemm_tma_kernel"
         assert ctx.gemm.kwargs["C_STORE_POINTERS"] is (cls is not AgGemm)
     with pytest.raises(UserError, match=r"b has layout"):
         other = "kn" if layout == "nk" else "nk"
         ctx(a, _b(k, n, other, gen))
+
+
+def _log_kernel_launches(ctx):
+    """Records each fused-kernel launch in the fake workspace's log, where it happened."""
+    launch = ctx.gemm.launch
+
+    def logged(*args, **kwargs):
+        ctx.ws.log.append(("kernel",))
+        assert args[4] is ctx.ws.epoch_word, "the kernel must read the workspace's device epoch word"
+        return launch(*args, **kwargs)
+
+    ctx.gemm.launch = logged
+
+
+@pytest.mark.parametrize("cls,reduce", [(AgGemm, None), (GemmRs, "chunks"), (GemmAr, "chunks")])
+def test_a_fused_call_launches_the_gemm_before_the_host_issues_any_chunk(cpu_runtime, cls, reduce):
+    """The call path: begin (epoch advanced on the device), inputs, publish, fork, then the fused
+    kernel at once, and only then the chunks (their host work must not delay the kernel)."""
+    m, k, n = 70, 40, 48
+    kw = {} if reduce is None else {"reduce": reduce}
+    ctx = cls(None, m=m, k=k, n=n, dtype=torch.float16, device="cpu", mode="fused", backend="copy-engine",
+              algorithm="direct", split=1, tile_order="row-major", **kw)
+    _log_kernel_launches(ctx)
+    gen = torch.Generator().manual_seed(4)
+    for _ in range(2):
+        ctx.ws.log.clear()
+        ctx(torch.randn(m, k, generator=gen).half(), _b(k, n, "kn", gen), check=False)
+        steps = [entry[0] for entry in ctx.ws.log]
+        tail = ["wait_landed", "end"] if cls is not AgGemm else ["end"]
+        assert steps == ["begin", "publish", "fork", "kernel", "issue_chunks"] + tail, steps
+    assert int(ctx.ws.epoch_word) == 2
 
 
 @pytest.mark.parametrize("op", ["ag_gemm", "gemm_rs", "gemm_ar"])

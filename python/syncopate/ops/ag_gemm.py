@@ -4,12 +4,13 @@
     c = op(a_shard, b)            # a_shard [M/w, K] on this rank, b [K, N]  ->  c [M, N]
     op.decision, op.backend, op.algorithm, op.split, op.tile_order, op.predicted_us
 
-How: the gathered A lives in the symmetric heap (plan tensor "a"). Each call (epoch e, no reset)
-puts this rank's shard in place, lets the executor move every chunk of an all-gather plan with
-the chosen backend on high-priority side streams, and launches the fused GEMM at once
-(ops/fused_gemm.py: the persistent TMA GEMM rewritten by the transformer); each of its tiles
+How: the gathered A lives in the symmetric heap (plan tensor "a"). Each call advances the
+device epoch, puts this rank's shard in place, launches the fused GEMM at once (ops/fused_gemm.py:
+the persistent TMA GEMM rewritten by the transformer) and only then has the executor issue every
+chunk of an all-gather plan with the chosen backend on high-priority side streams; each tile
 waits (bounded) for the chunks holding its rows, in the chosen tile order (arrival: local rows
-first). Where the simulator predicts that overlap does not pay (ops/choice.py; small M), the
+first). By default the whole call is one replay of the context's CUDA graph (ops/call_graphs.py;
+graph=False enqueues it eagerly), and it can be captured in the caller's torch.cuda.graph. Where the simulator predicts that overlap does not pay (ops/choice.py; small M), the
 context runs sequentially: the gather, then torch.matmul.
 """
 
@@ -20,6 +21,7 @@ from typing import Optional
 import torch
 
 from syncopate.errors import ShapeError, UserError
+from syncopate.ops.call_graphs import CallGraphs, capturing
 from syncopate.ops.choice import choose
 from syncopate.ops.common import (CHECK_EACH_CALL, SM_COPY_BLOCKS, barrier, check_aligned, check_b_layout,
                                   check_dims, check_options, check_out, context_for, default_backend,
@@ -41,7 +43,8 @@ class OpContext:
     def __init__(self, group, *, m: int, k: int, n: int, dtype: torch.dtype,
                  device: Optional[torch.device] = None, backend: str = "auto", algorithm: str = "auto",
                  split: Optional[int] = None, tile_order: str = "auto", mode: str = "auto",
-                 b_layout: str = "kn", wait_bound_ns: int = DEFAULT_WAIT_BOUND_NS, drop_chunk: int = -1):
+                 b_layout: str = "kn", wait_bound_ns: int = DEFAULT_WAIT_BOUND_NS, drop_chunk: int = -1,
+                 graph: bool = True):
         who = type(self).__name__
         # Every argument is checked before any GPU work.
         check_dims(who, m=m, k=k, n=n)
@@ -81,12 +84,28 @@ class OpContext:
             self._build_fallback()
         else:
             self._build(drop_chunk)
+        self.graphs = CallGraphs(who, enabled=graph and not self.torch_fallback, refusal=self._capture_refusal())
         # No rank may start a call (and spin) before every rank has loaded its kernels.
         barrier(group, self.device)
 
     def _choice_options(self, *, mode: str, algorithm: str) -> dict:
         """More keywords of ops.choice.choose for this op (GemmRs: which reductions to compare)."""
         return {}
+
+    def _capture_refusal(self) -> Optional[str]:
+        """Why this context's calls cannot be captured in a CUDA graph, or None."""
+        if self.ws is not None and self.ws.nccl is not None:
+            return ("its plan moves chunks with NCCL, whose calls are bounded by a host watchdog that "
+                    "polls events of each call, which a replayed graph does not give (a lost peer would "
+                    "hang the replay); use backend='copy-engine' or 'sm-copy' to capture")
+        return None
+
+    def _run_call(self, key, enqueue, check: bool) -> None:
+        """One call's device work through the context's graphs (see CallGraphs.run); then, if
+        `check` and nothing is being captured, synchronize and raise a timed-out wait."""
+        self.graphs.run(key, enqueue)
+        if check and not capturing():
+            self.check()
 
     # -- what the benchmark and the tests read ----------------------------------------------------
     @property
@@ -124,6 +143,17 @@ class OpContext:
     @property
     def sequential(self) -> bool:
         return self.choice.decision == "sequential"
+
+    @property
+    def call_mode(self) -> str:
+        """How a call runs: "graph" (one replay of this context's CUDA graph), "eager" (enqueued
+        op by op: graph=False, or a configuration that cannot be captured, see capture_refusal)
+        or "torch" (the sequential fallback: NCCL collective + torch.matmul)."""
+        return "torch" if self.torch_fallback else self.graphs.mode
+
+    @property
+    def capture_refusal(self) -> Optional[str]:
+        return self.graphs.refusal
 
     @property
     def sequential_path(self) -> Optional[str]:
@@ -234,20 +264,25 @@ class AgGemm(OpContext):
 
             dist.all_gather_into_tensor(self.a_full, a_shard, group=self.group)
             return torch.matmul(self.a_full, b, out=out)
+        self._run_call((a_shard.data_ptr(), b.data_ptr(), out.data_ptr()),
+                       lambda: self._enqueue(a_shard, b, out), check)
+        return out
+
+    def _enqueue(self, a_shard: torch.Tensor, b: torch.Tensor, out: torch.Tensor) -> None:
+        """One call's device work on the current stream; the GEMM is launched before the host
+        issues any chunk (its tiles wait for them on the device)."""
         ws = self.ws
-        epoch = ws.next_epoch()
-        ws.begin(epoch)
+        ws.begin()
         self.a_local.copy_(a_shard)
         if self.gemm is None:
-            ws.issue(epoch, wait_landed=True)
+            ws.issue(wait_landed=True)
             torch.matmul(self.a_full, b, out=out)
         else:
-            ws.issue(epoch, wait_landed=False)
-            self.gemm.launch(self.a_full, b, out, self.signals, epoch)
-        ws.end(epoch)
-        if check:
-            self.check()
-        return out
+            ws.publish()
+            ws.fork()
+            self.gemm.launch(self.a_full, b, out, self.signals, ws.epoch_word)
+            ws.issue_chunks()
+        ws.end()
 
 
 def forward(a, b, *, group):
