@@ -8,9 +8,9 @@ chunks) x shape (256 to 8192 rows), each with its own CUDA graph (graph=True, th
 eager (graph=False), fused, copy-engine:
   host_us          host time of one call, back to back with no synchronisation (median of
                    batches of calls, each batch timed with a host clock after a synchronize);
-  kernel_start_us  from the call's start on the host to the start of the fused kernel on the
-                   GPU, the GPU idle before the call (torch.profiler: CPU range and CUPTI kernel
-                   records on one clock; median over calls);
+  kernel_start_us  from the call to the start of the fused kernel: on the GPU's clock, from a
+                   marker kernel launched just before the call to the fused kernel, the GPU idle
+                   before (kernel_start_us() says why; median over calls);
 beside torch.mm's host time for the same local GEMM and, where ranks have their own GPUs, the
 host time of the NCCL collective (what the sequential path issues).
 Every context's result is checked once against an fp32 reference before it is timed.
@@ -59,28 +59,35 @@ def host_us(fn, batches=9, per_batch=10):
 
 
 def kernel_start_us(fn, kernel_names, calls=10):
-    """Median delay from fn()'s start on the host to the first kernel named in kernel_names."""
-    from torch.autograd import DeviceType
-    from torch.profiler import ProfilerActivity, profile, record_function
+    """Median delay, on the GPU's clock, from a marker kernel launched just before fn() to the
+    first kernel of fn() named in kernel_names, the GPU idle before the marker.
 
+    The marker starts as soon as it is launched, so the delay is the host time from the call to
+    the kernel's launch plus whatever fn() runs on the device before it; both kernels pay the
+    same launch latency, and both timestamps are CUPTI's (no CPU/GPU clock alignment involved:
+    that alignment put even torch.mm's kernel 150-230 us after its call on this machine)."""
+    from torch.autograd import DeviceType
+    from torch.profiler import ProfilerActivity, profile
+
+    marker = torch.zeros(1, device="cuda")
     fn()
     torch.cuda.synchronize()
     with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
         for _ in range(calls):
             torch.cuda.synchronize()
-            time.sleep(0.002)  # the GPU idle, the host clock well past the last kernel
-            with record_function("sy_call"):
-                fn()
+            time.sleep(0.002)  # the GPU idle
+            marker.fill_(1.0)
+            fn()
             torch.cuda.synchronize()
     events = prof.profiler.kineto_results.events()
-    starts = sorted(e.start_ns() for e in events if e.name() == "sy_call" and e.device_type() == DeviceType.CPU)
-    kernels = sorted(e.start_ns() for e in events
-                     if e.device_type() == DeviceType.CUDA and any(k in e.name() for k in kernel_names))
+    gpu = sorted((e.start_ns(), e.name()) for e in events if e.device_type() == DeviceType.CUDA)
+    markers = [t for t, name in gpu if "fill" in name.lower()]
+    kernels = [t for t, name in gpu if any(k in name for k in kernel_names)]
     delays = []
-    for s in starts:
-        later = [k for k in kernels if k >= s]
+    for t in markers:
+        later = [k for k in kernels if k >= t]
         if later:
-            delays.append((later[0] - s) / 1e3)
+            delays.append((later[0] - t) / 1e3)
     return statistics.median(delays) if delays else float("nan"), len(delays)
 
 
@@ -167,9 +174,23 @@ def main():
                     row[f"kernel_start_us_{tag}"], row[f"kernel_start_samples_{tag}"] = kernel_start_us(
                         lambda: ctx(a, b, out=out, check=False), (kernel,))
                     ctx.check()
+                # Where the graph path's host time goes: the replay alone, the argument checks alone.
+                graph_ctx = ctxs[True]
+                if graph_ctx.graphs._graphs:
+                    replay = next(iter(graph_ctx.graphs._graphs.values()))
+                    row["replay_only_host_us"] = host_us(replay.replay)
+                    row["replay_only_start_us"], _ = kernel_start_us(replay.replay, (kernel,))
+                a_shape = (m_op // world, k) if cls_name == "AgGemm" else (m_op, k)
+                row["checks_only_host_us"] = host_us(
+                    lambda: graph_ctx._check_operands(a, "a", a_shape, b, "b", a_to_kernel=cls_name != "AgGemm"))
                 local_a = torch.randn(m_op, k, generator=gen, device=device).to(dtype)  # the whole local GEMM
                 mm_out = torch.empty(m_op, n, dtype=dtype, device=device)
                 row["torch_mm_host_us"] = host_us(lambda: torch.mm(local_a, b, out=mm_out))
+                # The same measurement of torch.mm's own kernel start: what the profiler's clocks and
+                # this machine's launch latency give an op that does nothing before its kernel.
+                row["torch_mm_start_us"], _ = kernel_start_us(lambda: torch.mm(local_a, b, out=mm_out),
+                                                              ("gemm", "Kernel", "sm90", "cutlass", "nvjet"))
+                row["replay_start_minus_mm_start_us"] = row.get("replay_only_start_us", float("nan")) - row["torch_mm_start_us"]
                 row["collective_host_us"] = None
                 if world > 1 and not shared:
                     import torch.distributed as dist
@@ -193,6 +214,9 @@ def main():
                 say(f"{name:24s} {f'{m_op}x{k}x{n}':>18s} {row['host_us_graph']:11.1f} {row['host_us_eager']:11.1f} "
                     f"{row['kernel_start_us_graph']:12.1f} {row['kernel_start_us_eager']:12.1f} "
                     f"{row['torch_mm_host_us']:8.1f} {coll_txt} {err:8.1e}")
+                say(f"{'':24s} {'':18s} replay alone {row.get('replay_only_host_us', float('nan')):.1f} us host, "
+                    f"kernel {row.get('replay_only_start_us', float('nan')):.1f} us after it; checks alone "
+                    f"{row['checks_only_host_us']:.1f} us; torch.mm's kernel {row['torch_mm_start_us']:.1f} us after its call")
                 del ctxs
             except Exception as exc:  # noqa: BLE001 - a failed row is reported, the rest still run
                 row["error"] = f"{type(exc).__name__}: {exc}"

@@ -23,6 +23,7 @@
 #include "syncopate/lower/signal_table.hpp"
 #include "syncopate/plan/json.hpp"
 #include "syncopate/runtime/executor.hpp"
+#include "syncopate/runtime/graph_launch.hpp"
 #include "syncopate/runtime/occupancy.hpp"
 
 namespace nb = nanobind;
@@ -180,6 +181,9 @@ NB_MODULE(_runtime, m) {
       .def_prop_ro("timed_out", [](const WaitMonitor& w) { return w.snapshot().flag != 0; });
 
   m.def("nccl_unique_id", [] { return from_bytes(NcclComm::unique_id()); });
+  m.def("launch_graph", [](std::uintptr_t graph_exec, std::uintptr_t stream) {
+          runtime::launch_graph(graph_exec, as_stream(stream));
+        }, "graph_exec"_a, "stream"_a, "cudaGraphLaunch of an instantiated graph (torch: raw_cuda_graph_exec())");
   nb::class_<NcclComm>(m, "NcclComm")
       .def("__init__", [](NcclComm* self, const nb::bytes& id, int world, int rank, int device) {
              new (self) NcclComm(to_bytes(id), world, rank, device);

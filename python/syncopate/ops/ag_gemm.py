@@ -84,7 +84,8 @@ class OpContext:
             self._build_fallback()
         else:
             self._build(drop_chunk)
-        self.graphs = CallGraphs(who, enabled=graph and not self.torch_fallback, refusal=self._capture_refusal())
+        self.graphs = CallGraphs(who, enabled=graph and not self.torch_fallback and self.device.type == "cuda",
+                                 refusal=self._capture_refusal())
         # No rank may start a call (and spin) before every rank has loaded its kernels.
         barrier(group, self.device)
 

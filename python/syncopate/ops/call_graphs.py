@@ -33,6 +33,24 @@ def capturing() -> bool:
     return torch.cuda.is_available() and torch.cuda.is_current_stream_capturing()
 
 
+class _Graph:
+    """A captured call: torch's graph (which owns the executable and the capture's memory pool)
+    and the executable's handle, launched through the runtime (graph_launch.hpp: no per-replay
+    bookkeeping of PyTorch's random generators, which a Syncopate call never uses)."""
+
+    __slots__ = ("graph", "exec_handle", "launch")
+
+    def __init__(self, graph: "torch.cuda.CUDAGraph"):
+        from syncopate.runtime import require_runtime
+
+        self.graph = graph
+        self.exec_handle = int(graph.raw_cuda_graph_exec())
+        self.launch = require_runtime().launch_graph
+
+    def replay(self) -> None:
+        self.launch(self.exec_handle, torch.cuda.current_stream().cuda_stream)
+
+
 class CallGraphs:
     """One context's call graphs.
 
@@ -46,7 +64,7 @@ class CallGraphs:
         self.refusal = refusal
         self.enabled = bool(enabled) and refusal is None
         self.limit = int(limit)
-        self._graphs: "OrderedDict[Hashable, torch.cuda.CUDAGraph]" = OrderedDict()
+        self._graphs: "OrderedDict[Hashable, _Graph]" = OrderedDict()
         self.captures = 0  # graphs made so far (a benchmark reads it to see that calls replay)
 
     @property
@@ -56,12 +74,12 @@ class CallGraphs:
 
     def run(self, key: Hashable, enqueue: Callable[[], None]) -> None:
         """Runs one call: enqueue() puts its device work on the current stream."""
-        if capturing():
-            if self.refusal is not None:
+        if not self.enabled:
+            if self.refusal is not None and capturing():
                 raise UserError(f"{self.who}: cannot be captured in a CUDA graph: {self.refusal}")
             enqueue()
             return
-        if not self.enabled:
+        if torch.cuda.is_current_stream_capturing():  # the caller's capture: record into it
             enqueue()
             return
         graph = self._graphs.get(key)
@@ -74,14 +92,14 @@ class CallGraphs:
             self._graphs.move_to_end(key)
         graph.replay()
 
-    def _capture(self, enqueue: Callable[[], None]) -> "torch.cuda.CUDAGraph":
+    def _capture(self, enqueue: Callable[[], None]) -> _Graph:
         graph = torch.cuda.CUDAGraph()
         # thread_local: another thread's CUDA calls (a peer rank's thread in one process) must
         # not invalidate this capture.
         with torch.cuda.graph(graph, capture_error_mode="thread_local"):
             enqueue()
         self.captures += 1
-        return graph
+        return _Graph(graph)
 
     def clear(self) -> None:
         self._graphs.clear()
