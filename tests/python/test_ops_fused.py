@@ -528,3 +528,26 @@ def test_auto_fallback_runs_the_torch_collective_and_matmul(cpu_runtime, single_
     assert calls == [expected[cls.__name__]]
     explicit = cls(single_rank_group, m=m, k=k, n=n, dtype=torch.float16, device="cpu", mode="sequential")
     assert (explicit.sequential_path, explicit.ws is not None) == ("executor", True)
+
+
+def test_check_reports_the_kernels_missing_chunk_first_and_the_runtimes_too(cpu_runtime, monkeypatch):
+    """One missing chunk can time out in the fused kernel (a tile waiting for it) and, as a
+    consequence, in the runtime (a chunk waiting for that tile's ready slot): check() reads and
+    clears both records and names the kernel's first (the chunk the tiles read: the cause)."""
+    ctx = GemmAr(None, m=64, k=40, n=48, dtype=torch.float16, device="cpu", mode="fused", backend="copy-engine",
+                 algorithm="direct", split=1, tile_order="row-major", reduce="chunks")
+
+    def runtime_timeout(synchronize=True):
+        raise WaitTimeoutError("rank 1: ready slot 6 on rank 1 (chunk 7) expected >= 24, seen 0")
+
+    def kernel_timeout():
+        raise WaitTimeoutError("fused gemm_tma_kernel: rank 1: tile 3 waited on slot 0 (chunk 1): chunk 1 never arrived")
+
+    monkeypatch.setattr(ctx.ws, "check", runtime_timeout)
+    monkeypatch.setattr(ctx.gemm, "check", kernel_timeout)
+    with pytest.raises(WaitTimeoutError, match=r"^fused gemm_tma_kernel: .*chunk 1 never arrived; also timed out: "
+                                               r"rank 1: ready slot 6 on rank 1 \(chunk 7\)"):
+        ctx.check()
+    monkeypatch.setattr(ctx.gemm, "check", lambda: None)
+    with pytest.raises(WaitTimeoutError, match=r"^rank 1: ready slot 6 on rank 1 \(chunk 7\) expected >= 24, seen 0$"):
+        ctx.check()

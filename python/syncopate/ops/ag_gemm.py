@@ -20,7 +20,7 @@ from typing import Optional
 
 import torch
 
-from syncopate.errors import ShapeError, UserError
+from syncopate.errors import ShapeError, UserError, WaitTimeoutError
 from syncopate.ops.call_graphs import CallGraphs, capturing
 from syncopate.ops.choice import choose
 from syncopate.ops.common import (CHECK_EACH_CALL, SM_COPY_BLOCKS, barrier, check_aligned, check_b_layout,
@@ -216,13 +216,26 @@ class OpContext:
             check_aligned(who, b_name, b)
 
     def check(self) -> None:
-        """Synchronizes, then raises WaitTimeoutError naming rank, slot, expected, seen, chunk."""
+        """Synchronizes, then raises WaitTimeoutError naming rank, slot, expected, seen, chunk.
+
+        Both records are read (and cleared): the fused kernel's (a tile that waited for a chunk)
+        and the runtime's (a chunk step or the stream that waited for a slot). One missing chunk
+        often times out in both, the second as a consequence (a GEMM+AR gather chunk waits for
+        own tiles that wait for the missing staged partial), so the message gives the kernel's
+        first: it names the chunk the tiles read, which is where the cause is."""
         if self.ws is None:  # the torch fallback: NCCL reports its own errors
             torch.cuda.synchronize(self.device)
             return
-        self.ws.check(synchronize=True)
-        if self.gemm is not None:
-            self.gemm.check()
+        errors = []
+        for check in (lambda: self.ws.check(synchronize=True), self.gemm.check if self.gemm is not None else None):
+            if check is None:
+                continue
+            try:
+                check()
+            except WaitTimeoutError as exc:
+                errors.append(str(exc))
+        if errors:
+            raise WaitTimeoutError("; also timed out: ".join(reversed(errors)))
 
 
 class AgGemm(OpContext):
