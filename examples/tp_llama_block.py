@@ -359,6 +359,9 @@ def setup(args) -> tuple:
     if backend == "nccl" and shared:
         raise SystemExit(f"tp_llama_block: {world} ranks on {gpus} GPU(s) share GPUs; NCCL needs one GPU "
                          "per rank, use --backend gloo")
+    if backend == "gloo" and args.cuda_graph:
+        raise SystemExit("tp_llama_block: --cuda-graph needs NCCL (gloo runs its collectives on the host, "
+                         "which a CUDA graph cannot capture)")
     if backend == "nccl":
         dist.init_process_group("nccl", device_id=device)
     else:
