@@ -24,6 +24,9 @@ REPO = HERE.parents[1]
 
 
 def run(rank: int, world: int, port: int, out_dir: str) -> None:
+    # The installed package, as in the parent (conftest.py): a test module of the parent may have
+    # put the source tree's python/ (no compiled modules) on the sys.path this process inherited.
+    sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != REPO / "python"]
     os.environ["TRITON_INTERPRET"] = "1"  # the ops accept CPU tensors under the interpreter
     os.environ.setdefault("SYNCOPATE_CALIBRATION", str(REPO / "calib" / "h200.json"))
     import torch
