@@ -172,20 +172,6 @@ def time_ms(fn, samples: int, warmup: int) -> float:
     return max_over_ranks(statistics.median(values))
 
 
-def syncopate_decisions() -> list:
-    """What each Syncopate context made so far runs (fused / sequential, backend), if readable."""
-    try:
-        from syncopate.ops import common
-    except ImportError:
-        return []
-    out = []
-    for key, ctx in getattr(common, "_CONTEXTS", {}).items():
-        out.append({"context": key[0], "m": getattr(ctx, "m", None), "k": getattr(ctx, "k", None),
-                    "n": getattr(ctx, "n", None), "decision": getattr(ctx, "decision", None),
-                    "backend": getattr(ctx, "backend", None), "reason": getattr(ctx, "reason", None)})
-    return out
-
-
 def bench_variant(name, cfg, args, full, x_full, target, ref, rank, world, device, timed) -> dict:
     try:
         runner = make_runner(name, cfg, args, full, x_full, target, rank, world, device)
@@ -222,7 +208,8 @@ def bench_variant(name, cfg, args, full, x_full, target, ref, rank, world, devic
     result.update(fwd_ms=fwd, fwd_bwd_ms=fwd_bwd, fwd_tokens_per_s=tokens / (fwd / 1e3),
                   fwd_bwd_tokens_per_s=tokens / (fwd_bwd / 1e3))
     if name.startswith("syncopate"):
-        result["contexts"] = syncopate_decisions()
+        result["contexts"] = [dict(zip(("context", "m", "k", "n", "decision", "backend"), c))
+                              for c in blk.context_decisions()]
     return result
 
 

@@ -323,6 +323,18 @@ class Runner:
         return errors
 
 
+def context_decisions() -> list:
+    """What each op context built so far runs: (class, m, k, n, "fused"/"sequential", backend).
+    Read from the ops' context cache, where this version of syncopate keeps one."""
+    try:
+        from syncopate.ops import common
+    except ImportError:
+        return []
+    return [(type(ctx).__name__, getattr(ctx, "m", None), getattr(ctx, "k", None), getattr(ctx, "n", None),
+             getattr(ctx, "decision", None), getattr(ctx, "backend", None))
+            for ctx in getattr(common, "_CONTEXTS", {}).values()]
+
+
 def max_over_ranks(errors: dict, world: int, group, device) -> dict:
     if world == 1:
         return errors
@@ -431,7 +443,8 @@ def run(argv=None) -> dict:
         results.append({"step": step, "s": time.perf_counter() - start, "errors": errors})
     tol = args.tolerance or TOLERANCE[dtype]
     worst = max(max(r["errors"].values()) for r in results)
-    report.update(steps=results, tolerance=tol, worst=worst, passed=bool(worst <= tol))
+    report.update(steps=results, tolerance=tol, worst=worst, passed=bool(worst <= tol),
+                  contexts=context_decisions())
     return report
 
 
@@ -478,6 +491,8 @@ def main(argv=None) -> int:
             worst = max(r["errors"], key=r["errors"].get)
             print(f"step {r['step']}: {r['s'] * 1e3:.1f} ms, worst {worst} {r['errors'][worst]:.2e}, "
                   + ", ".join(f"{k} {v:.1e}" for k, v in sorted(r["errors"].items())))
+        for name, m, k, n, decision, backend in report["contexts"]:
+            print(f"  {name} m={m} k={k} n={n}: {decision}" + (f" ({backend})" if decision == "fused" else ""))
         if "trace" in report:
             print(f"torch.compile: {report['trace']['graphs']} graph(s), syncopate ops "
                   f"{report['trace']['syncopate_ops']}")

@@ -37,6 +37,9 @@ def test_tiny_block_matches_the_reference():
     report = blk.run(TINY + ["--steps", "2"])
     assert_passed(report)
     assert report["world"] == 1 and len(report["steps"]) == 2
+    # Four layers and their backward ops; at world 1 auto runs each sequentially (torch.matmul).
+    names = {c[0] for c in report["contexts"]}
+    assert names == {"AgGemm", "GemmRs"} and all(c[4] == "sequential" for c in report["contexts"])
 
 
 def test_tiny_block_through_the_fused_kernels(fused_contexts):
@@ -44,6 +47,7 @@ def test_tiny_block_through_the_fused_kernels(fused_contexts):
     assert_passed(report)
     kinds = {type(ctx).__name__ for ctx in fused_contexts}
     assert kinds == {"AgGemm", "GemmRs"} and all(ctx.decision == "fused" for ctx in fused_contexts)
+    assert report["contexts"] and all(c[4] == "fused" for c in report["contexts"])
 
 
 def test_tiny_block_under_torch_compile():
