@@ -227,10 +227,12 @@ def test_compiled_training_step_traces_fused_ops_in_both_graphs(world):
 
     graphs = {"fw": [], "bw": []}
 
+    from functorch.compile import make_boxed_func
+
     def recorder(kind):
         def compiler(gm, example_inputs):
             graphs[kind].extend(str(n.target) for n in gm.graph.nodes if n.op == "call_function")
-            return gm.forward
+            return make_boxed_func(gm.forward)
         return compiler
 
     def mlp(x, w_up, w_down):
