@@ -388,7 +388,7 @@ def test_cpu_operands_need_the_interpreter(monkeypatch):
 # --- ag_gemm_gathered's hand-over to the runtime ---------------------------------------------------
 
 
-def test_gathered_variant_uses_the_runtimes_gathered_out_when_it_has_one(monkeypatch):
+def test_gathered_variant_hands_gathered_out_to_the_runtime(monkeypatch):
     """A runtime forward() taking gathered_out fills it (the fused path, copied before the heap
     is reused); ag_gemm_gathered then returns that tensor and runs nothing else."""
     import types

@@ -551,3 +551,22 @@ def test_check_reports_the_kernels_missing_chunk_first_and_the_runtimes_too(cpu_
     monkeypatch.setattr(ctx.gemm, "check", lambda: None)
     with pytest.raises(WaitTimeoutError, match=r"^rank 1: ready slot 6 on rank 1 \(chunk 7\) expected >= 24, seen 0$"):
         ctx.check()
+
+
+def test_ag_gemm_hands_out_the_gathered_a_before_the_heap_can_be_reused(cpu_runtime):
+    """gathered_out (ag_gemm_gathered, the backward of GEMM+RS): filled from the heap after every
+    chunk landed and before end() lets peers write the heap again."""
+    m, k, n = 64, 40, 48
+    ctx = AgGemm(None, m=m, k=k, n=n, dtype=torch.float16, device="cpu", mode="fused", backend="copy-engine",
+                 algorithm="direct", split=1, tile_order="row-major")
+    _log_kernel_launches(ctx)
+    gen = torch.Generator().manual_seed(8)
+    a, b = torch.randn(m, k, generator=gen).half(), _b(k, n, "kn", gen)
+    gathered = torch.full((m, k), float("nan"), dtype=torch.float16)
+    out = ctx(a, b, gathered_out=gathered, check=False)
+    assert torch.equal(gathered, a)
+    assert torch.allclose(out.double(), a.double() @ b.double(), rtol=2e-2, atol=2e-2)
+    steps = [e[0] for e in ctx.ws.log]
+    assert steps == ["begin", "publish", "fork", "kernel", "issue_chunks", "wait_landed", "end"], steps
+    with pytest.raises(UserError, match=r"AgGemm: out must be a contiguous \[64, 40\]"):
+        ctx(a, b, gathered_out=torch.empty(m, k + 1, dtype=torch.float16))

@@ -266,23 +266,31 @@ class AgGemm(OpContext):
         self.a_full = torch.empty((self.m, self.k), dtype=self.dtype, device=self.device)
 
     def __call__(self, a_shard: torch.Tensor, b: torch.Tensor, *, out: Optional[torch.Tensor] = None,
-                 check: bool = CHECK_EACH_CALL) -> torch.Tensor:
-        """c = all_gather(a_shard) @ b, into `out` if given (else a new tensor). check:
-        synchronize and raise a WaitTimeoutError now (else errors surface at the next check())."""
+                 gathered_out: Optional[torch.Tensor] = None, check: bool = CHECK_EACH_CALL) -> torch.Tensor:
+        """c = all_gather(a_shard) @ b, into `out` if given (else a new tensor). gathered_out: an
+        [m, k] tensor that receives the gathered A too (the backward of GEMM+RS reads it; the
+        heap's copy is overwritten by the next call). check: synchronize and raise a
+        WaitTimeoutError now (else errors surface at the next check())."""
         self._check_operands(a_shard, "a_shard", (self.shard_rows, self.k), b, "b", a_to_kernel=False)
         out = check_out(out, (self.m, self.n), self.dtype, self.device, "AgGemm")
+        if gathered_out is not None:
+            gathered_out = check_out(gathered_out, (self.m, self.k), self.dtype, self.device, "AgGemm")
         if self.torch_fallback:
             if self.group is None:
+                if gathered_out is not None:
+                    gathered_out.copy_(a_shard)
                 return torch.matmul(a_shard, b, out=out)
             import torch.distributed as dist
 
-            dist.all_gather_into_tensor(self.a_full, a_shard, group=self.group)
-            return torch.matmul(self.a_full, b, out=out)
-        self._run_call((a_shard.data_ptr(), b.data_ptr(), out.data_ptr()),
-                       lambda: self._enqueue(a_shard, b, out), check)
+            full = self.a_full if gathered_out is None else gathered_out
+            dist.all_gather_into_tensor(full, a_shard, group=self.group)
+            return torch.matmul(full, b, out=out)
+        key = (a_shard.data_ptr(), b.data_ptr(), out.data_ptr(), 0 if gathered_out is None else gathered_out.data_ptr())
+        self._run_call(key, lambda: self._enqueue(a_shard, b, out, gathered_out), check)
         return out
 
-    def _enqueue(self, a_shard: torch.Tensor, b: torch.Tensor, out: torch.Tensor) -> None:
+    def _enqueue(self, a_shard: torch.Tensor, b: torch.Tensor, out: torch.Tensor,
+                 gathered_out: Optional[torch.Tensor] = None) -> None:
         """One call's device work on the current stream; the GEMM is launched before the host
         issues any chunk (its tiles wait for them on the device)."""
         ws = self.ws
@@ -296,11 +304,16 @@ class AgGemm(OpContext):
             ws.fork()
             self.gemm.launch(self.a_full, b, out, self.signals, ws.epoch_word)
             ws.issue_chunks()
+            if gathered_out is not None:
+                ws.wait_landed()  # every chunk is in the heap before the copy reads it
+        if gathered_out is not None:
+            gathered_out.copy_(self.a_full)  # before end(): after it, peers may write into "a" again
         ws.end()
 
 
-def forward(a, b, *, group):
-    """The torch custom op's implementation (custom_ops.py): checked tensors, a ProcessGroup.
+def forward(a, b, *, group, gathered_out=None):
+    """The torch custom op's implementation (custom_ops.py): checked tensors, a ProcessGroup;
+    gathered_out (ag_gemm_gathered): an [M, K] tensor to receive the gathered A.
     Contexts are cached per (group, shapes, dtype, device, backend, B layout)."""
     world = group.size()
     m, k, n = a.shape[0] * world, a.shape[1], b.shape[1]
@@ -308,4 +321,4 @@ def forward(a, b, *, group):
     backend = default_backend()
     ctx = context_for(AgGemm, group, (m, k, n, a.dtype, a.device, backend, layout),
                       m=m, k=k, n=n, dtype=a.dtype, device=a.device, backend=backend, b_layout=layout)
-    return ctx(a, b)
+    return ctx(a, b, gathered_out=gathered_out)

@@ -124,7 +124,7 @@ def barrier(group, device):
     import torch.distributed as dist
 
     if group is not None and dist.get_world_size(group) > 1:
-        dist.barrier(group=group, device_ids=[device.index])
+        dist.barrier(group=group, device_ids=[device.index] if device.type == "cuda" else None)
 
 
 # Contexts made by forward(), by process group name and shapes: a cache, so that repeated calls

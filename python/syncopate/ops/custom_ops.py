@@ -34,17 +34,14 @@ the symmetric buffers and compiled kernels). The contract this layer relies on:
         '''Finds or builds the context for (group, shapes, dtype, device) and runs the op.'''
 
 `group` is a ProcessGroup, or at one rank without torch.distributed an object with what
-forward() reads of one (`size()`, `rank()`, `group_name`; _OneRank below). ag_gemm.forward may
-also accept `gathered_out=` (an [M, K] tensor the call fills with the gathered A, written before
-the heap can be overwritten by the next call); ag_gemm_gathered uses it where it exists, and
-otherwise runs the all-gather (NCCL) then torch.matmul itself (no overlap, one collective).
+forward() reads of one (`size()`, `rank()`, `group_name`; _OneRank below). ag_gemm.forward also
+takes `gathered_out=` (an [M, K] tensor the call fills with the gathered A, written before the
+heap can be overwritten by the next call); ag_gemm_gathered passes it.
 """
 
 from __future__ import annotations
 
-import functools
 import importlib
-import inspect
 import os
 from typing import Optional, Tuple
 
@@ -198,32 +195,15 @@ def _run_on_gpu(op: str, a: torch.Tensor, b: torch.Tensor, world_size: int, grou
     return impl.forward(a, b, group=group)
 
 
-@functools.lru_cache(maxsize=None)
-def _accepts_gathered_out(forward) -> bool:
-    try:
-        return "gathered_out" in inspect.signature(forward).parameters
-    except (TypeError, ValueError):
-        return False
-
-
 def _run_ag_gemm_gathered(a: torch.Tensor, b: torch.Tensor, world_size: int, group_name: str):
     """ag_gemm that also returns the gathered A (a new tensor: the runtime's own copy is
-    overwritten by its next call). Where the runtime cannot hand it out (its forward() takes no
-    `gathered_out`), the gather runs first (one collective) and torch.matmul after it."""
+    overwritten by its next call)."""
     op = "ag_gemm_gathered"
     m, _ = _ag_gemm_shape(a, b, world_size, op)
     group = _resolve_group(op, world_size, group_name)
     impl = _runtime_module("ag_gemm")
     gathered = a.new_empty((m, a.shape[1]))
-    if _accepts_gathered_out(impl.forward):
-        return impl.forward(a, b, group=group, gathered_out=gathered), gathered
-    if world_size == 1:
-        gathered.copy_(a)
-        return impl.forward(a, b, group=group), gathered
-    import torch.distributed as dist
-
-    dist.all_gather_into_tensor(gathered, a.contiguous(), group=group)
-    return torch.matmul(gathered, b), gathered
+    return impl.forward(a, b, group=group, gathered_out=gathered), gathered
 
 
 def _runtime_module(op: str):
