@@ -45,13 +45,10 @@ if [ -d "$deps" ]; then export LD_LIBRARY_PATH="$deps/lib/x86_64-linux-gnu:${LD_
 nccl_lib=$("$python" -c 'import nvidia.nccl, os; print(os.path.join(nvidia.nccl.__path__[0], "lib", "libnccl.so.2"))' 2>/dev/null || true)
 if [ -n "$nccl_lib" ] && [ -f "$nccl_lib" ]; then export SYNCOPATE_NCCL_LIBRARY="$nccl_lib"; fi
 
-pkg=$(mktemp -d)
-cp -r python/syncopate "$pkg/"
-cp build-gpu/python/_core*.so build-gpu/python/_runtime*.so "$pkg/syncopate/" 2>/dev/null ||
-  echo "run_bench: no built modules in build-gpu/python: the Syncopate variants will be skipped"
-# The wheel ships calib/*.json inside the package (python/CMakeLists.txt); the ops' simulator
-# choice loads syncopate.calibration("h200") from there.
-mkdir -p "$pkg/syncopate/calib" && cp calib/*.json "$pkg/syncopate/calib/"
+# The package from the source tree plus the modules tests/gpu/run.sh built (no pip).
+if ! pkg=$(tests/gpu/stage_package.sh); then
+  echo "run_bench: no built modules in build-gpu/python (run without SKIP_BUILD)"; exit 2
+fi
 export PYTHONPATH="$pkg${PYTHONPATH:+:$PYTHONPATH}"
 
 world=${WORLD:-$("$python" -c 'import torch; print(torch.cuda.device_count())')}
