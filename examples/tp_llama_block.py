@@ -245,7 +245,12 @@ def reference_step(cfg: BlockConfig, full: dict, x: torch.Tensor, target: torch.
     loss = loss_of(out, target, x.shape[0] * x.shape[1])
     loss.backward()
     grads = {name: t.grad for name, t in w.items()}
-    return {"loss": loss.detach(), "out": out.detach(), "x_grad": xr.grad, "grads": grads}
+    # The loss is a dot product of the output with a zero-mean target: its value cancels, so its
+    # error is measured against the dot product's condition, ||out|| ||target|| / tokens
+    # (relative to the value itself, a bf16 block missed by 9% at S = 8192 while every
+    # output element was within 3e-3).
+    scale = torch.linalg.vector_norm(out.detach()) * torch.linalg.vector_norm(target) / (x.shape[0] * x.shape[1])
+    return {"loss": loss.detach(), "loss_scale": scale, "out": out.detach(), "x_grad": xr.grad, "grads": grads}
 
 
 # --- running the TP block and comparing ------------------------------------------------------------
@@ -314,7 +319,7 @@ class Runner:
             snn.allreduce_sequence_parallel_grads(self.block, self.group)
         ref_shards = shards(ref["grads"], self.rank, self.world)
         errors = {
-            "loss": abs(total.item() - ref["loss"].item()) / max(abs(ref["loss"].item()), 1e-30),
+            "loss": abs(total.item() - ref["loss"].item()) / max(ref["loss_scale"].item(), 1e-30),
             "out": relative_error(out, rows_of(ref["out"], self.rank, self.world)),
             "x.grad": relative_error(self.x.grad, rows_of(ref["x_grad"], self.rank, self.world)),
         }

@@ -23,9 +23,9 @@ import torch
 from syncopate.errors import ShapeError, UserError, WaitTimeoutError
 from syncopate.ops.call_graphs import CallGraphs, capturing
 from syncopate.ops.choice import choose
-from syncopate.ops.common import (CHECK_EACH_CALL, SM_COPY_BLOCKS, barrier, check_aligned, check_b_layout,
-                                  check_dims, check_options, check_out, context_for, default_backend,
-                                  forward_operands, group_rank_world)
+from syncopate.ops.common import (BACKENDS, CHECK_EACH_CALL, SM_COPY_BLOCKS, barrier, check_aligned,
+                                  check_b_layout, check_dims, check_options, check_out, context_for,
+                                  default_backend, forward_operands, group_rank_world, ranks_sharing_a_device)
 from syncopate.ops.custom_ops import SUPPORTED_DTYPES
 from syncopate.runtime import DEFAULT_WAIT_BOUND_NS, plan_dtype
 
@@ -67,6 +67,7 @@ class OpContext:
         # The GEMM's own per-shape configuration (no split-K: every tile is final when stored);
         # the simulator and the lowering use its real block shape.
         self.config = fused_config(select_config(m, n, k, self.device, dtype, allow_split_k=False))
+        backend = self._usable_backends(backend)
         choice = choose(self.collective, m=m, n=n, k=k, world=world, dtype=plan_dtype(dtype),
                         block_m=self.config.block_m, block_n=self.config.block_n, backend=backend,
                         algorithm=algorithm, split=split, tile_order=tile_order, mode=mode,
@@ -92,6 +93,19 @@ class OpContext:
     def _choice_options(self, *, mode: str, algorithm: str) -> dict:
         """More keywords of ops.choice.choose for this op (GemmRs: which reductions to compare)."""
         return {}
+
+    def _usable_backends(self, backend: str):
+        """`backend`, or for "auto" the backends that can run on this group: where two ranks share
+        a GPU (a test mode, or more ranks than GPUs) NCCL cannot, so "auto" leaves it out and
+        backend="nccl" is refused by name."""
+        shared = ranks_sharing_a_device(self.group, self.device)
+        if shared is None:
+            return backend
+        r, s, gpu = shared
+        if backend == "nccl":
+            raise UserError(f"{type(self).__name__}: backend='nccl' cannot run here: ranks {r} and {s} share "
+                            f"GPU {gpu} and NCCL refuses two ranks on one device; use 'copy-engine' or 'sm-copy'")
+        return tuple(b for b in BACKENDS if b != "nccl") if backend == "auto" else backend
 
     def _capture_refusal(self) -> Optional[str]:
         """Why this context's calls cannot be captured in a CUDA graph, or None."""
