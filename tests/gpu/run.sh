@@ -11,7 +11,7 @@
 # STEPS (e.g. "cpp:2 py:2 cpp:4") picks and orders the runs; OPS_ARGS is passed to
 # test_ops_gpu.py (e.g. "--quick", "--only matrix"); CPP_TIMEOUT / PY_TIMEOUT bound each run (s).
 # Exit status: non-zero if any step failed. Dependencies missing on the device (fmt,
-# nlohmann-json, GoogleTest, CLI11) may be carried in .deps/ (made by scripts/gpu_deps.sh; SYNCOPATE_DEPS
+# nlohmann-json, GoogleTest, CLI11, pugixml) may be carried in .deps/ (made by scripts/gpu_deps.sh; SYNCOPATE_DEPS
 # names another).
 set -uo pipefail
 
