@@ -6,6 +6,7 @@
 #include <cerrno>
 #include <cstring>
 #include <fstream>
+#include <optional>
 #include <set>
 #include <sstream>
 #include <system_error>
@@ -50,6 +51,48 @@ std::vector<int> mentioned_chunks(const Violation& v) {
   return ids;
 }
 
+// The region a coverage violation is about, as the verifier spells it ("x[1:2, 0:4]"), when
+// its detail names one of the plan's tensors that way.
+std::optional<std::pair<std::string, Box>> region_of(const Violation& v, const CommPlan& plan) {
+  const std::string& d = v.detail;
+  for (const auto& [name, spec] : plan.tensors) {
+    for (std::size_t at = d.find(name + "["); at != std::string::npos; at = d.find(name + "[", at + 1)) {
+      if (at > 0 && (std::isalnum(static_cast<unsigned char>(d[at - 1])) || d[at - 1] == '_')) continue;
+      Box box;
+      std::istringstream in(d.substr(at + name.size() + 1));
+      std::int64_t begin = 0, end = 0;
+      char colon = 0, sep = 0;
+      while (in >> begin >> colon >> end >> sep && colon == ':') {
+        box.offset.push_back(begin);
+        box.extent.push_back(end - begin);
+        if (sep == ']') break;
+      }
+      if (sep == ']' && box.offset.size() == spec.shape.size()) return std::pair{name, box};
+    }
+  }
+  return std::nullopt;
+}
+
+// For a violation about a region of a rank (no chunk of its own): the chunks that land there or
+// read it on that rank, so the source steps around the gap are named.
+std::string chunks_near(const Violation& v, const ImportedPlan& imported) {
+  if (v.chunk >= 0 || v.rank < 0) return {};
+  const auto region = region_of(v, imported.plan);
+  if (!region) return {};
+  const auto& [tensor, box] = *region;
+  std::string out;
+  int listed = 0;
+  for (const bool landing : {true, false})
+    for (const Chunk& c : imported.plan.chunks) {
+      const bool hit = landing ? c.dst == v.rank && c.dst_tensor == tensor && c.dst_box.overlaps(box)
+                               : c.src == v.rank && c.tensor == tensor && c.box.overlaps(box);
+      if (!hit || c.id >= static_cast<int>(imported.origins.size()) || listed++ >= 4) continue;
+      out += fmt::format("    chunk {} {} {} on rank {}; it comes from {}\n", c.id, landing ? "lands on" : "reads",
+                         tensor, v.rank, imported.origins[static_cast<std::size_t>(c.id)]);
+    }
+  return out;
+}
+
 }  // namespace
 
 std::string format_report_with_origins(const VerifyReport& report, const ImportedPlan& imported,
@@ -64,6 +107,7 @@ std::string format_report_with_origins(const VerifyReport& report, const Importe
       if (++listed > 8) break;
       out += fmt::format("    chunk {} comes from {}\n", id, imported.origins[static_cast<std::size_t>(id)]);
     }
+    out += chunks_near(v, imported);
   }
   return out;
 }

@@ -71,8 +71,9 @@ ImportedPlan import_plan(std::string_view text, ImportFormat format, const Impor
 // Reads `path` (refusing directories, devices and files over 1 GiB) with options.source = path.
 ImportedPlan import_plan_file(const std::filesystem::path& path, ImportFormat format, ImportOptions options);
 
-// The report with each violation followed by the source element of its chunk (and, for a
-// dependency cycle, of every chunk on it).
+// The report with each violation followed by the source element of its chunk (and of every
+// chunk its detail names, e.g. along a cycle); a violation about a region with no chunk of its
+// own (a missing delivery) lists the chunks that land on or read that region on its rank.
 std::string format_report_with_origins(const VerifyReport& report, const ImportedPlan& imported,
                                        std::string_view plan_name);
 
