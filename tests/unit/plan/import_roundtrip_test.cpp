@@ -168,15 +168,44 @@ TEST(ExportMscclXml, RefusesWhatMscclCannotExpress) {
   o.dim = 1;
   o.staging = "p";
   EXPECT_THROW(export_msccl_xml(make_plan(o)), UserError);
-  // A box that cuts another dimension than the collective's.
-  o = TemplateOptions{};
-  o.world_size = 2;
-  o.shape = {4, 2};
-  CommPlan plan = make_plan(o);
-  plan.chunks[0].box.extent[1] = 1;
-  plan.chunks[0].dst_box.extent[1] = 1;
-  plan.chunks[1].box.extent[1] = 1;  // keep it verifiable? no: export verifies first
-  EXPECT_THROW(export_msccl_xml(plan), UserError);
+  // A direct all-gather of 3 ranks, written by hand: each shard moves in two halves along dim 1
+  // (which MSCCL's chunks cannot cut), or whole with a dep on a chunk that lands on a third rank.
+  auto direct = [](bool halves, bool third_rank_dep) {
+    CommPlan p;
+    p.collective.kind = Collective::all_gather;
+    p.collective.tensor = "x";
+    p.world_size = 3;
+    p.tensors["x"] = TensorSpec{{3, 4}, DType::bf16, "row-major"};
+    for (int r = 0; r < 3; ++r) p.ranks.push_back({r, {{}}});
+    for (int src = 0; src < 3; ++src)
+      for (int step = 1; step < 3; ++step)
+        for (int half = 0; half < (halves ? 2 : 1); ++half) {
+          Chunk c;
+          c.id = static_cast<int>(p.chunks.size());
+          c.tensor = c.dst_tensor = "x";
+          c.box = c.dst_box = halves ? Box{{src, 2 * half}, {1, 2}} : Box{{src, 0}, {1, 4}};
+          c.src = src;
+          c.dst = (src + step) % 3;
+          if (third_rank_dep && c.src == 2 && c.dst == 1) c.deps = {3};  // chunk 3: 1 -> 0
+          p.ranks[src].streams[0].push_back(c.id);
+          p.chunks.push_back(c);
+        }
+    EXPECT_TRUE(verify(p).ok()) << verify(p).format("hand-made");
+    return p;
+  };
+  EXPECT_NO_THROW(export_msccl_xml(direct(false, false)));
+  try {
+    export_msccl_xml(direct(true, false));
+    FAIL() << "a box cutting dim 1 was exported";
+  } catch (const UserError& e) {
+    EXPECT_NE(std::string(e.what()).find("chunk 0 cuts dim 1"), std::string::npos) << e.what();
+  }
+  try {
+    export_msccl_xml(direct(false, true));
+    FAIL() << "a dep landing on a third rank was exported";
+  } catch (const UserError& e) {
+    EXPECT_NE(std::string(e.what()).find("depends on chunk 3, which lands on rank 0"), std::string::npos) << e.what();
+  }
 }
 
 }  // namespace
