@@ -6,7 +6,9 @@
 # 1. builds the runtime, the C++ GPU tests and the Python modules (build-gpu/, Release);
 # 2. runs the single-process multi-GPU C++ tests at world sizes 1 .. max(4, GPUs) (ranks beyond
 #    the GPU count share GPUs; nccl cases need one GPU per rank and skip there);
-# 3. runs tests/gpu/test_ops_gpu.py under torchrun at every world size from 1 to the GPU count.
+# 3. runs tests/gpu/test_ops_gpu.py under torchrun at every world size from 1 to the GPU count;
+# 4. runs tests/gpu/test_imported_plan_gpu.py (plans imported from MSCCL XML / send-recv lists in
+#    AgGemm and GemmRs) at worlds 2 and 4, ranks sharing GPUs where there are fewer.
 # Logs: LOG_DIR/gpu-tests-<date>.log (everything) and the per-rank result lines beside it.
 # STEPS (e.g. "cpp:2 py:2 cpp:4") picks and orders the runs; OPS_ARGS is passed to
 # test_ops_gpu.py (e.g. "--quick", "--only matrix"); CPP_TIMEOUT / PY_TIMEOUT bound each run (s).
@@ -90,17 +92,30 @@ run_py() {  # $1: world size
   grep -E "^SUMMARY|^FAIL" "$log" | tail -12
 }
 
-# STEPS: what to run, in order, e.g. "cpp:2 py:2 cpp:4 py:1". Default: the C++ tests at worlds
-# 1 .. max(4, GPUs), then the Python ops at worlds 1 .. GPUs.
+run_imported() {  # $1: world size (ranks may share GPUs: the test uses gloo and copy-engine/sm-copy plans)
+  local world=$1
+  say "Imported plans in AgGemm / GemmRs, torchrun world $world on $gpus GPU(s)"
+  if ! timeout "${PY_TIMEOUT:-420}" "$python" -m torch.distributed.run --standalone --nproc_per_node="$world" \
+       tests/gpu/test_imported_plan_gpu.py >>"$log" 2>&1; then
+    status=1; say "imported plans world $world FAILED"
+  fi
+  grep -E "^SUMMARY|^FAIL" "$log" | tail -12
+}
+
+# STEPS: what to run, in order, e.g. "cpp:2 py:2 cpp:4 py:1 imp:4". Default: the C++ tests at
+# worlds 1 .. max(4, GPUs), then the Python ops at worlds 1 .. GPUs, then the imported plans at
+# worlds 2 and 4 (imp:W runs whatever the GPU count; ranks share GPUs).
 if [ -z "${STEPS:-}" ]; then
   STEPS=""
   for w in $(seq 1 $(( gpus > 4 ? gpus : 4 ))); do STEPS="$STEPS cpp:$w"; done
   for w in $(seq 1 "$gpus"); do STEPS="$STEPS py:$w"; done
+  STEPS="$STEPS imp:2 imp:4"
 fi
 for step in $STEPS; do
   case "$step" in
     cpp:*) run_cpp "${step#cpp:}" ;;
     py:*) if [ "${step#py:}" -le "$gpus" ]; then run_py "${step#py:}"; else say "skip $step: $gpus GPU(s)"; fi ;;
+    imp:*) run_imported "${step#imp:}" ;;
     *) say "unknown step $step"; status=1 ;;
   esac
 done
