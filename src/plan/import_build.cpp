@@ -28,6 +28,8 @@ namespace {
 // Unions of chunk sets grow along chains of sends (each keeps what came before it); past this
 // many ids in all, an input is refused rather than allowed to take minutes and gigabytes.
 constexpr std::size_t kMaxTotalSetSize = std::size_t{1} << 26;
+// Sends x actions walked to order overwrites after sends (order_overwrites_after_sends).
+constexpr std::size_t kMaxOverwriteSearch = std::size_t{1} << 28;
 
 using ChunkSet = std::vector<int>;  // sorted, unique
 
@@ -64,9 +66,11 @@ class Builder {
     ImportedPlan out;
     out.plan = std::move(p_.header);
     out.notes = std::move(p_.notes);
+    for (std::size_t c = 0; c < chunks_.size(); ++c)
+      for (int a : actions_of_chunk_[c]) unite(deps_[c], before(a));
+    order_overwrites_after_sends();
     for (std::size_t c = 0; c < chunks_.size(); ++c) {
       Chunk chunk = std::move(chunks_[c]);
-      for (int a : actions_of_chunk_[c]) unite(deps_[c], before(a));
       chunk.deps = std::move(deps_[c]);
       out.plan.chunks.push_back(std::move(chunk));
     }
@@ -273,6 +277,48 @@ class Builder {
            fmt::format("dependency-cycle: the source's own orderings wait on each other and can never start "
                        "(syncs and dependencies on the cycle include: {})",
                        fmt::join(stuck, "; ")));
+  }
+
+  // The one ordering a send's early completion loses: in the source, whatever comes after a
+  // send (in its lane, or after anything that waited for it) runs after the send *read* its
+  // data. The IR has no "read done" event, so a later action on the sender's rank that
+  // overwrites what the send reads waits for the send's chunk to land instead.
+  void order_overwrites_after_sends() {
+    const int n = static_cast<int>(refs_.size());
+    std::vector<std::vector<int>> next(n);
+    std::size_t sends = 0;
+    for (int a = 0; a < n; ++a) {
+      for (const auto& [b, is_strong] : inputs(a)) next[b].push_back(a);
+      if (at(a).kind == ActionKind::send) {
+        next[a].push_back(partner_[a]);
+        ++sends;
+      }
+    }
+    if (sends * static_cast<std::size_t>(n) > kMaxOverwriteSearch) return;  // the verifier reports what is left
+    std::vector<int> seen(n, -1);
+    for (int s = 0; s < n; ++s) {
+      const Action& send = at(s);
+      if (send.kind != ActionKind::send) continue;
+      const int rank = refs_[s].rank;
+      std::vector<int> todo{s};
+      seen[s] = s;
+      while (!todo.empty()) {
+        const int a = todo.back();
+        todo.pop_back();
+        for (int b : next[a]) {
+          if (seen[b] == s) continue;
+          seen[b] = s;
+          todo.push_back(b);
+          const Action& w = at(b);
+          const Place* written = w.kind == ActionKind::recv || w.kind == ActionKind::get ? &w.place
+                                 : w.kind == ActionKind::local                            ? &w.other
+                                                                                          : nullptr;
+          if (written != nullptr && refs_[b].rank == rank && chunk_of_[b] != chunk_of_[s] &&
+              written->tensor == send.place.tensor && written->box.overlaps(send.place.box))
+            unite(deps_[chunk_of_[b]], {chunk_of_[s]});
+        }
+      }
+    }
   }
 
   SourceProgram& p_;

@@ -88,6 +88,30 @@ TEST(ImportMscclXml, TwoStepAllReduce) {
   expect_replays(p.plan);
 }
 
+TEST(ImportMscclXml, OneStepAllReduceOrdersOverwritesAfterTheSendThatReadsThem) {
+  const ImportedPlan p = load(ImportFormat::msccl_xml, "one_step_allreduce.xml", {4, 2});
+  ASSERT_TRUE(p.plan.tensors.count("scratch"));
+  EXPECT_EQ(p.plan.tensors.at("scratch").shape, (std::vector<std::int64_t>{4, 2}));
+  // GPU 0's add into x[0:2] comes after its send of x[0:4] only through the thread blocks'
+  // order (the add waits for tb 0's receive, which follows its send): the import orders the
+  // add after the send's chunk, in the stream or by a dep.
+  const auto& stream = p.plan.ranks[0].streams;
+  const Chunk* send = nullptr;
+  const Chunk* add = nullptr;
+  for (const auto& c : p.plan.chunks) {
+    if (c.src == 0 && c.dst == 1 && c.dst_tensor == "scratch") send = &c;
+    if (c.src == 0 && c.dst == 0) add = &c;
+  }
+  ASSERT_TRUE(send && add);
+  bool ordered = std::find(add->deps.begin(), add->deps.end(), send->id) != add->deps.end();
+  for (const auto& s : stream) {
+    const auto a = std::find(s.begin(), s.end(), send->id), b = std::find(s.begin(), s.end(), add->id);
+    ordered = ordered || (a != s.end() && b != s.end() && a < b);
+  }
+  EXPECT_TRUE(ordered);
+  expect_replays(p.plan);
+}
+
 TEST(ImportMscclXml, AllToAll) {
   const ImportedPlan p = load(ImportFormat::msccl_xml, "alltoall.xml", {3, 4});
   EXPECT_EQ(p.plan.collective.output, "y");
