@@ -237,7 +237,7 @@ void bind_import(nb::module_& m) {
       "import_plan",
       [](std::optional<std::filesystem::path> path, std::string_view format, std::optional<std::string> text,
          std::string source, std::optional<std::vector<std::int64_t>> shape, std::string tensor, std::string output,
-         std::string scratch, int dim, std::string_view dtype, std::string_view backend) {
+         std::string scratch, int dim, std::optional<std::string> dtype, std::string_view backend) {
         if (path.has_value() == text.has_value())
           throw UserError("import_plan: give either a path or text=, not both or neither");
         plan::ImportOptions o;
@@ -247,7 +247,7 @@ void bind_import(nb::module_& m) {
         o.output = std::move(output);
         o.scratch = std::move(scratch);
         o.dim = dim;
-        o.dtype = enum_arg<plan::DType>(dtype, "dtype");
+        if (dtype) o.dtype = enum_arg<plan::DType>(*dtype, "dtype");
         o.backend = enum_arg<plan::Backend>(backend, "backend");
         const auto f = enum_arg<plan::ImportFormat>(format, "format");
         nb::gil_scoped_release release;
@@ -255,10 +255,10 @@ void bind_import(nb::module_& m) {
       },
       "path"_a = nb::none(), nb::kw_only(), "format"_a, "text"_a = nb::none(), "source"_a = "<string>",
       "shape"_a = nb::none(), "tensor"_a = "x", "output"_a = "y", "scratch"_a = "scratch", "dim"_a = 0,
-      "dtype"_a = "bf16", "backend"_a = "copy-engine",
+      "dtype"_a = nb::none(), "backend"_a = "copy-engine",
       "Maps a plan from `format` (\"msccl-xml\", \"mscclpp-json\" or \"sendrecv\"), read from `path` or "
       "given as `text`, onto a verified plan. MSCCL and MSCCL++ count in chunks of the op's tensor: give its full "
-      "`shape` (and `dim`, `tensor`, `dtype`); a send/recv list names its tensors itself. Raises PlanParseError "
+      "`shape` (and `dim`, `tensor`, `dtype`, default bf16); a send/recv list names its tensors itself. Raises PlanParseError "
       "naming the element for what the IR cannot express, PlanVerifyError (each violation naming its chunk's "
       "source element) for a plan that is not safe. docs/IMPORT.md describes the mapping.");
   m.def("export_msccl_xml", &plan::export_msccl_xml, "plan"_a, "name"_a = "syncopate",

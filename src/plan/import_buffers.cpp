@@ -115,7 +115,7 @@ CommPlan ChunkBuffers::header() const {
   plan.collective.tensor = o_.tensor;
   plan.collective.dim = o_.dim;
   plan.collective.split = 1;
-  const TensorSpec spec{o_.shape, o_.dtype, "row-major"};
+  const TensorSpec spec{o_.shape, o_.dtype.value_or(DType::bf16), "row-major"};
   plan.tensors[o_.tensor] = spec;
   if (kind_ == Collective::all_to_all) {
     plan.collective.output = o_.output;

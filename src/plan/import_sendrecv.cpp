@@ -32,9 +32,10 @@ class SendRecvReader {
   SendRecvReader(std::string_view text, const ImportOptions& o) : text_(text), o_(o) {}
 
   SourceProgram read() {
-    if (!o_.shape.empty() || o_.tensor != "x" || o_.output != "y" || o_.scratch != "scratch" || o_.dim != 0)
-      throw ShapeError(fmt::format("{}: a send/recv list names its tensors, shapes and dim itself; the tensor, shape, "
-                                   "dim and scratch options do not apply to it",
+    if (!o_.shape.empty() || o_.tensor != "x" || o_.output != "y" || o_.scratch != "scratch" || o_.dim != 0 ||
+        o_.dtype)
+      throw ShapeError(fmt::format("{}: a send/recv list names its tensors, shapes, dtypes and dim itself; the tensor, "
+                                   "shape, dtype, dim and scratch options do not apply to it",
                                    o_.source));
     nlohmann::json doc;
     try {

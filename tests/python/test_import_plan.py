@@ -37,6 +37,8 @@ def test_import_from_text_and_its_errors():
         sy.import_plan(text=text, format="nccl-xml")
     with pytest.raises(sy.ShapeError, match="backend nccl"):
         sy.import_plan(text=text, format="sendrecv", backend="nccl")
+    with pytest.raises(sy.ShapeError, match="names its tensors, shapes, dtypes and dim itself"):
+        sy.import_plan(text=text, format="sendrecv", dtype="f16")
 
 
 def test_a_wrong_source_plan_names_its_steps():

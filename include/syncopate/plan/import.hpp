@@ -24,6 +24,7 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -54,7 +55,7 @@ struct ImportOptions {
   std::string scratch = "scratch";   // the scratch buffer's tensor (made only when used)
   std::vector<std::int64_t> shape;   // of the full tensor; required for MSCCL and MSCCL++
   int dim = 0;                       // the format's chunks cut this dimension
-  DType dtype = DType::bf16;
+  std::optional<DType> dtype;       // of the tensors (MSCCL, MSCCL++: bf16 when not given)
   Backend backend = Backend::copy_engine;  // copy-engine or sm-copy (one side issues each chunk)
 };
 

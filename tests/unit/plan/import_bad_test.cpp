@@ -252,7 +252,7 @@ std::vector<BadCase> sendrecv_cases() {
       {"one connection, two streams", "hierarchical_allgather.json", {},
        replace("{\"send\": 2, \"box\": [[0, 2], [0, 2]]", "{\"send\": 1, \"box\": [[0, 2], [0, 2]]"), Refusal::parse,
        {"ranks[0].streams[1][0]", "use one connection from two lanes"}},
-      {"options", ring, {4, 2}, [](std::string&) {}, Refusal::shape, {"names its tensors, shapes and dim itself"}},
+      {"options", ring, {4, 2}, [](std::string&) {}, Refusal::shape, {"names its tensors, shapes, dtypes and dim itself"}},
       {"cycle", ring, {},
        // Every rank receives before it sends its own chunk.
        edit_json([](nlohmann::json& j) {
