@@ -15,7 +15,7 @@ TRITON_PIN="triton==3.6.0"
 log() { printf '\033[1m[setup]\033[0m %s\n' "$*"; }
 
 # --- Debian packages -----------------------------------------------------------------------
-DEB_PKGS=(cmake ninja-build g++ nlohmann-json3-dev libcli11-dev libfmt-dev libgtest-dev)
+DEB_PKGS=(cmake ninja-build g++ nlohmann-json3-dev libcli11-dev libfmt-dev libgtest-dev libpugixml-dev)
 missing=()
 for p in "${DEB_PKGS[@]}"; do
   dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")

@@ -1,4 +1,5 @@
-// syncopate._core: the plan IR (read-only views), its JSON form, the templates and the verifier.
+// syncopate._core: the plan IR (read-only views), its JSON form, the templates, the verifier,
+// and plans imported from other tools (MSCCL XML, MSCCL++ JSON, send/recv lists) or exported.
 //
 // A CommPlan is exposed as an immutable value: Python reads it through properties (each returns
 // a copy) and makes new ones from JSON, from a dict, or from make_plan(). Editing a plan means
@@ -23,6 +24,7 @@
 #include "bindings.hpp"
 #include "enum_arg.hpp"
 #include "syncopate/plan/comm_plan.hpp"
+#include "syncopate/plan/import.hpp"
 #include "syncopate/plan/json.hpp"
 #include "syncopate/plan/templates.hpp"
 #include "syncopate/plan/verify.hpp"
@@ -222,6 +224,48 @@ void bind_verifier(nb::module_& m) {
         "Raises PlanVerifyError listing every violation when the plan is not safe.");
 }
 
+void bind_import(nb::module_& m) {
+  nb::class_<plan::ImportedPlan>(m, "ImportedPlan",
+                                 "A verified plan mapped from another tool's format, with the source element of "
+                                 "each chunk (`origins`, by chunk id) and the source steps kept only as ordering "
+                                 "points (`notes`).")
+      .def_ro("plan", &plan::ImportedPlan::plan)
+      .def_ro("origins", &plan::ImportedPlan::origins)
+      .def_ro("notes", &plan::ImportedPlan::notes)
+      .def("__repr__", [](const plan::ImportedPlan& p) { return "ImportedPlan(" + plan_repr(p.plan) + ")"; });
+  m.def(
+      "import_plan",
+      [](std::optional<std::filesystem::path> path, std::string_view format, std::optional<std::string> text,
+         std::string source, std::optional<std::vector<std::int64_t>> shape, std::string tensor, std::string output,
+         std::string scratch, int dim, std::optional<std::string> dtype, std::string_view backend) {
+        if (path.has_value() == text.has_value())
+          throw UserError("import_plan: give either a path or text=, not both or neither");
+        plan::ImportOptions o;
+        o.source = std::move(source);
+        if (shape) o.shape = std::move(*shape);
+        o.tensor = std::move(tensor);
+        o.output = std::move(output);
+        o.scratch = std::move(scratch);
+        o.dim = dim;
+        if (dtype) o.dtype = enum_arg<plan::DType>(*dtype, "dtype");
+        o.backend = enum_arg<plan::Backend>(backend, "backend");
+        const auto f = enum_arg<plan::ImportFormat>(format, "format");
+        nb::gil_scoped_release release;
+        return path ? plan::import_plan_file(*path, f, o) : plan::import_plan(*text, f, o);
+      },
+      "path"_a = nb::none(), nb::kw_only(), "format"_a, "text"_a = nb::none(), "source"_a = "<string>",
+      "shape"_a = nb::none(), "tensor"_a = "x", "output"_a = "y", "scratch"_a = "scratch", "dim"_a = 0,
+      "dtype"_a = nb::none(), "backend"_a = "copy-engine",
+      "Maps a plan from `format` (\"msccl-xml\", \"mscclpp-json\" or \"sendrecv\"), read from `path` or "
+      "given as `text`, onto a verified plan. MSCCL and MSCCL++ count in chunks of the op's tensor: give its full "
+      "`shape` (and `dim`, `tensor`, `dtype`, default bf16); a send/recv list names its tensors itself. Raises PlanParseError "
+      "naming the element for what the IR cannot express, PlanVerifyError (each violation naming its chunk's "
+      "source element) for a plan that is not safe. docs/IMPORT.md describes the mapping.");
+  m.def("export_msccl_xml", &plan::export_msccl_xml, "plan"_a, "name"_a = "syncopate",
+        "The plan as MSCCL algorithm XML (copy-engine or sm-copy all-gather, reduce-scatter, all-reduce or "
+        "all-to-all); import_plan(format=\"msccl-xml\") reads it back to the same plan.");
+}
+
 }  // namespace
 
 void bind_plan(nb::module_& m) {
@@ -229,6 +273,7 @@ void bind_plan(nb::module_& m) {
   bind_comm_plan(m);
   bind_templates(m);
   bind_verifier(m);
+  bind_import(m);
 }
 
 }  // namespace syncopate::python

@@ -3,6 +3,7 @@
     import syncopate as sy
     plan = sy.make_plan("all-gather", world_size=4, shape=[8192, 4096], split=2)
     sy.verify_or_raise(plan)                      # PlanVerifyError lists every violation
+    ported = sy.import_plan("ring.xml", format="msccl-xml", shape=[8192, 4096])   # .plan, .origins
     tables = sy.lower(plan, sy.TileGrid(m=8192, n=4096), [sy.TileAccess("x", "consume", 0, -1)])
 
 The plan / verify / lower / schedule / simulate / transform functions are bindings to the C++
@@ -40,10 +41,13 @@ from syncopate._core import (
     Chunk,
     CollectiveSpec,
     CommPlan,
+    ImportedPlan,
     RankProgram,
     TensorSpec,
     VerifyReport,
     Violation,
+    export_msccl_xml,
+    import_plan,
     load_plan,
     make_plan,
     parse_plan,

@@ -16,5 +16,6 @@ void register_lower_commands(CLI::App& app);      // lower, schedule
 void register_simulate_commands(CLI::App& app);   // simulate
 void register_transform_commands(CLI::App& app);  // transform
 void register_demo_commands(CLI::App& app);       // demo
+void register_import_commands(CLI::App& app);     // import, export
 
 }  // namespace syncopate::cli

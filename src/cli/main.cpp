@@ -17,6 +17,7 @@ int main(int argc, char** argv) {
   register_simulate_commands(app);
   register_transform_commands(app);
   register_demo_commands(app);
+  register_import_commands(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -8,12 +8,14 @@
 #    the GPU count share GPUs; nccl cases need one GPU per rank and skip there);
 # 3. runs tests/gpu/test_ops_gpu.py and tests/gpu/test_graphs_gpu.py under torchrun at worlds 1-4
 #    (one GPU per rank where there are enough, else every rank on the GPUs there are: gloo
-#    bootstrap, NCCL rows skipped by name; correctness only) and beyond 4 up to the GPU count.
+#    bootstrap, NCCL rows skipped by name; correctness only) and beyond 4 up to the GPU count;
+# 4. runs tests/gpu/test_imported_plan_gpu.py (plans imported from MSCCL XML / send-recv lists in
+#    AgGemm and GemmRs) at worlds 2 and 4, ranks sharing GPUs where there are fewer.
 # Logs: LOG_DIR/gpu-tests-<date>.log (everything) and the per-rank result lines beside it.
 # STEPS (e.g. "cpp:2 py:2 cpp:4") picks and orders the runs; OPS_ARGS is passed to
 # test_ops_gpu.py (e.g. "--quick", "--only matrix"); CPP_TIMEOUT / PY_TIMEOUT bound each run (s).
 # Exit status: non-zero if any step failed. Dependencies missing on the device (fmt,
-# nlohmann-json, GoogleTest, CLI11) may be carried in .deps/ (made by scripts/gpu_deps.sh; SYNCOPATE_DEPS
+# nlohmann-json, GoogleTest, CLI11, pugixml) may be carried in .deps/ (made by scripts/gpu_deps.sh; SYNCOPATE_DEPS
 # names another).
 set -uo pipefail
 
@@ -98,18 +100,31 @@ run_graphs() {  # $1: world size
   grep -E "^SUMMARY graphs|^FAIL" "$log" | tail -12
 }
 
-# STEPS: what to run, in order, e.g. "cpp:2 py:2 graphs:2 cpp:4 py:1". Default: the C++ tests at
-# worlds 1 .. max(4, GPUs), then the Python ops and the graph tests at worlds 1 .. max(4, GPUs).
+run_imported() {  # $1: world size (ranks may share GPUs: the test uses gloo and copy-engine/sm-copy plans)
+  local world=$1
+  say "Imported plans in AgGemm / GemmRs, torchrun world $world on $gpus GPU(s)"
+  if ! timeout "${PY_TIMEOUT:-420}" "$python" -m torch.distributed.run --standalone --nproc_per_node="$world" \
+       tests/gpu/test_imported_plan_gpu.py >>"$log" 2>&1; then
+    status=1; say "imported plans world $world FAILED"
+  fi
+  grep -E "^SUMMARY|^FAIL" "$log" | tail -12
+}
+
+# STEPS: what to run, in order, e.g. "cpp:2 py:2 graphs:2 imp:2". Default: the C++ tests at
+# worlds 1 .. max(4, GPUs), then the Python ops and the graph tests at worlds 1 .. max(4, GPUs),
+# then the imported plans at worlds 2 and 4 (ranks share GPUs where there are fewer).
 if [ -z "${STEPS:-}" ]; then
   STEPS=""
   for w in $(seq 1 $(( gpus > 4 ? gpus : 4 ))); do STEPS="$STEPS cpp:$w"; done
   for w in $(seq 1 $(( gpus > 4 ? gpus : 4 ))); do STEPS="$STEPS py:$w graphs:$w"; done
+  STEPS="$STEPS imp:2 imp:4"
 fi
 for step in $STEPS; do
   case "$step" in
     cpp:*) run_cpp "${step#cpp:}" ;;
     py:*) run_py "${step#py:}" ;;
     graphs:*) run_graphs "${step#graphs:}" ;;
+    imp:*) run_imported "${step#imp:}" ;;
     *) say "unknown step $step"; status=1 ;;
   esac
 done

@@ -44,7 +44,7 @@ class OpContext:
                  device: Optional[torch.device] = None, backend: str = "auto", algorithm: str = "auto",
                  split: Optional[int] = None, tile_order: str = "auto", mode: str = "auto",
                  b_layout: str = "kn", wait_bound_ns: int = DEFAULT_WAIT_BOUND_NS, drop_chunk: int = -1,
-                 graph: bool = True):
+                 graph: bool = True, plan=None):
         who = type(self).__name__
         # Every argument is checked before any GPU work.
         check_dims(who, m=m, k=k, n=n)
@@ -67,11 +67,23 @@ class OpContext:
         # The GEMM's own per-shape configuration (no split-K: every tile is final when stored);
         # the simulator and the lowering use its real block shape.
         self.config = fused_config(select_config(m, n, k, self.device, dtype, allow_split_k=False))
-        backend = self._usable_backends(backend)
-        choice = choose(self.collective, m=m, n=n, k=k, world=world, dtype=plan_dtype(dtype),
-                        block_m=self.config.block_m, block_n=self.config.block_n, backend=backend,
-                        algorithm=algorithm, split=split, tile_order=tile_order, mode=mode,
-                        **self._choice_options(mode=mode, algorithm=algorithm))
+        # plan=: a plan the user brought (ops/user_plan.py) runs instead of a template.
+        self._user_plan = None
+        if plan is not None:
+            from syncopate.ops.user_plan import check_user_plan, choice_for_plan
+
+            self._user_plan, backend = check_user_plan(
+                who, plan, collective=self.collective, m=m, k=k, n=n, world=world, dtype=plan_dtype(dtype),
+                backend=backend, reduce=getattr(self, "_reduce_request", None))
+            choice = choice_for_plan(who, self._user_plan, collective=self.collective, m=m, n=n, k=k, world=world,
+                                     dtype=plan_dtype(dtype), block_m=self.config.block_m,
+                                     block_n=self.config.block_n, backend=backend, tile_order=tile_order, mode=mode)
+        else:
+            backend = self._usable_backends(backend)
+            choice = choose(self.collective, m=m, n=n, k=k, world=world, dtype=plan_dtype(dtype),
+                            block_m=self.config.block_m, block_n=self.config.block_n, backend=backend,
+                            algorithm=algorithm, split=split, tile_order=tile_order, mode=mode,
+                            **self._choice_options(mode=mode, algorithm=algorithm))
         self.choice = choice
         self.gemm = None
         # Where "auto" decided that overlap does not pay, the call is exactly what the user would
@@ -191,6 +203,8 @@ class OpContext:
     def _make_plan(self, shape, tensor):
         import syncopate as sy
 
+        if self._user_plan is not None:
+            return self._user_plan
         return sy.make_plan(self.collective, world_size=self.world, shape=shape, algorithm=self.algorithm,
                             split=self.split, dtype=plan_dtype(self.dtype), dim=0, backend=self.backend,
                             tensor=tensor)

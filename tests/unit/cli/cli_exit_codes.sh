@@ -42,6 +42,37 @@ check 0 "verify staged" "$CLI" verify "$TMP/staged.json"
 grep -q '"output": *"p"' "$TMP/staged.json" || { echo "FAIL: staged plan names no staging output"; fails=$((fails + 1)); }
 check 1 "staged plan with a ring" "$CLI" plan --collective reduce-scatter --algo ring --world 2 --shape 1x64x64 --dim 1 --staging p
 grep -q "staging" "$TMP/err" || { echo "FAIL: staged ring refusal does not name the staging option"; fails=$((fails + 1)); }
+# Imported plans: each hand-written input maps to a verified plan; bad input exits 1 naming the
+# element; options a format does not take, or that it lacks, exit 2; a template exported to MSCCL
+# XML imports back.
+IMP="$SRC/tests/unit/plan/import_good"
+check 0 "import msccl ring" "$CLI" import --from msccl-xml "$IMP/msccl-xml/ring_allgather.xml" --shape 8x4 -o "$TMP/imp.json"
+check 0 "verify imported" "$CLI" verify "$TMP/imp.json"
+check 0 "import msccl hierarchical" "$CLI" import --from msccl-xml "$IMP/msccl-xml/hierarchical_allgather.xml" --shape 4x4 --tensor a
+grep -q "note: algo/gpu\[0\]/tb\[0\]/step\[0\]" "$TMP/err" || { echo "FAIL: import did not print the notes"; fails=$((fails + 1)); }
+grep -q '"tensor":"a"' "$TMP/out" || { echo "FAIL: import --tensor a did not name the tensor"; fails=$((fails + 1)); }
+check 0 "import mscclpp" "$CLI" import --from mscclpp-json "$IMP/mscclpp-json/two_step_allreduce.json" --shape 2x4 --backend sm-copy
+check 0 "import sendrecv" "$CLI" import --from sendrecv "$IMP/sendrecv/alltoall.json" -o "$TMP/a2a.json"
+sed 's/"recv": 0, "box": \[\[2, 3\]/"recv": 0, "box": [[2, 4]/' "$IMP/sendrecv/ring_allgather.json" >"$TMP/bad_sr.json"
+check 1 "import a send/recv list with mismatched boxes" "$CLI" import --from sendrecv "$TMP/bad_sr.json"
+grep -q "ranks\[0\]\.streams\[0\]\[4\]: moves a box" "$TMP/err" || { echo "FAIL: sendrecv refusal does not name the item"; fails=$((fails + 1)); }
+sed 's/type="rcs"/type="xyz"/' "$IMP/msccl-xml/ring_allgather.xml" >"$TMP/bad.xml"
+check 1 "import an unknown MSCCL step" "$CLI" import --from msccl-xml "$TMP/bad.xml" --shape 8x4
+grep -q 'algo/gpu\[0\]/tb\[0\]/step\[1\] (line 7): type="xyz"' "$TMP/err" || { echo "FAIL: msccl refusal does not name the step"; fails=$((fails + 1)); }
+check 1 "import junk bytes" "$CLI" import --from msccl-xml "$TMP/junk.json" --shape 8x4
+check 1 "import junk bytes as JSON" "$CLI" import --from mscclpp-json "$TMP/junk.json" --shape 8x4
+check 1 "import a directory" "$CLI" import --from sendrecv "$TMP"
+check 1 "import a missing file" "$CLI" import --from sendrecv "$TMP/none.json"
+check 1 "import a shape the chunks do not divide" "$CLI" import --from msccl-xml "$IMP/msccl-xml/ring_allgather.xml" --shape 6x4
+check 2 "import without --shape" "$CLI" import --from msccl-xml "$IMP/msccl-xml/ring_allgather.xml"
+check 2 "import sendrecv with --shape" "$CLI" import --from sendrecv "$IMP/sendrecv/ring_allgather.json" --shape 4x2
+check 2 "import an unknown format" "$CLI" import --from nccl-xml "$IMP/msccl-xml/ring_allgather.xml" --shape 8x4
+check 2 "import with the nccl backend" "$CLI" import --from msccl-xml "$IMP/msccl-xml/ring_allgather.xml" --shape 8x4 --backend nccl
+check 0 "plan to export" "$CLI" plan --collective all-reduce --algo bidir --world 3 --split 2 --shape 12x4 -o "$TMP/ar.json"
+check 0 "export msccl xml" "$CLI" export "$TMP/ar.json" -o "$TMP/ar.xml"
+check 0 "import it back" "$CLI" import --from msccl-xml "$TMP/ar.xml" --shape 12x4 -o "$TMP/ar2.json"
+check 1 "export a staged plan" "$CLI" export "$TMP/staged.json"
+
 check 0 "demo" "$CLI" demo --no-gpu --out "$TMP/demo" --world 2 --m 2048 --n 2048 --k 2048
 for f in plan.json fused.svg fused.trace.json gemm_overlapped.py; do
   [[ -s "$TMP/demo/$f" ]] || { echo "FAIL: demo did not write $f"; fails=$((fails + 1)); }
