@@ -6,7 +6,7 @@ on one GPU: gpu_group.py).
 For every op (ag_gemm, gemm_rs and gemm_ar with reduce-add chunks, gemm_rs / gemm_ar with the
 staged epilogue) x backend (copy-engine, sm-copy; nccl where ranks have their own GPUs), fused:
 - own-graph: the context replays its own graph; `calls` calls with fresh inputs written into the
-  same buffers (so every call after the first is a replay: one capture in all), the output and
+  same buffers (the first runs eagerly and is captured, every later one is a replay), the output and
   the heap's buffers poisoned with NaN before each, each result against an fp32 reference;
 - user-graph: the call captured once in the caller's torch.cuda.graph, then `calls` replays with
   fresh inputs copied in and the output poisoned before each;

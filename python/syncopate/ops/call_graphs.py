@@ -7,6 +7,9 @@ replayed: the host then pays one graph launch per call instead of a few dozen la
 copies and stream writes. A graph bakes in the operands' addresses, so each context keeps a
 few graphs keyed by those addresses (a training or serving loop reuses its buffers, so after
 the first calls every call is a replay); the least recently used goes when a new one is made.
+The first call with new addresses runs eagerly and is then captured for the next ones: what
+initialises lazily on first use (cuBLAS's handle for the sequential path, workspaces) must not
+happen inside a capture, where it fails.
 
 Inside a caller's `torch.cuda.graph` the work is enqueued as is, into the caller's capture, and
 replays correctly for the same reason. Where a configuration cannot be captured (NCCL chunks,
@@ -84,12 +87,12 @@ class CallGraphs:
             return
         graph = self._graphs.get(key)
         if graph is None:
-            graph = self._capture(enqueue)
-            self._graphs[key] = graph
+            enqueue()  # this call, eagerly (and everything lazily initialised, outside a capture)
+            self._graphs[key] = self._capture(enqueue)
             if len(self._graphs) > self.limit:
                 self._graphs.popitem(last=False)
-        else:
-            self._graphs.move_to_end(key)
+            return
+        self._graphs.move_to_end(key)
         graph.replay()
 
     def _capture(self, enqueue: Callable[[], None]) -> _Graph:
