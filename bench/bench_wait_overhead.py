@@ -97,6 +97,7 @@ def main() -> None:
                                       [[shard_of_tile[t // tiles_n]] for t in range(len(base))],
                                       [[] for _ in base], [1] * WORLD, list(range(WORLD)), rank=1)
         signals = torch.full((WORLD,), 1, dtype=torch.int32, device=dev)  # epoch 1: all landed
+        epoch_one = torch.ones(1, dtype=torch.int32, device=dev)  # the device epoch word at call 1
         errors = {name: new_error_record(dev) for name in ("lookup only", "waits (AG, w4)")}
         arrays = {"lookup only": lookup.device_arrays(dev), "waits (AG, w4)": waits.device_arrays(dev)}
         tables = {"lookup only": lookup, "waits (AG, w4)": waits}
@@ -109,7 +110,7 @@ def main() -> None:
             def call(s):
                 out = outs[name]
                 kernel[(grid,)](a[s], b[s], out, m, n, k, k, n, n, grid, **constexprs,
-                                sy_signals=signals, sy_tiles_n=tiles_n, sy_epoch=1,
+                                sy_signals=signals, sy_tiles_n=tiles_n, sy_epoch=epoch_one,
                                 sy_wait_bound_ns=10_000_000_000, sy_rank=tables[name].rank,
                                 sy_error=errors[name], **arrays[name])
             return call

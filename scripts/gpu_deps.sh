@@ -2,7 +2,7 @@
 # Makes .deps/, a CMake prefix holding the Debian C++ libraries the GPU machines lack (fmt,
 # nlohmann-json, CLI11, GoogleTest, pugixml), copied from this machine after scripts/setup.sh
 # installed them. Carry it to the device (`carry: [".deps"]`); tests/gpu/run.sh finds it there.
-# Add `/.deps/` to .git/info/exclude once so it stays out of commits.
+# .gitignore keeps it out of commits.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 DEPS="${SYNCOPATE_DEPS:-$ROOT/.deps}"
@@ -14,5 +14,4 @@ cp /usr/include/pugixml.hpp /usr/include/pugiconfig.hpp "$DEPS/include/"
 cp -a "$LIB"/libfmt.so* "$LIB"/libgtest*.a "$LIB"/libgmock*.a "$LIB"/libpugixml.* "$DEPS/lib/x86_64-linux-gnu/"
 cp -r "$LIB/cmake/fmt" "$LIB/cmake/GTest" "$LIB/cmake/pugixml" "$DEPS/lib/x86_64-linux-gnu/cmake/"
 cp -r /usr/share/cmake/nlohmann_json /usr/share/cmake/CLI11 "$DEPS/share/cmake/"
-grep -qx '/.deps/' "$ROOT/.git/info/exclude" 2>/dev/null || echo '/.deps/' >>"$ROOT/.git/info/exclude"
 du -sh "$DEPS"

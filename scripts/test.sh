@@ -10,6 +10,9 @@ log() { printf '\033[1m[test]\033[0m %s\n' "$*"; }
 "$ROOT/scripts/setup.sh"
 BUILD_DIR="${SYNCOPATE_BUILD_DIR:-$ROOT/build}"
 
+log "layering (scripts/check_layers.py: includes and links look only down)"
+python3 "$ROOT/scripts/check_layers.py"
+
 log "C++ unit tests"
 ctest --test-dir "$BUILD_DIR" --output-on-failure -j 2
 

@@ -23,6 +23,7 @@
 #include "syncopate/lower/signal_table.hpp"
 #include "syncopate/plan/json.hpp"
 #include "syncopate/runtime/executor.hpp"
+#include "syncopate/runtime/graph_launch.hpp"
 #include "syncopate/runtime/occupancy.hpp"
 
 namespace nb = nanobind;
@@ -180,6 +181,9 @@ NB_MODULE(_runtime, m) {
       .def_prop_ro("timed_out", [](const WaitMonitor& w) { return w.snapshot().flag != 0; });
 
   m.def("nccl_unique_id", [] { return from_bytes(NcclComm::unique_id()); });
+  m.def("launch_graph", [](std::uintptr_t graph_exec, std::uintptr_t stream) {
+          runtime::launch_graph(graph_exec, as_stream(stream));
+        }, "graph_exec"_a, "stream"_a, "cudaGraphLaunch of an instantiated graph (torch: raw_cuda_graph_exec())");
   nb::class_<NcclComm>(m, "NcclComm")
       .def("__init__", [](NcclComm* self, const nb::bytes& id, int world, int rank, int device) {
              new (self) NcclComm(to_bytes(id), world, rank, device);
@@ -201,18 +205,19 @@ NB_MODULE(_runtime, m) {
            "drop_chunk"_a = -1, "sm_copy_blocks"_a = 16,
            // the executor refers to heap, monitor and communicator: keep them alive with it
            nb::keep_alive<1, 3>(), nb::keep_alive<1, 4>(), nb::keep_alive<1, 5>())
-      .def("begin", [](RankExecutor& e, std::uintptr_t s, std::int64_t epoch) { e.begin(as_stream(s), epoch); },
-           "stream"_a, "epoch"_a)
-      .def("issue", [](RankExecutor& e, std::uintptr_t s, std::int64_t epoch, bool wait_landed) {
-             e.issue(as_stream(s), epoch, wait_landed);
-           }, "stream"_a, "epoch"_a, "wait_landed"_a = true)
-      .def("wait_landed", [](RankExecutor& e, std::uintptr_t s, std::int64_t epoch) {
-             e.wait_landed(as_stream(s), epoch);
-           }, "stream"_a, "epoch"_a)
-      .def("end", [](RankExecutor& e, std::uintptr_t s, std::int64_t epoch) { e.end(as_stream(s), epoch); },
-           "stream"_a, "epoch"_a)
-      .def("run", [](RankExecutor& e, std::uintptr_t s, std::int64_t epoch) { e.run(as_stream(s), epoch); },
-           "stream"_a, "epoch"_a)
+      // One call: begin, (inputs), publish, fork, (kernel), issue_chunks, [wait_landed], end;
+      // executor.hpp says what each does. No epoch argument: it lives on the device.
+      .def("begin", [](RankExecutor& e, std::uintptr_t s) { e.begin(as_stream(s)); }, "stream"_a)
+      .def("publish", [](RankExecutor& e, std::uintptr_t s) { e.publish(as_stream(s)); }, "stream"_a)
+      .def("fork", [](RankExecutor& e, std::uintptr_t s) { e.fork(as_stream(s)); }, "stream"_a)
+      .def("issue_chunks", &RankExecutor::issue_chunks)
+      .def("issue", [](RankExecutor& e, std::uintptr_t s, bool wait_landed) { e.issue(as_stream(s), wait_landed); },
+           "stream"_a, "wait_landed"_a = true)
+      .def("wait_landed", [](RankExecutor& e, std::uintptr_t s) { e.wait_landed(as_stream(s)); }, "stream"_a)
+      .def("end", [](RankExecutor& e, std::uintptr_t s) { e.end(as_stream(s)); }, "stream"_a)
+      .def("run", [](RankExecutor& e, std::uintptr_t s) { e.run(as_stream(s)); }, "stream"_a)
+      .def_prop_ro("epoch_word", [](const RankExecutor& e) { return reinterpret_cast<std::uintptr_t>(e.epoch_word()); },
+                   "device address of this rank's int32 epoch word")
       .def_prop_ro("rank", &RankExecutor::rank);
 
   // Occupancy shaping and stream priorities (kernel-level mode, docs/KERNEL_LEVEL.md). The

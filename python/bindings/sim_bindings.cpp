@@ -113,8 +113,8 @@ void bind_timelines(nb::module_& m) {
       .def_ro("add_us", &sim::ChunkTiming::add_us);
 
   nb::class_<sim::RankEnd>(m, "RankEnd",
-                           "How one rank's fused call ends: host launch, GPU end, copy-out, host return.")
-      .def_ro("host_launch", &sim::RankEnd::host_launch)
+                           "How one rank's call ends: kernel launch, GPU end, copy-out, host return.")
+      .def_ro("kernel_launch", &sim::RankEnd::kernel_launch)
       .def_ro("gpu_end", &sim::RankEnd::gpu_end)
       .def_ro("copy_out_start", &sim::RankEnd::copy_out_start)
       .def_ro("copy_out_end", &sim::RankEnd::copy_out_end)

@@ -9,7 +9,8 @@
 The plan / verify / lower / schedule / simulate / transform functions are bindings to the C++
 core (`syncopate._core`, CPU only: it imports with no GPU or driver). C++ errors arrive as the
 exceptions of `syncopate.errors`, re-exported here. The GPU parts load on first use:
-`sy.ops` (torch custom ops ag_gemm, gemm_rs, gemm_ar; needs torch), `sy.language` (Triton
+`sy.ops` (torch custom ops ag_gemm, gemm_rs, gemm_ar; needs torch), `sy.nn` (tensor-parallel
+ColumnParallelLinear / RowParallelLinear on them), `sy.language` (Triton
 device primitives), `sy.runtime` (symmetric heap, signals, backends; needs the CUDA build).
 """
 
@@ -96,7 +97,7 @@ def calibration(name_or_path="h200"):
 
 # Submodules that need torch, triton or the CUDA build: imported on first attribute access so
 # that `import syncopate` stays cheap and works on a CPU-only machine.
-_LAZY_SUBMODULES = frozenset({"ops", "language", "runtime", "launch", "kernels"})
+_LAZY_SUBMODULES = frozenset({"ops", "nn", "language", "runtime", "launch", "kernels"})
 
 
 def __getattr__(name):

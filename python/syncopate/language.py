@@ -8,10 +8,14 @@
     syl.notify_tile(sy_signals, sy_notify_offsets, sy_notify_slots, sy_tile)   # after the store
 
 Signals are int32 slots in the symmetric heap; call `epoch` (1, 2, ...) of a plan waits for
-`slot >= epoch * writers`, so nothing resets them between calls. Memory order follows the PTX
-model: the waiter's loads are `ld.acquire.sys` (every thread of the program polls, so each
-thread's later reads are ordered after its own acquire); the notifier runs a CTA barrier (all of
-the tile's stores are issued) then one `atom.add.release.sys`.
+`slot >= epoch * writers`, so nothing resets them between calls. The epoch is not a kernel
+argument but an int32 in device memory (`sy_epoch` points at it) that each call advances on the
+device before the kernel runs, so a launch captured in a CUDA graph waits for the right values
+on every replay. Slots and the epoch are int32 and wrap around: a wait compares
+`seen - expected >= 0` modulo 2^32 (runtime/epoch.hpp), so there is no limit on calls.
+Memory order follows the PTX model: the waiter's loads are `ld.acquire.sys` (every thread of
+the program polls, so each thread's later reads are ordered after its own acquire); the notifier
+runs a CTA barrier (all of the tile's stores are issued) then one `atom.add.release.sys`.
 
 Every wait is bounded: on the GPU by `%globaltimer` nanoseconds; under TRITON_INTERPRET=1,
 where inline assembly cannot run, by a spin count of `bound_ns // INTERPRET_NS_PER_SPIN`. On
@@ -83,7 +87,8 @@ def _record_timeout(error_ptr, rank, slot, expected, seen, tile):
 
 @triton.jit
 def wait(signal_ptr, expected, bound_ns, error_ptr, rank, slot, tile):
-    """Spins until `*signal_ptr >= expected` or `bound_ns` passes or another waiter timed out.
+    """Spins until `*signal_ptr` reaches `expected` (int32, modulo 2^32: seen - expected >= 0)
+    or `bound_ns` passes or another waiter timed out.
 
     Returns 1 if the signal arrived, 0 otherwise (then `error_ptr` holds the record).
     """
@@ -92,21 +97,21 @@ def wait(signal_ptr, expected, bound_ns, error_ptr, rank, slot, tile):
     if _INTERPRET:
         spins = bound_ns - bound_ns
         limit = bound_ns // _NS_PER_SPIN
-        while (seen < expected) & (spins < limit) & (aborted == 0):
+        while ((seen - expected) < 0) & (spins < limit) & (aborted == 0):
             seen = load_acquire(signal_ptr)
             aborted = tl.load(error_ptr, volatile=True)
             spins += 1
     else:
         start = now_ns()
         elapsed = start - start
-        while (seen < expected) & (elapsed < bound_ns) & (aborted == 0):
+        while ((seen - expected) < 0) & (elapsed < bound_ns) & (aborted == 0):
             seen = load_acquire(signal_ptr)
             aborted = tl.load(error_ptr, volatile=True)
             elapsed = now_ns() - start
-    if seen < expected:
+    if (seen - expected) < 0:
         if aborted == 0:
             _record_timeout(error_ptr, rank, slot, expected, seen, tile)
-    return (seen >= expected).to(tl.int32)
+    return ((seen - expected) >= 0).to(tl.int32)
 
 
 @triton.jit
@@ -135,11 +140,13 @@ def tile_row(tile, tiles_n):
 
 
 @triton.jit
-def wait_tile(signals_ptr, wait_offsets_ptr, wait_slots_ptr, slot_writers_ptr, tile, epoch,
+def wait_tile(signals_ptr, wait_offsets_ptr, wait_slots_ptr, slot_writers_ptr, tile, epoch_ptr,
               bound_ns, rank, error_ptr):
-    """Waits on every landing slot of `tile` (CSR row `tile` of the wait table)."""
+    """Waits on every landing slot of `tile` (CSR row `tile` of the wait table) for the call
+    whose number `epoch_ptr` (int32 in device memory) holds."""
     begin = tl.load(wait_offsets_ptr + tile)
     end = tl.load(wait_offsets_ptr + tile + 1)
+    epoch = tl.load(epoch_ptr)
     for i in range(begin, end):
         slot = tl.load(wait_slots_ptr + i)
         expected = epoch * tl.load(slot_writers_ptr + slot)

@@ -3,7 +3,7 @@
     tables = TileTables.from_lists(order, tiles_n, tile_waits, tile_notifies, slot_writers,
                                    slot_chunks, rank=rank)
     launch(kernel, None, tables, a, b, c, M, N, K, ..., BLOCK_M=64, ...,
-           signals=signals, epoch=call_number, wait_bound_ns=10_000_000)
+           signals=signals, epoch=epoch_word, wait_bound_ns=10_000_000)
 
 `kernel` is the `@triton.jit` function of a module written by `syncopate transform`; its
 module-level `__syncopate__` dict names the parameters the transformer added. The user's
@@ -23,11 +23,19 @@ import torch
 from syncopate.errors import UserError, WaitTimeoutError
 from syncopate.language import ERROR_FIELDS, ERROR_WORDS
 
-OUTPUT_VERSION = 1  # the transformer's kOutputVersion (include/syncopate/transform/transform.hpp)
+OUTPUT_VERSION = 2  # the transformer's kOutputVersion (include/syncopate/transform/transform.hpp)
 DEFAULT_WAIT_BOUND_NS = 2_000_000_000
-# Scalar parameters whose value changes between calls: a new value must not make Triton compile
-# and load a new module while another kernel spins (see docs/ANNOTATIONS.md, launch notes).
+# Parameters whose value (or a pointer's alignment) changes between contexts or calls: a new
+# value must not make Triton compile and load a new module while another kernel spins (see
+# docs/ANNOTATIONS.md, launch notes).
 _UNSPECIALIZED = ("sy_tiles_n", "sy_epoch", "sy_wait_bound_ns", "sy_rank")
+
+
+def epoch_word(value: int = 0, device="cpu") -> torch.Tensor:
+    """An int32[1] epoch word holding `value`, for kernels launched outside a PlanWorkspace
+    (tests, the warm-up: value 0 makes every wait hold at once). A workspace's own word is
+    `PlanWorkspace.epoch_word`, advanced on the device by each call."""
+    return torch.tensor([int(value)], dtype=torch.int32, device=device)
 
 
 def _csr(lists: Sequence[Sequence[int]]) -> tuple[list[int], list[int]]:
@@ -170,30 +178,36 @@ def check_error(error: torch.Tensor, tables: TileTables, kernel_name: str = "ker
 
 
 def launch(kernel: Any, grid: Any, tables: TileTables, *args: Any, signals: torch.Tensor,
-           epoch: int = 1, wait_bound_ns: int = DEFAULT_WAIT_BOUND_NS,
+           epoch: "int | torch.Tensor" = 1, wait_bound_ns: int = DEFAULT_WAIT_BOUND_NS,
            error: Optional[torch.Tensor] = None, sync: bool = True,
            device_arrays: Optional[dict[str, torch.Tensor]] = None, **kwargs: Any):
     """Launches a transformed kernel over `tables` and checks its waits.
 
     grid: None for one tile per program (one program per tile), else a Triton grid (tuple or
     callable of the meta-parameters), e.g. (NUM_SMS,) for a persistent kernel.
-    signals: this rank's int32 signal slots. epoch: the call number, from 1.
+    signals: this rank's int32 signal slots. epoch: the int32[1] epoch word on signals' device
+    (the call number, from 1), or an int from which one is made.
     device_arrays: tables.device_arrays(device) made once and reused, to save copies per call.
     Returns the error record (int64[8]); with sync=False the caller checks it with check_error.
     """
     info = transformed_info(kernel)
     if signals.dtype != torch.int32:
         raise UserError(f"signals: expected an int32 tensor, got {signals.dtype}")
-    if epoch < 1:
-        raise UserError(f"epoch: calls count from 1, got {epoch}")
     device = signals.device
+    if not isinstance(epoch, torch.Tensor):
+        if epoch < 1:
+            raise UserError(f"epoch: calls count from 1, got {epoch}")
+        epoch = epoch_word(epoch, device)
+    elif epoch.dtype != torch.int32 or epoch.numel() != 1 or epoch.device != device:
+        raise UserError(f"epoch: expected an int32[1] tensor on {device}, got {epoch.dtype} "
+                        f"{list(epoch.shape)} on {epoch.device}")
     arrays = device_arrays if device_arrays is not None else tables.device_arrays(device)
     if error is None:
         error = new_error_record(device)
     else:
         error.zero_()
     extra = dict(arrays)
-    extra.update(sy_signals=signals, sy_tiles_n=tables.tiles_n, sy_epoch=int(epoch),
+    extra.update(sy_signals=signals, sy_tiles_n=tables.tiles_n, sy_epoch=epoch,
                  sy_wait_bound_ns=int(wait_bound_ns), sy_rank=tables.rank, sy_error=error)
     missing = [p for p in info["params"] if p not in extra]
     if missing:

@@ -2,9 +2,12 @@
 
     ws = PlanWorkspace(plan, group, grid=(M, N, BLOCK_M, BLOCK_N), accesses=[("x", "consume", 0, -1)])
     x = ws.tensor("x", torch.bfloat16)          # a torch view of this rank's symmetric buffer
-    e = ws.next_epoch()
-    ws.begin(e); x[rows].copy_(shard); ws.issue(e); ...; ws.end(e)
+    ws.begin(); x[rows].copy_(shard); ws.issue(); ...; ws.end()
     ws.check()                                  # WaitTimeoutError if a wait ran past its bound
+
+No call takes an epoch: each rank's epoch is an int32 in its heap (`ws.epoch_word`, what a
+transformed kernel gets as `sy_epoch`) that begin() advances on the device, so a call captured
+in a CUDA graph is right on every replay (docs/RUNTIME.md, "The call path").
 
 One process per GPU (torchrun): the heap's CUDA IPC handles travel between processes through
 torch.distributed (all_gather_object), an NCCL unique id through broadcast_object_list. The
@@ -153,7 +156,8 @@ class PlanWorkspace:
                                         wait_bound_ns=int(wait_bound_ns), drop_chunk=int(drop_chunk),
                                         sm_copy_blocks=int(sm_copy_blocks))
         self.wait_bound_ns = int(wait_bound_ns)
-        self.epoch = 0
+        # This rank's epoch word (control slot of the heap): advanced on the device by begin().
+        self.epoch_word = device_view(int(self.executor.epoch_word), [1], torch.int32, self.device)
 
     # -- buffers ---------------------------------------------------------------------------------
     def tensor(self, name: str, dtype: torch.dtype, rank: Optional[int] = None) -> torch.Tensor:
@@ -178,27 +182,38 @@ class PlanWorkspace:
         """This rank's signal table as lists (tile_waits, tile_notifies, slot_writers, ...)."""
         return self.prepared.table(self.rank)
 
-    # -- the epoch protocol (rank_schedule.hpp) ---------------------------------------------------
-    def next_epoch(self) -> int:
-        self.epoch += 1
-        return self.epoch
-
+    # -- one call (rank_schedule.hpp; runtime/executor.hpp says what each step does) ------------
     def _stream(self, stream) -> int:
         s = stream if stream is not None else torch.cuda.current_stream(self.device)
         return int(s.cuda_stream)
 
-    def begin(self, epoch: int, stream=None) -> None:
-        self.executor.begin(self._stream(stream), int(epoch))
+    def begin(self, stream=None) -> None:
+        """Advances the epoch and waits (bounded) until no peer still uses the last call's buffers."""
+        self.executor.begin(self._stream(stream))
 
-    def issue(self, epoch: int, stream=None, wait_landed: bool = True) -> None:
-        self.executor.issue(self._stream(stream), int(epoch), bool(wait_landed))
+    def publish(self, stream=None) -> None:
+        """Raises the entry counter: this rank's inputs are in place."""
+        self.executor.publish(self._stream(stream))
 
-    def wait_landed(self, epoch: int, stream=None) -> None:
+    def fork(self, stream=None) -> None:
+        """The side streams start after what the stream holds now (not after a kernel launched next)."""
+        self.executor.fork(self._stream(stream))
+
+    def issue_chunks(self) -> None:
+        """Enqueues every chunk step on the side streams (after fork)."""
+        self.executor.issue_chunks()
+
+    def issue(self, stream=None, wait_landed: bool = True) -> None:
+        """publish + fork + issue_chunks, then (wait_landed) wait until every chunk landed here."""
+        self.executor.issue(self._stream(stream), bool(wait_landed))
+
+    def wait_landed(self, stream=None) -> None:
         """Makes the stream wait (bounded) until every chunk landing on this rank has landed."""
-        self.executor.wait_landed(self._stream(stream), int(epoch))
+        self.executor.wait_landed(self._stream(stream))
 
-    def end(self, epoch: int, stream=None) -> None:
-        self.executor.end(self._stream(stream), int(epoch))
+    def end(self, stream=None) -> None:
+        """Joins the side streams, then raises the exit counter."""
+        self.executor.end(self._stream(stream))
 
     def check(self, synchronize: bool = True) -> None:
         """Raises WaitTimeoutError (rank, slot, expected, seen, chunk) if a runtime wait timed out."""

@@ -9,7 +9,6 @@
 
 #include <cuda_runtime_api.h>
 
-#include "driver_api.hpp"
 #include "syncopate/plan/chunk.hpp"
 #include "syncopate/runtime/box_copy.hpp"
 #include "syncopate/runtime/nccl_comm.hpp"
@@ -28,16 +27,14 @@ struct ChunkMove {
   std::byte* staging_at_src = nullptr; // this chunk's staging area on chunk->src (or null)
   std::byte* staging_at_dst = nullptr; // ... on chunk->dst (or null)
   std::int32_t* landing = nullptr;     // landing slot on chunk->dst; null if the peer raises it
-  std::int32_t landing_value = 0;      // epoch (landing slots have one writer)
+  const std::int32_t* epoch = nullptr; // the raising rank's epoch word: the landing slot's value
   bool atomic_add = false;             // reduce-add: another adder may touch the box meanwhile
 };
 
 struct BackendEnv {
   cudaStream_t stream = nullptr;
-  const DriverApi* driver = nullptr;
   NcclComm* nccl = nullptr;  // only the nccl backend needs it
   int sm_copy_blocks = 16;
-  bool stream_memops = true;  // raise slots with cuStreamWriteValue32, else with a kernel
 };
 
 struct ChunkBackend {
@@ -56,10 +53,11 @@ const ChunkBackend& backend_for(plan::Backend kind);
 // landing slot (after the whole group: the stream runs the group as one unit).
 void nccl_group_move(const std::vector<ChunkMove>& moves, const BackendEnv& env);
 
-// Shared by backends: pitched copies on the copy engine, and the landing raise as a stream
-// memory write (release: the driver fences the stream's earlier writes first).
+// Shared by backends: pitched copies on the copy engine, and the landing raise: a one-thread
+// kernel that release-stores the epoch word's value (a stream memory write would bake the
+// value in at enqueue time, wrong on every replay of a captured graph).
 void copy_engine_copies(const std::byte* src, std::byte* dst, const std::vector<Copy2D>& copies,
                         cudaStream_t stream);
-void raise_by_stream_write(const ChunkMove& move, const BackendEnv& env);
+void raise_landing(const ChunkMove& move, const BackendEnv& env);
 
 }  // namespace syncopate::runtime::detail

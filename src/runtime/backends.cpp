@@ -23,7 +23,7 @@ void add_copies(const std::byte* src, std::byte* dst, const std::vector<Copy2D>&
 
 // Copy engine: cudaMemcpy2DAsync through the peer mapping; reduce-add bounces through the
 // destination's staging area and an add kernel (a pulled chunk: the dst's copy engine reads the
-// peer, the add is local). Then a stream memory write raises the slot.
+// peer, the add is local). Then the landing slot is raised.
 void copy_engine_move(const ChunkMove& m, const BackendEnv& env) {
   if (m.chunk->op == plan::ChunkOp::copy) {
     copy_engine_copies(m.src, m.dst, m.copies, env.stream);
@@ -32,19 +32,19 @@ void copy_engine_move(const ChunkMove& m, const BackendEnv& env) {
     copy_engine_copies(m.src, staging, to_packed_dst(m.copies), env.stream);
     add_copies(staging, m.dst, from_packed_src(m.copies), m, env);
   }
-  raise_by_stream_write(m, env);
+  raise_landing(m, env);
 }
 
 // SM copy: a kernel on a few blocks reads and writes through the peer mapping; reduce-add adds
-// straight from the source (a pulled chunk: remote 16-byte loads, local stores). Then a
-// one-thread kernel release-stores the slot.
+// straight from the source (a pulled chunk: remote 16-byte loads, local stores). Then the
+// landing slot is raised.
 void sm_copy_move(const ChunkMove& m, const BackendEnv& env) {
   if (m.chunk->op == plan::ChunkOp::copy) {
     for (const auto& c : m.copies) launch_copy_2d(env.stream, m.src, m.dst, c, env.sm_copy_blocks);
   } else {
     add_copies(m.src, m.dst, m.copies, m, env);
   }
-  if (m.landing != nullptr) launch_signal_store(env.stream, m.landing, m.landing_value);
+  raise_landing(m, env);
 }
 
 // NCCL, in three phases so that a group can run each phase for all its members: the src rank
@@ -88,7 +88,7 @@ void nccl_after(const ChunkMove& m, const BackendEnv& env) {
     else
       add_copies(m.staging_at_dst, m.dst, from_packed_src(m.copies), m, env);
   }
-  raise_by_stream_write(m, env);
+  raise_landing(m, env);
 }
 
 void nccl_move(const ChunkMove& m, const BackendEnv& env) {
@@ -112,15 +112,11 @@ void copy_engine_copies(const std::byte* src, std::byte* dst, const std::vector<
   }
 }
 
-void raise_by_stream_write(const ChunkMove& m, const BackendEnv& env) {
+void raise_landing(const ChunkMove& m, const BackendEnv& env) {
   if (m.landing == nullptr) return;
-  if (!env.stream_memops) return launch_signal_store(env.stream, m.landing, m.landing_value);
-  const CUresult r = env.driver->stream_write_value32(
-      reinterpret_cast<CUstream>(env.stream), reinterpret_cast<CUdeviceptr>(m.landing),
-      static_cast<cuuint32_t>(m.landing_value), 0);
-  // Some platforms refuse stream memory operations on peer memory; a release-store kernel
-  // gives the same ordering.
-  if (r != CUDA_SUCCESS) launch_signal_store(env.stream, m.landing, m.landing_value);
+  if (m.epoch == nullptr)
+    throw InternalError(fmt::format("chunk {}: landing raise without an epoch word", m.chunk->id));
+  launch_signal_raise(env.stream, m.landing, m.epoch);
 }
 
 const ChunkBackend& copy_engine_backend() {

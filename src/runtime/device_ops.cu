@@ -11,6 +11,7 @@
 #include "cuda_check.hpp"
 #include "syncopate/common/error.hpp"
 #include "syncopate/runtime/add_launch.hpp"
+#include "syncopate/runtime/epoch.hpp"
 
 namespace syncopate::runtime {
 namespace {
@@ -33,19 +34,16 @@ __device__ __forceinline__ void store_release_sys(std::int32_t* p, std::int32_t 
   asm volatile("st.release.sys.global.b32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
 }
 
-__device__ __forceinline__ void add_release_sys(std::int32_t* p, std::int32_t v) {
-  asm volatile("red.release.sys.global.add.s32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
-}
-
 // One thread per condition. A waiter that sees another's timeout stops at once.
 __global__ void bounded_wait_kernel(WaitBatch batch, WaitRecord* record) {
   if (static_cast<int>(threadIdx.x) >= batch.count) return;
   const WaitCondition c = batch.conditions[threadIdx.x];
+  const std::int32_t expected = expected_value(*batch.epoch, c.epoch_offset, c.writers);
   volatile WaitRecord* rec = record;
   const std::int64_t start = global_timer_ns();
   for (std::uint32_t spin = 0;; ++spin) {
     const std::int32_t seen = load_acquire_sys(c.addr);
-    if (seen >= c.expected) break;
+    if (signal_reached(seen, expected)) break;
     // The record is host memory (a PCIe round trip): look at it, and at the clock, only every
     // 16th spin so that a wait that is about to succeed stays fast.
     if ((spin & 15u) != 15u) {
@@ -59,7 +57,7 @@ __global__ void bounded_wait_kernel(WaitBatch batch, WaitRecord* record) {
       rec->slot = c.slot;
       rec->chunk = c.chunk;
       rec->kind = c.kind;
-      rec->expected = c.expected;
+      rec->expected = expected;
       rec->seen = seen;
       rec->bound_ns = batch.bound_ns;
       __threadfence_system();
@@ -71,14 +69,13 @@ __global__ void bounded_wait_kernel(WaitBatch batch, WaitRecord* record) {
   __threadfence_system();
 }
 
-__global__ void signal_store_kernel(std::int32_t* slot, std::int32_t value) {
-  __threadfence_system();  // everything this stream wrote before is visible first
-  store_release_sys(slot, value);
+__global__ void epoch_advance_kernel(std::int32_t* epoch) {
+  *epoch = next_epoch(*epoch);
 }
 
-__global__ void signal_add_kernel(std::int32_t* slot, std::int32_t value) {
-  __threadfence_system();
-  add_release_sys(slot, value);
+__global__ void signal_raise_kernel(std::int32_t* slot, const std::int32_t* epoch) {
+  __threadfence_system();  // everything this stream wrote before is visible first
+  store_release_sys(slot, *epoch);
 }
 
 template <class Unit>
@@ -291,6 +288,7 @@ void launch_add_typed(cudaStream_t stream, const std::byte* src, std::byte* dst,
 
 void launch_bounded_wait(cudaStream_t stream, const WaitBatch& batch, WaitRecord* record) {
   if (batch.count <= 0) return;
+  if (batch.epoch == nullptr) throw InternalError("bounded wait without an epoch word");
   if (batch.count > kMaxWaitConditions)
     throw InternalError("bounded wait with " + std::to_string(batch.count) + " conditions (at most " +
                         std::to_string(kMaxWaitConditions) + ")");
@@ -298,13 +296,13 @@ void launch_bounded_wait(cudaStream_t stream, const WaitBatch& batch, WaitRecord
   SY_CUDA_CHECK_LAUNCH();
 }
 
-void launch_signal_store(cudaStream_t stream, std::int32_t* slot, std::int32_t value) {
-  signal_store_kernel<<<1, 1, 0, stream>>>(slot, value);
+void launch_epoch_advance(cudaStream_t stream, std::int32_t* epoch) {
+  epoch_advance_kernel<<<1, 1, 0, stream>>>(epoch);
   SY_CUDA_CHECK_LAUNCH();
 }
 
-void launch_signal_add(cudaStream_t stream, std::int32_t* slot, std::int32_t value) {
-  signal_add_kernel<<<1, 1, 0, stream>>>(slot, value);
+void launch_signal_raise(cudaStream_t stream, std::int32_t* slot, const std::int32_t* epoch) {
+  signal_raise_kernel<<<1, 1, 0, stream>>>(slot, epoch);
   SY_CUDA_CHECK_LAUNCH();
 }
 
@@ -339,8 +337,8 @@ void launch_add_2d(cudaStream_t stream, plan::DType dtype, const std::byte* src,
 void warm_up_kernels() {
   cudaFuncAttributes attr{};
   SY_CUDA_CHECK(cudaFuncGetAttributes(&attr, bounded_wait_kernel));
-  SY_CUDA_CHECK(cudaFuncGetAttributes(&attr, signal_store_kernel));
-  SY_CUDA_CHECK(cudaFuncGetAttributes(&attr, signal_add_kernel));
+  SY_CUDA_CHECK(cudaFuncGetAttributes(&attr, epoch_advance_kernel));
+  SY_CUDA_CHECK(cudaFuncGetAttributes(&attr, signal_raise_kernel));
   SY_CUDA_CHECK(cudaFuncGetAttributes(&attr, copy_2d_kernel<uint4>));
   SY_CUDA_CHECK(cudaFuncGetAttributes(&attr, copy_2d_kernel<uint2>));
   SY_CUDA_CHECK(cudaFuncGetAttributes(&attr, copy_2d_kernel<std::uint32_t>));

@@ -7,7 +7,6 @@
 
 #include "backend.hpp"
 #include "cuda_check.hpp"
-#include "driver_api.hpp"
 #include "nccl_watchdog.hpp"
 #include "syncopate/common/error.hpp"
 #include "syncopate/runtime/device_ops.hpp"
@@ -32,11 +31,12 @@ class DeviceScope {
 }  // namespace
 
 struct RankExecutor::Impl {
-  detail::DriverApi driver;
   std::vector<cudaStream_t> streams;  // one per plan stream, highest priority
   cudaEvent_t fork = nullptr;
   std::vector<cudaEvent_t> joins;
   std::unique_ptr<detail::NcclWatchdog> watchdog;  // when this rank sends or receives by NCCL
+  bool forked = false;      // fork() ran and issue_chunks() has not yet
+  std::int64_t calls = 0;   // eager issue_chunks() calls, to name an NCCL timeout
 };
 
 RankExecutor::RankExecutor(plan::CommPlan plan, std::vector<lower::SignalTable> tables,
@@ -75,7 +75,6 @@ RankExecutor::RankExecutor(plan::CommPlan plan, std::vector<lower::SignalTable> 
                                     "grouped (verify the plan)", r, step.chunk));
     }
   DeviceScope scope(heap_.device());
-  impl_->driver = detail::load_driver_api();
   warm_up_kernels();
   if (uses_nccl)
     impl_->watchdog = std::make_unique<detail::NcclWatchdog>(heap_.device(), *nccl_, options_.wait_bound_ns,
@@ -114,20 +113,22 @@ std::int32_t* RankExecutor::control(int r) const {
   return reinterpret_cast<std::int32_t*>(heap_.base(r) + layout_.control_offset);
 }
 
-void RankExecutor::wait_all(cudaStream_t stream, const std::vector<WaitRef>& waits, std::int64_t epoch) {
+std::int32_t* RankExecutor::epoch_word() const { return control(heap_.rank()) + kEpochSlot; }
+
+void RankExecutor::wait_all(cudaStream_t stream, const std::vector<WaitRef>& waits) {
   WaitBatch batch;
   batch.rank = heap_.rank();
   batch.bound_ns = options_.wait_bound_ns;
+  batch.epoch = epoch_word();
   auto flush = [&] {
     launch_bounded_wait(stream, batch, monitor_.device_record());
     batch.count = 0;
   };
   for (const auto& w : waits) {
-    const std::int64_t expected = w.expected(epoch);
-    if (expected <= 0) continue;  // e.g. the exit counter of call 0
     auto& c = batch.conditions[batch.count++];
     c.addr = (w.in_control() ? control(w.rank) : signals(w.rank)) + w.slot;
-    c.expected = expected;
+    c.writers = w.writers;
+    c.epoch_offset = w.epoch_offset;
     c.owner = w.rank;
     c.slot = w.slot;
     c.chunk = w.chunk;
@@ -137,83 +138,92 @@ void RankExecutor::wait_all(cudaStream_t stream, const std::vector<WaitRef>& wai
   if (batch.count > 0) flush();
 }
 
-void RankExecutor::set_control(cudaStream_t stream, int slot, std::int64_t epoch) {
-  if (!options_.stream_memops) {
-    launch_signal_store(stream, control(heap_.rank()) + slot, static_cast<std::int32_t>(epoch));
-    return;
+void RankExecutor::set_control(cudaStream_t stream, int slot) {
+  launch_signal_raise(stream, control(heap_.rank()) + slot, epoch_word());
+}
+
+void RankExecutor::begin(cudaStream_t stream) {
+  DeviceScope scope(heap_.device());
+  launch_epoch_advance(stream, epoch_word());
+  wait_all(stream, schedule_.begin_waits);
+}
+
+void RankExecutor::publish(cudaStream_t stream) {
+  DeviceScope scope(heap_.device());
+  set_control(stream, kEntrySlot);
+}
+
+void RankExecutor::fork(cudaStream_t stream) {
+  DeviceScope scope(heap_.device());
+  if (impl_->watchdog != nullptr) {
+    cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+    SY_CUDA_CHECK(cudaStreamIsCapturing(stream, &status));
+    if (status != cudaStreamCaptureStatusNone)
+      throw UserError(fmt::format(
+          "rank {}: nccl-under-capture: this plan moves chunks with NCCL, whose calls are bounded by a "
+          "host watchdog that polls events of each call; a captured CUDA graph gives it none to poll, "
+          "so a lost peer would hang the replay. Capture plans with the copy-engine or sm-copy "
+          "backend, or run NCCL plans eagerly", heap_.rank()));
   }
-  const CUresult r = impl_->driver.stream_write_value32(
-      reinterpret_cast<CUstream>(stream), reinterpret_cast<CUdeviceptr>(control(heap_.rank()) + slot),
-      static_cast<cuuint32_t>(epoch), 0);
-  if (r != CUDA_SUCCESS) launch_signal_store(stream, control(heap_.rank()) + slot, static_cast<std::int32_t>(epoch));
-}
-
-void RankExecutor::begin(cudaStream_t stream, std::int64_t epoch) {
-  int max_writers = 1;
-  for (const auto& t : tables_)
-    for (const auto& s : t.slots) max_writers = std::max(max_writers, s.writers);
-  if (epoch < 1 || epoch * max_writers >= (std::int64_t{1} << 31))
-    throw UserError(fmt::format("rank {}: bad-epoch: epoch {} (from 1, and epoch x {} writers must fit "
-                                "in int32)", heap_.rank(), epoch, max_writers));
-  DeviceScope scope(heap_.device());
-  wait_all(stream, schedule_.begin_waits, epoch);
-}
-
-void RankExecutor::issue(cudaStream_t stream, std::int64_t epoch, bool wait_landed) {
-  publish(stream, epoch);
-  fork(stream, epoch, wait_landed);
-}
-
-void RankExecutor::publish(cudaStream_t stream, std::int64_t epoch) {
-  DeviceScope scope(heap_.device());
-  set_control(stream, kEntrySlot, epoch);
-}
-
-void RankExecutor::fork(cudaStream_t stream, std::int64_t epoch, bool wait_landed) {
-  DeviceScope scope(heap_.device());
   SY_CUDA_CHECK(cudaEventRecord(impl_->fork, stream));
+  for (cudaStream_t side : impl_->streams) SY_CUDA_CHECK(cudaStreamWaitEvent(side, impl_->fork, 0));
+  impl_->forked = true;
+}
+
+void RankExecutor::issue_chunks() {
+  if (!impl_->forked)
+    throw UserError(fmt::format("rank {}: issue-before-fork: issue_chunks() needs fork() first (the side "
+                                "streams would not wait for this call's begin)", heap_.rank()));
+  impl_->forked = false;
+  ++impl_->calls;
+  DeviceScope scope(heap_.device());
   for (std::size_t s = 0; s < schedule_.streams.size(); ++s) {
     cudaStream_t side = impl_->streams[s];
-    SY_CUDA_CHECK(cudaStreamWaitEvent(side, impl_->fork, 0));
     const auto& steps = schedule_.streams[s];
     for (const auto& batch : step_batches(steps)) {
       if (steps[batch.begin].group == plan::kNoGroup) {
-        issue_step(steps[batch.begin], side, epoch);
+        issue_step(steps[batch.begin], side);
         continue;
       }
       std::vector<const ChunkStep*> members;
       for (auto i = batch.begin; i < batch.end; ++i) members.push_back(&steps[i]);
-      issue_group(members, side, epoch);
+      issue_group(members, side);
     }
     SY_CUDA_CHECK(cudaEventRecord(impl_->joins[s], side));
   }
+}
+
+void RankExecutor::issue(cudaStream_t stream, bool wait_landed) {
+  publish(stream);
+  fork(stream);
+  issue_chunks();
   // The caller's stream does not join the side streams here: a consumer kernel launched after
   // issue() must run while chunks still move (it waits per tile). end() joins them.
-  if (wait_landed) wait_all(stream, schedule_.landing_waits, epoch);
+  if (wait_landed) this->wait_landed(stream);
 }
 
-void RankExecutor::wait_landed(cudaStream_t stream, std::int64_t epoch) {
+void RankExecutor::wait_landed(cudaStream_t stream) {
   DeviceScope scope(heap_.device());
-  wait_all(stream, schedule_.landing_waits, epoch);
+  wait_all(stream, schedule_.landing_waits);
 }
 
-void RankExecutor::end(cudaStream_t stream, std::int64_t epoch) {
+void RankExecutor::end(cudaStream_t stream) {
   DeviceScope scope(heap_.device());
   for (auto join : impl_->joins) SY_CUDA_CHECK(cudaStreamWaitEvent(stream, join, 0));
-  set_control(stream, kExitSlot, epoch);
+  set_control(stream, kExitSlot);
 }
 
-void RankExecutor::run(cudaStream_t stream, std::int64_t epoch) {
-  begin(stream, epoch);
-  issue(stream, epoch, true);
-  end(stream, epoch);
+void RankExecutor::run(cudaStream_t stream) {
+  begin(stream);
+  issue(stream, true);
+  end(stream);
 }
 
 bool RankExecutor::dropped(const ChunkStep& step) const {
   return step.chunk == options_.drop_chunk && (options_.drop_on_rank < 0 || options_.drop_on_rank == heap_.rank());
 }
 
-detail::ChunkMove RankExecutor::make_move(const ChunkStep& step, std::int64_t epoch) const {
+detail::ChunkMove RankExecutor::make_move(const ChunkStep& step) const {
   const plan::Chunk& c = plan_.chunks[step.chunk];
   const auto& src_spec = plan_.tensors.at(c.tensor);
   const auto& dst_spec = plan_.tensors.at(c.dst_tensor);
@@ -232,16 +242,17 @@ detail::ChunkMove RankExecutor::make_move(const ChunkStep& step, std::int64_t ep
   }
   if (step.landing_slot >= 0) {
     move.landing = signals(c.dst) + step.landing_slot;
-    move.landing_value = static_cast<std::int32_t>(epoch);
+    // The rank that raises a landing slot issues the step: its own epoch word is the call's.
+    move.epoch = epoch_word();
   }
   return move;
 }
 
-void RankExecutor::watched(cudaStream_t stream, const std::vector<const ChunkStep*>& steps, std::int64_t epoch,
+void RankExecutor::watched(cudaStream_t stream, const std::vector<const ChunkStep*>& steps,
                            const std::function<void()>& issue) {
   detail::NcclBatch batch;
   batch.rank = heap_.rank();
-  batch.epoch = epoch;
+  batch.call = impl_->calls;
   for (const ChunkStep* step : steps) {
     const auto& c = plan_.chunks[step->chunk];
     batch.members.push_back({step->chunk, step->role, step->role == StepRole::nccl_send ? c.dst : c.src});
@@ -249,32 +260,32 @@ void RankExecutor::watched(cudaStream_t stream, const std::vector<const ChunkSte
   impl_->watchdog->watch(stream, std::move(batch), issue);
 }
 
-void RankExecutor::issue_step(const ChunkStep& step, cudaStream_t stream, std::int64_t epoch) {
-  wait_all(stream, step.waits, epoch);
+void RankExecutor::issue_step(const ChunkStep& step, cudaStream_t stream) {
+  wait_all(stream, step.waits);
   if (dropped(step)) return;  // test hook: the chunk goes missing
-  const detail::ChunkMove move = make_move(step, epoch);
-  const detail::BackendEnv env{stream, &impl_->driver, nccl_, options_.sm_copy_blocks, options_.stream_memops};
+  const detail::ChunkMove move = make_move(step);
+  const detail::BackendEnv env{stream, nccl_, options_.sm_copy_blocks};
   const auto& backend = detail::backend_for(move.chunk->backend);
   if (step.role == StepRole::nccl_send || step.role == StepRole::nccl_recv)
-    watched(stream, {&step}, epoch, [&] { backend.move(move, env); });
+    watched(stream, {&step}, [&] { backend.move(move, env); });
   else
     backend.move(move, env);
 }
 
-void RankExecutor::issue_group(const std::vector<const ChunkStep*>& steps, cudaStream_t stream, std::int64_t epoch) {
+void RankExecutor::issue_group(const std::vector<const ChunkStep*>& steps, cudaStream_t stream) {
   // The group starts once every member's waits hold (the verifier made sure none waits for
   // another member), then all of them are in flight at once.
-  for (const ChunkStep* step : steps) wait_all(stream, step->waits, epoch);
+  for (const ChunkStep* step : steps) wait_all(stream, step->waits);
   std::vector<const ChunkStep*> issued;
   std::vector<detail::ChunkMove> moves;
   for (const ChunkStep* step : steps) {
     if (dropped(*step)) continue;  // test hook
     issued.push_back(step);
-    moves.push_back(make_move(*step, epoch));
+    moves.push_back(make_move(*step));
   }
   if (moves.empty()) return;
-  const detail::BackendEnv env{stream, &impl_->driver, nccl_, options_.sm_copy_blocks, options_.stream_memops};
-  watched(stream, issued, epoch, [&] { detail::nccl_group_move(moves, env); });
+  const detail::BackendEnv env{stream, nccl_, options_.sm_copy_blocks};
+  watched(stream, issued, [&] { detail::nccl_group_move(moves, env); });
 }
 
 }  // namespace syncopate::runtime

@@ -122,8 +122,8 @@ void NcclWatchdog::run() {
 std::string NcclWatchdog::report(const Entry& e) {
   const auto& m = named_member(e.batch);
   const auto bound_ms = std::chrono::duration_cast<std::chrono::milliseconds>(bound_).count();
-  const std::string why = fmt::format("rank {}: {} did not complete within {} ms of starting (epoch {})",
-                                      e.batch.rank, describe(e.batch), bound_ms, e.batch.epoch);
+  const std::string why = fmt::format("rank {}: {} did not complete within {} ms of starting (call {})",
+                                      e.batch.rank, describe(e.batch), bound_ms, e.batch.call);
   // Same record as a device wait's; the first timeout wins, so a device wait that already
   // reported (say, the landing wait of this very chunk) keeps its record.
   volatile WaitRecord* r = record_;
@@ -133,7 +133,7 @@ std::string NcclWatchdog::report(const Entry& e) {
     r->slot = -1;
     r->chunk = m.chunk;
     r->kind = static_cast<std::int32_t>(WaitKind::nccl);
-    r->expected = e.batch.epoch;
+    r->expected = e.batch.call;
     r->seen = 0;
     r->bound_ns = bound_.count();
     std::atomic_thread_fence(std::memory_order_release);

@@ -37,7 +37,7 @@ struct NcclBatch {
     int peer = -1;
   };
   int rank = 0;
-  std::int64_t epoch = 0;
+  std::int64_t call = 0;  // the executor's count of eager issues, for the message
   std::vector<Member> members;
 };
 

@@ -1,6 +1,6 @@
 // The CUDA half of occupancy.hpp: device limits, a loaded function's attributes, the driver's
 // occupancy answer, stream priorities. Driver functions come through
-// cudaGetDriverEntryPointByVersion (nothing links libcuda), as in driver_api.cpp.
+// cudaGetDriverEntryPointByVersion (nothing links libcuda).
 #include <cuda.h>
 #include <cuda_runtime_api.h>
 

@@ -104,7 +104,7 @@ TuneResult tune(const TuneRequest& req, const Calibration& calib) {
   const double seq = result.best_sequential.sequential_us;
   // Deprecated calibrations (overheads.fused_call_us, no `host`) carry a measured lump per call
   // that their model did not capture; charged here only, candidates keep the model's own times.
-  // Calibrations with `host` have the host path in the fused timeline and a lump of 0.
+  // Calibrations with `host` have the call path in the fused timeline and a lump of 0.
   const double fused_overhead = calib.fused_call_overhead(req.collective);
   const double fused_gain = gain(result.best_fused.fused_us + fused_overhead, seq);
   const double kl_gain = gain(result.best_kernel_level.kernel_level_us, seq);

@@ -215,6 +215,7 @@ Calibration parse_calibration(std::string_view json_text, std::string_view sourc
 
   if (host) {
     auto o = object(*host, source, {"fused_call_us", "after_launch_us", "producer_after_launch_us"});
+    c.host.modelled = true;
     c.host.fused_call_us = o.required("fused_call_us").non_negative();
     c.host.after_launch_us = o.required("after_launch_us").non_negative();
     c.host.producer_after_launch_us = o.required("producer_after_launch_us").non_negative();
@@ -284,8 +285,7 @@ std::string calibration_to_json(const Calibration& c, int indent) {
   for (const auto& [coll, name] : plan::EnumTable<plan::Collective>::entries)
     if (coll != plan::Collective::custom && c.fused_call_overhead(coll) > 0)
       doc["overheads"]["fused_call_us"][std::string(name)] = c.fused_call_overhead(coll);
-  const bool has_host = c.host.fused_call_us > 0 || c.host.after_launch_us > 0 || c.host.producer_after_launch_us > 0;
-  if (has_host)
+  if (c.host.modelled)
     doc["host"] = {{"fused_call_us", c.host.fused_call_us}, {"after_launch_us", c.host.after_launch_us},
                    {"producer_after_launch_us", c.host.producer_after_launch_us}};
   const auto& kl = c.kernel_level;

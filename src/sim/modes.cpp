@@ -181,29 +181,62 @@ double shaped_speed(const KernelLevelShaping& shaping) {
   return std::min(1.0, shaping.residency * shaping.block_share);
 }
 
-// The host's side of a fused call: each rank enqueues the chunks it lists, stream by stream
-// (each costs its backend's issue_us), then launches its kernel after fused_call_us more.
-struct HostIssue {
-  std::vector<double> chunk_enqueued;  // by chunk: the latest host time a listing rank enqueues it
-  std::vector<double> launch;          // by rank: the fused kernel's host launch time
+// Bytes of the tensor's elements along `dim` that `rank` owns in an even split over the world
+// (the whole tensor when the split does not apply).
+double shard_bytes(const plan::CommPlan& plan, int rank, bool whole) {
+  const auto& spec = plan.collective;
+  const auto tensor = plan.tensors.find(spec.tensor);
+  if (tensor == plan.tensors.end()) return 0;
+  const auto& shape = tensor->second.shape;
+  double elements = static_cast<double>(tensor->second.elements());
+  if (!whole && spec.dim >= 0 && spec.dim < static_cast<int>(shape.size()) && shape[spec.dim] > 0)
+    elements = elements / double(shape[spec.dim]) *
+               double(plan::even_split(shape[spec.dim], plan.world_size, rank).size);
+  return elements * plan::dtype_size(tensor->second.dtype);
+}
+
+// Bytes an AG+GEMM copies into the heap on `rank` before its kernel: its own shard of the
+// gathered tensor (the other collectives' operands are used in place).
+double local_shard_bytes(const plan::CommPlan& plan, int rank) {
+  return plan.collective.kind == plan::Collective::all_gather ? shard_bytes(plan, rank, false) : 0.0;
+}
+
+// The call path of a fused call (HostModel; none when the calibration has no `host`): one graph
+// launch; on each rank's stream the preamble (fused_call_us) and, for AG+GEMM, the copy of its
+// own shard into the heap; then the side streams fork and the kernel is launched at once. On
+// each side stream the k-th chunk enters after the dispatch of its first k chunk steps
+// (issue_us each); streams run in parallel.
+struct CallPath {
+  std::vector<double> chunk_enqueued;  // by chunk: when it enters its stream (latest listing rank)
+  std::vector<double> launch;          // by rank: the fused kernel's launch on the device
+  std::vector<double> host_return;     // by rank: when the host returns from the call
 };
 
-HostIssue host_issue(const plan::CommPlan& plan, const Calibration& calib) {
-  HostIssue h;
+CallPath call_path(const plan::CommPlan& plan, const Calibration& calib, bool producer) {
+  CallPath p;
   const int n = static_cast<int>(plan.chunks.size());
-  h.chunk_enqueued.assign(plan.chunks.size(), 0.0);
-  h.launch.assign(plan.world_size, calib.host.fused_call_us);
+  p.chunk_enqueued.assign(plan.chunks.size(), 0.0);
+  p.launch.assign(plan.world_size, 0.0);
+  p.host_return.assign(plan.world_size, 0.0);
+  const auto& host = calib.host;
+  if (!host.modelled) return p;
+  for (int r = 0; r < plan.world_size; ++r) {
+    p.launch[r] = host.fused_call_us + local_shard_bytes(plan, r) / (calib.local_copy_gbps * 1e3);
+    p.host_return[r] = host.fused_call_us + (producer ? host.producer_after_launch_us : host.after_launch_us);
+  }
   for (const auto& program : plan.ranks) {
-    double t = 0;
-    for (const auto& stream : program.streams)
+    const bool known = program.rank >= 0 && program.rank < plan.world_size;
+    const double fork = known ? p.launch[program.rank] : host.fused_call_us;
+    for (const auto& stream : program.streams) {
+      double t = fork;
       for (int c : stream) {
         if (c < 0 || c >= n) continue;
         t += calib.backend(plan.chunks[c].backend).issue_us;
-        h.chunk_enqueued[c] = std::max(h.chunk_enqueued[c], t);
+        p.chunk_enqueued[c] = std::max(p.chunk_enqueued[c], t);
       }
-    if (program.rank >= 0 && program.rank < plan.world_size) h.launch[program.rank] += t;
+    }
   }
-  return h;
+  return p;
 }
 
 // Bytes a GEMM+RS/AR copies out of the heap on `rank` when its call ends: its reduced shard
@@ -214,19 +247,12 @@ double result_bytes(const plan::CommPlan& plan, int rank) {
   const bool rs = spec.kind == plan::Collective::reduce_scatter;
   if (!rs && spec.kind != plan::Collective::all_reduce) return 0;
   if (rs && spec.staged()) return 0;  // staged: the reducing GEMM writes `out` itself
-  const auto tensor = plan.tensors.find(spec.tensor);
-  if (tensor == plan.tensors.end()) return 0;
-  const auto& shape = tensor->second.shape;
-  double elements = static_cast<double>(tensor->second.elements());
-  if (rs && spec.dim >= 0 && spec.dim < static_cast<int>(shape.size()) && shape[spec.dim] > 0)
-    elements = elements / double(shape[spec.dim]) *
-               double(plan::even_split(shape[spec.dim], plan.world_size, rank).size);
-  return elements * plan::dtype_size(tensor->second.dtype);
+  return shard_bytes(plan, rank, !rs);
 }
 
 // How each rank's call ends, as a user times it (see RankEnd), and the call's total.
 void end_of_call(Timeline& timeline, const FusedCall& call, const Calibration& calib,
-                 const HostIssue& host) {
+                 const CallPath& path) {
   const int world = call.plan.world_size;
   const bool producer = produces(call);
   std::vector<double> gpu_end(world, 0.0);
@@ -237,15 +263,15 @@ void end_of_call(Timeline& timeline, const FusedCall& call, const Calibration& c
   timeline.rank_ends.assign(world, {});
   for (int r = 0; r < world; ++r) {
     auto& e = timeline.rank_ends[r];
-    e.host_launch = host.launch[r];
+    e.kernel_launch = path.launch[r];
     e.gpu_end = gpu_end[r];
     e.copy_out_start = e.copy_out_end = e.gpu_end;
     const double bytes = producer ? result_bytes(call.plan, r) : 0.0;
     if (bytes > 0) {  // after the exit wait (a stream wait on every landing) and its enqueue
-      e.copy_out_start = std::max(e.gpu_end + calib.sync_overhead_us, e.host_launch);
+      e.copy_out_start = std::max(e.gpu_end + calib.sync_overhead_us, e.kernel_launch);
       e.copy_out_end = e.copy_out_start + bytes / (calib.local_copy_gbps * 1e3);
     }
-    e.host_return = e.host_launch + (producer ? calib.host.producer_after_launch_us : calib.host.after_launch_us);
+    e.host_return = path.host_return[r];
     e.end = std::max(e.copy_out_end, e.host_return);
     timeline.total_us = std::max(timeline.total_us, e.end);
   }
@@ -272,25 +298,25 @@ Timeline simulate_fused(const FusedCall& call, const Calibration& calib, const S
   in.label = "fused";
   in.dynamic_assignment = options.dynamic_assignment;
   in.chunks = base_chunks(call.plan, calib);
-  const HostIssue host = host_issue(call.plan, calib);
+  const CallPath path = call_path(call.plan, calib, produces(call));
   // The runtime starts an NCCL group once every member's waits hold: gate members together.
   const auto gates = merge_group_gates(call.plan, chunk_gates(call));
   for (std::size_t c = 0; c < gates.size(); ++c) {
     auto& ch = in.chunks[c];
     ch.gate_tiles = gates[c];
     ch.gate_delay_us = calib.backend(ch.backend).signal_latency_us;
-    ch.not_before_us += host.chunk_enqueued[c];
+    ch.not_before_us += path.chunk_enqueued[c];
     // Copy-engine and NCCL reduce-adds land in staging, then an add kernel adds them in place.
     ch.add_step = call.plan.chunks[c].op == plan::ChunkOp::reduce_add && ch.backend != plan::Backend::sm_copy;
   }
   for (int r = 0; r < call.plan.world_size; ++r) {
     auto er = rank_shell(call, compute_workers(call.plan, r, calib), calib);
     er.tile_waits = tile_wait_chunks(call.tables[r]);
-    er.kernels.push_back({call.orders[r].tiles, {}, host.launch[r]});
+    er.kernels.push_back({call.orders[r].tiles, {}, path.launch[r]});
     in.ranks.push_back(std::move(er));
   }
   Timeline timeline = detail::run_engine(in, calib);
-  end_of_call(timeline, call, calib, host);
+  end_of_call(timeline, call, calib, path);
   return timeline;
 }
 
@@ -413,7 +439,7 @@ Timeline simulate_kernel_level(const FusedCall& call, const Calibration& base_ca
   for (int r = 0; r < world; ++r) {
     auto& e = timeline.rank_ends[r];
     const auto& launched = host.kernel_enqueued[r];
-    e.host_launch = launched.empty() ? 0.0 : launched.back();
+    e.kernel_launch = launched.empty() ? 0.0 : launched.back();
     e.host_return = host.host_return[r];
     e.gpu_end = e.copy_out_start = e.copy_out_end = gpu_end[r];
     e.end = std::max(e.gpu_end, e.host_return);

@@ -20,7 +20,7 @@ const std::vector<AddedParam>& added_params() {
       {"sy_notify_offsets", "int32*", "CSR offsets by tile id into sy_notify_slots"},
       {"sy_notify_slots", "int32*", "ready slots each tile increments"},
       {"sy_slot_writers", "int32*", "increments per call of each slot"},
-      {"sy_epoch", "int", "call number, from 1"},
+      {"sy_epoch", "int32*", "the call's epoch word (device memory, advanced by each call)"},
       {"sy_wait_bound_ns", "int", "time bound of every wait, in ns"},
       {"sy_rank", "int", "this rank, recorded on timeout"},
       {"sy_error", "int64*", "[flag, rank, slot, expected, seen, tile, 0, 0], zeroed by the launcher"},

@@ -6,7 +6,9 @@
 # 1. builds the runtime, the C++ GPU tests and the Python modules (build-gpu/, Release);
 # 2. runs the single-process multi-GPU C++ tests at world sizes 1 .. max(4, GPUs) (ranks beyond
 #    the GPU count share GPUs; nccl cases need one GPU per rank and skip there);
-# 3. runs tests/gpu/test_ops_gpu.py under torchrun at every world size from 1 to the GPU count;
+# 3. runs tests/gpu/test_ops_gpu.py and tests/gpu/test_graphs_gpu.py under torchrun at worlds 1-4
+#    (one GPU per rank where there are enough, else every rank on the GPUs there are: gloo
+#    bootstrap, NCCL rows skipped by name; correctness only) and beyond 4 up to the GPU count;
 # 4. runs tests/gpu/test_imported_plan_gpu.py (plans imported from MSCCL XML / send-recv lists in
 #    AgGemm and GemmRs) at worlds 2 and 4, ranks sharing GPUs where there are fewer.
 # Logs: LOG_DIR/gpu-tests-<date>.log (everything) and the per-rank result lines beside it.
@@ -62,11 +64,7 @@ if ! { cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DSYNCOPATE_C
 fi
 
 # The package from the source tree plus the modules just built (no pip: nothing to download).
-pkg=$(mktemp -d)
-cp -r python/syncopate "$pkg/"
-cp build-gpu/python/_core*.so build-gpu/python/_runtime*.so "$pkg/syncopate/"
-# The wheel ships calib/*.json inside the package; the ops' simulator choice loads it from there.
-mkdir -p "$pkg/syncopate/calib" && cp calib/*.json "$pkg/syncopate/calib/"
+pkg=$(tests/gpu/stage_package.sh)
 export PYTHONPATH="$pkg${PYTHONPATH:+:$PYTHONPATH}"
 
 run_cpp() {  # $1: world size
@@ -92,6 +90,16 @@ run_py() {  # $1: world size
   grep -E "^SUMMARY|^FAIL" "$log" | tail -12
 }
 
+run_graphs() {  # $1: world size
+  local world=$1
+  say "call path under CUDA graphs, torchrun world $world"
+  if ! timeout "${PY_TIMEOUT:-420}" "$python" -m torch.distributed.run --standalone --nproc_per_node="$world" \
+       tests/gpu/test_graphs_gpu.py --results-file "$log_dir/gpu-graphs-$stamp-w$world" ${GRAPHS_ARGS:-} >>"$log" 2>&1; then
+    status=1; say "graphs world $world FAILED"
+  fi
+  grep -E "^SUMMARY graphs|^FAIL" "$log" | tail -12
+}
+
 run_imported() {  # $1: world size (ranks may share GPUs: the test uses gloo and copy-engine/sm-copy plans)
   local world=$1
   say "Imported plans in AgGemm / GemmRs, torchrun world $world on $gpus GPU(s)"
@@ -102,19 +110,20 @@ run_imported() {  # $1: world size (ranks may share GPUs: the test uses gloo and
   grep -E "^SUMMARY|^FAIL" "$log" | tail -12
 }
 
-# STEPS: what to run, in order, e.g. "cpp:2 py:2 cpp:4 py:1 imp:4". Default: the C++ tests at
-# worlds 1 .. max(4, GPUs), then the Python ops at worlds 1 .. GPUs, then the imported plans at
-# worlds 2 and 4 (imp:W runs whatever the GPU count; ranks share GPUs).
+# STEPS: what to run, in order, e.g. "cpp:2 py:2 graphs:2 imp:2". Default: the C++ tests at
+# worlds 1 .. max(4, GPUs), then the Python ops and the graph tests at worlds 1 .. max(4, GPUs),
+# then the imported plans at worlds 2 and 4 (ranks share GPUs where there are fewer).
 if [ -z "${STEPS:-}" ]; then
   STEPS=""
   for w in $(seq 1 $(( gpus > 4 ? gpus : 4 ))); do STEPS="$STEPS cpp:$w"; done
-  for w in $(seq 1 "$gpus"); do STEPS="$STEPS py:$w"; done
+  for w in $(seq 1 $(( gpus > 4 ? gpus : 4 ))); do STEPS="$STEPS py:$w graphs:$w"; done
   STEPS="$STEPS imp:2 imp:4"
 fi
 for step in $STEPS; do
   case "$step" in
     cpp:*) run_cpp "${step#cpp:}" ;;
-    py:*) if [ "${step#py:}" -le "$gpus" ]; then run_py "${step#py:}"; else say "skip $step: $gpus GPU(s)"; fi ;;
+    py:*) run_py "${step#py:}" ;;
+    graphs:*) run_graphs "${step#graphs:}" ;;
     imp:*) run_imported "${step#imp:}" ;;
     *) say "unknown step $step"; status=1 ;;
   esac

@@ -43,9 +43,6 @@ runtime::ExecutorOptions test_options() {
   runtime::ExecutorOptions o;
   const char* env = std::getenv("SYNCOPATE_TEST_NORMAL_PRIORITY");
   o.high_priority_streams = !(env != nullptr && std::string(env) == "1");
-  // SYNCOPATE_TEST_NO_MEMOPS=1: raise slots with kernels instead of stream memory operations.
-  const char* memops = std::getenv("SYNCOPATE_TEST_NO_MEMOPS");
-  o.stream_memops = !(memops != nullptr && std::string(memops) == "1");
   return o;
 }
 
@@ -59,17 +56,19 @@ int test_world() {
 // tensor (if any), publish the entry counter, then a host barrier so that every rank's entry
 // write is enqueued before any rank enqueues a wait for it; fork the chunk steps, end, and a
 // second barrier so every exit write is enqueued before the next call's begin waits for it.
-void ordered_call(LocalGroup& g, int r, std::int64_t epoch, const void* input = nullptr, std::size_t bytes = 0,
+void ordered_call(LocalGroup& g, int r, const void* input = nullptr, std::size_t bytes = 0,
                   bool wait_landed = true) {
   auto& ex = g.executor(r);
-  ex.begin(g.stream(r), epoch);
+  ex.begin(g.stream(r));
   if (input != nullptr)
     EXPECT_EQ(cudaMemcpyAsync(ex.tensor(r, ex.plan().collective.tensor), input, bytes, cudaMemcpyDeviceToDevice,
                               g.stream(r)), cudaSuccess);
-  ex.publish(g.stream(r), epoch);
+  ex.publish(g.stream(r));
   g.barrier();
-  ex.fork(g.stream(r), epoch, wait_landed);
-  ex.end(g.stream(r), epoch);
+  ex.fork(g.stream(r));
+  ex.issue_chunks();
+  if (wait_landed) ex.wait_landed(g.stream(r));
+  ex.end(g.stream(r));
   g.barrier();
 }
 
@@ -195,7 +194,7 @@ TEST_P(TemplatePlans, EveryRankGetsTheCollectiveResultForThreeEpochs) {
     std::vector<const float*> staged;
     for (int r = 0; r < world; ++r) staged.push_back(g.upload(r, inputs(r, epoch, n)));
     g.on_every_rank([&](int r) {
-      ordered_call(g, r, epoch, staged[r], n * sizeof(float));
+      ordered_call(g, r, staged[r], n * sizeof(float));
       ASSERT_EQ(cudaStreamSynchronize(g.stream(r)), cudaSuccess);
     });
     g.monitor().check();
@@ -234,7 +233,7 @@ TEST_P(BackToBack, TwoHundredCallsStayCorrect) {
   g.on_every_rank([&](int r) {
     const auto& sets = sets_of[r];
     for (std::int64_t epoch = 1; epoch <= kCalls; ++epoch)
-      ordered_call(g, r, epoch, sets[epoch == kCalls ? 1 : epoch % 2], n * sizeof(float));
+      ordered_call(g, r, sets[epoch == kCalls ? 1 : epoch % 2], n * sizeof(float));
     ASSERT_EQ(cudaStreamSynchronize(g.stream(r)), cudaSuccess);
   });
   g.monitor().check();
@@ -272,7 +271,7 @@ TEST_P(MissingChunk, TimesOutNamingTheChunk) {
   options.drop_chunk = dropped;
   LocalGroup g(p, options);
   g.on_every_rank([&](int r) {
-    ordered_call(g, r, 1);
+    ordered_call(g, r);
     ASSERT_EQ(cudaStreamSynchronize(g.stream(r)), cudaSuccess);
   });
   try {
@@ -317,9 +316,9 @@ TEST(NcclBoundedWait, nccl_PeerThatNeverSendsIsAbortedAfterTheBound) {
   const auto start = std::chrono::steady_clock::now();
   g.on_every_rank([&](int r) {
     auto& ex = g.executor(r);
-    ex.begin(g.stream(r), 1);
-    ex.issue(g.stream(r), 1, /*wait_landed=*/false);
-    ex.end(g.stream(r), 1);
+    ex.begin(g.stream(r));
+    ex.issue(g.stream(r), /*wait_landed=*/false);
+    ex.end(g.stream(r));
     // Poll rather than synchronise: if the abort failed to end NCCL's kernel, report it and
     // stop the process instead of hanging the GPU job.
     while (cudaStreamQuery(g.stream(r)) == cudaErrorNotReady) {
@@ -351,7 +350,7 @@ TEST(NcclBoundedWait, nccl_PeerThatNeverSendsIsAbortedAfterTheBound) {
     std::printf("NCCL timeout as raised after %.2f s: %s\n", seconds, msg.c_str());
   }
   // The aborted communicator refuses further calls instead of hanging in them.
-  EXPECT_THROW(g.executor(1).run(g.stream(1), 2), DeviceError);
+  EXPECT_THROW(g.executor(1).run(g.stream(1)), DeviceError);
 }
 
 // ---------------------------------------------------------------- reduce-add in 16-bit types
@@ -483,7 +482,7 @@ TEST_P(ReduceAdd16, SumsWithinRoundingAndPlainAddsAreDeterministic) {
   std::vector<std::vector<std::uint16_t>> first(world);
   for (std::int64_t epoch = 1; epoch <= 3; ++epoch) {
     g.on_every_rank([&](int r) {
-      ordered_call(g, r, epoch, staged[r]->get(), n * 2);
+      ordered_call(g, r, staged[r]->get(), n * 2);
       ASSERT_EQ(cudaStreamSynchronize(g.stream(r)), cudaSuccess);
     });
     g.monitor().check();
@@ -591,7 +590,7 @@ TEST_P(AtomicAdds, TwoStreamsAddingIntoOneBoxLoseNothing) {
   }
   const std::size_t bytes = static_cast<std::size_t>(n) * plan::dtype_size(dtype);
   g.on_every_rank([&](int r) {
-    ordered_call(g, r, 1, staged[r]->get(), bytes);
+    ordered_call(g, r, staged[r]->get(), bytes);
     ASSERT_EQ(cudaStreamSynchronize(g.stream(r)), cudaSuccess);
   });
   g.monitor().check();
@@ -649,12 +648,11 @@ double seconds_per_call(const plan::CommPlan& p, int calls, int blocks) {
     auto& ex = g.executor(r);
     ASSERT_EQ(cudaMemsetAsync(ex.tensor(r, p.collective.tensor), 0,
                               p.tensors.at(p.collective.tensor).elements() * 2, g.stream(r)), cudaSuccess);
-    std::int64_t epoch = 1;
-    for (; epoch <= 5; ++epoch) ex.run(g.stream(r), epoch);
+    for (int i = 0; i < 5; ++i) ex.run(g.stream(r));
     ASSERT_EQ(cudaStreamSynchronize(g.stream(r)), cudaSuccess);
     g.barrier();
     const auto start = std::chrono::steady_clock::now();
-    for (int i = 0; i < calls; ++i, ++epoch) ex.run(g.stream(r), epoch);
+    for (int i = 0; i < calls; ++i) ex.run(g.stream(r));
     ASSERT_EQ(cudaStreamSynchronize(g.stream(r)), cudaSuccess);
     per_rank[r] = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() / calls;
   });

@@ -2,6 +2,9 @@
 
     torchrun --nproc_per_node=W tests/gpu/test_ops_gpu.py [--quick] [--results-file FILE] [--list]
 
+One GPU per rank where the machine has W GPUs, else every rank on the GPUs there are (gpu_group.py:
+gloo bootstrap, NCCL rows skipped by name; correctness only).
+
 matrix: every op (ag_gemm, gemm_rs, gemm_ar) x backend (copy-engine, sm-copy, nccl) x mode
 (fused, sequential) x shape x dtype (fp16, bf16) x B layout (kn: [K, N] row-major; nk: the
 transpose view of an nn.Linear weight [N, K]). gemm_rs and gemm_ar run with reduce="chunks"
@@ -153,15 +156,15 @@ def inputs(op, m, k, n, dtype, world, gen, layout="kn"):
     return a, b
 
 
+GROUP = None  # the GpuGroup of this process (main())
+
+
 def reference(op, a, b, world, rank):
     """fp32 torch result on this rank for the same inputs on every rank."""
     op = base_op(op)
     if op == "ag_gemm":
-        parts = [torch.empty_like(a) for _ in range(world)]
-        dist.all_gather(parts, a)
-        return torch.cat(parts).float() @ b.float()
-    partial = a.float() @ b.float()
-    dist.all_reduce(partial)
+        return GROUP.all_gather_cat(a).float() @ b.float()
+    partial = GROUP.all_reduce_sum(a.float() @ b.float())
     if op == "gemm_rs":
         rows = partial.shape[0] // world
         return partial[rank * rows:(rank + 1) * rows]
@@ -418,14 +421,19 @@ def main():
     if args.list:
         list_cases(args.list, args.quick)
         return
-    rank = int(os.environ["RANK"])
-    local = int(os.environ.get("LOCAL_RANK", rank))
-    torch.cuda.set_device(local)
-    dist.init_process_group("nccl", device_id=torch.device("cuda", local))
-    world = dist.get_world_size()
+    global GROUP, BACKENDS
+    from gpu_group import NCCL_SKIP_REASON, GpuGroup
+
+    GROUP = GpuGroup()
+    rank, world, group = GROUP.rank, GROUP.world, GROUP.group
     log = open(f"{args.results_file}.rank{rank}", "w") if args.results_file else None
     res = Results(rank, log)
-    group = dist.group.WORLD
+    if rank == 0:
+        print(f"== mode: {GROUP.mode}", flush=True)
+    if GROUP.shared:
+        BACKENDS = tuple(b for b in BACKENDS if GROUP.backend_usable(b))
+        if rank == 0:
+            print(f"SKIP every backend=nccl row: {NCCL_SKIP_REASON}", flush=True)
     runners = {
         "matrix": lambda: run_matrix(res, group, world, rank, args.quick),
         "algorithms": lambda: run_algorithms(res, group, world, rank, args.quick),
@@ -440,10 +448,10 @@ def main():
             runners[section]()
             if rank == 0:
                 print(f"== section {section}: {time.perf_counter() - start:.1f}s", flush=True)
-    totals = torch.tensor([res.passed, res.failed], device="cuda")
-    dist.all_reduce(totals)
+    totals = GROUP.all_reduce_sum(torch.tensor([res.passed, res.failed], device="cuda"))
     if rank == 0:
-        line = f"SUMMARY world={world} passed={int(totals[0])} failed={int(totals[1])} device={torch.cuda.get_device_name()}"
+        line = (f"SUMMARY world={world} passed={int(totals[0])} failed={int(totals[1])} "
+                f"device={torch.cuda.get_device_name()} mode={GROUP.mode}")
         print(line, flush=True)
         if log:
             log.write(line + "\n")

@@ -85,14 +85,11 @@ def test_prediction_is_self_consistent(h200, ag_case):
 
 
 def schedule_only(calib):
-    """`calib` without the host path of a fused call (launch cost, per-chunk issue): at this
-    small shape the measured host path (~280 us for six chunks) ends after every chunk has
-    landed, so no tile ever waits and the order cannot matter; what is tested here is the
+    """`calib` without the call path of a fused call (no `host`: the kernel and the chunks start
+    at the call's start, no local shard copy, no per-chunk dispatch): what is tested here is the
     schedule."""
     data = json.loads(calib.to_json())
-    data["host"] = {key: 0 for key in data["host"]}
-    for backend in data["backends"].values():
-        backend["issue_us"] = 0
+    del data["host"]
     return sy.parse_calibration(json.dumps(data), "h200-schedule-only.json")
 
 
@@ -106,14 +103,27 @@ def test_arrival_order_beats_row_major_here(h200, ag_case):
     assert arrival.gemm_alone_us == pytest.approx(row_major.gemm_alone_us)
 
 
-def test_host_path_hides_the_order_at_this_small_shape(h200, ag_case):
-    # With the measured host path the kernel starts after the last chunk landed: both orders
-    # take the same time, and longer than without the host path.
+def test_the_call_path_starts_the_gemm_at_once(h200, ag_case):
+    # The call path of issue 14: each rank's kernel is launched host.fused_call_us after the call
+    # plus the copy of its own shard into the heap, whatever the number of chunks (before, the
+    # host issued every chunk first, 31 us each, and at this small shape the kernel started after
+    # the last chunk had landed, so the tile order could not matter). Now it does, as without the
+    # call path, and the call path costs less than a launch per chunk would.
     plan, gemm = ag_case
+    doc = json.loads(h200.to_json())
+    shard_bytes = 4096 // 4 * 1024 * 2  # x [4096, 1024] bf16 over 4 ranks
+    launch = doc["host"]["fused_call_us"] + shard_bytes / (doc["gpu"]["local_copy_gbps"] * 1e3)
+    for split in (1, 2, 4):
+        p = sy.simulate(sy.make_plan("all-gather", world_size=4, shape=[4096, 1024], split=split, tensor="x"),
+                        gemm, h200)
+        assert [e.kernel_launch for e in p.fused.rank_ends] == [pytest.approx(launch)] * 4, split
+        first_tile = min(t.start for t in p.fused.tiles if t.rank == 0)
+        assert first_tile == pytest.approx(launch + doc["overheads"]["launch_us"]), split
     arrival = sy.simulate(plan, gemm, h200, order="arrival")
     row_major = sy.simulate(plan, gemm, h200, order="row-major")
-    assert arrival.fused_us == pytest.approx(row_major.fused_us)
-    assert arrival.fused_us > sy.simulate(plan, gemm, schedule_only(h200), order="arrival").fused_us
+    assert arrival.fused_us < row_major.fused_us
+    schedule = sy.simulate(plan, gemm, schedule_only(h200), order="arrival").fused_us
+    assert schedule < arrival.fused_us < schedule + launch + 6 * doc["backends"]["copy-engine"]["issue_us"] + 1
 
 
 def test_explicit_accesses_equal_defaults(h200, ag_case):

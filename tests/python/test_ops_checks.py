@@ -95,9 +95,18 @@ def test_device_mismatch(fake_mode, op):
 
 
 @pytest.mark.parametrize("op", OPS)
-def test_cpu_operands_refused(fake_mode, op):
-    with pytest.raises(syncopate.UserError, match=r"must be on a CUDA device, got cpu"):
+def test_cpu_operands_refused(fake_mode, op, monkeypatch):
+    # The CPU is accepted only while Triton's interpreter is on (other test modules set it).
+    monkeypatch.setenv("TRITON_INTERPRET", "0")
+    with pytest.raises(syncopate.UserError, match=r"must be on a CUDA device \(or the CPU under Triton's "
+                                                  r"interpreter, TRITON_INTERPRET=1\), got cpu"):
         call(op, torch.empty(8, 16, dtype=BF16), torch.empty(16, 32, dtype=BF16))
+
+
+@pytest.mark.parametrize("op", OPS)
+def test_cpu_operands_accepted_under_the_interpreter(fake_mode, op, monkeypatch):
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    assert call(op, torch.empty(8, 16, dtype=BF16), torch.empty(16, 32, dtype=BF16)).device.type == "cpu"
 
 
 @pytest.mark.parametrize("op", OPS)
@@ -142,10 +151,11 @@ def test_eager_checks_shapes_before_anything_else(op):
 
 
 @pytest.mark.parametrize("op", OPS)
-def test_eager_refuses_cpu_tensors(op):
+def test_eager_refuses_cpu_tensors(op, monkeypatch):
+    monkeypatch.setenv("TRITON_INTERPRET", "0")
     a = torch.randn(8, 16).to(BF16)
     b = torch.randn(16, 32).to(BF16)
-    with pytest.raises(syncopate.UserError, match="must be on a CUDA device, got cpu"):
+    with pytest.raises(syncopate.UserError, match="must be on a CUDA device .*, got cpu"):
         call(op, a, b)
 
 
@@ -153,12 +163,19 @@ def test_eager_refuses_cpu_tensors(op):
 
 
 @pytest.mark.parametrize("op", OPS)
-def test_public_function_needs_torch_distributed(op):
+def test_public_function_without_torch_distributed_is_one_rank(fake_mode, op):
     import torch.distributed as dist
 
     assert not dist.is_initialized()
-    with pytest.raises(syncopate.UserError, match="torch.distributed is not initialized"):
-        getattr(sops, op)(torch.empty(8, 16, dtype=BF16), torch.empty(16, 32, dtype=BF16))
+    assert custom_ops.group_args(op, None) == (custom_ops.NO_GROUP, 1)
+    assert tuple(getattr(sops, op)(cuda(8, 16), cuda(16, 32)).shape) == (8, 32)
+
+
+@pytest.mark.parametrize("op", OPS)
+def test_no_group_name_needs_world_one(fake_mode, op):
+    # The fake implementation only checks shapes; the real one refuses (test_ops_autograd.py).
+    with pytest.raises(syncopate.UserError, match=r"world_size=2 with no process group"):
+        custom_ops._run_on_gpu(op, cuda(8, 16), cuda(16, 32), 2, custom_ops.NO_GROUP)
 
 
 @pytest.mark.parametrize("op", OPS)

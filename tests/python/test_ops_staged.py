@@ -26,7 +26,7 @@ pytest.importorskip("triton")
 import syncopate as sy  # noqa: E402
 from syncopate.errors import UserError, WaitTimeoutError  # noqa: E402
 from syncopate.kernels.configs import INTERPRETER_CONFIG  # noqa: E402
-from syncopate.launch import TileTables, check_error, launch  # noqa: E402
+from syncopate.launch import TileTables, check_error, epoch_word, launch  # noqa: E402
 from syncopate.ops import fused_gemm, staged_gemm  # noqa: E402
 
 from test_gemm_interpret import _interpreter_fixes  # noqa: E402,F401  (autouse fixture)
@@ -307,7 +307,7 @@ def test_staged_gemm_from_the_lowering_matches_reference(world, rank, split, lay
         signals = _landed(g.tables, epoch)
         c = torch.full((m, n), float("nan"), dtype=torch.float16)
         out = torch.full((shard, n), float("nan"), dtype=torch.float16)
-        g.launch(a, b, c, signals, epoch, p, out)
+        g.launch(a, b, c, signals, epoch_word(epoch), p, out)
         g.check()
         expected = ref[lo:lo + shard] + sum(p[s].double() for s in range(world) if s != rank)
         assert torch.allclose(out.double(), expected, rtol=2e-2, atol=5e-2)
@@ -326,7 +326,7 @@ def test_staged_gemm_names_a_chunk_that_never_lands():
     chunk = plan.chunks[g.tables.slot_chunks[missing]]
     assert (chunk.src, chunk.dst) == (1, 0)
     a, b, p = _operands(m, n, k, world, torch.float16, "kn", seed=2)
-    g.launch(a, b, torch.empty(m, n).half(), signals, 1, p, torch.empty(64, n).half())
+    g.launch(a, b, torch.empty(m, n).half(), signals, epoch_word(1), p, torch.empty(64, n).half())
     with pytest.raises(WaitTimeoutError, match=rf"rank 0: tile \d+ waited on slot {missing} \(chunk {chunk.id}\)"):
         g.check()
 
@@ -453,11 +453,12 @@ def test_context_at_world_one_runs_the_staged_kernel(cpu_runtime, cls, layout):
             assert torch.equal(out, ctx.c), "out is the copy of the heap's C"
         else:
             assert torch.isnan(ctx.c).all(), "the own rows go straight to out, never to the heap's C"
-    if cls is GemmRs:  # no landing wait after the kernel and no copy-out: begin, issue, end per call
-        assert [e[0] for e in ctx.ws.log] == ["begin", "issue", "end", "check"] * 2
+    # The side streams fork before the kernel, whose launch precedes the chunks' issue.
+    call = ["begin", "publish", "fork", "issue_chunks"]
+    if cls is GemmRs:  # no landing wait after the kernel and no copy-out
+        assert [e[0] for e in ctx.ws.log] == (call + ["end", "check"]) * 2
     else:  # the kernel, the gathered boxes' landings, the copy-out (checked above), the end
-        assert [e[0] for e in ctx.ws.log] == ["begin", "issue", "wait_landed", "end", "check"] * 2
-    assert all(e[2] is False for e in ctx.ws.log if e[0] == "issue")
+        assert [e[0] for e in ctx.ws.log] == (call + ["wait_landed", "end", "check"]) * 2
 
 
 @pytest.mark.parametrize("collective", ["reduce-scatter", "all-reduce"])

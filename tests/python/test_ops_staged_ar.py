@@ -32,7 +32,7 @@ pytest.importorskip("triton")
 
 import syncopate as sy  # noqa: E402
 from syncopate.errors import UserError, WaitTimeoutError  # noqa: E402
-from syncopate.launch import TileTables, check_error  # noqa: E402
+from syncopate.launch import TileTables, check_error, epoch_word  # noqa: E402
 from syncopate.ops import staged_gemm  # noqa: E402
 from syncopate.ops.gemm_ar import GemmAr  # noqa: E402
 from syncopate.ops.gemm_rs import GemmRs  # noqa: E402
@@ -238,7 +238,7 @@ def _emulate_all_reduce(world, m, n, k, split, layout):
     def run_kernels():
         for r, g in enumerate(gemms):
             c = heaps[r]["c"][0]
-            g.launch(*ops[r], c, _landed(g.tables, 1), 1, heaps[r]["p"], c[r * shard:(r + 1) * shard])
+            g.launch(*ops[r], c, _landed(g.tables, 1), epoch_word(1), heaps[r]["p"], c[r * shard:(r + 1) * shard])
             g.check()
 
     # 1. The partial tiles store every other box (the own tiles, whose staging chunks have not

@@ -1,7 +1,11 @@
 // The runtime's own small device kernels, as launch functions on a stream:
+//  - epoch_advance: this rank's epoch word += 1 (the first thing a call does);
 //  - bounded_wait: spin (acquire, system scope) until every condition holds, or the time bound
-//    passes; then record the timeout in the WaitRecord and let the stream go on;
-//  - signal_store / signal_add: raise a slot with a release store / release add, system scope;
+//    passes; then record the timeout in the WaitRecord and let the stream go on. A condition's
+//    expected value is computed on the device from the epoch word, never baked in by the host,
+//    so the same enqueued (or graph-captured) work is right for every call;
+//  - signal_raise: release-store the epoch word's value into a slot (landing slots and the
+//    entry/exit counters have one writer: after call e they hold e);
 //  - copy_2d: the SM-driven copy backend (a few blocks, vector loads where aligned);
 //  - add_2d: dst += src over a pitched region (16-byte vectors, fp32 accumulation for f16/bf16);
 //    plain stores when the caller is the box's only adder at the time, packed atomics when not
@@ -22,9 +26,11 @@ namespace syncopate::runtime {
 
 inline constexpr int kMaxWaitConditions = 8;
 
+// Holds once *addr reaches (epoch + epoch_offset) * writers (epoch.hpp: modulo 2^32).
 struct WaitCondition {
   const std::int32_t* addr = nullptr;
-  std::int64_t expected = 0;
+  std::int32_t writers = 1;
+  std::int32_t epoch_offset = 0;
   std::int32_t owner = 0;
   std::int32_t slot = 0;
   std::int32_t chunk = -1;
@@ -36,11 +42,12 @@ struct WaitBatch {
   std::int32_t count = 0;
   std::int32_t rank = 0;
   std::int64_t bound_ns = 0;
+  const std::int32_t* epoch = nullptr;  // this rank's epoch word (device memory)
 };
 
+void launch_epoch_advance(cudaStream_t stream, std::int32_t* epoch);
+void launch_signal_raise(cudaStream_t stream, std::int32_t* slot, const std::int32_t* epoch);
 void launch_bounded_wait(cudaStream_t stream, const WaitBatch& batch, WaitRecord* record);
-void launch_signal_store(cudaStream_t stream, std::int32_t* slot, std::int32_t value);
-void launch_signal_add(cudaStream_t stream, std::int32_t* slot, std::int32_t value);
 // `src` and `dst` are the tensor (or staging) bases the copy's offsets are relative to.
 void launch_copy_2d(cudaStream_t stream, const std::byte* src, std::byte* dst, const Copy2D& copy,
                     int max_blocks);

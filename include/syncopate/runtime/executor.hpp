@@ -47,9 +47,6 @@ struct ExecutorOptions {
                              // recv is still posted); -1: every rank
   int sm_copy_blocks = 16;   // blocks of the SM-copy and add kernels
   bool high_priority_streams = true;  // the plan's streams at the device's greatest priority
-  // Raise landing slots and entry/exit counters with cuStreamWriteValue32 (true) or with a
-  // one-thread release-store kernel (false).
-  bool stream_memops = true;
 };
 
 class RankExecutor {
@@ -62,27 +59,39 @@ class RankExecutor {
   RankExecutor(const RankExecutor&) = delete;
   RankExecutor& operator=(const RankExecutor&) = delete;
 
-  // Epoch protocol, all on `stream` (see rank_schedule.hpp). Epochs start at 1 and grow by
-  // one per call. issue() forks the plan's streams off `stream` (highest priority) and, with
-  // wait_landed, makes `stream` wait until every chunk landing here has landed; without it a
-  // consumer kernel launched next waits per tile instead. end() joins the plan's streams back
-  // into `stream` and then raises this rank's exit counter: call it once nothing reads or
-  // writes the plan's buffers any more.
-  void begin(cudaStream_t stream, std::int64_t epoch);
-  void issue(cudaStream_t stream, std::int64_t epoch, bool wait_landed = true);
-  // issue() in two halves, for ranks that share a GPU (docs/RUNTIME.md, "Ranks sharing a GPU"):
-  // publish() raises the entry counter; fork() issues the chunk steps (everything else issue()
-  // does). With a host barrier between every rank's publish() and any rank's fork(), each entry
-  // write is enqueued ahead of every operation that waits for it, so no hardware queue shared
-  // by two ranks can hold a waiter in front of the write it waits for.
-  void publish(cudaStream_t stream, std::int64_t epoch);
-  void fork(cudaStream_t stream, std::int64_t epoch, bool wait_landed = true);
-  // Makes `stream` wait until every chunk landing here has landed (what issue() does with
-  // wait_landed): for a producer kernel launched after issue() whose output the chunks carry.
-  void wait_landed(cudaStream_t stream, std::int64_t epoch);
-  void end(cudaStream_t stream, std::int64_t epoch);
+  // One call, all on `stream` (see rank_schedule.hpp). Nothing the host enqueues depends on
+  // which call it is: the epoch lives on the device (epoch.hpp), so the whole sequence can be
+  // captured in a CUDA graph once and replayed for every later call.
+  //   begin     advances this rank's epoch, then waits until every peer's exit counter shows
+  //             the previous call done (nobody still reads or writes this call's buffers);
+  //   (the caller puts its inputs in place)
+  //   publish   raises the entry counter: peers may now read this rank's inputs;
+  //   fork      the plan's side streams (highest priority) start after what `stream` holds so
+  //             far, and not after anything enqueued on it later;
+  //   (the caller launches its kernel at once: it waits per tile on the device, so it need not
+  //    wait for the host to issue the chunks)
+  //   issue_chunks  enqueues every chunk step on the side streams (the host's longest part);
+  //   wait_landed   (optional) `stream` waits until every chunk landing here has landed;
+  //   end       joins the side streams into `stream`, then raises the exit counter: call it once
+  //             nothing reads or writes the plan's buffers any more.
+  void begin(cudaStream_t stream);
+  void publish(cudaStream_t stream);
+  void fork(cudaStream_t stream);
+  void issue_chunks();
+  void wait_landed(cudaStream_t stream);
+  void end(cudaStream_t stream);
+  // publish + fork + issue_chunks, then wait_landed if asked: for when no kernel runs beside
+  // the chunks, or the kernel is launched after them.
+  void issue(cudaStream_t stream, bool wait_landed = true);
   // begin + issue + end, for when the inputs are already in place.
-  void run(cudaStream_t stream, std::int64_t epoch);
+  void run(cudaStream_t stream);
+  // Ranks sharing a GPU in one process (docs/RUNTIME.md, "Ranks sharing a GPU") call publish()
+  // on every rank, then a host barrier, then fork() + issue_chunks(): each entry write is then
+  // enqueued ahead of every operation that waits for it, so no hardware queue shared by two
+  // ranks can hold a waiter in front of the write it waits for.
+
+  // This rank's epoch word (device memory): transformed kernels read it (`sy_epoch`).
+  std::int32_t* epoch_word() const;
 
   int rank() const { return heap_.rank(); }
   const plan::CommPlan& plan() const { return plan_; }
@@ -98,14 +107,14 @@ class RankExecutor {
 
  private:
   struct Impl;
-  void wait_all(cudaStream_t stream, const std::vector<WaitRef>& waits, std::int64_t epoch);
-  void set_control(cudaStream_t stream, int slot, std::int64_t epoch);
-  void issue_step(const ChunkStep& step, cudaStream_t stream, std::int64_t epoch);
-  void issue_group(const std::vector<const ChunkStep*>& steps, cudaStream_t stream, std::int64_t epoch);
+  void wait_all(cudaStream_t stream, const std::vector<WaitRef>& waits);
+  void set_control(cudaStream_t stream, int slot);
+  void issue_step(const ChunkStep& step, cudaStream_t stream);
+  void issue_group(const std::vector<const ChunkStep*>& steps, cudaStream_t stream);
   bool dropped(const ChunkStep& step) const;
-  detail::ChunkMove make_move(const ChunkStep& step, std::int64_t epoch) const;
+  detail::ChunkMove make_move(const ChunkStep& step) const;
   // Issues the NCCL calls `issue` enqueues on `stream` under the watchdog (see above).
-  void watched(cudaStream_t stream, const std::vector<const ChunkStep*>& steps, std::int64_t epoch,
+  void watched(cudaStream_t stream, const std::vector<const ChunkStep*>& steps,
                const std::function<void()>& issue);
 
   plan::CommPlan plan_;

@@ -3,7 +3,10 @@
 // The heap is the same size on every rank and every region sits at the same offset on every
 // rank, so a peer's copy of region X is peer_base + offset(X). Regions, each 256-byte aligned:
 //   control  int32[kControlSlots]  entry (inputs of call e are in place) and exit (call e is
-//                                  done with every buffer) counters, one writer each
+//                                  done with every buffer) counters, one writer each, and this
+//                                  rank's epoch: the number of the call in flight, advanced on
+//                                  the device by each call (so a captured CUDA graph replays
+//                                  correctly); read only by this rank
 //   signals  int32[num_signal_slots]  the SignalTable slots (the `sy_signals` array a
 //                                  transformed kernel gets); max over ranks, so symmetric
 //   tensors  every plan tensor, in name order, row-major
@@ -24,7 +27,8 @@ namespace syncopate::runtime {
 
 inline constexpr int kEntrySlot = 0;
 inline constexpr int kExitSlot = 1;
-inline constexpr int kControlSlots = 2;
+inline constexpr int kEpochSlot = 2;
+inline constexpr int kControlSlots = 3;
 inline constexpr std::int64_t kHeapAlign = 256;
 
 struct HeapLayout {

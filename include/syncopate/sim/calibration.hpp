@@ -41,23 +41,42 @@ struct BackendModel {
   // Optional (JSON backends.<b>.bandwidth_under_compute_gbps; absent: bandwidth_gbps): a link's
   // bandwidth while a GEMM kernel runs on either end (the GEMM's HBM / L2 traffic slows the copy).
   double bandwidth_under_compute_gbps = 0;
-  // Optional (backends.<b>.issue_us; absent: 0): host time to enqueue one chunk of this backend
-  // in a fused call (the executor's wait, copy and add launches), before the kernel's launch.
+  // Optional (backends.<b>.issue_us; absent: 0; charged only with `host`, see HostModel): in a
+  // fused call, the device-side dispatch of one chunk step of this backend on its side stream
+  // (the bounded-wait kernel on its gates ahead of the copy; the copy's own issue and the
+  // landing raise are latency_us and signal_latency_us). The k-th chunk of a plan stream enters
+  // it no earlier than the kernel's launch plus the issue_us of its first k chunks; the streams
+  // run in parallel. Not host time: the host issues nothing per chunk (one CUDA graph launch per
+  // call), except for the eager calls of NCCL plans (calib/h200.json says how nccl's is set).
   double issue_us = 0;
   double bandwidth_under_compute() const {
     return bandwidth_under_compute_gbps > 0 ? bandwidth_under_compute_gbps : bandwidth_gbps;
   }
 };
 
-// The host's side of one fused call (JSON `host`, optional; all 0 when absent). The GPU cannot
-// run what the host has not enqueued yet, and the call (timed from before it to after it, as a
-// user sees it) cannot end before the host returns:
-//   fused kernel launch  = fused_call_us + sum of the rank's chunks' issue_us
-//   call ends no earlier = launch + after_launch_us (producer_after_launch_us for GEMM+RS/AR)
+// The call path of one fused call as the fused ops run it (docs/RUNTIME.md, "The call path"):
+// one CUDA graph launch per call; on the device the epoch advance, the wait for the peers' exit
+// counters, (AG+GEMM) the copy of the rank's own shard into the heap, the entry raise; then the
+// side streams fork and the fused kernel is launched at once, the chunk steps running on the
+// side streams beside it. Times from the call's start, as a user times it:
+//   fused kernel launch   = fused_call_us + local shard bytes / gpu.local_copy_gbps (AG+GEMM),
+//                           whatever the number of chunks (its first tile starts
+//                           overheads.launch_us later)
+//   k-th chunk of a plan stream enters it no earlier than that launch + the issue_us of the
+//                           stream's first k chunks (then + overheads.launch_us, like any chunk)
+//   call ends no earlier  = fused_call_us + after_launch_us (producer_after_launch_us for
+//                           GEMM+RS/AR): when the host returns
+// JSON `host`, optional. Absent, no call path is modelled (the kernel launches and the chunks
+// enter their streams at the call's start, nothing is copied in first, no issue_us): the
+// schedule alone, as the hand-computed tests use it.
 struct HostModel {
-  double fused_call_us = 0;             // checks, epoch begin, the Triton launch path
-  double after_launch_us = 0;           // consumers (AG+GEMM): epoch end
-  double producer_after_launch_us = 0;  // producers: exit wait, copy-out, epoch end enqueued
+  bool modelled = false;                // the calibration has `host`
+  double fused_call_us = 0;             // call to the fused kernel's launch on the device, less
+                                        // the local shard copy: the graph launch's submission,
+                                        // the epoch advance, the exit wait, the entry raise, the fork
+  double after_launch_us = 0;           // consumers (AG+GEMM): host time of the call beyond
+                                        // fused_call_us (the host returns at their sum)
+  double producer_after_launch_us = 0;  // producers (GEMM+RS/AR): the same
 };
 
 // Reduce-add chunks of the copy engine and NCCL land in the destination's staging area and are
@@ -110,8 +129,9 @@ struct Calibration {
   int sms = 0;                    // streaming multiprocessors per GPU
   double egress_gbps = 0;         // all of one GPU's outgoing interconnect bandwidth
   double ingress_gbps = 0;        // all of its incoming interconnect bandwidth
-  double local_copy_gbps = 0;     // a chunk whose src == dst (device-to-device copy), and the
-                                  // copy of a GEMM+RS/AR result out of the heap (fused calls)
+  double local_copy_gbps = 0;     // a chunk whose src == dst (device-to-device copy), the copy
+                                  // of a GEMM+RS/AR result out of the heap and of an AG+GEMM's
+                                  // own shard into it (fused calls)
   double launch_overhead_us = 0;  // one kernel launch (and the gap between stream-ordered kernels)
   double sync_overhead_us = 0;    // one cross-stream event wait / host-visible synchronisation
   // DEPRECATED (JSON overheads.fused_call_us, read only from files without `host`): a measured

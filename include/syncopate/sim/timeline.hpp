@@ -30,12 +30,15 @@ struct ChunkTiming {
   double add_us = 0;
 };
 
-// One rank's call as a user times it (fused and kernel-level modes; the others leave it empty):
-// the host enqueues the (kernel-level: last) kernel at host_launch, the GPU finishes its tiles and the chunks landing here at
-// gpu_end, a GEMM+RS/AR then copies its result out of the heap (copy_out_start .. copy_out_end,
-// equal when there is none), and the call ends at `end`, no earlier than the host returns.
+// One rank's call as a user times it (fused and kernel-level modes; the others leave it empty),
+// from the call's start: its (kernel-level: last) kernel is launched on the device at
+// kernel_launch (fused: after the call path's preamble and, for AG+GEMM, the local shard copy;
+// its first tile starts one launch overhead later; kernel-level: when the host launches it),
+// the GPU finishes its tiles and the chunks landing here at gpu_end, a GEMM+RS/AR then copies
+// its result out of the heap (copy_out_start .. copy_out_end, equal when there is none), the
+// host returns at host_return, and the call ends at `end`, no earlier than both.
 struct RankEnd {
-  double host_launch = 0;
+  double kernel_launch = 0;
   double gpu_end = 0;
   double copy_out_start = 0;
   double copy_out_end = 0;
@@ -64,7 +67,7 @@ struct Timeline {
   std::vector<int> workers;          // per rank: SM workers of its compute kernel
   std::vector<ChunkTiming> chunks;   // by chunk id
   std::vector<TileTiming> tiles;     // every tile of every rank, by (rank, position in order)
-  std::vector<RankEnd> rank_ends;    // fused mode: per rank, the host path and the copy-out
+  std::vector<RankEnd> rank_ends;    // fused and kernel-level: per rank, launch, copy-out, end
   double total_us = 0;               // the last event on any rank
 };
 

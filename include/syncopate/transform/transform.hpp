@@ -21,7 +21,7 @@ namespace syncopate::transform {
 // Marks every line the transformer inserts or comments out.
 inline constexpr std::string_view kInsertedMark = "# [syncopate]";
 // Version of the output convention (parameter list, `__syncopate__` dict); the launcher checks it.
-inline constexpr int kOutputVersion = 1;
+inline constexpr int kOutputVersion = 2;  // 2: sy_epoch is a pointer to the device epoch word
 
 struct TransformOptions {
   // Optional: when set, every annotated tensor must exist in the plan with enough dimensions.

@@ -4,18 +4,20 @@
     y = sops.ag_gemm(x_shard, w)        # all_gather(x_shard) @ w
     z = sops.gemm_rs(y, w2_shard)       # reduce_scatter(y @ w2_shard)
     r = sops.gemm_ar(y, w2_shard)       # all_reduce(y @ w2_shard)
+    y, x = sops.ag_gemm_gathered(x_shard, w)   # ag_gemm, and the gathered x
 
-Each is a torch custom op (torch.ops.syncopate.*, see custom_ops.py), so it can sit inside a
-torch.compile(fullgraph=True) region. The GPU implementations (context objects owning symmetric
+Each is a torch custom op (torch.ops.syncopate.*, see custom_ops.py) with a backward formula
+(autograd.py), so it can sit inside a torch.compile(fullgraph=True) region and train. Without
+torch.distributed they run as one rank. The GPU implementations (context objects owning symmetric
 buffers and kernels) are the submodules syncopate.ops.ag_gemm / gemm_rs / gemm_ar.
 """
 
 import sys as _sys
 import types as _types
 
-from syncopate.ops.custom_ops import OP_NAMES, SUPPORTED_DTYPES, ag_gemm, gemm_ar, gemm_rs
+from syncopate.ops.custom_ops import NO_GROUP, OP_NAMES, SUPPORTED_DTYPES, ag_gemm, ag_gemm_gathered, gemm_ar, gemm_rs
 
-__all__ = ["ag_gemm", "gemm_rs", "gemm_ar", "OP_NAMES", "SUPPORTED_DTYPES"]
+__all__ = ["ag_gemm", "ag_gemm_gathered", "gemm_rs", "gemm_ar", "NO_GROUP", "OP_NAMES", "SUPPORTED_DTYPES"]
 
 
 class _OpsPackage(_types.ModuleType):

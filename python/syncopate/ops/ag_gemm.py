@@ -4,12 +4,13 @@
     c = op(a_shard, b)            # a_shard [M/w, K] on this rank, b [K, N]  ->  c [M, N]
     op.decision, op.backend, op.algorithm, op.split, op.tile_order, op.predicted_us
 
-How: the gathered A lives in the symmetric heap (plan tensor "a"). Each call (epoch e, no reset)
-puts this rank's shard in place, lets the executor move every chunk of an all-gather plan with
-the chosen backend on high-priority side streams, and launches the fused GEMM at once
-(ops/fused_gemm.py: the persistent TMA GEMM rewritten by the transformer); each of its tiles
+How: the gathered A lives in the symmetric heap (plan tensor "a"). Each call advances the
+device epoch, puts this rank's shard in place, launches the fused GEMM at once (ops/fused_gemm.py:
+the persistent TMA GEMM rewritten by the transformer) and only then has the executor issue every
+chunk of an all-gather plan with the chosen backend on high-priority side streams; each tile
 waits (bounded) for the chunks holding its rows, in the chosen tile order (arrival: local rows
-first). Where the simulator predicts that overlap does not pay (ops/choice.py; small M), the
+first). By default the whole call is one replay of the context's CUDA graph (ops/call_graphs.py;
+graph=False enqueues it eagerly), and it can be captured in the caller's torch.cuda.graph. Where the simulator predicts that overlap does not pay (ops/choice.py; small M), the
 context runs sequentially: the gather, then torch.matmul.
 """
 
@@ -19,11 +20,12 @@ from typing import Optional
 
 import torch
 
-from syncopate.errors import ShapeError, UserError
+from syncopate.errors import ShapeError, UserError, WaitTimeoutError
+from syncopate.ops.call_graphs import CallGraphs, capturing
 from syncopate.ops.choice import choose
-from syncopate.ops.common import (CHECK_EACH_CALL, SM_COPY_BLOCKS, barrier, check_aligned, check_b_layout,
-                                  check_dims, check_options, check_out, context_for, default_backend,
-                                  forward_operands, group_rank_world)
+from syncopate.ops.common import (BACKENDS, CHECK_EACH_CALL, SM_COPY_BLOCKS, barrier, check_aligned,
+                                  check_b_layout, check_dims, check_options, check_out, context_for,
+                                  default_backend, forward_operands, group_rank_world, ranks_sharing_a_device)
 from syncopate.ops.custom_ops import SUPPORTED_DTYPES
 from syncopate.runtime import DEFAULT_WAIT_BOUND_NS, plan_dtype
 
@@ -42,7 +44,7 @@ class OpContext:
                  device: Optional[torch.device] = None, backend: str = "auto", algorithm: str = "auto",
                  split: Optional[int] = None, tile_order: str = "auto", mode: str = "auto",
                  b_layout: str = "kn", wait_bound_ns: int = DEFAULT_WAIT_BOUND_NS, drop_chunk: int = -1,
-                 plan=None):
+                 graph: bool = True, plan=None):
         who = type(self).__name__
         # Every argument is checked before any GPU work.
         check_dims(who, m=m, k=k, n=n)
@@ -77,6 +79,7 @@ class OpContext:
                                      dtype=plan_dtype(dtype), block_m=self.config.block_m,
                                      block_n=self.config.block_n, backend=backend, tile_order=tile_order, mode=mode)
         else:
+            backend = self._usable_backends(backend)
             choice = choose(self.collective, m=m, n=n, k=k, world=world, dtype=plan_dtype(dtype),
                             block_m=self.config.block_m, block_n=self.config.block_n, backend=backend,
                             algorithm=algorithm, split=split, tile_order=tile_order, mode=mode,
@@ -94,12 +97,42 @@ class OpContext:
             self._build_fallback()
         else:
             self._build(drop_chunk)
+        self.graphs = CallGraphs(who, enabled=graph and not self.torch_fallback and self.device.type == "cuda",
+                                 refusal=self._capture_refusal())
         # No rank may start a call (and spin) before every rank has loaded its kernels.
         barrier(group, self.device)
 
     def _choice_options(self, *, mode: str, algorithm: str) -> dict:
         """More keywords of ops.choice.choose for this op (GemmRs: which reductions to compare)."""
         return {}
+
+    def _usable_backends(self, backend: str):
+        """`backend`, or for "auto" the backends that can run on this group: where two ranks share
+        a GPU (a test mode, or more ranks than GPUs) NCCL cannot, so "auto" leaves it out and
+        backend="nccl" is refused by name."""
+        shared = ranks_sharing_a_device(self.group, self.device)
+        if shared is None:
+            return backend
+        r, s, gpu = shared
+        if backend == "nccl":
+            raise UserError(f"{type(self).__name__}: backend='nccl' cannot run here: ranks {r} and {s} share "
+                            f"GPU {gpu} and NCCL refuses two ranks on one device; use 'copy-engine' or 'sm-copy'")
+        return tuple(b for b in BACKENDS if b != "nccl") if backend == "auto" else backend
+
+    def _capture_refusal(self) -> Optional[str]:
+        """Why this context's calls cannot be captured in a CUDA graph, or None."""
+        if self.ws is not None and self.ws.nccl is not None:
+            return ("its plan moves chunks with NCCL, whose calls are bounded by a host watchdog that "
+                    "polls events of each call, which a replayed graph does not give (a lost peer would "
+                    "hang the replay); use backend='copy-engine' or 'sm-copy' to capture")
+        return None
+
+    def _run_call(self, key, enqueue, check: bool) -> None:
+        """One call's device work through the context's graphs (see CallGraphs.run); then, if
+        `check` and nothing is being captured, synchronize and raise a timed-out wait."""
+        self.graphs.run(key, enqueue)
+        if check and not capturing():
+            self.check()
 
     # -- what the benchmark and the tests read ----------------------------------------------------
     @property
@@ -137,6 +170,17 @@ class OpContext:
     @property
     def sequential(self) -> bool:
         return self.choice.decision == "sequential"
+
+    @property
+    def call_mode(self) -> str:
+        """How a call runs: "graph" (one replay of this context's CUDA graph), "eager" (enqueued
+        op by op: graph=False, or a configuration that cannot be captured, see capture_refusal)
+        or "torch" (the sequential fallback: NCCL collective + torch.matmul)."""
+        return "torch" if self.torch_fallback else self.graphs.mode
+
+    @property
+    def capture_refusal(self) -> Optional[str]:
+        return self.graphs.refusal
 
     @property
     def sequential_path(self) -> Optional[str]:
@@ -200,13 +244,26 @@ class OpContext:
             check_aligned(who, b_name, b)
 
     def check(self) -> None:
-        """Synchronizes, then raises WaitTimeoutError naming rank, slot, expected, seen, chunk."""
+        """Synchronizes, then raises WaitTimeoutError naming rank, slot, expected, seen, chunk.
+
+        Both records are read (and cleared): the fused kernel's (a tile that waited for a chunk)
+        and the runtime's (a chunk step or the stream that waited for a slot). One missing chunk
+        often times out in both, the second as a consequence (a GEMM+AR gather chunk waits for
+        own tiles that wait for the missing staged partial), so the message gives the kernel's
+        first: it names the chunk the tiles read, which is where the cause is."""
         if self.ws is None:  # the torch fallback: NCCL reports its own errors
             torch.cuda.synchronize(self.device)
             return
-        self.ws.check(synchronize=True)
-        if self.gemm is not None:
-            self.gemm.check()
+        errors = []
+        for check in (lambda: self.ws.check(synchronize=True), self.gemm.check if self.gemm is not None else None):
+            if check is None:
+                continue
+            try:
+                check()
+            except WaitTimeoutError as exc:
+                errors.append(str(exc))
+        if errors:
+            raise WaitTimeoutError("; also timed out: ".join(reversed(errors)))
 
 
 class AgGemm(OpContext):
@@ -237,36 +294,54 @@ class AgGemm(OpContext):
         self.a_full = torch.empty((self.m, self.k), dtype=self.dtype, device=self.device)
 
     def __call__(self, a_shard: torch.Tensor, b: torch.Tensor, *, out: Optional[torch.Tensor] = None,
-                 check: bool = CHECK_EACH_CALL) -> torch.Tensor:
-        """c = all_gather(a_shard) @ b, into `out` if given (else a new tensor). check:
-        synchronize and raise a WaitTimeoutError now (else errors surface at the next check())."""
+                 gathered_out: Optional[torch.Tensor] = None, check: bool = CHECK_EACH_CALL) -> torch.Tensor:
+        """c = all_gather(a_shard) @ b, into `out` if given (else a new tensor). gathered_out: an
+        [m, k] tensor that receives the gathered A too (the backward of GEMM+RS reads it; the
+        heap's copy is overwritten by the next call). check: synchronize and raise a
+        WaitTimeoutError now (else errors surface at the next check())."""
         self._check_operands(a_shard, "a_shard", (self.shard_rows, self.k), b, "b", a_to_kernel=False)
         out = check_out(out, (self.m, self.n), self.dtype, self.device, "AgGemm")
+        if gathered_out is not None:
+            gathered_out = check_out(gathered_out, (self.m, self.k), self.dtype, self.device, "AgGemm")
         if self.torch_fallback:
             if self.group is None:
+                if gathered_out is not None:
+                    gathered_out.copy_(a_shard)
                 return torch.matmul(a_shard, b, out=out)
             import torch.distributed as dist
 
-            dist.all_gather_into_tensor(self.a_full, a_shard, group=self.group)
-            return torch.matmul(self.a_full, b, out=out)
-        ws = self.ws
-        epoch = ws.next_epoch()
-        ws.begin(epoch)
-        self.a_local.copy_(a_shard)
-        if self.gemm is None:
-            ws.issue(epoch, wait_landed=True)
-            torch.matmul(self.a_full, b, out=out)
-        else:
-            ws.issue(epoch, wait_landed=False)
-            self.gemm.launch(self.a_full, b, out, self.signals, epoch)
-        ws.end(epoch)
-        if check:
-            self.check()
+            full = self.a_full if gathered_out is None else gathered_out
+            dist.all_gather_into_tensor(full, a_shard, group=self.group)
+            return torch.matmul(full, b, out=out)
+        key = (a_shard.data_ptr(), b.data_ptr(), out.data_ptr(), 0 if gathered_out is None else gathered_out.data_ptr())
+        self._run_call(key, lambda: self._enqueue(a_shard, b, out, gathered_out), check)
         return out
 
+    def _enqueue(self, a_shard: torch.Tensor, b: torch.Tensor, out: torch.Tensor,
+                 gathered_out: Optional[torch.Tensor] = None) -> None:
+        """One call's device work on the current stream; the GEMM is launched before the host
+        issues any chunk (its tiles wait for them on the device)."""
+        ws = self.ws
+        ws.begin()
+        self.a_local.copy_(a_shard)
+        if self.gemm is None:
+            ws.issue(wait_landed=True)
+            torch.matmul(self.a_full, b, out=out)
+        else:
+            ws.publish()
+            ws.fork()
+            self.gemm.launch(self.a_full, b, out, self.signals, ws.epoch_word)
+            ws.issue_chunks()
+            if gathered_out is not None:
+                ws.wait_landed()  # every chunk is in the heap before the copy reads it
+        if gathered_out is not None:
+            gathered_out.copy_(self.a_full)  # before end(): after it, peers may write into "a" again
+        ws.end()
 
-def forward(a, b, *, group):
-    """The torch custom op's implementation (custom_ops.py): checked tensors, a ProcessGroup.
+
+def forward(a, b, *, group, gathered_out=None):
+    """The torch custom op's implementation (custom_ops.py): checked tensors, a ProcessGroup;
+    gathered_out (ag_gemm_gathered): an [M, K] tensor to receive the gathered A.
     Contexts are cached per (group, shapes, dtype, device, backend, B layout)."""
     world = group.size()
     m, k, n = a.shape[0] * world, a.shape[1], b.shape[1]
@@ -274,4 +349,4 @@ def forward(a, b, *, group):
     backend = default_backend()
     ctx = context_for(AgGemm, group, (m, k, n, a.dtype, a.device, backend, layout),
                       m=m, k=k, n=n, dtype=a.dtype, device=a.device, backend=backend, b_layout=layout)
-    return ctx(a, b)
+    return ctx(a, b, gathered_out=gathered_out)

@@ -90,6 +90,9 @@ def _cached_calibration(name: str):
 
 
 def _as_list(value, everything):
+    """"auto" / None: every choice; a tuple: those (an op narrowing "auto"); else just `value`."""
+    if isinstance(value, tuple):
+        return list(value)
     return list(everything) if value in ("auto", None) else [value]
 
 

@@ -120,11 +120,32 @@ def group_rank_world(group):
     return group, dist.get_rank(group), dist.get_world_size(group)
 
 
+def ranks_sharing_a_device(group, device) -> Optional[tuple]:
+    """(rank, rank, device name) of two ranks of `group` on one GPU (NCCL refuses them; the
+    copy-engine and SM-copy backends work there through CUDA IPC), or None. Collective."""
+    import socket
+
+    import torch.distributed as dist
+
+    if group is None or dist.get_world_size(group) < 2:
+        return None
+    mine = (socket.gethostname(), str(torch.cuda.get_device_properties(device).uuid)
+            if device.type == "cuda" else f"{device}")
+    everyone = [None] * dist.get_world_size(group)
+    dist.all_gather_object(everyone, mine, group=group)
+    seen = {}
+    for r, where in enumerate(everyone):
+        if where in seen:
+            return seen[where], r, where[1]
+        seen[where] = r
+    return None
+
+
 def barrier(group, device):
     import torch.distributed as dist
 
     if group is not None and dist.get_world_size(group) > 1:
-        dist.barrier(group=group, device_ids=[device.index])
+        dist.barrier(group=group, device_ids=[device.index] if device.type == "cuda" else None)
 
 
 # Contexts made by forward(), by process group name and shapes: a cache, so that repeated calls

@@ -1,20 +1,30 @@
-"""The fused ops as torch custom ops (namespace ``syncopate``), so they work inside torch.compile.
+"""The fused ops as torch custom ops (namespace ``syncopate``), so they work inside torch.compile
+and under autograd.
 
-Three ops, all forward-only, inputs fp16 or bf16 on one CUDA device, output of the input dtype:
+Three ops, inputs fp16 or bf16 on one CUDA device, output of the input dtype:
 
     ag_gemm(a_shard [M/w, K], b [K, N])        -> all_gather(a_shard, dim 0) @ b      [M, N]
     gemm_rs(a [M, K/w], b_shard [K/w, N])      -> reduce_scatter(a @ b_shard, dim 0)  [M/w, N]
     gemm_ar(a [M, K/w], b_shard [K/w, N])      -> all_reduce(a @ b_shard)             [M, N]
 
-(w is the world size of the process group; gemm_rs and gemm_ar need M to be a multiple of w.)
+and a fourth, the backward's helper: ag_gemm_gathered(a_shard, b) -> (ag_gemm(a_shard, b),
+all_gather(a_shard)) [M, N], [M, K]. (w is the world size of the process group; gemm_rs and
+gemm_ar need M to be a multiple of w.) Each op has a backward formula (autograd.py): the input
+gradient of AG+GEMM is a GEMM+RS and that of GEMM+RS an AG+GEMM, so tensor-parallel layers train
+with the dual fused op.
 
 Each op is registered as ``torch.ops.syncopate.<op>(Tensor a, Tensor b, int world_size,
 str group_name) -> Tensor``. The world size is an argument, not looked up, so the fake (meta)
 implementation can give the output shape while tracing with fake tensors and no process group.
+The group name NO_GROUP ("") means one rank without torch.distributed (world_size must be 1).
 Both the fake and the real implementation check the arguments first and raise
 syncopate.ShapeError / syncopate.UserError (both ValueErrors) naming the op, the argument and
 the rule; the real one does so before any GPU work. The public functions below resolve the
-process group and call the op.
+process group (None: the default group, or one rank when torch.distributed is not initialized)
+and call the op.
+
+The operands live on a CUDA device; the CPU is accepted too while Triton's interpreter is on
+(TRITON_INTERPRET=1), where the kernels run on the CPU (the CPU tests run the ops that way).
 
 The GPU work itself lives in ``syncopate/ops/<op>.py`` (the runtime's context objects, which own
 the symmetric buffers and compiled kernels). The contract this layer relies on:
@@ -22,24 +32,34 @@ the symmetric buffers and compiled kernels). The contract this layer relies on:
     # in syncopate/ops/ag_gemm.py (likewise gemm_rs.py, gemm_ar.py)
     def forward(a, b, *, group):  # checked tensors, a torch.distributed ProcessGroup
         '''Finds or builds the context for (group, shapes, dtype, device) and runs the op.'''
+
+`group` is a ProcessGroup, or at one rank without torch.distributed an object with what
+forward() reads of one (`size()`, `rank()`, `group_name`; _OneRank below). ag_gemm.forward also
+takes `gathered_out=` (an [M, K] tensor the call fills with the gathered A, written before the
+heap can be overwritten by the next call); ag_gemm_gathered passes it.
 """
 
 from __future__ import annotations
 
 import importlib
+import os
 from typing import Optional, Tuple
 
 import torch
 
 from syncopate.errors import ShapeError, UserError
 
-__all__ = ["ag_gemm", "gemm_rs", "gemm_ar", "SUPPORTED_DTYPES", "OP_NAMES"]
+__all__ = ["ag_gemm", "ag_gemm_gathered", "gemm_rs", "gemm_ar", "SUPPORTED_DTYPES", "OP_NAMES", "NO_GROUP",
+           "group_args"]
 
 SUPPORTED_DTYPES = (torch.float16, torch.bfloat16)
 OP_NAMES = ("ag_gemm", "gemm_rs", "gemm_ar")
+# The group name of one rank without torch.distributed (process groups are never named "").
+NO_GROUP = ""
 
 # Argument names as the public functions spell them, for error messages.
-_ARG_NAMES = {"ag_gemm": ("a_shard", "b"), "gemm_rs": ("a", "b_shard"), "gemm_ar": ("a", "b_shard")}
+_ARG_NAMES = {"ag_gemm": ("a_shard", "b"), "ag_gemm_gathered": ("a_shard", "b"), "gemm_rs": ("a", "b_shard"),
+              "gemm_ar": ("a", "b_shard")}
 
 
 def _fmt_shape(t: torch.Tensor) -> str:
@@ -73,12 +93,23 @@ def _check_operands(op: str, a: torch.Tensor, b: torch.Tensor, world_size: int) 
         raise UserError(f"{where}: dtype {a.dtype} is not supported; use one of {supported}")
     if a.device != b.device:
         raise UserError(f"{where}: {a_name} is on {a.device} but {b_name} is on {b.device}")
-    if a.device.type != "cuda":
-        raise UserError(f"{where}: the operands must be on a CUDA device, got {a.device}")
+    if not device_supported(a.device):
+        raise UserError(f"{where}: the operands must be on a CUDA device (or the CPU under Triton's "
+                        f"interpreter, TRITON_INTERPRET=1), got {a.device}")
 
 
-def _ag_gemm_shape(a_shard: torch.Tensor, b: torch.Tensor, world_size: int) -> Tuple[int, int]:
-    _check_operands("ag_gemm", a_shard, b, world_size)
+def interpreter_on() -> bool:
+    """Whether Triton's interpreter runs the kernels (TRITON_INTERPRET=1): then they run on the CPU."""
+    return os.environ.get("TRITON_INTERPRET", "0") == "1"
+
+
+def device_supported(device: torch.device) -> bool:
+    """Where the ops run: CUDA devices, and the CPU while Triton's interpreter is on."""
+    return device.type == "cuda" or (device.type == "cpu" and interpreter_on())
+
+
+def _ag_gemm_shape(a_shard: torch.Tensor, b: torch.Tensor, world_size: int, op: str = "ag_gemm") -> Tuple[int, int]:
+    _check_operands(op, a_shard, b, world_size)
     return a_shard.shape[0] * world_size, b.shape[1]
 
 
@@ -107,16 +138,43 @@ def _gemm_ar_shape(a: torch.Tensor, b_shard: torch.Tensor, world_size: int) -> T
 _OUTPUT_SHAPE = {"ag_gemm": _ag_gemm_shape, "gemm_rs": _gemm_rs_shape, "gemm_ar": _gemm_ar_shape}
 
 
-def _run_on_gpu(op: str, a: torch.Tensor, b: torch.Tensor, world_size: int, group_name: str):
-    """The eager implementation: checks, resolves the group, hands over to the runtime module."""
-    _OUTPUT_SHAPE[op](a, b, world_size)
+class _OneRank:
+    """What the runtime modules' forward() reads of a process group, for one rank without
+    torch.distributed (group name NO_GROUP). The contexts built for it see no initialized
+    torch.distributed and run as world 1 with group None (common.group_rank_world)."""
+
+    group_name = NO_GROUP
+
+    def size(self) -> int:
+        return 1
+
+    def rank(self) -> int:
+        return 0
+
+
+def _dist_ready() -> bool:
     import torch.distributed as dist
 
-    if not (dist.is_available() and dist.is_initialized()):
+    return dist.is_available() and dist.is_initialized()
+
+
+def _resolve_group(op: str, world_size: int, group_name: str):
+    """The process group named `group_name` (checked against world_size), or _OneRank()."""
+    if group_name == NO_GROUP:
+        if world_size != 1:
+            raise UserError(f"syncopate.ops.{op}: world_size={world_size} with no process group (group name "
+                            f"{NO_GROUP!r} means one rank); pass the process group's name")
+        if _dist_ready():
+            raise UserError(f"syncopate.ops.{op}: group name {NO_GROUP!r} (one rank without torch.distributed) "
+                            "was given while torch.distributed is initialized; pass the process group's name")
+        return _OneRank()
+    if not _dist_ready():
         raise UserError(
             f"syncopate.ops.{op}: torch.distributed is not initialized; run under torchrun and call "
-            f"torch.distributed.init_process_group() first"
+            f"torch.distributed.init_process_group() first (or pass group name {NO_GROUP!r} at world size 1)"
         )
+    import torch.distributed as dist
+
     try:
         group = dist.distributed_c10d._resolve_process_group(group_name)
     except Exception as exc:  # torch raises several types for an unknown name
@@ -126,8 +184,26 @@ def _run_on_gpu(op: str, a: torch.Tensor, b: torch.Tensor, world_size: int, grou
             f"syncopate.ops.{op}: world_size={world_size} but process group {group_name!r} has "
             f"{group.size()} ranks"
         )
+    return group
+
+
+def _run_on_gpu(op: str, a: torch.Tensor, b: torch.Tensor, world_size: int, group_name: str):
+    """The eager implementation: checks, resolves the group, hands over to the runtime module."""
+    _OUTPUT_SHAPE[op](a, b, world_size)
+    group = _resolve_group(op, world_size, group_name)
     impl = _runtime_module(op)
     return impl.forward(a, b, group=group)
+
+
+def _run_ag_gemm_gathered(a: torch.Tensor, b: torch.Tensor, world_size: int, group_name: str):
+    """ag_gemm that also returns the gathered A (a new tensor: the runtime's own copy is
+    overwritten by its next call)."""
+    op = "ag_gemm_gathered"
+    m, _ = _ag_gemm_shape(a, b, world_size, op)
+    group = _resolve_group(op, world_size, group_name)
+    impl = _runtime_module("ag_gemm")
+    gathered = a.new_empty((m, a.shape[1]))
+    return impl.forward(a, b, group=group, gathered_out=gathered), gathered
 
 
 def _runtime_module(op: str):
@@ -151,7 +227,7 @@ def _runtime_module(op: str):
 
 # --- registration -------------------------------------------------------------------------------
 # One registration per op, written out (not generated in a loop) so that each op's schema and
-# fake implementation can be read in one place.
+# fake implementation can be read in one place. The backward formulas are in autograd.py.
 
 
 @torch.library.custom_op("syncopate::ag_gemm", mutates_args=())
@@ -162,6 +238,18 @@ def _ag_gemm_op(a_shard: torch.Tensor, b: torch.Tensor, world_size: int, group_n
 @_ag_gemm_op.register_fake
 def _ag_gemm_fake(a_shard, b, world_size, group_name):
     return a_shard.new_empty(_ag_gemm_shape(a_shard, b, world_size))
+
+
+@torch.library.custom_op("syncopate::ag_gemm_gathered", mutates_args=())
+def _ag_gemm_gathered_op(a_shard: torch.Tensor, b: torch.Tensor, world_size: int,
+                         group_name: str) -> Tuple[torch.Tensor, torch.Tensor]:
+    return _run_ag_gemm_gathered(a_shard, b, world_size, group_name)
+
+
+@_ag_gemm_gathered_op.register_fake
+def _ag_gemm_gathered_fake(a_shard, b, world_size, group_name):
+    m, n = _ag_gemm_shape(a_shard, b, world_size, "ag_gemm_gathered")
+    return a_shard.new_empty((m, n)), a_shard.new_empty((m, a_shard.shape[1]))
 
 
 @torch.library.custom_op("syncopate::gemm_rs", mutates_args=())
@@ -187,36 +275,48 @@ def _gemm_ar_fake(a, b_shard, world_size, group_name):
 # --- public functions ---------------------------------------------------------------------------
 
 
-def _group_args(op: str, group) -> Tuple[str, int]:
-    """(group_name, world_size) of `group` (None: the default group). Traceable by torch.compile."""
+def group_args(op: str, group) -> Tuple[str, int]:
+    """(group_name, world_size) of `group`. None: the default group, or one rank (NO_GROUP, 1)
+    when torch.distributed is not initialized. Traceable by torch.compile."""
     import torch.distributed as dist
 
-    if not (dist.is_available() and dist.is_initialized()):
-        raise UserError(
-            f"syncopate.ops.{op}: torch.distributed is not initialized; run under torchrun and call "
-            f"torch.distributed.init_process_group() first"
-        )
+    if group is None and not _dist_ready():
+        return NO_GROUP, 1
     if group is None:
         group = dist.group.WORLD
-    if not isinstance(group, dist.ProcessGroup):
+    if not (dist.is_available() and isinstance(group, dist.ProcessGroup)):
         raise UserError(f"syncopate.ops.{op}: group must be a torch.distributed ProcessGroup or None, "
                         f"got {type(group).__name__}")
+    if not _dist_ready():
+        raise UserError(f"syncopate.ops.{op}: a process group was given but torch.distributed is not "
+                        f"initialized; call torch.distributed.init_process_group() first")
     return group.group_name, group.size()
 
 
 def ag_gemm(a_shard: torch.Tensor, b: torch.Tensor, group: Optional["torch.distributed.ProcessGroup"] = None) -> torch.Tensor:
     """all_gather(a_shard, dim 0) @ b, overlapped: a_shard [M/w, K], b [K, N] -> [M, N]."""
-    group_name, world_size = _group_args("ag_gemm", group)
+    group_name, world_size = group_args("ag_gemm", group)
     return torch.ops.syncopate.ag_gemm(a_shard, b, world_size, group_name)
+
+
+def ag_gemm_gathered(a_shard: torch.Tensor, b: torch.Tensor,
+                     group: Optional["torch.distributed.ProcessGroup"] = None) -> Tuple[torch.Tensor, torch.Tensor]:
+    """(all_gather(a_shard) @ b, all_gather(a_shard)): [M, N] and [M, K]."""
+    group_name, world_size = group_args("ag_gemm_gathered", group)
+    return torch.ops.syncopate.ag_gemm_gathered(a_shard, b, world_size, group_name)
 
 
 def gemm_rs(a: torch.Tensor, b_shard: torch.Tensor, group: Optional["torch.distributed.ProcessGroup"] = None) -> torch.Tensor:
     """reduce_scatter(a @ b_shard, dim 0), overlapped: a [M, K/w], b_shard [K/w, N] -> [M/w, N]."""
-    group_name, world_size = _group_args("gemm_rs", group)
+    group_name, world_size = group_args("gemm_rs", group)
     return torch.ops.syncopate.gemm_rs(a, b_shard, world_size, group_name)
 
 
 def gemm_ar(a: torch.Tensor, b_shard: torch.Tensor, group: Optional["torch.distributed.ProcessGroup"] = None) -> torch.Tensor:
     """all_reduce(a @ b_shard), overlapped: a [M, K/w], b_shard [K/w, N] -> [M, N]."""
-    group_name, world_size = _group_args("gemm_ar", group)
+    group_name, world_size = group_args("gemm_ar", group)
     return torch.ops.syncopate.gemm_ar(a, b_shard, world_size, group_name)
+
+
+# The backward formulas (registered on import; autograd.py uses the ops above).
+from syncopate.ops import autograd as _autograd  # noqa: E402,F401

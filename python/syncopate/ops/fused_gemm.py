@@ -7,7 +7,8 @@ once per process. A transformer failure raises (TransformError / InternalError n
 and the cause): there is no hand-written substitute.
 
 `FusedGemm` binds one rank's tile tables, grid and compile-time configuration once, so a call
-only sets the epoch and launches (no allocation, no synchronisation, no table rebuild).
+only passes its operands and launches (no allocation, no synchronisation, no table rebuild; the
+epoch is read by the kernel from the workspace's device epoch word).
 `StagedReduceGemm` (ops/staged_gemm.py) is the same for kernels/gemm_reduce.py's
 `gemm_reduce_kernel`, the GEMM+RS whose epilogue adds the staged partials.
 """
@@ -25,7 +26,7 @@ import tempfile
 import torch
 
 from syncopate.errors import Error, InternalError, TransformError
-from syncopate.launch import TileTables, _unspecialize, check_error, new_error_record, transformed_info
+from syncopate.launch import TileTables, _unspecialize, check_error, epoch_word, new_error_record, transformed_info
 from syncopate.ops.common import leading_stride_aligned, reserved_sms
 
 TMA_KERNEL = "gemm_tma_kernel"
@@ -140,8 +141,8 @@ class FusedGemm:
 
     def _bind(self, *, plan, rank, m, n, b_layout, config, accesses, tile_order, device, wait_bound_ns,
               num_programs) -> None:
-        """Lowers the plan for this rank, orders its tiles and binds everything but the operands
-        and the epoch: the per-call path only sets sy_epoch and launches. accesses: (tensor,
+        """Lowers the plan for this rank, orders its tiles and binds everything but the operands,
+        the signals and the epoch word. accesses: (tensor,
         role, m_dim, n_dim[, m_local_shard]) tuples, as sy.TileAccess takes them."""
         import syncopate as sy
 
@@ -157,14 +158,14 @@ class FusedGemm:
         self.wait_bound_ns = int(wait_bound_ns)
         self.kwargs = dict(self.tables.device_arrays(device))
         self.kwargs.update(sy_tiles_n=self.tables.tiles_n, sy_wait_bound_ns=self.wait_bound_ns,
-                           sy_rank=self.tables.rank, sy_error=self.error, sy_epoch=0)
+                           sy_rank=self.tables.rank, sy_error=self.error)
         self.kwargs.update(BLOCK_M=config.block_m, BLOCK_N=config.block_n, BLOCK_K=config.block_k,
                            GROUP_M=config.group_m, num_stages=config.num_stages, num_warps=config.num_warps)
 
     def _finish_binding(self) -> None:
         self.grid = (self.num_programs,)
         info = transformed_info(self.kernel)
-        missing = [p for p in info["params"] if p not in self.kwargs and p != "sy_signals"]
+        missing = [p for p in info["params"] if p not in self.kwargs and p not in ("sy_signals", "sy_epoch")]
         if missing:
             raise InternalError(f"syncopate.ops: the fused {self.kernel_name} expects parameters the op "
                                 f"does not bind: {missing}")
@@ -177,17 +178,19 @@ class FusedGemm:
 
     def warm_up(self, a, b, c, signals_like: torch.Tensor, *operands) -> None:
         """Compiles and loads the kernel with the specialisations real calls use, on scratch
-        signals (epoch 0: every wait holds at once; notifies land in the scratch). operands:
-        the kernel's pointer arguments after c, if any (StagedReduceGemm: p, out)."""
-        kwargs = dict(self.kwargs, sy_signals=torch.zeros_like(signals_like), sy_epoch=0,
-                      sy_error=new_error_record(self.device))
+        signals and a scratch epoch word holding 0 (every wait holds at once; notifies land in
+        the scratch). operands: the kernel's pointer arguments after c, if any
+        (StagedReduceGemm: p, out)."""
+        kwargs = dict(self.kwargs, sy_signals=torch.zeros_like(signals_like),
+                      sy_epoch=epoch_word(0, self.device), sy_error=new_error_record(self.device))
         self.kernel[self.grid](a, self._b_arg(b), c, *operands, *self.scalars, **kwargs)
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
         check_error(kwargs["sy_error"], self.tables, f"fused {self.kernel_name} (warm-up)")
 
-    def launch(self, a, b, c, signals: torch.Tensor, epoch: int, *operands) -> None:
-        """Enqueues the fused GEMM for call `epoch` on the current stream (no synchronisation)."""
+    def launch(self, a, b, c, signals: torch.Tensor, epoch: torch.Tensor, *operands) -> None:
+        """Enqueues the fused GEMM on the current stream (no synchronisation). epoch: the int32[1]
+        epoch word the call advanced (PlanWorkspace.epoch_word); the kernel reads it."""
         kwargs = self.kwargs
         kwargs["sy_signals"] = signals
         kwargs["sy_epoch"] = epoch

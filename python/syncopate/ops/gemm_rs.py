@@ -164,29 +164,28 @@ class ProducerGemm(OpContext):
         out = check_out(out, (rows, self.n), self.dtype, self.device, type(self).__name__)
         if self.torch_fallback:
             return self._fallback_call(a, b_shard, out)
-        if self._staged:
-            self._staged_call(a, b_shard, out)
-            if check:
-                self.check()
-            return out
-        result = self.result
+        enqueue = self._enqueue_staged if self._staged else self._enqueue
+        self._run_call((a.data_ptr(), b_shard.data_ptr(), out.data_ptr()), lambda: enqueue(a, b_shard, out), check)
+        return out
+
+    def _enqueue(self, a: torch.Tensor, b_shard: torch.Tensor, out: torch.Tensor) -> None:
+        """One call's device work (reduce-add chunks) on the current stream."""
         ws = self.ws
-        epoch = ws.next_epoch()
-        ws.begin(epoch)
+        ws.begin()
         if self.gemm is None:
             torch.matmul(a, b_shard, out=self.c)
-            ws.issue(epoch, wait_landed=True)
+            ws.issue(wait_landed=True)
         else:
-            # Chunks are issued first (they wait on the tiles' ready slots on their own streams);
-            # the GEMM follows on this stream, and only then does this stream wait for landings.
-            ws.issue(epoch, wait_landed=False)
-            self.gemm.launch(a, b_shard, self.c, self.signals, epoch)
-            ws.wait_landed(epoch)
-        out.copy_(result)  # before end(): after it, peers may write into "c" again
-        ws.end(epoch)
-        if check:
-            self.check()
-        return out
+            # The side streams fork before the GEMM is launched, so the chunks (which wait on the
+            # tiles' ready slots on their own streams) do not wait for the whole GEMM, and the
+            # host issues them only after the launch.
+            ws.publish()
+            ws.fork()
+            self.gemm.launch(a, b_shard, self.c, self.signals, ws.epoch_word)
+            ws.issue_chunks()
+            ws.wait_landed()
+        out.copy_(self.result)  # before end(): after it, peers may write into "c" again
+        ws.end()
 
     def _build_staged(self, drop_chunk: int) -> None:
         self._staged = True
@@ -224,14 +223,14 @@ class ProducerGemm(OpContext):
         self.gemm.warm_up(scratch(self.m, self.k), self._scratch_b(), scratch(self.m, self.n), self.signals,
                           scratch(*self.p.shape), scratch(self.shard_rows, self.n))
 
-    def _staged_call(self, a: torch.Tensor, b_shard: torch.Tensor, out: torch.Tensor) -> None:
-        """One call of the staged path (operands and `out` checked).
+    def _enqueue_staged(self, a: torch.Tensor, b_shard: torch.Tensor, out: torch.Tensor) -> None:
+        """One call's device work on the staged path (operands and `out` checked).
 
         Why no peer can overwrite "p" while this call's kernel still reads it: every chunk that
         writes this rank's p in call e + 1 is ordered after this call's kernel. Copy-engine and
-        SM-copy staging chunks are pulled by this rank on side streams that issue() forks from
+        SM-copy staging chunks are pulled by this rank on side streams that fork() forks from
         this stream after begin(e + 1), hence after this kernel; a pushed chunk would wait for
-        this rank's entry counter, which issue(e + 1) sets on this stream after the kernel; an
+        this rank's entry counter, which publish(e + 1) sets on this stream after the kernel; an
         NCCL chunk needs this rank's recv, posted on the same forked side streams. And no peer
         overwrites the "c" rows this rank pulls before they have landed: a peer's next kernel
         follows its begin(e + 1), which waits for this rank's exit counter, set by end(e) after
@@ -251,15 +250,16 @@ class ProducerGemm(OpContext):
         (every gather chunk landed here) and the kernel (the own box), and precedes end(e).
         """
         ws = self.ws
-        epoch = ws.next_epoch()
-        ws.begin(epoch)
-        ws.issue(epoch, wait_landed=False)
-        self.gemm.launch(a, b_shard, self.c, self.signals, epoch, self.p,
+        ws.begin()
+        ws.publish()
+        ws.fork()
+        self.gemm.launch(a, b_shard, self.c, self.signals, ws.epoch_word, self.p,
                          out if self.staged_writes_out else self.own_rows)
+        ws.issue_chunks()
         if not self.staged_writes_out:
-            ws.wait_landed(epoch)
+            ws.wait_landed()
             out.copy_(self.result)  # before end(): after it, peers may write into "c" again
-        ws.end(epoch)
+        ws.end()
 
 
 class GemmRs(ProducerGemm):

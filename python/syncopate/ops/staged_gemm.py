@@ -60,7 +60,7 @@ def check_accesses_match(kernel, accesses) -> None:
 
 class StagedReduceGemm(FusedGemm):
     """One rank's fused GEMM+RS / GEMM+AR with the reduction in the epilogue, for fixed shapes,
-    layout, plan and tile order. launch(a, b, c, signals, epoch, p, out): c the heap's [M, N]
+    layout, plan and tile order. launch(a, b, c, signals, epoch_word, p, out): c the heap's [M, N]
     view of "c", p the heap's "p" [W, M/W, N], out a [M/W, N] view with row pitch N: the
     caller's tensor (reduce-scatter) or c's own rows [rank * M/W, (rank + 1) * M/W) (all-reduce;
     the kernel's masks keep the two stores disjoint)."""

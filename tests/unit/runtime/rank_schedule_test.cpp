@@ -8,6 +8,7 @@
 #include "syncopate/common/error.hpp"
 #include "syncopate/lower/signal_table.hpp"
 #include "syncopate/plan/templates.hpp"
+#include "syncopate/runtime/epoch.hpp"
 #include "syncopate/runtime/rank_schedule.hpp"
 
 namespace syncopate::runtime {
@@ -32,23 +33,58 @@ std::vector<lower::SignalTable> landing_tables(const plan::CommPlan& p) {
   return lower::lower(p, lower::TileGrid{1, 1, 1, 1}, {});
 }
 
-// Replays the epoch protocol of every rank on the CPU, the way the GPU would run it: a stream
-// step runs once its waits hold; an NCCL send and its recv complete together (rendezvous).
-// Returns false if some step can never run (a deadlock in what the executor would issue).
-bool replay(const plan::CommPlan& p, const std::vector<lower::SignalTable>& tables, int epochs) {
+// How the replay finds the epoch of a call.
+struct EpochModel {
+  // Each rank's device epoch word before the first call (int32 arithmetic wraps: start near
+  // INT32_MAX to cross the wrap).
+  std::int32_t first_word = 0;
+  // The old protocol under CUDA-graph replay: the epoch the host baked into the recorded work
+  // at the first call is what every later call waits for and raises.
+  bool baked_at_first_call = false;
+};
+
+// Replays the epoch protocol of every rank on the CPU, the way the GPU would run it, with the
+// device's int32 arithmetic (epoch.hpp): begin advances the rank's epoch word, a wait holds once
+// its slot reached expected_value(word, offset, writers) modulo 2^32, landing slots and the
+// entry/exit counters are raised to the raising rank's word. A stream step runs once its waits
+// hold; an NCCL send and its recv complete together (rendezvous). Returns false if some step
+// can never run (a deadlock in what the executor would issue).
+// stale_holds (if given) counts waits on landing slots that held although the slot was last
+// raised in an earlier call: the wait let its reader at data of the wrong call.
+bool replay(const plan::CommPlan& p, const std::vector<lower::SignalTable>& tables, int epochs,
+            EpochModel model = {}, int* stale_holds = nullptr) {
   const int w = p.world_size;
   std::vector<RankSchedule> sched;
   for (int r = 0; r < w; ++r) sched.push_back(make_rank_schedule(p, tables, r));
-  std::vector<std::vector<std::int64_t>> signals(w), control(w, std::vector<std::int64_t>(kControlSlots, 0));
-  for (int r = 0; r < w; ++r) signals[r].assign(tables[r].slots.size(), 0);
-  auto holds = [&](const std::vector<WaitRef>& waits, std::int64_t e) {
+  std::vector<std::vector<std::int32_t>> signals(w), control(w, std::vector<std::int32_t>(kControlSlots, 0));
+  for (int r = 0; r < w; ++r) {
+    signals[r].assign(tables[r].slots.size(), 0);
+    control[r][kEpochSlot] = model.first_word;
+    // Counters as the calls before the first would have left them (a word of 0: none).
+    control[r][kEntrySlot] = control[r][kExitSlot] = model.first_word;
+  }
+  std::vector<std::int32_t> baked(w, 0);
+  std::vector<std::vector<int>> raised_in(w);  // per slot: the call that last raised it
+  for (int r = 0; r < w; ++r) raised_in[r].assign(tables[r].slots.size(), 0);
+  int call = 0;
+  // The epoch a rank's work of this call uses: its word, or what was baked at the first call.
+  auto epoch_of = [&](int r) { return model.baked_at_first_call ? baked[r] : control[r][kEpochSlot]; };
+  auto holds = [&](int r, const std::vector<WaitRef>& waits) {
     for (const auto& wr : waits) {
-      const auto v = wr.in_control() ? control[wr.rank][wr.slot] : signals[wr.rank][wr.slot];
-      if (v < wr.expected(e)) return false;
+      const std::int32_t v = wr.in_control() ? control[wr.rank][wr.slot] : signals[wr.rank][wr.slot];
+      if (!signal_reached(v, expected_value(epoch_of(r), wr.epoch_offset, wr.writers))) return false;
     }
+    for (const auto& wr : waits)
+      if (wr.kind == WaitKind::landing && raised_in[wr.rank][wr.slot] != call && stale_holds != nullptr)
+        ++*stale_holds;
     return true;
   };
-  for (std::int64_t e = 1; e <= epochs; ++e) {
+  for (int e = 1; e <= epochs; ++e) {
+    call = e;
+    for (int r = 0; r < w; ++r) {
+      control[r][kEpochSlot] = next_epoch(control[r][kEpochSlot]);  // begin: advance the word
+      if (e == 1) baked[r] = control[r][kEpochSlot];
+    }
     enum Phase { kBegin, kStreams, kLanded, kDone };
     std::vector<Phase> phase(w, kBegin);
     std::vector<std::vector<std::size_t>> next(w);
@@ -60,8 +96,8 @@ bool replay(const plan::CommPlan& p, const std::vector<lower::SignalTable>& tabl
       progress = false;
       for (int r = 0; r < w; ++r) {
         const auto& s = sched[r];
-        if (phase[r] == kBegin && holds(s.begin_waits, e)) {
-          control[r][kEntrySlot] = e;
+        if (phase[r] == kBegin && holds(r, s.begin_waits)) {
+          control[r][kEntrySlot] = epoch_of(r);
           phase[r] = kStreams;
           progress = true;
         }
@@ -77,7 +113,7 @@ bool replay(const plan::CommPlan& p, const std::vector<lower::SignalTable>& tabl
               const auto batch = *std::find_if(batches.begin(), batches.end(),
                                                [&](const StepBatch& b) { return b.begin == next[r][k]; });
               bool waits_hold = true;
-              for (auto i = batch.begin; i < batch.end; ++i) waits_hold = waits_hold && holds(steps[i].waits, e);
+              for (auto i = batch.begin; i < batch.end; ++i) waits_hold = waits_hold && holds(r, steps[i].waits);
               if (!waits_hold) break;
               bool complete = true;
               for (auto i = batch.begin; i < batch.end; ++i) {
@@ -89,7 +125,11 @@ bool replay(const plan::CommPlan& p, const std::vector<lower::SignalTable>& tabl
               }
               if (!complete) break;
               for (auto i = batch.begin; i < batch.end; ++i)
-                if (steps[i].landing_slot >= 0) signals[p.chunks[steps[i].chunk].dst][steps[i].landing_slot] = e;
+                if (steps[i].landing_slot >= 0) {
+                  const int dst = p.chunks[steps[i].chunk].dst;
+                  signals[dst][steps[i].landing_slot] = epoch_of(r);
+                  raised_in[dst][steps[i].landing_slot] = call;
+                }
               next[r][k] = batch.end;
               progress = true;
             }
@@ -100,8 +140,8 @@ bool replay(const plan::CommPlan& p, const std::vector<lower::SignalTable>& tabl
             progress = true;
           }
         }
-        if (phase[r] == kLanded && holds(s.landing_waits, e)) {
-          control[r][kExitSlot] = e;
+        if (phase[r] == kLanded && holds(r, s.landing_waits)) {
+          control[r][kExitSlot] = epoch_of(r);
           phase[r] = kDone;
           progress = true;
         }
@@ -124,6 +164,36 @@ TEST(RankSchedule, EveryTemplatePlanCompletesOverSeveralEpochs) {
                 << fmt::format("{} {} {} world {} split {}", plan::to_string(c), plan::to_string(a),
                                plan::to_string(b), w, split);
           }
+}
+
+// The device epoch word (what a captured CUDA graph replays) is right on every call, also across
+// the int32 wrap: no wait ever holds on a landing slot raised in an earlier call. An epoch baked
+// into the recorded work at the first call (the old protocol, measured wrong at world 2 under
+// graph replay) lets the second call's waits hold on the first call's values.
+TEST(RankSchedule, DeviceEpochWordReplaysEveryCallAlsoAcrossTheWrap) {
+  for (auto c : {Collective::all_gather, Collective::reduce_scatter, Collective::all_reduce, Collective::all_to_all})
+    for (auto a : {Algorithm::ring, Algorithm::direct})
+      for (int w : {2, 3, 4}) {
+        const auto p = make(c, a, Backend::copy_engine, w, 2);
+        const auto tables = landing_tables(p);
+        const auto name = fmt::format("{} {} world {}", plan::to_string(c), plan::to_string(a), w);
+        int stale = 0;
+        EXPECT_TRUE(replay(p, tables, 4, {}, &stale)) << name;
+        EXPECT_TRUE(replay(p, tables, 5, {.first_word = INT32_MAX - 2}, &stale)) << name << " (crossing the wrap)";
+        EXPECT_EQ(stale, 0) << name;
+      }
+}
+
+TEST(RankSchedule, AnEpochBakedAtTheFirstCallLetsLaterCallsReadStaleChunks) {
+  for (auto a : {Algorithm::ring, Algorithm::direct}) {
+    const auto p = make(Collective::all_gather, a, Backend::copy_engine, 3);
+    const auto tables = landing_tables(p);
+    int stale = 0;
+    EXPECT_TRUE(replay(p, tables, 1, {.baked_at_first_call = true}, &stale));
+    EXPECT_EQ(stale, 0) << "the first call is right either way";
+    replay(p, tables, 3, {.baked_at_first_call = true}, &stale);
+    EXPECT_GT(stale, 0) << plan::to_string(a) << ": calls 2 and 3 must be seen reading call 1's chunks";
+  }
 }
 
 // A world-3 NCCL ring step in which every rank posts its send before its recv: ungrouped, each

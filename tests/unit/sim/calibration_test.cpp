@@ -47,7 +47,7 @@ TEST(Calibration, DeprecatedFusedCallOverheadIsOptionalPerCollective) {
   EXPECT_DOUBLE_EQ(c.fused_call_overhead(plan::Collective::all_reduce), 0);
   const auto again = parse_calibration(calibration_to_json(c), "again");
   EXPECT_DOUBLE_EQ(again.fused_call_overhead(plan::Collective::reduce_scatter), 300.5);
-  // The shipped calibration models the host path instead (host.*), so it has no lump.
+  // The shipped calibration models the call path instead (host.*), so it has no lump.
   const auto shipped = load_calibration(shipped_path());
   EXPECT_DOUBLE_EQ(shipped.fused_call_overhead(plan::Collective::all_reduce), 0);
   EXPECT_GT(shipped.host.fused_call_us, 0);

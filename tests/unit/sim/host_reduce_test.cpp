@@ -1,8 +1,8 @@
-// The mechanisms measured on nvidia-h200-x2 (calib/h200.json's sources): the host path of a
-// fused call, copy-engine bandwidth while a GEMM runs, the reduce-add's add step on its
+// The mechanisms of calib/h200.json's sources: the call path of a fused call (measured on
+// nvidia-h100-x1), copy-engine bandwidth while a GEMM runs, the reduce-add's add step on its
 // destination, and the copy-out of a GEMM+RS/AR result. Hand-computed on the round calibration
 // of sim_fixtures.hpp (tile 5 us, 128 x 1000 bf16 chunk = 256000 bytes, 10 us at 25.6 GB/s,
-// latency 1 us, launch 2 us, sync 3 us), plus behaviour checks on real template plans.
+// latency 1 us, launch 2 us, sync 3 us, local copies at 1000 GB/s), plus behaviour checks on real template plans.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -38,59 +38,139 @@ double first_tile_start(const Timeline& tl, int rank) {
   return t;
 }
 
-// --- host path ------------------------------------------------------------------------------
+// --- the call path ------------------------------------------------------------------------------
 
-// Each rank lists one chunk: it enqueues it at 4 (issue_us), launches the kernel at 10 + 4 = 14,
-// which starts 2 us later; the chunks start at 2 (launch) + 4. The call ends no earlier than the
-// host returns (launch + after_launch_us).
-TEST(HostPath, KernelStartsAfterTheHostLaunchesIt) {
+// The call path of a fused call (docs/RUNTIME.md): the kernel is launched fused_call_us after the
+// call (plus, for AG+GEMM, the copy of the rank's own shard into the heap: 128 x 1000 bf16 =
+// 256000 bytes at 1000 GB/s = 0.256 us) and its first tile starts one launch (2 us) later; the
+// side streams fork at the launch and each chunk enters its stream after its step's dispatch
+// (issue_us 4): it starts at 10.256 + 4 + 2 (launch) = 16.256, before the first tile. The call
+// ends no earlier than the host returns, fused_call_us + after_launch_us (not after the launch).
+TEST(HostPath, KernelStartsAtOnceAndChunksAfterTheirDispatch) {
   const auto calib = with({{"/host", {{"fused_call_us", 10}, {"after_launch_us", 100},
                                       {"producer_after_launch_us", 0}}},
                            {"/backends/copy-engine/issue_us", 4}});
   const auto tl = simulate_fused(two_rank_all_gather({0, 1, 2, 3}, {2, 3, 0, 1}), calib);
   for (int r = 0; r < 2; ++r) {
-    EXPECT_NEAR(tl.rank_ends[r].host_launch, 14, kTol);
-    EXPECT_NEAR(first_tile_start(tl, r), 16, kTol);
-    EXPECT_NEAR(tl.chunks[r].start, 6, kTol);
-    EXPECT_NEAR(tl.rank_ends[r].host_return, 114, kTol);
+    EXPECT_NEAR(tl.rank_ends[r].kernel_launch, 10.256, kTol);
+    EXPECT_NEAR(first_tile_start(tl, r), 12.256, kTol);
+    EXPECT_NEAR(tl.chunks[r].start, 16.256, kTol);
+    EXPECT_NEAR(tl.rank_ends[r].host_return, 110, kTol);
   }
-  EXPECT_NEAR(tl.total_us, 114, kTol);  // the GPU is done at 16 + 2 x 5 = 26
+  EXPECT_NEAR(tl.total_us, 110, kTol);  // the GPU is done at 16.256 + 10 + 1 + 5 = 32.256
 }
 
-// Charged once per call: a GEMM with 4x the tiles launches at the same host time, and the
+// Charged once per call: a GEMM with 2x the tile time launches at the same time, and the
 // predicted time grows by the extra compute only.
 TEST(HostPath, ChargedOncePerCallNotPerTile) {
   const auto calib = with({{"/host", {{"fused_call_us", 50}, {"after_launch_us", 0},
                                       {"producer_after_launch_us", 0}}}});
   auto small = two_rank_all_gather({0, 1, 2, 3}, {2, 3, 0, 1});
   const auto base = simulate_fused(small, calib);
-  EXPECT_NEAR(first_tile_start(base, 0), 52, kTol);
-  // Same chunks, 2x deeper K: twice the tile time, same host launch.
+  EXPECT_NEAR(first_tile_start(base, 0), 52.256, kTol);
+  // Same chunks, 2x deeper K: twice the tile time, same launch.
   auto deep = small;
   deep.gemm.k = 2000;
   const auto slower = simulate_fused(deep, calib);
-  EXPECT_NEAR(first_tile_start(slower, 0), 52, kTol);
-  EXPECT_NEAR(slower.rank_ends[0].host_launch, base.rank_ends[0].host_launch, kTol);
+  EXPECT_NEAR(first_tile_start(slower, 0), 52.256, kTol);
+  EXPECT_NEAR(slower.rank_ends[0].kernel_launch, base.rank_ends[0].kernel_launch, kTol);
 }
 
-// More chunks to enqueue, later launch: a split-4 plan's ranks issue 4x the chunks of split 1.
-TEST(HostPath, EveryIssuedChunkDelaysTheLaunch) {
+plan::CommPlan direct_all_gather(int split, std::int64_t rows = 1024) {
+  plan::TemplateOptions o;
+  o.collective = plan::Collective::all_gather;
+  o.algorithm = plan::Algorithm::direct;
+  o.world_size = 2;
+  o.split = split;
+  o.shape = {rows, 1000};
+  return plan::make_plan(o);
+}
+
+// The host issues nothing per chunk: a split-4 plan (4 chunks per rank) launches its kernel as
+// early as split 1 (under the old call path each chunk's host issue came first: 20 + 4 x 7).
+// The launch is fused_call_us + the local shard copy (512 x 1000 bf16 = 1.024 MB at 1000 GB/s).
+TEST(HostPath, MoreChunksDoNotDelayTheLaunch) {
   auto calib = with({{"/host", {{"fused_call_us", 20}, {"after_launch_us", 0},
                                 {"producer_after_launch_us", 0}}},
                      {"/backends/copy-engine/issue_us", 7}});
   auto launch = [&](int split) {
-    plan::TemplateOptions o;
-    o.collective = plan::Collective::all_gather;
-    o.algorithm = plan::Algorithm::direct;
-    o.world_size = 2;
-    o.split = split;
-    o.shape = {1024, 1000};
-    const auto call = make_fused_call(plan::make_plan(o), {1024, 256, 1000, 128, 128},
+    const auto call = make_fused_call(direct_all_gather(split), {1024, 256, 1000, 128, 128},
                                       schedule::OrderKind::arrival, calib);
-    return simulate_fused(call, calib).rank_ends.at(0).host_launch;
+    return simulate_fused(call, calib).rank_ends.at(0).kernel_launch;
   };
-  EXPECT_NEAR(launch(1), 20 + 7, kTol);
-  EXPECT_NEAR(launch(4), 20 + 4 * 7, kTol);
+  EXPECT_NEAR(launch(1), 20 + 1.024, kTol);
+  EXPECT_NEAR(launch(4), 20 + 1.024, kTol);
+}
+
+// Along its stream, the k-th chunk enters no earlier than the launch + k x issue_us. With a
+// fast link (1e6 GB/s: the transfers take no time) the stagger is what orders the starts:
+// the split-4 plan's four chunks on rank 0's one stream start at launch + 2 (a chunk's
+// launch overhead) + k x 50. Streams are parallel: rank 1's chunks are staggered the same way.
+TEST(HostPath, ChunksAreStaggeredAlongTheirStreamByIssueUs) {
+  auto calib = with({{"/host", {{"fused_call_us", 20}, {"after_launch_us", 0},
+                                {"producer_after_launch_us", 0}}},
+                     {"/backends/copy-engine/issue_us", 50}},
+                    1e6);
+  const auto plan = direct_all_gather(4);
+  const auto call = make_fused_call(plan, {1024, 256, 1000, 128, 128}, schedule::OrderKind::arrival, calib);
+  const auto tl = simulate_fused(call, calib);
+  int checked = 0;
+  for (const auto& program : plan.ranks)
+    for (const auto& stream : program.streams) {
+      const double launch = tl.rank_ends.at(program.rank).kernel_launch;
+      for (std::size_t k = 0; k < stream.size(); ++k, ++checked)
+        EXPECT_NEAR(tl.chunks.at(stream[k]).start, launch + 2 + 50.0 * double(k + 1), 1e-3)
+            << "rank " << program.rank << " chunk " << stream[k];
+    }
+  EXPECT_EQ(checked, 8);
+  // No chunk delays the kernel: its first tile starts one launch after the kernel's launch.
+  EXPECT_NEAR(first_tile_start(tl, 0), tl.rank_ends[0].kernel_launch + 2, kTol);
+}
+
+// Two streams on one rank are dispatched in parallel: a chunk's stagger counts only the chunks
+// before it on its own stream.
+TEST(HostPath, StreamsAreDispatchedInParallel) {
+  auto call = two_rank_all_gather({0, 1, 2, 3}, {2, 3, 0, 1});
+  // Rank 0 sends two half-shards on two streams of its own (chunk 2: rows 64..127).
+  call.plan.chunks[0].box.extent[0] = call.plan.chunks[0].dst_box.extent[0] = 64;
+  auto extra = testing::rows_chunk(2, "x", 64, 0, 1, 1);
+  extra.box.extent[0] = extra.dst_box.extent[0] = 64;
+  call.plan.chunks.push_back(extra);
+  call.plan.ranks[0].streams = {{0}, {2}};
+  for (auto& t : call.tables) {
+    t.landing_slot_of_chunk.push_back(-1);
+    t.ready_slot_of_chunk.push_back(-1);
+    t.dst_ready_slot_of_chunk.push_back(-1);
+  }
+  const auto calib = with({{"/host", {{"fused_call_us", 10}, {"after_launch_us", 0},
+                                      {"producer_after_launch_us", 0}}},
+                           {"/backends/copy-engine/issue_us", 30}});
+  const auto tl = simulate_fused(call, calib);
+  const double launch = tl.rank_ends[0].kernel_launch;
+  EXPECT_NEAR(tl.chunks[0].start, launch + 30 + 2, kTol);
+  EXPECT_NEAR(tl.chunks[2].start, launch + 30 + 2, kTol);  // one step on its stream, not two
+}
+
+// AG+GEMM copies its own shard into the heap before the kernel: bytes / local_copy_gbps, which
+// grows with M / world; a GEMM+RS uses its operands in place (its copy-out comes at the end).
+TEST(HostPath, TheLocalShardCopyComesBeforeTheKernel) {
+  const auto calib = with({{"/host", {{"fused_call_us", 20}, {"after_launch_us", 0},
+                                      {"producer_after_launch_us", 0}}}});
+  auto launch = [&](std::int64_t rows) {
+    const auto call = make_fused_call(direct_all_gather(1, rows), {rows, 256, 1000, 128, 128},
+                                      schedule::OrderKind::arrival, calib);
+    return simulate_fused(call, calib).rank_ends.at(0).kernel_launch;
+  };
+  EXPECT_NEAR(launch(1024), 20 + 512 * 1000 * 2 / 1e6, kTol);
+  EXPECT_NEAR(launch(8192), 20 + 4096 * 1000 * 2 / 1e6, kTol);
+  plan::TemplateOptions o;
+  o.collective = plan::Collective::reduce_scatter;
+  o.algorithm = plan::Algorithm::direct;
+  o.world_size = 2;
+  o.shape = {1024, 1000};
+  const auto rs = make_fused_call(plan::make_plan(o), {1024, 1000, 256, 128, 128},
+                                  schedule::OrderKind::arrival, calib);
+  EXPECT_NEAR(simulate_fused(rs, calib).rank_ends.at(0).kernel_launch, 20, kTol);
 }
 
 // --- copy-engine bandwidth under compute ------------------------------------------------------
@@ -220,6 +300,20 @@ TEST(CalibrationHost, NewFieldsReadAndWrittenBack) {
   EXPECT_DOUBLE_EQ(again.backend(plan::Backend::copy_engine).issue_us, 31);
   EXPECT_DOUBLE_EQ(again.backend(plan::Backend::nccl).bandwidth_under_compute(), 25.6);  // absent: as alone
   EXPECT_DOUBLE_EQ(again.link_bandwidth_under_compute_gbps(0, 1, plan::Backend::copy_engine), 20);
+}
+
+// `host` present, even all zeros, models the call path (the AG+GEMM shard copy before the
+// kernel: 0.256 us here); absent, none (the schedule alone). Written back as read.
+TEST(CalibrationHost, AHostOfZerosIsStillACallPath) {
+  const auto zeros = with({{"/host", {{"fused_call_us", 0}, {"after_launch_us", 0}, {"producer_after_launch_us", 0}}}});
+  const auto none = with({});
+  EXPECT_TRUE(zeros.host.modelled);
+  EXPECT_FALSE(none.host.modelled);
+  EXPECT_TRUE(parse_calibration(calibration_to_json(zeros), "again").host.modelled);
+  EXPECT_FALSE(parse_calibration(calibration_to_json(none), "again").host.modelled);
+  const auto call = two_rank_all_gather({0, 1, 2, 3}, {2, 3, 0, 1});
+  EXPECT_NEAR(simulate_fused(call, zeros).rank_ends[0].kernel_launch, 0.256, kTol);
+  EXPECT_NEAR(simulate_fused(call, none).rank_ends[0].kernel_launch, 0, kTol);
 }
 
 TEST(CalibrationHost, TheDeprecatedLumpBesideHostIsAnError) {

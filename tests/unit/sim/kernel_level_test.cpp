@@ -58,7 +58,7 @@ TEST(KernelLevelModel, ConsumerIssuesEveryCollectiveThenEveryGemm) {
   EXPECT_EQ(tile_of(tl, 0, 2).kernel, 1);
   EXPECT_NEAR(tl.total_us, 48, kTol);
   ASSERT_EQ(tl.rank_ends.size(), 2u);
-  EXPECT_NEAR(tl.rank_ends[0].host_launch, 34, kTol);
+  EXPECT_NEAR(tl.rank_ends[0].kernel_launch, 34, kTol);
   EXPECT_NEAR(tl.rank_ends[0].host_return, 34, kTol);
   EXPECT_NEAR(tl.rank_ends[0].end, 48, kTol);
   // The chunk latency alone (no host costs) moves only the landing: 13 + 5.

@@ -58,9 +58,9 @@ TEST(SvgTimeline, HasRanksLegendAxisAndOneBarPerTile) {
   EXPECT_NE(svg.find("fill=\"#a9a9a9\""), std::string::npos);
 }
 
-// The shipped calibration without the host path (no deprecated lump either): the schedules'
-// own comparison. Kernel-level and sequential modes have no host path, so with it the fused
-// candidate carries about 120 us the others do not.
+// The shipped calibration without the call path (no deprecated lump either): the schedules'
+// own comparison. Sequential mode has no call path, so with it the fused candidate carries its
+// preamble and (AG+GEMM) the local shard copy that the others do not.
 Calibration h200_model_only() {
   auto c = h200();
   c.fused_call_overhead_us.fill(0);
@@ -99,9 +99,9 @@ TEST(AutoChoice, SaysWhenOverlapDoesNotPay) {
 
 TEST(AutoChoice, SmallMGemmPlusReduceScatterFallsBack) {
   // On the shipped H200 calibration: GEMM+RS with M = 256 on 2 ranks. The GEMM is 224 tiles (1.7
-  // waves), the reduce-scatter a few microseconds; the fused call's host path (about 120 us
-  // before its kernel starts), the add step and the copy-out make it slower outright, as
-  // measured on nvidia-h200-x2 (fused GEMM+RS at small M: 2-4x sequential). (Depends on
+  // waves), the reduce-scatter a few microseconds; the SMs or the add step its chunks take, the
+  // copy-out and the call path's preamble make fused slower outright (fused GEMM+RS at small M
+  // measured 2-4x sequential on nvidia-h200-x2, on the call path before issue 14). (Depends on
   // calib/h200.json.)
   TuneRequest req;
   req.collective = plan::Collective::reduce_scatter;

@@ -17,11 +17,11 @@ namespace {
 
 Calibration h200() { return load_calibration(std::string(SYNCOPATE_SOURCE_DIR) + "/calib/h200.json"); }
 // The schedules' own properties: the shipped calibration without the fixed costs of a fused
-// call measured on nvidia-h200-x2 (host path, slower links and adds under a GEMM), which
-// host_reduce_test.cpp checks on their own. The RS/AR copy-out stays (bounded below).
+// call (its call path, slower links and adds under a GEMM), which host_reduce_test.cpp checks
+// on their own. The RS/AR copy-out stays (bounded below).
 Calibration h200_schedule_only() {
   auto c = h200();
-  c.host = {};
+  c.host = {};  // not modelled: no preamble, no local shard copy, no chunk dispatch
   c.reduce_add = {};
   for (auto& b : c.backends) {
     b.issue_us = 0;
@@ -136,6 +136,43 @@ TEST(SimProperties, FusedBetweenFloorAndSumOverManyPlans) {
   EXPECT_GT(cases, 300);
 }
 
+// The GEMM starts at once (issue 14's call path): with the shipped calibration, on every
+// template plan, each rank's fused kernel is launched host.fused_call_us after the call (plus
+// the copy of its own shard for an all-gather) whatever the number of chunks, its workers claim
+// their first tiles one launch later, and no chunk enters its stream before the kernel's launch.
+TEST(SimProperties, TheKernelLaunchesBeforeAnyChunkWhateverTheSplit) {
+  const auto calib = h200();
+  const Shape s{4096, 1024, 2048, 128, 256};
+  int cases = 0;
+  for (auto coll : {plan::Collective::all_gather, plan::Collective::reduce_scatter, plan::Collective::all_reduce})
+    for (auto algo : {plan::Algorithm::ring, plan::Algorithm::direct})
+      for (int world : {2, 4})
+        for (int split : {1, 4})
+          for (auto backend : {plan::Backend::copy_engine, plan::Backend::sm_copy}) {
+            const auto plan = plan::make_plan(options(coll, algo, world, split, backend, s));
+            const auto call = make_fused_call(plan, {s.m, s.n, s.k, s.bm, s.bn}, schedule::OrderKind::arrival, calib);
+            const auto tl = simulate_fused(call, calib);
+            const std::string what = fmt::format("{} {} world {} split {} {}", plan::to_string(coll),
+                                                 plan::to_string(algo), world, split, plan::to_string(backend));
+            const double shard_copy = coll == plan::Collective::all_gather
+                                          ? double(s.m / world) * double(s.k) * 2 / (calib.local_copy_gbps * 1e3)
+                                          : 0.0;
+            for (int r = 0; r < world; ++r) {
+              const double launch = calib.host.fused_call_us + shard_copy;
+              EXPECT_NEAR(tl.rank_ends[r].kernel_launch, launch, 1e-6) << what << " rank " << r;
+              double first_claim = 1e300;
+              for (const auto& t : tl.tiles)
+                if (t.rank == r) first_claim = std::min(first_claim, t.claimed);
+              EXPECT_NEAR(first_claim, launch + calib.launch_overhead_us, 1e-6) << what << " rank " << r;
+            }
+            for (const auto& c : tl.chunks)
+              EXPECT_GE(c.start, tl.rank_ends[c.issuer].kernel_launch + calib.backend(c.backend).issue_us +
+                                     calib.launch_overhead_us - 1e-6) << what << " chunk " << c.chunk;
+            ++cases;
+          }
+  EXPECT_EQ(cases, 48);
+}
+
 TEST(SimProperties, Deterministic) {
   const auto calib = h200();
   const auto plan = plan::make_plan(options(plan::Collective::all_reduce, plan::Algorithm::bidir, 4, 2,
@@ -150,7 +187,7 @@ TEST(SimProperties, Deterministic) {
 // The effect the paper reports: with tiles in arrival order the fused kernel hides the
 // all-gather; in row-major order workers spin on shards that land last. AG+GEMM, world 4,
 // copy engine ring, per-rank GEMM 8192 x 2048 x 8192 on the H200 calibration (schedule only:
-// the host path adds about 120 us to both orders).
+// the call path delays both orders' kernels by its preamble and the local shard copy).
 TEST(SimProperties, ArrivalOrderBeatsRowMajorByALargeFactor) {
   const auto calib = h200_schedule_only();
   const Shape s{8192, 2048, 8192, 128, 256};

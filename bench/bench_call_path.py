@@ -1,0 +1,239 @@
+"""The call path of the fused ops: host time per call and time from the call to the fused kernel.
+
+    python bench/bench_call_path.py [--out-dir bench/results]                 # world 1
+    torchrun --nproc_per_node=2 bench/bench_call_path.py [--out-dir ...]      # world 2
+
+Per op variant (AgGemm; GemmRs with reduce-add chunks and with the staged epilogue; GemmAr with
+chunks) x shape (256 to 8192 rows), each with its own CUDA graph (graph=True, the default) and
+eager (graph=False), fused, copy-engine:
+  host_us          host time of one call, back to back with no synchronisation (median of
+                   batches of calls, each batch timed with a host clock after a synchronize);
+  kernel_start_us  from the call to the start of the fused kernel: on the GPU's clock, from a
+                   marker kernel launched just before the call to the fused kernel, the GPU idle
+                   before (kernel_start_us() says why; median over calls);
+beside torch.mm's host time for the same local GEMM and, where ranks have their own GPUs, the
+host time of the NCCL collective (what the sequential path issues).
+Every context's result is checked once against an fp32 reference before it is timed.
+With ranks sharing one GPU (world > GPUs: gloo, no NCCL) the numbers are printed but marked
+`shared_gpu`: time-slicing between the processes makes them meaningless as performance.
+JSON + log under --out-dir, named with the device kind and the date.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent / "tests" / "gpu"))
+
+SHAPES = [(256, 4096, 4096), (2048, 4096, 4096), (8192, 8192, 8192)]  # (M, K, N) of the op
+VARIANTS = (("AgGemm", {}), ("GemmRs", {"reduce": "chunks"}), ("GemmRs", {"reduce": "epilogue"}),
+            ("GemmAr", {"reduce": "chunks"}))
+TARGET_HOST_US = 20.0
+TARGET_START_US = 15.0
+
+
+def host_us(fn, batches=15, per_batch=20):
+    """Median host time of one fn() call, calls back to back (no synchronize inside a batch)."""
+    for _ in range(3):
+        fn()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(batches):
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        for _ in range(per_batch):
+            fn()
+        times.append((time.perf_counter() - t0) / per_batch * 1e6)
+        torch.cuda.synchronize()
+    return statistics.median(times)
+
+
+def kernel_start_us(fn, kernel_names, calls=10):
+    """Median delay, on the GPU's clock, from a marker kernel launched just before fn() to the
+    first kernel of fn() named in kernel_names, the GPU idle before the marker.
+
+    The marker starts as soon as it is launched, so the delay is the host time from the call to
+    the kernel's launch plus whatever fn() runs on the device before it; both kernels pay the
+    same launch latency, and both timestamps are CUPTI's (no CPU/GPU clock alignment involved:
+    that alignment put even torch.mm's kernel 150-230 us after its call on this machine)."""
+    from torch.autograd import DeviceType
+    from torch.profiler import ProfilerActivity, profile
+
+    marker = torch.zeros(1, device="cuda")
+    fn()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        for _ in range(calls):
+            torch.cuda.synchronize()  # the GPU idle (no sleep: a host thread woken from one ran
+            marker.fill_(1.0)         # the next call ~90 us slower on the VM measured)
+            fn()
+            torch.cuda.synchronize()
+    events = prof.profiler.kineto_results.events()
+    gpu = sorted((e.start_ns(), e.name()) for e in events if e.device_type() == DeviceType.CUDA)
+    markers = [t for t, name in gpu if "fill" in name.lower()]
+    kernels = [t for t, name in gpu if any(k in name for k in kernel_names)]
+    delays = []
+    for t in markers:
+        later = [k for k in kernels if k >= t]
+        if later:
+            delays.append((later[0] - t) / 1e3)
+    return statistics.median(delays) if delays else float("nan"), len(delays)
+
+
+class _OneRank:
+    """World 1: the reference's collectives are the identity."""
+
+    @staticmethod
+    def all_gather_cat(t):
+        return t
+
+    @staticmethod
+    def all_reduce_sum(t):
+        return t
+
+
+def make_inputs(cls_name, m, k, n, world, dtype, device, gen):
+    rows = m // world if cls_name == "AgGemm" else m
+    a = torch.randn(rows, k, generator=gen, device=device).to(dtype)
+    b = (torch.randn(k, n, generator=gen, device=device) / k ** 0.5).to(dtype)
+    out_rows = m // world if cls_name == "GemmRs" else m
+    return a, b, torch.empty(out_rows, n, dtype=dtype, device=device)
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--out-dir", default=str(HERE / "results"))
+    parser.add_argument("--shapes", default="", help="comma-separated M values to keep (default: all)")
+    args = parser.parse_args()
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    group, rank, shared, gg = None, 0, False, None
+    if world > 1:
+        from gpu_group import GpuGroup
+
+        gg = GpuGroup()
+        group, rank, shared = gg.group, gg.rank, gg.shared
+    else:
+        torch.cuda.set_device(0)
+    import test_ops_gpu as ref
+    from syncopate.ops.gemm_ar import GemmAr
+    from syncopate.ops.ag_gemm import AgGemm
+    from syncopate.ops.gemm_rs import GemmRs
+
+    ref.GROUP = gg if gg is not None else _OneRank()
+    classes = {"AgGemm": AgGemm, "GemmRs": GemmRs, "GemmAr": GemmAr}
+    device = torch.device("cuda", torch.cuda.current_device())
+    dtype = torch.bfloat16
+    gen = torch.Generator(device=device)
+    gen.manual_seed(17 + rank)
+    kind = os.environ.get("SYNCOPATE_DEVICE_KIND", torch.cuda.get_device_name())
+    keep = {int(x) for x in args.shapes.split(",") if x}
+    rows = []
+
+    def say(line):
+        if rank == 0:
+            print(line, flush=True)
+
+    say(f"call path: world {world}{' (ranks share one GPU: timings meaningless)' if shared else ''}, "
+        f"{torch.cuda.get_device_name()}, {datetime.date.today()}")
+    say(f"{'op':24s} {'M x K x N':>18s} {'host graph':>11s} {'host eager':>11s} {'start graph':>12s} "
+        f"{'start eager':>12s} {'mm host':>8s} {'coll host':>9s} {'rel_err':>8s}")
+    for m, k, n in SHAPES:
+        if keep and m not in keep:
+            continue
+        m_op = m - m % world
+        for cls_name, kw in VARIANTS:
+            name = cls_name + (f"(reduce={kw['reduce']})" if kw else "")
+            row = {"op": name, "m": m_op, "k": k, "n": n, "world": world, "shared_gpu": shared}
+            try:
+                a, b, out = make_inputs(cls_name, m_op, k, n, world, dtype, device, gen)
+                ctxs = {g: classes[cls_name](group, m=m_op, k=k, n=n, dtype=dtype, backend="copy-engine",
+                                             mode="fused", algorithm="direct", split=1, graph=g, **kw)
+                        for g in (True, False)}
+                op_key = {"AgGemm": "ag_gemm", "GemmRs": "gemm_rs", "GemmAr": "gemm_ar"}[cls_name]
+                err = 0.0
+                for g, ctx in ctxs.items():
+                    out.fill_(float("nan"))
+                    ctx(a, b, out=out)
+                    err = max(err, ref.rel_error(out, ref.reference(op_key, a, b, world, rank)))
+                kernel = ctxs[True].kernel_name
+                row.update(rel_err=err, kernel=kernel, call_mode={str(g): c.call_mode for g, c in ctxs.items()})
+                for g, ctx in ctxs.items():
+                    tag = "graph" if g else "eager"
+                    row[f"host_us_{tag}"] = host_us(lambda: ctx(a, b, out=out, check=False))
+                    row[f"kernel_start_us_{tag}"], row[f"kernel_start_samples_{tag}"] = kernel_start_us(
+                        lambda: ctx(a, b, out=out, check=False), (kernel,))
+                    ctx.check()
+                # Where the graph path's host time goes: the replay alone, the argument checks alone.
+                graph_ctx = ctxs[True]
+                if graph_ctx.graphs._graphs:
+                    replay = next(iter(graph_ctx.graphs._graphs.values()))
+                    row["replay_only_host_us"] = host_us(replay.replay)
+                    row["replay_only_start_us"], _ = kernel_start_us(replay.replay, (kernel,))
+                a_shape = (m_op // world, k) if cls_name == "AgGemm" else (m_op, k)
+                row["checks_only_host_us"] = host_us(
+                    lambda: graph_ctx._check_operands(a, "a", a_shape, b, "b", a_to_kernel=cls_name != "AgGemm"))
+                local_a = torch.randn(m_op, k, generator=gen, device=device).to(dtype)  # the whole local GEMM
+                mm_out = torch.empty(m_op, n, dtype=dtype, device=device)
+                row["torch_mm_host_us"] = host_us(lambda: torch.mm(local_a, b, out=mm_out))
+                # The same measurement of torch.mm's own kernel start: what the profiler's clocks and
+                # this machine's launch latency give an op that does nothing before its kernel.
+                row["torch_mm_start_us"], _ = kernel_start_us(lambda: torch.mm(local_a, b, out=mm_out),
+                                                              ("gemm", "Kernel", "sm90", "cutlass", "nvjet"))
+                row["replay_start_minus_mm_start_us"] = row.get("replay_only_start_us", float("nan")) - row["torch_mm_start_us"]
+                row["collective_host_us"] = None
+                if world > 1 and not shared:
+                    import torch.distributed as dist
+
+                    if cls_name == "AgGemm":
+                        full = torch.empty(m_op, k, dtype=dtype, device=device)
+                        coll = lambda: dist.all_gather_into_tensor(full, a, group=group)  # noqa: E731
+                    elif cls_name == "GemmRs":
+                        coll = lambda: dist.reduce_scatter_tensor(out, mm_out, group=group)  # noqa: E731
+                    else:
+                        coll = lambda: dist.all_reduce(mm_out, group=group)  # noqa: E731
+                    row["collective_host_us"] = host_us(coll)
+                base = row["torch_mm_host_us"] + (row["collective_host_us"] or 0.0)
+                row["host_graph_over_baseline"] = row["host_us_graph"] / base
+                row["targets"] = {
+                    "host_graph_le_20us": row["host_us_graph"] <= TARGET_HOST_US,
+                    "host_graph_le_1.5x_baseline": row["host_graph_over_baseline"] <= 1.5,
+                    "kernel_start_graph_le_15us": row["kernel_start_us_graph"] <= TARGET_START_US,
+                }
+                coll_txt = f"{row['collective_host_us']:9.1f}" if row["collective_host_us"] is not None else f"{'-':>9s}"
+                say(f"{name:24s} {f'{m_op}x{k}x{n}':>18s} {row['host_us_graph']:11.1f} {row['host_us_eager']:11.1f} "
+                    f"{row['kernel_start_us_graph']:12.1f} {row['kernel_start_us_eager']:12.1f} "
+                    f"{row['torch_mm_host_us']:8.1f} {coll_txt} {err:8.1e}")
+                say(f"{'':24s} {'':18s} replay alone {row.get('replay_only_host_us', float('nan')):.1f} us host, "
+                    f"kernel {row.get('replay_only_start_us', float('nan')):.1f} us after it; checks alone "
+                    f"{row['checks_only_host_us']:.1f} us; torch.mm's kernel {row['torch_mm_start_us']:.1f} us after its call")
+                del ctxs
+            except Exception as exc:  # noqa: BLE001 - a failed row is reported, the rest still run
+                row["error"] = f"{type(exc).__name__}: {exc}"
+                say(f"{name:24s} {f'{m_op}x{k}x{n}':>18s} ERROR {row['error'][:200]}")
+            rows.append(row)
+            if gg is not None:
+                gg.barrier()
+    if rank == 0:
+        out_dir = Path(args.out_dir)
+        out_dir.mkdir(parents=True, exist_ok=True)
+        slug = kind.replace(" ", "-").lower()
+        path = out_dir / f"call-path-{slug}-w{world}{'-shared' if shared else ''}-{datetime.date.today()}.json"
+        path.write_text(json.dumps({"device": torch.cuda.get_device_name(), "kind": kind, "world": world,
+                                    "shared_gpu": shared, "date": str(datetime.date.today()),
+                                    "targets": {"host_us_graph": TARGET_HOST_US, "kernel_start_us": TARGET_START_US},
+                                    "rows": rows}, indent=1))
+        print(f"wrote {path}", flush=True)
+
+
+if __name__ == "__main__":
+    main()

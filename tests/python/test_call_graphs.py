@@ -1,0 +1,109 @@
+"""ops/call_graphs.py on the CPU: which calls replay a graph, which are captured into the caller's
+graph, which run eagerly, and the refusal of a context that cannot be captured. CUDA graphs are
+stood in for by fakes that record what was enqueued during capture and re-run it on replay, so
+the bookkeeping (one capture per set of operand addresses, replays after it, eviction of the
+least recently used) is checked without a GPU."""
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from syncopate.errors import UserError  # noqa: E402
+from syncopate.ops import call_graphs  # noqa: E402
+
+
+class FakeGraphs:
+    """torch.cuda.CUDAGraph / torch.cuda.graph / the runtime launch, recording into a log."""
+
+    def __init__(self, monkeypatch):
+        self.capturing = False
+        self.log = []
+        fake = self
+
+        class Graph:
+            def __init__(self):
+                self.work = None
+
+            def raw_cuda_graph_exec(self):
+                return id(self)
+
+        class Capture:
+            def __init__(self, graph, capture_error_mode=None):
+                self.graph = graph
+                assert capture_error_mode == "thread_local"
+
+            def __enter__(self):
+                fake.capturing = True
+                fake.log.append("capture")
+
+            def __exit__(self, *exc):
+                fake.capturing = False
+
+        class Launch:
+            def launch_graph(self, handle, stream):
+                fake.log.append(("launch", handle))
+
+        monkeypatch.setattr(torch.cuda, "CUDAGraph", Graph)
+        monkeypatch.setattr(torch.cuda, "graph", Capture)
+        monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+        monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: fake.capturing)
+        monkeypatch.setattr(torch.cuda, "current_stream", lambda: type("S", (), {"cuda_stream": 7})())
+        import syncopate.runtime as rt
+        monkeypatch.setattr(rt, "require_runtime", lambda: Launch())
+
+    def enqueue(self, tag):
+        return lambda: self.log.append(("enqueue", tag, "captured" if self.capturing else "eager"))
+
+
+def test_the_first_call_per_address_set_captures_the_rest_replay(monkeypatch):
+    fake = FakeGraphs(monkeypatch)
+    graphs = call_graphs.CallGraphs("AgGemm", enabled=True)
+    assert graphs.mode == "graph"
+    for _ in range(3):
+        graphs.run((1, 2, 3), fake.enqueue("a"))
+    graphs.run((4, 2, 3), fake.enqueue("b"))
+    graphs.run((1, 2, 3), fake.enqueue("a"))
+    enqueued = [e for e in fake.log if e[0] == "enqueue"]
+    assert enqueued == [("enqueue", "a", "captured"), ("enqueue", "b", "captured")]
+    assert graphs.captures == 2
+    launches = [e for e in fake.log if e[0] == "launch"]
+    assert len(launches) == 5 and launches[0] == launches[1] == launches[2] == launches[4] != launches[3]
+
+
+def test_the_least_recently_used_graph_goes_first(monkeypatch):
+    fake = FakeGraphs(monkeypatch)
+    graphs = call_graphs.CallGraphs("GemmRs", enabled=True, limit=2)
+    for key in ((1,), (2,), (1,), (3,), (1,), (2,)):
+        graphs.run(key, fake.enqueue(key))
+    # (2,) was evicted by (3,) (the least recently used then), so it is captured again.
+    assert [e[1] for e in fake.log if e[0] == "enqueue"] == [(1,), (2,), (3,), (2,)]
+
+
+def test_inside_the_callers_capture_the_work_is_recorded_into_it(monkeypatch):
+    fake = FakeGraphs(monkeypatch)
+    graphs = call_graphs.CallGraphs("GemmAr", enabled=True)
+    fake.capturing = True  # the caller's torch.cuda.graph
+    graphs.run((1,), fake.enqueue("user"))
+    assert fake.log == [("enqueue", "user", "captured")] and graphs.captures == 0
+
+
+def test_eager_contexts_enqueue_every_call(monkeypatch):
+    fake = FakeGraphs(monkeypatch)
+    graphs = call_graphs.CallGraphs("AgGemm", enabled=False)
+    assert graphs.mode == "eager"
+    graphs.run((1,), fake.enqueue("x"))
+    graphs.run((1,), fake.enqueue("x"))
+    assert fake.log == [("enqueue", "x", "eager")] * 2
+
+
+def test_a_context_that_cannot_be_captured_runs_eagerly_and_refuses_a_capture_by_name(monkeypatch):
+    fake = FakeGraphs(monkeypatch)
+    why = "its plan moves chunks with NCCL"
+    graphs = call_graphs.CallGraphs("GemmRs", enabled=True, refusal=why)
+    assert graphs.mode == "eager"
+    graphs.run((1,), fake.enqueue("x"))
+    assert fake.log == [("enqueue", "x", "eager")]
+    fake.capturing = True
+    with pytest.raises(UserError, match=r"^GemmRs: cannot be captured in a CUDA graph: its plan moves chunks with NCCL"):
+        graphs.run((1,), fake.enqueue("x"))
+    assert len(fake.log) == 1, "nothing may be enqueued into a capture that would replay wrongly"
