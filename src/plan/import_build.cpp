@@ -6,9 +6,11 @@
 // 3. compute, for every action, the set of chunks whose landing means "everything this action
 //    waits for is complete" (`before`), and what it completes itself (`done`): a landing action
 //    completes its chunk, a send or a sync action completes what came before it;
-// 4. a chunk depends on `before` of each of its actions (the sender's and the receiver's).
+// 4. a chunk depends on `before` of each of its actions (the sender's and the receiver's);
+// 5. an action that overwrites what an earlier send reads waits for that send's chunk.
 // Streams and dep pruning follow in import_streams.cpp.
 #include <algorithm>
+#include <iterator>
 #include <map>
 #include <tuple>
 

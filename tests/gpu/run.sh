@@ -100,7 +100,7 @@ run_graphs() {  # $1: world size
   grep -E "^SUMMARY graphs|^FAIL" "$log" | tail -12
 }
 
-run_imported() {  # $1: world size (ranks may share GPUs: the test uses gloo and copy-engine/sm-copy plans)
+run_imported() {  # $1: world size (ranks share GPUs where there are fewer: gpu_group.py)
   local world=$1
   say "Imported plans in AgGemm / GemmRs, torchrun world $world on $gpus GPU(s)"
   if ! timeout "${PY_TIMEOUT:-420}" "$python" -m torch.distributed.run --standalone --nproc_per_node="$world" \

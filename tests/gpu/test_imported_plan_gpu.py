@@ -3,9 +3,9 @@ reference, with ranks that may share a GPU.
 
     torchrun --nproc_per_node=W tests/gpu/test_imported_plan_gpu.py [--modes fused,sequential]
 
-Rank r uses GPU (LOCAL_RANK % device count), so W may exceed the GPU count (W = 2 and 4 on one
-GPU). The process group is gloo: NCCL refuses two ranks on one GPU, and the imported plans use
-the copy engine and SM copies (the heap's handles are exchanged through the group). The plans,
+One GPU per rank where there are enough, else every rank on the GPUs there are (gpu_group.py:
+gloo, CUDA IPC), so W = 2 and 4 run on one GPU; the imported plans use the copy engine and SM
+copies, which run either way. The plans,
 built here as the tools would write them, then imported (syncopate.import_plan):
   AgGemm  a ring all-gather as MSCCL XML (s, rcs, ..., r per GPU), and as a send/recv list;
   GemmRs  an all-pairs reduce-scatter as MSCCL XML (each GPU sends its partial of chunk p to p,
@@ -157,13 +157,12 @@ def main():
     parser.add_argument("--modes", default="fused,sequential")
     parser.add_argument("--backends", default="copy-engine,sm-copy")
     args = parser.parse_args()
-    rank = int(os.environ["RANK"])
-    local = int(os.environ.get("LOCAL_RANK", rank))
-    device = torch.device("cuda", local % torch.cuda.device_count())
-    torch.cuda.set_device(device)
-    dist.init_process_group("gloo")
-    world = dist.get_world_size()
-    group = dist.group.WORLD
+    from gpu_group import GpuGroup
+
+    gpu_group = GpuGroup()
+    rank, world, group, device = gpu_group.rank, gpu_group.world, gpu_group.group, gpu_group.device
+    if rank == 0:
+        print(f"== mode: {gpu_group.mode}", flush=True)
     passed = failed = 0
     for name, op, imported in plans(world):
         for backend in args.backends.split(","):
@@ -176,13 +175,12 @@ def main():
                     traceback.print_exc()
                 passed, failed = passed + ok, failed + (not ok)
                 print(f"{'PASS' if ok else 'FAIL'} rank={rank} {case} {detail}", flush=True)
-                dist.barrier()
-    totals = torch.tensor([passed, failed])
-    dist.all_reduce(totals)
+                gpu_group.barrier()
+    totals = gpu_group.all_reduce_sum(torch.tensor([passed, failed], device=device))
     if rank == 0:
         print(f"SUMMARY world={world} passed={int(totals[0])} failed={int(totals[1])} "
               f"device={torch.cuda.get_device_name()} gpus={torch.cuda.device_count()}", flush=True)
-    dist.barrier()
+    gpu_group.barrier()
     dist.destroy_process_group()
     sys.exit(1 if int(totals[1]) else 0)
 

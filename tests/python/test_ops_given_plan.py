@@ -18,6 +18,7 @@ pytest.importorskip("triton")
 
 import syncopate as sy  # noqa: E402
 from syncopate.errors import UserError  # noqa: E402
+from syncopate.launch import epoch_word  # noqa: E402
 from syncopate.ops.ag_gemm import AgGemm  # noqa: E402
 from syncopate.ops.gemm_ar import GemmAr  # noqa: E402
 from syncopate.ops.gemm_rs import GemmRs  # noqa: E402
@@ -84,7 +85,7 @@ def test_an_imported_ring_all_gather_drives_the_fused_kernel():
     a, b = torch.randn(m, k, generator=gen).half(), _b(k, n, "kn", gen)
     for epoch in (1, 2):
         c = torch.full((m, n), float("nan"), dtype=torch.float16)
-        g.launch(a, b, c, _landed(g, epoch), epoch)
+        g.launch(a, b, c, _landed(g, epoch), epoch_word(epoch))
         g.check()
         assert torch.allclose(c.double(), a.double() @ b.double(), rtol=2e-2, atol=2e-2)
 
@@ -109,7 +110,7 @@ def test_an_imported_reduce_scatter_gates_its_chunks_on_the_producer_tiles():
     notified = set(g.tables.notify_slots)
     assert notified, "the chunk leaving rank 0 waits for the tiles that write it"
     c = torch.full((m, n), float("nan"), dtype=torch.float16)
-    g.launch(a, b, c, signals, 1)
+    g.launch(a, b, c, signals, epoch_word(1))
     g.check()
     assert torch.allclose(c.double(), a.double() @ b.double(), rtol=2e-2, atol=2e-2)
     for slot in range(len(signals)):

@@ -75,6 +75,8 @@ class OpContext:
             self._user_plan, backend = check_user_plan(
                 who, plan, collective=self.collective, m=m, k=k, n=n, world=world, dtype=plan_dtype(dtype),
                 backend=backend, reduce=getattr(self, "_reduce_request", None))
+            if backend == "nccl":
+                self._usable_backends(backend)  # refused by name where ranks share a GPU
             choice = choice_for_plan(who, self._user_plan, collective=self.collective, m=m, n=n, k=k, world=world,
                                      dtype=plan_dtype(dtype), block_m=self.config.block_m,
                                      block_n=self.config.block_n, backend=backend, tile_order=tile_order, mode=mode)
