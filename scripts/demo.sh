@@ -4,7 +4,8 @@
 # on the CPU, then, where GPUs are present, the fused AG+GEMM on every visible GPU next to
 # sequential NCCL all-gather + torch.mm (checked against fp32, timed, with the simulator's
 # prediction). Arguments go to `syncopate demo` (e.g. --no-gpu). Safe to run again: set-up
-# steps are skipped when done, and the Python package is reinstalled only when the sources changed.
+# steps are skipped when done, and the Python package is reinstalled only when the sources changed;
+# Triton's cache starts empty on every run.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
@@ -32,4 +33,8 @@ if ((wants_gpu)) && have_gpus && [[ -x "$VENV/bin/python" ]]; then
 fi
 
 mkdir -p "$ROOT/demo-out"
-exec "$BUILD_DIR/src/cli/syncopate" demo --out "$ROOT/demo-out" "$@"
+# Triton compiles the GPU half's kernels into an empty cache of its own, so the demo never rests
+# on what an earlier run left in ~/.triton (fresh_caches.sh).
+# shellcheck source=fresh_caches.sh
+source "$ROOT/scripts/fresh_caches.sh"
+with_fresh_caches demo "$BUILD_DIR/src/cli/syncopate" demo --out "$ROOT/demo-out" "$@"

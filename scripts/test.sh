@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Every CPU test: C++ unit tests (ctest), the plan fuzzer under ASan+UBSan, the Python package
-# installed from source and its pytest suite (transformed kernels run in Triton's interpreter).
+# installed from source and its pytest suite (transformed kernels run in Triton's interpreter),
+# run twice, in file order and reversed, each with empty caches, failing if any test's outcome
+# differs between the two (so no test may depend on test order or on an earlier run's caches).
 # GPU tests live in tests/gpu/ and run on a GPU machine (tests/gpu/run.sh).
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -28,9 +30,21 @@ ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
   ctest --test-dir "$ASAN_DIR" --output-on-failure -L '^plan$' -j 2
 
 if [[ -f "$ROOT/pyproject.toml" ]]; then
-  log "Python package (pip install .) and pytest"
+  log "Python package (pip install .)"
   "$ROOT/.venv/bin/pip" install -q "$ROOT"
-  SYNCOPATE_CLI="$BUILD_DIR/src/cli/syncopate" TRITON_INTERPRET=1 \
-    "$ROOT/.venv/bin/python" -m pytest -q "$ROOT/tests/python"
+  # shellcheck source=fresh_caches.sh
+  source "$ROOT/scripts/fresh_caches.sh"
+  pytest_run() {  # NAME PYTEST-ARGS...: the suite with caches of its own (fresh_caches.sh)
+    local name="$1"
+    shift
+    SYNCOPATE_CLI="$BUILD_DIR/src/cli/syncopate" TRITON_INTERPRET=1 \
+      with_fresh_caches "$name" "$ROOT/.venv/bin/python" -m pytest -q -p no:cacheprovider "$ROOT/tests/python" "$@"
+  }
+  log "pytest (transformed kernels in Triton's interpreter; empty caches)"
+  pytest_run file-order --durations=5 --outcomes-out "$CACHE_ROOT/outcomes.json"
+  # The order guard (tests/python/order_plugin.py): reversed, every pair of modules has run in
+  # both orders; any test whose outcome differs depends on what another left behind.
+  log "pytest in reverse order (empty caches): every outcome must be the same"
+  pytest_run reverse-order --test-order reverse --outcomes-compare "$CACHE_ROOT/outcomes.json"
 fi
 log "all CPU tests passed"

@@ -41,16 +41,6 @@ std::vector<E> enum_list(const std::vector<std::string>& names, std::string_view
 }
 
 void bind_calibration(nb::module_& m) {
-  // sim::CalibrationError is a UserError; give it its own Python class. Registered after the
-  // package-wide translator, so nanobind tries it first.
-  nb::register_exception_translator([](const std::exception_ptr& pending, void*) {
-    try {
-      std::rethrow_exception(pending);
-    } catch (const sim::CalibrationError& e) {
-      set_python_error("CalibrationError", e);
-    }
-  });
-
   nb::class_<sim::Calibration>(m, "Calibration",
                                "Measured device numbers for the simulator (see docs/SIMULATOR.md).")
       .def_ro("version", &sim::Calibration::version)

@@ -19,7 +19,7 @@ CLASSES = {
 }
 
 
-@pytest.mark.parametrize("name", sorted(CLASSES))
+@pytest.mark.parametrize("name", sorted(CLASSES) + ["CalibrationError"])
 def test_cpp_class_maps_to_its_own_exception(name):
     message = f"plan.json: rank 2, chunk 17: coverage/missing-shard: {name} detail"
     with pytest.raises(syncopate.Error) as info:
@@ -46,6 +46,26 @@ def test_exported_names_match_errors_module():
     assert issubclass(syncopate.CalibrationError, syncopate.UserError)
     for name in errors.__all__:
         assert getattr(syncopate, name) is getattr(errors, name)
+
+
+def test_calibration_error_keeps_its_class_once_the_runtime_module_is_loaded():
+    """Loading syncopate._runtime registers the package's translator again (nanobind shares
+    translators between modules, newest first); sim::CalibrationError must still arrive as itself,
+    not as the UserError it derives from."""
+    def raised():
+        with pytest.raises(syncopate.UserError, match=r"^mine\.json: ") as info:
+            syncopate.parse_calibration("{}", "mine.json")
+        return type(info.value)
+
+    assert raised() is syncopate.CalibrationError
+    try:
+        from syncopate import _runtime  # noqa: F401
+    except ImportError as error:  # a build without the CUDA toolkit has no _runtime
+        pytest.skip(f"syncopate._runtime not built: {error}")
+    assert raised() is syncopate.CalibrationError
+    with pytest.raises(syncopate.Error) as info:
+        _core._raise_error("CalibrationError", "calib.json: sms: must be > 0")
+    assert type(info.value) is syncopate.CalibrationError
 
 
 def test_non_syncopate_cpp_errors_keep_nanobind_mapping():

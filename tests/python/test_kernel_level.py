@@ -59,35 +59,19 @@ def test_bindings_refuse_raising_residency_with_the_reason():
 
 # -- the padded Triton kernel ------------------------------------------------------------------
 
-# JITFunction, not @triton.jit: under TRITON_INTERPRET=1 the decorator makes an interpreted
-# function, which cannot be compiled.
-_KERNEL_SOURCE = '''
-import triton.language as tl
-from triton.runtime.jit import JITFunction
-
-@JITFunction
-def add_one(x_ptr, n, BLOCK: tl.constexpr):
-    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
-    tl.store(x_ptr + offs, tl.load(x_ptr + offs, mask=offs < n) + 1, mask=offs < n)
-'''
-
-
 @pytest.fixture(scope="module")
-def compiled_for_sm90(tmp_path_factory):
-    """A CompiledKernel for sm_90, compiled on the CPU (Triton ships ptxas); never loaded."""
-    triton = pytest.importorskip("triton")
-    from triton.backends.compiler import GPUTarget
-    from triton.compiler import ASTSource
-    import importlib.util
+def compiled_for_sm90(run_compile_script, tmp_path_factory):
+    """A CompiledKernel for sm_90 (compile_add_one.py), compiled on the CPU with Triton's ptxas in
+    a child process (conftest.py's run_compile_script says why) and rebuilt here from its
+    cache files; never loaded."""
+    import json
 
-    path = tmp_path_factory.mktemp("kernels") / "add_one.py"
-    path.write_text(_KERNEL_SOURCE)
-    spec = importlib.util.spec_from_file_location("hc_add_one", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    src = ASTSource(module.add_one, signature={"x_ptr": "*fp32", "n": "i32", "BLOCK": "constexpr"},
-                    constexprs={"BLOCK": 128})
-    return triton.compile(src, target=GPUTarget("cuda", 90, 32))
+    from triton.compiler import CompiledKernel
+
+    run = run_compile_script("compile_add_one.py", timeout=300, cache_dir=tmp_path_factory.mktemp("triton-cache"))
+    assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-3000:]
+    compiled = json.loads(run.stdout.splitlines()[-1])
+    return CompiledKernel(None, compiled["metadata_group"], compiled["hash"])
 
 
 def test_padded_kernel_raises_shared_and_leaves_the_original(compiled_for_sm90):

@@ -145,24 +145,10 @@ def test_transformed_kernel_waits_before_reading_a_and_notifies_after_storing_c(
     assert any(ln.startswith("sy_tile = syl.tile_at(sy_tile_order, tile_id)") for ln in lines)
 
 
-def test_every_fused_kernel_variant_compiles_for_sm90():
+def test_every_fused_kernel_variant_compiles_for_sm90(run_compile_script):
     """Triton's GPU passes (warp specialisation, pipelining) on the transformed kernels, through
     Triton's bundled ptxas: no GPU needed (see compile_fused_kernels.py)."""
-    import importlib.util
-    import subprocess
-    import sys
-
-    spec = importlib.util.find_spec("triton.backends.nvidia")
-    ptxas = Path(spec.origin).parent / "bin" / "ptxas" if spec and spec.origin else None
-    if ptxas is None or not ptxas.exists():
-        pytest.skip("this triton has no NVIDIA backend with ptxas, so nothing can compile for sm_90")
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    # The syncopate this process imported (installed or staged) first: sys.path may also hold
-    # the source tree's python/, which has no compiled modules.
-    package_root = str(Path(sy.__file__).resolve().parents[1])
-    env["PYTHONPATH"] = os.pathsep.join([package_root] + [p for p in sys.path if p])
-    script = Path(__file__).resolve().parent / "compile_fused_kernels.py"
-    run = subprocess.run([sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=900)
+    run = run_compile_script("compile_fused_kernels.py", timeout=900)
     lines = [ln for ln in run.stdout.splitlines() if ln.startswith(("OK ", "FAIL "))]
     assert run.returncode == 0 and lines and all(ln.startswith("OK ") for ln in lines), \
         "\n".join(lines) + run.stderr[-3000:]

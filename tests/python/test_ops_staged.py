@@ -200,23 +200,10 @@ def test_transformed_kernel_waits_after_the_k_loop_and_notifies_after_the_store(
     assert [tuple(a) for a in staged_gemm.STAGED_ACCESSES] == [("c", "produce", 1, 2), ("p", "consume", 1, 2, True)]
 
 
-def test_every_staged_kernel_variant_compiles_for_sm90():
+def test_every_staged_kernel_variant_compiles_for_sm90(run_compile_script):
     """Triton's GPU passes (warp specialisation, pipelining of the persistent loop with a wait
     after the K loop) on the transformed kernel, through Triton's bundled ptxas (no GPU)."""
-    import importlib.util
-    import subprocess
-    import sys
-
-    spec = importlib.util.find_spec("triton.backends.nvidia")
-    ptxas = Path(spec.origin).parent / "bin" / "ptxas" if spec and spec.origin else None
-    if ptxas is None or not ptxas.exists():
-        pytest.skip("this triton has no NVIDIA backend with ptxas, so nothing can compile for sm_90")
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    here = Path(__file__).resolve().parent
-    package_root = str(Path(sy.__file__).resolve().parents[1])
-    env["PYTHONPATH"] = os.pathsep.join([package_root, str(here)] + [p for p in sys.path if p])
-    run = subprocess.run([sys.executable, str(here / "compile_staged_kernels.py")], env=env,
-                         capture_output=True, text=True, timeout=1500)
+    run = run_compile_script("compile_staged_kernels.py", timeout=1500)
     lines = [ln for ln in run.stdout.splitlines() if ln.startswith(("OK ", "FAIL "))]
     assert run.returncode == 0 and lines and all(ln.startswith("OK ") for ln in lines), \
         "\n".join(lines) + run.stderr[-3000:]
