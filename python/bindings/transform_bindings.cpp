@@ -61,7 +61,7 @@ void bind_transform(nb::module_& m) {
         return transform::transform_kernel(source, filename, kernel, options);
       },
       "source"_a, "filename"_a, "kernel"_a, nb::kw_only(), "plan"_a = nb::none(),
-      "language_module"_a = "syncopate.language",
+      "language_module"_a = transform::TransformOptions{}.language_module,
       "Rewrites the @triton.jit function `kernel` of `source` into the overlapped kernel. With a "
       "plan, checks the annotated tensors exist in it. Raises TransformError naming "
       "file:line:col, the annotation and the rule.");

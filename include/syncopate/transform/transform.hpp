@@ -26,8 +26,9 @@ inline constexpr int kOutputVersion = 1;
 struct TransformOptions {
   // Optional: when set, every annotated tensor must exist in the plan with enough dimensions.
   const plan::CommPlan* plan = nullptr;
-  // Module and alias of the device primitives imported by the output.
-  std::string language_module = "syncopate.language";
+  // Module of the device primitives the output calls, imported as `syl`: the primitives of
+  // syncopate.language shaped for the places the transformer puts them (language_sites.py).
+  std::string language_module = "syncopate.language_sites";
 };
 
 // A parameter appended to the kernel signature, in order.

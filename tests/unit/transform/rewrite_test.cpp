@@ -134,7 +134,7 @@ TEST(Rewrite, OtherDecoratorsHelpersAndBareJit) {
   const auto out = run("from triton import jit\nimport triton.language as tl\nimport triton\n\n"
                        "@jit\ndef helper(x):\n    # @sy.bogus annotations elsewhere are not ours\n    return x\n\n"
                        "@triton.autotune(configs=[], key=['N'])\n@jit\ndef k(x_ptr, N):\n" + body());
-  EXPECT_TRUE(contains(out, "import triton\nimport syncopate.language as syl  # [syncopate]\n")) << out;
+  EXPECT_TRUE(contains(out, "import triton\nimport syncopate.language_sites as syl  # [syncopate]\n")) << out;
   EXPECT_TRUE(contains(out, "    # @sy.bogus annotations elsewhere are not ours\n")) << out;
 }
 
