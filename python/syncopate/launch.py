@@ -137,12 +137,18 @@ def transformed_info(kernel: Any) -> dict:
     while not hasattr(fn, "__globals__") and hasattr(fn, "fn"):
         fn = fn.fn
     info = getattr(fn, "__globals__", {}).get("__syncopate__")
+    name = getattr(fn, "__name__", str(kernel))
     if info is None:
-        raise UserError(f"{getattr(fn, '__name__', kernel)!r} was not written by `syncopate "
-                        "transform`: its module has no __syncopate__ description")
+        raise UserError(f"{name!r} was not written by `syncopate transform`: its module has no "
+                        "__syncopate__ description")
     if info.get("version") != OUTPUT_VERSION:
-        raise UserError(f"kernel {info.get('kernel')!r} was transformed with output version "
+        raise UserError(f"kernel {info.get('kernel', name)!r} was transformed with output version "
                         f"{info.get('version')}, this launcher reads version {OUTPUT_VERSION}")
+    if "kernels" in info:  # a file whose kernels were transformed together (--kernel a,b)
+        if name not in info["kernels"]:
+            raise UserError(f"{name!r} is not one of the kernels transformed in its module "
+                            f"({', '.join(info['kernels'])})")
+        return dict(info["kernels"][name], version=info["version"], kernel=name)
     return info
 
 

@@ -49,7 +49,7 @@ KernelAnalysis analyze(const Module& m, std::string_view kernel_name, const Tran
 // store wait. Throws TransformError naming file:line:col, the annotation, the rule and the fix.
 void check_safety(const Module& m, KernelAnalysis& a);
 
-// The output text, given a checked analysis.
-std::string rewrite(const Module& m, const KernelAnalysis& a, const TransformOptions& options);
+// The output text, given the checked analyses of one or more kernels of the module.
+std::string rewrite(const Module& m, const std::vector<KernelAnalysis>& analyses, const TransformOptions& options);
 
 }  // namespace syncopate::transform::detail

@@ -124,3 +124,102 @@ def test_cli_checks_tensors_against_a_plan(cli, tmp_path):
                "--plan", plan_path)
     assert bad.returncode == 1
     assert "tensor 'x' is not in the plan (tensors: a); name it with tensor=" in bad.stderr
+
+
+_TWO_KERNELS = '''import triton
+import triton.language as tl
+
+
+@triton.jit
+def scale(x_ptr, y_ptr, BLOCK: tl.constexpr):
+    # @sy.tile(index=tl.program_id(0), m=row)
+    row = tl.program_id(0)
+    # @sy.end
+    offs = row * BLOCK + tl.arange(0, BLOCK)
+    # @sy.consume(x_ptr, m=row)
+    tl.store(y_ptr + offs, tl.load(x_ptr + offs) * 2)
+
+
+@triton.jit
+def shift(x_ptr, y_ptr, BLOCK: tl.constexpr):
+    # @sy.tile(index=tl.program_id(0), m=row)
+    row = tl.program_id(0)
+    # @sy.end
+    offs = row * BLOCK + tl.arange(0, BLOCK)
+    # @sy.produce(y_ptr, m=row)
+    tl.store(y_ptr + offs, tl.load(x_ptr + offs) + 1)
+'''
+
+
+def test_cli_transforms_several_kernels_into_one_file(cli, tmp_path):
+    src = tmp_path / "two.py"
+    src.write_text(_TWO_KERNELS)
+    comma, repeated = tmp_path / "comma.py", tmp_path / "repeated.py"
+    described = tmp_path / "d.json"
+    r = _run(cli, "transform", src, "--kernel", "scale,shift", "-o", comma, "--describe", described)
+    assert r.returncode == 0, r.stderr
+    r = _run(cli, "transform", src, "--kernel", "scale", "--kernel", "shift", "-o", repeated)
+    assert r.returncode == 0, r.stderr
+    text = comma.read_text()
+    assert text == repeated.read_text()
+    assert text.count("import syncopate.language_sites as syl  # [syncopate]") == 1
+    assert text.count("sy_signals, sy_tile_order,") == 2
+    assert '__syncopate__ = {"version": 1, "kernels": {"scale": {' in text
+    assert text.count("syl.wait_tile(") == 1 and text.count("syl.notify_tile(") == 1
+    py_compile.compile(str(comma), cfile=str(tmp_path / "comma.pyc"), doraise=True)
+    d = json.loads(described.read_text())
+    assert [k["kernel"] for k in d] == ["scale", "shift"]
+    assert [a["role"] for k in d for a in k["accesses"]] == ["consume", "produce"]
+    bad = _run(cli, "transform", src, "--kernel", "scale,nope")
+    assert bad.returncode == 1 and "kernel 'nope': no function of that name" in bad.stderr
+
+
+def test_cli_plan_names_its_tensor_for_the_annotations(cli, tmp_path):
+    plan = tmp_path / "plan.json"
+    r = _run(cli, "plan", "--collective", "all-gather", "--world", "2", "--shape", "64x32", "--tensor", "x",
+             "-o", plan)
+    assert r.returncode == 0, r.stderr
+    assert json.loads(plan.read_text())["collective"]["tensor"] == "x"
+    src = tmp_path / "two.py"
+    src.write_text(_TWO_KERNELS)
+    # x_ptr names tensor 'x' of the plan; y (the producer's) is not in it.
+    assert _run(cli, "transform", src, "--kernel", "scale", "--plan", plan).returncode == 0
+    r = _run(cli, "transform", src, "--kernel", "shift", "--plan", plan)
+    assert r.returncode == 1 and "tensor 'y' is not in the plan (tensors: x)" in r.stderr
+    a2a = tmp_path / "a2a.json"
+    r = _run(cli, "plan", "--collective", "all-to-all", "--world", "2", "--shape", "64x32", "--tensor", "tokens",
+             "--output-tensor", "routed", "-o", a2a)
+    assert r.returncode == 0, r.stderr
+    assert sorted(json.loads(a2a.read_text())["tensors"]) == ["routed", "tokens"]
+
+
+_CHECK_PROBLEMS = '''import torch
+from syncopate.check import CheckProblem
+
+
+def rows(gen):
+    x = torch.randn(64, generator=gen)
+    y = torch.empty(64)
+    return CheckProblem({"x": x, "y": y}, (x, y), dict(BLOCK=16), (4,), None, 4, 1, 16, outputs=("y",))
+'''
+
+
+def test_cli_check_runs_the_checking_mode(cli, tmp_path):
+    import sys
+
+    src = tmp_path / "two.py"
+    src.write_text(_TWO_KERNELS)
+    # The same kernel reading the next block of rows: its wait list (its own rows) misses them.
+    shifted = tmp_path / "shifted.py"
+    shifted.write_text(_TWO_KERNELS.replace("tl.load(x_ptr + offs) * 2", "tl.load(x_ptr + (offs + BLOCK) % 64) * 2"))
+    problems = tmp_path / "problems.py"
+    problems.write_text(_CHECK_PROBLEMS)
+    env = dict(os.environ, SYNCOPATE_PYTHON=sys.executable, TRITON_INTERPRET="1")
+    ok = subprocess.run([str(cli), "transform", str(src), "--kernel", "scale", "-o", str(tmp_path / "o.py"),
+                         "--check", f"{problems}:rows"], capture_output=True, text=True, env=env, timeout=300)
+    assert ok.returncode == 0, ok.stderr + ok.stdout
+    assert "ok: scale:" in ok.stdout
+    bad = subprocess.run([str(cli), "transform", str(shifted), "--kernel", "scale", "-o", str(tmp_path / "s.py"),
+                          "--check", f"{problems}:rows"], capture_output=True, text=True, env=env, timeout=300)
+    assert bad.returncode == 1, bad.stderr + bad.stdout
+    assert "FAILED: scale:" in bad.stdout and "which is not in its wait list" in bad.stdout

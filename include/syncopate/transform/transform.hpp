@@ -62,6 +62,14 @@ const std::vector<AddedParam>& added_params();
 TransformResult transform_kernel(std::string_view source, std::string_view filename,
                                  std::string_view kernel_name, const TransformOptions& options = {});
 
+// Transforms several `@triton.jit` functions of one file into one output: one import, each
+// kernel rewritten as transform_kernel would, and one `__syncopate__` dict describing them all
+// (under "kernels", by name). One result per kernel, in the order given, each holding the whole
+// output. Throws TransformError as transform_kernel does, UserError for an empty or repeated name.
+std::vector<TransformResult> transform_kernels(std::string_view source, std::string_view filename,
+                                               const std::vector<std::string>& kernel_names,
+                                               const TransformOptions& options = {});
+
 // The transform result without the source, as JSON (for `--describe`, bindings and tests).
 std::string describe_json(const TransformResult& result, int indent = 2);
 
