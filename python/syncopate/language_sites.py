@@ -11,8 +11,9 @@ Everything is syncopate.language's (re-exported here), except where a call site 
   stops Triton 3.6's fusion pass (a verifier error in TritonGPUFuseNestedLoops).
   A tile may notify at most MAX_TILE_NOTIFIES slots; `syncopate.launch` checks the tables.
 - `tma_store_wait` waits until this thread's TMA (bulk asynchronous) stores have landed in
-  global memory; the transformer puts it before the notify of a tile stored through a tensor
-  descriptor, so a peer never reads a chunk whose stores are still in flight.
+  global memory, when the tile notifies anything; the transformer puts it before the notify of
+  a tile stored through a tensor descriptor, so a peer never reads a chunk whose stores are
+  still in flight.
 """
 
 import triton
@@ -62,15 +63,18 @@ def notify_tile(signals_ptr, notify_offsets_ptr, notify_slots_ptr, tile):
 
 
 @triton.jit
-def tma_store_wait():
-    """Waits until every TMA store this thread issued has completed its writes to global memory
-    (`cp.async.bulk.wait_group 0`, not the `.read` form Triton uses to reuse shared memory), then
-    orders them before this thread's later generic-proxy accesses. Hopper and newer; a no-op
-    elsewhere and under the interpreter (whose stores are synchronous)."""
+def tma_store_wait(notify_offsets_ptr, tile):
+    """When `tile` notifies anything: waits until every TMA store this thread issued has
+    completed its writes to global memory (`cp.async.bulk.wait_group 0`, not the `.read` form
+    Triton uses to reuse shared memory), then orders them before this thread's later
+    generic-proxy accesses. A tile that notifies nothing (a consumer's) does not wait, so its
+    stores keep overlapping the next tile. Hopper and newer; a no-op elsewhere and under the
+    interpreter (whose stores are synchronous)."""
     if _INTERPRET:
         pass
     else:
         if cuda_capability_geq(9, 0):
-            tl.inline_asm_elementwise(
-                "cp.async.bulk.wait_group 0; fence.proxy.async.global; mov.u32 $0, 0;", "=r", [],
-                dtype=tl.int32, is_pure=False, pack=1)
+            if tl.load(notify_offsets_ptr + tile + 1) > tl.load(notify_offsets_ptr + tile):
+                tl.inline_asm_elementwise(
+                    "cp.async.bulk.wait_group 0; fence.proxy.async.global; mov.u32 $0, 0;", "=r", [],
+                    dtype=tl.int32, is_pure=False, pack=1)

@@ -62,7 +62,8 @@ class Rewriter {
     for (const auto& n : a.notifies) {
       const LogicalLine& l = m_.lines[n.stmt];
       // A TMA store completes asynchronously: wait for it before announcing the tile.
-      if (n.store_wait) insert_after_line(n.last_line, indent_of(l.line) + "syl.tma_store_wait()");
+      if (n.store_wait)
+        insert_after_line(n.last_line, indent_of(l.line) + "syl.tma_store_wait(sy_notify_offsets, sy_tile)");
       insert_after_line(n.last_line, indent_of(l.line) +
                                          "syl.notify_tile(sy_signals, sy_notify_offsets, sy_notify_slots, sy_tile)");
     }
