@@ -61,10 +61,24 @@ void bind_transform(nb::module_& m) {
         return transform::transform_kernel(source, filename, kernel, options);
       },
       "source"_a, "filename"_a, "kernel"_a, nb::kw_only(), "plan"_a = nb::none(),
-      "language_module"_a = "syncopate.language",
+      "language_module"_a = transform::TransformOptions{}.language_module,
       "Rewrites the @triton.jit function `kernel` of `source` into the overlapped kernel. With a "
       "plan, checks the annotated tensors exist in it. Raises TransformError naming "
       "file:line:col, the annotation and the rule.");
+  m.def(
+      "transform_kernels",
+      [](std::string_view source, std::string_view filename, std::vector<std::string> kernels,
+         std::optional<plan::CommPlan> plan, std::string language_module) {
+        transform::TransformOptions options;
+        options.plan = plan ? &*plan : nullptr;
+        options.language_module = std::move(language_module);
+        return transform::transform_kernels(source, filename, kernels, options);
+      },
+      "source"_a, "filename"_a, "kernels"_a, nb::kw_only(), "plan"_a = nb::none(),
+      "language_module"_a = transform::TransformOptions{}.language_module,
+      "Rewrites several @triton.jit functions of `source` into one output (one import, one "
+      "__syncopate__ dict naming every kernel). One TransformResult per kernel, each with the "
+      "whole output as .source.");
   m.def("added_params", &transform::added_params,
         "The parameters every transformed kernel gets, in signature order.");
   m.attr("TRANSFORM_OUTPUT_VERSION") = transform::kOutputVersion;

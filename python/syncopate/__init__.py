@@ -66,7 +66,8 @@ _LAYER_NAMES = {
     "sim": ("Calibration", "GemmShape", "ChunkTiming", "TileTiming", "Timeline", "Prediction",
             "Candidate", "TuneResult", "parse_calibration", "load_calibration", "default_accesses",
             "simulate", "tune"),
-    "transform": ("AddedParam", "AnnotatedAccess", "TransformResult", "transform", "added_params"),
+    "transform": ("AddedParam", "AnnotatedAccess", "TransformResult", "transform", "transform_kernels",
+                  "added_params"),
 }
 for _layer in layers:
     for _name in _LAYER_NAMES.get(_layer, ()):
@@ -97,7 +98,16 @@ def calibration(name_or_path="h200"):
 
 # Submodules that need torch, triton or the CUDA build: imported on first attribute access so
 # that `import syncopate` stays cheap and works on a CPU-only machine.
-_LAZY_SUBMODULES = frozenset({"ops", "nn", "language", "runtime", "launch", "kernels"})
+_LAZY_SUBMODULES = frozenset({"ops", "nn", "language", "runtime", "launch", "kernels", "check"})
+
+
+def check_kernel(source, kernel, problem, **options):
+    """Runs the transformed `kernel` of `source` under Triton's interpreter with late chunks and
+    reports tiles that read a chunk before waiting for it or notified before storing (a
+    syncopate.check.CheckReport; see that module, and docs/ANNOTATIONS.md, "Checking mode")."""
+    from syncopate.check import check_kernel as _check_kernel
+
+    return _check_kernel(source, kernel, problem, **options)
 
 
 def __getattr__(name):

@@ -22,6 +22,7 @@ import torch
 
 from syncopate.errors import UserError, WaitTimeoutError
 from syncopate.language import ERROR_FIELDS, ERROR_WORDS
+from syncopate.language_sites import MAX_TILE_NOTIFIES
 
 OUTPUT_VERSION = 2  # the transformer's kOutputVersion (include/syncopate/transform/transform.hpp)
 DEFAULT_WAIT_BOUND_NS = 2_000_000_000
@@ -77,6 +78,11 @@ class TileTables:
                     if not 0 <= int(slot) < len(slot_writers):
                         raise UserError(f"{name}[{tile}]: slot {slot} is not one of the "
                                         f"{len(slot_writers)} slots")
+        for tile, row in enumerate(tile_notifies):
+            if len(row) > MAX_TILE_NOTIFIES:
+                raise UserError(f"tile_notifies[{tile}]: {len(row)} slots, but a transformed kernel "
+                                f"notifies at most {MAX_TILE_NOTIFIES} per tile "
+                                "(syncopate.language_sites.MAX_TILE_NOTIFIES): use larger chunks")
         if tiles_n < 1 or num_tiles % tiles_n != 0:
             raise UserError(f"tiles_n={tiles_n} does not divide the {num_tiles} tiles")
         wo, ws = _csr(tile_waits)
@@ -139,12 +145,18 @@ def transformed_info(kernel: Any) -> dict:
     while not hasattr(fn, "__globals__") and hasattr(fn, "fn"):
         fn = fn.fn
     info = getattr(fn, "__globals__", {}).get("__syncopate__")
+    name = getattr(fn, "__name__", str(kernel))
     if info is None:
-        raise UserError(f"{getattr(fn, '__name__', kernel)!r} was not written by `syncopate "
-                        "transform`: its module has no __syncopate__ description")
+        raise UserError(f"{name!r} was not written by `syncopate transform`: its module has no "
+                        "__syncopate__ description")
     if info.get("version") != OUTPUT_VERSION:
-        raise UserError(f"kernel {info.get('kernel')!r} was transformed with output version "
+        raise UserError(f"kernel {info.get('kernel', name)!r} was transformed with output version "
                         f"{info.get('version')}, this launcher reads version {OUTPUT_VERSION}")
+    if "kernels" in info:  # a file whose kernels were transformed together (--kernel a,b)
+        if name not in info["kernels"]:
+            raise UserError(f"{name!r} is not one of the kernels transformed in its module "
+                            f"({', '.join(info['kernels'])})")
+        return dict(info["kernels"][name], version=info["version"], kernel=name)
     return info
 
 

@@ -33,6 +33,7 @@ std::vector<std::string> spellings(bool with_custom = true) {
 struct PlanArgs {
   std::string collective, algorithm = "ring", shape, dtype = "bf16", backend = "copy-engine", output;
   std::string staging;  // non-empty: a staged reduce-scatter / all-reduce into this tensor
+  std::string tensor = TemplateOptions{}.tensor, output_tensor = TemplateOptions{}.output;
   int world = 0, split = 1, dim = 0;
 };
 
@@ -47,6 +48,8 @@ void run_plan(const PlanArgs& a) {
   o.dim = a.dim;
   o.shape = *parse_sizes(a.shape);
   o.staging = a.staging;
+  o.tensor = a.tensor;
+  o.output = a.output_tensor;
   const CommPlan plan = make_plan(o);
   if (a.output.empty() || a.output == "-") fmt::print("{}", plan_to_json(plan));
   else save_plan(plan, a.output);
@@ -159,6 +162,11 @@ void register_plan_commands(CLI::App& app) {
   plan->add_option("--staging", plan_args->staging,
                    "Staged reduce-scatter / all-reduce: land each rank's partial in this staging tensor "
                    "for a consumer (the GEMM's epilogue) to sum; needs --algo direct, a shape 1xMxN and --dim 1");
+  plan->add_option("--tensor", plan_args->tensor,
+                   "Name of the communicated tensor, as kernels annotate it (e.g. a for a_ptr)")
+      ->capture_default_str();
+  plan->add_option("--output-tensor", plan_args->output_tensor, "Name of an all-to-all's output tensor")
+      ->capture_default_str();
   plan->add_option("-o,--output", plan_args->output, "Output file (default: stdout)");
   plan->callback([plan_args] { run_plan(*plan_args); });
 

@@ -52,8 +52,16 @@ std::string driver_error(const Library& lib, int code) {
   return text != nullptr ? fmt::format("CUDA error {}: {}", code, text) : fmt::format("CUDA error {}", code);
 }
 
-// Runs argv[0] (looked up in PATH) with argv; its exit status, 128 + signal if killed, or -1
-// (errno set) when it could not start. Output goes to this process's stdout/stderr unless `quiet`.
+fs::path source_tree() {
+#ifdef SYNCOPATE_SOURCE_DIR
+  return fs::path(SYNCOPATE_SOURCE_DIR);
+#else
+  return fs::current_path();
+#endif
+}
+
+}  // namespace
+
 int run_process(const std::vector<std::string>& argv, bool quiet) {
   std::vector<char*> args;
   for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
@@ -80,16 +88,6 @@ int run_process(const std::vector<std::string>& argv, bool quiet) {
   if (WIFSIGNALED(status)) return 128 + WTERMSIG(status);
   return -1;
 }
-
-fs::path source_tree() {
-#ifdef SYNCOPATE_SOURCE_DIR
-  return fs::path(SYNCOPATE_SOURCE_DIR);
-#else
-  return fs::current_path();
-#endif
-}
-
-}  // namespace
 
 GpuCount count_cuda_gpus() {
   const char* env = std::getenv("SYNCOPATE_DEMO_LIBCUDA");

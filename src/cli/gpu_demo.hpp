@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <string>
+#include <vector>
 
 namespace syncopate::cli {
 
@@ -21,6 +22,10 @@ GpuCount count_cuda_gpus();
 // The python that runs the GPU half: $SYNCOPATE_PYTHON, else the .venv of the source tree
 // (made by scripts/setup.sh), else python3 from PATH.
 std::string demo_python();
+
+// Runs argv[0] (looked up in PATH) with argv; its exit status, 128 + signal if killed, or -1
+// (errno set) when it could not start. Output goes to this process's stdout/stderr unless `quiet`.
+int run_process(const std::vector<std::string>& argv, bool quiet);
 
 struct GpuDemoRequest {
   std::int64_t m = 0, n = 0, k = 0;

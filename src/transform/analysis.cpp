@@ -114,7 +114,9 @@ class Checker {
     const Annotation& tile = a_.annotations[*open_];
     if (end.col != tile.col)
       end.fail(m_.filename, fmt::format("'@sy.end' at column {} does not line up with the '@sy.tile' "
-                                        "at line {}, column {}", end.col, tile.line, tile.col));
+                                        "at line {}, column {}: indent it to column {}, on the line after "
+                                        "the block's last statement (a tile block is statements of one "
+                                        "indentation level)", end.col, tile.line, tile.col, tile.col));
     TileBlock b;
     b.open = *open_;
     b.end_line = end.line;
@@ -154,12 +156,15 @@ class Checker {
     const AnnotationArg* index = tile.arg("index");
     const auto before = bound_before(tile.line);
     for (const auto& name : expression_names(index->value, m_.filename)) {
-      const bool param = std::find(params_.begin(), params_.end(), name) != params_.end();
-      if (param || before.count(name) || globals_.count(name)) continue;
+      // The block's assignments disappear with it: a counter it advances would stop advancing.
       if (assigned.count(name))
         tile.fail(m_.filename, fmt::format("index= uses '{}', which the tile block assigns and the "
                                            "rewrite removes; use what the block starts from "
-                                           "(e.g. tl.program_id(0))", name), index->col);
+                                           "(e.g. tl.program_id(0)), and in a loop advance the counter "
+                                           "outside the block (e.g. '{} += <step>' after '# @sy.end'), or "
+                                           "it stops advancing", name, name), index->col);
+      const bool param = std::find(params_.begin(), params_.end(), name) != params_.end();
+      if (param || before.count(name) || globals_.count(name)) continue;
       tile.fail(m_.filename, fmt::format("index= uses '{}', which is neither a parameter of kernel "
                                          "'{}', nor a variable bound before line {}, nor a module-level name",
                                          name, a_.kernel.name, tile.line), index->col);
@@ -322,6 +327,7 @@ KernelAnalysis analyze(const Module& m, std::string_view kernel_name, const Tran
     a.annotations.push_back(std::move(ann));
   }
   Checker(m, a, options).run();
+  check_safety(m, a);
   return a;
 }
 

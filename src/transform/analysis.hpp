@@ -25,6 +25,9 @@ struct Site {
   std::size_t annotation = 0;  // index into KernelAnalysis::annotations
   std::size_t stmt = 0;        // logical line the annotation marks
   int last_line = 0;           // last physical line of that statement (a compound one whole)
+  // produce only: the tile's store is (or may be) an asynchronous TMA store, so the notify is
+  // preceded by a store wait (docs/ANNOTATIONS.md, "asynchronous stores").
+  bool store_wait = false;
 };
 
 struct KernelAnalysis {
@@ -40,7 +43,13 @@ struct KernelAnalysis {
 // Throws TransformError naming file:line:col, the annotation and the rule.
 KernelAnalysis analyze(const Module& m, std::string_view kernel_name, const TransformOptions& options);
 
-// The output text, given a checked analysis.
-std::string rewrite(const Module& m, const KernelAnalysis& a, const TransformOptions& options);
+// The rules that keep the transformed kernel's results those of the original (safety.cpp): reads
+// of a consumed tensor before its wait, tile coordinates recomputed outside a tile block, tile
+// indices that do not follow the loop, stores after a notify; marks the notifies that need a
+// store wait. Throws TransformError naming file:line:col, the annotation, the rule and the fix.
+void check_safety(const Module& m, KernelAnalysis& a);
+
+// The output text, given the checked analyses of one or more kernels of the module.
+std::string rewrite(const Module& m, const std::vector<KernelAnalysis>& analyses, const TransformOptions& options);
 
 }  // namespace syncopate::transform::detail

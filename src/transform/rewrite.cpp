@@ -31,7 +31,8 @@ std::string py_escaped(std::string_view text) {
 
 class Rewriter {
  public:
-  Rewriter(const Module& m, const KernelAnalysis& a, const TransformOptions& o) : m_(m), a_(a), opt_(o) {
+  Rewriter(const Module& m, const std::vector<KernelAnalysis>& all, const TransformOptions& o)
+      : m_(m), all_(all), opt_(o) {
     const std::string_view s = m_.source;
     starts_.push_back(0);  // line 0 unused
     starts_.push_back(0);
@@ -44,23 +45,30 @@ class Rewriter {
 
   std::string run() {
     add_import();
-    add_params();
-    for (const auto& t : a_.tiles) replace_tile(t);
-    for (const auto& w : a_.waits) {
+    for (const auto& a : all_) rewrite_kernel(a);
+    return apply();
+  }
+
+ private:
+  void rewrite_kernel(const KernelAnalysis& a) {
+    add_params(a.kernel);
+    for (const auto& t : a.tiles) replace_tile(a, t);
+    for (const auto& w : a.waits) {
       const LogicalLine& l = m_.lines[w.stmt];
       insert_before_line(l.line, indent_of(l.line) + fmt::format(
           "syl.wait_tile(sy_signals, sy_wait_offsets, sy_wait_slots, sy_slot_writers, sy_tile, "
           "sy_epoch, sy_wait_bound_ns, sy_rank, sy_error)"));
     }
-    for (const auto& n : a_.notifies) {
+    for (const auto& n : a.notifies) {
       const LogicalLine& l = m_.lines[n.stmt];
+      // A TMA store completes asynchronously: wait for it before announcing the tile.
+      if (n.store_wait)
+        insert_after_line(n.last_line, indent_of(l.line) + "syl.tma_store_wait(sy_notify_offsets, sy_tile)");
       insert_after_line(n.last_line, indent_of(l.line) +
                                          "syl.notify_tile(sy_signals, sy_notify_offsets, sy_notify_slots, sy_tile)");
     }
-    return apply();
   }
 
- private:
   std::string marked(const std::string& code) const { return code + "  " + std::string(kInsertedMark); }
 
   std::size_t line_start(int line) const {
@@ -88,11 +96,24 @@ class Rewriter {
     }
   }
 
+  // One kernel: {"version", "kernel", "params", "accesses"}. Several (transform_kernels):
+  // {"version", "kernels": {name: {"params", "accesses"}, ...}}; syncopate.launch reads both.
   std::string describe() const {
     std::string params;
     for (const auto& p : added_params()) params += (params.empty() ? "" : ", ") + fmt::format("\"{}\"", p.name);
+    if (all_.size() == 1)
+      return fmt::format("__syncopate__ = {{\"version\": {}, \"kernel\": \"{}\", \"params\": [{}], \"accesses\": [{}]}}",
+                         kOutputVersion, all_[0].kernel.name, params, accesses(all_[0]));
+    std::string kernels;
+    for (const auto& a : all_)
+      kernels += (kernels.empty() ? "" : ", ") +
+                 fmt::format("\"{}\": {{\"params\": [{}], \"accesses\": [{}]}}", a.kernel.name, params, accesses(a));
+    return fmt::format("__syncopate__ = {{\"version\": {}, \"kernels\": {{{}}}}}", kOutputVersion, kernels);
+  }
+
+  static std::string accesses(const KernelAnalysis& a) {
     std::string accesses;
-    for (const auto& acc : a_.accesses)
+    for (const auto& acc : a.accesses)
       accesses += (accesses.empty() ? "" : ", ") +
                   fmt::format("{{\"tensor\": \"{}\", \"param\": \"{}\", \"role\": \"{}\", \"m_dim\": {}, \"n_dim\": {}{}}}",
                               py_escaped(acc.access.tensor), acc.param,
@@ -100,13 +121,14 @@ class Rewriter {
                               acc.access.m_dim, acc.access.n_dim,
                               // only when set, so kernels without it describe themselves as before
                               acc.access.m_local_shard ? ", \"m_local_shard\": True" : "");
-    return fmt::format("__syncopate__ = {{\"version\": {}, \"kernel\": \"{}\", \"params\": [{}], \"accesses\": [{}]}}",
-                       kOutputVersion, a_.kernel.name, params, accesses);
+    return accesses;
   }
 
-  // After the last top-level import before the kernel; else after a module docstring; else first.
+  // After the last top-level import before the (first) kernel; else after a module docstring;
+  // else first.
   void add_import() {
-    const int def_line = m_.lines[a_.kernel.def_line].line;
+    int def_line = m_.lines[all_.front().kernel.def_line].line;
+    for (const auto& a : all_) def_line = std::min(def_line, m_.lines[a.kernel.def_line].line);
     const LogicalLine* after = nullptr;
     for (const auto& l : m_.lines) {
       if (l.line >= def_line) break;
@@ -129,8 +151,7 @@ class Rewriter {
   }
 
   // Appended before the first parameter with a default (or a starred one), else before ')'.
-  void add_params() {
-    const Kernel& k = a_.kernel;
+  void add_params(const Kernel& k) {
     std::size_t at = k.close_paren;
     for (const auto& p : k.params)
       if (p.has_default || p.starred) {
@@ -165,8 +186,8 @@ class Rewriter {
     edits_.push_back({offset, erase, std::string(comma ? "," : "") + eol_ + marked(indent + names) + eol_ + rest_indent});
   }
 
-  void replace_tile(const TileBlock& t) {
-    const Annotation& open = a_.annotations[t.open];
+  void replace_tile(const KernelAnalysis& a, const TileBlock& t) {
+    const Annotation& open = a.annotations[t.open];
     const std::string indent = indent_of(m_.lines[t.first_stmt].line);
     for (int line = open.line + 1; line < t.end_line; ++line) {
       const auto text = line_text(line);
@@ -200,7 +221,7 @@ class Rewriter {
   }
 
   const Module& m_;
-  const KernelAnalysis& a_;
+  const std::vector<KernelAnalysis>& all_;
   const TransformOptions& opt_;
   std::vector<std::size_t> starts_;  // starts_[line] = byte offset of 1-based `line`
   std::string eol_;
@@ -209,8 +230,8 @@ class Rewriter {
 
 }  // namespace
 
-std::string rewrite(const Module& m, const KernelAnalysis& a, const TransformOptions& options) {
-  return Rewriter(m, a, options).run();
+std::string rewrite(const Module& m, const std::vector<KernelAnalysis>& analyses, const TransformOptions& options) {
+  return Rewriter(m, analyses, options).run();
 }
 
 }  // namespace syncopate::transform::detail

@@ -1,7 +1,10 @@
 // The transformer's pipeline: tokenize -> find the kernel and check its annotations -> rewrite.
 #include "syncopate/transform/transform.hpp"
 
+#include <fmt/core.h>
 #include <nlohmann/json.hpp>
+
+#include "syncopate/common/error.hpp"
 
 #include "analysis.hpp"
 #include "source_model.hpp"
@@ -28,18 +31,35 @@ const std::vector<AddedParam>& added_params() {
   return kParams;
 }
 
+std::vector<TransformResult> transform_kernels(std::string_view source, std::string_view filename,
+                                               const std::vector<std::string>& kernel_names,
+                                               const TransformOptions& options) {
+  if (kernel_names.empty()) throw UserError(fmt::format("{}: no kernel named to transform", filename));
+  for (std::size_t i = 0; i < kernel_names.size(); ++i)
+    for (std::size_t j = 0; j < i; ++j)
+      if (kernel_names[i] == kernel_names[j])
+        throw UserError(fmt::format("{}: kernel '{}' is named twice", filename, kernel_names[i]));
+  const detail::Module module = detail::read_module(source, filename);
+  std::vector<detail::KernelAnalysis> analyses;
+  for (const auto& name : kernel_names) analyses.push_back(detail::analyze(module, name, options));
+  const std::string text = detail::rewrite(module, analyses, options);
+  std::vector<TransformResult> results;
+  for (const auto& analysis : analyses) {
+    TransformResult r;
+    r.source = text;
+    r.kernel_name = analysis.kernel.name;
+    for (const auto& p : analysis.kernel.params) r.kernel_params.push_back(p.name);
+    r.added_params = added_params();
+    r.accesses = analysis.accesses;
+    r.tile_blocks = static_cast<int>(analysis.tiles.size());
+    results.push_back(std::move(r));
+  }
+  return results;
+}
+
 TransformResult transform_kernel(std::string_view source, std::string_view filename,
                                  std::string_view kernel_name, const TransformOptions& options) {
-  const detail::Module module = detail::read_module(source, filename);
-  const detail::KernelAnalysis analysis = detail::analyze(module, kernel_name, options);
-  TransformResult r;
-  r.source = detail::rewrite(module, analysis, options);
-  r.kernel_name = std::string(kernel_name);
-  for (const auto& p : analysis.kernel.params) r.kernel_params.push_back(p.name);
-  r.added_params = added_params();
-  r.accesses = analysis.accesses;
-  r.tile_blocks = static_cast<int>(analysis.tiles.size());
-  return r;
+  return std::move(transform_kernels(source, filename, {std::string(kernel_name)}, options).front());
 }
 
 std::string describe_json(const TransformResult& result, int indent) {

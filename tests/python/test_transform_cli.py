@@ -58,7 +58,7 @@ def test_cases_cover_the_four_kinds():
 def test_golden_compiles_as_python(file, tmp_path):
     py_compile.compile(str(GOLDEN / file), cfile=str(tmp_path / (file + "c")), doraise=True)
     text = (GOLDEN / file).read_text()
-    assert "import syncopate.language as syl  # [syncopate]" in text
+    assert "import syncopate.language_sites as syl  # [syncopate]" in text
     assert "syl.tile_at(sy_tile_order" in text
 
 

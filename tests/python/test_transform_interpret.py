@@ -157,6 +157,15 @@ def test_tables_reject_bad_order(sy):
         sy.launch.TileTables.from_lists([0, 1], 1, [[], [5]], [[], []], [1])
 
 
+def test_tables_reject_more_notifies_than_a_tile_can_make(sy):
+    from syncopate.language_sites import MAX_TILE_NOTIFIES
+
+    slots = MAX_TILE_NOTIFIES + 1
+    with pytest.raises(sy.launch.UserError, match=rf"tile_notifies\[1\]: {slots} slots"):
+        sy.launch.TileTables.from_lists([0, 1], 1, [[], []], [[], list(range(slots))], [1] * slots)
+    sy.launch.TileTables.from_lists([0, 1], 1, [[], []], [[], list(range(slots - 1))], [1] * slots)
+
+
 def test_tables_from_csr_arrays_match_from_lists(sy):
     arrays = types.SimpleNamespace(rank=2, wait_offsets=[0, 1, 3, 3], wait_slots=[0, 0, 1],
                                    notify_offsets=[0, 0, 0, 1], notify_slots=[2],
@@ -168,3 +177,33 @@ def test_tables_from_csr_arrays_match_from_lists(sy):
     assert tables == same
     with pytest.raises(sy.launch.UserError, match="wait_offsets: 4 entries for 2 tiles"):
         sy.launch.TileTables.from_arrays(arrays, [1, 0], 1)
+
+
+def test_two_kernels_transformed_into_one_module_launch_by_name(sy, tmp_path):
+    """`transform_kernels` (CLI: --kernel a,b): one module, and the launcher finds each kernel's
+    parameters and accesses under its own name."""
+    _core = pytest.importorskip("syncopate._core")
+    case = _case(sy, "rmsnorm_rows")
+    source = (EXAMPLES / case.file).read_text()
+    second = source[source.index("@triton.jit"):].replace("def rmsnorm_kernel(", "def rmsnorm_kernel_b(")
+    both = source + "\n\n" + second
+    results = _core.transform_kernels(both, "both.py", ["rmsnorm_kernel", "rmsnorm_kernel_b"])
+    path = tmp_path / "both_transformed.py"
+    path.write_text(results[0].source)
+    module = sy.cases.load_module(path, "sy_test_two_kernels")
+    original = getattr(sy.cases.load_module(EXAMPLES / case.file, "sy_test_two_original"), case.kernel)
+    ref = case.make(torch.device("cpu"), torch.Generator().manual_seed(3))
+    original[ref.grid_original](*ref.args, **ref.meta)
+    for name in ("rmsnorm_kernel", "rmsnorm_kernel_b"):
+        kernel = getattr(module, name)
+        info = sy.launch.transformed_info(kernel)
+        assert info["kernel"] == name and info["accesses"][0]["param"] == "x_ptr"
+        prob = case.make(torch.device("cpu"), torch.Generator().manual_seed(3))
+        lists = sy.cases.row_shard_slots(prob, "consume", 2)
+        tables = sy.launch.TileTables.from_lists(sy.cases.shuffled_order(prob.tiles_m, 5), 1, lists.tile_waits,
+                                                 lists.tile_notifies, lists.slot_writers)
+        sy.launch.launch(kernel, None, tables, *prob.args, signals=torch.ones(2, dtype=torch.int32), **prob.meta)
+        torch.testing.assert_close(prob.tensors["y"], ref.tensors["y"], rtol=0, atol=0)
+    module.__syncopate__["kernels"].pop("rmsnorm_kernel_b")
+    with pytest.raises(sy.launch.UserError, match="is not one of the kernels transformed in its module"):
+        sy.launch.transformed_info(module.rmsnorm_kernel_b)

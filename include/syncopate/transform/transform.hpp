@@ -26,8 +26,9 @@ inline constexpr int kOutputVersion = 2;  // 2: sy_epoch is a pointer to the dev
 struct TransformOptions {
   // Optional: when set, every annotated tensor must exist in the plan with enough dimensions.
   const plan::CommPlan* plan = nullptr;
-  // Module and alias of the device primitives imported by the output.
-  std::string language_module = "syncopate.language";
+  // Module of the device primitives the output calls, imported as `syl`: the primitives of
+  // syncopate.language shaped for the places the transformer puts them (language_sites.py).
+  std::string language_module = "syncopate.language_sites";
 };
 
 // A parameter appended to the kernel signature, in order.
@@ -60,6 +61,14 @@ const std::vector<AddedParam>& added_params();
 // errors. Throws TransformError "<filename>:<line>:<col>: <annotation or subject>: <rule>".
 TransformResult transform_kernel(std::string_view source, std::string_view filename,
                                  std::string_view kernel_name, const TransformOptions& options = {});
+
+// Transforms several `@triton.jit` functions of one file into one output: one import, each
+// kernel rewritten as transform_kernel would, and one `__syncopate__` dict describing them all
+// (under "kernels", by name). One result per kernel, in the order given, each holding the whole
+// output. Throws TransformError as transform_kernel does, UserError for an empty or repeated name.
+std::vector<TransformResult> transform_kernels(std::string_view source, std::string_view filename,
+                                               const std::vector<std::string>& kernel_names,
+                                               const TransformOptions& options = {});
 
 // The transform result without the source, as JSON (for `--describe`, bindings and tests).
 std::string describe_json(const TransformResult& result, int indent = 2);

@@ -134,7 +134,7 @@ TEST(Rewrite, OtherDecoratorsHelpersAndBareJit) {
   const auto out = run("from triton import jit\nimport triton.language as tl\nimport triton\n\n"
                        "@jit\ndef helper(x):\n    # @sy.bogus annotations elsewhere are not ours\n    return x\n\n"
                        "@triton.autotune(configs=[], key=['N'])\n@jit\ndef k(x_ptr, N):\n" + body());
-  EXPECT_TRUE(contains(out, "import triton\nimport syncopate.language as syl  # [syncopate]\n")) << out;
+  EXPECT_TRUE(contains(out, "import triton\nimport syncopate.language_sites as syl  # [syncopate]\n")) << out;
   EXPECT_TRUE(contains(out, "    # @sy.bogus annotations elsewhere are not ours\n")) << out;
 }
 
@@ -156,6 +156,41 @@ TEST(Rewrite, AddedParamsListIsTheSignatureOrder) {
   for (const auto& p : added_params()) names += p.name + ", ";
   names.pop_back();
   EXPECT_EQ(names + "  # [syncopate]", kAdded);
+}
+
+}  // namespace
+}  // namespace syncopate::transform
+
+namespace syncopate::transform {
+namespace {
+
+TEST(Rewrite, SeveralKernelsOfOneFileGoIntoOneOutput) {
+  const std::string src =
+      "import triton\nimport triton.language as tl\n\n@triton.jit\ndef a(x_ptr):\n" + body() +
+      "\n\n@triton.jit\ndef b(y_ptr, N):\n" + body() + "    # @sy.consume(y_ptr, m=pid_m)\n    y = tl.load(y_ptr)\n";
+  const auto results = transform_kernels(src, "k.py", {"b", "a"});
+  ASSERT_EQ(results.size(), 2u);
+  EXPECT_EQ(results[0].kernel_name, "b");
+  EXPECT_EQ(results[1].kernel_name, "a");
+  EXPECT_EQ(results[0].source, results[1].source);
+  EXPECT_EQ(results[0].accesses.size(), 1u);
+  EXPECT_TRUE(results[1].accesses.empty());
+  const std::string& out = results[0].source;
+  tokenize(out, "out.py");
+  std::size_t imports = 0;
+  for (std::size_t at = out.find("import syncopate.language_sites as syl"); at != std::string::npos;
+       at = out.find("import syncopate.language_sites as syl", at + 1))
+    ++imports;
+  EXPECT_EQ(imports, 1u) << out;
+  EXPECT_TRUE(contains(out, std::string("def a(x_ptr,\n      ") + kAdded + "\n):\n")) << out;
+  EXPECT_TRUE(contains(out, std::string("def b(y_ptr, N,\n      ") + kAdded + "\n):\n")) << out;
+  EXPECT_TRUE(contains(out, "__syncopate__ = {\"version\": 1, \"kernels\": {\"b\": {\"params\": [")) << out;
+  EXPECT_TRUE(contains(out, "\"accesses\": [{\"tensor\": \"y\", \"param\": \"y_ptr\", \"role\": \"consume\", "
+                            "\"m_dim\": 0, \"n_dim\": -1}]}, \"a\": {\"params\": [")) << out;
+  EXPECT_THROW(transform_kernels(src, "k.py", {"a", "a"}), UserError);
+  EXPECT_THROW(transform_kernels(src, "k.py", {}), UserError);
+  // Each kernel is checked as on its own: an error names the kernel's line.
+  EXPECT_THROW(transform_kernels(src, "k.py", {"a", "c"}), TransformError);
 }
 
 }  // namespace

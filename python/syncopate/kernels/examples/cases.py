@@ -48,6 +48,7 @@ class Problem:
     tiles_m: int
     tiles_n: int
     output: str             # name of the tensor to compare
+    block_n: int | None = None  # columns of a tile (None: every column)
 
 
 @dataclass
@@ -84,7 +85,7 @@ def _ag_gemm_one_tile(device, gen) -> Problem:
                    (a, b, c, M, N, K, a.stride(0), a.stride(1), b.stride(0), b.stride(1),
                     c.stride(0), c.stride(1)),
                    dict(BLOCK_M=BM, BLOCK_N=BN, BLOCK_K=BK, GROUP_M=2), (tiles,), None, M, BM,
-                   _cdiv(M, BM), _cdiv(N, BN), "c")
+                   _cdiv(M, BM), _cdiv(N, BN), "c", BN)
 
 
 def _ag_gemm_tma(device, gen) -> Problem:
@@ -94,7 +95,7 @@ def _ag_gemm_tma(device, gen) -> Problem:
     tiles = _cdiv(M, BM) * _cdiv(N, BN)
     return Problem({"a": a, "b": b, "c": c}, (a, b, c, M, N, K),
                    dict(BLOCK_M=BM, BLOCK_N=BN, BLOCK_K=BK), (tiles,), None, M, BM,
-                   _cdiv(M, BM), _cdiv(N, BN), "c")
+                   _cdiv(M, BM), _cdiv(N, BN), "c", BN)
 
 
 def _persistent_gemm(device, gen) -> Problem:
@@ -106,7 +107,7 @@ def _persistent_gemm(device, gen) -> Problem:
                    (a, b, c, M, N, K, a.stride(0), a.stride(1), b.stride(0), b.stride(1),
                     c.stride(0), c.stride(1)),
                    dict(NUM_PROGS=programs, BLOCK_M=BM, BLOCK_N=BN, BLOCK_K=BK, GROUP_M=2),
-                   (programs,), (programs,), M, BM, _cdiv(M, BM), _cdiv(N, BN), "c")
+                   (programs,), (programs,), M, BM, _cdiv(M, BM), _cdiv(N, BN), "c", BN)
 
 
 def _gemm_rs_producer(device, gen) -> Problem:
@@ -118,7 +119,7 @@ def _gemm_rs_producer(device, gen) -> Problem:
                    (a, b, c, M, N, K, a.stride(0), a.stride(1), b.stride(0), b.stride(1),
                     c.stride(0), c.stride(1)),
                    dict(BLOCK_M=BM, BLOCK_N=BN, BLOCK_K=BK), (tiles,), None, M, BM,
-                   _cdiv(M, BM), _cdiv(N, BN), "c")
+                   _cdiv(M, BM), _cdiv(N, BN), "c", BN)
 
 
 def _rmsnorm_rows(device, gen) -> Problem:
@@ -168,6 +169,18 @@ def row_shard_slots(problem: Problem, role: str, world: int) -> SlotLists:
         return SlotLists(per_tile, empty, [1] * world, list(range(world)))
     writers = [sum(s in row for row in per_tile) for s in range(world)]
     return SlotLists(empty, per_tile, writers, list(range(world)))
+
+
+def check_problem(case: Case) -> Callable:
+    """The case as a problem maker for syncopate.check (CPU tensors, the default row split)."""
+    from syncopate.check import CheckProblem
+
+    def make(gen: torch.Generator) -> CheckProblem:
+        p = case.make(torch.device("cpu"), gen)
+        return CheckProblem(p.tensors, p.args, p.meta, p.grid_original, p.grid_transformed,
+                            p.tiles_m, p.tiles_n, p.block_m, p.block_n, outputs=(p.output,))
+
+    return make
 
 
 def shuffled_order(num_tiles: int, seed: int) -> list[int]:

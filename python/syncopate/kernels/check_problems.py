@@ -1,0 +1,109 @@
+"""Small problems for checking the shipped kernels with syncopate.check (CPU, Triton's interpreter).
+
+    python -m syncopate.check python/syncopate/kernels/gemm.py --kernel gemm_tma_kernel \\
+        --problem syncopate.kernels.check_problems:gemm_tma
+
+Each function takes a torch.Generator and returns a CheckProblem of a few tiles: the persistent
+grid is smaller than the tile count (programs loop), shapes are not multiples of the block. The
+GEMMs consume A and produce C (their annotations), so one check covers both roles: the default
+row split gives A's chunks and C's chunks. gemm_reduce_kernel's staging tensor is not split by
+rows, so its problem spells out its slots: the shard's tiles wait on the other ranks' partials,
+the other tiles notify the chunk of C that goes to the rank owning their rows.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from syncopate.check import CheckProblem, Chunk
+
+# float16: the interpreter's tl.dot is exact for it (bfloat16 needs a workaround there).
+_DTYPE = torch.float16
+_BM, _BN, _BK = 32, 32, 16
+_PROGRAMS = 3
+
+
+def _cdiv(a: int, b: int) -> int:
+    return (a + b - 1) // b
+
+
+def _operands(gen: torch.Generator, m: int, n: int, k: int):
+    a = torch.randn(m, k, generator=gen).to(_DTYPE)
+    b = torch.randn(k, n, generator=gen).to(_DTYPE)
+    c = torch.empty(m, n, dtype=_DTYPE)
+    return a, b, c
+
+
+def _tma_problem(gen: torch.Generator, c_store_pointers: bool) -> CheckProblem:
+    m, n, k = 96, 56, 48  # rows and columns of 16-byte multiples (TMA), 56 not a block multiple
+    a, b, c = _operands(gen, m, n, k)
+    meta = dict(B_IS_NK=False, BLOCK_M=_BM, BLOCK_N=_BN, BLOCK_K=_BK, GROUP_M=2, EPILOGUE_SPLIT=1,
+                WARP_SPECIALIZE=False, FLATTEN=True, C_STORE_POINTERS=c_store_pointers)
+    return CheckProblem({"a": a, "b": b, "c": c},
+                        (a, b, c, m, n, k, a.stride(0), b.stride(0), c.stride(0), _PROGRAMS), meta,
+                        (_PROGRAMS,), (_PROGRAMS,), _cdiv(m, _BM), _cdiv(n, _BN), _BM, _BN, outputs=("c",))
+
+
+def gemm_tma(gen: torch.Generator) -> CheckProblem:
+    """gemm_tma_kernel storing C through TMA (the consumer side of a fused op)."""
+    return _tma_problem(gen, c_store_pointers=False)
+
+
+def gemm_tma_pointer_stores(gen: torch.Generator) -> CheckProblem:
+    """gemm_tma_kernel storing C with plain stores (the producer side of a fused op)."""
+    return _tma_problem(gen, c_store_pointers=True)
+
+
+def gemm_pointer(gen: torch.Generator) -> CheckProblem:
+    """gemm_pointer_kernel (masked pointer loads, any strides)."""
+    m, n, k = 80, 40, 40
+    a, b, c = _operands(gen, m, n, k)
+    meta = dict(BLOCK_M=_BM, BLOCK_N=_BN, BLOCK_K=_BK, GROUP_M=2)
+    return CheckProblem({"a": a, "b": b, "c": c},
+                        (a, b, c, m, n, k, a.stride(0), a.stride(1), b.stride(0), b.stride(1),
+                         c.stride(0), c.stride(1), _PROGRAMS), meta,
+                        (_PROGRAMS,), (_PROGRAMS,), _cdiv(m, _BM), _cdiv(n, _BN), _BM, _BN, outputs=("c",))
+
+
+def gemm_reduce(gen: torch.Generator, world: int = 2, rank: int = 1) -> CheckProblem:
+    """gemm_reduce_kernel as rank `rank` of `world`: rows [rank*S, (rank+1)*S) of A @ B plus the
+    other ranks' staged partials p[s] go to `out`; every other row goes to `c`."""
+    shard = 2 * _BM
+    m, n, k = shard * world, 48, 32
+    a, b, c = _operands(gen, m, n, k)
+    p = torch.randn(world, shard, n, generator=gen).to(_DTYPE)
+    out = torch.empty(shard, n, dtype=_DTYPE)
+    begin = rank * shard
+    meta = dict(NUM_SLOTS=world, B_IS_NK=False, BLOCK_M=_BM, BLOCK_N=_BN, BLOCK_K=_BK, GROUP_M=2,
+                WARP_SPECIALIZE=False, FLATTEN=True)
+    args = (a, b, c, p, out, m, n, k, a.stride(0), b.stride(0), c.stride(0), p.stride(0), p.stride(1),
+            out.stride(0), begin, shard, rank, _PROGRAMS)
+    tiles_m, tiles_n = _cdiv(m, _BM), _cdiv(n, _BN)
+
+    def rows_of(tile):
+        r0 = (tile // tiles_n) * _BM
+        return r0, min(r0 + _BM, m)
+
+    def in_shard(tile):
+        r0, _ = rows_of(tile)
+        return begin <= r0 < begin + shard
+
+    def regions(tile):
+        r0, r1 = rows_of(tile)
+        c0 = (tile % tiles_n) * _BN
+        cols = slice(c0, min(c0 + _BN, n))
+        if in_shard(tile):
+            return [("out", (slice(r0 - begin, r1 - begin), cols))]
+        return [("c", (slice(r0, r1), cols))]
+
+    # Slots 0..world-1: the partial staged by rank s (p[s]); world..2*world-1: the chunk of c
+    # that goes to rank q (its shard rows).
+    num_tiles = tiles_m * tiles_n
+    waits = [[s for s in range(world) if s != rank] if in_shard(t) else [] for t in range(num_tiles)]
+    notifies = [[] if in_shard(t) else [world + rows_of(t)[0] // shard] for t in range(num_tiles)]
+    writers = [1] * world + [sum(1 for row in notifies if world + q in row) for q in range(world)]
+    chunks = ([[Chunk("p", (s,))] for s in range(world)] +
+              [[Chunk("c", (slice(q * shard, (q + 1) * shard),))] for q in range(world)])
+    return CheckProblem({"a": a, "b": b, "c": c, "p": p, "out": out}, args, meta, (_PROGRAMS,), (_PROGRAMS,),
+                        tiles_m, tiles_n, _BM, _BN, outputs=("c", "out"), tile_regions=regions,
+                        tile_waits=waits, tile_notifies=notifies, slot_writers=writers, chunks=chunks)

@@ -1,0 +1,352 @@
+// Statement structure, names and memory effects of a kernel, read from its tokens.
+#include "flow.hpp"
+
+#include <algorithm>
+#include <array>
+#include <string_view>
+
+namespace syncopate::transform::detail {
+
+namespace {
+
+constexpr std::array<std::string_view, 4> kLoads{"load", "gather", "_experimental_descriptor_load",
+                                                 "load_tensor_descriptor"};
+constexpr std::array<std::string_view, 4> kStores{"store", "scatter", "_experimental_descriptor_store",
+                                                  "store_tensor_descriptor"};
+// Stores that complete asynchronously whatever they are called on.
+constexpr std::array<std::string_view, 4> kAsyncStores{"_experimental_descriptor_store", "store_tensor_descriptor",
+                                                       "async_tma_copy_local_to_global",
+                                                       "async_copy_local_to_global"};
+
+template <std::size_t N>
+bool in(const std::array<std::string_view, N>& list, std::string_view word) {
+  return std::find(list.begin(), list.end(), word) != list.end();
+}
+
+bool is_clause(const Module& m, const LogicalLine& l) {
+  const Token& t = m.first(l);
+  return t.is_name("else") || t.is_name("elif") || t.is_name("except") || t.is_name("finally");
+}
+
+bool is_word(const Token& t) { return t.kind == TokenKind::name || t.kind == TokenKind::number; }
+
+}  // namespace
+
+std::vector<Call> calls_in(const Module& m, const LogicalLine& l) {
+  std::vector<Call> out;
+  for (std::size_t i = 0; i + 1 < l.code.size(); ++i) {
+    const Token& t = m.tok(l, i);
+    if (t.kind != TokenKind::name || is_keyword(t.text) || !m.tok(l, i + 1).is_op("(")) continue;
+    Call c;
+    c.name = l.code[i];
+    c.callee = std::string(t.text);
+    c.attribute = i > 0 && m.tok(l, i - 1).is_op(".");
+    if (c.attribute && i > 1 && m.tok(l, i - 2).kind == TokenKind::name) {
+      c.receiver = std::string(m.tok(l, i - 2).text);  // a.b.c(): the last object, 'b'
+      std::size_t r = i - 2;
+      while (r >= 2 && m.tok(l, r - 1).is_op(".") && m.tok(l, r - 2).kind == TokenKind::name) r -= 2;
+      c.root = std::string(m.tok(l, r).text);  // a.b.c(): 'a'
+    }
+    c.open = l.code[i + 1];
+    const int depth = m.tokens[c.open].depth;  // a closing bracket carries its opener's depth
+    c.close = c.open;
+    for (std::size_t j = i + 2; j < l.code.size(); ++j) {
+      const Token& u = m.tok(l, j);
+      if (u.is_op(")") && u.depth == depth) {
+        c.close = l.code[j];
+        break;
+      }
+    }
+    if (c.close == c.open) c.close = l.code.back();
+    out.push_back(std::move(c));
+  }
+  return out;
+}
+
+KernelFlow::KernelFlow(const Module& m, const Kernel& k) : m_(m), k_(k) {
+  parent_.resize(k_.body_end - k_.body_begin);
+  for (std::size_t s = k_.body_begin; s < k_.body_end; ++s) {
+    for (std::size_t p = s; p-- > k_.body_begin;) {
+      if (m_.lines[p].col < m_.lines[s].col) {
+        parent_[s - k_.body_begin] = p;
+        break;
+      }
+    }
+  }
+  for (const auto& l : m_.lines)
+    if (l.col == 1 && (m_.first(l).is_name("import") || m_.first(l).is_name("from"))) {
+      auto names = bound_names(m_, l);
+      imports_.insert(names.begin(), names.end());
+    }
+  compute_helper_effects();
+}
+
+bool KernelFlow::is_loop(std::size_t s) const {
+  const LogicalLine& l = m_.lines[s];
+  return m_.first(l).is_name("for") || m_.first(l).is_name("while") ||
+         (m_.first(l).is_name("async") && l.code.size() > 1 && m_.tok(l, 1).is_name("for"));
+}
+
+bool KernelFlow::is_while(std::size_t s) const { return m_.first(m_.lines[s]).is_name("while"); }
+
+std::vector<std::size_t> KernelFlow::enclosing_loops(std::size_t s) const {
+  std::vector<std::size_t> out;
+  for (auto p = parent(s); p; p = parent(*p))
+    if (is_loop(*p)) out.push_back(*p);
+  return out;
+}
+
+std::size_t KernelFlow::block_end(std::size_t s) const {
+  std::size_t e = s + 1;
+  while (e < k_.body_end && m_.lines[e].col >= m_.lines[s].col) ++e;
+  return e;
+}
+
+std::size_t KernelFlow::statement_end(std::size_t s) const {
+  std::size_t e = s + 1;
+  while (e < k_.body_end &&
+         (m_.lines[e].col > m_.lines[s].col || (m_.lines[e].col == m_.lines[s].col && is_clause(m_, m_.lines[e]))))
+    ++e;
+  return e;
+}
+
+std::size_t KernelFlow::assignment_split(const LogicalLine& l, bool* augmented) const {
+  const int depth = m_.first(l).depth;
+  std::size_t split = l.code.size();
+  *augmented = false;
+  for (std::size_t i = 0; i < l.code.size(); ++i) {
+    const Token& t = m_.tok(l, i);
+    if (t.kind != TokenKind::op || t.depth != depth) continue;
+    if (t.text == "=") split = i;
+    const bool aug = t.text.size() >= 2 && t.text.back() == '=' && t.text != "==" && t.text != "!=" &&
+                     t.text != "<=" && t.text != ">=" && t.text != ":=";
+    if (aug) {
+      *augmented = true;
+      return i;
+    }
+  }
+  return split;
+}
+
+std::set<std::string> KernelFlow::assigned(std::size_t s) const {
+  std::set<std::string> out;
+  const LogicalLine& l = m_.lines[s];
+  if (auto f = for_header(s)) {
+    out.insert(f->targets.begin(), f->targets.end());
+    return out;
+  }
+  for (std::size_t i = 0; i + 1 < l.code.size(); ++i)
+    if (m_.tok(l, i).is_name("as") && m_.tok(l, i + 1).kind == TokenKind::name) out.emplace(m_.tok(l, i + 1).text);
+  bool aug = false;
+  const std::size_t split = assignment_split(l, &aug);
+  if (split >= l.code.size()) return out;
+  // Plain names of the target list: not attributes, not subscripted, not inside [...].
+  int square = 0;
+  for (std::size_t i = 0; i < split; ++i) {
+    const Token& t = m_.tok(l, i);
+    if (t.is_op("[")) ++square;
+    if (t.is_op("]")) --square;
+    if (t.kind != TokenKind::name || is_keyword(t.text) || square > 0) continue;
+    if (i > 0 && m_.tok(l, i - 1).is_op(".")) continue;
+    const Token& next = m_.tok(l, i + 1);
+    if (next.is_op(".") || next.is_op("[") || next.is_op("(")) continue;
+    out.emplace(t.text);
+  }
+  return out;
+}
+
+std::vector<NameUse> KernelFlow::reads(std::size_t s) const {
+  std::vector<NameUse> out;
+  const LogicalLine& l = m_.lines[s];
+  const std::set<std::string> targets = assigned(s);
+  bool aug = false;
+  const std::size_t split = for_header(s) ? 0 : assignment_split(l, &aug);
+  std::size_t target_end = split < l.code.size() ? split : 0;
+  if (auto f = for_header(s)) target_end = f->iter_begin;
+  const int depth = m_.first(l).depth;
+  for (std::size_t i = 0; i < l.code.size(); ++i) {
+    const Token& t = m_.tok(l, i);
+    if (t.kind != TokenKind::name || is_keyword(t.text)) continue;
+    if (i > 0 && m_.tok(l, i - 1).is_op(".")) continue;
+    if (i + 1 < l.code.size() && m_.tok(l, i + 1).is_op("=") && t.depth > depth) continue;  // f(key=...)
+    if (i < target_end && !aug && targets.count(std::string(t.text))) continue;
+    out.push_back({std::string(t.text), l.code[i]});
+  }
+  return out;
+}
+
+std::vector<NameUse> KernelFlow::value_reads(std::size_t s) const {
+  std::vector<NameUse> out;
+  const LogicalLine& l = m_.lines[s];
+  std::size_t begin = l.code.size(), end = l.code.size();
+  if (auto f = for_header(s)) {
+    begin = f->iter_begin;
+    end = f->iter_end;
+  } else {
+    bool aug = false;
+    const std::size_t split = assignment_split(l, &aug);
+    if (split < l.code.size()) begin = split + 1;
+  }
+  // Token ranges whose value is data from memory, not a pointer: arguments of reading calls
+  // (and the receiver of a descriptor load).
+  std::vector<std::pair<std::size_t, std::size_t>> data;
+  for (const Call& c : calls(s)) {
+    if (!effect(c).reads) continue;
+    data.emplace_back(c.open, c.close);
+    if (c.attribute && !c.root.empty() && !imports_.count(c.root)) data.emplace_back(c.name - 2, c.name - 2);
+  }
+  const int depth = m_.first(l).depth;
+  for (std::size_t i = begin; i < end; ++i) {
+    const Token& t = m_.tok(l, i);
+    if (t.kind != TokenKind::name || is_keyword(t.text)) continue;
+    if (i > 0 && m_.tok(l, i - 1).is_op(".")) continue;
+    if (i + 1 < l.code.size() && m_.tok(l, i + 1).is_op("=") && t.depth > depth) continue;
+    const std::size_t tok = l.code[i];
+    if (std::any_of(data.begin(), data.end(), [&](auto r) { return tok >= r.first && tok <= r.second; }))
+      continue;
+    out.push_back({std::string(t.text), tok});
+  }
+  return out;
+}
+
+std::vector<Call> KernelFlow::calls(std::size_t s) const { return calls_in(m_, m_.lines[s]); }
+
+std::string KernelFlow::text(std::size_t s, std::size_t from, std::size_t to) const {
+  const LogicalLine& l = m_.lines[s];
+  std::string out;
+  for (std::size_t i = from; i < to && i < l.code.size(); ++i) {
+    if (i > from && is_word(m_.tok(l, i)) && is_word(m_.tok(l, i - 1))) out += ' ';
+    out += m_.tok(l, i).text;
+  }
+  return out;
+}
+
+std::optional<KernelFlow::ForHeader> KernelFlow::for_header(std::size_t s) const {
+  const LogicalLine& l = m_.lines[s];
+  std::size_t i = 0;
+  if (m_.first(l).is_name("async")) ++i;
+  if (i >= l.code.size() || !m_.tok(l, i).is_name("for")) return std::nullopt;
+  const int depth = m_.first(l).depth;
+  ForHeader h;
+  std::size_t j = i + 1;
+  for (; j < l.code.size() && !(m_.tok(l, j).is_name("in") && m_.tok(l, j).depth == depth); ++j) {
+    const Token& t = m_.tok(l, j);
+    if (t.kind == TokenKind::name && !is_keyword(t.text)) h.targets.emplace_back(t.text);
+  }
+  h.iter_begin = std::min(j + 1, l.code.size());
+  h.iter_end = h.iter_begin;
+  while (h.iter_end < l.code.size() && !(m_.tok(l, h.iter_end).is_op(":") && m_.tok(l, h.iter_end).depth == depth))
+    ++h.iter_end;
+  return h;
+}
+
+std::optional<std::pair<std::string, std::string>> KernelFlow::increment(std::size_t s) const {
+  const LogicalLine& l = m_.lines[s];
+  if (l.code.size() < 3 || m_.tok(l, 0).kind != TokenKind::name) return std::nullopt;
+  const std::string v(m_.tok(l, 0).text);
+  const auto reads_v = [&](std::size_t from) {
+    for (std::size_t i = from; i < l.code.size(); ++i)
+      if (m_.tok(l, i).is_name(v) && !m_.tok(l, i - 1).is_op(".")) return true;
+    return false;
+  };
+  if (m_.tok(l, 1).is_op("+=") && !reads_v(2)) return std::make_pair(v, text(s, 2, l.code.size()));
+  if (l.code.size() >= 5 && m_.tok(l, 1).is_op("=") && m_.tok(l, 2).is_name(v) && m_.tok(l, 3).is_op("+") &&
+      !reads_v(4)) {
+    // v = v + e: only when '+' is the top-level operator (e holds no lower-precedence operator)
+    for (std::size_t i = 4; i < l.code.size(); ++i) {
+      const Token& t = m_.tok(l, i);
+      if (t.depth == m_.first(l).depth && t.kind == TokenKind::op &&
+          (t.text == "<" || t.text == ">" || t.text == "==" || t.text == "if" || t.text == "&" || t.text == "|"))
+        return std::nullopt;
+    }
+    return std::make_pair(v, text(s, 4, l.code.size()));
+  }
+  return std::nullopt;
+}
+
+std::optional<std::string> KernelFlow::plain_assignment(std::size_t s, const std::string& v) const {
+  const LogicalLine& l = m_.lines[s];
+  if (l.code.size() < 3 || !m_.tok(l, 0).is_name(v) || !m_.tok(l, 1).is_op("=")) return std::nullopt;
+  bool aug = false;
+  if (assignment_split(l, &aug) != 1) return std::nullopt;  // a = b = c, or no assignment
+  return text(s, 2, l.code.size());
+}
+
+MemoryEffect KernelFlow::call_effect(const Call& c, const std::set<std::string>& imports) const {
+  MemoryEffect e;
+  if (c.callee.rfind("atomic_", 0) == 0) {
+    e.reads = e.writes = true;
+    return e;
+  }
+  const bool library = c.attribute && !c.root.empty() && imports.count(c.root);
+  if (!c.attribute) {
+    if (auto h = helpers_.find(c.callee); h != helpers_.end()) return h->second;
+  }
+  if (!c.attribute && !library) return e;  // a plain function that is not a helper of this module
+  if (in(kLoads, c.callee)) e.reads = true;
+  if (in(kStores, c.callee) || in(kAsyncStores, c.callee)) {
+    e.writes = true;
+    // A store method on a descriptor object (not `tl.store`) is a TMA store.
+    e.async_store = in(kAsyncStores, c.callee) || !library;
+  }
+  return e;
+}
+
+MemoryEffect KernelFlow::effect(const Call& c) const { return call_effect(c, imports_); }
+
+void KernelFlow::compute_helper_effects() {
+  // Module-level functions and the calls in their bodies.
+  std::map<std::string, std::vector<Call>> bodies;
+  for (std::size_t li = 0; li < m_.lines.size(); ++li) {
+    const LogicalLine& def = m_.lines[li];
+    if (def.col != 1 || !m_.first(def).is_name("def") || def.code.size() < 2) continue;
+    auto& calls = bodies[std::string(m_.tok(def, 1).text)];
+    for (std::size_t b = li + 1; b < m_.lines.size() && m_.lines[b].col > 1; ++b) {
+      auto more = calls_in(m_, m_.lines[b]);
+      calls.insert(calls.end(), more.begin(), more.end());
+    }
+  }
+  for (const auto& [name, calls] : bodies) helpers_[name] = {};
+  for (bool changed = true; changed;) {
+    changed = false;
+    for (const auto& [name, calls] : bodies) {
+      MemoryEffect& e = helpers_[name];
+      for (const Call& c : calls) {
+        const MemoryEffect ce = call_effect(c, imports_);
+        const MemoryEffect merged{e.reads || ce.reads, e.writes || ce.writes, e.async_store || ce.async_store};
+        if (merged.reads != e.reads || merged.writes != e.writes || merged.async_store != e.async_store) {
+          e = merged;
+          changed = true;
+        }
+      }
+    }
+  }
+}
+
+std::optional<NameUse> KernelFlow::mentions(const Call& c, const std::set<std::string>& names) const {
+  if (c.attribute && names.count(c.receiver)) return NameUse{c.receiver, c.name - 2};
+  for (std::size_t t = c.open + 1; t < c.close; ++t) {
+    const Token& tok = m_.tokens[t];
+    if (tok.kind != TokenKind::name || !names.count(std::string(tok.text))) continue;
+    if (m_.tokens[t - 1].is_op(".")) continue;
+    if (m_.tokens[t + 1].is_op("=") && tok.depth > m_.tokens[c.open].depth) continue;  // key=
+    return NameUse{std::string(tok.text), t};
+  }
+  return std::nullopt;
+}
+
+std::set<std::string> KernelFlow::derived_from(const std::string& root) const {
+  std::set<std::string> out{root};
+  for (bool changed = true; changed;) {
+    changed = false;
+    for (std::size_t s = k_.body_begin; s < k_.body_end; ++s) {
+      const auto vr = value_reads(s);
+      if (!std::any_of(vr.begin(), vr.end(), [&](const NameUse& u) { return out.count(u.name); })) continue;
+      for (const auto& name : assigned(s))
+        if (out.insert(name).second) changed = true;
+    }
+  }
+  return out;
+}
+
+}  // namespace syncopate::transform::detail

@@ -1,0 +1,117 @@
+// Internal: what the statements of a kernel do, as far as the safety rules need it: which
+// compound statement (and loop) encloses each one, which names a statement reads and assigns,
+// the calls it makes, and what each module-level helper does to memory.
+//
+// It reads source text, not types: a name "derived from" a pointer is any name assigned from an
+// expression that mentions it. That over-approximates (a rule may refuse a kernel that is fine,
+// never the other way round) except through memory: a value loaded through a pointer is data,
+// not the pointer, so it carries no taint.
+#pragma once
+
+#include <cstddef>
+#include <map>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "source_model.hpp"
+
+namespace syncopate::transform::detail {
+
+// `callee(...)` or `receiver.callee(...)` in a logical line; token indices are into Module::tokens.
+struct Call {
+  std::size_t name = 0;            // the callee's NAME token
+  std::string callee;              // its last name: "load", "store", "_grouped_pid"
+  std::string receiver;            // the plain name before '.', when there is one ("tl", "c_desc")
+  std::string root;                // the first name of a dotted callee ("tl" of tl.extra.cuda.f)
+  bool attribute = false;          // called as `<something>.callee(...)`
+  std::size_t open = 0, close = 0; // its brackets
+};
+
+// What a call does to memory.
+struct MemoryEffect {
+  bool reads = false;
+  bool writes = false;
+  bool async_store = false;  // a TMA (bulk, asynchronous) store: complete only after a store wait
+};
+
+// A name and the token it was read at.
+struct NameUse {
+  std::string name;
+  std::size_t token = 0;
+};
+
+class KernelFlow {
+ public:
+  KernelFlow(const Module& m, const Kernel& k);
+
+  const Module& module() const { return m_; }
+  const Kernel& kernel() const { return k_; }
+
+  // The compound statement (its header's logical line) that directly encloses `s`, if any
+  // inside the kernel.
+  std::optional<std::size_t> parent(std::size_t s) const { return parent_[s - k_.body_begin]; }
+  bool is_loop(std::size_t s) const;
+  bool is_while(std::size_t s) const;
+  // Loops enclosing `s`, innermost first.
+  std::vector<std::size_t> enclosing_loops(std::size_t s) const;
+  // One past the last logical line of the block that `s` opens a suffix of: the first later
+  // line indented less than `s`, or the kernel's end.
+  std::size_t block_end(std::size_t s) const;
+  // One past the last logical line of statement `s` (a compound statement whole, with its
+  // else/elif/except/finally clauses).
+  std::size_t statement_end(std::size_t s) const;
+  // Is `inner` one of the lines of compound statement `outer` (its header included)?
+  bool contains(std::size_t outer, std::size_t inner) const { return inner >= outer && inner < statement_end(outer); }
+
+  // Names a line assigns as plain variables (not x[i] = ..., not x.a = ...).
+  std::set<std::string> assigned(std::size_t s) const;
+  // Plain names a line reads (the targets of a plain assignment are not reads).
+  std::vector<NameUse> reads(std::size_t s) const;
+  // Plain names read by the right-hand side of an assignment (or the iterable of a `for`),
+  // skipping the arguments of calls whose result is data read from memory.
+  std::vector<NameUse> value_reads(std::size_t s) const;
+  std::vector<Call> calls(std::size_t s) const;
+  // The text of code tokens [from, to) of line `s`, single-spaced, for comparing expressions.
+  std::string text(std::size_t s, std::size_t from, std::size_t to) const;
+
+  // `for <target> in <iterable>:` pieces: the target names and the code-token range of the
+  // iterable; nullopt for other lines.
+  struct ForHeader {
+    std::vector<std::string> targets;
+    std::size_t iter_begin = 0, iter_end = 0;  // code indices
+  };
+  std::optional<ForHeader> for_header(std::size_t s) const;
+  // `v += e` or `v = v + e` (or `v = e + v`) with `e` not reading v: {v, text of e}.
+  std::optional<std::pair<std::string, std::string>> increment(std::size_t s) const;
+  // `v = <expr>`: the expression's text.
+  std::optional<std::string> plain_assignment(std::size_t s, const std::string& v) const;
+
+  // What a call does to memory: a library load/store/atomic, a descriptor method, or a
+  // module-level helper (transitively). A call to anything else does nothing to memory.
+  MemoryEffect effect(const Call& c) const;
+  // Does a call name one of `names` in its arguments (or as its receiver)?
+  std::optional<NameUse> mentions(const Call& c, const std::set<std::string>& names) const;
+
+  // Names derived from `root` (itself included): assigned anywhere in the kernel from an
+  // expression that reads a derived name (value_reads), iterated to a fixed point, so values
+  // carried around loops count.
+  std::set<std::string> derived_from(const std::string& root) const;
+
+ private:
+  std::size_t assignment_split(const LogicalLine& l, bool* augmented) const;
+  MemoryEffect call_effect(const Call& c, const std::set<std::string>& imports) const;
+  void compute_helper_effects();
+
+  const Module& m_;
+  const Kernel& k_;
+  std::vector<std::optional<std::size_t>> parent_;
+  std::set<std::string> imports_;                     // names bound by top-level imports
+  std::map<std::string, MemoryEffect> helpers_;       // module-level functions
+};
+
+// Every call of a logical line (tokens of `m`).
+std::vector<Call> calls_in(const Module& m, const LogicalLine& l);
+
+}  // namespace syncopate::transform::detail
