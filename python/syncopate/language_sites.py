@@ -1,15 +1,15 @@
 """The device primitives a transformed kernel calls, shaped for the places the transformer puts
 them (`syncopate transform` imports this module as `syl`; docs/ANNOTATIONS.md).
 
-Everything is syncopate.language's (re-exported here), except where a call site needs more:
+Everything is syncopate.language's (re-exported here), plus what a call site needs:
 
-- `wait_tile` skips its wait loop when the tile waits on nothing. The check is a branch around
-  the loop, so the loop sits inside an `scf.if` and Triton's loop fusion (`tl.range(...,
-  flatten=True)`) still sees one inner loop, the K loop, in the tile loop's body, not two.
-- `notify_tile` adds 1 to every ready slot of the tile with one masked vector atomic instead of
-  a loop: a loop after the K loop is a second inner loop (no fusion), and inside a branch it
-  stops Triton 3.6's fusion pass (a verifier error in TritonGPUFuseNestedLoops).
-  A tile may notify at most MAX_TILE_NOTIFIES slots; `syncopate.launch` checks the tables.
+- `wait_tile` and `notify_tile` are syncopate.language's loops. A branch-guarded wait and a
+  loop-free vector-atomic notify let Triton fuse the flattened tile and K loops (as the
+  untransformed kernel does), but the fused transformed GEMM measured 3.4x slower than the
+  untransformed one on nvidia-h100-x1 (2026-11-24, bench/bench_wait_overhead.py, 8192^3 and
+  2048x8192x3584) against 1.01-1.04x with these loops; so the loops stay apart for now
+  (docs/ANNOTATIONS.md, "Loop structure"). A tile may notify at most MAX_TILE_NOTIFIES slots;
+  `syncopate.launch` checks the tables.
 - `tma_store_wait` waits until this thread's TMA (bulk asynchronous) stores have landed in
   global memory, when the tile notifies anything; the transformer puts it before the notify of
   a tile stored through a tensor descriptor, so a peer never reads a chunk whose stores are
@@ -20,46 +20,24 @@ import triton
 import triton.language as tl
 from triton.language.target_info import cuda_capability_geq
 
-from syncopate import language as _language
 from syncopate.language import (  # noqa: F401  (the transformer's output calls them as syl.*)
     ERROR_FIELDS,
     ERROR_WORDS,
     INTERPRET,
     fence_proxy_async,
     notify,
+    notify_tile,
     tile_at,
     tile_coords,
     tile_row,
     wait,
+    wait_tile,
 )
 
 _INTERPRET: tl.constexpr = tl.constexpr(INTERPRET)
 
 # Ready slots one tile may notify (lowering gives a tile one per chunk its box overlaps).
 MAX_TILE_NOTIFIES = 32
-_NOTIFY_WIDTH: tl.constexpr = tl.constexpr(MAX_TILE_NOTIFIES)
-
-
-@triton.jit
-def wait_tile(signals_ptr, wait_offsets_ptr, wait_slots_ptr, slot_writers_ptr, tile, epoch,
-              bound_ns, rank, error_ptr):
-    """syncopate.language.wait_tile, entered only when the tile has something to wait on."""
-    if tl.load(wait_offsets_ptr + tile + 1) > tl.load(wait_offsets_ptr + tile):
-        _language.wait_tile(signals_ptr, wait_offsets_ptr, wait_slots_ptr, slot_writers_ptr, tile,
-                            epoch, bound_ns, rank, error_ptr)
-
-
-@triton.jit
-def notify_tile(signals_ptr, notify_offsets_ptr, notify_slots_ptr, tile):
-    """Adds 1 to every ready slot of `tile` (CSR row `tile` of the notify table), without a loop:
-    a CTA barrier (all of the tile's stores are issued), then one release atomic per slot."""
-    begin = tl.load(notify_offsets_ptr + tile)
-    end = tl.load(notify_offsets_ptr + tile + 1)
-    tl.debug_barrier()
-    index = begin + tl.arange(0, _NOTIFY_WIDTH)
-    mask = index < end
-    slots = tl.load(notify_slots_ptr + index, mask=mask, other=0)
-    tl.atomic_add(signals_ptr + slots, 1, mask=mask, sem="release", scope="sys")
 
 
 @triton.jit

@@ -37,7 +37,7 @@ gemm_reduce_module = importlib.import_module("syncopate.kernels.gemm_reduce")
 # Types of the parameters the transformer adds (docs/ANNOTATIONS.md); the bound is int64 ns.
 ADDED = {"sy_signals": "*i32", "sy_tile_order": "*i32", "sy_tiles_n": "i32", "sy_wait_offsets": "*i32",
          "sy_wait_slots": "*i32", "sy_notify_offsets": "*i32", "sy_notify_slots": "*i32",
-         "sy_slot_writers": "*i32", "sy_epoch": "i32", "sy_wait_bound_ns": "i64", "sy_rank": "i32",
+         "sy_slot_writers": "*i32", "sy_epoch": "*i32", "sy_wait_bound_ns": "i64", "sy_rank": "i32",
          "sy_error": "*i64"}
 DOT = re.compile(r"\b(tt\.dot|ttng\.warp_group_dot|ttng\.tc_gen5_mma)\b")
 
