@@ -27,10 +27,8 @@ import torch
 
 from syncopate.errors import DeviceError, UserError
 
-# The extension module is loaded on first use, not on import: loading it registers its own
-# error translator, which (being the most recent) would turn the simulator's CalibrationError
-# into a plain UserError in every later call of syncopate._core (a bindings bug, reported).
-# Importing this module for its constants (the ops do) must not have that effect.
+# The extension module is loaded on first use, not on import: it needs the CUDA runtime's
+# library, and importing this module for its constants (the ops do) must work without it.
 _runtime = None
 
 DEFAULT_WAIT_BOUND_NS = int(os.environ.get("SYNCOPATE_WAIT_BOUND_MS", "10000")) * 1_000_000
