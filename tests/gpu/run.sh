@@ -80,35 +80,23 @@ run_cpp() {  # $1: world size
   done
 }
 
-run_py() {  # $1: world size
-  local world=$1
-  say "Python ops, torchrun world $world"
+run_torchrun() {  # WORLD WHAT SCRIPT [ARGS...]: one GPU test script under torchrun
+  local world=$1 what=$2 script=$3
+  shift 3
+  say "$what, torchrun world $world on $gpus GPU(s)"
   if ! timeout "${PY_TIMEOUT:-420}" "$python" -m torch.distributed.run --standalone --nproc_per_node="$world" \
-       tests/gpu/test_ops_gpu.py --results-file "$log_dir/gpu-ops-$stamp-w$world" ${OPS_ARGS:-} >>"$log" 2>&1; then
-    status=1; say "Python ops world $world FAILED"
+       "$script" "$@" >>"$log" 2>&1; then
+    status=1; say "$what world $world FAILED"
   fi
   grep -E "^SUMMARY|^FAIL" "$log" | tail -12
 }
 
-run_graphs() {  # $1: world size
-  local world=$1
-  say "call path under CUDA graphs, torchrun world $world"
-  if ! timeout "${PY_TIMEOUT:-420}" "$python" -m torch.distributed.run --standalone --nproc_per_node="$world" \
-       tests/gpu/test_graphs_gpu.py --results-file "$log_dir/gpu-graphs-$stamp-w$world" ${GRAPHS_ARGS:-} >>"$log" 2>&1; then
-    status=1; say "graphs world $world FAILED"
-  fi
-  grep -E "^SUMMARY graphs|^FAIL" "$log" | tail -12
-}
-
-run_imported() {  # $1: world size (ranks share GPUs where there are fewer: gpu_group.py)
-  local world=$1
-  say "Imported plans in AgGemm / GemmRs, torchrun world $world on $gpus GPU(s)"
-  if ! timeout "${PY_TIMEOUT:-420}" "$python" -m torch.distributed.run --standalone --nproc_per_node="$world" \
-       tests/gpu/test_imported_plan_gpu.py >>"$log" 2>&1; then
-    status=1; say "imported plans world $world FAILED"
-  fi
-  grep -E "^SUMMARY|^FAIL" "$log" | tail -12
-}
+# shellcheck disable=SC2086  (OPS_ARGS / GRAPHS_ARGS are word lists)
+run_py() { run_torchrun "$1" "Python ops" tests/gpu/test_ops_gpu.py --results-file "$log_dir/gpu-ops-$stamp-w$1" ${OPS_ARGS:-}; }
+# shellcheck disable=SC2086
+run_graphs() { run_torchrun "$1" "call path under CUDA graphs" tests/gpu/test_graphs_gpu.py --results-file "$log_dir/gpu-graphs-$stamp-w$1" ${GRAPHS_ARGS:-}; }
+# Ranks share GPUs where there are fewer (gpu_group.py).
+run_imported() { run_torchrun "$1" "Imported plans in AgGemm / GemmRs" tests/gpu/test_imported_plan_gpu.py; }
 
 # STEPS: what to run, in order, e.g. "cpp:2 py:2 graphs:2 imp:2". Default: the C++ tests at
 # worlds 1 .. max(4, GPUs), then the Python ops and the graph tests at worlds 1 .. max(4, GPUs),
