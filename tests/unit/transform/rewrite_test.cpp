@@ -184,7 +184,7 @@ TEST(Rewrite, SeveralKernelsOfOneFileGoIntoOneOutput) {
   EXPECT_EQ(imports, 1u) << out;
   EXPECT_TRUE(contains(out, std::string("def a(x_ptr,\n      ") + kAdded + "\n):\n")) << out;
   EXPECT_TRUE(contains(out, std::string("def b(y_ptr, N,\n      ") + kAdded + "\n):\n")) << out;
-  EXPECT_TRUE(contains(out, "__syncopate__ = {\"version\": 1, \"kernels\": {\"b\": {\"params\": [")) << out;
+  EXPECT_TRUE(contains(out, "__syncopate__ = {\"version\": 2, \"kernels\": {\"b\": {\"params\": [")) << out;
   EXPECT_TRUE(contains(out, "\"accesses\": [{\"tensor\": \"y\", \"param\": \"y_ptr\", \"role\": \"consume\", "
                             "\"m_dim\": 0, \"n_dim\": -1}]}, \"a\": {\"params\": [")) << out;
   EXPECT_THROW(transform_kernels(src, "k.py", {"a", "a"}), UserError);
