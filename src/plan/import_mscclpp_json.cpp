@@ -57,12 +57,7 @@ class PlanReader {
   PlanReader(std::string_view text, const ImportOptions& o) : text_(text), o_(o) {}
 
   SourceProgram read() {
-    nlohmann::json doc;
-    try {
-      doc = detail::parse_without_duplicate_keys(text_, o_.source);
-    } catch (const nlohmann::json::parse_error& e) {
-      throw PlanParseError(fmt::format("{}: JSON syntax at byte {}: {}", o_.source, e.byte, e.what()));
-    }
+    const nlohmann::json doc = detail::parse_json_source(text_, o_.source);
     const JsonNode root(doc, "", o_.source);
     ObjectReader top(root, "execution plan",
                      {"name", "collective", "protocol", "inplace", "reuse_resources", "num_threads_per_block",

@@ -37,12 +37,7 @@ class SendRecvReader {
       throw ShapeError(fmt::format("{}: a send/recv list names its tensors, shapes, dtypes and dim itself; the tensor, "
                                    "shape, dtype, dim and scratch options do not apply to it",
                                    o_.source));
-    nlohmann::json doc;
-    try {
-      doc = detail::parse_without_duplicate_keys(text_, o_.source);
-    } catch (const nlohmann::json::parse_error& e) {
-      throw PlanParseError(fmt::format("{}: JSON syntax at byte {}: {}", o_.source, e.byte, e.what()));
-    }
+    const nlohmann::json doc = detail::parse_json_source(text_, o_.source);
     const JsonNode root(doc, "", o_.source);
     ObjectReader top(root, "send/recv list", {"format", "version", "world_size", "collective", "tensors", "ranks"});
     const JsonNode format = top.required("format");

@@ -97,6 +97,14 @@ json parse_without_duplicate_keys(std::string_view text, std::string_view source
   return json::parse(text.begin(), text.end(), std::ref(guard));
 }
 
+json parse_json_source(std::string_view text, std::string_view source) {
+  try {
+    return parse_without_duplicate_keys(text, source);
+  } catch (const json::parse_error& e) {
+    throw PlanParseError(fmt::format("{}: JSON syntax at byte {}: {}", source, e.byte, e.what()));
+  }
+}
+
 std::string path_join(std::string_view parent, std::string_view key) {
   if (is_identifier(key)) return parent.empty() ? std::string(key) : fmt::format("{}.{}", parent, key);
   return fmt::format("{}[{}]", parent, json_quoted(key));

@@ -82,6 +82,10 @@ class ObjectReader {
 // naming its path.
 nlohmann::json parse_without_duplicate_keys(std::string_view text, std::string_view source);
 
+// parse_without_duplicate_keys for the plan importers: a syntax error becomes PlanParseError
+// "<source>: JSON syntax at byte N: <nlohmann's message>".
+nlohmann::json parse_json_source(std::string_view text, std::string_view source);
+
 // `a.b`, or `a["odd key"]` when the key is not a plain identifier.
 std::string path_join(std::string_view parent, std::string_view key);
 
