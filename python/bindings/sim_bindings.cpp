@@ -19,6 +19,7 @@
 #include "enum_arg.hpp"
 #include "error_translation.hpp"
 #include "syncopate/sim/autotune.hpp"
+#include "syncopate/sim/reserved_sms.hpp"
 #include "syncopate/sim/calibration.hpp"
 #include "syncopate/sim/fused_call.hpp"
 #include "syncopate/sim/simulator.hpp"
@@ -198,9 +199,13 @@ void bind_tune(nb::module_& m) {
       .def_ro("sequential_us", &sim::Candidate::sequential_us)
       .def_ro("comm_alone_us", &sim::Candidate::comm_alone_us)
       .def_ro("gemm_alone_us", &sim::Candidate::gemm_alone_us)
+      .def_ro("floor_us", &sim::Candidate::floor_us)
+      .def_prop_ro("reduce", [](const sim::Candidate& c) { return c.staged ? "epilogue" : "chunks"; },
+                   "\"epilogue\": the staged plan (reduction in the fused GEMM's epilogue); else \"chunks\".")
       .def("__repr__", [](const sim::Candidate& c) {
         return "Candidate(" + enum_str(c.algorithm) + ", split=" + std::to_string(c.split) + ", " +
-               enum_str(c.backend) + ", " + enum_str(c.order) + ", fused_us=" + std::to_string(c.fused_us) + ")";
+               enum_str(c.backend) + ", " + enum_str(c.order) + (c.staged ? ", epilogue" : "") +
+               ", fused_us=" + std::to_string(c.fused_us) + ")";
       });
 
   nb::class_<sim::TuneResult>(m, "TuneResult", "The auto-choice: best candidates and the decision.")
@@ -208,6 +213,7 @@ void bind_tune(nb::module_& m) {
       .def_ro("best_sequential", &sim::TuneResult::best_sequential)
       .def_ro("best_kernel_level", &sim::TuneResult::best_kernel_level)
       .def_prop_ro("decision", [](const sim::TuneResult& r) { return std::string(sim::to_string(r.decision)); })
+      .def_ro("chosen", &sim::TuneResult::chosen, "The candidate that runs for the decision.")
       .def_ro("reason", &sim::TuneResult::reason)
       .def_ro("candidates", &sim::TuneResult::candidates)
       .def_ro("skipped", &sim::TuneResult::skipped);
@@ -217,7 +223,8 @@ void bind_tune(nb::module_& m) {
       [](std::string_view collective, const sim::GemmShape& gemm, int world_size, const sim::Calibration& calib,
          std::string_view dtype, std::optional<std::vector<std::string>> algorithms,
          std::optional<std::vector<int>> splits, std::optional<std::vector<std::string>> backends,
-         std::optional<std::vector<std::string>> orders, double min_gain) {
+         std::optional<std::vector<std::string>> orders, double min_gain, double min_saving_us,
+         std::string_view reduce, bool kernel_level, std::string_view mode) {
         sim::TuneRequest request;
         request.collective = enum_arg<plan::Collective>(collective, "collective");
         request.gemm = gemm;
@@ -228,13 +235,44 @@ void bind_tune(nb::module_& m) {
         if (backends) request.backends = enum_list<plan::Backend>(*backends, "backends");
         if (orders) request.orders = enum_list<schedule::OrderKind>(*orders, "orders");
         request.min_gain = min_gain;
+        request.min_saving_us = min_saving_us;
+        const auto reduce_mode = sim::parse_reduce_mode(reduce);
+        if (!reduce_mode)
+          throw UserError("argument 'reduce': unknown reduction '" + std::string(reduce) +
+                          "'; expected one of: chunks, epilogue, auto");
+        request.reduce = *reduce_mode;
+        request.kernel_level = kernel_level;
+        if (mode != "auto") {
+          request.mode = sim::parse_decision(mode);
+          if (!request.mode)
+            throw UserError("argument 'mode': unknown mode '" + std::string(mode) +
+                            "'; expected one of: auto, fused, kernel-level, sequential");
+        }
         return sim::tune(request, calib);
       },
       "collective"_a, "gemm"_a, "world_size"_a, "calib"_a, nb::kw_only(), "dtype"_a = "bf16",
       "algorithms"_a = nb::none(), "splits"_a = nb::none(), "backends"_a = nb::none(),
-      "orders"_a = nb::none(), "min_gain"_a = sim::kDefaultMinGain,
-      "Simulates every algorithm x split x backend x order (or the lists given) and says whether "
-      "fused, kernel-level or sequential execution should run.");
+      "orders"_a = nb::none(), "min_gain"_a = sim::kDefaultMinGain, "min_saving_us"_a = sim::kDefaultMinSavingUs,
+      "reduce"_a = "chunks", "kernel_level"_a = true, "mode"_a = "auto",
+      "Simulates every algorithm x split x backend x order (or the lists given; for reduce-scatter "
+      "and all-reduce with reduce=\"epilogue\" or \"auto\" also the staged plans) and decides whether "
+      "fused, kernel-level (unless kernel_level=False) or sequential execution runs: the one "
+      "decision `syncopate tune` and the op contexts' mode=\"auto\" show. mode=\"fused\" / "
+      "\"sequential\" / \"kernel-level\": no decision, the best candidate of that mode.");
+
+  m.def(
+      "reserved_sms",
+      [](std::string_view backend, bool producer) {
+        return sim::reserved_sms(enum_arg<plan::Backend>(backend, "backend"),
+                                 producer ? sim::GemmRole::producer : sim::GemmRole::consumer);
+      },
+      "backend"_a, nb::kw_only(), "producer"_a,
+      "SMs a fused op's persistent GEMM leaves free for the chunk backend (producer: GEMM+RS/AR, "
+      "whose reduce-add kernels need SMs too). The one table (sim/reserved_sms.hpp).");
+  m.attr("SM_COPY_BLOCKS") = sim::kSmCopyBlocks;
+  m.attr("ADD_KERNEL_BLOCKS") = sim::kAddKernelBlocks;
+  m.attr("DEFAULT_MIN_GAIN") = sim::kDefaultMinGain;
+  m.attr("DEFAULT_MIN_SAVING_US") = sim::kDefaultMinSavingUs;
 }
 
 }  // namespace

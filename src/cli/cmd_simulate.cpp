@@ -117,8 +117,13 @@ struct TuneArgs {
   std::string collective = "all-gather", gemm, tile = "128x256", calib;
   int world = 2;
   double min_gain = sim::kDefaultMinGain;
+  double min_saving_us = sim::kDefaultMinSavingUs;
+  std::string reduce = "chunks", mode = "auto";
+  bool no_kernel_level = false;
   int top = 10;
 };
+
+std::string_view reduction(const sim::Candidate& c) { return c.staged ? "epilogue" : "chunks"; }
 
 void run_tune(const TuneArgs& a) {
   const auto calib = find_calibration(a.calib);
@@ -129,13 +134,21 @@ void run_tune(const TuneArgs& a) {
   req.gemm = {g[0], g[1], g[2], t[0], t[1]};
   req.world_size = a.world;
   req.min_gain = a.min_gain;
+  req.min_saving_us = a.min_saving_us;
+  req.reduce = *sim::parse_reduce_mode(a.reduce);
+  req.kernel_level = !a.no_kernel_level;
+  if (a.mode != "auto") req.mode = sim::parse_decision(a.mode);
   const auto r = sim::tune(req, calib);
   fmt::print("{} + GEMM {}x{}x{} per rank, tile {}x{}, world {}, calibration: {}\n\n", a.collective,
              req.gemm.m, req.gemm.n, req.gemm.k, req.gemm.block_m, req.gemm.block_n, a.world, calib.device);
   const auto& b = r.best_fused;
   fmt::print("choice: {}: {}\n", sim::to_string(r.decision), r.reason);
-  fmt::print("best fused:      {} split {} {} {} order: {:.1f} us\n", plan::to_string(b.algorithm), b.split,
-             plan::to_string(b.backend), schedule::to_string(b.order), b.fused_us);
+  // One line a script can read: what runs (the op contexts' choice with --no-kernel-level).
+  const auto& c = r.chosen;
+  fmt::print("runs: {} {} split {} {} {} reduce {}\n", sim::to_string(r.decision), plan::to_string(c.algorithm),
+             c.split, plan::to_string(c.backend), schedule::to_string(c.order), reduction(c));
+  fmt::print("best fused:      {} split {} {} {} order, reduce {}: {:.1f} us\n", plan::to_string(b.algorithm),
+             b.split, plan::to_string(b.backend), schedule::to_string(b.order), reduction(b), b.fused_us);
   const auto& s = r.best_sequential;
   fmt::print("best sequential: {} split {} {}: {:.1f} us (GEMM {:.1f} + communication {:.1f})\n",
              plan::to_string(s.algorithm), s.split, plan::to_string(s.backend), s.sequential_us, s.gemm_alone_us,
@@ -146,13 +159,13 @@ void run_tune(const TuneArgs& a) {
                plan::to_string(k.backend), k.kernel_level_us);
   else
     fmt::print("best kernel-level: none (kernel-level mode runs on the NCCL backend only)\n\n");
-  fmt::print("  {:<8} {:>5} {:<12} {:<10} {:>11} {:>13} {:>11} {:>11}\n", "algo", "split", "backend", "order",
-             "fused us", "kernel-lvl us", "seq us", "comm us");
+  fmt::print("  {:<8} {:>5} {:<12} {:<10} {:<8} {:>11} {:>13} {:>11} {:>11}\n", "algo", "split", "backend",
+             "order", "reduce", "fused us", "kernel-lvl us", "seq us", "comm us");
   for (int i = 0; i < std::min<int>(a.top, static_cast<int>(r.candidates.size())); ++i) {
-    const auto& c = r.candidates[i];
-    fmt::print("  {:<8} {:>5} {:<12} {:<10} {:>11.1f} {} {:>11.1f} {:>11.1f}\n", plan::to_string(c.algorithm),
-               c.split, plan::to_string(c.backend), schedule::to_string(c.order), c.fused_us,
-               us_or_dash(c.kernel_level_us, 13), c.sequential_us, c.comm_alone_us);
+    const auto& e = r.candidates[i];
+    fmt::print("  {:<8} {:>5} {:<12} {:<10} {:<8} {:>11.1f} {} {:>11.1f} {:>11.1f}\n", plan::to_string(e.algorithm),
+               e.split, plan::to_string(e.backend), schedule::to_string(e.order), reduction(e), e.fused_us,
+               us_or_dash(e.kernel_level_us, 13), e.sequential_us, e.comm_alone_us);
   }
   fmt::print("  ({} candidates simulated, {} refused by the templates)\n", r.candidates.size(), r.skipped.size());
 }
@@ -181,7 +194,14 @@ void register_simulate_commands(CLI::App& app) {
   tune_cmd->add_option("--tile", ta->tile, "Tile BLOCK_MxBLOCK_N")->capture_default_str()->check(sizes_validator(2, "BLOCK_MxBLOCK_N"));
   tune_cmd->add_option("--world", ta->world, "World size")->required()->check(CLI::Range(1, 1024));
   tune_cmd->add_option("--calib", ta->calib, "Calibration JSON (default: calib/h200.json)");
-  tune_cmd->add_option("--min-gain", ta->min_gain, "Fraction fused must gain over sequential")->capture_default_str()->check(CLI::Range(0.0, 1.0));
+  tune_cmd->add_option("--min-gain", ta->min_gain, "Fraction overlap must gain over sequential")->capture_default_str()->check(CLI::Range(0.0, 1.0));
+  tune_cmd->add_option("--min-saving-us", ta->min_saving_us, "Microseconds overlap must save over sequential")->capture_default_str()->check(CLI::Range(0.0, 1e9));
+  tune_cmd->add_option("--reduce", ta->reduce, "GEMM+RS/AR: reduce-add chunks, the staged epilogue plans, or both")
+      ->capture_default_str()->check(CLI::IsMember({"chunks", "epilogue", "auto"}));
+  tune_cmd->add_flag("--no-kernel-level", ta->no_kernel_level,
+                     "Leave kernel-level overlap out, as the op contexts (AgGemm, GemmRs, GemmAr) do: they run fused or sequential");
+  tune_cmd->add_option("--mode", ta->mode, "auto decides; fused / sequential / kernel-level: the best candidate of that mode")
+      ->capture_default_str()->check(CLI::IsMember({"auto", "fused", "sequential", "kernel-level"}));
   tune_cmd->add_option("--top", ta->top, "Candidates to list")->capture_default_str()->check(CLI::Range(0, 1000));
   tune_cmd->callback([ta] { run_tune(*ta); });
 }

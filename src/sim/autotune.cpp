@@ -1,4 +1,5 @@
-// Auto-choice by exhaustive simulation of a small space (at most 3 x 4 x 3 x 3 candidates).
+// Auto-choice by exhaustive simulation of a small space (at most 3 x 4 x 3 x 3 reduce-add
+// candidates, and for GEMM+RS/AR at most 4 x 3 x 3 staged ones), then the one decision rule.
 #include "syncopate/sim/autotune.hpp"
 
 #include <algorithm>
@@ -13,6 +14,8 @@
 
 namespace syncopate::sim {
 namespace {
+
+constexpr double kInfinity = std::numeric_limits<double>::infinity();
 
 plan::TemplateOptions template_for(const TuneRequest& req, plan::Algorithm algorithm, int split,
                                    plan::Backend backend) {
@@ -32,7 +35,77 @@ plan::TemplateOptions template_for(const TuneRequest& req, plan::Algorithm algor
   return o;
 }
 
-double gain(double fast, double slow) { return slow > 0 ? 1.0 - fast / slow : 0.0; }
+// The staged plan the op runs (python/syncopate/ops/staged_gemm.py, staged_plan): C [1, M, N]
+// as tensor "c" along dim 1, partials staged in "p"; direct only.
+plan::TemplateOptions staged_template_for(const TuneRequest& req, int split, plan::Backend backend) {
+  plan::TemplateOptions o = template_for(req, plan::Algorithm::direct, split, backend);
+  o.shape = {1, req.gemm.m, req.gemm.n};
+  o.dim = 1;
+  o.tensor = "c";
+  o.staging = "p";
+  return o;
+}
+
+bool has_staged_plan(plan::Collective c) {
+  return c == plan::Collective::reduce_scatter || c == plan::Collective::all_reduce;
+}
+
+// The candidate with the smallest `field`; the first of equals (request order).
+const Candidate* fastest(const std::vector<Candidate>& candidates, double Candidate::*field, bool staged) {
+  const Candidate* best = nullptr;
+  for (const auto& c : candidates)
+    if (c.staged == staged && (best == nullptr || c.*field < best->*field)) best = &c;
+  return best;
+}
+
+struct StagedSearch {
+  std::vector<Candidate> candidates;
+  std::vector<std::string> refusals;  // configurations the simulator refused (e.g. deadlocked)
+};
+
+// Python's former loop order (backend, split, order) is kept so that ties resolve as before.
+StagedSearch search_staged(const TuneRequest& req, const Calibration& calib, double gemm_alone,
+                           std::vector<std::string>& skipped) {
+  StagedSearch out;
+  for (auto backend : req.backends)
+    for (int split : req.splits) {
+      plan::CommPlan plan;
+      try {
+        plan = plan::make_plan(staged_template_for(req, split, backend));
+      } catch (const UserError& e) {  // a split that would make an empty sub-chunk
+        skipped.push_back(fmt::format("staged split {} {}: {}", split, plan::to_string(backend), e.what()));
+        continue;
+      }
+      const double comm_alone = simulate_comm_alone(plan, calib).total_us;
+      for (auto order : req.orders) {
+        Candidate c;
+        c.algorithm = plan::Algorithm::direct;
+        c.split = split;
+        c.backend = backend;
+        c.order = order;
+        c.staged = true;
+        c.gemm_alone_us = gemm_alone;
+        c.comm_alone_us = comm_alone;
+        c.floor_us = std::max(gemm_alone, comm_alone);
+        c.kernel_level_us = kInfinity;  // a library GEMM cannot add the staged partials
+        try {
+          const FusedCall call = make_fused_call(plan, req.gemm, order, calib);
+          c.fused_us = simulate_fused(call, calib).total_us;
+          c.sequential_us = simulate_sequential(call, calib).total_us;
+        } catch (const UserError& e) {
+          const auto refusal = fmt::format("{} split {} {}: {}", plan::to_string(backend), split,
+                                           schedule::to_string(order), e.what());
+          skipped.push_back("staged " + refusal);
+          out.refusals.push_back(refusal);
+          continue;
+        }
+        out.candidates.push_back(c);
+      }
+    }
+  return out;
+}
+
+double percent(double saving, double of) { return of > 0 ? 100.0 * saving / of : 0.0; }
 
 }  // namespace
 
@@ -45,11 +118,34 @@ std::string_view to_string(Decision decision) {
   return "?";
 }
 
+std::optional<Decision> parse_decision(std::string_view text) {
+  for (auto d : {Decision::fused, Decision::kernel_level, Decision::sequential})
+    if (text == to_string(d)) return d;
+  return std::nullopt;
+}
+
+std::string_view to_string(ReduceMode mode) {
+  switch (mode) {
+    case ReduceMode::chunks: return "chunks";
+    case ReduceMode::epilogue: return "epilogue";
+    case ReduceMode::automatic: return "auto";
+  }
+  return "?";
+}
+
+std::optional<ReduceMode> parse_reduce_mode(std::string_view text) {
+  for (auto m : {ReduceMode::chunks, ReduceMode::epilogue, ReduceMode::automatic})
+    if (text == to_string(m)) return m;
+  return std::nullopt;
+}
+
 TuneResult tune(const TuneRequest& req, const Calibration& calib) {
   if (req.collective == plan::Collective::custom)
     throw UserError("tune: collective: custom-plan: choose all-gather, reduce-scatter, all-reduce or all-to-all");
   if (req.orders.empty() || req.algorithms.empty() || req.splits.empty() || req.backends.empty())
     throw UserError("tune: empty-search-space: every list of choices needs at least one entry");
+  if (!(req.min_saving_us >= 0))
+    throw UserError(fmt::format("tune: min_saving_us: expected a number >= 0, got {}", req.min_saving_us));
   TuneResult result;
   const double gemm_alone = simulate_gemm_alone(req.gemm, req.world_size, calib).total_us;
   for (auto algorithm : req.algorithms)
@@ -70,11 +166,12 @@ TuneResult tune(const TuneRequest& req, const Calibration& calib) {
         base.backend = backend;
         base.gemm_alone_us = gemm_alone;
         base.comm_alone_us = simulate_comm_alone(plan, calib).total_us;
+        base.floor_us = std::max(base.gemm_alone_us, base.comm_alone_us);
         base.sequential_us = simulate_sequential(call, calib).total_us;
         // syncopate.kernel_level runs its collective through NCCL only: other backends have no
         // kernel-level implementation to choose.
         base.kernel_level_us = backend == plan::Backend::nccl ? simulate_kernel_level(call, calib).total_us
-                                                              : std::numeric_limits<double>::infinity();
+                                                              : kInfinity;
         for (std::size_t i = 0; i < req.orders.size(); ++i) {
           if (i > 0) reorder(call, req.orders[i], calib);
           Candidate c = base;
@@ -91,13 +188,37 @@ TuneResult tune(const TuneRequest& req, const Calibration& calib) {
                                 fmt::join(result.skipped.begin(), result.skipped.begin() + shown, "\n  ")));
   }
 
-  auto best_by = [&](double Candidate::*field) {
-    return *std::min_element(result.candidates.begin(), result.candidates.end(),
-                             [&](const Candidate& a, const Candidate& b) { return a.*field < b.*field; });
-  };
-  result.best_fused = best_by(&Candidate::fused_us);
-  result.best_sequential = best_by(&Candidate::sequential_us);
-  result.best_kernel_level = best_by(&Candidate::kernel_level_us);
+  // Sequential and kernel-level run the reduce-add plans (the staged partials need the fused
+  // kernel's epilogue), so only those compete there.
+  result.best_sequential = *fastest(result.candidates, &Candidate::sequential_us, false);
+  result.best_kernel_level = *fastest(result.candidates, &Candidate::kernel_level_us, false);
+  result.best_fused = *fastest(result.candidates, &Candidate::fused_us, false);
+
+  // GEMM+RS/AR: the staged plans join the fused candidates as asked.
+  std::string staged_note;
+  if (has_staged_plan(req.collective) && req.reduce != ReduceMode::chunks) {
+    auto staged = search_staged(req, calib, gemm_alone, result.skipped);
+    const Candidate* best_staged = fastest(staged.candidates, &Candidate::fused_us, true);
+    if (best_staged == nullptr && req.reduce == ReduceMode::epilogue) {
+      const std::size_t shown = std::min<std::size_t>(staged.refusals.size(), 3);
+      const std::string why =
+          shown == 0 ? std::string()
+                     : fmt::format("; the simulator refused {}",
+                                   fmt::join(staged.refusals.begin(), staged.refusals.begin() + shown, "; "));
+      throw UserError(fmt::format("tune: reduce='epilogue': no-candidate: no staged plan of {} rows over {} ranks "
+                                  "with split in [{}] runs{}",
+                                  req.gemm.m, req.world_size, fmt::join(req.splits, ", "), why));
+    }
+    if (best_staged != nullptr) {
+      staged_note = req.reduce == ReduceMode::automatic
+                        ? fmt::format("; reduction in the epilogue {:.1f} us vs reduce-add chunks {:.1f} us",
+                                      best_staged->fused_us, result.best_fused.fused_us)
+                        : std::string("; reduce='epilogue' given");
+      if (req.reduce == ReduceMode::epilogue || best_staged->fused_us < result.best_fused.fused_us)
+        result.best_fused = *best_staged;
+    }
+    result.candidates.insert(result.candidates.end(), staged.candidates.begin(), staged.candidates.end());
+  }
   std::stable_sort(result.candidates.begin(), result.candidates.end(),
                    [](const Candidate& a, const Candidate& b) { return a.fused_us < b.fused_us; });
 
@@ -106,30 +227,52 @@ TuneResult tune(const TuneRequest& req, const Calibration& calib) {
   // that their model did not capture; charged here only, candidates keep the model's own times.
   // Calibrations with `host` have the call path in the fused timeline and a lump of 0.
   const double fused_overhead = calib.fused_call_overhead(req.collective);
-  const double fused_gain = gain(result.best_fused.fused_us + fused_overhead, seq);
-  const double kl_gain = gain(result.best_kernel_level.kernel_level_us, seq);
-  const std::string lump =
-      fused_overhead > 0 ? fmt::format(" + {:.0f} us measured call overhead", fused_overhead) : "";
-  if (fused_gain >= req.min_gain && fused_gain >= kl_gain) {
+  const double fused_saving = seq - (result.best_fused.fused_us + fused_overhead);
+  const bool kl_runs = req.kernel_level && std::isfinite(result.best_kernel_level.kernel_level_us);
+  const double kl_saving = kl_runs ? seq - result.best_kernel_level.kernel_level_us : -kInfinity;
+  // Overlap pays where it saves both the fraction and the absolute floor.
+  const double required = std::max(req.min_gain * seq, req.min_saving_us);
+  const std::string fused_cost =
+      fused_overhead > 0 ? fmt::format("{:.1f} us (+ {:.0f} us measured call overhead)", result.best_fused.fused_us,
+                                       fused_overhead)
+                         : fmt::format("{:.1f} us{}", result.best_fused.fused_us,
+                                       calib.host.modelled ? " (host path included)" : "");
+  auto needs = [&](std::string_view what) {
+    return fmt::format("{} needs >= {:g}% and >= {:g} us", what, 100 * req.min_gain, req.min_saving_us);
+  };
+
+  if (req.mode) {
+    result.decision = *req.mode;
+    result.reason = fmt::format("mode='{}' given", to_string(*req.mode));
+    if (*req.mode == Decision::fused) result.reason += staged_note;
+  } else if (fused_saving >= required && fused_saving >= kl_saving) {
     result.decision = Decision::fused;
-    result.reason = fmt::format("fused ({:.1f} us{}) beats the best sequential ({:.1f} us) by {:.1f}%",
-                                result.best_fused.fused_us, lump, seq, 100 * fused_gain);
-  } else if (kl_gain >= req.min_gain) {
+    result.reason = fmt::format("fused {} beats the best sequential ({:.1f} us) by {:.1f}% ({:.1f} us); {}{}",
+                                fused_cost, seq, percent(fused_saving, seq), fused_saving, needs("fused"), staged_note);
+  } else if (kl_saving >= required) {
     result.decision = Decision::kernel_level;
     result.reason = fmt::format("kernel-level overlap ({:.1f} us) beats the best sequential ({:.1f} us) by "
-                                "{:.1f}%, and fused ({:.1f} us{}) gains only {:.1f}%",
-                                result.best_kernel_level.kernel_level_us, seq, 100 * kl_gain,
-                                result.best_fused.fused_us, lump, 100 * fused_gain);
+                                "{:.1f}% ({:.1f} us), and fused {} gains {:.1f}% ({:+.1f} us); {}{}",
+                                result.best_kernel_level.kernel_level_us, seq, percent(kl_saving, seq), kl_saving,
+                                fused_cost, percent(fused_saving, seq), fused_saving, needs("overlap"), staged_note);
   } else {
     result.decision = Decision::sequential;
-    const std::string kl = std::isfinite(result.best_kernel_level.kernel_level_us)
-                               ? fmt::format(" and kernel-level overlap {:.1f}%", 100 * kl_gain)
-                               : std::string();
-    result.reason = fmt::format("overlap does not pay: the best fused ({:.1f} us{}) gains {:.1f}%{} over the "
-                                "best sequential ({:.1f} us), less than the {:.0f}% required; fall back to "
-                                "sequential",
-                                result.best_fused.fused_us, lump, 100 * fused_gain, kl, seq,
-                                100 * req.min_gain);
+    const std::string kl = kl_runs ? fmt::format(" and kernel-level overlap {:.1f}% ({:+.1f} us)",
+                                                 percent(kl_saving, seq), kl_saving)
+                                   : std::string();
+    result.reason = fmt::format("overlap does not pay: the best fused {} gains {:.1f}% ({:+.1f} us){} over the "
+                                "best sequential ({:.1f} us); {}; fall back to sequential{}",
+                                fused_cost, percent(fused_saving, seq), fused_saving, kl, seq, needs(kl_runs ? "overlap" : "fused"), staged_note);
+  }
+  switch (result.decision) {
+    case Decision::fused: result.chosen = result.best_fused; break;
+    case Decision::kernel_level:
+      if (!std::isfinite(result.best_kernel_level.kernel_level_us))
+        throw UserError("tune: mode='kernel-level': no candidate runs kernel-level (syncopate.kernel_level "
+                        "moves chunks with NCCL only; add backend nccl)");
+      result.chosen = result.best_kernel_level;
+      break;
+    case Decision::sequential: result.chosen = result.best_sequential; break;
   }
   return result;
 }
