@@ -8,6 +8,7 @@ from typing import Optional
 
 import torch
 
+from syncopate import _core
 from syncopate.errors import UserError
 
 BACKENDS = ("copy-engine", "sm-copy", "nccl")
@@ -15,22 +16,21 @@ ALGORITHMS = ("direct", "ring", "bidir")
 TILE_ORDERS = ("arrival", "row-major", "grouped")
 MODES = ("auto", "fused", "sequential")
 B_LAYOUTS = ("kn", "nk")
-# SMs left free for communication kernels (wait/signal kernels, SM copies, NCCL) while the
-# persistent GEMM runs: a spinning tile must never keep the chunk it waits for from moving.
-RESERVED_SMS = {"copy-engine": 4, "sm-copy": 20, "nccl": 24}
+# The SMs the fused GEMM leaves free per backend, and the executor's block counts, come from
+# one table in C++ (include/syncopate/sim/reserved_sms.hpp, which says how the calibration's
+# backends.<b>.sms relate to it).
 # SM-copy blocks the executor runs: the reserved SMs less a few for the signal kernels.
-SM_COPY_BLOCKS = RESERVED_SMS["sm-copy"] - 4
+SM_COPY_BLOCKS = _core.SM_COPY_BLOCKS
 # GEMM+RS / GEMM+AR add every incoming chunk with a kernel at the destination while the GEMM
-# runs (docs/RUNTIME.md, "Reduce-add chunks"), also with the copy engine (which only moves the
-# bytes into staging): the add kernel's blocks need SMs the persistent GEMM leaves free, or they
-# wait for its end and the whole reduction lands in the tail.
-PRODUCER_RESERVED_SMS = {"copy-engine": 12, "sm-copy": 20, "nccl": 24}
-PRODUCER_ADD_BLOCKS = 10
+# runs (docs/RUNTIME.md, "Reduce-add chunks"): its blocks.
+PRODUCER_ADD_BLOCKS = _core.ADD_KERNEL_BLOCKS
 
 
 def reserved_sms(backend: str, producer: bool) -> int:
     """SMs the fused GEMM leaves to the chunk backend (and, for producers, the add kernels)."""
-    return (PRODUCER_RESERVED_SMS if producer else RESERVED_SMS)[backend]
+    return _core.reserved_sms(backend, producer=producer)
+
+
 CHECK_EACH_CALL = os.environ.get("SYNCOPATE_CHECK_EACH_CALL", "1") not in ("", "0")
 _TMA_ALIGN_BYTES = 16
 
