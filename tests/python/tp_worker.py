@@ -45,6 +45,14 @@ def run(rank: int, world: int, port: int, out_dir: str) -> None:
         Path(out_dir, f"rank{rank}.json").write_text(json.dumps(results))
         dist.barrier()
         dist.destroy_process_group()
+    # Leave without the interpreter's teardown. What this rank checked is in its JSON file; what
+    # is left is torch's own exit path, where gloo's threads and the TCP store can still be
+    # running while static objects are destroyed: about one run in ten aborted there ("terminate
+    # called without an active exception", no Python frame, after the results were written),
+    # failing the test for nothing the test is about.
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
 
 
 def _patch_cpu_barrier(dist) -> None:
