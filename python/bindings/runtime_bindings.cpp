@@ -24,6 +24,7 @@
 #include "syncopate/plan/json.hpp"
 #include "syncopate/runtime/executor.hpp"
 #include "syncopate/runtime/graph_launch.hpp"
+#include "syncopate/runtime/host_flag.hpp"
 #include "syncopate/runtime/occupancy.hpp"
 
 namespace nb = nanobind;
@@ -35,6 +36,7 @@ namespace {
 using runtime::NcclComm;
 using runtime::RankExecutor;
 using runtime::SymmetricHeap;
+using runtime::HostFlag;
 using runtime::WaitMonitor;
 
 
@@ -179,6 +181,16 @@ NB_MODULE(_runtime, m) {
       .def("check", &WaitMonitor::check, "Raises WaitTimeoutError if a runtime wait timed out.")
       .def("clear", &WaitMonitor::clear)
       .def_prop_ro("timed_out", [](const WaitMonitor& w) { return w.snapshot().flag != 0; });
+
+  nb::class_<HostFlag>(m, "HostFlag")
+      .def(nb::init<>())
+      .def("enqueue_copy",
+           [](HostFlag& f, std::uintptr_t device_word, std::uintptr_t stream) {
+             f.enqueue_copy(reinterpret_cast<const void*>(device_word), as_stream(stream));
+           },
+           "device_word"_a, "stream"_a, "Enqueues the copy of an 8-byte device word into the flag")
+      .def_prop_ro("value", &HostFlag::value)
+      .def("clear", &HostFlag::clear);
 
   m.def("nccl_unique_id", [] { return from_bytes(NcclComm::unique_id()); });
   m.def("launch_graph", [](std::uintptr_t graph_exec, std::uintptr_t stream) {

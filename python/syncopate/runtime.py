@@ -213,6 +213,11 @@ class PlanWorkspace:
         """Joins the side streams, then raises the exit counter."""
         self.executor.end(self._stream(stream))
 
+    def timed_out(self) -> bool:
+        """Whether a runtime wait has timed out so far, read without synchronizing (the record is
+        mapped host memory); check() then names it."""
+        return bool(self.monitor.timed_out)
+
     def check(self, synchronize: bool = True) -> None:
         """Raises WaitTimeoutError (rank, slot, expected, seen, chunk) if a runtime wait timed out."""
         if synchronize:

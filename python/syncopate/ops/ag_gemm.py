@@ -130,10 +130,31 @@ class OpContext:
         return None
 
     def _run_call(self, key, enqueue, check: bool) -> None:
-        """One call's device work through the context's graphs (see CallGraphs.run); then, if
-        `check` and nothing is being captured, synchronize and raise a timed-out wait."""
-        self.graphs.run(key, enqueue)
+        """One call's device work through the context's graphs (see CallGraphs.run). Before it,
+        without synchronizing, raises a wait that timed out in an earlier call (report_timeouts);
+        after it, if `check` and nothing is being captured, synchronizes and raises one of this
+        call."""
+        if not capturing():
+            self.report_timeouts()
+
+        def work() -> None:
+            enqueue()
+            if self.gemm is not None:
+                self.gemm.copy_flag_to_host()
+
+        self.graphs.run(key, work)
         if check and not capturing():
+            self.check()
+
+    def report_timeouts(self) -> None:
+        """Raises WaitTimeoutError (through check(), which names the chunk) if a wait of an
+        earlier call has timed out as far as the host can see without synchronizing: the
+        runtime's record is mapped host memory, and each call ends by copying the kernel's flag
+        to pinned host memory. So a call with check=False stays asynchronous and a lost chunk
+        still surfaces, one or two calls later at most, or at the next check()."""
+        if self.ws is None:
+            return
+        if self.ws.timed_out() or (self.gemm is not None and self.gemm.timed_out()):
             self.check()
 
     # -- what the benchmark and the tests read ----------------------------------------------------

@@ -31,7 +31,12 @@ PRODUCER_ADD_BLOCKS = 10
 def reserved_sms(backend: str, producer: bool) -> int:
     """SMs the fused GEMM leaves to the chunk backend (and, for producers, the add kernels)."""
     return (PRODUCER_RESERVED_SMS if producer else RESERVED_SMS)[backend]
-CHECK_EACH_CALL = os.environ.get("SYNCOPATE_CHECK_EACH_CALL", "1") not in ("", "0")
+
+
+# The ops' default for check=: False keeps a call asynchronous (a wait that timed out is raised
+# by a later call or by check(), see OpContext.report_timeouts); SYNCOPATE_CHECK_EACH_CALL=1
+# makes every call synchronize and raise at once, as a debugging aid.
+CHECK_EACH_CALL = os.environ.get("SYNCOPATE_CHECK_EACH_CALL", "0") not in ("", "0")
 _TMA_ALIGN_BYTES = 16
 
 

@@ -155,6 +155,10 @@ class FusedGemm:
         self.num_programs = max(1, min(self.tables.num_tiles, int(num_programs)))
         self.device = device
         self.error = new_error_record(device)
+        # The record's flag word, copied to pinned host memory at the end of each call
+        # (copy_flag_to_host), so that the next call can look without synchronizing. Under the
+        # interpreter the record itself is host memory.
+        self.flag_on_host = _host_flag() if device.type == "cuda" else None
         self.wait_bound_ns = int(wait_bound_ns)
         self.kwargs = dict(self.tables.device_arrays(device))
         self.kwargs.update(sy_tiles_n=self.tables.tiles_n, sy_wait_bound_ns=self.wait_bound_ns,
@@ -196,6 +200,19 @@ class FusedGemm:
         kwargs["sy_epoch"] = epoch
         self.kernel[self.grid](a, self._b_arg(b), c, *operands, *self.scalars, **kwargs)
 
+    def copy_flag_to_host(self) -> None:
+        """Enqueues the copy of the record's flag to pinned host memory on the current stream
+        (a graph captures it with the call)."""
+        if self.flag_on_host is not None:
+            self.flag_on_host.enqueue_copy(self.error.data_ptr(), torch.cuda.current_stream(self.device).cuda_stream)
+
+    def timed_out(self) -> bool:
+        """Whether a tile's wait timed out in a call whose flag copy has completed; no
+        synchronization (a call still running is seen by a later look)."""
+        if self.flag_on_host is None:
+            return bool(self.error[0].item())
+        return self.flag_on_host.value != 0
+
     def check(self) -> None:
         """After a synchronize: raises WaitTimeoutError if a tile's wait ran past its bound
         (the record keeps the first timeout since the last check; it is cleared here)."""
@@ -203,6 +220,16 @@ class FusedGemm:
             check_error(self.error, self.tables, f"fused {self.kernel_name}")
         finally:
             self.error.zero_()
+            if self.flag_on_host is not None:
+                self.flag_on_host.clear()
+
+
+def _host_flag():
+    """The runtime's HostFlag: pinned host memory the call's stream copies the flag into (a
+    torch copy into pinned memory is not reliably capturable in a CUDA graph)."""
+    from syncopate.runtime import require_runtime
+
+    return require_runtime().HostFlag()
 
 
 def persistent_programs(device: torch.device, backend: str, producer: bool = False) -> int:
