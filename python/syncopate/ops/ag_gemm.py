@@ -56,7 +56,7 @@ class OpContext:
         if m % world != 0:
             raise ShapeError(f"{who}: m={m} rows cannot be split into {world} equal shards (one per rank)")
         from syncopate.kernels.gemm import select_config
-        from syncopate.ops.fused_gemm import fused_config
+        from syncopate.ops.fused_gemm import device_capability, fused_config
 
         self.device = default_device(device)
         self.m, self.k, self.n, self.dtype, self.rank, self.world = m, k, n, dtype, rank, world
@@ -66,7 +66,8 @@ class OpContext:
         self.wait_bound_ns = int(wait_bound_ns)
         # The GEMM's own per-shape configuration (no split-K: every tile is final when stored);
         # the simulator and the lowering use its real block shape.
-        self.config = fused_config(select_config(m, n, k, self.device, dtype, allow_split_k=False))
+        self.config = fused_config(select_config(m, n, k, self.device, dtype, allow_split_k=False),
+                                   device_capability(self.device))
         # plan=: a plan the user brought (ops/user_plan.py) runs instead of a template.
         self._user_plan = None
         if plan is not None:

@@ -23,6 +23,8 @@ import os
 import sys
 import tempfile
 
+from typing import Optional, Tuple
+
 import torch
 
 from syncopate.errors import Error, InternalError, TransformError
@@ -86,18 +88,26 @@ def transformed_kernel(kernel_name: str, module_name: str = GEMM_MODULE):
     return kernel
 
 
-def fused_config(config):
-    """The local GEMM's config as the fused kernel can use it.
+def fused_config(config, capability: Optional[Tuple[int, int]] = None):
+    """The local GEMM's config as the fused kernel can use it, on a GPU of compute capability
+    `capability` (None: sm_90, what the compile checks target).
 
     Triton 3.6 cannot warp-specialise the transformed TMA loop with 4 warps: its
     NVGPUWarpSpecialization pass stops in TaskIdPropagation ("Other parent ops are not
     supported", the bounded spin loop of a wait inside the partitioned loop). With 8 warps it
-    compiles. So 4-warp configs run without warp specialisation in the fused kernel; the
-    sm_90 compile check (tests/python/compile_fused_kernels.py) covers every candidate.
+    compiles on sm_90; on sm_100 it fails whatever the warps (tests/python/test_transform_loops.py
+    pins both). So the fused kernel runs without warp specialisation there; the sm_90 compile
+    check (tests/python/compile_fused_kernels.py) covers every candidate.
     """
-    if config.warp_specialize and config.num_warps < 8:
+    blackwell_or_later = capability is not None and capability[0] >= 10
+    if config.warp_specialize and (config.num_warps < 8 or blackwell_or_later):
         return dataclasses.replace(config, warp_specialize=False)
     return config
+
+
+def device_capability(device: torch.device) -> Optional[Tuple[int, int]]:
+    """(major, minor) of a CUDA device; None on the CPU (the interpreter)."""
+    return torch.cuda.get_device_capability(device) if device.type == "cuda" else None
 
 
 def tma_describable(m: int, n: int, k: int, dtype: torch.dtype) -> bool:
