@@ -595,3 +595,23 @@ def test_ag_gemm_hands_out_the_gathered_a_before_the_heap_can_be_reused(cpu_runt
     assert steps == ["begin", "publish", "fork", "kernel", "issue_chunks", "wait_landed", "end"], steps
     with pytest.raises(UserError, match=r"AgGemm: out must be a contiguous \[64, 40\]"):
         ctx(a, b, gathered_out=torch.empty(m, k + 1, dtype=torch.float16))
+
+
+def test_a_gloo_collective_inside_a_cuda_graph_capture_is_refused_by_name(single_rank_group, monkeypatch):
+    """Ranks sharing one GPU run the sequential path's collective and the backward's gathers
+    over gloo, which no CUDA graph can record: under capture the call says so (UserError), for
+    the op contexts' torch path and for the backward's collectives."""
+    from syncopate.ops import autograd
+    from syncopate.ops.common import refuse_gloo_capture
+
+    cuda = torch.device("cuda", 0)
+    monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: False)
+    refuse_gloo_capture("GemmRs", single_rank_group, cuda)  # not capturing: nothing to refuse
+    monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: True)
+    refuse_gloo_capture("GemmRs", None, cuda)  # one rank without a group: no collective
+    refuse_gloo_capture("GemmRs", single_rank_group, torch.device("cpu"))  # CPU tensors: no graph
+    with pytest.raises(UserError, match=r"^GemmRs: cannot be captured in a CUDA graph: .*over gloo"):
+        refuse_gloo_capture("GemmRs", single_rank_group, cuda)
+    fake = type("OnCuda", (), {"device": cuda, "shape": (2, 3)})()  # refused before any data is read
+    with pytest.raises(UserError, match=r"the backward's all-gather .*over gloo"):
+        autograd.gather_by_all_reduce(fake, 1, single_rank_group.group_name)

@@ -25,7 +25,8 @@ from syncopate.ops.call_graphs import CallGraphs, capturing
 from syncopate.ops.choice import choose
 from syncopate.ops.common import (BACKENDS, CHECK_EACH_CALL, SM_COPY_BLOCKS, barrier, check_aligned,
                                   check_b_layout, check_dims, check_options, check_out, context_for,
-                                  default_backend, forward_operands, group_rank_world, ranks_sharing_a_device)
+                                  default_backend, forward_operands, group_rank_world, ranks_sharing_a_device,
+                                  refuse_gloo_capture)
 from syncopate.ops.custom_ops import SUPPORTED_DTYPES
 from syncopate.runtime import DEFAULT_WAIT_BOUND_NS, plan_dtype
 
@@ -334,6 +335,7 @@ class AgGemm(OpContext):
                 return torch.matmul(a_shard, b, out=out)
             import torch.distributed as dist
 
+            refuse_gloo_capture("AgGemm", self.group, self.device)
             full = self.a_full if gathered_out is None else gathered_out
             dist.all_gather_into_tensor(full, a_shard, group=self.group)
             return torch.matmul(full, b, out=out)

@@ -35,6 +35,7 @@ from __future__ import annotations
 import torch
 
 from syncopate.ops.custom_ops import _ag_gemm_gathered_op, _ag_gemm_op, _gemm_ar_op, _gemm_rs_op
+from syncopate.ops.common import refuse_gloo_capture
 
 
 def _issue_all_gather(x: torch.Tensor, world: int, group_name: str) -> torch.Tensor:
@@ -63,7 +64,9 @@ def gather_by_all_reduce(x: torch.Tensor, world: int, group_name: str) -> torch.
     import torch.distributed as dist
     from torch.distributed.distributed_c10d import _resolve_process_group
 
-    rank = dist.get_rank(_resolve_process_group(group_name))
+    group = _resolve_process_group(group_name)
+    refuse_gloo_capture("the backward's all-gather (syncopate.ops)", group, x.device)
+    rank = dist.get_rank(group)
     rows = x.shape[0]
     padded = x.new_zeros((rows * world,) + tuple(x.shape[1:]))
     padded[rank * rows:(rank + 1) * rows] = x
@@ -77,6 +80,11 @@ def _wait(t: torch.Tensor, world: int) -> torch.Tensor:
 def _reduce_scatter(x: torch.Tensor, world: int, group_name: str) -> torch.Tensor:
     if world == 1:
         return x
+    if x.device.type == "cuda" and _is_gloo(group_name):
+        from torch.distributed.distributed_c10d import _resolve_process_group
+
+        refuse_gloo_capture("the backward's reduce-scatter (syncopate.ops)", _resolve_process_group(group_name),
+                            x.device)
     out = torch.ops._c10d_functional.reduce_scatter_tensor(x.contiguous(), "sum", world, group_name)
     return torch.ops._c10d_functional.wait_tensor(out)
 

@@ -146,6 +146,21 @@ def ranks_sharing_a_device(group, device) -> Optional[tuple]:
     return None
 
 
+def refuse_gloo_capture(who: str, group, device) -> None:
+    """Raises UserError if the current stream is being captured and `group` would run a CUDA
+    collective over gloo (the tests with ranks sharing one GPU): gloo stages CUDA tensors through
+    host memory on its own threads, which a CUDA graph cannot record."""
+    if device.type != "cuda" or group is None or not torch.cuda.is_current_stream_capturing():
+        return
+    import torch.distributed as dist
+
+    if dist.get_backend(group) == "gloo":
+        raise UserError(f"{who}: cannot be captured in a CUDA graph: its collective runs over gloo (ranks "
+                        f"sharing a GPU), which copies through host memory outside the stream; capture "
+                        f"with an NCCL group, or a context whose chunks use the copy engine or SM copy "
+                        f"(mode='fused' or mode='sequential')")
+
+
 def barrier(group, device):
     import torch.distributed as dist
 
