@@ -9,7 +9,8 @@ experts' ranks with the up projection (dispatch_gemm), applies SwiGLU, and bring
 projection's rows back weighted (combine_gemm). The reference runs every expert on every token of
 this rank in float64 with the full weights (no collective). `--routing skewed` sends most tokens
 to one expert and none to another, the cases a fused kernel's capacity and empty experts must
-handle. Without torchrun it runs as one rank; `--device cpu` works anywhere (gloo across ranks).
+handle. Without torchrun it runs as one rank; under torchrun NCCL with one GPU per rank, gloo when
+ranks share GPUs (correctness only) or with `--device cpu`.
 """
 
 from __future__ import annotations
@@ -115,18 +116,34 @@ def parse_args(argv=None):
     return p.parse_args(argv)
 
 
+def setup(args):
+    """(rank, world, device, group): one rank without torchrun; under torchrun NCCL with one GPU
+    per rank, gloo when ranks share GPUs (a correctness mode) or on the CPU."""
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    if args.device == "cpu":
+        device = torch.device("cpu")
+    elif "RANK" in os.environ:
+        device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")) % torch.cuda.device_count())
+        torch.cuda.set_device(device)
+    else:
+        device = torch.device("cuda", torch.cuda.current_device())
+    if world == 1 or "RANK" not in os.environ:
+        return 0, 1, device, None
+    import torch.distributed as dist
+
+    shared = device.type == "cuda" and world > torch.cuda.device_count()
+    backend = "gloo" if device.type == "cpu" or shared else "nccl"
+    if backend == "nccl":
+        dist.init_process_group("nccl", device_id=device)
+    else:
+        dist.init_process_group("gloo")
+    return dist.get_rank(), dist.get_world_size(), device, dist.group.WORLD
+
+
 def main(argv=None) -> int:
     args = parse_args(argv)
     cfg = SIZES[args.size]
-    world, rank, group = int(os.environ.get("WORLD_SIZE", "1")), 0, None
-    if args.device == "cuda":
-        torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
-    device = torch.device(args.device, torch.cuda.current_device()) if args.device == "cuda" else torch.device("cpu")
-    if world > 1:
-        import torch.distributed as dist
-
-        dist.init_process_group("nccl" if args.device == "cuda" else "gloo")
-        rank, group = dist.get_rank(), dist.group.WORLD
+    rank, world, device, group = setup(args)
     report = run_layer(cfg, args, rank, world, group, device)
     if rank == 0:
         for s in report["steps"]:
@@ -134,7 +151,7 @@ def main(argv=None) -> int:
         ok = report["worst"] <= TOLERANCE
         print(f"{'PASS' if ok else 'FAIL'} world={world} size={args.size} routing={args.routing}: worst relative "
               f"error {report['worst']:.2e} (tolerance {TOLERANCE:.0e})")
-    if world > 1:
+    if group is not None:
         import torch.distributed as dist
 
         dist.destroy_process_group()
