@@ -160,11 +160,12 @@ NB_MODULE(_runtime, m) {
   nb::class_<SymmetricHeap>(m, "SymmetricHeap")
       .def(nb::init<int, int, int, std::size_t>(), "rank"_a, "world"_a, "device"_a, "bytes"_a)
       .def("export_handle", [](const SymmetricHeap& h) { return from_bytes(h.export_handle()); })
-      .def("open_peers", [](SymmetricHeap& h, const std::vector<nb::bytes>& handles) {
+      .def("open_peers", [](SymmetricHeap& h, const std::vector<nb::bytes>& handles, const std::vector<int>& nodes) {
              std::vector<std::vector<std::uint8_t>> raw;
              for (const auto& b : handles) raw.push_back(to_bytes(b));
-             h.open_peers(raw);
-           }, "handles"_a)
+             h.open_peers(raw, nodes);
+           }, "handles"_a, "nodes"_a = std::vector<int>{},
+           "Maps the peers of this rank's node (`nodes`: node id per rank; empty: every peer).")
       .def_static("connect_local", &SymmetricHeap::connect_local, "heaps"_a)
       .def("base", [](const SymmetricHeap& h, int r) { return reinterpret_cast<std::uintptr_t>(h.base(r)); },
            "rank"_a)

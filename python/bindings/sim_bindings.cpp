@@ -198,6 +198,7 @@ void bind_tune(nb::module_& m) {
       .def_ro("sequential_us", &sim::Candidate::sequential_us)
       .def_ro("comm_alone_us", &sim::Candidate::comm_alone_us)
       .def_ro("gemm_alone_us", &sim::Candidate::gemm_alone_us)
+      .def_ro("hierarchical", &sim::Candidate::hierarchical)
       .def("__repr__", [](const sim::Candidate& c) {
         return "Candidate(" + enum_str(c.algorithm) + ", split=" + std::to_string(c.split) + ", " +
                enum_str(c.backend) + ", " + enum_str(c.order) + ", fused_us=" + std::to_string(c.fused_us) + ")";
@@ -217,7 +218,7 @@ void bind_tune(nb::module_& m) {
       [](std::string_view collective, const sim::GemmShape& gemm, int world_size, const sim::Calibration& calib,
          std::string_view dtype, std::optional<std::vector<std::string>> algorithms,
          std::optional<std::vector<int>> splits, std::optional<std::vector<std::string>> backends,
-         std::optional<std::vector<std::string>> orders, double min_gain) {
+         std::optional<std::vector<std::string>> orders, double min_gain, std::optional<std::vector<int>> nodes) {
         sim::TuneRequest request;
         request.collective = enum_arg<plan::Collective>(collective, "collective");
         request.gemm = gemm;
@@ -228,13 +229,15 @@ void bind_tune(nb::module_& m) {
         if (backends) request.backends = enum_list<plan::Backend>(*backends, "backends");
         if (orders) request.orders = enum_list<schedule::OrderKind>(*orders, "orders");
         request.min_gain = min_gain;
+        if (nodes) request.nodes = std::move(*nodes);
         return sim::tune(request, calib);
       },
       "collective"_a, "gemm"_a, "world_size"_a, "calib"_a, nb::kw_only(), "dtype"_a = "bf16",
       "algorithms"_a = nb::none(), "splits"_a = nb::none(), "backends"_a = nb::none(),
-      "orders"_a = nb::none(), "min_gain"_a = sim::kDefaultMinGain,
+      "orders"_a = nb::none(), "min_gain"_a = sim::kDefaultMinGain, "nodes"_a = nb::none(),
       "Simulates every algorithm x split x backend x order (or the lists given) and says whether "
-      "fused, kernel-level or sequential execution should run.");
+      "fused, kernel-level or sequential execution should run. `nodes` (one node id per rank, "
+      "several nodes) adds hierarchical and flat multi-node plans to the search.");
 }
 
 }  // namespace

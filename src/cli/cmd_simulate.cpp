@@ -17,6 +17,7 @@
 #include "text_files.hpp"
 #include "syncopate/common/error.hpp"
 #include "syncopate/plan/json.hpp"
+#include "syncopate/plan/templates.hpp"
 #include "syncopate/plan/verify.hpp"
 #include "syncopate/sim/autotune.hpp"
 #include "syncopate/sim/simulator.hpp"
@@ -118,6 +119,7 @@ struct TuneArgs {
   int world = 2;
   double min_gain = sim::kDefaultMinGain;
   int top = 10;
+  TopologyArgs topology;
 };
 
 void run_tune(const TuneArgs& a) {
@@ -129,28 +131,41 @@ void run_tune(const TuneArgs& a) {
   req.gemm = {g[0], g[1], g[2], t[0], t[1]};
   req.world_size = a.world;
   req.min_gain = a.min_gain;
+  req.nodes = topology_nodes(a.topology, a.world);
+  const int nodes = plan::node_count(req.nodes);
   const auto r = sim::tune(req, calib);
-  fmt::print("{} + GEMM {}x{}x{} per rank, tile {}x{}, world {}, calibration: {}\n\n", a.collective,
-             req.gemm.m, req.gemm.n, req.gemm.k, req.gemm.block_m, req.gemm.block_n, a.world, calib.device);
+  fmt::print("{} + GEMM {}x{}x{} per rank, tile {}x{}, world {}{}, calibration: {}\n", a.collective,
+             req.gemm.m, req.gemm.n, req.gemm.k, req.gemm.block_m, req.gemm.block_n, a.world,
+             nodes > 1 ? fmt::format(" on {} nodes of {}", nodes, a.world / nodes) : std::string(), calib.device);
+  if (nodes > 1)
+    fmt::print("network: {:.0f} GB/s and {:.0f} us per GPU NIC{}\n", calib.network.bandwidth_gbps,
+               calib.network.latency_us, calib.network.estimated ? " (estimated, not measured)" : "");
+  fmt::print("\n");
+  // Several nodes: which kind of plan (hierarchical: NCCL between nodes, the backend inside).
+  auto kind = [&](const sim::Candidate& c) {
+    return nodes > 1 ? std::string(c.hierarchical ? "hier " : "flat ") : std::string();
+  };
   const auto& b = r.best_fused;
   fmt::print("choice: {}: {}\n", sim::to_string(r.decision), r.reason);
-  fmt::print("best fused:      {} split {} {} {} order: {:.1f} us\n", plan::to_string(b.algorithm), b.split,
+  fmt::print("best fused:      {}{} split {} {} {} order: {:.1f} us\n", kind(b), plan::to_string(b.algorithm), b.split,
              plan::to_string(b.backend), schedule::to_string(b.order), b.fused_us);
   const auto& s = r.best_sequential;
-  fmt::print("best sequential: {} split {} {}: {:.1f} us (GEMM {:.1f} + communication {:.1f})\n",
+  fmt::print("best sequential: {}{} split {} {}: {:.1f} us (GEMM {:.1f} + communication {:.1f})\n", kind(s),
              plan::to_string(s.algorithm), s.split, plan::to_string(s.backend), s.sequential_us, s.gemm_alone_us,
              s.comm_alone_us);
   const auto& k = r.best_kernel_level;
   if (std::isfinite(k.kernel_level_us))
-    fmt::print("best kernel-level: {} split {} {}: {:.1f} us\n\n", plan::to_string(k.algorithm), k.split,
+    fmt::print("best kernel-level: {}{} split {} {}: {:.1f} us\n\n", kind(k), plan::to_string(k.algorithm), k.split,
                plan::to_string(k.backend), k.kernel_level_us);
   else
     fmt::print("best kernel-level: none (kernel-level mode runs on the NCCL backend only)\n\n");
-  fmt::print("  {:<8} {:>5} {:<12} {:<10} {:>11} {:>13} {:>11} {:>11}\n", "algo", "split", "backend", "order",
+  const int algo_width = nodes > 1 ? 13 : 8;  // "hier bidir"
+  fmt::print("  {:<{}} {:>5} {:<12} {:<10} {:>11} {:>13} {:>11} {:>11}\n", "algo", algo_width, "split", "backend", "order",
              "fused us", "kernel-lvl us", "seq us", "comm us");
   for (int i = 0; i < std::min<int>(a.top, static_cast<int>(r.candidates.size())); ++i) {
     const auto& c = r.candidates[i];
-    fmt::print("  {:<8} {:>5} {:<12} {:<10} {:>11.1f} {} {:>11.1f} {:>11.1f}\n", plan::to_string(c.algorithm),
+    fmt::print("  {:<{}} {:>5} {:<12} {:<10} {:>11.1f} {} {:>11.1f} {:>11.1f}\n",
+               kind(c) + std::string(plan::to_string(c.algorithm)), algo_width,
                c.split, plan::to_string(c.backend), schedule::to_string(c.order), c.fused_us,
                us_or_dash(c.kernel_level_us, 13), c.sequential_us, c.comm_alone_us);
   }
@@ -182,6 +197,7 @@ void register_simulate_commands(CLI::App& app) {
   tune_cmd->add_option("--world", ta->world, "World size")->required()->check(CLI::Range(1, 1024));
   tune_cmd->add_option("--calib", ta->calib, "Calibration JSON (default: calib/h200.json)");
   tune_cmd->add_option("--min-gain", ta->min_gain, "Fraction fused must gain over sequential")->capture_default_str()->check(CLI::Range(0.0, 1.0));
+  add_topology_options(*tune_cmd, ta->topology);
   tune_cmd->add_option("--top", ta->top, "Candidates to list")->capture_default_str()->check(CLI::Range(0, 1000));
   tune_cmd->callback([ta] { run_tune(*ta); });
 }

@@ -15,8 +15,10 @@ namespace syncopate::sim {
 namespace {
 
 plan::TemplateOptions template_for(const TuneRequest& req, plan::Algorithm algorithm, int split,
-                                   plan::Backend backend) {
+                                   plan::Backend backend, bool flat) {
   plan::TemplateOptions o;
+  o.nodes = req.nodes;
+  o.flat = flat;
   o.collective = req.collective;
   o.algorithm = algorithm;
   o.world_size = req.world_size;
@@ -33,6 +35,12 @@ plan::TemplateOptions template_for(const TuneRequest& req, plan::Algorithm algor
 }
 
 double gain(double fast, double slow) { return slow > 0 ? 1.0 - fast / slow : 0.0; }
+
+// One node: the flat plans only. Several: hierarchical first (ties go to it), then flat.
+std::vector<bool> flat_choices(const TuneRequest& req) {
+  if (plan::node_count(req.nodes) > 1) return {false, true};
+  return {false};
+}
 
 }  // namespace
 
@@ -52,15 +60,18 @@ TuneResult tune(const TuneRequest& req, const Calibration& calib) {
     throw UserError("tune: empty-search-space: every list of choices needs at least one entry");
   TuneResult result;
   const double gemm_alone = simulate_gemm_alone(req.gemm, req.world_size, calib).total_us;
+  const bool several_nodes = plan::node_count(req.nodes) > 1;
+  for (bool flat : flat_choices(req))
   for (auto algorithm : req.algorithms)
     for (int split : req.splits)
       for (auto backend : req.backends) {
         plan::CommPlan plan;
         try {
-          plan = plan::make_plan(template_for(req, algorithm, split, backend));
+          plan = plan::make_plan(template_for(req, algorithm, split, backend, flat));
         } catch (const UserError& e) {
-          result.skipped.push_back(fmt::format("{} split {} {}: {}", plan::to_string(algorithm), split,
-                                               plan::to_string(backend), e.what()));
+          result.skipped.push_back(fmt::format("{}{} split {} {}: {}",
+                                               several_nodes ? (flat ? "flat " : "hierarchical ") : "",
+                                               plan::to_string(algorithm), split, plan::to_string(backend), e.what()));
           continue;
         }
         FusedCall call = make_fused_call(plan, req.gemm, req.orders.front(), calib);
@@ -68,6 +79,7 @@ TuneResult tune(const TuneRequest& req, const Calibration& calib) {
         base.algorithm = algorithm;
         base.split = split;
         base.backend = backend;
+        base.hierarchical = several_nodes && !flat;
         base.gemm_alone_us = gemm_alone;
         base.comm_alone_us = simulate_comm_alone(plan, calib).total_us;
         base.sequential_us = simulate_sequential(call, calib).total_us;

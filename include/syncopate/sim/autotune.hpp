@@ -34,7 +34,10 @@ struct TuneRequest {
   std::vector<schedule::OrderKind> orders{schedule::OrderKind::arrival, schedule::OrderKind::row_major,
                                           schedule::OrderKind::grouped};
   // Fused must beat the best sequential time by this fraction to be worth its complexity.
-  double min_gain = kDefaultMinGain;
+  double min_gain = kDefaultMinGain;  // Topology: the node of each rank (plan::CommPlan::nodes); empty = one node. With several
+  // nodes every (algorithm, split, backend) is tried as a hierarchical plan (inter-node NCCL,
+  // the backend inside each node), and as a flat plan where the template allows it (NCCL).
+  std::vector<int> nodes;
 };
 
 struct Candidate {
@@ -42,6 +45,7 @@ struct Candidate {
   int split = 1;
   plan::Backend backend = plan::Backend::copy_engine;
   schedule::OrderKind order = schedule::OrderKind::arrival;
+  bool hierarchical = false;  // several nodes: the hierarchical plan (false: flat)
   double fused_us = 0;
   double kernel_level_us = 0;
   double sequential_us = 0;

@@ -28,6 +28,7 @@ from syncopate.ops.common import (BACKENDS, CHECK_EACH_CALL, SM_COPY_BLOCKS, bar
                                   default_backend, forward_operands, group_rank_world, ranks_sharing_a_device,
                                   refuse_gloo_capture)
 from syncopate.ops.custom_ops import SUPPORTED_DTYPES
+from syncopate.ops.topology import check_single_node, group_nodes
 from syncopate.runtime import DEFAULT_WAIT_BOUND_NS, plan_dtype
 
 
@@ -45,7 +46,7 @@ class OpContext:
                  device: Optional[torch.device] = None, backend: str = "auto", algorithm: str = "auto",
                  split: Optional[int] = None, tile_order: str = "auto", mode: str = "auto",
                  b_layout: str = "kn", wait_bound_ns: int = DEFAULT_WAIT_BOUND_NS, drop_chunk: int = -1,
-                 graph: bool = True, plan=None):
+                 graph: bool = True, plan=None, nodes=None):
         who = type(self).__name__
         # Every argument is checked before any GPU work.
         check_dims(who, m=m, k=k, n=n)
@@ -54,6 +55,10 @@ class OpContext:
         if dtype not in SUPPORTED_DTYPES:
             raise UserError(f"{who}: dtype {dtype} is not supported; use one of {SUPPORTED_DTYPES}")
         group, rank, world = group_rank_world(group)
+        # nodes=: the group's topology (ops/topology.py: keyword, SYNCOPATE_NODES, torchrun's
+        # LOCAL_WORLD_SIZE); a group spanning nodes is refused by name for now.
+        self.nodes = group_nodes(group, nodes=nodes)
+        check_single_node(who, self.nodes)
         if m % world != 0:
             raise ShapeError(f"{who}: m={m} rows cannot be split into {world} equal shards (one per rank)")
         from syncopate.kernels.gemm import select_config
