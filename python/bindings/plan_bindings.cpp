@@ -125,6 +125,7 @@ void bind_comm_plan(nb::module_& m) {
       .def_ro("tensors", &CommPlan::tensors)
       .def_ro("ranks", &CommPlan::ranks)
       .def_ro("chunks", &CommPlan::chunks)
+      .def_ro("nodes", &CommPlan::nodes, "The node of each rank; [] when every rank is on one node.")
       .def_prop_ro("num_chunks", [](const CommPlan& p) { return p.chunks.size(); })
       .def(
           "chunk",
@@ -175,7 +176,8 @@ void bind_templates(nb::module_& m) {
       "make_plan",
       [](std::string_view collective, int world_size, std::vector<std::int64_t> shape,
          std::string_view algorithm, int split, std::string_view dtype, int dim,
-         std::string_view backend, std::string tensor, std::string output, std::string staging) {
+         std::string_view backend, std::string tensor, std::string output, std::string staging,
+         std::optional<std::vector<int>> nodes, bool flat) {
         plan::TemplateOptions options;
         options.collective = enum_arg<plan::Collective>(collective, "collective");
         options.algorithm = enum_arg<plan::Algorithm>(algorithm, "algorithm");
@@ -188,12 +190,16 @@ void bind_templates(nb::module_& m) {
         options.tensor = std::move(tensor);
         options.output = std::move(output);
         options.staging = std::move(staging);
+        if (nodes) options.nodes = std::move(*nodes);
+        options.flat = flat;
         return plan::make_plan(options);
       },
       "collective"_a, nb::kw_only(), "world_size"_a, "shape"_a, "algorithm"_a = "ring",
       "split"_a = 1, "dtype"_a = "bf16", "dim"_a = 0, "backend"_a = "copy-engine",
-      "tensor"_a = "x", "output"_a = "y", "staging"_a = "",
-      "Makes a template plan. `shape` is the full (gathered / reduced) tensor; raises "
+      "tensor"_a = "x", "output"_a = "y", "staging"_a = "", "nodes"_a = nb::none(), "flat"_a = false,
+      "Makes a template plan. `nodes` (one node id per rank) spanning several nodes makes a "
+      "hierarchical plan (NCCL between nodes, rail-aligned; `algorithm` and `backend` inside each "
+      "node; nodes of equal size) unless `flat` (then backend nccl). `shape` is the full (gathered / reduced) tensor; raises "
       "ShapeError when it cannot be split as asked. `staging` (reduce-scatter, direct only) "
       "names a staging tensor [world, ..., shape[dim] / world, ...]: each rank's partial is copied "
       "into its slot on the owner and the consumer adds the slots; `shape` then needs a unit dim 0.");

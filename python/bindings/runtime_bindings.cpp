@@ -24,6 +24,7 @@
 #include "syncopate/plan/json.hpp"
 #include "syncopate/runtime/executor.hpp"
 #include "syncopate/runtime/graph_launch.hpp"
+#include "syncopate/runtime/host_flag.hpp"
 #include "syncopate/runtime/occupancy.hpp"
 
 namespace nb = nanobind;
@@ -35,6 +36,7 @@ namespace {
 using runtime::NcclComm;
 using runtime::RankExecutor;
 using runtime::SymmetricHeap;
+using runtime::HostFlag;
 using runtime::WaitMonitor;
 
 
@@ -158,11 +160,12 @@ NB_MODULE(_runtime, m) {
   nb::class_<SymmetricHeap>(m, "SymmetricHeap")
       .def(nb::init<int, int, int, std::size_t>(), "rank"_a, "world"_a, "device"_a, "bytes"_a)
       .def("export_handle", [](const SymmetricHeap& h) { return from_bytes(h.export_handle()); })
-      .def("open_peers", [](SymmetricHeap& h, const std::vector<nb::bytes>& handles) {
+      .def("open_peers", [](SymmetricHeap& h, const std::vector<nb::bytes>& handles, const std::vector<int>& nodes) {
              std::vector<std::vector<std::uint8_t>> raw;
              for (const auto& b : handles) raw.push_back(to_bytes(b));
-             h.open_peers(raw);
-           }, "handles"_a)
+             h.open_peers(raw, nodes);
+           }, "handles"_a, "nodes"_a = std::vector<int>{},
+           "Maps the peers of this rank's node (`nodes`: node id per rank; empty: every peer).")
       .def_static("connect_local", &SymmetricHeap::connect_local, "heaps"_a)
       .def("base", [](const SymmetricHeap& h, int r) { return reinterpret_cast<std::uintptr_t>(h.base(r)); },
            "rank"_a)
@@ -179,6 +182,16 @@ NB_MODULE(_runtime, m) {
       .def("check", &WaitMonitor::check, "Raises WaitTimeoutError if a runtime wait timed out.")
       .def("clear", &WaitMonitor::clear)
       .def_prop_ro("timed_out", [](const WaitMonitor& w) { return w.snapshot().flag != 0; });
+
+  nb::class_<HostFlag>(m, "HostFlag")
+      .def(nb::init<>())
+      .def("enqueue_copy",
+           [](HostFlag& f, std::uintptr_t device_word, std::uintptr_t stream) {
+             f.enqueue_copy(reinterpret_cast<const void*>(device_word), as_stream(stream));
+           },
+           "device_word"_a, "stream"_a, "Enqueues the copy of an 8-byte device word into the flag")
+      .def_prop_ro("value", &HostFlag::value)
+      .def("clear", &HostFlag::clear);
 
   m.def("nccl_unique_id", [] { return from_bytes(NcclComm::unique_id()); });
   m.def("launch_graph", [](std::uintptr_t graph_exec, std::uintptr_t stream) {

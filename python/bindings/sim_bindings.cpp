@@ -202,6 +202,7 @@ void bind_tune(nb::module_& m) {
       .def_ro("floor_us", &sim::Candidate::floor_us)
       .def_prop_ro("reduce", [](const sim::Candidate& c) { return c.staged ? "epilogue" : "chunks"; },
                    "\"epilogue\": the staged plan (reduction in the fused GEMM's epilogue); else \"chunks\".")
+      .def_ro("hierarchical", &sim::Candidate::hierarchical)
       .def("__repr__", [](const sim::Candidate& c) {
         return "Candidate(" + enum_str(c.algorithm) + ", split=" + std::to_string(c.split) + ", " +
                enum_str(c.backend) + ", " + enum_str(c.order) + (c.staged ? ", epilogue" : "") +
@@ -224,7 +225,7 @@ void bind_tune(nb::module_& m) {
          std::string_view dtype, std::optional<std::vector<std::string>> algorithms,
          std::optional<std::vector<int>> splits, std::optional<std::vector<std::string>> backends,
          std::optional<std::vector<std::string>> orders, double min_gain, double min_saving_us,
-         std::string_view reduce, bool kernel_level, std::string_view mode) {
+         std::string_view reduce, bool kernel_level, std::string_view mode, std::optional<std::vector<int>> nodes) {
         sim::TuneRequest request;
         request.collective = enum_arg<plan::Collective>(collective, "collective");
         request.gemm = gemm;
@@ -248,17 +249,19 @@ void bind_tune(nb::module_& m) {
             throw UserError("argument 'mode': unknown mode '" + std::string(mode) +
                             "'; expected one of: auto, fused, kernel-level, sequential");
         }
+        if (nodes) request.nodes = std::move(*nodes);
         return sim::tune(request, calib);
       },
       "collective"_a, "gemm"_a, "world_size"_a, "calib"_a, nb::kw_only(), "dtype"_a = "bf16",
       "algorithms"_a = nb::none(), "splits"_a = nb::none(), "backends"_a = nb::none(),
       "orders"_a = nb::none(), "min_gain"_a = sim::kDefaultMinGain, "min_saving_us"_a = sim::kDefaultMinSavingUs,
-      "reduce"_a = "chunks", "kernel_level"_a = true, "mode"_a = "auto",
+      "reduce"_a = "chunks", "kernel_level"_a = true, "mode"_a = "auto", "nodes"_a = nb::none(),
       "Simulates every algorithm x split x backend x order (or the lists given; for reduce-scatter "
       "and all-reduce with reduce=\"epilogue\" or \"auto\" also the staged plans) and decides whether "
       "fused, kernel-level (unless kernel_level=False) or sequential execution runs: the one "
       "decision `syncopate tune` and the op contexts' mode=\"auto\" show. mode=\"fused\" / "
-      "\"sequential\" / \"kernel-level\": no decision, the best candidate of that mode.");
+      "\"sequential\" / \"kernel-level\": no decision, the best candidate of that mode. `nodes` (one "
+      "node id per rank, several nodes) adds hierarchical and flat multi-node plans to the search.");
 
   m.def(
       "reserved_sms",

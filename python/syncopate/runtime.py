@@ -81,8 +81,9 @@ def _is_distributed(group) -> bool:
     return group is not None and dist.is_available() and dist.is_initialized()
 
 
-def open_heap(nbytes: int, group=None, device: Optional[torch.device] = None):
-    """This rank's symmetric heap of `nbytes`, every peer mapped. Collective over `group`."""
+def open_heap(nbytes: int, group=None, device: Optional[torch.device] = None, nodes: Sequence[int] = ()):
+    """This rank's symmetric heap of `nbytes`, every peer of its node mapped (`nodes`: the node
+    of each rank, as CommPlan.nodes; empty: one node). Collective over `group`."""
     rt = require_runtime()
     device = torch.device(device) if device is not None else torch.device("cuda", torch.cuda.current_device())
     if _is_distributed(group):
@@ -97,7 +98,7 @@ def open_heap(nbytes: int, group=None, device: Optional[torch.device] = None):
 
         handles = [None] * world
         dist.all_gather_object(handles, heap.export_handle(), group=group)
-        heap.open_peers(handles)
+        heap.open_peers(handles, [int(n) for n in nodes])
     else:
         heap.connect_local([heap])
     return heap
@@ -142,7 +143,7 @@ class PlanWorkspace:
         self.prepared = rt.prepare_plan(plan_to_json(plan), int(grid[0]), int(grid[1]), int(grid[2]),
                                         int(grid[3]), [tuple(a) for a in accesses])
         self.extra_offset = (int(self.prepared.heap_bytes) + 255) // 256 * 256
-        self.heap = open_heap(self.extra_offset + int(extra_bytes), group, self.device)
+        self.heap = open_heap(self.extra_offset + int(extra_bytes), group, self.device, nodes=plan.nodes)
         self.rank = self.heap.rank
         self.world = self.heap.world
         if self.world != plan.world_size:
@@ -212,6 +213,11 @@ class PlanWorkspace:
     def end(self, stream=None) -> None:
         """Joins the side streams, then raises the exit counter."""
         self.executor.end(self._stream(stream))
+
+    def timed_out(self) -> bool:
+        """Whether a runtime wait has timed out so far, read without synchronizing (the record is
+        mapped host memory); check() then names it."""
+        return bool(self.monitor.timed_out)
 
     def check(self, synchronize: bool = True) -> None:
         """Raises WaitTimeoutError (rank, slot, expected, seen, chunk) if a runtime wait timed out."""

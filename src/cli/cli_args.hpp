@@ -33,4 +33,14 @@ CLI::Validator enum_validator() {
       plan::enum_choices<E>());
 }
 
+// The topology options of `plan` and `tune`: --nodes N (N nodes of world / N consecutive
+// ranks, torchrun's numbering) or --gpus-per-node G (world / G nodes of G); both may be given
+// if they agree. Neither: {} (one node). Throws UserError naming the options otherwise.
+struct TopologyArgs {
+  int nodes = 0;
+  int gpus_per_node = 0;
+};
+void add_topology_options(CLI::App& command, TopologyArgs& args);
+std::vector<int> topology_nodes(const TopologyArgs& args, int world_size);
+
 }  // namespace syncopate::cli

@@ -35,6 +35,8 @@ struct PlanArgs {
   std::string staging;  // non-empty: a staged reduce-scatter / all-reduce into this tensor
   std::string tensor = TemplateOptions{}.tensor, output_tensor = TemplateOptions{}.output;
   int world = 0, split = 1, dim = 0;
+  TopologyArgs topology;
+  bool flat = false;
 };
 
 void run_plan(const PlanArgs& a) {
@@ -50,6 +52,8 @@ void run_plan(const PlanArgs& a) {
   o.staging = a.staging;
   o.tensor = a.tensor;
   o.output = a.output_tensor;
+  o.nodes = topology_nodes(a.topology, a.world);
+  o.flat = a.flat;
   const CommPlan plan = make_plan(o);
   if (a.output.empty() || a.output == "-") fmt::print("{}", plan_to_json(plan));
   else save_plan(plan, a.output);
@@ -167,6 +171,10 @@ void register_plan_commands(CLI::App& app) {
       ->capture_default_str();
   plan->add_option("--output-tensor", plan_args->output_tensor, "Name of an all-to-all's output tensor")
       ->capture_default_str();
+  add_topology_options(*plan, plan_args->topology);
+  plan->add_flag("--flat", plan_args->flat,
+                 "With several nodes: one flat plan over all ranks (needs --backend nccl) instead of the "
+                 "hierarchical one (NCCL between nodes, --algo and --backend inside each)");
   plan->add_option("-o,--output", plan_args->output, "Output file (default: stdout)");
   plan->callback([plan_args] { run_plan(*plan_args); });
 

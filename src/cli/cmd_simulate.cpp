@@ -17,6 +17,7 @@
 #include "text_files.hpp"
 #include "syncopate/common/error.hpp"
 #include "syncopate/plan/json.hpp"
+#include "syncopate/plan/templates.hpp"
 #include "syncopate/plan/verify.hpp"
 #include "syncopate/sim/autotune.hpp"
 #include "syncopate/sim/simulator.hpp"
@@ -121,6 +122,7 @@ struct TuneArgs {
   std::string reduce = "chunks", mode = "auto";
   bool no_kernel_level = false;
   int top = 10;
+  TopologyArgs topology;
 };
 
 std::string_view reduction(const sim::Candidate& c) { return c.staged ? "epilogue" : "chunks"; }
@@ -138,34 +140,48 @@ void run_tune(const TuneArgs& a) {
   req.reduce = *sim::parse_reduce_mode(a.reduce);
   req.kernel_level = !a.no_kernel_level;
   if (a.mode != "auto") req.mode = sim::parse_decision(a.mode);
+  req.nodes = topology_nodes(a.topology, a.world);
+  const int nodes = plan::node_count(req.nodes);
   const auto r = sim::tune(req, calib);
-  fmt::print("{} + GEMM {}x{}x{} per rank, tile {}x{}, world {}, calibration: {}\n\n", a.collective,
-             req.gemm.m, req.gemm.n, req.gemm.k, req.gemm.block_m, req.gemm.block_n, a.world, calib.device);
+  fmt::print("{} + GEMM {}x{}x{} per rank, tile {}x{}, world {}{}, calibration: {}\n", a.collective,
+             req.gemm.m, req.gemm.n, req.gemm.k, req.gemm.block_m, req.gemm.block_n, a.world,
+             nodes > 1 ? fmt::format(" on {} nodes of {}", nodes, a.world / nodes) : std::string(), calib.device);
+  if (nodes > 1)
+    fmt::print("network: {:.0f} GB/s and {:.0f} us per GPU NIC{}\n", calib.network.bandwidth_gbps,
+               calib.network.latency_us, calib.network.estimated ? " (estimated, not measured)" : "");
+  fmt::print("\n");
+  // Several nodes: which kind of plan (hierarchical: NCCL between nodes, the backend inside).
+  auto kind = [&](const sim::Candidate& c) {
+    return nodes > 1 ? std::string(c.hierarchical ? "hier " : "flat ") : std::string();
+  };
   const auto& b = r.best_fused;
   fmt::print("choice: {}: {}\n", sim::to_string(r.decision), r.reason);
   // One line a script can read: what runs (the op contexts' choice with --no-kernel-level).
   const auto& c = r.chosen;
-  fmt::print("runs: {} {} split {} {} {} reduce {}\n", sim::to_string(r.decision), plan::to_string(c.algorithm),
-             c.split, plan::to_string(c.backend), schedule::to_string(c.order), reduction(c));
-  fmt::print("best fused:      {} split {} {} {} order, reduce {}: {:.1f} us\n", plan::to_string(b.algorithm),
+  fmt::print("runs: {} {}{} split {} {} {} reduce {}\n", sim::to_string(r.decision), kind(c),
+             plan::to_string(c.algorithm), c.split, plan::to_string(c.backend), schedule::to_string(c.order),
+             reduction(c));
+  fmt::print("best fused:      {}{} split {} {} {} order, reduce {}: {:.1f} us\n", kind(b), plan::to_string(b.algorithm),
              b.split, plan::to_string(b.backend), schedule::to_string(b.order), reduction(b), b.fused_us);
   const auto& s = r.best_sequential;
-  fmt::print("best sequential: {} split {} {}: {:.1f} us (GEMM {:.1f} + communication {:.1f})\n",
+  fmt::print("best sequential: {}{} split {} {}: {:.1f} us (GEMM {:.1f} + communication {:.1f})\n", kind(s),
              plan::to_string(s.algorithm), s.split, plan::to_string(s.backend), s.sequential_us, s.gemm_alone_us,
              s.comm_alone_us);
   const auto& k = r.best_kernel_level;
   if (std::isfinite(k.kernel_level_us))
-    fmt::print("best kernel-level: {} split {} {}: {:.1f} us\n\n", plan::to_string(k.algorithm), k.split,
+    fmt::print("best kernel-level: {}{} split {} {}: {:.1f} us\n\n", kind(k), plan::to_string(k.algorithm), k.split,
                plan::to_string(k.backend), k.kernel_level_us);
   else
     fmt::print("best kernel-level: none (kernel-level mode runs on the NCCL backend only)\n\n");
-  fmt::print("  {:<8} {:>5} {:<12} {:<10} {:<8} {:>11} {:>13} {:>11} {:>11}\n", "algo", "split", "backend",
+  const int algo_width = nodes > 1 ? 13 : 8;  // "hier bidir"
+  fmt::print("  {:<{}} {:>5} {:<12} {:<10} {:<8} {:>11} {:>13} {:>11} {:>11}\n", "algo", algo_width, "split", "backend",
              "order", "reduce", "fused us", "kernel-lvl us", "seq us", "comm us");
   for (int i = 0; i < std::min<int>(a.top, static_cast<int>(r.candidates.size())); ++i) {
     const auto& e = r.candidates[i];
-    fmt::print("  {:<8} {:>5} {:<12} {:<10} {:<8} {:>11.1f} {} {:>11.1f} {:>11.1f}\n", plan::to_string(e.algorithm),
-               e.split, plan::to_string(e.backend), schedule::to_string(e.order), reduction(e), e.fused_us,
-               us_or_dash(e.kernel_level_us, 13), e.sequential_us, e.comm_alone_us);
+    fmt::print("  {:<{}} {:>5} {:<12} {:<10} {:<8} {:>11.1f} {} {:>11.1f} {:>11.1f}\n",
+               kind(e) + std::string(plan::to_string(e.algorithm)), algo_width, e.split, plan::to_string(e.backend),
+               schedule::to_string(e.order), reduction(e), e.fused_us, us_or_dash(e.kernel_level_us, 13),
+               e.sequential_us, e.comm_alone_us);
   }
   fmt::print("  ({} candidates simulated, {} refused by the templates)\n", r.candidates.size(), r.skipped.size());
 }
@@ -202,6 +218,7 @@ void register_simulate_commands(CLI::App& app) {
                      "Leave kernel-level overlap out, as the op contexts (AgGemm, GemmRs, GemmAr) do: they run fused or sequential");
   tune_cmd->add_option("--mode", ta->mode, "auto decides; fused / sequential / kernel-level: the best candidate of that mode")
       ->capture_default_str()->check(CLI::IsMember({"auto", "fused", "sequential", "kernel-level"}));
+  add_topology_options(*tune_cmd, ta->topology);
   tune_cmd->add_option("--top", ta->top, "Candidates to list")->capture_default_str()->check(CLI::Range(0, 1000));
   tune_cmd->callback([ta] { run_tune(*ta); });
 }

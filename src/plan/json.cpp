@@ -9,6 +9,7 @@
 #include <cerrno>
 #include <cstring>
 #include <fstream>
+#include <limits>
 #include <system_error>
 
 #include <fmt/core.h>
@@ -108,11 +109,19 @@ void check_version(ObjectReader& root) {
 }
 
 CommPlan read_plan(const JsonNode& root_node) {
-  ObjectReader root(root_node, "plan", {"version", "collective", "world_size", "tensors", "ranks", "chunks"});
+  ObjectReader root(root_node, "plan", {"version", "collective", "world_size", "nodes", "tensors", "ranks", "chunks"});
   check_version(root);
   CommPlan plan;
   plan.collective = read_collective(root.required("collective"));
   plan.world_size = root.required("world_size").as_int();
+  // Absent: all ranks on one node. Ranges (one entry per rank, ids >= 0) are the verifier's.
+  if (auto v = root.optional("nodes")) {
+    for (std::int64_t node : v->as_int64_list()) {
+      if (node < 0 || node > std::numeric_limits<int>::max())
+        v->fail("a list of node ids >= 0, one per rank");
+      plan.nodes.push_back(static_cast<int>(node));
+    }
+  }
   const JsonNode tensors = root.required("tensors");
   if (!tensors.value().is_object()) tensors.fail("an object mapping tensor names to {shape, dtype, layout}");
   for (const auto& item : tensors.value().items())
@@ -260,6 +269,8 @@ std::string plan_to_json(const CommPlan& plan, int indent) {
   out += fmt::format("{}\"version\":{}{},{}", pad, space, plan.version, newline);
   out += fmt::format("{}\"collective\":{}{},{}", pad, space, collective_json(plan.collective), newline);
   out += fmt::format("{}\"world_size\":{}{},{}", pad, space, plan.world_size, newline);
+  if (!plan.nodes.empty())
+    out += fmt::format("{}\"nodes\":{}[{}],{}", pad, space, fmt::join(plan.nodes, ","), newline);
   out += fmt::format("{}\"tensors\":{}{},{}", pad, space, tensors_json(plan.tensors), newline);
   append_list(out, pad, newline, "ranks", plan.ranks, rank_json);
   out += fmt::format(",{}", newline);

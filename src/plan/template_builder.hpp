@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -50,6 +51,12 @@ class PlanBuilder {
     int stream = 0;
     std::vector<int> deps;
     bool pull = false;  // a copy issued by dst (a reduce-add always is, except over NCCL)
+    // Set: this backend instead of the options' (hierarchical plans: NCCL between nodes).
+    std::optional<Backend> backend;
+    // Non-empty: the tensors read and written instead of the defaults (hierarchical
+    // all-to-all: the relay tensor).
+    std::string from;
+    std::string to;
   };
   // Adds one chunk of the collective's tensor (to the all-to-all output or the staging tensor
   // when `to_output`); returns its id.
@@ -63,6 +70,9 @@ class PlanBuilder {
     if (group_used_) ++group_;
     group_used_ = false;
   }
+
+  // Adds a scratch tensor to the plan (hierarchical all-to-all's relay).
+  void add_tensor(const std::string& name, const TensorSpec& spec);
 
   const TemplateOptions& options() const { return options_; }
   CommPlan take() { return std::move(plan_); }
@@ -97,6 +107,11 @@ std::vector<int> add_staged_reduce_scatter(PlanBuilder& builder, const PieceGeom
 // into `tensor`) to every other rank, each sub-chunk after the staging chunk that read the
 // partial it overwrites (`staged`, as returned above).
 void add_staged_all_gather(PlanBuilder& builder, const PieceGeometry& geometry, const std::vector<int>& staged);
+
+// Hierarchical plans (template_hier.cpp), for options whose topology has several nodes of
+// equal size: rail-aligned NCCL chunks between nodes, the options' algorithm and backend
+// inside each node. Every collective; staging is refused before.
+void add_hierarchical(PlanBuilder& builder, const PieceGeometry& geometry);
 
 // The staging tensor's shape: `shape` with dim 0 = world and `dim` = shape[dim] / world.
 std::vector<std::int64_t> staging_shape(const std::vector<std::int64_t>& shape, int dim, int world);

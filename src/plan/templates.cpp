@@ -2,6 +2,8 @@
 #include "syncopate/plan/templates.hpp"
 
 #include <algorithm>
+#include <map>
+#include <set>
 
 #include <fmt/core.h>
 #include <fmt/format.h>
@@ -16,9 +18,12 @@ constexpr int kMaxWorldSize = 1024;
 // A plan larger than this would take gigabytes; refuse it instead of exhausting memory.
 constexpr std::int64_t kMaxChunks = std::int64_t{1} << 24;
 
+bool hierarchical(const TemplateOptions& o) { return !o.flat && node_count(o.nodes) > 1; }
+
 int streams_for(const TemplateOptions& o) {
   if (!o.staging.empty()) return std::max(1, o.world_size - 1);  // one per peer offset
-  return o.algorithm == Algorithm::bidir ? 2 : 1;
+  const int intra = o.algorithm == Algorithm::bidir ? 2 : 1;
+  return hierarchical(o) ? intra + 1 : intra;  // + the inter-node NCCL stream
 }
 
 std::string shape_text(const std::vector<std::int64_t>& shape) { return fmt::format("{}", fmt::join(shape, "x")); }
@@ -49,6 +54,42 @@ void check_staging(const TemplateOptions& o) {
                                  o.staging, o.dim, size, o.world_size));
 }
 
+// The topology: one node id per rank; a flat plan across nodes only over NCCL; a hierarchical
+// one needs nodes of equal size (rail-aligned) and no staging.
+void check_topology(const TemplateOptions& o) {
+  if (o.nodes.empty()) return;
+  if (static_cast<int>(o.nodes.size()) != o.world_size)
+    throw ShapeError(fmt::format("nodes gives {} node ids for world size {}: give one per rank", o.nodes.size(),
+                                 o.world_size));
+  for (std::size_t r = 0; r < o.nodes.size(); ++r)
+    if (o.nodes[r] < 0) throw ShapeError(fmt::format("nodes: rank {} is on node {}, node ids are >= 0", r, o.nodes[r]));
+  if (node_count(o.nodes) == 1) return;
+  if (o.flat) {
+    if (o.backend != Backend::nccl)
+      throw ShapeError(fmt::format("a flat plan across {} nodes needs backend nccl: {} reaches only the GPUs of its "
+                                   "own node (or make the hierarchical plan)",
+                                   node_count(o.nodes), to_string(o.backend)));
+    return;
+  }
+  if (!o.staging.empty())
+    throw ShapeError(fmt::format("staging \"{}\": a staged plan across {} nodes is not hierarchical; make it flat "
+                                 "with backend nccl",
+                                 o.staging, node_count(o.nodes)));
+  std::map<int, int> size_of;
+  for (int node : o.nodes) ++size_of[node];
+  const auto [first_node, first_size] = *size_of.begin();
+  for (const auto& [node, size] : size_of)
+    if (size != first_size)
+      throw ShapeError(fmt::format("nodes of uneven size: node {} has {} ranks but node {} has {}; hierarchical plans "
+                                   "are rail-aligned (local rank i of each node talks to local rank i of the others), "
+                                   "so every node needs the same number of ranks: make a flat NCCL plan instead",
+                                   first_node, first_size, node, size));
+  if (o.collective == Collective::all_to_all && (o.output == o.tensor + "_relay"))
+    throw ShapeError(fmt::format("all-to-all output \"{}\" is the name of the hierarchical plan's relay tensor; "
+                                 "name it differently",
+                                 o.output));
+}
+
 void check_options(const TemplateOptions& o) {
   if (o.collective == Collective::custom)
     throw ShapeError("collective custom: no template makes custom plans; write the plan JSON by hand");
@@ -65,6 +106,7 @@ void check_options(const TemplateOptions& o) {
     throw ShapeError(fmt::format("dim {} is out of range for shape {} (a tensor of rank {})", o.dim,
                                  shape_text(o.shape), o.shape.size()));
   if (o.tensor.empty()) throw ShapeError("tensor name is empty");
+  check_topology(o);
   if (!o.staging.empty()) check_staging(o);  // before the generic size checks: its messages say more
 
   const std::int64_t size = o.shape[o.dim];
@@ -85,7 +127,8 @@ void check_options(const TemplateOptions& o) {
   }
 
   const std::int64_t per_phase = o.collective == Collective::all_to_all ? w * w * o.split : w * (w - 1) * o.split;
-  const std::int64_t chunks = o.collective == Collective::all_reduce ? 2 * per_phase : per_phase;
+  std::int64_t chunks = o.collective == Collective::all_reduce ? 2 * per_phase : per_phase;
+  if (hierarchical(o)) chunks *= 2;  // a bound: all-to-all relays blocks once more
   if (chunks > kMaxChunks)
     throw ShapeError(fmt::format("world size {} x split {} would make {} chunks, more than the limit of {}", w, o.split,
                                  chunks, kMaxChunks));
@@ -113,6 +156,7 @@ PlanBuilder::PlanBuilder(const TemplateOptions& options, int streams_per_rank) :
         TensorSpec{staging_shape(options.shape, options.dim, options.world_size), options.dtype, "row-major"};
   }
   plan_.collective.output = output_;
+  plan_.nodes = options.nodes;
   for (int r = 0; r < options.world_size; ++r)
     plan_.ranks.push_back(RankProgram{r, std::vector<std::vector<int>>(static_cast<std::size_t>(streams_per_rank))});
 }
@@ -120,13 +164,13 @@ PlanBuilder::PlanBuilder(const TemplateOptions& options, int streams_per_rank) :
 int PlanBuilder::add(Move move, bool to_output) {
   Chunk c;
   c.id = static_cast<int>(plan_.chunks.size());
-  c.tensor = options_.tensor;
+  c.tensor = move.from.empty() ? options_.tensor : std::move(move.from);
   c.box = std::move(move.box);
-  c.dst_tensor = to_output ? output_ : options_.tensor;
+  c.dst_tensor = !move.to.empty() ? std::move(move.to) : to_output ? output_ : options_.tensor;
   c.dst_box = std::move(move.dst_box);
   c.src = move.src;
   c.dst = move.dst;
-  c.backend = options_.backend;
+  c.backend = move.backend.value_or(options_.backend);
   c.op = move.op;
   c.stream = move.stream;
   c.deps = std::move(move.deps);
@@ -149,12 +193,33 @@ int PlanBuilder::add(Move move, bool to_output) {
   return plan_.chunks.back().id;
 }
 
+void PlanBuilder::add_tensor(const std::string& name, const TensorSpec& spec) { plan_.tensors[name] = spec; }
+
 }  // namespace detail
+
+int node_count(const std::vector<int>& nodes) {
+  if (nodes.empty()) return 1;
+  return static_cast<int>(std::set<int>(nodes.begin(), nodes.end()).size());
+}
+
+std::vector<int> consecutive_nodes(int world_size, int node_count) {
+  if (node_count < 1 || world_size < 1 || world_size % node_count != 0)
+    throw ShapeError(fmt::format("{} nodes cannot hold world size {} in equal parts (the world size must be a "
+                                 "multiple of the node count)",
+                                 node_count, world_size));
+  std::vector<int> nodes(static_cast<std::size_t>(world_size));
+  for (int r = 0; r < world_size; ++r) nodes[static_cast<std::size_t>(r)] = r / (world_size / node_count);
+  return nodes;
+}
 
 CommPlan make_plan(const TemplateOptions& options) {
   check_options(options);
   detail::PlanBuilder builder(options, streams_for(options));
   const detail::PieceGeometry geometry{options.shape, options.dim, options.world_size, options.split};
+  if (hierarchical(options)) {
+    detail::add_hierarchical(builder, geometry);
+    return builder.take();
+  }
   switch (options.collective) {
     case Collective::all_gather: detail::add_all_gather(builder, geometry, nullptr); break;
     case Collective::reduce_scatter:

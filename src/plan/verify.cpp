@@ -11,6 +11,8 @@
 //               (NCCL groups, verify_groups.cpp) group-out-of-range group-not-nccl
 //               group-local-chunk group-split-across-streams group-not-consecutive
 //               group-dep-inside-group groups-too-complex
+//               (topology, verify_topology.cpp) nodes-count node-id cross-node-chunk
+//               dep-off-node
 //  coverage     missing-shard wrong-data shard-delivered-twice own-shard-overwritten
 //               contribution-missing contribution-counted-twice coverage-too-complex
 //  ordering     forward-race write-race ordering-too-complex
@@ -61,6 +63,7 @@ VerifyReport verify(const CommPlan& plan) {
   ViolationSink sink(report.violations);
   check_well_formed(plan, sink);
   check_groups(plan, sink);
+  check_topology(plan, sink);
   // The later groups index tensors, ranks and chunks freely; they need a well-formed plan.
   if (sink.count() == 0) {
     const GraphFacts facts(plan);

@@ -77,6 +77,9 @@ std::vector<char> ordered_pairs(const GraphFacts& facts,
 void check_well_formed(const CommPlan& plan, ViolationSink& sink);
 // NCCL group rules (well-formed group too); safe on any plan (skips ids out of range).
 void check_groups(const CommPlan& plan, ViolationSink& sink);
+// Topology rules (well-formed group too, verify_topology.cpp): nodes per rank, no copy-engine
+// or SM-copy chunk between nodes. Safe on any plan.
+void check_topology(const CommPlan& plan, ViolationSink& sink);
 void check_coverage(const CommPlan& plan, const GraphFacts& facts, ViolationSink& sink);
 void check_ordering(const CommPlan& plan, const GraphFacts& facts, ViolationSink& sink);
 void check_deadlock(const CommPlan& plan, const GraphFacts& facts, ViolationSink& sink);

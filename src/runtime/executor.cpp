@@ -233,12 +233,18 @@ detail::ChunkMove RankExecutor::make_move(const ChunkStep& step) const {
   move.atomic_add = step.atomic_add;
   move.dtype = dst_spec.dtype;
   move.copies = box_copies(c.box, src_spec.shape, c.dst_box, dst_spec.shape, plan::dtype_size(src_spec.dtype));
-  move.src = tensor(c.src, c.tensor);
-  move.dst = tensor(c.dst, c.dst_tensor);
+  // Each half of an NCCL chunk touches only its own rank's heap: the peer may sit on another
+  // node, whose heap is not mapped here (SymmetricHeap::open_peers with nodes).
+  const bool reads = step.role != StepRole::nccl_recv;
+  const bool writes = step.role != StepRole::nccl_send;
   const std::int64_t staging = layout_.staging_offset_of_chunk[c.id];
-  if (staging >= 0) {
-    move.staging_at_src = heap_.base(c.src) + staging;
-    move.staging_at_dst = heap_.base(c.dst) + staging;
+  if (reads) {
+    move.src = tensor(c.src, c.tensor);
+    if (staging >= 0) move.staging_at_src = heap_.base(c.src) + staging;
+  }
+  if (writes) {
+    move.dst = tensor(c.dst, c.dst_tensor);
+    if (staging >= 0) move.staging_at_dst = heap_.base(c.dst) + staging;
   }
   if (step.landing_slot >= 0) {
     move.landing = signals(c.dst) + step.landing_slot;

@@ -29,13 +29,23 @@ ChunkStep make_step(const plan::CommPlan& plan, const std::vector<lower::SignalT
   ChunkStep step{c.id, role_of(c, rank), {}, -1, c.group};
   const bool reads_src = step.role != StepRole::nccl_recv;
   const bool writes_dst = step.role != StepRole::nccl_send;
-  if (reads_src) {
-    // Data the chunk forwards must have landed on the source first.
+  // Deps are waited for by reading their landing slots, on the node of the rank they land on.
+  // One node: the issuer waits for all of them (an NCCL chunk: the sender). An NCCL chunk
+  // between nodes: each half waits for the deps its own node can see (the verifier's
+  // dep-off-node rule makes that all of them), the receiver before posting its recv.
+  const int src_node = plan::node_of(plan, c.src);
+  auto wait_deps = [&](bool on_src_node) {
     for (int d : c.deps) {
       const auto& dep = plan.chunks.at(static_cast<std::size_t>(d));
+      if ((plan::node_of(plan, dep.dst) == src_node) != on_src_node) continue;
       const auto& t = tables[dep.dst];
       step.waits.push_back(slot_wait(t, WaitKind::landing, t.landing_slot_of_chunk.at(d)));
     }
+  };
+  if (step.role == StepRole::nccl_recv && plan::node_of(plan, c.dst) != src_node) wait_deps(false);
+  if (reads_src) {
+    // Data the chunk forwards must have landed on the source first.
+    wait_deps(true);
     const int ready = tables[c.src].ready_slot_of_chunk.at(c.id);
     if (ready >= 0) step.waits.push_back(slot_wait(tables[c.src], WaitKind::ready, ready));
     if (step.role == StepRole::pull)
@@ -138,6 +148,9 @@ RankSchedule make_rank_schedule(const plan::CommPlan& plan,
                                 rank, tables.size(), plan.world_size));
   if (rank < 0 || rank >= plan.world_size || rank >= static_cast<int>(plan.ranks.size()))
     throw UserError(fmt::format("rank {}: rank-out-of-range: world_size {}", rank, plan.world_size));
+  if (!plan.nodes.empty() && static_cast<int>(plan.nodes.size()) != plan.world_size)
+    throw UserError(fmt::format("rank {}: nodes-count: the plan names {} nodes for world_size {}", rank,
+                                plan.nodes.size(), plan.world_size));
   for (const auto& t : tables)
     if (t.landing_slot_of_chunk.size() != plan.chunks.size())
       throw UserError(fmt::format("rank {}: table-chunk-mismatch: table has {} chunks, plan {}",
@@ -145,8 +158,11 @@ RankSchedule make_rank_schedule(const plan::CommPlan& plan,
 
   RankSchedule schedule;
   schedule.rank = rank;
+  // Peers of other nodes are not waited for (their counters are out of reach); only NCCL
+  // reaches them, and a recv is posted by its receiver within its own call.
   for (int p = 0; p < plan.world_size; ++p)
-    if (p != rank) schedule.begin_waits.push_back({WaitKind::exit, p, kExitSlot, 1, -1, -1});
+    if (p != rank && plan::node_of(plan, p) == plan::node_of(plan, rank))
+      schedule.begin_waits.push_back({WaitKind::exit, p, kExitSlot, 1, -1, -1});
   const auto atomic = atomic_adds(plan);
   for (const auto& ids : plan.ranks[rank].streams) {
     auto& steps = schedule.streams.emplace_back();

@@ -68,14 +68,20 @@ std::vector<std::uint8_t> SymmetricHeap::export_handle() const {
   return out;
 }
 
-void SymmetricHeap::open_peers(const std::vector<std::vector<std::uint8_t>>& handles_by_rank) {
+void SymmetricHeap::open_peers(const std::vector<std::vector<std::uint8_t>>& handles_by_rank,
+                               const std::vector<int>& nodes) {
   if (static_cast<int>(handles_by_rank.size()) != world_)
     throw UserError(fmt::format("rank {}: symmetric heap: handle-count-mismatch: {} handles for world {}",
                                 rank_, handles_by_rank.size(), world_));
+  if (!nodes.empty() && static_cast<int>(nodes.size()) != world_)
+    throw UserError(fmt::format("rank {}: symmetric heap: nodes-count: {} node ids for world {}", rank_,
+                                nodes.size(), world_));
   if (connected_) throw UserError(fmt::format("rank {}: symmetric heap: already-connected", rank_));
+  nodes_ = nodes;
   DeviceGuard guard(device_);
   for (int r = 0; r < world_; ++r) {
     if (r == rank_) continue;
+    if (!nodes_.empty() && nodes_[r] != nodes_[rank_]) continue;  // another host: NCCL only
     const auto& bytes = handles_by_rank[r];
     if (bytes.size() != sizeof(cudaIpcMemHandle_t))
       throw UserError(fmt::format("rank {}: symmetric heap: bad-handle: handle of rank {} has {} bytes, "
@@ -131,6 +137,10 @@ std::byte* SymmetricHeap::base(int r) const {
   if (!connected_)
     throw UserError(fmt::format("rank {}: symmetric heap: not-connected: call open_peers() or "
                                 "connect_local() first", rank_));
+  if (!nodes_.empty() && nodes_[r] != nodes_[rank_])
+    throw UserError(fmt::format("rank {}: symmetric heap: peer-off-node: rank {} is on node {}, this rank on "
+                                "node {}; its heap is not mapped (only NCCL chunks reach other nodes)",
+                                rank_, r, nodes_[r], nodes_[rank_]));
   return bases_[r];
 }
 

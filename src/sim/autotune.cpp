@@ -18,8 +18,10 @@ namespace {
 constexpr double kInfinity = std::numeric_limits<double>::infinity();
 
 plan::TemplateOptions template_for(const TuneRequest& req, plan::Algorithm algorithm, int split,
-                                   plan::Backend backend) {
+                                   plan::Backend backend, bool flat) {
   plan::TemplateOptions o;
+  o.nodes = req.nodes;
+  o.flat = flat;
   o.collective = req.collective;
   o.algorithm = algorithm;
   o.world_size = req.world_size;
@@ -38,7 +40,8 @@ plan::TemplateOptions template_for(const TuneRequest& req, plan::Algorithm algor
 // The staged plan the op runs (python/syncopate/ops/staged_gemm.py, staged_plan): C [1, M, N]
 // as tensor "c" along dim 1, partials staged in "p"; direct only.
 plan::TemplateOptions staged_template_for(const TuneRequest& req, int split, plan::Backend backend) {
-  plan::TemplateOptions o = template_for(req, plan::Algorithm::direct, split, backend);
+  plan::TemplateOptions o = template_for(req, plan::Algorithm::direct, split, backend, /*flat=*/false);
+  o.nodes.clear();  // searched on one node only (tune)
   o.shape = {1, req.gemm.m, req.gemm.n};
   o.dim = 1;
   o.tensor = "c";
@@ -107,6 +110,12 @@ StagedSearch search_staged(const TuneRequest& req, const Calibration& calib, dou
 
 double percent(double saving, double of) { return of > 0 ? 100.0 * saving / of : 0.0; }
 
+// One node: the flat plans only. Several: hierarchical first (ties go to it), then flat.
+std::vector<bool> flat_choices(const TuneRequest& req) {
+  if (plan::node_count(req.nodes) > 1) return {false, true};
+  return {false};
+}
+
 }  // namespace
 
 std::string_view to_string(Decision decision) {
@@ -148,15 +157,18 @@ TuneResult tune(const TuneRequest& req, const Calibration& calib) {
     throw UserError(fmt::format("tune: min_saving_us: expected a number >= 0, got {}", req.min_saving_us));
   TuneResult result;
   const double gemm_alone = simulate_gemm_alone(req.gemm, req.world_size, calib).total_us;
+  const bool several_nodes = plan::node_count(req.nodes) > 1;
+  for (bool flat : flat_choices(req))
   for (auto algorithm : req.algorithms)
     for (int split : req.splits)
       for (auto backend : req.backends) {
         plan::CommPlan plan;
         try {
-          plan = plan::make_plan(template_for(req, algorithm, split, backend));
+          plan = plan::make_plan(template_for(req, algorithm, split, backend, flat));
         } catch (const UserError& e) {
-          result.skipped.push_back(fmt::format("{} split {} {}: {}", plan::to_string(algorithm), split,
-                                               plan::to_string(backend), e.what()));
+          result.skipped.push_back(fmt::format("{}{} split {} {}: {}",
+                                               several_nodes ? (flat ? "flat " : "hierarchical ") : "",
+                                               plan::to_string(algorithm), split, plan::to_string(backend), e.what()));
           continue;
         }
         FusedCall call = make_fused_call(plan, req.gemm, req.orders.front(), calib);
@@ -164,6 +176,7 @@ TuneResult tune(const TuneRequest& req, const Calibration& calib) {
         base.algorithm = algorithm;
         base.split = split;
         base.backend = backend;
+        base.hierarchical = several_nodes && !flat;
         base.gemm_alone_us = gemm_alone;
         base.comm_alone_us = simulate_comm_alone(plan, calib).total_us;
         base.floor_us = std::max(base.gemm_alone_us, base.comm_alone_us);
@@ -197,6 +210,12 @@ TuneResult tune(const TuneRequest& req, const Calibration& calib) {
   // GEMM+RS/AR: the staged plans join the fused candidates as asked.
   std::string staged_note;
   if (has_staged_plan(req.collective) && req.reduce != ReduceMode::chunks) {
+    // The staged templates are single-node, as are the ops that run them.
+    if (several_nodes && req.reduce == ReduceMode::epilogue)
+      throw UserError("tune: reduce='epilogue': several-nodes: the staged plans run on one node; use "
+                      "reduce='chunks' or 'auto'");
+  }
+  if (has_staged_plan(req.collective) && req.reduce != ReduceMode::chunks && !several_nodes) {
     auto staged = search_staged(req, calib, gemm_alone, result.skipped);
     const Candidate* best_staged = fastest(staged.candidates, &Candidate::fused_us, true);
     if (best_staged == nullptr && req.reduce == ReduceMode::epilogue) {

@@ -166,7 +166,7 @@ Calibration parse_calibration(std::string_view json_text, std::string_view sourc
   const Node root(doc, "", source);
   auto top = object(root, source,
                     {"version", "device", "sources", "gpu", "gemm", "overheads", "host", "kernel_level",
-                     "reduce_add", "backends", "links"});
+                     "reduce_add", "network", "backends", "links"});
   Calibration c;
   c.version = top.required("version").integer(1);
   if (c.version != kCalibrationVersion)
@@ -234,6 +234,15 @@ Calibration parse_calibration(std::string_view json_text, std::string_view sourc
     c.reduce_add.add_gbps = o.required("add_gbps").positive();
     c.reduce_add.add_under_compute_gbps = o.required("add_under_compute_gbps").positive();
   }
+  if (auto net = top.optional("network")) {
+    auto o = object(*net, source, {"bandwidth_gbps", "latency_us", "estimated"});
+    c.network.modelled = true;
+    c.network.bandwidth_gbps = o.required("bandwidth_gbps").positive();
+    c.network.latency_us = o.required("latency_us").non_negative();
+    const Node estimated = o.required("estimated");
+    if (!estimated.value().is_boolean()) estimated.fail("true (numbers not measured yet) or false");
+    c.network.estimated = estimated.value().get<bool>();
+  }
 
   const Node backends_node = top.required("backends");
   std::vector<std::string_view> names;
@@ -297,6 +306,9 @@ std::string calibration_to_json(const Calibration& c, int indent) {
   if (c.reduce_add.add_gbps > 0)
     doc["reduce_add"] = {{"add_gbps", c.reduce_add.add_gbps},
                          {"add_under_compute_gbps", c.reduce_add.add_under_compute_gbps}};
+  if (c.network.modelled)
+    doc["network"] = {{"bandwidth_gbps", c.network.bandwidth_gbps}, {"latency_us", c.network.latency_us},
+                      {"estimated", c.network.estimated}};
   for (const auto& [b, name] : plan::EnumTable<plan::Backend>::entries) {
     const auto& m = c.backend(b);
     doc["backends"][std::string(name)] = {

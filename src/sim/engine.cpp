@@ -191,7 +191,8 @@ class Engine {
       add_us = ch.bytes / (gbps * 1e3);  // GB/s -> bytes per microsecond
     }
     timeline_.chunks[c].add_us = add_us;
-    push(now_ + model.latency_us + add_us + model.signal_latency_us, EventKind::chunk_landed, c);
+    const double latency = ch.inter_node ? calib_.network.latency_us : model.latency_us;
+    push(now_ + latency + add_us + model.signal_latency_us, EventKind::chunk_landed, c);
     dispatch(lane_key(c));
   }
   void on_landed(int c) {
@@ -291,6 +292,7 @@ class Engine {
   // --- rates and time -------------------------------------------------------------------------
   void recompute_rates() {
     rates_dirty_ = false;
+    constexpr int kNic = -2;  // resource keys (src, kNic, kNic), (kNic, dst, kNic): NIC egress, ingress
     std::map<std::tuple<int, int, int>, int> link_index;
     std::vector<double> capacity;
     std::vector<std::vector<int>> uses(flows_.size());
@@ -306,6 +308,13 @@ class Engine {
       // flow on it, so one capacity per link).
       const bool busy = in_.compute_slowdown && ch.src != ch.dst &&
                         (ranks_.at(ch.src).kernel_running || ranks_.at(ch.dst).kernel_running);
+      if (ch.inter_node) {  // the GPUs' NICs: per GPU, each way (rail-aligned, one NIC per GPU)
+        const double nic = calib_.network.bandwidth_gbps;
+        uses[f].push_back(resource({ch.src, ch.dst, b}, nic));
+        uses[f].push_back(resource({ch.src, kNic, kNic}, nic));
+        uses[f].push_back(resource({kNic, ch.dst, kNic}, nic));
+        continue;
+      }
       const double link = busy ? calib_.link_bandwidth_under_compute_gbps(ch.src, ch.dst, ch.backend)
                                : calib_.link_bandwidth_gbps(ch.src, ch.dst, ch.backend);
       uses[f].push_back(resource({ch.src, ch.dst, b}, link));

@@ -11,7 +11,9 @@
 //  - A ready chunk waits for a free lane of its backend on its issuing GPU (concurrency), FIFO
 //    by ready time then id; then its bytes flow over its link, sharing bandwidth max-min fairly
 //    with every flow on the same (src, dst, backend) link, the source GPU's egress and the
-//    destination GPU's ingress; it lands latency + signal latency after its last byte.
+//    destination GPU's ingress; it lands latency + signal latency after its last byte. A chunk
+//    between nodes (`inter_node`) shares the source GPU's NIC egress and the destination's NIC
+//    ingress instead (calib.network, not slowed by compute) and pays the network's latency.
 //  - Each rank runs its kernels one after the other. Kernel k launches at
 //    max(end of kernel k-1, last arrival of its `waits` + sync) + launch. Its tiles go to
 //    `workers` SM workers in the kernel's order: statically (worker w takes positions w, w+W,
@@ -48,6 +50,7 @@ struct EngineChunk {
   double gate_delay_us = 0;                      // after the last gate tile or kernel finishes
   double not_before_us = 0;
   bool add_step = false;                         // a reduce-add added in place after its transfer
+  bool inter_node = false;                       // between nodes: over the network (calib.network)
 };
 
 struct EngineKernel {

@@ -37,6 +37,9 @@ std::vector<int> issuers(const plan::CommPlan& plan) {
 std::vector<EngineChunk> base_chunks(const plan::CommPlan& plan, const Calibration& calib) {
   const plan::DependencyGraph graph(plan);
   const auto issuer = issuers(plan);
+  if (!plan.nodes.empty() && static_cast<int>(plan.nodes.size()) != plan.world_size)
+    throw UserError(fmt::format("simulate: nodes-count: the plan names {} nodes for a world of {}", plan.nodes.size(),
+                                plan.world_size));
   std::vector<EngineChunk> out(plan.chunks.size());
   for (std::size_t c = 0; c < plan.chunks.size(); ++c) {
     const auto& ch = plan.chunks[c];
@@ -54,6 +57,11 @@ std::vector<EngineChunk> base_chunks(const plan::CommPlan& plan, const Calibrati
     e.bytes = static_cast<double>(ch.box.elements()) * plan::dtype_size(tensor->second.dtype);
     e.issuer = issuer[c];
     e.stream = ch.stream;
+    e.inter_node = plan::node_of(plan, ch.src) != plan::node_of(plan, ch.dst);
+    if (e.inter_node && !calib.network.modelled)
+      throw UserError(fmt::format("simulate: chunk {}: no-network-model: {} -> {} crosses nodes ({} -> {}) but the "
+                                  "calibration has no `network` section (per-GPU NIC bandwidth and latency)",
+                                  c, ch.src, ch.dst, plan::node_of(plan, ch.src), plan::node_of(plan, ch.dst)));
     const auto preds = graph.predecessors(static_cast<int>(c));
     e.after.assign(preds.begin(), preds.end());
     e.not_before_us = calib.launch_overhead_us;
@@ -149,6 +157,7 @@ Calibration shaped_calibration(const Calibration& calib, const KernelLevelShapin
   Calibration c = calib;
   // Each chunk is (part of) a collective call of its own: its fixed cost on the comm stream.
   for (auto& model : c.backends) model.latency_us += calib.kernel_level.chunk_latency_us;
+  if (c.network.modelled) c.network.latency_us += calib.kernel_level.chunk_latency_us;
   if (shaping.comm_sms < 0) return c;
   for (std::size_t b = 0; b < c.backends.size(); ++b) {
     auto& model = c.backends[b];

@@ -28,6 +28,7 @@
 #include "syncopate/common/error.hpp"
 #include "syncopate/lower/signal_table.hpp"
 #include "syncopate/plan/verify.hpp"
+#include "syncopate/runtime/host_flag.hpp"
 #include "syncopate/runtime/rank_schedule.hpp"
 
 namespace syncopate::gpu_test {
@@ -297,6 +298,42 @@ INSTANTIATE_TEST_SUITE_P(AllBackends, MissingChunk,
 // the landing wait on the caller's stream (issue(..., false)), only the executor's NCCL watchdog
 // can end it: after the bound it aborts rank 1's communicator, the streams drain, and
 // monitor.check() raises WaitTimeoutError for that chunk, with kind nccl and the peer as owner.
+// The ops end each call by copying the fused kernel's timeout flag into a HostFlag, eagerly or
+// inside a captured graph; the host reads it at the next call without synchronizing.
+TEST(HostFlagCopy, EagerAndCapturedCopiesReachTheHost) {
+  int64_t* word = nullptr;
+  ASSERT_EQ(cudaMalloc(reinterpret_cast<void**>(&word), sizeof(int64_t)), cudaSuccess);
+  cudaStream_t stream = nullptr;
+  ASSERT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
+  runtime::HostFlag flag;
+  EXPECT_EQ(flag.value(), 0);
+  const int64_t first = 7;
+  ASSERT_EQ(cudaMemcpyAsync(word, &first, sizeof first, cudaMemcpyHostToDevice, stream), cudaSuccess);
+  flag.enqueue_copy(word, stream);
+  ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+  EXPECT_EQ(flag.value(), 7);
+  flag.clear();
+  EXPECT_EQ(flag.value(), 0);
+
+  cudaGraph_t graph = nullptr;
+  cudaGraphExec_t exec = nullptr;
+  ASSERT_EQ(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), cudaSuccess);
+  flag.enqueue_copy(word, stream);
+  ASSERT_EQ(cudaStreamEndCapture(stream, &graph), cudaSuccess);
+  ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
+  EXPECT_EQ(flag.value(), 0);  // captured, not run
+  for (int64_t v : {int64_t{1}, int64_t{0}, int64_t{42}}) {
+    ASSERT_EQ(cudaMemcpy(word, &v, sizeof v, cudaMemcpyHostToDevice), cudaSuccess);
+    ASSERT_EQ(cudaGraphLaunch(exec, stream), cudaSuccess);
+    ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+    EXPECT_EQ(flag.value(), v) << "replay copying " << v;
+  }
+  cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(graph);
+  cudaStreamDestroy(stream);
+  cudaFree(word);
+}
+
 TEST(NcclBoundedWait, nccl_PeerThatNeverSendsIsAbortedAfterTheBound) {
   const int world = test_world();
   if (world < 2 || world > device_count()) GTEST_SKIP() << "nccl needs two ranks with one GPU each";

@@ -403,6 +403,9 @@ class FakeWorkspace:
     def check(self, synchronize=True):
         self.log.append(("check",))
 
+    def timed_out(self):
+        return False
+
 
 @pytest.fixture
 def cpu_runtime(monkeypatch):
@@ -441,6 +444,40 @@ def test_context_at_world_one_runs_the_fused_kernel_or_torch(cpu_runtime, cls, m
     with pytest.raises(UserError, match=r"b has layout"):
         other = "kn" if layout == "nk" else "nk"
         ctx(a, _b(k, n, other, gen))
+
+
+@pytest.mark.parametrize("where", ["kernel", "runtime"])
+def test_a_call_stays_asynchronous_and_a_later_call_raises_an_earlier_timeout(cpu_runtime, monkeypatch, where):
+    """check=False (the default) never synchronizes; a wait that timed out in one call (the
+    kernel's record, or the runtime's, both read without synchronizing) is raised by the next
+    call before it enqueues anything, naming the chunk, and the call after that runs again."""
+    m, k, n = 70, 40, 48
+    ctx = AgGemm(None, m=m, k=k, n=n, dtype=torch.float16, device="cpu", mode="fused", backend="copy-engine",
+                 algorithm="direct", split=1, tile_order="row-major")
+    gen = torch.Generator().manual_seed(4)
+    a, b = torch.randn(m // 1, k, generator=gen).half(), _b(k, n, "kn", gen)
+    ctx(a, b)
+    steps = [entry[0] for entry in ctx.ws.log]
+    assert steps.count("begin") == 1 and "check" not in steps  # no synchronization by default
+    slot = ctx.gemm.tables.wait_slots[0] if ctx.gemm.tables.wait_slots else 0
+    if where == "kernel":  # what a tile's bounded wait writes (language.py ERROR_FIELDS)
+        ctx.gemm.error[:6] = torch.tensor([1, 0, slot, 5, 0, 3])
+        expected = r"fused gemm_tma_kernel: rank 0: tile 3 waited on slot"
+    else:
+        monkeypatch.setattr(ctx.ws, "timed_out", lambda: True)
+
+        def runtime_check(synchronize=True):
+            monkeypatch.setattr(ctx.ws, "timed_out", lambda: False)  # check() reads and clears
+            raise WaitTimeoutError("rank 0: landing slot 2 (chunk 1) expected >= 5, seen 4")
+
+        monkeypatch.setattr(ctx.ws, "check", runtime_check)
+        expected = r"^rank 0: landing slot 2 \(chunk 1\)"
+    with pytest.raises(WaitTimeoutError, match=expected):
+        ctx(a, b)
+    assert [entry[0] for entry in ctx.ws.log].count("begin") == 1  # raised before enqueuing
+    assert not ctx.gemm.timed_out()  # reported once: the record was cleared
+    out = ctx(a, b)
+    assert torch.allclose(out.double(), a.double() @ b.double(), rtol=2e-2, atol=2e-2)
 
 
 def _log_kernel_launches(ctx):
@@ -558,3 +595,23 @@ def test_ag_gemm_hands_out_the_gathered_a_before_the_heap_can_be_reused(cpu_runt
     assert steps == ["begin", "publish", "fork", "kernel", "issue_chunks", "wait_landed", "end"], steps
     with pytest.raises(UserError, match=r"AgGemm: out must be a contiguous \[64, 40\]"):
         ctx(a, b, gathered_out=torch.empty(m, k + 1, dtype=torch.float16))
+
+
+def test_a_gloo_collective_inside_a_cuda_graph_capture_is_refused_by_name(single_rank_group, monkeypatch):
+    """Ranks sharing one GPU run the sequential path's collective and the backward's gathers
+    over gloo, which no CUDA graph can record: under capture the call says so (UserError), for
+    the op contexts' torch path and for the backward's collectives."""
+    from syncopate.ops import autograd
+    from syncopate.ops.common import refuse_gloo_capture
+
+    cuda = torch.device("cuda", 0)
+    monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: False)
+    refuse_gloo_capture("GemmRs", single_rank_group, cuda)  # not capturing: nothing to refuse
+    monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: True)
+    refuse_gloo_capture("GemmRs", None, cuda)  # one rank without a group: no collective
+    refuse_gloo_capture("GemmRs", single_rank_group, torch.device("cpu"))  # CPU tensors: no graph
+    with pytest.raises(UserError, match=r"^GemmRs: cannot be captured in a CUDA graph: .*over gloo"):
+        refuse_gloo_capture("GemmRs", single_rank_group, cuda)
+    fake = type("OnCuda", (), {"device": cuda, "shape": (2, 3)})()  # refused before any data is read
+    with pytest.raises(UserError, match=r"the backward's all-gather .*over gloo"):
+        autograd.gather_by_all_reduce(fake, 1, single_rank_group.group_name)

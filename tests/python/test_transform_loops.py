@@ -76,3 +76,19 @@ def test_sm100_warp_specialisation_of_a_transformed_consumer_is_refused_by_trito
     # it (docs/ANNOTATIONS.md, "Loop structure").
     assert not transformed["compiled"], transformed
     assert transformed["error"] in ("TritonGPUPartitionScheduling", "NVWSInsertAref"), transformed
+
+
+def test_the_ops_fused_config_leaves_warp_specialisation_where_it_compiles():
+    """What the two tests above found, as the ops apply it (ops/fused_gemm.py fused_config): on
+    sm_90 warp specialisation stays for 8-warp configs and goes for 4-warp ones; on sm_100 and
+    later it goes for every config."""
+    from syncopate.kernels.configs import CANDIDATES
+    from syncopate.ops.fused_gemm import fused_config
+
+    specialised = [c for c in CANDIDATES if c.warp_specialize]
+    assert specialised, "no candidate config asks for warp specialisation: nothing to check"
+    for config in specialised:
+        assert fused_config(config, (9, 0)).warp_specialize == (config.num_warps >= 8), config
+        assert fused_config(config).warp_specialize == (config.num_warps >= 8), config
+        assert not fused_config(config, (10, 0)).warp_specialize, config
+        assert not fused_config(config, (12, 0)).warp_specialize, config

@@ -80,9 +80,19 @@ struct CommPlan {
   std::map<std::string, TensorSpec> tensors;  // ordered: JSON output is deterministic
   std::vector<RankProgram> ranks;             // ranks[r].rank == r
   std::vector<Chunk> chunks;                  // chunks[i].id == i
+  // Topology: the node (host) of each rank, nodes[r] for rank r; empty means every rank on one
+  // node. Ranks of one node are NVLink peers (copy engine, SM copy, NCCL); ranks of different
+  // nodes reach each other only through NCCL (the verifier's cross-node-chunk rule).
+  std::vector<int> nodes;
 
   friend bool operator==(const CommPlan&, const CommPlan&) = default;
 };
+
+// The node of `rank` (0 when the plan names no topology).
+inline int node_of(const CommPlan& plan, int rank) {
+  if (plan.nodes.empty()) return 0;
+  return plan.nodes[static_cast<std::size_t>(rank)];
+}
 
 // Start and size of shard `index` when `size` is split into `parts` as evenly as possible
 // (the first size % parts shards get one more). Shared by templates, verifier and lowering.

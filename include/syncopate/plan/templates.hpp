@@ -37,7 +37,44 @@ struct TemplateOptions {
   // Non-empty: a staged reduce-scatter or all-reduce (see above) into a staging tensor of
   // this name.
   std::string staging;
+  // Topology: the node of each rank (CommPlan::nodes); empty = one node. With several nodes
+  // the plan is hierarchical (below) unless `flat` is set; a flat plan across nodes needs
+  // backend nccl (copy engine and SM copy reach only their own node).
+  std::vector<int> nodes;
+  bool flat = false;
 };
+
+// Hierarchical plans (several nodes, not flat). Every node must hold the same number G of
+// ranks (uneven nodes are refused with a ShapeError naming them: make a flat NCCL plan for
+// those). The local rank of a rank is its position among its node's ranks in rank order, and
+// its rail that local rank: between nodes only ranks of one rail talk (rail-aligned), always
+// over NCCL, on a stream of their own (the last: 1 for ring / direct, 2 for bidir), one-shot
+// (round p = 1 .. N-1: node n sends to node n+p and receives from node n-p), one NCCL group
+// per (round, sub-chunk). Inside a node, the options' algorithm and backend.
+//  all-gather      each rank first sends its shard to its rail peers over NCCL; then inside
+//                  every node each rank forwards the N shards of its rail (its own first, then
+//                  the one from node n-1, n-2, ...) to the other local ranks. Each sub-chunk
+//                  forwarded depends on exactly the NCCL chunk that landed it, so sub-chunk k
+//                  moves on inside the node while sub-chunk k+1 is still on the network.
+//  reduce-scatter  first inside each node: local rank l gathers the node's sum of every shard
+//                  of rail l (its own shard first); then over NCCL each rank adds the node sum
+//                  of shard j into j's owner on its rail, after the node sum of that sub-chunk
+//                  is complete on both sides.
+//  all-reduce      the reduce-scatter, then the all-gather, each piece leaving its owner once
+//                  every contribution has landed there.
+//  all-to-all      inside a node blocks go straight to their local peers; to another node a
+//                  block goes over NCCL to the destination's rail peer on the sender's rail,
+//                  into a relay tensor ("<tensor>_relay", the input's shape: on rank (m, l),
+//                  block b's place holds what rank b sends to local rank l' of node m, where b
+//                  is the rank of node n and local rank l'), then inside node m to local rank
+//                  l' (straight into the output when l' == l).
+// Returns the node count of `nodes` (1 when empty); the hierarchical layout rules of
+// make_plan apply when it is above 1 and `flat` is not set.
+int node_count(const std::vector<int>& nodes);
+
+// Ranks 0 .. world-1 on `node_count` nodes of world / node_count consecutive ranks each
+// (torchrun's numbering). Throws ShapeError when world is not a multiple of node_count.
+std::vector<int> consecutive_nodes(int world_size, int node_count);
 
 // Throws ShapeError (naming the option and value) when the shape cannot be split as asked,
 // e.g. a dimension of 3 into 4 ranks x 2 sub-chunks, or staging is asked of something else

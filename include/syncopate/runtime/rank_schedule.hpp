@@ -2,8 +2,9 @@
 //
 // The executor walks this list; keeping it plain data makes the protocol testable on the CPU.
 // Protocol of one call with epoch e (1, 2, ...; no reset between calls):
-//  begin   the rank waits until every peer's exit counter reached e - 1 (nobody still reads or
-//          writes buffers of the previous call), then the caller puts its inputs in place and
+//  begin   the rank waits until every peer of its node (CommPlan::nodes) has its exit counter
+//          at e - 1 (nobody still reads or writes buffers of the previous call; peers of other
+//          nodes are reached only by NCCL, whose recvs their receiver posts itself), then the caller puts its inputs in place and
 //          the rank sets its entry counter to e;
 //  issue   per plan stream, in order, each chunk step waits for its WaitRefs and then moves the
 //          chunk; the rank that completes the landing raises the chunk's landing slot. A step

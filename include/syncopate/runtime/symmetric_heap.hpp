@@ -1,4 +1,5 @@
-// The symmetric heap: one equal-size device buffer per rank, every peer's buffer mapped.
+// The symmetric heap: one equal-size device buffer per rank, every peer's buffer of its node
+// mapped.
 //
 // Two modes:
 //  - one process per GPU (torchrun): each process constructs its rank's heap, export_handle()
@@ -27,8 +28,13 @@ class SymmetricHeap {
   // CUDA IPC handle of this rank's buffer, as bytes to ship to the peers.
   std::vector<std::uint8_t> export_handle() const;
   // Maps every peer from its handle bytes (indexed by rank; this rank's entry is ignored).
+  // With `nodes` (the node of each rank, CommPlan::nodes; empty = one node) only the peers of
+  // this rank's node are mapped: CUDA IPC does not cross hosts, and a verified plan reaches
+  // other nodes only through NCCL, which sends from and receives into the local heap. Their
+  // handles are not read (any bytes will do) and base() refuses them by name.
   // Throws UserError on a wrong count or size, DeviceError when CUDA refuses.
-  void open_peers(const std::vector<std::vector<std::uint8_t>>& handles_by_rank);
+  void open_peers(const std::vector<std::vector<std::uint8_t>>& handles_by_rank,
+                  const std::vector<int>& nodes = {});
   // Same-process mode: heaps[r] is rank r's heap; enables peer access between their devices.
   static void connect_local(const std::vector<SymmetricHeap*>& heaps);
 
@@ -39,9 +45,9 @@ class SymmetricHeap {
   bool connected() const { return connected_; }
 
   // Base of rank r's buffer as this process addresses it. Throws UserError when r is out of
-  // range or peers are not mapped yet.
+  // range, on another node (not mapped), or peers are not mapped yet.
   std::byte* base(int r) const;
-  // Device array of `world` base pointers (valid once connected).
+  // Device array of `world` base pointers (valid once connected; null for other nodes' ranks).
   void* const* device_peer_bases() const { return device_bases_; }
 
  private:
@@ -55,6 +61,7 @@ class SymmetricHeap {
   std::byte* local_ = nullptr;
   std::vector<std::byte*> bases_;          // by rank
   std::vector<bool> opened_by_ipc_;        // by rank: close with cudaIpcCloseMemHandle
+  std::vector<int> nodes_;                 // by rank (empty: one node)
   void** device_bases_ = nullptr;
 };
 

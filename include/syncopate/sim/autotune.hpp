@@ -69,6 +69,10 @@ struct TuneRequest {
   // Given: no decision, the best candidate of that mode runs (the ops' mode="fused" /
   // "sequential"). Empty: decide.
   std::optional<Decision> mode;
+  // Topology: the node of each rank (plan::CommPlan::nodes); empty = one node. With several
+  // nodes every (algorithm, split, backend) is tried as a hierarchical plan (inter-node NCCL,
+  // the backend inside each node), and as a flat plan where the template allows it (NCCL).
+  std::vector<int> nodes;
 };
 
 struct Candidate {
@@ -76,6 +80,7 @@ struct Candidate {
   int split = 1;
   plan::Backend backend = plan::Backend::copy_engine;
   schedule::OrderKind order = schedule::OrderKind::arrival;
+  bool hierarchical = false;  // several nodes: the hierarchical plan (false: flat)
   double fused_us = 0;
   double kernel_level_us = 0;
   double sequential_us = 0;

@@ -105,6 +105,22 @@ struct KernelLevelModel {
   double carveout_slowdown = 1;
 };
 
+// The network between nodes (JSON `network`, optional): each GPU has its own NIC
+// (rail-aligned, e.g. one 400 Gb/s NDR InfiniBand port per GPU). A chunk between ranks of
+// different nodes (CommPlan::nodes; always NCCL) moves over it instead of NVLink: its bytes
+// share the source GPU's NIC egress and the destination GPU's NIC ingress (bandwidth_gbps
+// each way) and it lands latency_us (instead of the backend's latency) after its last byte,
+// plus the backend's signal latency. It uses NCCL's lanes (concurrency) like any NCCL chunk.
+// `estimated` (JSON, required in the section): true until the numbers are measured; the CLI
+// says so next to any prediction that uses them. Absent: a plan spanning nodes cannot be
+// simulated (UserError naming the section).
+struct NetworkModel {
+  bool modelled = false;
+  double bandwidth_gbps = 0;  // per GPU NIC, each way (GB/s; 400 Gb/s = 50 GB/s)
+  double latency_us = 0;      // per chunk, after its last byte
+  bool estimated = true;
+};
+
 // One (src, dst, backend) link whose bandwidth differs from the backend's default.
 struct LinkOverride {
   int src = 0;
@@ -145,6 +161,7 @@ struct Calibration {
   HostModel host;
   KernelLevelModel kernel_level;
   ReduceAddModel reduce_add;
+  NetworkModel network;
   std::array<BackendModel, 3> backends{};  // indexed by plan::Backend
   std::vector<LinkOverride> links;
 

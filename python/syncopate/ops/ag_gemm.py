@@ -25,8 +25,10 @@ from syncopate.ops.call_graphs import CallGraphs, capturing
 from syncopate.ops.choice import choose
 from syncopate.ops.common import (BACKENDS, CHECK_EACH_CALL, SM_COPY_BLOCKS, barrier, check_aligned,
                                   check_b_layout, check_dims, check_options, check_out, context_for,
-                                  default_backend, forward_operands, group_rank_world, ranks_sharing_a_device)
+                                  default_backend, forward_operands, group_rank_world, ranks_sharing_a_device,
+                                  refuse_gloo_capture)
 from syncopate.ops.custom_ops import SUPPORTED_DTYPES
+from syncopate.ops.topology import check_single_node, group_nodes
 from syncopate.runtime import DEFAULT_WAIT_BOUND_NS, plan_dtype
 
 
@@ -44,7 +46,7 @@ class OpContext:
                  device: Optional[torch.device] = None, backend: str = "auto", algorithm: str = "auto",
                  split: Optional[int] = None, tile_order: str = "auto", mode: str = "auto",
                  b_layout: str = "kn", wait_bound_ns: int = DEFAULT_WAIT_BOUND_NS, drop_chunk: int = -1,
-                 graph: bool = True, plan=None):
+                 graph: bool = True, plan=None, nodes=None):
         who = type(self).__name__
         # Every argument is checked before any GPU work.
         check_dims(who, m=m, k=k, n=n)
@@ -53,10 +55,14 @@ class OpContext:
         if dtype not in SUPPORTED_DTYPES:
             raise UserError(f"{who}: dtype {dtype} is not supported; use one of {SUPPORTED_DTYPES}")
         group, rank, world = group_rank_world(group)
+        # nodes=: the group's topology (ops/topology.py: keyword, SYNCOPATE_NODES, torchrun's
+        # LOCAL_WORLD_SIZE); a group spanning nodes is refused by name for now.
+        self.nodes = group_nodes(group, nodes=nodes)
+        check_single_node(who, self.nodes)
         if m % world != 0:
             raise ShapeError(f"{who}: m={m} rows cannot be split into {world} equal shards (one per rank)")
         from syncopate.kernels.gemm import select_config
-        from syncopate.ops.fused_gemm import fused_config
+        from syncopate.ops.fused_gemm import device_capability, fused_config
 
         self.device = default_device(device)
         self.m, self.k, self.n, self.dtype, self.rank, self.world = m, k, n, dtype, rank, world
@@ -66,7 +72,8 @@ class OpContext:
         self.wait_bound_ns = int(wait_bound_ns)
         # The GEMM's own per-shape configuration (no split-K: every tile is final when stored);
         # the simulator and the lowering use its real block shape.
-        self.config = fused_config(select_config(m, n, k, self.device, dtype, allow_split_k=False))
+        self.config = fused_config(select_config(m, n, k, self.device, dtype, allow_split_k=False),
+                                   device_capability(self.device))
         # plan=: a plan the user brought (ops/user_plan.py) runs instead of a template.
         self._user_plan = None
         if plan is not None:
@@ -130,10 +137,31 @@ class OpContext:
         return None
 
     def _run_call(self, key, enqueue, check: bool) -> None:
-        """One call's device work through the context's graphs (see CallGraphs.run); then, if
-        `check` and nothing is being captured, synchronize and raise a timed-out wait."""
-        self.graphs.run(key, enqueue)
+        """One call's device work through the context's graphs (see CallGraphs.run). Before it,
+        without synchronizing, raises a wait that timed out in an earlier call (report_timeouts);
+        after it, if `check` and nothing is being captured, synchronizes and raises one of this
+        call."""
+        if not capturing():
+            self.report_timeouts()
+
+        def work() -> None:
+            enqueue()
+            if self.gemm is not None:
+                self.gemm.copy_flag_to_host()
+
+        self.graphs.run(key, work)
         if check and not capturing():
+            self.check()
+
+    def report_timeouts(self) -> None:
+        """Raises WaitTimeoutError (through check(), which names the chunk) if a wait of an
+        earlier call has timed out as far as the host can see without synchronizing: the
+        runtime's record is mapped host memory, and each call ends by copying the kernel's flag
+        to pinned host memory. So a call with check=False stays asynchronous and a lost chunk
+        still surfaces, one or two calls later at most, or at the next check()."""
+        if self.ws is None:
+            return
+        if self.ws.timed_out() or (self.gemm is not None and self.gemm.timed_out()):
             self.check()
 
     # -- what the benchmark and the tests read ----------------------------------------------------
@@ -312,6 +340,7 @@ class AgGemm(OpContext):
                 return torch.matmul(a_shard, b, out=out)
             import torch.distributed as dist
 
+            refuse_gloo_capture("AgGemm", self.group, self.device)
             full = self.a_full if gathered_out is None else gathered_out
             dist.all_gather_into_tensor(full, a_shard, group=self.group)
             return torch.matmul(full, b, out=out)

@@ -35,13 +35,42 @@ from __future__ import annotations
 import torch
 
 from syncopate.ops.custom_ops import _ag_gemm_gathered_op, _ag_gemm_op, _gemm_ar_op, _gemm_rs_op
+from syncopate.ops.common import refuse_gloo_capture
 
 
 def _issue_all_gather(x: torch.Tensor, world: int, group_name: str) -> torch.Tensor:
     """AG(x) along dim 0, issued now and not waited for (pass the result to _wait)."""
     if world == 1:
         return x
+    if x.device.type == "cuda" and _is_gloo(group_name):
+        return gather_by_all_reduce(x, world, group_name)
     return torch.ops._c10d_functional.all_gather_into_tensor(x.contiguous(), world, group_name)
+
+
+def _is_gloo(group_name: str) -> bool:
+    import torch.distributed as dist
+    from torch.distributed.distributed_c10d import _resolve_process_group
+
+    return dist.get_backend(_resolve_process_group(group_name)) == "gloo"
+
+
+def gather_by_all_reduce(x: torch.Tensor, world: int, group_name: str) -> torch.Tensor:
+    """AG(x) along dim 0 as the all-reduce of this rank's rows placed in zeros (exact: x + 0).
+
+    For gloo with CUDA tensors, which only the tests with ranks sharing one GPU use: there the
+    functional all-gather (gloo's allgather_into_tensor_coalesced) hands CUDA pointers to host
+    code and the process segfaults (torch 2.11), while gloo's all-reduce stages CUDA tensors
+    through host memory correctly. It moves `world` times the bytes; a test mode can pay that."""
+    import torch.distributed as dist
+    from torch.distributed.distributed_c10d import _resolve_process_group
+
+    group = _resolve_process_group(group_name)
+    refuse_gloo_capture("the backward's all-gather (syncopate.ops)", group, x.device)
+    rank = dist.get_rank(group)
+    rows = x.shape[0]
+    padded = x.new_zeros((rows * world,) + tuple(x.shape[1:]))
+    padded[rank * rows:(rank + 1) * rows] = x
+    return torch.ops._c10d_functional.all_reduce(padded, "sum", group_name)
 
 
 def _wait(t: torch.Tensor, world: int) -> torch.Tensor:
@@ -51,6 +80,11 @@ def _wait(t: torch.Tensor, world: int) -> torch.Tensor:
 def _reduce_scatter(x: torch.Tensor, world: int, group_name: str) -> torch.Tensor:
     if world == 1:
         return x
+    if x.device.type == "cuda" and _is_gloo(group_name):
+        from torch.distributed.distributed_c10d import _resolve_process_group
+
+        refuse_gloo_capture("the backward's reduce-scatter (syncopate.ops)", _resolve_process_group(group_name),
+                            x.device)
     out = torch.ops._c10d_functional.reduce_scatter_tensor(x.contiguous(), "sum", world, group_name)
     return torch.ops._c10d_functional.wait_tensor(out)
 

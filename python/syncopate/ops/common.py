@@ -31,7 +31,10 @@ def reserved_sms(backend: str, producer: bool) -> int:
     return _core.reserved_sms(backend, producer=producer)
 
 
-CHECK_EACH_CALL = os.environ.get("SYNCOPATE_CHECK_EACH_CALL", "1") not in ("", "0")
+# The ops' default for check=: False keeps a call asynchronous (a wait that timed out is raised
+# by a later call or by check(), see OpContext.report_timeouts); SYNCOPATE_CHECK_EACH_CALL=1
+# makes every call synchronize and raise at once, as a debugging aid.
+CHECK_EACH_CALL = os.environ.get("SYNCOPATE_CHECK_EACH_CALL", "0") not in ("", "0")
 _TMA_ALIGN_BYTES = 16
 
 
@@ -139,6 +142,21 @@ def ranks_sharing_a_device(group, device) -> Optional[tuple]:
             return seen[where], r, where[1]
         seen[where] = r
     return None
+
+
+def refuse_gloo_capture(who: str, group, device) -> None:
+    """Raises UserError if the current stream is being captured and `group` would run a CUDA
+    collective over gloo (the tests with ranks sharing one GPU): gloo stages CUDA tensors through
+    host memory on its own threads, which a CUDA graph cannot record."""
+    if device.type != "cuda" or group is None or not torch.cuda.is_current_stream_capturing():
+        return
+    import torch.distributed as dist
+
+    if dist.get_backend(group) == "gloo":
+        raise UserError(f"{who}: cannot be captured in a CUDA graph: its collective runs over gloo (ranks "
+                        f"sharing a GPU), which copies through host memory outside the stream; capture "
+                        f"with an NCCL group, or a context whose chunks use the copy engine or SM copy "
+                        f"(mode='fused' or mode='sequential')")
 
 
 def barrier(group, device):

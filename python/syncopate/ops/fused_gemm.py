@@ -23,6 +23,8 @@ import os
 import sys
 import tempfile
 
+from typing import Optional, Tuple
+
 import torch
 
 from syncopate.errors import Error, InternalError, TransformError
@@ -86,18 +88,26 @@ def transformed_kernel(kernel_name: str, module_name: str = GEMM_MODULE):
     return kernel
 
 
-def fused_config(config):
-    """The local GEMM's config as the fused kernel can use it.
+def fused_config(config, capability: Optional[Tuple[int, int]] = None):
+    """The local GEMM's config as the fused kernel can use it, on a GPU of compute capability
+    `capability` (None: sm_90, what the compile checks target).
 
     Triton 3.6 cannot warp-specialise the transformed TMA loop with 4 warps: its
     NVGPUWarpSpecialization pass stops in TaskIdPropagation ("Other parent ops are not
     supported", the bounded spin loop of a wait inside the partitioned loop). With 8 warps it
-    compiles. So 4-warp configs run without warp specialisation in the fused kernel; the
-    sm_90 compile check (tests/python/compile_fused_kernels.py) covers every candidate.
+    compiles on sm_90; on sm_100 it fails whatever the warps (tests/python/test_transform_loops.py
+    pins both). So the fused kernel runs without warp specialisation there; the sm_90 compile
+    check (tests/python/compile_fused_kernels.py) covers every candidate.
     """
-    if config.warp_specialize and config.num_warps < 8:
+    blackwell_or_later = capability is not None and capability[0] >= 10
+    if config.warp_specialize and (config.num_warps < 8 or blackwell_or_later):
         return dataclasses.replace(config, warp_specialize=False)
     return config
+
+
+def device_capability(device: torch.device) -> Optional[Tuple[int, int]]:
+    """(major, minor) of a CUDA device; None on the CPU (the interpreter)."""
+    return torch.cuda.get_device_capability(device) if device.type == "cuda" else None
 
 
 def tma_describable(m: int, n: int, k: int, dtype: torch.dtype) -> bool:
@@ -155,6 +165,10 @@ class FusedGemm:
         self.num_programs = max(1, min(self.tables.num_tiles, int(num_programs)))
         self.device = device
         self.error = new_error_record(device)
+        # The record's flag word, copied to pinned host memory at the end of each call
+        # (copy_flag_to_host), so that the next call can look without synchronizing. Under the
+        # interpreter the record itself is host memory.
+        self.flag_on_host = _host_flag() if device.type == "cuda" else None
         self.wait_bound_ns = int(wait_bound_ns)
         self.kwargs = dict(self.tables.device_arrays(device))
         self.kwargs.update(sy_tiles_n=self.tables.tiles_n, sy_wait_bound_ns=self.wait_bound_ns,
@@ -196,6 +210,19 @@ class FusedGemm:
         kwargs["sy_epoch"] = epoch
         self.kernel[self.grid](a, self._b_arg(b), c, *operands, *self.scalars, **kwargs)
 
+    def copy_flag_to_host(self) -> None:
+        """Enqueues the copy of the record's flag to pinned host memory on the current stream
+        (a graph captures it with the call)."""
+        if self.flag_on_host is not None:
+            self.flag_on_host.enqueue_copy(self.error.data_ptr(), torch.cuda.current_stream(self.device).cuda_stream)
+
+    def timed_out(self) -> bool:
+        """Whether a tile's wait timed out in a call whose flag copy has completed; no
+        synchronization (a call still running is seen by a later look)."""
+        if self.flag_on_host is None:
+            return bool(self.error[0].item())
+        return self.flag_on_host.value != 0
+
     def check(self) -> None:
         """After a synchronize: raises WaitTimeoutError if a tile's wait ran past its bound
         (the record keeps the first timeout since the last check; it is cleared here)."""
@@ -203,6 +230,16 @@ class FusedGemm:
             check_error(self.error, self.tables, f"fused {self.kernel_name}")
         finally:
             self.error.zero_()
+            if self.flag_on_host is not None:
+                self.flag_on_host.clear()
+
+
+def _host_flag():
+    """The runtime's HostFlag: pinned host memory the call's stream copies the flag into (a
+    torch copy into pinned memory is not reliably capturable in a CUDA graph)."""
+    from syncopate.runtime import require_runtime
+
+    return require_runtime().HostFlag()
 
 
 def persistent_programs(device: torch.device, backend: str, producer: bool = False) -> int:

@@ -35,7 +35,7 @@ import torch
 from syncopate.errors import UserError
 from syncopate.ops.ag_gemm import OpContext
 from syncopate.ops.common import (CHECK_EACH_CALL, PRODUCER_ADD_BLOCKS, SM_COPY_BLOCKS, check_out, context_for,
-                                  default_backend, forward_operands)
+                                  default_backend, forward_operands, refuse_gloo_capture)
 
 # GemmRs / GemmAr(reduce=...): where the partial sums are added.
 REDUCE_CHOICES = ("auto", "epilogue", "chunks")
@@ -143,6 +143,7 @@ class ProducerGemm(OpContext):
             return torch.matmul(a, b_shard, out=out)
         import torch.distributed as dist
 
+        refuse_gloo_capture(type(self).__name__, self.group, self.device)
         if self.collective == "all-reduce":
             torch.matmul(a, b_shard, out=out)
             dist.all_reduce(out, group=self.group)

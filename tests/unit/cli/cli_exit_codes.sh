@@ -42,6 +42,21 @@ check 0 "verify staged" "$CLI" verify "$TMP/staged.json"
 grep -q '"output": *"p"' "$TMP/staged.json" || { echo "FAIL: staged plan names no staging output"; fails=$((fails + 1)); }
 check 1 "staged plan with a ring" "$CLI" plan --collective reduce-scatter --algo ring --world 2 --shape 1x64x64 --dim 1 --staging p
 grep -q "staging" "$TMP/err" || { echo "FAIL: staged ring refusal does not name the staging option"; fails=$((fails + 1)); }
+# Multi-node: --nodes / --gpus-per-node make a hierarchical plan (NCCL between nodes) that
+# verifies; a flat copy-engine plan across nodes, or nodes that do not divide the world, exit 1
+# naming the rule; tune says the network numbers are estimated.
+check 0 "hierarchical plan" "$CLI" plan --collective all-reduce --algo ring --world 8 --nodes 2 --split 2 --shape 64x16 -o "$TMP/hier.json"
+check 0 "verify hierarchical" "$CLI" verify "$TMP/hier.json"
+grep -q '"nodes": *\[0,0,0,0,1,1,1,1\]' "$TMP/hier.json" || { echo "FAIL: hierarchical plan names no nodes"; fails=$((fails + 1)); }
+check 0 "hierarchical plan by gpus per node" "$CLI" plan --collective all-to-all --algo direct --world 8 --gpus-per-node 2 --shape 64x16
+check 1 "flat copy-engine plan across nodes" "$CLI" plan --collective all-gather --world 4 --nodes 2 --flat --shape 64x16
+grep -q "needs backend nccl" "$TMP/err" || { echo "FAIL: flat refusal does not name the backend"; fails=$((fails + 1)); }
+check 0 "flat nccl plan across nodes" "$CLI" plan --collective all-gather --world 4 --nodes 2 --flat --backend nccl --shape 64x16
+check 1 "nodes that do not divide the world" "$CLI" plan --collective all-gather --world 6 --nodes 4 --shape 64x16
+check 1 "disagreeing topology options" "$CLI" plan --collective all-gather --world 8 --nodes 2 --gpus-per-node 2 --shape 64x16
+check 0 "tune on two nodes" "$CLI" tune --collective all-gather --gemm 4096x1024x1024 --world 4 --nodes 2 --calib "$SRC/calib/h200.json"
+grep -q "estimated, not measured" "$TMP/out" || { echo "FAIL: tune does not say the network is estimated"; fails=$((fails + 1)); }
+grep -q "hier " "$TMP/out" || { echo "FAIL: tune lists no hierarchical candidate"; fails=$((fails + 1)); }
 # Imported plans: each hand-written input maps to a verified plan; bad input exits 1 naming the
 # element; options a format does not take, or that it lacks, exit 2; a template exported to MSCCL
 # XML imports back.

@@ -153,7 +153,7 @@ TEST(PlanJsonErrors, NegativeOrNonIntegerGroupIsRejected) {
 TEST(PlanJsonErrors, MisspeltTopLevelKeyIsRejected) {
   json doc = valid_document();
   doc["world-size"] = 4;
-  EXPECT_EQ(document_error(doc), "plan.json: world-size: expected one of the plan keys (version, collective, world_size, "
+  EXPECT_EQ(document_error(doc), "plan.json: world-size: expected one of the plan keys (version, collective, world_size, nodes, "
                               "tensors, ranks, chunks), got an unknown key");
 }
 

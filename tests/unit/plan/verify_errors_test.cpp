@@ -78,6 +78,10 @@ const BadPlan kBadPlans[] = {
     {"collective-indivisible", "collective-indivisible", kWF, -1, -1, "5 is not a multiple of 2"},
     {"collective-output", "collective-output", kWF, -1, -1, "all-to-all output 'w' must be a tensor of the plan"},
     {"op-not-allowed", "op-not-allowed", kWF, 1, 3, "reduce-add into x[4:6, 0:4] on rank 1: all-gather only moves data"},
+    // ---- topology (good/ag_ring3.json with nodes: copy-engine and SM-copy chunks between nodes)
+    {"cross-node-chunk", "cross-node-chunk", kWF, 1, 1, "chunk 1 (1 -> 2) is a copy-engine chunk from rank 1 on node 0 to rank 2 on node 1: copy-engine reaches only GPUs of its own node; a chunk between nodes must use backend nccl"},
+    {"cross-node-sm-copy", "cross-node-chunk", kWF, 2, 2, "chunk 2 (2 -> 0) is a sm-copy chunk from rank 2 on node 1 to rank 0 on node 0"},
+    {"nodes-count", "nodes-count", kWF, -1, -1, "nodes lists 2 node ids but world_size is 3"},
     // ---- coverage
     {"missing-shard", "missing-shard", kCov, 0, -1, "rank 0 never receives x[2:4, 0:4] (shard 1, owned by rank 1)"},
     {"shard-delivered-twice", "shard-delivered-twice", kCov, 2, 6, "receives x[2:4, 0:4] (shard 1, owned by rank 1) 2 times: first by chunk 1, last by chunk 6"},
@@ -114,6 +118,7 @@ const BadPlan kBadPlans[] = {
     {"parse-missing-key", "parse", kWF, -1, -1, "chunks[0].src: expected the required key"},
     {"parse-unknown-backend", "parse", kWF, -1, -1, "chunks[2].backend: expected one of copy-engine, sm-copy, nccl"},
     {"parse-unknown-key", "parse", kWF, -1, -1, "ranks[1].stream: expected one of the rank keys"},
+    {"parse-negative-node", "parse", kWF, -1, -1, "nodes: expected a list of node ids >= 0, one per rank"},
     {"parse-unsupported-version", "parse", kWF, -1, -1, "version: expected a supported plan format version"},
 };
 

@@ -166,6 +166,61 @@ TEST(RankSchedule, EveryTemplatePlanCompletesOverSeveralEpochs) {
           }
 }
 
+// Multi-node plans (hierarchical, and flat NCCL on uneven nodes): every rank's schedule waits
+// only on slots of its own node (other nodes' heaps are not mapped), and the protocol still
+// completes call after call.
+TEST(RankSchedule, MultiNodePlansWaitOnlyWithinTheirNodeAndComplete) {
+  auto check = [](const plan::CommPlan& p, const std::string& what) {
+    const auto tables = landing_tables(p);
+    for (int r = 0; r < p.world_size; ++r) {
+      const RankSchedule s = make_rank_schedule(p, tables, r);
+      auto same_node = [&](const WaitRef& w) { return plan::node_of(p, w.rank) == plan::node_of(p, r); };
+      for (const auto& w : s.begin_waits) EXPECT_TRUE(same_node(w)) << what << ": rank " << r << " begin";
+      for (const auto& steps : s.streams)
+        for (const auto& step : steps) {
+          for (const auto& w : step.waits)
+            EXPECT_TRUE(same_node(w)) << what << ": rank " << r << " chunk " << step.chunk << " waits on rank " << w.rank;
+          // Each half waits for the deps landing on its node: the receiver of an NCCL chunk
+          // between nodes for those on its side (a reduce-add into a box still being summed).
+          const auto& c = p.chunks[static_cast<std::size_t>(step.chunk)];
+          const bool own_half = step.role != StepRole::nccl_recv || plan::node_of(p, c.src) != plan::node_of(p, r);
+          if (!own_half) continue;
+          for (int d : c.deps) {
+            const auto& dep = p.chunks[static_cast<std::size_t>(d)];
+            if (plan::node_of(p, dep.dst) != plan::node_of(p, r)) continue;
+            const int slot = tables[dep.dst].landing_slot_of_chunk.at(d);
+            EXPECT_TRUE(std::any_of(step.waits.begin(), step.waits.end(), [&](const WaitRef& w) {
+              return w.kind == WaitKind::landing && w.rank == dep.dst && w.slot == slot;
+            })) << what << ": rank " << r << " chunk " << c.id << " does not wait for dep " << d;
+          }
+        }
+      EXPECT_EQ(s.begin_waits.size(), static_cast<std::size_t>(
+                                          std::count(p.nodes.begin(), p.nodes.end(), plan::node_of(p, r)) - 1));
+    }
+    EXPECT_TRUE(replay(p, tables, 3)) << what;
+  };
+  for (auto c : {Collective::all_gather, Collective::reduce_scatter, Collective::all_reduce, Collective::all_to_all})
+    for (auto a : {Algorithm::ring, Algorithm::direct, Algorithm::bidir})
+      for (auto b : {Backend::copy_engine, Backend::nccl}) {
+        plan::TemplateOptions o;
+        o.collective = c;
+        o.algorithm = a;
+        o.backend = b;
+        o.world_size = 4;
+        o.nodes = plan::consecutive_nodes(4, 2);
+        o.split = 2;
+        o.shape = {16, 8};
+        check(plan::make_plan(o), fmt::format("hierarchical {} {} {}", plan::to_string(c), plan::to_string(a),
+                                              plan::to_string(b)));
+        if (b != Backend::nccl) continue;
+        o.world_size = 6;
+        o.nodes = {0, 0, 0, 1, 1, 2};
+        o.flat = true;
+        o.shape = {24, 8};
+        check(plan::make_plan(o), fmt::format("flat uneven {} {}", plan::to_string(c), plan::to_string(a)));
+      }
+}
+
 // The device epoch word (what a captured CUDA graph replays) is right on every call, also across
 // the int32 wrap: no wait ever holds on a landing slot raised in an earlier call. An epoch baked
 // into the recorded work at the first call (the old protocol, measured wrong at world 2 under

@@ -136,6 +136,32 @@ TEST(SimProperties, FusedBetweenFloorAndSumOverManyPlans) {
   EXPECT_GT(cases, 300);
 }
 
+// Hierarchical plans (several nodes: NCCL over the estimated network between them, the backend
+// inside) keep the same invariants: lowered, ordered by arrival, simulated with every chunk and
+// tile once, after its inputs, between the floor and the sum.
+TEST(SimProperties, HierarchicalPlansKeepTheInvariants) {
+  const auto calib = h200_schedule_only();
+  const Shape s{2048, 512, 2048, 128, 256};
+  int cases = 0;
+  for (auto coll : {plan::Collective::all_gather, plan::Collective::reduce_scatter, plan::Collective::all_reduce,
+                    plan::Collective::all_to_all})
+    for (auto algo : {plan::Algorithm::ring, plan::Algorithm::direct, plan::Algorithm::bidir})
+      for (auto [nodes, per_node] : {std::pair{2, 2}, {2, 4}})
+        for (int split : {1, 2})
+          for (auto backend : {plan::Backend::copy_engine, plan::Backend::sm_copy}) {
+            auto o = options(coll, algo, nodes * per_node, split, backend, s);
+            o.nodes = plan::consecutive_nodes(nodes * per_node, nodes);
+            const auto plan = plan::make_plan(o);
+            const std::string what = fmt::format("hierarchical {} {} {}x{} split {} {}", plan::to_string(coll),
+                                                 plan::to_string(algo), nodes, per_node, split,
+                                                 plan::to_string(backend));
+            const auto call = make_fused_call(plan, {s.m, s.n, s.k, s.bm, s.bn}, schedule::OrderKind::arrival, calib);
+            check_invariants(call, calib, predict(call, calib), true, what);
+            ++cases;
+          }
+  EXPECT_EQ(cases, 4 * 3 * 2 * 2 * 2);
+}
+
 // The GEMM starts at once (issue 14's call path): with the shipped calibration, on every
 // template plan, each rank's fused kernel is launched host.fused_call_us after the call (plus
 // the copy of its own shard for an all-gather) whatever the number of chunks, its workers claim

@@ -1,0 +1,251 @@
+"""Expert parallelism: the token all-to-all with the expert GEMMs around it (dispatch, combine).
+
+    layer = MoeDispatchCombine(group, num_experts=8, top_k=2)       # experts split over the ranks
+    h, layout = layer.dispatch_gemm(x, expert_ids, w_up)            # x [T, H] -> h [R, N]
+    y = layer.combine_gemm(act(h), w_down, layout, weights)         # -> y [T, H]
+
+Each rank holds E / W experts (rank r: experts r*E/W .. (r+1)*E/W - 1) and T tokens. A token goes
+to its top-k experts (`expert_ids` [T, k], chosen by the router, int64) and comes back as the sum
+of the experts' outputs weighted by `weights` [T, k]:
+
+    dispatch_gemm   the rows of x go to their experts' ranks (all-to-all with run-time sizes), and
+                    each local expert e multiplies its rows by w_up[e] ([H, N]): h holds the R rows
+                    this rank received, grouped by local expert (layout.rows_per_expert), then
+                    by source rank, in the order the source sent them.
+    combine_gemm    each local expert multiplies its rows by w_down[e] ([N', H]); the rows go back
+                    to their tokens' ranks (the reverse all-to-all) and are summed there with
+                    the routing weights.
+
+How many rows go from rank s to expert e is known only when the router has run, call by call, so
+the counts are exchanged first (an all-to-all of W x E/W integers), then the rows. Dropless: every
+routed row is carried. `capacity` bounds the rows one expert may receive from one rank (the
+buffers a fused kernel will size for it); a call that routes more raises ShapeError naming the
+expert and the ranks.
+
+This is the sequential path: the all-to-all (torch.distributed's all_to_all_single over the
+group: NCCL across GPUs, gloo on the CPU), then one matmul per local expert; without
+torch.distributed it is one rank, and the all-to-all is the identity. The fused path (a tile of
+expert e waiting only for e's rows from each rank, local rows first; the combine's tiles
+notifying as they are written) needs plans whose chunk sizes are read on the device; it is not
+built yet, and this module is its reference and its fallback.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Optional, Sequence
+
+import torch
+
+from syncopate.errors import ShapeError, UserError
+
+
+@dataclasses.dataclass(frozen=True)
+class DispatchLayout:
+    """Where the rows of one dispatch went, for the combine that brings them back.
+
+    send_counts[r][e]: rows this rank sent to local expert e of rank r (W x E/W, host ints).
+    recv_counts[s][e]: rows this rank received from rank s for its local expert e.
+    order: [T*k] positions of (token, slot) pairs in the order they were sent (by destination
+    expert), as indices into expert_ids.reshape(-1).
+    regroup: [R] for each received row in expert-grouped order, its index in the order the rows
+    arrived (by source rank, then expert).
+    """
+
+    send_counts: tuple
+    recv_counts: tuple
+    order: torch.Tensor
+    regroup: torch.Tensor
+    num_tokens: int
+    top_k: int
+
+    @property
+    def rows_per_expert(self) -> list:
+        """Rows each local expert received (the groups of h, in order)."""
+        return [sum(row[e] for row in self.recv_counts) for e in range(len(self.recv_counts[0]))]
+
+
+class MoeDispatchCombine:
+    """The dispatch and combine of one MoE layer on `group` (None: one rank).
+
+    num_experts: experts in the layer (a multiple of the group size); top_k: experts per token;
+    capacity: the most rows one expert may receive from one rank (None: no bound)."""
+
+    def __init__(self, group=None, *, num_experts: int, top_k: int, capacity: Optional[int] = None):
+        who = "MoeDispatchCombine"
+        self.group = group
+        self.world = 1 if group is None else group.size()
+        self.rank = 0 if group is None else group.rank()
+        for name, value in (("num_experts", num_experts), ("top_k", top_k)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise UserError(f"{who}: {name} must be an integer >= 1, got {value!r}")
+        if num_experts % self.world:
+            raise ShapeError(f"{who}: num_experts={num_experts} cannot be split evenly over {self.world} ranks")
+        if top_k > num_experts:
+            raise ShapeError(f"{who}: top_k={top_k} is more than num_experts={num_experts}")
+        if capacity is not None and (isinstance(capacity, bool) or not isinstance(capacity, int) or capacity < 1):
+            raise UserError(f"{who}: capacity must be None or an integer >= 1, got {capacity!r}")
+        self.num_experts = num_experts
+        self.local_experts = num_experts // self.world
+        self.top_k = top_k
+        self.capacity = capacity
+
+    # -- dispatch -----------------------------------------------------------------------------------
+    def dispatch_gemm(self, x: torch.Tensor, expert_ids: torch.Tensor, w_up: torch.Tensor):
+        """(h [R, N], layout): the rows of x sent to their experts, each multiplied by its
+        expert's w_up [E/W, H, N]."""
+        who = "MoeDispatchCombine.dispatch_gemm"
+        self._check_routing(who, x, expert_ids)
+        self._check_weight(who, "w_up", w_up, x.shape[1], x)
+        flat = expert_ids.reshape(-1)
+        # Stable: the rows for one expert keep their token order, on every path.
+        order = torch.argsort(flat, stable=True)
+        send = torch.bincount(flat, minlength=self.num_experts).view(self.world, self.local_experts)
+        send_counts = tuple(tuple(int(v) for v in row) for row in send.tolist())
+        recv_counts = self._exchange_counts(send_counts)
+        self._check_capacity(send_counts, recv_counts)
+        rows = x[torch.div(order, self.top_k, rounding_mode="floor")]
+        received = self._all_to_all(rows, [sum(r) for r in send_counts], [sum(r) for r in recv_counts])
+        regroup = _expert_major(recv_counts, x.device)
+        grouped = received[regroup]
+        layout = DispatchLayout(send_counts, recv_counts, order, regroup, x.shape[0], self.top_k)
+        return _per_expert_matmul(grouped, w_up, layout.rows_per_expert), layout
+
+    # -- combine ------------------------------------------------------------------------------------
+    def combine_gemm(self, h: torch.Tensor, w_down: torch.Tensor, layout: DispatchLayout,
+                     weights: torch.Tensor) -> torch.Tensor:
+        """y [T, H]: each row of h multiplied by its expert's w_down [E/W, N', H], sent back to its
+        token's rank and summed there with the routing weights [T, k]."""
+        who = "MoeDispatchCombine.combine_gemm"
+        if not isinstance(layout, DispatchLayout):
+            raise UserError(f"{who}: layout must be the DispatchLayout that dispatch_gemm returned")
+        rows = sum(layout.rows_per_expert)
+        if not isinstance(h, torch.Tensor) or h.dim() != 2 or h.shape[0] != rows:
+            got = list(h.shape) if isinstance(h, torch.Tensor) else type(h).__name__
+            raise ShapeError(f"{who}: h must be [{rows}, N'] (the rows dispatch_gemm returned), got {got}")
+        self._check_weight(who, "w_down", w_down, h.shape[1], h)
+        if not isinstance(weights, torch.Tensor) or tuple(weights.shape) != (layout.num_tokens, layout.top_k):
+            got = list(weights.shape) if isinstance(weights, torch.Tensor) else type(weights).__name__
+            raise ShapeError(f"{who}: weights must be [{layout.num_tokens}, {layout.top_k}] (tokens x top_k), "
+                             f"got {got}")
+        if not weights.is_floating_point():
+            raise UserError(f"{who}: weights must be floating point, got {weights.dtype}")
+        y = _per_expert_matmul(h, w_down, layout.rows_per_expert)
+        arrived = torch.empty_like(y)
+        arrived[layout.regroup] = y  # back to the order the rows arrived in
+        back = self._all_to_all(arrived, [sum(r) for r in layout.recv_counts], [sum(r) for r in layout.send_counts])
+        scale = weights.reshape(-1)[layout.order].to(torch.float32)
+        out = torch.zeros((layout.num_tokens, y.shape[1]), dtype=torch.float32, device=y.device)
+        out.index_add_(0, torch.div(layout.order, layout.top_k, rounding_mode="floor"),
+                       back.to(torch.float32) * scale[:, None])
+        return out.to(h.dtype)
+
+    # -- the collectives ----------------------------------------------------------------------------
+    def _exchange_counts(self, send_counts: tuple) -> tuple:
+        if self.world == 1:
+            return send_counts
+        import torch.distributed as dist
+
+        device = _collective_device(self.group)
+        send = torch.tensor(send_counts, dtype=torch.int64, device=device).reshape(-1)
+        recv = torch.empty_like(send)
+        dist.all_to_all_single(recv, send, group=self.group)
+        return tuple(tuple(int(v) for v in row) for row in recv.view(self.world, self.local_experts).tolist())
+
+    def _all_to_all(self, rows: torch.Tensor, send_rows: Sequence[int], recv_rows: Sequence[int]) -> torch.Tensor:
+        if self.world == 1:
+            return rows
+        import torch.distributed as dist
+
+        out = rows.new_empty((sum(recv_rows), rows.shape[1]))
+        dist.all_to_all_single(out, rows.contiguous(), output_split_sizes=list(recv_rows),
+                               input_split_sizes=list(send_rows), group=self.group)
+        return out
+
+    # -- checks -------------------------------------------------------------------------------------
+    def _check_routing(self, who: str, x: torch.Tensor, expert_ids: torch.Tensor) -> None:
+        if not isinstance(x, torch.Tensor) or x.dim() != 2:
+            raise ShapeError(f"{who}: x must be a [tokens, hidden] matrix, got "
+                             f"{list(x.shape) if isinstance(x, torch.Tensor) else type(x).__name__}")
+        if not isinstance(expert_ids, torch.Tensor) or tuple(expert_ids.shape) != (x.shape[0], self.top_k):
+            got = list(expert_ids.shape) if isinstance(expert_ids, torch.Tensor) else type(expert_ids).__name__
+            raise ShapeError(f"{who}: expert_ids must be [{x.shape[0]}, {self.top_k}] (tokens x top_k), got {got}")
+        if expert_ids.dtype not in (torch.int32, torch.int64):
+            raise UserError(f"{who}: expert_ids must be int32 or int64, got {expert_ids.dtype}")
+        if expert_ids.device != x.device:
+            raise UserError(f"{who}: expert_ids is on {expert_ids.device} but x is on {x.device}")
+        if expert_ids.numel():
+            lo, hi = int(expert_ids.min()), int(expert_ids.max())
+            if lo < 0 or hi >= self.num_experts:
+                bad = lo if lo < 0 else hi
+                raise ShapeError(f"{who}: expert id {bad} is outside 0..{self.num_experts - 1} (rank {self.rank})")
+
+    def _check_weight(self, who: str, name: str, w: torch.Tensor, rows: int, like: torch.Tensor) -> None:
+        if not isinstance(w, torch.Tensor) or w.dim() != 3 or w.shape[0] != self.local_experts or w.shape[1] != rows:
+            got = list(w.shape) if isinstance(w, torch.Tensor) else type(w).__name__
+            raise ShapeError(f"{who}: {name} must be [{self.local_experts}, {rows}, N] (this rank's experts, "
+                             f"rows = the input's columns), got {got}")
+        if w.dtype != like.dtype or w.device != like.device:
+            raise UserError(f"{who}: {name} is {w.dtype} on {w.device} but the input is {like.dtype} on {like.device}")
+
+    def _check_capacity(self, send_counts: tuple, recv_counts: tuple) -> None:
+        if self.capacity is None:
+            return
+        for r, row in enumerate(send_counts):
+            for e, rows in enumerate(row):
+                if rows > self.capacity:
+                    raise ShapeError(
+                        f"MoeDispatchCombine.dispatch_gemm: rank {self.rank} routes {rows} rows to expert "
+                        f"{r * self.local_experts + e} (on rank {r}), over its capacity of {self.capacity} rows "
+                        f"per rank")
+        # What arrives here is what the senders checked; a sender with another capacity is a bug.
+        for s, row in enumerate(recv_counts):
+            for e, rows in enumerate(row):
+                if rows > self.capacity:
+                    raise ShapeError(
+                        f"MoeDispatchCombine.dispatch_gemm: rank {s} sent {rows} rows to expert "
+                        f"{self.rank * self.local_experts + e} (on rank {self.rank}), over its capacity of "
+                        f"{self.capacity}")
+
+
+def _collective_device(group) -> torch.device:
+    """Where the group's collectives take their integer tensors: CUDA for NCCL, else the CPU."""
+    import torch.distributed as dist
+
+    if dist.get_backend(group) == "nccl":
+        return torch.device("cuda", torch.cuda.current_device())
+    return torch.device("cpu")
+
+
+def _expert_major(recv_counts: tuple, device: torch.device) -> torch.Tensor:
+    """For the rows as they arrived (by source rank, then local expert), the permutation that
+    groups them by local expert, then source rank."""
+    starts, at = [], 0
+    for row in recv_counts:
+        starts.append([])
+        for rows in row:
+            starts[-1].append(at)
+            at += rows
+    index = [starts[s][e] + i for e in range(len(recv_counts[0])) for s in range(len(recv_counts))
+             for i in range(recv_counts[s][e])]
+    return torch.tensor(index, dtype=torch.int64, device=device)
+
+
+def _per_expert_matmul(rows: torch.Tensor, w: torch.Tensor, rows_per_expert: Sequence[int]) -> torch.Tensor:
+    """rows grouped by expert ([sum, K]) times each group's w[e] ([K, N]): [sum, N]."""
+    out = rows.new_empty((rows.shape[0], w.shape[2]))
+    at = 0
+    for e, count in enumerate(rows_per_expert):
+        if count:
+            torch.matmul(rows[at:at + count], w[e], out=out[at:at + count])
+        at += count
+    return out
+
+
+def route(logits: torch.Tensor, top_k: int):
+    """(expert_ids [T, k] int64, weights [T, k]): the top-k experts of each token and their
+    softmax weights renormalised over the k (Mixtral's router)."""
+    if not isinstance(logits, torch.Tensor) or logits.dim() != 2:
+        raise ShapeError("syncopate.ops.moe.route: logits must be a [tokens, experts] matrix")
+    top, ids = torch.topk(logits.float(), top_k, dim=1)
+    return ids, torch.softmax(top, dim=1).to(logits.dtype)

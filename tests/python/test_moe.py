@@ -1,0 +1,115 @@
+"""syncopate.ops.moe: the MoE dispatch (all-to-all with run-time counts, then the experts' up
+projection) and combine (down projection, the reverse all-to-all, the weighted sum), at world 1
+and as 4 gloo processes on the CPU, against float64 PyTorch (examples/moe_layer.py); and
+every refused input, named."""
+
+import json
+import socket
+import sys
+from pathlib import Path
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+import moe_worker  # noqa: E402
+from syncopate.errors import ShapeError, UserError  # noqa: E402
+from syncopate.ops.moe import MoeDispatchCombine, route  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "examples"))
+import moe_layer  # noqa: E402
+
+TOLERANCE = moe_layer.TOLERANCE
+
+
+@pytest.mark.parametrize("size", ["tiny-top2", "tiny-top8"])
+@pytest.mark.parametrize("how", ["random", "skewed"])
+def test_one_rank_matches_float64(size, how):
+    args = moe_layer.parse_args(["--size", size, "--routing", how, "--device", "cpu", "--tokens", "40"])
+    report = moe_layer.run_layer(moe_layer.SIZES[size], args, 0, 1, None, torch.device("cpu"))
+    assert report["worst"] <= TOLERANCE, report
+    rows = report["steps"][0]["rows_per_expert"]
+    assert sum(rows) == 40 * moe_layer.SIZES[size].top_k  # dropless: every routed row
+    if how == "skewed":
+        assert rows[1] == 40 and rows[-1] == 0, rows  # the hot expert and the empty one
+
+
+def test_layout_groups_rows_by_expert_and_combine_inverts_dispatch():
+    """With identity experts the combine returns each token times the sum of its weights."""
+    layer = MoeDispatchCombine(None, num_experts=4, top_k=2)
+    x = torch.randn(6, 8, dtype=torch.float64)
+    ids = torch.tensor([[0, 3], [3, 1], [1, 0], [2, 3], [0, 2], [3, 0]])
+    weights = torch.rand(6, 2, dtype=torch.float64)
+    eye = torch.eye(8, dtype=torch.float64).expand(4, 8, 8).contiguous()
+    h, layout = layer.dispatch_gemm(x, ids, eye)
+    assert layout.rows_per_expert == [4, 2, 2, 4]
+    # Group e holds the tokens routed to e, in token order.
+    assert torch.equal(h[:4], x[[0, 2, 4, 5]]) and torch.equal(h[8:], x[[0, 1, 3, 5]])
+    y = layer.combine_gemm(h, eye, layout, weights)
+    assert torch.allclose(y, x * weights.sum(1, keepdim=True))
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_ranks_over_gloo_match_float64(tmp_path):
+    """Four ranks (two experts each at top-2 of 8, sixteen at top-8 of 64): every row crosses to
+    its expert's rank and back."""
+    import torch.multiprocessing as mp
+
+    world = 4
+    mp.start_processes(moe_worker.run, args=(world, _free_port(), str(tmp_path)), nprocs=world, join=True,
+                       start_method="spawn")
+    for rank in range(world):
+        results = json.loads((tmp_path / f"rank{rank}.json").read_text())
+        errors = {k: v for k, v in results.items() if isinstance(v, str)}
+        assert not errors, f"rank {rank}: " + "\n".join(f"{k}: {v}" for k, v in errors.items())
+        assert len(results) == 6, sorted(results)
+        for key, value in results.items():
+            if key.endswith("expert 1 rows"):
+                if rank == 0:  # expert 1 lives on rank 0 and gets one row from each token of each rank
+                    assert value[1] == 24 * world, (key, value)
+            else:
+                assert value <= TOLERANCE, (rank, key, value)
+
+
+def test_bad_inputs_are_refused_by_name():
+    with pytest.raises(ShapeError, match=r"num_experts=6 cannot be split evenly over"):
+        class FourRanks:
+            def size(self):
+                return 4
+
+            def rank(self):
+                return 0
+        MoeDispatchCombine(FourRanks(), num_experts=6, top_k=2)
+    with pytest.raises(ShapeError, match=r"top_k=9 is more than num_experts=8"):
+        MoeDispatchCombine(None, num_experts=8, top_k=9)
+    with pytest.raises(UserError, match=r"capacity must be None or an integer >= 1"):
+        MoeDispatchCombine(None, num_experts=8, top_k=2, capacity=0)
+    layer = MoeDispatchCombine(None, num_experts=4, top_k=2, capacity=3)
+    x, w = torch.randn(5, 8), torch.randn(4, 8, 6)
+    good = torch.tensor([[0, 1], [1, 2], [2, 3], [3, 0], [0, 1]])
+    with pytest.raises(ShapeError, match=r"expert_ids must be \[5, 2\] \(tokens x top_k\), got \[5, 3\]"):
+        layer.dispatch_gemm(x, torch.zeros(5, 3, dtype=torch.int64), w)
+    with pytest.raises(UserError, match=r"expert_ids must be int32 or int64, got torch.float32"):
+        layer.dispatch_gemm(x, good.float(), w)
+    with pytest.raises(ShapeError, match=r"expert id 4 is outside 0..3"):
+        layer.dispatch_gemm(x, torch.tensor([[0, 4]] * 5), w)
+    with pytest.raises(ShapeError, match=r"w_up must be \[4, 8, N\]"):
+        layer.dispatch_gemm(x, good, torch.randn(2, 8, 6))
+    with pytest.raises(UserError, match=r"w_up is torch.float16"):
+        layer.dispatch_gemm(x, good, w.half())
+    with pytest.raises(ShapeError, match=r"routes 4 rows to expert 0 \(on rank 0\), over its capacity of 3"):
+        layer.dispatch_gemm(x, torch.tensor([[0, 1], [0, 2], [0, 3], [0, 1], [1, 2]]), w)
+    h, layout = layer.dispatch_gemm(x, good, w)
+    with pytest.raises(ShapeError, match=r"weights must be \[5, 2\]"):
+        layer.combine_gemm(h, torch.randn(4, 6, 8), layout, torch.rand(5, 1))
+    with pytest.raises(ShapeError, match=r"h must be \[10, N'\]"):
+        layer.combine_gemm(h[:3], torch.randn(4, 6, 8), layout, torch.rand(5, 2))
+    with pytest.raises(UserError, match=r"layout must be the DispatchLayout"):
+        layer.combine_gemm(h, torch.randn(4, 6, 8), None, torch.rand(5, 2))
+    with pytest.raises(ShapeError, match=r"logits must be a \[tokens, experts\] matrix"):
+        route(torch.randn(5), 2)
