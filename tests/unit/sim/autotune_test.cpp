@@ -149,6 +149,18 @@ TEST(TuneStaged, EpilogueWithNoStagedPlanThatRunsSaysWhatTheSimulatorRefused) {
   EXPECT_FALSE(tune(req, h200()).chosen.staged);
 }
 
+TEST(TuneStaged, TheStagedPlansAreSearchedOnOneNodeOnly) {
+  auto req = large_reduce_scatter(ReduceMode::epilogue);
+  req.gemm = {2048, 2048, 2048, 128, 256};
+  req.world_size = 4;
+  req.splits = {1};
+  req.orders = {schedule::OrderKind::arrival};
+  req.nodes = plan::consecutive_nodes(4, 2);
+  EXPECT_THROW(tune(req, h200()), UserError);
+  req.reduce = ReduceMode::automatic;
+  for (const auto& c : tune(req, h200()).candidates) EXPECT_FALSE(c.staged);
+}
+
 TEST(TuneKernelLevel, LeftOutWhereTheCallerCannotRunIt) {
   // Fused made hopeless by a measured lump: kernel-level and sequential remain. With no margin
   // required, kernel-level wins wherever it is predicted faster at all.
