@@ -373,9 +373,12 @@ class SafetyChecker {
         const std::string fix =
             flow_.parent(at) == flow_.parent(first->stmt) && at >= tile_before(first->stmt).end_stmt &&
                     at < first->stmt
-                ? fmt::format("move the annotation up to line {}, the first statement of the tile that reads "
-                              "'{}' (e.g. above the K loop, not below it)",
-                              line_of(at), param)
+                ? (a.kind == AnnotationKind::consume_block
+                       ? fmt::format("move the annotation up to line {}, the first read of the block in the loop",
+                                     line_of(at))
+                       : fmt::format("move the annotation up to line {}, the first statement of the tile that "
+                                     "reads '{}' (e.g. above the K loop, not below it)",
+                                     line_of(at), param))
                 : fmt::format("read '{}' only after the annotation (the wait covers the rest of its block)",
                               param);
         fail_at(c.name, a,

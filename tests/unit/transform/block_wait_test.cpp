@@ -197,6 +197,7 @@ TEST(BlockWait, ReadOfTheBlockBeforeTheWaitIsRefused) {
   EXPECT_TRUE(has(msg, "k.py:12:17: @sy.consume_block(k_ptr, block=j // BN): 'k_ptr' is read here (load) before "
                        "the wait that this annotation inserts at line 14"))
       << msg;
+  EXPECT_TRUE(has(msg, "move the annotation up to line 12, the first read of the block in the loop")) << msg;
 }
 
 TEST(BlockWait, ReadAfterTheLoopIsRefused) {
