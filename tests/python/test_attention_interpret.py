@@ -1,0 +1,301 @@
+"""The transformed flash-attention kernel (python/syncopate/kernels/attention.py -> golden
+tests/golden/transform/attention.py) under Triton's CPU interpreter, against torch SDPA.
+
+A rank's K/V is the whole sequence in `world` pieces (the ring pass's / Ulysses' layout), one
+landing slot per piece, the own piece local. The runs:
+- every piece in place, tiles in a shuffled order: the output matches SDPA on the gathered
+  sequence (causal and not, head dim 64 and 128, GQA);
+- pieces land late: each non-own piece holds NaN and its slot stays low until the first
+  `wait_block` on it, which lands it then (the latest a peer could): no NaN reaches the output,
+  so no block is read before its wait; the loop visits blocks in arrival order (own piece, then
+  rank - 1, ...), so the pieces land in the order the ring delivers them;
+- the same kernel with its in-loop waits removed reads NaN (the late-landing check can fail);
+- a withheld piece ends the launch with WaitTimeoutError naming its chunk.
+"""
+
+import os
+import sys
+import types
+from pathlib import Path
+
+import pytest
+
+os.environ["TRITON_INTERPRET"] = "1"
+
+torch = pytest.importorskip("torch")
+triton = pytest.importorskip("triton")
+pytest.importorskip("numpy")
+import triton.language as tl  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[2]
+ORIGINAL = ROOT / "python" / "syncopate" / "kernels" / "attention.py"
+GOLDEN = ROOT / "tests" / "golden" / "transform" / "attention.py"
+HOOKS = "sy_test_attention_hooks"
+
+
+@pytest.fixture(autouse=True)
+def _interpreter_index_fix(monkeypatch):
+    """Triton 3.6's interpreter turns a scalar into an int with int(1-element array), which
+    NumPy >= 2.4 refuses (see test_transform_interpret.py): take the element explicitly."""
+    from triton.runtime import interpreter
+
+    original_patch = interpreter._patch_lang_tensor
+
+    def patch_lang_tensor(tensor, scope):
+        original_patch(tensor, scope)
+        scope.set_attr(tensor, "__index__", lambda self: int(self.handle.data.reshape(-1)[0]))
+
+    monkeypatch.setattr(interpreter, "_patch_lang_tensor", patch_lang_tensor)
+
+
+def _scalar(value) -> int:
+    handle = getattr(value, "handle", None)
+    data = getattr(handle, "data", value)
+    try:
+        return int(data.reshape(-1)[0])
+    except AttributeError:
+        return int(data)
+
+
+class LateRun:
+    """Lands a piece when the first wait_block on one of its blocks comes (or never, if
+    withheld); records the blocks each tile visits."""
+
+    def __init__(self, signals, k, v, k_full, v_full, piece_len, block, rank, withheld=None):
+        self.signals, self.k, self.v = signals, k, v
+        self.k_full, self.v_full = k_full, v_full
+        self.piece_len, self.block, self.rank, self.withheld = piece_len, block, rank, withheld
+        self.landed = []          # pieces, in landing order
+        self.visits = {}          # tile -> blocks waited on, in order
+
+    def on_block(self, key, block, tile):
+        self.visits.setdefault(tile, []).append(block)
+        lo, hi = block * self.block, (block + 1) * self.block
+        for p in range(lo // self.piece_len, (hi - 1) // self.piece_len + 1):
+            if p == self.rank or p in self.landed or p == self.withheld:
+                continue
+            rows = slice(p * self.piece_len, (p + 1) * self.piece_len)
+            self.k[:, :, rows] = self.k_full[:, :, rows]
+            self.v[:, :, rows] = self.v_full[:, :, rows]
+            self.signals[p] += 1
+            self.landed.append(p)
+
+
+RUN = {"current": None}
+
+
+def _on_block(key, block, tile):
+    if RUN["current"] is not None:
+        RUN["current"].on_block(_scalar(key), _scalar(block), _scalar(tile))
+
+
+_sites_wait_block = None  # syncopate.language_sites.wait_block, set by the fixture
+
+
+@triton.jit
+def _hooked_wait_block(signals_ptr, block_offsets_ptr, block_slots_ptr, slot_writers_ptr, key, block, blocks,
+                       tile, epoch_ptr, bound_ns, rank, error_ptr):
+    _on_block(key, block, tile)
+    _sites_wait_block(signals_ptr, block_offsets_ptr, block_slots_ptr, slot_writers_ptr, key, block, blocks,
+                      tile, epoch_ptr, bound_ns, rank, error_ptr)
+
+
+@pytest.fixture(scope="module")
+def sy(tmp_path_factory):
+    import importlib
+    import importlib.util
+
+    language_sites = importlib.import_module("syncopate.language_sites")
+    launch = importlib.import_module("syncopate.launch")
+    block_tables = importlib.import_module("syncopate.block_tables")
+    language = importlib.import_module("syncopate.language")
+    if not language.INTERPRET:
+        pytest.skip("syncopate.language was imported before TRITON_INTERPRET=1 was set")
+
+    # syl with a hook in wait_block: plain Python, callable from an interpreted kernel.
+    hooks = types.ModuleType(HOOKS)
+    hooks.__dict__.update({k: getattr(language_sites, k) for k in dir(language_sites) if not k.startswith("__")})
+
+    globals()["_sites_wait_block"] = language_sites.wait_block
+    hooks.wait_block = _hooked_wait_block
+    sys.modules[HOOKS] = hooks
+
+    folder = tmp_path_factory.mktemp("attention")
+
+    def load(name, path, edit=lambda s: s):
+        """The kernel file with `syl` bound to the hooks (and `edit` applied), as a module."""
+        source = edit(path.read_text()).replace("import syncopate.language_sites as syl",
+                                                f"import {HOOKS} as syl")
+        target = folder / f"{name}.py"
+        target.write_text(source)
+        spec = importlib.util.spec_from_file_location(name, target)
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module
+        spec.loader.exec_module(module)
+        return module
+
+    yield types.SimpleNamespace(launch=launch, block_tables=block_tables, load=load)
+    sys.modules.pop(HOOKS, None)
+
+
+def _reference(q, k, v, q_start, causal):
+    group = q.shape[1] // k.shape[1]
+    k = k.repeat_interleave(group, dim=1)
+    v = v.repeat_interleave(group, dim=1)
+    mask = None
+    if causal:
+        qpos = torch.arange(q.shape[2])[:, None] + q_start
+        kpos = torch.arange(k.shape[2])[None, :]
+        mask = qpos >= kpos
+    return torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+
+
+def _problem(seed, heads, kv_heads, head_dim, world, piece_len, dtype=torch.float32):
+    gen = torch.Generator().manual_seed(seed)
+    n_kv = world * piece_len
+    q = torch.randn(1, heads, piece_len, head_dim, generator=gen, dtype=dtype)
+    k = torch.randn(1, kv_heads, n_kv, head_dim, generator=gen, dtype=dtype)
+    v = torch.randn(1, kv_heads, n_kv, head_dim, generator=gen, dtype=dtype)
+    return q, k, v
+
+
+def _tables(sy, tiles, tiles_n, world, piece_len, block, rank, seed):
+    # Slots 0..world-1: the pieces' landing slots (chunk ids 100 + p); slot world: the output's
+    # ready slot, one increment per tile.
+    order = torch.randperm(tiles, generator=torch.Generator().manual_seed(seed)).tolist()
+    writers = [1] * world + [tiles]
+    tile_tables = sy.launch.TileTables.from_lists(order, tiles_n, [[] for _ in range(tiles)],
+                                                  [[world] for _ in range(tiles)], writers,
+                                                  [100 + p for p in range(world)] + [200], rank=rank)
+    blocks = sy.block_tables.BlockTables.pieces_table(tiles_n, world * piece_len, block, world, rank)
+    return tile_tables, blocks
+
+
+CASES = [  # (heads, kv_heads, head_dim, causal, rank)
+    (2, 2, 64, False, 2),
+    (2, 2, 64, True, 2),
+    (4, 2, 64, True, 1),     # GQA: two query heads per K/V head
+    (2, 1, 128, False, 3),   # GQA, head dim 128
+    (2, 2, 128, True, 0),
+]
+
+
+def _run(sy, kernel, q, k, v, world, piece_len, rank, causal, seed, signals, block=16, bound=50_000_000):
+    from syncopate.kernels.attention import attention_reference_args
+
+    block_m = 16
+    o = torch.full_like(q, float("nan"))
+    tiles_n = q.shape[0] * q.shape[1]
+    tiles = -(-q.shape[2] // block_m) * tiles_n
+    tables, blocks = _tables(sy, tiles, tiles_n, world, piece_len, block, rank, seed)
+    args = attention_reference_args(q, k, v, o, q.shape[-1] ** -0.5, q_start=rank * piece_len)
+    sy.launch.launch(kernel, None, tables, *args, signals=signals, epoch=1, wait_bound_ns=bound,
+                     blocks=blocks, HEAD_DIM=q.shape[-1], BLOCK_M=block_m, BLOCK_N=block, CAUSAL=causal)
+    return o, tables
+
+
+@pytest.mark.parametrize("heads,kv_heads,head_dim,causal,rank", CASES)
+def test_in_place_pieces_match_sdpa(sy, heads, kv_heads, head_dim, causal, rank):
+    world, piece_len = 4, 32
+    golden = sy.load("sy_test_attention_golden", GOLDEN)
+    q, k, v = _problem(3, heads, kv_heads, head_dim, world, piece_len)
+    signals = torch.tensor([1] * world + [0], dtype=torch.int32)
+    o, _ = _run(sy, golden.attention_fwd_kernel, q, k, v, world, piece_len, rank, causal, seed=5,
+                signals=signals)
+    ref = _reference(q, k, v, rank * piece_len, causal)
+    torch.testing.assert_close(o, ref, rtol=2e-5, atol=2e-5)
+    assert signals[world].item() == (piece_len // 16) * heads, "every tile notifies the output slot once"
+
+    # The untransformed kernel computes the same (same grid: one program per tile).
+    original = sy.load("sy_test_attention_original", ORIGINAL)
+    from syncopate.kernels.attention import attention_reference_args
+
+    o2 = torch.full_like(q, float("nan"))
+    original.attention_fwd_kernel[((piece_len // 16) * heads,)](
+        *attention_reference_args(q, k, v, o2, head_dim ** -0.5, q_start=rank * piece_len),
+        HEAD_DIM=head_dim, BLOCK_M=16, BLOCK_N=16, CAUSAL=causal)
+    torch.testing.assert_close(o2, ref, rtol=2e-5, atol=2e-5)
+
+
+def _late_run(sy, kernel, heads, kv_heads, head_dim, causal, rank, withheld=None, bound=50_000_000):
+    world, piece_len = 4, 32
+    q, k_full, v_full = _problem(7, heads, kv_heads, head_dim, world, piece_len)
+    k = torch.full_like(k_full, float("nan"))
+    v = torch.full_like(v_full, float("nan"))
+    own = slice(rank * piece_len, (rank + 1) * piece_len)
+    k[:, :, own] = k_full[:, :, own]
+    v[:, :, own] = v_full[:, :, own]
+    signals = torch.zeros(world + 1, dtype=torch.int32)
+    signals[rank] = 1  # the own piece needs no chunk
+    run = LateRun(signals, k, v, k_full, v_full, piece_len, 16, rank, withheld)
+    RUN["current"] = run
+    try:
+        o, _ = _run(sy, kernel, q, k, v, world, piece_len, rank, causal, seed=11, signals=signals, bound=bound)
+    finally:
+        RUN["current"] = None
+    return o, run, _reference(q, k_full, v_full, rank * piece_len, causal)
+
+
+@pytest.mark.parametrize("heads,kv_heads,head_dim,causal,rank", CASES)
+def test_late_pieces_land_in_arrival_order_and_are_never_read_early(sy, heads, kv_heads, head_dim, causal, rank):
+    golden = sy.load("sy_test_attention_golden", GOLDEN)
+    o, run, ref = _late_run(sy, golden.attention_fwd_kernel, heads, kv_heads, head_dim, causal, rank)
+    assert not torch.isnan(o).any(), "a tile read a K/V block before its wait"
+    torch.testing.assert_close(o, ref, rtol=2e-5, atol=2e-5)
+    world = 4
+    needed = [p for p in range(world) if not causal or p <= rank]
+    expected_landing = [(rank - i) % world for i in range(1, world)]
+    assert run.landed == [p for p in expected_landing if p in needed]
+    # Each tile visits its blocks from the own piece's last block (or the diagonal) downwards.
+    for tile, waits in run.visits.items():
+        blocks = waits[0::2]
+        assert waits[1::2] == blocks, "each iteration waits for its block before K and before V"
+        assert blocks == sorted(blocks, key=lambda b: ((rank * 2 + 1 - b) % 8)), (tile, blocks)
+        assert len(blocks) == len(set(blocks))
+        if not causal:
+            assert len(blocks) == 8
+
+
+def test_without_the_waits_a_late_block_is_read(sy):
+    def drop_waits(source):
+        return source.replace("syl.wait_block(", "(lambda *a: None)(")
+
+    unsafe = sy.load("sy_test_attention_unsafe", GOLDEN, drop_waits)
+    o, run, _ = _late_run(sy, unsafe.attention_fwd_kernel, 2, 2, 64, False, 1)
+    assert run.landed == []
+    assert torch.isnan(o).any()
+
+
+def test_withheld_piece_times_out_naming_its_chunk(sy):
+    golden = sy.load("sy_test_attention_golden", GOLDEN)
+    with pytest.raises(sy.launch.WaitTimeoutError) as info:
+        _late_run(sy, golden.attention_fwd_kernel, 2, 2, 64, False, 2, withheld=0, bound=20_000)
+    message = str(info.value)
+    assert "slot 0 (chunk 100)" in message and "chunk 100 never arrived" in message
+
+
+def test_launch_requires_block_tables(sy):
+    golden = sy.load("sy_test_attention_golden", GOLDEN)
+    q, k, v = _problem(1, 2, 2, 64, 2, 16)
+    from syncopate.kernels.attention import attention_reference_args
+
+    tables = sy.launch.TileTables.from_lists([0, 1], 2, [[], []], [[], []], [1, 1])
+    with pytest.raises(sy.launch.UserError, match="waits per block"):
+        sy.launch.launch(golden.attention_fwd_kernel, None, tables,
+                         *attention_reference_args(q, k, v, torch.empty_like(q), 0.125),
+                         signals=torch.ones(2, dtype=torch.int32), HEAD_DIM=64, BLOCK_M=16, BLOCK_N=16,
+                         CAUSAL=False)
+
+
+def test_pieces_table_rows():
+    from syncopate.block_tables import BlockTables
+
+    t = BlockTables.pieces_table(rows=2, length=64, block=16, pieces=4, rank=1)
+    assert t.blocks == 4
+    assert t.offsets == [0, 1, 1, 2, 3, 4, 4, 5, 6]  # block 1 is rank 1's own piece: no wait
+    assert t.slots == [0, 2, 3, 0, 2, 3]
+    assert t.first == [1, 1]
+    wide = BlockTables.pieces_table(rows=1, length=64, block=32, pieces=4, rank=0)
+    assert wide.slots == [1, 2, 3], "a block spanning two pieces waits on both (but the own one)"
+    with pytest.raises(Exception, match="equal pieces"):
+        BlockTables.pieces_table(rows=1, length=30, block=16, pieces=4, rank=0)
