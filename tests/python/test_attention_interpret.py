@@ -29,7 +29,6 @@ os.environ["TRITON_INTERPRET"] = "1"
 torch = pytest.importorskip("torch")
 triton = pytest.importorskip("triton")
 pytest.importorskip("numpy")
-import triton.language as tl  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 ORIGINAL = ROOT / "python" / "syncopate" / "kernels" / "attention.py"
