@@ -29,6 +29,7 @@ os.environ["TRITON_INTERPRET"] = "1"
 torch = pytest.importorskip("torch")
 triton = pytest.importorskip("triton")
 pytest.importorskip("numpy")
+import triton.language as tl  # noqa: E402,F401  (a jit function of this module needs it in its globals)
 
 ROOT = Path(__file__).resolve().parents[2]
 ORIGINAL = ROOT / "python" / "syncopate" / "kernels" / "attention.py"
