@@ -120,6 +120,14 @@ def test_late_pieces_from_a_side_stream(sy, causal):
     signals = torch.zeros(world, dtype=torch.int32, device=DEV)
     signals[rank] = 1
     side = torch.cuda.Stream()
+    # Load every kernel the side stream runs before anything spins: a module load waits for the
+    # device, so a first load while the transformed kernel waits on it would stall
+    # (docs/ANNOTATIONS.md, "Rules learnt on the GPU").
+    with torch.cuda.stream(side):
+        torch.cuda._sleep(1000)
+        scratch = torch.empty_like(k_full[:, :, own])
+        scratch.copy_(k_full[:, :, own])
+        torch.zeros(1, dtype=torch.int32, device=DEV)[0:1].fill_(1)
     torch.cuda.synchronize()
     late, _, error = _transformed(sy, q, k, v, causal, world, rank, signals, sync=False)
     pieces = [p for p in range(world) if p != rank]
