@@ -10,6 +10,13 @@ those of the kernel's TileTables (one signal array, one `slot_writers`).
 slot per piece (and table row), the own piece needing no wait: the layout of the ring pass and of
 Ulysses' all-to-all (plan/sequence_parallel.hpp), whose pieces land own first, then rank - 1,
 rank - 2, ...
+
+`from_plan` reads them off a plan whose chunks land K/V along one dimension of a tensor (e.g. the
+ring all-gather template over the sequence dim of `[Z, H_kv, S, D]`, which the attention kernel
+reads as one piece): block j waits on the rank's landing slots (its SignalTable's) of the chunks
+whose destination box meets positions [j * block, (j + 1) * block), and `first` follows the plan's
+estimated arrival (`estimate_arrival`): the last block of the first run of blocks that land
+earliest, so the descending visit starts with what is there first.
 """
 
 from __future__ import annotations
@@ -70,6 +77,42 @@ class BlockTables:
         last_own = ((rank + 1) * piece_len - 1) // block
         num_slots = max([s for s in slot_of if s >= 0], default=-1) + 1
         return cls.from_lists(blocks, [row] * rows, [last_own] * rows, num_slots)
+
+    @classmethod
+    def from_plan(cls, plan, table, tensor: str, dim: int, block: int, rows: int = 1,
+                  arrival: Optional[Sequence[float]] = None) -> "BlockTables":
+        """From a plan (bindings' CommPlan), this rank's SignalTable of it (`syncopate.lower`),
+        the consumed tensor and its position dimension; `arrival` per chunk defaults to
+        `syncopate.estimate_arrival(plan)`. Every row alike."""
+        if tensor not in plan.tensors:
+            raise UserError(f"block tables: tensor {tensor!r} is not in the plan "
+                            f"(tensors: {', '.join(plan.tensors)})")
+        shape = list(plan.tensors[tensor].shape)
+        if not 0 <= dim < len(shape):
+            raise UserError(f"block tables: dim {dim} is out of range for {tensor!r} of shape {shape}")
+        if arrival is None:
+            import syncopate
+
+            arrival = syncopate.estimate_arrival(plan)
+        length = shape[dim]
+        blocks = -(-length // block)
+        waits = [[] for _ in range(blocks)]
+        lands = [0.0] * blocks  # when the block's last chunk lands (0: nothing to wait for)
+        for c in plan.chunks:
+            slot = table.landing_slot_of_chunk[c.id]
+            if c.dst != table.rank or c.dst_tensor != tensor or slot < 0:
+                continue
+            lo = c.dst_box.offset[dim]
+            hi = lo + c.dst_box.extent[dim]
+            for j in range(lo // block, (hi - 1) // block + 1):
+                waits[j].append(int(slot))
+                lands[j] = max(lands[j], float(arrival[c.id]))
+        earliest = min(lands)
+        first = lands.index(earliest)
+        while first + 1 < blocks and lands[first + 1] == earliest:
+            first += 1
+        return cls.from_lists(blocks, [[sorted(set(w)) for w in waits]] * rows, [first] * rows,
+                              len(table.slots))
 
     def device_arrays(self, device: torch.device) -> dict:
         def arr(values: list[int]) -> torch.Tensor:

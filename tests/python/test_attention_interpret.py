@@ -11,6 +11,9 @@ landing slot per piece, the own piece local. The runs:
   rank - 1, ...), so the pieces land in the order the ring delivers them;
 - the same kernel with its in-loop waits removed reads NaN (the late-landing check can fail);
 - a withheld piece ends the launch with WaitTimeoutError naming its chunk;
+- tables read off a plan (the ring all-gather template over the sequence dim, lowered): the same
+  waits as the pieces table, the visit starting where the plan's estimated arrival says, and the
+  transformed kernel with late pieces lands them in the plan's order;
 - Ulysses' layout read in place (`attention_piece_args`: the all-to-all output, head slot r
   holding rank r's positions), K/V pieces landing late, Q tiles waiting on their Q piece: the
   output (in the same layout, ready for the return all-to-all) matches SDPA; a withheld Q piece
@@ -65,8 +68,8 @@ class LateRun:
     """Lands a piece (land(p)) when the first wait_block on one of its blocks comes, unless it is
     withheld; records the blocks each tile visits."""
 
-    def __init__(self, signals, land, piece_len, block, rank, withheld=None):
-        self.signals, self.land = signals, land
+    def __init__(self, signals, land, piece_len, block, rank, withheld=None, slot_of=None):
+        self.signals, self.land, self.slot_of = signals, land, slot_of
         self.piece_len, self.block, self.rank, self.withheld = piece_len, block, rank, withheld
         self.landed = []          # pieces, in landing order
         self.visits = {}          # tile -> blocks waited on, in order
@@ -78,7 +81,7 @@ class LateRun:
             if p == self.rank or p in self.landed or p == self.withheld:
                 continue
             self.land(p)
-            self.signals[p] += 1
+            self.signals[p if self.slot_of is None else self.slot_of[p]] += 1
             self.landed.append(p)
 
 
@@ -376,3 +379,47 @@ def test_ulysses_layout_read_in_place_with_late_kv(sy, causal):
 def test_ulysses_withheld_q_piece_is_named(sy):
     with pytest.raises(sy.launch.WaitTimeoutError, match=r"slot 6 \(chunk 106\)"):
         _ulysses_run(sy, False, rank=0, withheld_q=2, bound=20_000)
+
+
+def test_tables_from_a_ring_all_gather_plan(sy):
+    import syncopate
+    from syncopate.kernels.attention import attention_reference_args
+
+    world, rank, s_loc, block, h, d = 4, 2, 32, 16, 2, 64
+    plan = syncopate.make_plan("all-gather", world_size=world, shape=[1, h, world * s_loc, d], dim=2,
+                               algorithm="ring")
+    table = syncopate.lower(plan, syncopate.TileGrid(m=s_loc, n=h, block_m=block, block_n=1), [])[rank]
+    blocks = sy.block_tables.BlockTables.from_plan(plan, table, "x", 2, block, rows=h)
+    # Ring: rank 2 receives piece 1, then 0, then 3, in landing slots 0, 1, 2.
+    slot_of = [1, 0, -1, 2]
+    assert blocks == sy.block_tables.BlockTables.pieces_table(h, world * s_loc, block, world, rank, slot_of)
+    assert blocks.first == [5, 5], "the own piece's last block: it is there first"
+
+    gen = torch.Generator().manual_seed(17)
+    q, k_full, v_full = (torch.randn(1, h, n, d, generator=gen) for n in (s_loc, world * s_loc, world * s_loc))
+    k, v = torch.full_like(k_full, float("nan")), torch.full_like(v_full, float("nan"))
+    own = slice(rank * s_loc, (rank + 1) * s_loc)
+    k[:, :, own], v[:, :, own] = k_full[:, :, own], v_full[:, :, own]
+    tiles = (s_loc // block) * h
+    n_slots = len(table.slots)
+    chunks = [sl.chunk for sl in table.slots]
+    tables = sy.launch.TileTables.from_lists(list(range(tiles)), h, [[] for _ in range(tiles)],
+                                             [[n_slots]] * tiles, [1] * n_slots + [tiles], chunks + [-1],
+                                             rank=rank)
+    signals = torch.zeros(n_slots + 1, dtype=torch.int32)
+
+    def land(p):
+        rows = slice(p * s_loc, (p + 1) * s_loc)
+        k[:, :, rows], v[:, :, rows] = k_full[:, :, rows], v_full[:, :, rows]
+
+    run = LateRun(signals, land, s_loc, block, rank, slot_of=slot_of)
+    RUN["current"] = run
+    try:
+        o = torch.full_like(q, float("nan"))
+        sy.launch.launch(sy.load("sy_test_attention_golden", GOLDEN).attention_fwd_kernel, None, tables,
+                         *attention_reference_args(q, k, v, o, d ** -0.5, rank * s_loc), signals=signals,
+                         blocks=blocks, HEAD_DIM=d, BLOCK_M=block, BLOCK_N=block, CAUSAL=False)
+    finally:
+        RUN["current"] = None
+    torch.testing.assert_close(o, _reference(q, k_full, v_full, rank * s_loc, False), rtol=2e-5, atol=2e-5)
+    assert run.landed == [1, 0, 3], "pieces land in the plan's order"
