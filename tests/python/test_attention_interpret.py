@@ -11,6 +11,7 @@ landing slot per piece, the own piece local. The runs:
   rank - 1, ...), so the pieces land in the order the ring delivers them;
 - the same kernel with its in-loop waits removed reads NaN (the late-landing check can fail);
 - a withheld piece ends the launch with WaitTimeoutError naming its chunk;
+- `block_in_order` visits every value of a loop once, from its first block downwards, wrapping;
 - tables read off a plan (the ring all-gather template over the sequence dim, lowered): the same
   waits as the pieces table, the visit starting where the plan's estimated arrival says, and the
   transformed kernel with late pieces lands them in the plan's order;
@@ -423,3 +424,36 @@ def test_tables_from_a_ring_all_gather_plan(sy):
         RUN["current"] = None
     torch.testing.assert_close(o, _reference(q, k_full, v_full, rank * s_loc, False), rtol=2e-5, atol=2e-5)
     assert run.landed == [1, 0, 3], "pieces land in the plan's order"
+
+
+@triton.jit
+def _visit_kernel(out_ptr, start, stop, first_ptr, STEP: tl.constexpr):
+    i = 0
+    for v in range(start, stop, STEP):
+        w = _sites_block_in_order(v, start, stop, STEP, first_ptr, 0)
+        tl.store(out_ptr + i, w)
+        i += 1
+
+
+_sites_block_in_order = None  # syncopate.language_sites.block_in_order, set by the test
+
+
+def test_block_in_order_visits_every_value_once_from_first_downwards(sy):
+    import syncopate.language_sites as sites
+
+    globals()["_sites_block_in_order"] = sites.block_in_order
+    rng = torch.Generator().manual_seed(0)
+    for _ in range(12):
+        step = int(torch.randint(1, 5, (1,), generator=rng))
+        start = int(torch.randint(0, 12, (1,), generator=rng))
+        stop = start + int(torch.randint(1, 30, (1,), generator=rng))
+        first = int(torch.randint(0, stop // step + 3, (1,), generator=rng))
+        values = list(range(start, stop, step))
+        out = torch.full((len(values),), -1, dtype=torch.int32)
+        _visit_kernel[(1,)](out, start, stop, torch.tensor([first], dtype=torch.int32), STEP=step)
+        got = out.tolist()
+        assert sorted(got) == values, (start, stop, step, first, got)
+        top = first - start // step
+        top = top if 0 <= top < len(values) else len(values) - 1
+        expected = [values[(top - i) % len(values)] for i in range(len(values))]
+        assert got == expected, (start, stop, step, first, got)
