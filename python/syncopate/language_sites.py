@@ -10,6 +10,8 @@ Everything is syncopate.language's (re-exported here), plus what a call site nee
   2048x8192x3584) against 1.01-1.04x with these loops; so the loops stay apart for now
   (docs/ANNOTATIONS.md, "Loop structure"). A tile may notify at most MAX_TILE_NOTIFIES slots;
   `syncopate.launch` checks the tables.
+- `wait_block` and `block_in_order` (syncopate.language_blocks) are the wait inside a loop over
+  blocks and the loop's arrival-order visit, for `@sy.consume_block`.
 - `tma_store_wait` waits until this thread's TMA (bulk asynchronous) stores have landed in
   global memory, when the tile notifies anything; the transformer puts it before the notify of
   a tile stored through a tensor descriptor, so a peer never reads a chunk whose stores are
@@ -33,6 +35,7 @@ from syncopate.language import (  # noqa: F401  (the transformer's output calls 
     wait,
     wait_tile,
 )
+from syncopate.language_blocks import block_in_order, wait_block  # noqa: F401  (@sy.consume_block)
 
 _INTERPRET: tl.constexpr = tl.constexpr(INTERPRET)
 

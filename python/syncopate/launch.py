@@ -29,7 +29,7 @@ DEFAULT_WAIT_BOUND_NS = 2_000_000_000
 # Parameters whose value (or a pointer's alignment) changes between contexts or calls: a new
 # value must not make Triton compile and load a new module while another kernel spins (see
 # docs/ANNOTATIONS.md, launch notes).
-_UNSPECIALIZED = ("sy_tiles_n", "sy_epoch", "sy_wait_bound_ns", "sy_rank")
+_UNSPECIALIZED = ("sy_tiles_n", "sy_epoch", "sy_wait_bound_ns", "sy_rank", "sy_blocks")
 
 
 def epoch_word(value: int = 0, device="cpu") -> torch.Tensor:
@@ -192,7 +192,8 @@ def check_error(error: torch.Tensor, tables: TileTables, kernel_name: str = "ker
 def launch(kernel: Any, grid: Any, tables: TileTables, *args: Any, signals: torch.Tensor,
            epoch: "int | torch.Tensor" = 1, wait_bound_ns: int = DEFAULT_WAIT_BOUND_NS,
            error: Optional[torch.Tensor] = None, sync: bool = True,
-           device_arrays: Optional[dict[str, torch.Tensor]] = None, **kwargs: Any):
+           device_arrays: Optional[dict[str, torch.Tensor]] = None, blocks: Any = None,
+           **kwargs: Any):
     """Launches a transformed kernel over `tables` and checks its waits.
 
     grid: None for one tile per program (one program per tile), else a Triton grid (tuple or
@@ -200,6 +201,8 @@ def launch(kernel: Any, grid: Any, tables: TileTables, *args: Any, signals: torc
     signals: this rank's int32 signal slots. epoch: the int32[1] epoch word on signals' device
     (the call number, from 1), or an int from which one is made.
     device_arrays: tables.device_arrays(device) made once and reused, to save copies per call.
+    blocks: the syncopate.block_tables.BlockTables of a kernel that waits per block
+    (`@sy.consume_block`); required by such a kernel, refused by others.
     Returns the error record (int64[8]); with sync=False the caller checks it with check_error.
     """
     info = transformed_info(kernel)
@@ -221,6 +224,17 @@ def launch(kernel: Any, grid: Any, tables: TileTables, *args: Any, signals: torc
     extra = dict(arrays)
     extra.update(sy_signals=signals, sy_tiles_n=tables.tiles_n, sy_epoch=epoch,
                  sy_wait_bound_ns=int(wait_bound_ns), sy_rank=tables.rank, sy_error=error)
+    wants_blocks = "sy_blocks" in info["params"]
+    if blocks is not None and not wants_blocks:
+        raise UserError(f"kernel {info['kernel']!r} has no '@sy.consume_block': it takes no block tables")
+    if blocks is None and wants_blocks:
+        raise UserError(f"kernel {info['kernel']!r} waits per block ('@sy.consume_block'): pass its "
+                        "block tables (blocks=syncopate.block_tables.BlockTables...)")
+    if blocks is not None:
+        extra.update(blocks.device_arrays(device), sy_blocks=blocks.blocks)
+        if blocks.slots and max(blocks.slots) >= len(tables.slot_writers):
+            raise UserError(f"block tables: slot {max(blocks.slots)} is not one of the "
+                            f"{len(tables.slot_writers)} slots of the tile tables")
     missing = [p for p in info["params"] if p not in extra]
     if missing:
         raise UserError(f"kernel {info['kernel']!r} expects parameters this launcher does not "
