@@ -160,7 +160,7 @@ def transformed_info(kernel: Any) -> dict:
     return info
 
 
-def _unspecialize(kernel: Any) -> None:
+def unspecialize(kernel: Any) -> None:
     """Stops Triton from compiling a new variant when an epoch/rank/bound value changes."""
     fn = kernel
     while not hasattr(fn, "params") and hasattr(fn, "fn"):
@@ -227,7 +227,7 @@ def launch(kernel: Any, grid: Any, tables: TileTables, *args: Any, signals: torc
                         f"provide: {missing}")
     if grid is None:
         grid = (tables.num_tiles,)
-    _unspecialize(kernel)
+    unspecialize(kernel)
     kernel[grid](*args, **kwargs, **{p: extra[p] for p in info["params"]})
     if sync:
         if device.type == "cuda":

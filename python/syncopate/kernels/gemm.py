@@ -219,7 +219,7 @@ def interpreter_active() -> bool:
     return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
 
 
-def _ensure_descriptor_allocator() -> None:
+def ensure_descriptor_allocator() -> None:
     # Descriptors made on the device live in a small global-memory scratch that Triton asks
     # the allocator for at launch. Keep a caller's allocator if one is set; otherwise use
     # PyTorch's caching allocator, which makes the per-launch request nearly free.
@@ -228,13 +228,13 @@ def _ensure_descriptor_allocator() -> None:
             lambda size, alignment, stream: torch.empty(size, dtype=torch.int8, device="cuda"))
 
 
-def _tma_compatible(t: torch.Tensor) -> bool:
+def tma_compatible(t: torch.Tensor) -> bool:
     """A 2-D tensor TMA can describe: last dim contiguous, 16-byte base and leading stride."""
     return (t.stride(1) == 1 and t.data_ptr() % _TMA_ALIGN_BYTES == 0
             and (t.stride(0) * t.element_size()) % _TMA_ALIGN_BYTES == 0)
 
 
-def _check_operands(a: torch.Tensor, b: torch.Tensor) -> None:
+def check_operands(a: torch.Tensor, b: torch.Tensor) -> None:
     if a.dim() != 2 or b.dim() != 2:
         raise ValueError(f"gemm: A and B must be 2-D, got A{tuple(a.shape)} B{tuple(b.shape)}")
     if a.shape[1] != b.shape[0]:
@@ -250,7 +250,7 @@ def _check_operands(a: torch.Tensor, b: torch.Tensor) -> None:
                          "(or TRITON_INTERPRET=1 for the CPU interpreter)")
 
 
-def _device_limits(device: torch.device) -> tuple[int, int]:
+def device_limits(device: torch.device) -> tuple[int, int]:
     """(multiprocessor count, shared memory per block) of the device, read, never assumed."""
     props = torch.cuda.get_device_properties(device)
     smem = getattr(props, "shared_memory_per_block_optin", 0) or props.shared_memory_per_block
@@ -262,7 +262,7 @@ def select_config(m: int, n: int, k: int, device: torch.device, dtype: torch.dty
     """The configuration `gemm` uses for this shape on this device."""
     if device.type != "cuda":
         return INTERPRETER_CONFIG
-    num_sms, smem = _device_limits(device)
+    num_sms, smem = device_limits(device)
     # Triton itself keeps a little shared memory (barriers); leave it a margin.
     return _memoized_choice(m, n, k, num_sms, torch.tensor([], dtype=dtype).element_size(),
                             smem - 1024, allow_split_k)
@@ -285,7 +285,7 @@ def gemm(a: torch.Tensor, b: torch.Tensor, *, out: torch.Tensor | None = None,
     `config` overrides the per-shape choice; `num_programs` the persistent grid size
     (default: one program per multiprocessor, or fewer if there are fewer tiles).
     """
-    _check_operands(a, b)
+    check_operands(a, b)
     m, k = a.shape
     n = b.shape[1]
     if out is None:
@@ -301,16 +301,16 @@ def gemm(a: torch.Tensor, b: torch.Tensor, *, out: torch.Tensor | None = None,
                                                           allow_split_k=not c_store_pointers)
     tiles = triton.cdiv(m, cfg.block_m) * triton.cdiv(n, cfg.block_n)
     if num_programs is None:
-        num_programs = _device_limits(a.device)[0] if a.is_cuda else 4
+        num_programs = device_limits(a.device)[0] if a.is_cuda else 4
     grid_size = max(1, min(num_programs, tiles))
 
     a_view = a if a.stride(1) == 1 else a.contiguous()
     b_is_nk = b.stride(1) != 1 and b.stride(0) == 1
     b_view = b.t() if b_is_nk else (b if b.stride(1) == 1 else b.contiguous())
-    use_tma = (not force_pointer_kernel and _tma_compatible(a_view) and _tma_compatible(b_view)
-               and _tma_compatible(out))
+    use_tma = (not force_pointer_kernel and tma_compatible(a_view) and tma_compatible(b_view)
+               and tma_compatible(out))
     if use_tma and a.is_cuda:
-        _ensure_descriptor_allocator()
+        ensure_descriptor_allocator()
     if use_tma and cfg.split_k > 1 and not c_store_pointers:
         _split_k_gemm(a_view, b_view, out, b_is_nk, cfg, num_programs)
     elif use_tma:

@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import torch
 
-from syncopate.ops.custom_ops import _ag_gemm_gathered_op, _ag_gemm_op, _gemm_ar_op, _gemm_rs_op
+from syncopate.ops.custom_ops import ag_gemm_gathered_op, ag_gemm_op, gemm_ar_op, gemm_rs_op
 
 
 def _issue_all_gather(x: torch.Tensor, world: int, group_name: str) -> torch.Tensor:
@@ -87,7 +87,7 @@ def _ag_gemm_backward(ctx, grad):
     return grad_a, grad_b, None, None
 
 
-_ag_gemm_op.register_autograd(_ag_gemm_backward, setup_context=_ag_gemm_setup)
+ag_gemm_op.register_autograd(_ag_gemm_backward, setup_context=_ag_gemm_setup)
 
 
 # --- ag_gemm_gathered ------------------------------------------------------------------------------
@@ -115,7 +115,7 @@ def _ag_gemm_gathered_backward(ctx, grad, grad_gathered):
     return grad_a, grad_b, None, None
 
 
-_ag_gemm_gathered_op.register_autograd(_ag_gemm_gathered_backward, setup_context=_ag_gemm_gathered_setup)
+ag_gemm_gathered_op.register_autograd(_ag_gemm_gathered_backward, setup_context=_ag_gemm_gathered_setup)
 
 
 # --- gemm_rs ---------------------------------------------------------------------------------------
@@ -146,7 +146,7 @@ def _gemm_rs_backward(ctx, grad):
     return grad_a, grad_b, None, None
 
 
-_gemm_rs_op.register_autograd(_gemm_rs_backward, setup_context=_gemm_rs_setup)
+gemm_rs_op.register_autograd(_gemm_rs_backward, setup_context=_gemm_rs_setup)
 
 
 # --- gemm_ar ---------------------------------------------------------------------------------------
@@ -165,4 +165,4 @@ def _gemm_ar_backward(ctx, grad):
     return grad_a, grad_b, None, None
 
 
-_gemm_ar_op.register_autograd(_gemm_ar_backward, setup_context=_gemm_ar_setup)
+gemm_ar_op.register_autograd(_gemm_ar_backward, setup_context=_gemm_ar_setup)

@@ -26,7 +26,7 @@ import tempfile
 import torch
 
 from syncopate.errors import Error, InternalError, TransformError
-from syncopate.launch import TileTables, _unspecialize, check_error, epoch_word, new_error_record, transformed_info
+from syncopate.launch import TileTables, unspecialize, check_error, epoch_word, new_error_record, transformed_info
 from syncopate.ops.common import leading_stride_aligned, reserved_sms
 
 TMA_KERNEL = "gemm_tma_kernel"
@@ -82,7 +82,7 @@ def transformed_kernel(kernel_name: str, module_name: str = GEMM_MODULE):
         sys.modules.pop(name, None)
         raise InternalError(f"syncopate.ops: the transformed {kernel_name} ({out_path}) does not load: "
                             f"{type(exc).__name__}: {exc}") from exc
-    _unspecialize(kernel)
+    unspecialize(kernel)
     return kernel
 
 
@@ -170,7 +170,7 @@ class FusedGemm:
             raise InternalError(f"syncopate.ops: the fused {self.kernel_name} expects parameters the op "
                                 f"does not bind: {missing}")
         if self.use_tma and self.device.type == "cuda":
-            _gemm_module()._ensure_descriptor_allocator()
+            _gemm_module().ensure_descriptor_allocator()
 
     def _b_arg(self, b: torch.Tensor) -> torch.Tensor:
         # The TMA kernel reads an nk B as the [N, K] tensor it is a view of.

@@ -33,7 +33,7 @@ from typing import Optional
 import torch
 
 from syncopate.errors import UserError
-from syncopate.ops.ag_gemm import OpContext
+from syncopate.ops.context import OpContext
 from syncopate.ops.common import (CHECK_EACH_CALL, PRODUCER_ADD_BLOCKS, SM_COPY_BLOCKS, check_out, context_for,
                                   default_backend, forward_operands)
 
