@@ -47,6 +47,7 @@ from pathlib import Path
 from typing import Any, Callable, Optional, Sequence, Union
 
 from syncopate.errors import UserError, WaitTimeoutError
+from syncopate.settings import env
 
 CHECK_LANGUAGE_MODULE = "syncopate._check_sites"
 # How a transformed file imports its primitives (transform.hpp's default language module).
@@ -189,7 +190,7 @@ def _transform_for_check(text: str, filename: str, kernel: str, plan=None):
 # --- the interpreter ---------------------------------------------------------------------------
 
 def interpreter_active() -> bool:
-    return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
+    return env.triton_interpret
 
 
 def _require_interpreter() -> None:

@@ -24,13 +24,13 @@ error record (ERROR_FIELDS), and every other waiter of the launch gives up as so
 flag, so the kernel ends within about one bound instead of hanging.
 """
 
-import os
-
 import triton
 import triton.language as tl
 from triton.language.target_info import cuda_capability_geq
 
-INTERPRET = os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
+from syncopate.settings import env
+
+INTERPRET = env.triton_interpret
 _INTERPRET: tl.constexpr = tl.constexpr(INTERPRET)
 
 # Layout of the int64 error record `sy_error` (the launcher zeroes it before each launch).

@@ -18,12 +18,13 @@ Both run under TRITON_INTERPRET=1 on the CPU (tests/python/test_gemm_interpret.p
 from __future__ import annotations
 
 import functools
-import os
 
 import torch
 import triton
 import triton.language as tl
 from triton.runtime import _allocation
+
+from syncopate.settings import env
 
 from .configs import INTERPRETER_CONFIG, GemmConfig, choose_config
 
@@ -216,7 +217,7 @@ def split_k_reduce_kernel(partial_ptr, c_ptr, M, N, stride_cm, SPLIT_K: tl.const
 
 def interpreter_active() -> bool:
     """True when Triton runs kernels with its CPU interpreter (TRITON_INTERPRET=1)."""
-    return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
+    return env.triton_interpret
 
 
 def ensure_descriptor_allocator() -> None:

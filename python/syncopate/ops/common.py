@@ -3,12 +3,12 @@ process groups and the context cache of the torch custom ops. No GPU work happen
 
 from __future__ import annotations
 
-import os
 from typing import Optional
 
 import torch
 
 from syncopate.errors import UserError
+from syncopate.settings import env
 
 BACKENDS = ("copy-engine", "sm-copy", "nccl")
 ALGORITHMS = ("direct", "ring", "bidir")
@@ -31,7 +31,7 @@ PRODUCER_ADD_BLOCKS = 10
 def reserved_sms(backend: str, producer: bool) -> int:
     """SMs the fused GEMM leaves to the chunk backend (and, for producers, the add kernels)."""
     return (PRODUCER_RESERVED_SMS if producer else RESERVED_SMS)[backend]
-CHECK_EACH_CALL = os.environ.get("SYNCOPATE_CHECK_EACH_CALL", "1") not in ("", "0")
+CHECK_EACH_CALL = env.check_each_call
 _TMA_ALIGN_BYTES = 16
 
 
@@ -163,7 +163,7 @@ def context_for(cls, group, key, **kwargs):
 
 def default_backend() -> str:
     """The backend of contexts made by the torch custom ops: $SYNCOPATE_BACKEND, else "auto"."""
-    return os.environ.get("SYNCOPATE_BACKEND", "auto")
+    return env.backend
 
 
 def _aligned_contiguous(t: torch.Tensor) -> torch.Tensor:

@@ -42,13 +42,13 @@ heap can be overwritten by the next call); ag_gemm_gathered passes it.
 from __future__ import annotations
 
 import importlib
-import os
 from typing import Optional, Tuple
 
 import torch
 
 from syncopate.errors import ShapeError, UserError
 from syncopate.ops.context import SUPPORTED_DTYPES
+from syncopate.settings import env
 
 __all__ = ["ag_gemm", "ag_gemm_gathered", "gemm_rs", "gemm_ar", "SUPPORTED_DTYPES", "OP_NAMES", "NO_GROUP",
            "group_args"]
@@ -100,7 +100,7 @@ def _check_operands(op: str, a: torch.Tensor, b: torch.Tensor, world_size: int) 
 
 def interpreter_on() -> bool:
     """Whether Triton's interpreter runs the kernels (TRITON_INTERPRET=1): then they run on the CPU."""
-    return os.environ.get("TRITON_INTERPRET", "0") == "1"
+    return env.triton_interpret
 
 
 def device_supported(device: torch.device) -> bool:

@@ -19,13 +19,13 @@ consumed with m_local_shard (its rows are this rank's shard of the grid rows), "
 
 from __future__ import annotations
 
-import os
 
 import torch
 
 from syncopate.errors import Error, InternalError, UserError
 from syncopate.launch import transformed_info
 from syncopate.ops.fused_gemm import FusedGemm, tma_describable, transformed_kernel
+from syncopate.settings import Env, env
 
 STAGED_KERNEL = "gemm_reduce_kernel"
 STAGED_MODULE = "syncopate.kernels.gemm_reduce"
@@ -96,12 +96,12 @@ class StagedReduceGemm(FusedGemm):
 # SYNCOPATE_AUTO_STAGED=1 to let auto choose it (e.g. for the GPU tests and benchmark), or pass
 # reduce="epilogue". Flip the default once tests/gpu/test_ops_gpu.py's gemm_rs_epilogue and
 # gemm_ar_epilogue rows pass.
-AUTO_STAGED_ENV = "SYNCOPATE_AUTO_STAGED"
+AUTO_STAGED_ENV = Env.auto_staged.name
 
 
 def staged_in_auto() -> bool:
     """Whether reduce="auto" may choose the staged epilogue (see AUTO_STAGED_ENV)."""
-    return os.environ.get(AUTO_STAGED_ENV, "0") not in ("", "0")
+    return env.auto_staged
 
 
 # The collectives whose plans have a staged template (make_plan(..., staging=)).
