@@ -11,7 +11,7 @@ import triton
 
 from syncopate import language_sites as _sites
 from syncopate.language_sites import *  # noqa: F401,F403  (everything else is unchanged)
-from syncopate.language_sites import MAX_TILE_NOTIFIES, tma_store_wait  # noqa: F401
+from syncopate.language_sites import tma_store_wait  # noqa: F401
 
 # Runs being checked, by the address of their signal array (each run has its own).
 _RUNS: dict = {}

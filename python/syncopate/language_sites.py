@@ -8,8 +8,7 @@ Everything is syncopate.language's (re-exported here), plus what a call site nee
   untransformed kernel does), but the fused transformed GEMM measured 3.4x slower than the
   untransformed one on nvidia-h100-x1 (2026-11-24, bench/bench_wait_overhead.py, 8192^3 and
   2048x8192x3584) against 1.01-1.04x with these loops; so the loops stay apart for now
-  (docs/ANNOTATIONS.md, "Loop structure"). A tile may notify at most MAX_TILE_NOTIFIES slots;
-  `syncopate.launch` checks the tables.
+  (docs/ANNOTATIONS.md, "Loop structure").
 - `tma_store_wait` waits until this thread's TMA (bulk asynchronous) stores have landed in
   global memory, when the tile notifies anything; the transformer puts it before the notify of
   a tile stored through a tensor descriptor, so a peer never reads a chunk whose stores are
@@ -35,10 +34,6 @@ from syncopate.language import (  # noqa: F401  (the transformer's output calls 
 )
 
 _INTERPRET: tl.constexpr = tl.constexpr(INTERPRET)
-
-# Ready slots one tile may notify (lowering gives a tile one per chunk its box overlaps).
-MAX_TILE_NOTIFIES = 32
-
 
 @triton.jit
 def tma_store_wait(notify_offsets_ptr, tile):

@@ -22,7 +22,6 @@ import torch
 
 from syncopate.errors import UserError, WaitTimeoutError
 from syncopate.language import ERROR_FIELDS, ERROR_WORDS
-from syncopate.language_sites import MAX_TILE_NOTIFIES
 
 OUTPUT_VERSION = 2  # the transformer's kOutputVersion (include/syncopate/transform/transform.hpp)
 DEFAULT_WAIT_BOUND_NS = 2_000_000_000
@@ -78,11 +77,6 @@ class TileTables:
                     if not 0 <= int(slot) < len(slot_writers):
                         raise UserError(f"{name}[{tile}]: slot {slot} is not one of the "
                                         f"{len(slot_writers)} slots")
-        for tile, row in enumerate(tile_notifies):
-            if len(row) > MAX_TILE_NOTIFIES:
-                raise UserError(f"tile_notifies[{tile}]: {len(row)} slots, but a transformed kernel "
-                                f"notifies at most {MAX_TILE_NOTIFIES} per tile "
-                                "(syncopate.language_sites.MAX_TILE_NOTIFIES): use larger chunks")
         if tiles_n < 1 or num_tiles % tiles_n != 0:
             raise UserError(f"tiles_n={tiles_n} does not divide the {num_tiles} tiles")
         wo, ws = _csr(tile_waits)

@@ -47,15 +47,11 @@ def transformed_kernel(kernel_name: str, module_name: str = GEMM_MODULE):
     transformer rewrites it (made once per process)."""
     from syncopate import _core
 
-    transform = getattr(_core, "transform", None)
-    if not callable(transform):
-        raise InternalError(f"syncopate.ops: cannot build the fused {kernel_name}: this build of "
-                            "syncopate._core has no transformer binding")
     path = _gemm_module(module_name).__file__
     with open(path, encoding="utf-8") as f:
         source = f.read()
     try:
-        result = transform(source, path, kernel_name)
+        result = _core.transform(source, path, kernel_name)
     except TransformError as exc:
         raise TransformError(f"syncopate.ops: the transformer rejected {kernel_name} of {path}: {exc}") from exc
     except Error as exc:

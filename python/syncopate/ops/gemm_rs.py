@@ -78,8 +78,7 @@ class ProducerGemm(OpContext):
 
     def _epilogue_refusal(self, mode: str, algorithm: str):
         """Why the staged epilogue cannot run (a phrase), or None."""
-        from syncopate.ops.staged_gemm import (AUTO_STAGED_ENV, staged_in_auto, staged_unsupported,
-                                               staging_supported)
+        from syncopate.ops.staged_gemm import AUTO_STAGED_ENV, staged_in_auto, staged_unsupported
 
         if self._reduce_request == "chunks":
             return "reduce='chunks' given"
@@ -93,8 +92,6 @@ class ProducerGemm(OpContext):
         why = staged_unsupported(self.m, self.n, self.k, self.world, self.config.block_m, self.dtype)
         if why is not None:
             return why
-        if not staging_supported(self.collective):
-            return f"this build of syncopate._core has no staged {self.collective} template (make_plan(staging=))"
         return None
 
     @property

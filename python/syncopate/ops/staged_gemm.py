@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import torch
 
-from syncopate.errors import Error, InternalError, UserError
+from syncopate.errors import InternalError, UserError
 from syncopate.launch import transformed_info
 from syncopate.ops.fused_gemm import FusedGemm, tma_describable, transformed_kernel
 from syncopate.settings import Env, env
@@ -106,18 +106,6 @@ def staged_in_auto() -> bool:
 
 # The collectives whose plans have a staged template (make_plan(..., staging=)).
 STAGED_COLLECTIVES = ("reduce-scatter", "all-reduce")
-
-
-def staging_supported(collective: str = "reduce-scatter") -> bool:
-    """Whether this build's make_plan has the staged template of `collective` (staging=)."""
-    import syncopate as sy
-
-    try:
-        sy.make_plan(collective, world_size=1, shape=[1, 1, 1], dim=1, algorithm="direct",
-                     split=1, backend="copy-engine", tensor="c", staging="p")
-    except (TypeError, Error):  # an older build: no staging= keyword, or no template for it
-        return False
-    return True
 
 
 def staged_plan(*, world: int, m: int, n: int, split: int, dtype: str, backend: str,
