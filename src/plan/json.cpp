@@ -1,4 +1,4 @@
-// Plans as versioned JSON (DESIGN.md section 3): the reader, the writer and file I/O.
+// Plans as versioned JSON: the reader, the writer and file I/O.
 //
 // The reader only checks what it must to build a CommPlan (syntax, types, known keys, the
 // version); ranges and bounds are the verifier's job. It never sizes anything from a number in
