@@ -46,6 +46,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 DEFAULT_INPUT = REPO / "bench/results/h200x2-2026-11-22-session2/bench_ops_all_rows_2234.json"
 DEFAULT_CALIB = REPO / "calib/h200.json"
+
 TARGET = 0.15
 SMALL_M = 4096  # rows with M below this are "small" (bench/targets.py's split)
 COLLECTIVE = {"ag_gemm": "all-gather", "gemm_rs": "reduce-scatter", "gemm_ar": "all-reduce"}
@@ -76,6 +77,15 @@ _CONFIG = re.compile(r"^(\d+)x(\d+)x(\d+)(?:_.*?_g(\d+))?")
 
 class InputError(Exception):
     """A recorded file that does not hold what bench_ops.py writes."""
+
+
+def repo_relative(path: Path) -> str:
+    """`path` relative to the repository when it lies inside it (results never record a
+    machine's directories), else as given."""
+    try:
+        return str(path.resolve().relative_to(REPO))
+    except ValueError:
+        return str(path)
 
 
 def parse_config(text, where: str) -> tuple[int, int, int]:
@@ -303,7 +313,7 @@ def main(argv=None) -> int:
             what="simulator predicted vs recorded measured time, per row and variant (bench/sim_accuracy.py)",
             measurements=("the recorded ones of " + ", ".join(s["file"] for s in sources) +
                           f", device {', '.join(sorted({str(s['device']) for s in sources}))}"),
-            sources=sources, predictions_from_commit=revision, calibration=str(args.calib),
+            sources=sources, predictions_from_commit=revision, calibration=repo_relative(args.calib),
             date=today, target=TARGET,
             held_in={**{f"{op} {m}x{k}x{n}": why for (op, m, k, n), why in HELD_IN.items()},
                      f"kernel-level, M < {SMALL_M}": KL_HELD_IN_SMALL_M,
