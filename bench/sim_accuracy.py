@@ -46,7 +46,6 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 DEFAULT_INPUT = REPO / "bench/results/h200x2-2026-11-22-session2/bench_ops_all_rows_2234.json"
 DEFAULT_CALIB = REPO / "calib/h200.json"
-
 TARGET = 0.15
 SMALL_M = 4096  # rows with M below this are "small" (bench/targets.py's split)
 COLLECTIVE = {"ag_gemm": "all-gather", "gemm_rs": "reduce-scatter", "gemm_ar": "all-reduce"}
