@@ -70,7 +70,7 @@ class Env:
     auto_staged = Setting(
         "SYNCOPATE_AUTO_STAGED", "bool", "0", _flag, "per call",
         "lets `reduce=\"auto\"` of GemmRs / GemmAr choose the staged epilogue (docs/RUNTIME.md, "
-        "\"Staged epilogue: status\")")
+        "\"Staged epilogue\")")
     calibration = Setting(
         "SYNCOPATE_CALIBRATION", "str", None, str, "per call",
         "the simulator calibration of the ops' auto choice (a shipped name or a `.json` path; "

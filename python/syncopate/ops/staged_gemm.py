@@ -90,12 +90,8 @@ class StagedReduceGemm(FusedGemm):
         self._finish_binding()
 
 
-# reduce="auto" takes the staged kernel only when this is set. The staged path is proven on the
-# CPU (interpreter, lowering, verifier) but has not run on a GPU (no device time since it was
-# built, 2026-11-22); a default should not be a path no GPU has executed. Set
-# SYNCOPATE_AUTO_STAGED=1 to let auto choose it (e.g. for the GPU tests and benchmark), or pass
-# reduce="epilogue". Flip the default once tests/gpu/test_ops_gpu.py's gemm_rs_epilogue and
-# gemm_ar_epilogue rows pass.
+# reduce="auto" takes the staged kernel only when this is set (why: docs/RUNTIME.md, "Staged
+# epilogue").
 AUTO_STAGED_ENV = Env.auto_staged.name
 
 
