@@ -33,6 +33,20 @@ _TMA_ALIGN_BYTES = 16
 
 
 @triton.jit
+def grouped_tile(tile_id, num_pid_m, num_pid_n, GROUP_M: tl.constexpr):
+    """(pid_m, pid_n) of tile `tile_id` in grouped order: GROUP_M block-rows share each B column
+    block while it is in L2. The transformer replaces this call inside `# @sy.tile` with the
+    tile order's lookup."""
+    tiles_per_group = GROUP_M * num_pid_n
+    group_id = tile_id // tiles_per_group
+    first_pid_m = group_id * GROUP_M
+    group_rows = min(num_pid_m - first_pid_m, GROUP_M)
+    pid_m = first_pid_m + (tile_id % group_rows)
+    pid_n = (tile_id % tiles_per_group) // group_rows
+    return pid_m, pid_n
+
+
+@triton.jit
 def _store_c_tile(c, c_desc, c_ptr, off_m, off_n, M, N, stride_cm, BLOCK_M: tl.constexpr,
                   BLOCK_N: tl.constexpr, EPILOGUE_SPLIT: tl.constexpr,
                   C_STORE_POINTERS: tl.constexpr):
@@ -78,19 +92,13 @@ def gemm_tma_kernel(a_ptr, b_ptr, c_ptr, M, N, K, stride_am, stride_b, stride_cm
     num_pid_n = tl.cdiv(N, BLOCK_N)
     num_tiles = num_pid_m * num_pid_n
     k_tiles = tl.cdiv(K, BLOCK_K)
-    tiles_per_group = GROUP_M * num_pid_n
 
     # Flattening the tile and K loops lets the pipeliner prefetch the next tile's first K-steps
     # during this tile's epilogue; warp specialisation gives the loads their own warp.
     for tile_id in tl.range(tl.program_id(0), num_tiles, num_programs, flatten=FLATTEN,
                             warp_specialize=WARP_SPECIALIZE):
         # @sy.tile(index=tile_id, m=pid_m, n=pid_n)
-        # Grouped order: GROUP_M block-rows share each B column block while it is in L2.
-        group_id = tile_id // tiles_per_group
-        first_pid_m = group_id * GROUP_M
-        group_rows = min(num_pid_m - first_pid_m, GROUP_M)
-        pid_m = first_pid_m + (tile_id % group_rows)
-        pid_n = (tile_id % tiles_per_group) // group_rows
+        pid_m, pid_n = grouped_tile(tile_id, num_pid_m, num_pid_n, GROUP_M)
         # @sy.end
         off_m = pid_m * BLOCK_M
         off_n = pid_n * BLOCK_N
@@ -119,14 +127,9 @@ def gemm_pointer_kernel(a_ptr, b_ptr, c_ptr, M, N, K, stride_am, stride_ak, stri
     num_pid_m = tl.cdiv(M, BLOCK_M)
     num_pid_n = tl.cdiv(N, BLOCK_N)
     num_tiles = num_pid_m * num_pid_n
-    tiles_per_group = GROUP_M * num_pid_n
     for tile_id in range(tl.program_id(0), num_tiles, num_programs):
         # @sy.tile(index=tile_id, m=pid_m, n=pid_n)
-        group_id = tile_id // tiles_per_group
-        first_pid_m = group_id * GROUP_M
-        group_rows = min(num_pid_m - first_pid_m, GROUP_M)
-        pid_m = first_pid_m + (tile_id % group_rows)
-        pid_n = (tile_id % tiles_per_group) // group_rows
+        pid_m, pid_n = grouped_tile(tile_id, num_pid_m, num_pid_n, GROUP_M)
         # @sy.end
         rows = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
         cols = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
@@ -168,17 +171,12 @@ def gemm_split_k_kernel(a_ptr, b_ptr, partial_ptr, M, N, K, stride_am, stride_b,
     num_work = num_pid_m * num_pid_n * SPLIT_K
     k_tiles = tl.cdiv(K, BLOCK_K)
     k_tiles_per_split = tl.cdiv(k_tiles, SPLIT_K)
-    tiles_per_group = GROUP_M * num_pid_n
     for work in tl.range(tl.program_id(0), num_work, num_programs, flatten=True):
         # Neighbouring programs take the slices of one tile: they share no operand data,
         # but they finish together, so the reduction sees complete tiles early.
         tile_id = work // SPLIT_K
         split = work % SPLIT_K
-        group_id = tile_id // tiles_per_group
-        first_pid_m = group_id * GROUP_M
-        group_rows = min(num_pid_m - first_pid_m, GROUP_M)
-        pid_m = first_pid_m + (tile_id % group_rows)
-        pid_n = (tile_id % tiles_per_group) // group_rows
+        pid_m, pid_n = grouped_tile(tile_id, num_pid_m, num_pid_n, GROUP_M)
         off_m = pid_m * BLOCK_M
         off_n = pid_n * BLOCK_N
         k_begin = split * k_tiles_per_split

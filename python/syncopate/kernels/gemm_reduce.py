@@ -27,8 +27,8 @@ import triton
 import triton.language as tl
 
 from .configs import GemmConfig
-from .gemm import (check_operands, device_limits, ensure_descriptor_allocator, tma_compatible,
-                   interpreter_active, select_config)
+from .gemm import (check_operands, device_limits, ensure_descriptor_allocator, grouped_tile, interpreter_active,
+                   select_config, tma_compatible)
 
 
 @triton.jit
@@ -92,16 +92,11 @@ def gemm_reduce_kernel(a_ptr, b_ptr, c_ptr, p_ptr, out_ptr, M, N, K, stride_am, 
     num_pid_n = tl.cdiv(N, BLOCK_N)
     num_tiles = num_pid_m * num_pid_n
     k_tiles = tl.cdiv(K, BLOCK_K)
-    tiles_per_group = GROUP_M * num_pid_n
 
     for tile_id in tl.range(tl.program_id(0), num_tiles, num_programs, flatten=FLATTEN,
                             warp_specialize=WARP_SPECIALIZE):
         # @sy.tile(index=tile_id, m=pid_m, n=pid_n)
-        group_id = tile_id // tiles_per_group
-        first_pid_m = group_id * GROUP_M
-        group_rows = min(num_pid_m - first_pid_m, GROUP_M)
-        pid_m = first_pid_m + (tile_id % group_rows)
-        pid_n = (tile_id % tiles_per_group) // group_rows
+        pid_m, pid_n = grouped_tile(tile_id, num_pid_m, num_pid_n, GROUP_M)
         # @sy.end
         off_m = pid_m * BLOCK_M
         off_n = pid_n * BLOCK_N
