@@ -22,6 +22,12 @@ where inline assembly cannot run, by a spin count of `bound_ns // INTERPRET_NS_P
 expiry the first waiter to notice writes `[1, rank, slot, expected, seen, tile]` into the int64
 error record (ERROR_FIELDS), and every other waiter of the launch gives up as soon as it sees the
 flag, so the kernel ends within about one bound instead of hanging.
+
+The transformer's output imports this module as `syl` (`import syncopate.language as syl  #
+[syncopate]`). `wait_tile` and `notify_tile` are a loop each, kept apart from the tile's K loop
+(docs/ANNOTATIONS.md, "Loop structure", says what was measured). `tma_store_wait` is the one
+primitive only the transformer places: before the notify of a tile stored through a tensor
+descriptor, so a peer never reads a chunk whose TMA stores are still in flight.
 """
 
 import triton
@@ -163,6 +169,24 @@ def notify_tile(signals_ptr, notify_offsets_ptr, notify_slots_ptr, tile):
     for i in range(begin, end):
         slot = tl.load(notify_slots_ptr + i)
         tl.atomic_add(signals_ptr + slot, 1, sem="release", scope="sys")
+
+
+@triton.jit
+def tma_store_wait(notify_offsets_ptr, tile):
+    """When `tile` notifies anything: waits until every TMA store this thread issued has
+    completed its writes to global memory (`cp.async.bulk.wait_group 0`, not the `.read` form
+    Triton uses to reuse shared memory), then orders them before this thread's later
+    generic-proxy accesses. A tile that notifies nothing (a consumer's) does not wait, so its
+    stores keep overlapping the next tile. Hopper and newer; a no-op elsewhere and under the
+    interpreter (whose stores are synchronous)."""
+    if _INTERPRET:
+        pass
+    else:
+        if cuda_capability_geq(9, 0):
+            if tl.load(notify_offsets_ptr + tile + 1) > tl.load(notify_offsets_ptr + tile):
+                tl.inline_asm_elementwise(
+                    "cp.async.bulk.wait_group 0; fence.proxy.async.global; mov.u32 $0, 0;", "=r", [],
+                    dtype=tl.int32, is_pure=False, pack=1)
 
 
 @triton.jit
