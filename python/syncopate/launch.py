@@ -22,7 +22,6 @@ import torch
 
 from syncopate.errors import UserError, WaitTimeoutError
 from syncopate.language import ERROR_FIELDS, ERROR_WORDS
-from syncopate.language_sites import MAX_TILE_NOTIFIES
 
 OUTPUT_VERSION = 2  # the transformer's kOutputVersion (include/syncopate/transform/transform.hpp)
 DEFAULT_WAIT_BOUND_NS = 2_000_000_000
@@ -78,11 +77,6 @@ class TileTables:
                     if not 0 <= int(slot) < len(slot_writers):
                         raise UserError(f"{name}[{tile}]: slot {slot} is not one of the "
                                         f"{len(slot_writers)} slots")
-        for tile, row in enumerate(tile_notifies):
-            if len(row) > MAX_TILE_NOTIFIES:
-                raise UserError(f"tile_notifies[{tile}]: {len(row)} slots, but a transformed kernel "
-                                f"notifies at most {MAX_TILE_NOTIFIES} per tile "
-                                "(syncopate.language_sites.MAX_TILE_NOTIFIES): use larger chunks")
         if tiles_n < 1 or num_tiles % tiles_n != 0:
             raise UserError(f"tiles_n={tiles_n} does not divide the {num_tiles} tiles")
         wo, ws = _csr(tile_waits)
@@ -160,7 +154,7 @@ def transformed_info(kernel: Any) -> dict:
     return info
 
 
-def _unspecialize(kernel: Any) -> None:
+def unspecialize(kernel: Any) -> None:
     """Stops Triton from compiling a new variant when an epoch/rank/bound value changes."""
     fn = kernel
     while not hasattr(fn, "params") and hasattr(fn, "fn"):
@@ -241,7 +235,7 @@ def launch(kernel: Any, grid: Any, tables: TileTables, *args: Any, signals: torc
                         f"provide: {missing}")
     if grid is None:
         grid = (tables.num_tiles,)
-    _unspecialize(kernel)
+    unspecialize(kernel)
     kernel[grid](*args, **kwargs, **{p: extra[p] for p in info["params"]})
     if sync:
         if device.type == "cuda":

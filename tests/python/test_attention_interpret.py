@@ -94,7 +94,7 @@ def _on_block(key, block, tile):
         RUN["current"].on_block(_scalar(key), _scalar(block), _scalar(tile))
 
 
-_sites_wait_block = None  # syncopate.language_sites.wait_block, set by the fixture
+_sites_wait_block = None  # syncopate.language.wait_block, set by the fixture
 
 
 @triton.jit
@@ -110,7 +110,6 @@ def sy(tmp_path_factory):
     import importlib
     import importlib.util
 
-    language_sites = importlib.import_module("syncopate.language_sites")
     launch = importlib.import_module("syncopate.launch")
     block_tables = importlib.import_module("syncopate.block_tables")
     language = importlib.import_module("syncopate.language")
@@ -119,9 +118,9 @@ def sy(tmp_path_factory):
 
     # syl with a hook in wait_block: plain Python, callable from an interpreted kernel.
     hooks = types.ModuleType(HOOKS)
-    hooks.__dict__.update({k: getattr(language_sites, k) for k in dir(language_sites) if not k.startswith("__")})
+    hooks.__dict__.update({k: getattr(language, k) for k in dir(language) if not k.startswith("__")})
 
-    globals()["_sites_wait_block"] = language_sites.wait_block
+    globals()["_sites_wait_block"] = language.wait_block
     hooks.wait_block = _hooked_wait_block
     sys.modules[HOOKS] = hooks
 
@@ -129,7 +128,7 @@ def sy(tmp_path_factory):
 
     def load(name, path, edit=lambda s: s):
         """The kernel file with `syl` bound to the hooks (and `edit` applied), as a module."""
-        source = edit(path.read_text()).replace("import syncopate.language_sites as syl",
+        source = edit(path.read_text()).replace("import syncopate.language as syl",
                                                 f"import {HOOKS} as syl")
         target = folder / f"{name}.py"
         target.write_text(source)
@@ -435,11 +434,11 @@ def _visit_kernel(out_ptr, start, stop, first_ptr, STEP: tl.constexpr):
         i += 1
 
 
-_sites_block_in_order = None  # syncopate.language_sites.block_in_order, set by the test
+_sites_block_in_order = None  # syncopate.language.block_in_order, set by the test
 
 
 def test_block_in_order_visits_every_value_once_from_first_downwards(sy):
-    import syncopate.language_sites as sites
+    import syncopate.language as sites
 
     globals()["_sites_block_in_order"] = sites.block_in_order
     rng = torch.Generator().manual_seed(0)

@@ -59,7 +59,7 @@ def test_golden_compiles_as_python(file, tmp_path):
     golden = GOLDEN / Path(file).name
     py_compile.compile(str(golden), cfile=str(tmp_path / (golden.name + "c")), doraise=True)
     text = golden.read_text()
-    assert "import syncopate.language_sites as syl  # [syncopate]" in text
+    assert "import syncopate.language as syl  # [syncopate]" in text
     assert "syl.tile_at(sy_tile_order" in text
 
 
@@ -163,7 +163,7 @@ def test_cli_transforms_several_kernels_into_one_file(cli, tmp_path):
     assert r.returncode == 0, r.stderr
     text = comma.read_text()
     assert text == repeated.read_text()
-    assert text.count("import syncopate.language_sites as syl  # [syncopate]") == 1
+    assert text.count("import syncopate.language as syl  # [syncopate]") == 1
     assert text.count("sy_signals, sy_tile_order,") == 2
     assert '__syncopate__ = {"version": 2, "kernels": {"scale": {' in text
     assert text.count("syl.wait_tile(") == 1 and text.count("syl.notify_tile(") == 1

@@ -27,8 +27,8 @@ struct TransformOptions {
   // Optional: when set, every annotated tensor must exist in the plan with enough dimensions.
   const plan::CommPlan* plan = nullptr;
   // Module of the device primitives the output calls, imported as `syl`: the primitives of
-  // syncopate.language shaped for the places the transformer puts them (language_sites.py).
-  std::string language_module = "syncopate.language_sites";
+  // The module the output imports as `syl`: Syncopate's device primitives (language.py).
+  std::string language_module = "syncopate.language";
 };
 
 // A parameter appended to the kernel signature, in order.

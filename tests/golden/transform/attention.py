@@ -28,7 +28,7 @@ the running maximum stays -inf and the row's terms are zero until a visible key 
 
 import triton
 import triton.language as tl
-import syncopate.language_sites as syl  # [syncopate]
+import syncopate.language as syl  # [syncopate]
 __syncopate__ = {"version": 2, "kernel": "attention_fwd_kernel", "params": ["sy_signals", "sy_tile_order", "sy_tiles_n", "sy_wait_offsets", "sy_wait_slots", "sy_notify_offsets", "sy_notify_slots", "sy_slot_writers", "sy_epoch", "sy_wait_bound_ns", "sy_rank", "sy_error", "sy_blocks", "sy_block_wait_offsets", "sy_block_wait_slots", "sy_block_first"], "accesses": [{"tensor": "q", "param": "q_ptr", "role": "consume", "m_dim": 2, "n_dim": 1}, {"tensor": "k", "param": "k_ptr", "role": "consume", "m_dim": 2, "n_dim": -1, "per_block": True, "order": "arrival"}, {"tensor": "v", "param": "v_ptr", "role": "consume", "m_dim": 2, "n_dim": -1, "per_block": True, "order": "arrival"}, {"tensor": "o", "param": "o_ptr", "role": "produce", "m_dim": 0, "n_dim": 1}]}  # [syncopate]
 
 

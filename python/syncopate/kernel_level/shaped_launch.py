@@ -41,7 +41,7 @@ def check_triton_internals(compiled: Any) -> None:
         import triton
 
         raise DeviceError(f"shaped launch: this Triton ({triton.__version__}) CompiledKernel lacks {missing}; "
-                          "syncopate.shaped_launch is written against Triton 3.6")
+                          "syncopate.kernel_level.shaped_launch is written against Triton 3.6")
 
 
 def padded_kernel(compiled: Any, extra_bytes: int, max_per_block: int | None = None) -> Any:

@@ -22,7 +22,7 @@ import triton
 
 from syncopate.errors import DeviceError, UserError
 from syncopate.kernels.configs import GemmConfig
-from syncopate.shaped_launch import compiled_for, launch_compiled, padded_kernel
+from syncopate.kernel_level.shaped_launch import compiled_for, launch_compiled, padded_kernel
 
 # The module, not the function `gemm` that syncopate.kernels re-exports under the same name.
 gemm_module = importlib.import_module("syncopate.kernels.gemm")
@@ -37,7 +37,7 @@ class ShapedGemm:
         if residency is not None and int(residency) < 1:
             raise UserError(f"residency: expected None or >= 1 block per SM, got {residency}")
         self.residency = None if residency is None else int(residency)
-        self.num_sms = gemm_module._device_limits(self.device)[0] if self.device.type == "cuda" else 4
+        self.num_sms = gemm_module.device_limits(self.device)[0] if self.device.type == "cuda" else 4
         carve = int(sm_carveout or 0)
         if not 0 <= carve < self.num_sms:
             raise UserError(f"sm_carveout: expected 0 <= SMs kept free < {self.num_sms} (the GPU's SMs), got {carve}")
@@ -93,7 +93,7 @@ class ShapedGemm:
         return rt.occupancy_blocks(int(compiled.function), threads, int(compiled.metadata.shared))
 
     def _launch_args(self, a: torch.Tensor, b: torch.Tensor, out: torch.Tensor):
-        gemm_module._check_operands(a, b)
+        gemm_module.check_operands(a, b)
         m, k = a.shape
         n = b.shape[1]
         cfg = self.config or gemm_module.select_config(m, n, k, a.device, a.dtype, allow_split_k=False)
@@ -102,9 +102,9 @@ class ShapedGemm:
         a_view = a if a.stride(1) == 1 else a.contiguous()
         b_is_nk = b.stride(1) != 1 and b.stride(0) == 1
         b_view = b.t() if b_is_nk else (b if b.stride(1) == 1 else b.contiguous())
-        if all(gemm_module._tma_compatible(t) for t in (a_view, b_view, out)):
+        if all(gemm_module.tma_compatible(t) for t in (a_view, b_view, out)):
             if a.is_cuda:
-                gemm_module._ensure_descriptor_allocator()
+                gemm_module.ensure_descriptor_allocator()
             return gemm_module.gemm_tma_kernel, grid, (
                 a_view, b_view, out, m, n, k, a_view.stride(0), b_view.stride(0), out.stride(0), grid[0]), dict(
                 B_IS_NK=b_is_nk, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k,

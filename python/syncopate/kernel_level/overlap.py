@@ -123,7 +123,7 @@ class _KernelLevelOp:
         self.gemm_kind = gemm
         self.comm = comm_group(self.group, self.priority)
         if gemm == "triton":
-            from syncopate.shaped_gemm import ShapedGemm
+            from syncopate.kernel_level.shaped_gemm import ShapedGemm
 
             self.triton_gemm = ShapedGemm(self.device, residency, self.sm_carveout, gemm_config)
         else:

@@ -1,5 +1,5 @@
 // Checked JSON accessors: type and range checks with the JSON path in every message.
-#include "json_checked.hpp"
+#include "syncopate/common/json_checked.hpp"
 
 #include <algorithm>
 #include <functional>
@@ -10,7 +10,13 @@
 
 #include "syncopate/common/error.hpp"
 
-namespace syncopate::plan::detail {
+namespace syncopate::checked_json {
+
+void raise(ErrorClass errors, std::string message) {
+  if (errors == ErrorClass::calibration) throw CalibrationError(std::move(message));
+  throw PlanParseError(std::move(message));
+}
+
 namespace {
 
 using nlohmann::json;
@@ -42,7 +48,7 @@ const char* plural(std::size_t n, const char* one, const char* many) { return n 
 // keys seen so far (objects) or the index of the current element (arrays).
 class DuplicateKeyGuard {
  public:
-  explicit DuplicateKeyGuard(std::string_view source) : source_(source) {}
+  DuplicateKeyGuard(std::string_view source, ErrorClass errors) : source_(source), errors_(errors) {}
 
   bool operator()(int /*depth*/, json::parse_event_t event, json& parsed) {
     switch (event) {
@@ -58,7 +64,7 @@ class DuplicateKeyGuard {
         Frame& frame = frames_.back();
         frame.key = parsed.get<std::string>();
         if (!frame.keys.insert(frame.key).second)
-          throw PlanParseError(fmt::format("{}: {}: expected each key once in an object, got it again", source_, path()));
+          raise(errors_, fmt::format("{}: {}: expected each key once in an object, got it again", source_, path()));
         break;
       }
       case json::parse_event_t::object_end:
@@ -87,21 +93,22 @@ class DuplicateKeyGuard {
   }
 
   std::string_view source_;
+  ErrorClass errors_;
   std::vector<Frame> frames_;
 };
 
 }  // namespace
 
-json parse_without_duplicate_keys(std::string_view text, std::string_view source) {
-  DuplicateKeyGuard guard(source);
+json parse_without_duplicate_keys(std::string_view text, std::string_view source, ErrorClass errors) {
+  DuplicateKeyGuard guard(source, errors);
   return json::parse(text.begin(), text.end(), std::ref(guard));
 }
 
-json parse_json_source(std::string_view text, std::string_view source) {
+json parse_json_source(std::string_view text, std::string_view source, ErrorClass errors) {
   try {
-    return parse_without_duplicate_keys(text, source);
+    return parse_without_duplicate_keys(text, source, errors);
   } catch (const json::parse_error& e) {
-    throw PlanParseError(fmt::format("{}: JSON syntax at byte {}: {}", source, e.byte, e.what()));
+    raise(errors, fmt::format("{}: JSON syntax at byte {}: {}", source, e.byte, e.what()));
   }
 }
 
@@ -129,8 +136,8 @@ std::string describe(const json& value) {
 }
 
 void JsonNode::fail(std::string_view expected) const {
-  throw PlanParseError(fmt::format("{}: {}: expected {}, got {}", source_, path_.empty() ? "(root)" : path_,
-                                   expected, describe(*value_)));
+  raise(errors_, fmt::format("{}: {}: expected {}, got {}", source_, path_.empty() ? "(root)" : path_, expected,
+                             describe(*value_)));
 }
 
 std::int64_t JsonNode::as_int64() const {
@@ -167,7 +174,7 @@ std::vector<JsonNode> JsonNode::elements() const {
   std::vector<JsonNode> out;
   out.reserve(value_->size());  // bounded by the input text, not by a number in it
   for (std::size_t i = 0; i < value_->size(); ++i)
-    out.emplace_back((*value_)[i], fmt::format("{}[{}]", path_, i), source_);
+    out.emplace_back((*value_)[i], fmt::format("{}[{}]", path_, i), source_, errors_);
   return out;
 }
 
@@ -181,7 +188,7 @@ std::vector<std::int64_t> JsonNode::as_int64_list() const {
     const json& v = (*value_)[i];
     if (v.is_number_unsigned() && v.get<std::uint64_t>() <= static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max()))
       out.push_back(static_cast<std::int64_t>(v.get<std::uint64_t>()));
-    else out.push_back(JsonNode(v, fmt::format("{}[{}]", path_, i), source_).as_int64());
+    else out.push_back(JsonNode(v, fmt::format("{}[{}]", path_, i), source_, errors_).as_int64());
   }
   return out;
 }
@@ -194,7 +201,7 @@ std::vector<int> JsonNode::as_int_list() const {
     const json& v = (*value_)[i];
     if (v.is_number_unsigned() && v.get<std::uint64_t>() <= static_cast<std::uint64_t>(std::numeric_limits<int>::max()))
       out.push_back(static_cast<int>(v.get<std::uint64_t>()));
-    else out.push_back(JsonNode(v, fmt::format("{}[{}]", path_, i), source_).as_int());
+    else out.push_back(JsonNode(v, fmt::format("{}[{}]", path_, i), source_, errors_).as_int());
   }
   return out;
 }
@@ -203,7 +210,7 @@ JsonNode JsonNode::child(std::string_view key) const {
   if (!value_->is_object()) fail("an object");
   const auto it = value_->find(key);
   if (it == value_->end()) throw InternalError(fmt::format("child '{}' of {} looked up without a check", key, path_));
-  return JsonNode(*it, path_join(path_, key), source_);
+  return JsonNode(*it, path_join(path_, key), source_, errors_);
 }
 
 ObjectReader::ObjectReader(const JsonNode& node, std::string_view what, std::initializer_list<std::string_view> keys)
@@ -220,8 +227,8 @@ std::optional<JsonNode> ObjectReader::optional(std::string_view key) {
 
 JsonNode ObjectReader::required(std::string_view key) {
   if (auto found = optional(key)) return *found;
-  throw PlanParseError(fmt::format("{}: {}: expected the required key of a {}, got nothing (the key is missing)",
-                                   node_.source(), path_join(node_.path(), key), what_));
+  raise(node_.errors(), fmt::format("{}: {}: expected the required key of a {}, got nothing (the key is missing)",
+                                    node_.source(), path_join(node_.path(), key), what_));
 }
 
 void ObjectReader::finish() const {
@@ -229,9 +236,9 @@ void ObjectReader::finish() const {
     if (std::find(keys_.begin(), keys_.end(), key) != keys_.end()) continue;
     std::string accepted;
     for (auto k : keys_) accepted += (accepted.empty() ? "" : ", ") + std::string(k);
-    throw PlanParseError(fmt::format("{}: {}: expected one of the {} keys ({}), got an unknown key",
-                                     node_.source(), path_join(node_.path(), key), what_, accepted));
+    raise(node_.errors(), fmt::format("{}: {}: expected one of the {} keys ({}), got an unknown key",
+                                      node_.source(), path_join(node_.path(), key), what_, accepted));
   }
 }
 
-}  // namespace syncopate::plan::detail
+}  // namespace syncopate::checked_json

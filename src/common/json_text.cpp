@@ -1,9 +1,9 @@
 // pretty_json(): indent JSON, keeping arrays of scalars on one line (see json_text.hpp).
-#include "syncopate/lower/json_text.hpp"
+#include "syncopate/common/json_text.hpp"
 
 #include <nlohmann/json.hpp>
 
-namespace syncopate::lower {
+namespace syncopate {
 namespace {
 
 // Arrays of scalars, and small objects of scalars (a slot, a grid), print on one line.
@@ -62,4 +62,4 @@ std::string pretty_json(std::string_view json_text, int indent) {
   return out;
 }
 
-}  // namespace syncopate::lower
+}  // namespace syncopate
