@@ -74,7 +74,7 @@ def main() -> None:
     dev = torch.device("cuda")
     props = torch.cuda.get_device_properties(dev)
     sms = props.multi_processor_count
-    gemm_mod._ensure_descriptor_allocator()
+    gemm_mod.ensure_descriptor_allocator()
     rows = []
     for m, k, n in SHAPES:
         cfg = gemm_mod.select_config(m, n, k, dev, torch.bfloat16, allow_split_k=False)

@@ -7,7 +7,7 @@ poison says whether that tensor may be filled with NaN before the checked run (n
 is also the variant's input, as for an in-place all-reduce). The GEMM-alone and
 collective-alone variants start from valid data: the builders fill their inputs.
 
-Conventions (same as design/baselines-h200.md):
+Conventions (the same for every benchmark in bench/):
 - ag_gemm: rank r holds A_r = A[r*M/w:(r+1)*M/w, :]; every rank ends with A @ B, [M, N].
 - gemm_rs: rank r holds A[:, K-slice r] and B[K-slice r, :]; rank r ends with rows
   [r*M/w, (r+1)*M/w) of the sum over ranks of the partial products.

@@ -1,6 +1,6 @@
 """The problem shapes every benchmark in bench/ runs: one list, so the GEMM and op tables line up.
 
-Shapes are (M, K, N) of the *whole* tensor-parallel op, as in design/baselines-h200.md:
+Shapes are (M, K, N) of the *whole* tensor-parallel op:
 - AG+GEMM: A [M, K] sharded along M, gathered, times B [K, N]; the local GEMM is M x K x N.
 - GEMM+RS / GEMM+AR: K sharded; the local GEMM is M x K/w x N, its output reduced over ranks.
 B is stored [K, N] for the baselines' rows and [N, K] (nn.Linear weight) for model rows.

@@ -78,6 +78,15 @@ class InputError(Exception):
     """A recorded file that does not hold what bench_ops.py writes."""
 
 
+def repo_relative(path: Path) -> str:
+    """`path` relative to the repository when it lies inside it (results never record a
+    machine's directories), else as given."""
+    try:
+        return str(path.resolve().relative_to(REPO))
+    except ValueError:
+        return str(path)
+
+
 def parse_config(text, where: str) -> tuple[int, int, int]:
     """(block_m, block_n, group_m) from a gemm_config like "128x256x64_s3_w8_g8_ws_e2"."""
     match = _CONFIG.match(text) if isinstance(text, str) else None
@@ -303,7 +312,7 @@ def main(argv=None) -> int:
             what="simulator predicted vs recorded measured time, per row and variant (bench/sim_accuracy.py)",
             measurements=("the recorded ones of " + ", ".join(s["file"] for s in sources) +
                           f", device {', '.join(sorted({str(s['device']) for s in sources}))}"),
-            sources=sources, predictions_from_commit=revision, calibration=str(args.calib),
+            sources=sources, predictions_from_commit=revision, calibration=repo_relative(args.calib),
             date=today, target=TARGET,
             held_in={**{f"{op} {m}x{k}x{n}": why for (op, m, k, n), why in HELD_IN.items()},
                      f"kernel-level, M < {SMALL_M}": KL_HELD_IN_SMALL_M,

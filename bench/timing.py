@@ -1,4 +1,4 @@
-"""Measurement helpers shared by the benchmarks (method: /work/.library/device/METHOD.md).
+"""Measurement helpers shared by the benchmarks; the method:
 
 - Random inputs, several sets when one set would sit in L2, so repeats do not time the cache.
 - Outputs poisoned with NaN before the checked run; relative error against an fp32 reference.

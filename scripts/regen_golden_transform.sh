@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Regenerates the transformer's golden outputs, tests/golden/transform/<example>.py, from the
 # annotated examples listed in tests/golden/transform/cases.txt. Review the diff before
-# committing: tests/unit/transform/test_golden.cpp compares the transformer against these files.
+# committing: tests/unit/transform/golden_test.cpp compares the transformer against these files.
 #
 # usage: scripts/regen_golden_transform.sh [path/to/syncopate]   (or set SYNCOPATE_CLI)
 set -euo pipefail
@@ -21,6 +21,7 @@ golden="tests/golden/transform"
 cd "$root"
 while read -r file kernel; do
   [[ -z "$file" || "$file" == \#* ]] && continue
-  "$cli" transform "$examples/$file" --kernel "$kernel" -o "$golden/$file"
-  echo "wrote $golden/$file ($kernel)"
+  out="$golden/$(basename "$file")"   # "../attention.py": a shipped kernel beside the examples
+  "$cli" transform "$examples/$file" --kernel "$kernel" -o "$out"
+  echo "wrote $out ($kernel)"
 done < "$golden/cases.txt"

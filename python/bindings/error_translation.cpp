@@ -8,7 +8,6 @@
 #include <nanobind/nanobind.h>
 
 #include "syncopate/common/error.hpp"
-#include "syncopate/sim/calibration.hpp"
 
 namespace nb = nanobind;
 
@@ -33,15 +32,14 @@ void set_python_error(const char* class_name, const std::exception& error) {
 
 namespace {
 
-// Most derived classes first: a PlanParseError is also a UserError and an Error.
-// sim::CalibrationError (declared outside common/error.hpp) is caught here too, not by a
-// translator of its own: nanobind shares translators between the package's extension modules and
-// tries the latest registered first, so syncopate._runtime registering this one again used to
-// turn every later CalibrationError into a plain UserError.
+// Most derived classes first: a PlanParseError is also a UserError and an Error. One translator
+// for every class: nanobind shares translators between the package's extension modules and tries
+// the latest registered first, so a second translator registered by syncopate._runtime would
+// shadow this one.
 void translate(const std::exception_ptr& pending, void* /*payload*/) {
   try {
     std::rethrow_exception(pending);
-  } catch (const sim::CalibrationError& e) {
+  } catch (const CalibrationError& e) {
     set_python_error("CalibrationError", e);
   } catch (const PlanParseError& e) {
     set_python_error("PlanParseError", e);
@@ -70,7 +68,7 @@ void translate(const std::exception_ptr& pending, void* /*payload*/) {
 void register_error_translator() { nb::register_exception_translator(&translate); }
 
 void throw_error_by_name(std::string_view class_name, const std::string& message) {
-  if (class_name == "CalibrationError") throw sim::CalibrationError(message);
+  if (class_name == "CalibrationError") throw CalibrationError(message);
   if (class_name == "PlanParseError") throw PlanParseError(message);
   if (class_name == "PlanVerifyError") throw PlanVerifyError(message);
   if (class_name == "ShapeError") throw ShapeError(message);

@@ -35,7 +35,9 @@ void bind_transform(nb::module_& m) {
                               "A consume/produce annotation: the TileAccess lowering needs, and where.")
       .def_ro("access", &AnnotatedAccess::access)
       .def_ro("param", &AnnotatedAccess::param)
-      .def_ro("line", &AnnotatedAccess::line);
+      .def_ro("line", &AnnotatedAccess::line)
+      .def_ro("per_block", &AnnotatedAccess::per_block, "a @sy.consume_block: the wait is inside the loop over blocks")
+      .def_ro("arrival_order", &AnnotatedAccess::arrival_order, "the loop visits its blocks in landing order");
 
   nb::class_<TransformResult>(m, "TransformResult")
       .def_ro("source", &TransformResult::source)

@@ -37,43 +37,70 @@ except ImportError as _error:  # e.g. the source tree python/ on sys.path instea
         "install the package (pip install .) instead of importing it from the source tree"
     ) from _error
 from syncopate._core import (
+    AddedParam,
+    AnnotatedAccess,
     Box,
+    Calibration,
+    Candidate,
     Chunk,
+    ChunkTiming,
     CollectiveSpec,
     CommPlan,
+    GemmShape,
     ImportedPlan,
+    Prediction,
     RankProgram,
+    SignalSlot,
+    SignalTable,
+    SignalTableArrays,
     TensorSpec,
+    TileAccess,
+    TileGrid,
+    TileOrder,
+    TileTiming,
+    Timeline,
+    TransformResult,
+    TuneResult,
     VerifyReport,
     Violation,
+    added_params,
+    default_accesses,
+    estimate_arrival,
     export_msccl_xml,
     import_plan,
+    load_calibration,
     load_plan,
+    lower,
     make_plan,
+    parse_calibration,
     parse_plan,
     plan_to_json,
     save_plan,
+    signal_tables_to_json,
+    simulate,
+    tile_order,
+    tile_orders_to_json,
+    transform,
+    transform_kernels,
+    tune,
     verify,
     verify_or_raise,
 )
 
-# Which C++ layers this build binds (all of them in a complete build; see python/CMakeLists.txt).
-layers = _core.layers
-_LAYER_NAMES = {
-    "lower": ("TileGrid", "TileAccess", "SignalSlot", "SignalTable", "SignalTableArrays", "lower",
-              "signal_tables_to_json"),
-    "schedule": ("TileOrder", "estimate_arrival", "tile_order", "tile_orders_to_json"),
-    "sim": ("Calibration", "GemmShape", "ChunkTiming", "TileTiming", "Timeline", "Prediction",
-            "Candidate", "TuneResult", "parse_calibration", "load_calibration", "default_accesses",
-            "simulate", "tune"),
-    "transform": ("AddedParam", "AnnotatedAccess", "TransformResult", "transform", "transform_kernels",
-                  "added_params"),
-}
-for _layer in layers:
-    for _name in _LAYER_NAMES.get(_layer, ()):
-        globals()[_name] = getattr(_core, _name)
-
 __version__ = "0.1.0"
+
+# The public API (the lazy submodules below are reached as attributes: sy.ops, sy.nn, ...).
+__all__ = ["CalibrationError", "DeviceError", "Error", "InternalError", "PlanParseError", "PlanVerifyError",
+           "ShapeError", "TransformError", "UserError", "WaitTimeoutError", "AddedParam", "AnnotatedAccess",
+           "Box", "Calibration", "Candidate", "Chunk", "ChunkTiming", "CollectiveSpec", "CommPlan",
+           "GemmShape", "ImportedPlan", "Prediction", "RankProgram", "SignalSlot", "SignalTable",
+           "SignalTableArrays", "TensorSpec", "TileAccess", "TileGrid", "TileOrder", "TileTiming",
+           "Timeline", "TransformResult", "TuneResult", "VerifyReport", "Violation", "added_params",
+           "default_accesses", "estimate_arrival", "export_msccl_xml", "import_plan", "load_calibration",
+           "load_plan", "lower", "make_plan", "parse_calibration", "parse_plan", "plan_to_json", "save_plan",
+           "signal_tables_to_json", "simulate", "tile_order", "tile_orders_to_json", "transform",
+           "transform_kernels", "tune", "verify", "verify_or_raise", "calibration", "check_kernel",
+           "__version__"]
 
 
 def calibration(name_or_path="h200"):

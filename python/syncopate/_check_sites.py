@@ -1,17 +1,17 @@
-"""syncopate.language_sites with hooks, for `syncopate.check` (Triton's interpreter only).
+"""syncopate.language with hooks, for `syncopate.check` (Triton's interpreter only).
 
 A kernel transformed for checking imports this module as `syl`. Its `wait_tile` and
 `notify_tile` first tell the run being checked which tile is about to wait or notify (the hook
 is plain Python: under TRITON_INTERPRET=1 a kernel is Python code, so it may call it), then do
-what syncopate.language_sites does. The run lands a late chunk when its first waiter arrives, and
+what syncopate.language does. The run lands a late chunk when its first waiter arrives, and
 checks a tile's stores when it notifies.
 """
 
 import triton
 
-from syncopate import language_sites as _sites
-from syncopate.language_sites import *  # noqa: F401,F403  (everything else is unchanged)
-from syncopate.language_sites import MAX_TILE_NOTIFIES, tma_store_wait  # noqa: F401
+from syncopate import language as _sites
+from syncopate.language import *  # noqa: F401,F403  (everything else is unchanged)
+from syncopate.language import tma_store_wait  # noqa: F401
 
 # Runs being checked, by the address of their signal array (each run has its own).
 _RUNS: dict = {}

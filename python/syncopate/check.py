@@ -27,7 +27,7 @@ The runs, all under Triton's interpreter (TRITON_INTERPRET=1; programs run one a
    "not written") and a chunk whose count completes must be written whole; at the end each
    ready slot must have been raised exactly `writers` times.
 
-The transformed kernel calls syncopate._check_sites (language_sites plus the hooks that land
+The transformed kernel calls syncopate._check_sites (syncopate.language plus the hooks that land
 chunks and check notifies), so checking never changes the kernel's code, only where its
 primitives come from.
 """
@@ -47,10 +47,11 @@ from pathlib import Path
 from typing import Any, Callable, Optional, Sequence, Union
 
 from syncopate.errors import UserError, WaitTimeoutError
+from syncopate.settings import env
 
 CHECK_LANGUAGE_MODULE = "syncopate._check_sites"
 # How a transformed file imports its primitives (transform.hpp's default language module).
-SITES_IMPORT = "import syncopate.language_sites as syl  # [syncopate]"
+SITES_IMPORT = "import syncopate.language as syl  # [syncopate]"
 # Waits never need to spin in a check (a late chunk lands when its first waiter arrives); the
 # bound only keeps a wrong table from spinning long.
 _WAIT_BOUND_NS = 2_000_000
@@ -162,7 +163,7 @@ def _module_name(stem: str, what: str) -> str:
 
 def load_transformed(source: str, kernel: str, filename: str = "transformed.py", directory=None):
     """The `kernel` of a transformed source, importing syncopate._check_sites as `syl` (what a
-    check needs) instead of syncopate.language_sites. Triton reads kernels through inspect, so
+    check needs) instead of syncopate.language. Triton reads kernels through inspect, so
     the source is written to a file first."""
     if SITES_IMPORT in source:
         source = source.replace(SITES_IMPORT, f"import {CHECK_LANGUAGE_MODULE} as syl  # [syncopate]")
@@ -189,7 +190,7 @@ def _transform_for_check(text: str, filename: str, kernel: str, plan=None):
 # --- the interpreter ---------------------------------------------------------------------------
 
 def interpreter_active() -> bool:
-    return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
+    return env.triton_interpret
 
 
 def _require_interpreter() -> None:

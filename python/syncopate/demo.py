@@ -30,6 +30,8 @@ import tempfile
 from pathlib import Path
 from typing import Optional
 
+from syncopate.settings import env
+
 # NVLink multicast stays off in every process this starts (it can put a host's shared GPUs out
 # of service); set before torch or NCCL initialise.
 MULTICAST_OFF = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1"}
@@ -88,12 +90,11 @@ def check_world(args: argparse.Namespace, gpus: int) -> Optional[str]:
 
 def find_calibration(explicit: Optional[str]) -> Optional[Path]:
     """The calibration file: --calib, $SYNCOPATE_CALIBRATION (the variable the ops read,
-    ops/choice.py; when it names a file) or its older alias $SYNCOPATE_CALIB, the package's
+    ops/choice.py; when it names a file), the package's
     calib/h200.json, or calib/h200.json in the working directory or above it (a source checkout)."""
     if explicit:
         return Path(explicit)
-    candidates = [Path(os.environ[name]) for name in ("SYNCOPATE_CALIBRATION", "SYNCOPATE_CALIB")
-                  if os.environ.get(name)]
+    candidates = [Path(env.calibration)] if env.calibration else []
     candidates.append(Path(__file__).resolve().parent / "calib" / "h200.json")
     here = Path.cwd().resolve()
     candidates += [d / "calib" / "h200.json" for d in (here, *here.parents)]

@@ -58,7 +58,7 @@ class TransformError(UserError):
 
 class CalibrationError(UserError):
     """A simulator calibration file that cannot be read or holds an impossible number; names the
-    JSON path (C++ syncopate::sim::CalibrationError)."""
+    JSON path (C++ syncopate::CalibrationError)."""
 
 
 class WaitTimeoutError(Error, TimeoutError):

@@ -22,15 +22,21 @@ where inline assembly cannot run, by a spin count of `bound_ns // INTERPRET_NS_P
 expiry the first waiter to notice writes `[1, rank, slot, expected, seen, tile]` into the int64
 error record (ERROR_FIELDS), and every other waiter of the launch gives up as soon as it sees the
 flag, so the kernel ends within about one bound instead of hanging.
-"""
 
-import os
+The transformer's output imports this module as `syl` (`import syncopate.language as syl  #
+[syncopate]`). `wait_tile` and `notify_tile` are a loop each, kept apart from the tile's K loop
+(docs/ANNOTATIONS.md, "Loop structure", says what was measured). `tma_store_wait` is the one
+primitive only the transformer places: before the notify of a tile stored through a tensor
+descriptor, so a peer never reads a chunk whose TMA stores are still in flight.
+"""
 
 import triton
 import triton.language as tl
 from triton.language.target_info import cuda_capability_geq
 
-INTERPRET = os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
+from syncopate.settings import env
+
+INTERPRET = env.triton_interpret
 _INTERPRET: tl.constexpr = tl.constexpr(INTERPRET)
 
 # Layout of the int64 error record `sy_error` (the launcher zeroes it before each launch).
@@ -166,6 +172,24 @@ def notify_tile(signals_ptr, notify_offsets_ptr, notify_slots_ptr, tile):
 
 
 @triton.jit
+def tma_store_wait(notify_offsets_ptr, tile):
+    """When `tile` notifies anything: waits until every TMA store this thread issued has
+    completed its writes to global memory (`cp.async.bulk.wait_group 0`, not the `.read` form
+    Triton uses to reuse shared memory), then orders them before this thread's later
+    generic-proxy accesses. A tile that notifies nothing (a consumer's) does not wait, so its
+    stores keep overlapping the next tile. Hopper and newer; a no-op elsewhere and under the
+    interpreter (whose stores are synchronous)."""
+    if _INTERPRET:
+        pass
+    else:
+        if cuda_capability_geq(9, 0):
+            if tl.load(notify_offsets_ptr + tile + 1) > tl.load(notify_offsets_ptr + tile):
+                tl.inline_asm_elementwise(
+                    "cp.async.bulk.wait_group 0; fence.proxy.async.global; mov.u32 $0, 0;", "=r", [],
+                    dtype=tl.int32, is_pure=False, pack=1)
+
+
+@triton.jit
 def symm_at(ptr, heap_bases_ptr, from_rank, to_rank):
     """Translates `ptr`, a pointer into `from_rank`'s symmetric heap, to the same offset in
     `to_rank`'s heap. `heap_bases_ptr` holds each rank's heap base address as int64."""
@@ -186,3 +210,43 @@ def put(dst_ptr, src_ptr, num_elements, BLOCK: tl.constexpr):
     for start in range(0, num_elements, BLOCK):
         mask = start + offs < num_elements
         tl.store(dst_ptr + start + offs, tl.load(src_ptr + start + offs, mask=mask), mask=mask)
+
+
+# --- a wait inside a loop over blocks (`@sy.consume_block`, docs/ANNOTATIONS.md "Waiting per block")
+#
+# wait_block waits on the landing slots of one block: row `key * blocks + block` of the block
+# tables (CSR, as the tile tables), for the call whose number the epoch word holds.
+# block_in_order renumbers a loop's variable so that `for v in range(start, stop, step)` visits
+# the same values from block `first[key]` (a block number `v // step`) downwards, wrapping around
+# to the top. The templates land a rank's K/V pieces in the order own piece, rank - 1, rank - 2,
+# ... (ring and all-to-all alike), so with `first` the last block of the own piece the loop visits
+# the own piece, then each piece as it lands. A first block past the loop's end (causal: the own
+# piece reaches beyond the tile's diagonal) starts at the loop's last block; one before its start
+# visits the loop downwards from its last block.
+
+
+@triton.jit
+def wait_block(signals_ptr, block_offsets_ptr, block_slots_ptr, slot_writers_ptr, key, block, blocks,
+               tile, epoch_ptr, bound_ns, rank, error_ptr):
+    """Waits on every landing slot of `block` in table row `key` (CSR row key * blocks + block)."""
+    row = key * blocks + block
+    begin = tl.load(block_offsets_ptr + row)
+    end = tl.load(block_offsets_ptr + row + 1)
+    epoch = tl.load(epoch_ptr)
+    for i in range(begin, end):
+        slot = tl.load(block_slots_ptr + i)
+        expected = epoch * tl.load(slot_writers_ptr + slot)
+        wait(signals_ptr + slot, expected, bound_ns, error_ptr, rank, slot, tile)
+    fence_proxy_async()
+
+
+@triton.jit
+def block_in_order(v, start, stop, step, first_ptr, key):
+    """The value of the loop variable that iteration `v` visits: the loop's values from block
+    `first_ptr[key]` (clamped into the loop) downwards, wrapping around to the top."""
+    count = (stop - start + step - 1) // step
+    top = tl.load(first_ptr + key) - start // step
+    top = tl.where((top < 0) | (top >= count), count - 1, top)
+    position = top - (v - start) // step
+    position = tl.where(position < 0, position + count, position)
+    return start + position * step

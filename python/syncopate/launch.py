@@ -22,14 +22,13 @@ import torch
 
 from syncopate.errors import UserError, WaitTimeoutError
 from syncopate.language import ERROR_FIELDS, ERROR_WORDS
-from syncopate.language_sites import MAX_TILE_NOTIFIES
 
 OUTPUT_VERSION = 2  # the transformer's kOutputVersion (include/syncopate/transform/transform.hpp)
 DEFAULT_WAIT_BOUND_NS = 2_000_000_000
 # Parameters whose value (or a pointer's alignment) changes between contexts or calls: a new
 # value must not make Triton compile and load a new module while another kernel spins (see
 # docs/ANNOTATIONS.md, launch notes).
-_UNSPECIALIZED = ("sy_tiles_n", "sy_epoch", "sy_wait_bound_ns", "sy_rank")
+_UNSPECIALIZED = ("sy_tiles_n", "sy_epoch", "sy_wait_bound_ns", "sy_rank", "sy_blocks")
 
 
 def epoch_word(value: int = 0, device="cpu") -> torch.Tensor:
@@ -78,11 +77,6 @@ class TileTables:
                     if not 0 <= int(slot) < len(slot_writers):
                         raise UserError(f"{name}[{tile}]: slot {slot} is not one of the "
                                         f"{len(slot_writers)} slots")
-        for tile, row in enumerate(tile_notifies):
-            if len(row) > MAX_TILE_NOTIFIES:
-                raise UserError(f"tile_notifies[{tile}]: {len(row)} slots, but a transformed kernel "
-                                f"notifies at most {MAX_TILE_NOTIFIES} per tile "
-                                "(syncopate.language_sites.MAX_TILE_NOTIFIES): use larger chunks")
         if tiles_n < 1 or num_tiles % tiles_n != 0:
             raise UserError(f"tiles_n={tiles_n} does not divide the {num_tiles} tiles")
         wo, ws = _csr(tile_waits)
@@ -160,7 +154,7 @@ def transformed_info(kernel: Any) -> dict:
     return info
 
 
-def _unspecialize(kernel: Any) -> None:
+def unspecialize(kernel: Any) -> None:
     """Stops Triton from compiling a new variant when an epoch/rank/bound value changes."""
     fn = kernel
     while not hasattr(fn, "params") and hasattr(fn, "fn"):
@@ -192,7 +186,8 @@ def check_error(error: torch.Tensor, tables: TileTables, kernel_name: str = "ker
 def launch(kernel: Any, grid: Any, tables: TileTables, *args: Any, signals: torch.Tensor,
            epoch: "int | torch.Tensor" = 1, wait_bound_ns: int = DEFAULT_WAIT_BOUND_NS,
            error: Optional[torch.Tensor] = None, sync: bool = True,
-           device_arrays: Optional[dict[str, torch.Tensor]] = None, **kwargs: Any):
+           device_arrays: Optional[dict[str, torch.Tensor]] = None, blocks: Any = None,
+           **kwargs: Any):
     """Launches a transformed kernel over `tables` and checks its waits.
 
     grid: None for one tile per program (one program per tile), else a Triton grid (tuple or
@@ -200,6 +195,8 @@ def launch(kernel: Any, grid: Any, tables: TileTables, *args: Any, signals: torc
     signals: this rank's int32 signal slots. epoch: the int32[1] epoch word on signals' device
     (the call number, from 1), or an int from which one is made.
     device_arrays: tables.device_arrays(device) made once and reused, to save copies per call.
+    blocks: the syncopate.block_tables.BlockTables of a kernel that waits per block
+    (`@sy.consume_block`); required by such a kernel, refused by others.
     Returns the error record (int64[8]); with sync=False the caller checks it with check_error.
     """
     info = transformed_info(kernel)
@@ -221,13 +218,24 @@ def launch(kernel: Any, grid: Any, tables: TileTables, *args: Any, signals: torc
     extra = dict(arrays)
     extra.update(sy_signals=signals, sy_tiles_n=tables.tiles_n, sy_epoch=epoch,
                  sy_wait_bound_ns=int(wait_bound_ns), sy_rank=tables.rank, sy_error=error)
+    wants_blocks = "sy_blocks" in info["params"]
+    if blocks is not None and not wants_blocks:
+        raise UserError(f"kernel {info['kernel']!r} has no '@sy.consume_block': it takes no block tables")
+    if blocks is None and wants_blocks:
+        raise UserError(f"kernel {info['kernel']!r} waits per block ('@sy.consume_block'): pass its "
+                        "block tables (blocks=syncopate.block_tables.BlockTables...)")
+    if blocks is not None:
+        extra.update(blocks.device_arrays(device), sy_blocks=blocks.blocks)
+        if blocks.slots and max(blocks.slots) >= len(tables.slot_writers):
+            raise UserError(f"block tables: slot {max(blocks.slots)} is not one of the "
+                            f"{len(tables.slot_writers)} slots of the tile tables")
     missing = [p for p in info["params"] if p not in extra]
     if missing:
         raise UserError(f"kernel {info['kernel']!r} expects parameters this launcher does not "
                         f"provide: {missing}")
     if grid is None:
         grid = (tables.num_tiles,)
-    _unspecialize(kernel)
+    unspecialize(kernel)
     kernel[grid](*args, **kwargs, **{p: extra[p] for p in info["params"]})
     if sync:
         if device.type == "cuda":

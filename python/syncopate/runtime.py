@@ -20,18 +20,18 @@ NVSHMEM_DISABLE_NVLS=1): nothing here uses it.
 
 from __future__ import annotations
 
-import os
 from typing import Optional, Sequence
 
 import torch
 
 from syncopate.errors import DeviceError, UserError
+from syncopate.settings import env
 
 # The extension module is loaded on first use, not on import: it needs the CUDA runtime's
 # library, and importing this module for its constants (the ops do) must work without it.
 _runtime = None
 
-DEFAULT_WAIT_BOUND_NS = int(os.environ.get("SYNCOPATE_WAIT_BOUND_MS", "10000")) * 1_000_000
+DEFAULT_WAIT_BOUND_NS = env.wait_bound_ms * 1_000_000
 
 _PLAN_DTYPE = {torch.float16: "f16", torch.bfloat16: "bf16", torch.float32: "f32", torch.int32: "i32"}
 

@@ -17,6 +17,7 @@
 
 #include "repo_files.hpp"
 #include "syncopate/common/error.hpp"
+#include "syncopate/common/settings.hpp"
 
 extern char** environ;
 
@@ -90,8 +91,8 @@ int run_process(const std::vector<std::string>& argv, bool quiet) {
 }
 
 GpuCount count_cuda_gpus() {
-  const char* env = std::getenv("SYNCOPATE_DEMO_LIBCUDA");
-  const char* name = env != nullptr && *env != '\0' ? env : "libcuda.so.1";
+  const std::string library = settings::demo_libcuda();
+  const char* name = library.c_str();
   Library lib(name);
   if (!lib) {
     const char* why = dlerror();
@@ -109,7 +110,7 @@ GpuCount count_cuda_gpus() {
 }
 
 std::string demo_python() {
-  if (const char* env = std::getenv("SYNCOPATE_PYTHON"); env != nullptr && *env != '\0') return env;
+  if (auto python = settings::python()) return *python;
   std::error_code ec;
   for (const auto& venv : {fs::current_path(ec) / ".venv/bin/python", source_tree() / ".venv/bin/python"})
     if (fs::exists(venv, ec)) return venv.string();

@@ -23,6 +23,7 @@ namespace {
 
 using detail::JsonNode;
 using detail::ObjectReader;
+using detail::as_enum;
 
 constexpr std::string_view kFormat = "syncopate-sendrecv";
 constexpr int kVersion = 1;
@@ -52,7 +53,7 @@ class SendRecvReader {
     for (const auto& [name, value] : top.required("tensors").value().items()) {
       const JsonNode node = top.required("tensors").child(name);
       ObjectReader fields(node, "tensor", {"shape", "dtype"});
-      TensorSpec spec{fields.required("shape").as_int64_list(), fields.required("dtype").as_enum<DType>(), "row-major"};
+      TensorSpec spec{fields.required("shape").as_int64_list(), as_enum<DType>(fields.required("dtype")), "row-major"};
       fields.finish();
       for (auto s : spec.shape)
         if (s < 1) fields.required("shape").fail("sizes >= 1");
@@ -72,7 +73,7 @@ class SendRecvReader {
  private:
   void read_collective(const JsonNode& node, CollectiveSpec& spec) {
     ObjectReader fields(node, "collective", {"kind", "tensor", "output", "dim"});
-    spec.kind = fields.required("kind").as_enum<Collective>();
+    spec.kind = as_enum<Collective>(fields.required("kind"));
     spec.tensor = fields.required("tensor").as_string();
     if (auto v = fields.optional("output")) spec.output = v->as_string();
     if (auto v = fields.optional("dim")) spec.dim = v->as_int();

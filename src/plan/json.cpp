@@ -1,4 +1,4 @@
-// Plans as versioned JSON (DESIGN.md section 3): the reader, the writer and file I/O.
+// Plans as versioned JSON: the reader, the writer and file I/O.
 //
 // The reader only checks what it must to build a CommPlan (syntax, types, known keys, the
 // version); ranges and bounds are the verifier's job. It never sizes anything from a number in
@@ -28,6 +28,7 @@ constexpr std::size_t kMaxPlanFileBytes = std::size_t{1} << 30;
 
 using detail::JsonNode;
 using detail::ObjectReader;
+using detail::as_enum;
 using nlohmann::json;
 
 // ---------------------------------------------------------------- reading
@@ -44,11 +45,11 @@ Box read_box(const JsonNode& node) {
 CollectiveSpec read_collective(const JsonNode& node) {
   ObjectReader fields(node, "collective", {"kind", "tensor", "output", "dim", "algorithm", "split"});
   CollectiveSpec spec;
-  spec.kind = fields.required("kind").as_enum<Collective>();
+  spec.kind = as_enum<Collective>(fields.required("kind"));
   if (auto v = fields.optional("tensor")) spec.tensor = v->as_string();
   if (auto v = fields.optional("output")) spec.output = v->as_string();
   if (auto v = fields.optional("dim")) spec.dim = v->as_int();
-  if (auto v = fields.optional("algorithm")) spec.algorithm = v->as_enum<Algorithm>();
+  if (auto v = fields.optional("algorithm")) spec.algorithm = as_enum<Algorithm>(*v);
   if (auto v = fields.optional("split")) spec.split = v->as_int();
   fields.finish();
   return spec;
@@ -58,7 +59,7 @@ TensorSpec read_tensor(const JsonNode& node) {
   ObjectReader fields(node, "tensor", {"shape", "dtype", "layout"});
   TensorSpec spec;
   spec.shape = fields.required("shape").as_int64_list();
-  spec.dtype = fields.required("dtype").as_enum<DType>();
+  spec.dtype = as_enum<DType>(fields.required("dtype"));
   if (auto v = fields.optional("layout")) spec.layout = v->as_string();
   fields.finish();
   return spec;
@@ -87,8 +88,8 @@ Chunk read_chunk(const JsonNode& node) {
   chunk.dst_box = dst_box ? read_box(*dst_box) : chunk.box;
   chunk.src = fields.required("src").as_int();
   chunk.dst = fields.required("dst").as_int();
-  chunk.backend = fields.required("backend").as_enum<Backend>();
-  chunk.op = fields.required("op").as_enum<ChunkOp>();
+  chunk.backend = as_enum<Backend>(fields.required("backend"));
+  chunk.op = as_enum<ChunkOp>(fields.required("op"));
   chunk.stream = fields.required("stream").as_int();
   if (auto deps = fields.optional("deps")) chunk.deps = deps->as_int_list();
   if (auto group = fields.optional("group")) {

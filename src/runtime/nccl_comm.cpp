@@ -12,6 +12,7 @@
 
 #include "cuda_check.hpp"
 #include "syncopate/common/error.hpp"
+#include "syncopate/common/settings.hpp"
 
 namespace syncopate::runtime {
 
@@ -27,8 +28,7 @@ constexpr int kUint8 = 1;  // ncclUint8
 class NcclLibrary {
  public:
   NcclLibrary() {
-    const char* env = std::getenv("SYNCOPATE_NCCL_LIBRARY");
-    const std::string path = env != nullptr && *env != '\0' ? env : "libnccl.so.2";
+    const std::string path = settings::nccl_library();
     handle_ = dlopen(path.c_str(), RTLD_NOW | RTLD_GLOBAL);
     if (handle_ == nullptr)
       throw DeviceError(fmt::format("nccl backend: cannot load {}: {} (set SYNCOPATE_NCCL_LIBRARY)",

@@ -5,7 +5,7 @@
 #include <nlohmann/json.hpp>
 
 #include "syncopate/common/error.hpp"
-#include "syncopate/lower/json_text.hpp"
+#include "syncopate/common/json_text.hpp"
 
 namespace syncopate::schedule {
 
@@ -30,7 +30,7 @@ std::string tile_orders_to_json(const std::vector<TileOrder>& orders, const lowe
                 {"tiles_m", grid.tiles_m()}, {"tiles_n", grid.tiles_n()}}},
       {"chunk_arrival", chunk_arrival},
       {"ranks", std::move(ranks)}};
-  return lower::pretty_json(doc.dump(), indent);
+  return pretty_json(doc.dump(), indent);
 }
 
 }  // namespace syncopate::schedule

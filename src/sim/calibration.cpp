@@ -9,115 +9,88 @@
 #include <fmt/core.h>
 #include <nlohmann/json.hpp>
 
+#include "syncopate/common/json_checked.hpp"
+
 namespace syncopate::sim {
 namespace {
 
 using nlohmann::json;
+using checked_json::ErrorClass;
+using checked_json::JsonNode;
+using checked_json::ObjectReader;
 
-std::string describe(const json& v) {
-  if (v.is_object()) return fmt::format("an object of {} keys", v.size());
-  if (v.is_array()) return fmt::format("an array of {} elements", v.size());
-  if (v.is_null()) return "null";
-  return v.dump();
-}
-
-// One value of the document and where it sits; failures throw CalibrationError.
+// A value of the document (the checked JSON reader's node, failing with CalibrationError) with
+// the calibration's number rules.
 class Node {
  public:
+  explicit Node(JsonNode node) : node_(std::move(node)) {}
   Node(const json& v, std::string path, std::string_view source)
-      : v_(&v), path_(std::move(path)), source_(source) {}
+      : node_(v, std::move(path), source, ErrorClass::calibration) {}
 
-  [[noreturn]] void fail(std::string_view expected) const {
-    throw CalibrationError(fmt::format("{}: {}: expected {}, got {}", source_,
-                                       path_.empty() ? "<root>" : path_, expected, describe(*v_)));
-  }
-  const json& value() const { return *v_; }
-  const std::string& path() const { return path_; }
+  [[noreturn]] void fail(std::string_view expected) const { node_.fail(expected); }
+  const JsonNode& node() const { return node_; }
+  const json& value() const { return node_.value(); }
+  const std::string& path() const { return node_.path(); }
 
   double positive() const {
-    if (!v_->is_number() || v_->get<double>() <= 0) fail("a number > 0");
-    return v_->get<double>();
+    if (!value().is_number() || value().get<double>() <= 0) fail("a number > 0");
+    return value().get<double>();
   }
   double non_negative() const {
-    if (!v_->is_number() || v_->get<double>() < 0) fail("a number >= 0");
-    return v_->get<double>();
+    if (!value().is_number() || value().get<double>() < 0) fail("a number >= 0");
+    return value().get<double>();
   }
   double at_least_one() const {
-    if (!v_->is_number() || v_->get<double>() < 1) fail("a number >= 1");
-    return v_->get<double>();
+    if (!value().is_number() || value().get<double>() < 1) fail("a number >= 1");
+    return value().get<double>();
   }
   double fraction() const {
-    if (!v_->is_number() || v_->get<double>() <= 0 || v_->get<double>() > 1)
+    if (!value().is_number() || value().get<double>() <= 0 || value().get<double>() > 1)
       fail("a number in (0, 1]");
-    return v_->get<double>();
+    return value().get<double>();
   }
   int integer(int min_value) const {
-    if (!v_->is_number_integer() || v_->get<std::int64_t>() < min_value ||
-        v_->get<std::int64_t>() > (1 << 30))
+    if (!value().is_number_integer() || value().get<std::int64_t>() < min_value ||
+        value().get<std::int64_t>() > (1 << 30))
       fail(fmt::format("an integer >= {}", min_value));
-    return static_cast<int>(v_->get<std::int64_t>());
+    return static_cast<int>(value().get<std::int64_t>());
   }
-  std::string text() const {
-    if (!v_->is_string()) fail("a string");
-    return v_->get<std::string>();
-  }
+  std::string text() const { return node_.as_string(); }
   template <class E>
   E enumerated() const {
-    if (v_->is_string())
-      if (auto e = plan::parse_enum<E>(v_->get<std::string>())) return *e;
+    if (value().is_string())
+      if (auto e = plan::parse_enum<E>(value().get<std::string>())) return *e;
     fail("one of " + plan::enum_choices<E>());
   }
 
  private:
-  const json* v_;
-  std::string path_;
-  std::string_view source_;
+  JsonNode node_;
 };
 
-// The fields of one object: each known key read at most once; unknown keys are errors, so a
+// The fields of one object (`what` names it in messages): unknown keys are refused at once, so a
 // misspelt optional field cannot pass silently.
 class Object {
  public:
-  Object(const Node& node, std::string_view source, std::initializer_list<std::string_view> keys)
-      : node_(node), source_(source), keys_(keys) {
-    if (!node.value().is_object()) node.fail("an object");
-    for (const auto& [key, value] : node.value().items()) {
-      bool known = false;
-      for (auto k : keys_) known = known || k == key;
-      if (known) continue;
-      std::string accepted;
-      for (auto k : keys_) accepted += (accepted.empty() ? "" : ", ") + std::string(k);
-      throw CalibrationError(fmt::format("{}: {}: unknown key (accepted: {})", source_,
-                                         child_path(key), accepted));
-    }
+  Object(const Node& node, std::string_view what, std::initializer_list<std::string_view> keys)
+      : reader_(node.node(), what, keys) {
+    reader_.finish();
   }
-  Node required(std::string_view key) const {
-    auto it = node_.value().find(std::string(key));
-    if (it == node_.value().end())
-      throw CalibrationError(fmt::format("{}: {}: missing required key", source_, child_path(key)));
-    return Node(*it, child_path(key), source_);
-  }
-  std::optional<Node> optional(std::string_view key) const {
-    auto it = node_.value().find(std::string(key));
-    if (it == node_.value().end()) return std::nullopt;
-    return Node(*it, child_path(key), source_);
+  Node required(std::string_view key) { return Node(reader_.required(key)); }
+  std::optional<Node> optional(std::string_view key) {
+    if (auto found = reader_.optional(key)) return Node(*found);
+    return std::nullopt;
   }
 
  private:
-  std::string child_path(std::string_view key) const {
-    return node_.path().empty() ? std::string(key) : node_.path() + "." + std::string(key);
-  }
-  Node node_;
-  std::string_view source_;
-  std::vector<std::string_view> keys_;
+  ObjectReader reader_;
 };
 
-Object object(const Node& node, std::string_view source, std::initializer_list<std::string_view> keys) {
-  return Object(node, source, keys);
+Object object(const Node& node, std::string_view what, std::initializer_list<std::string_view> keys) {
+  return Object(node, what, keys);
 }
 
-BackendModel read_backend(const Node& node, std::string_view source) {
-  auto o = object(node, source,
+BackendModel read_backend(const Node& node) {
+  auto o = object(node, "backend",
                   {"bandwidth_gbps", "latency_us", "signal_latency_us", "concurrency", "sms",
                    "compute_slowdown", "bandwidth_under_compute_gbps", "issue_us"});
   BackendModel b;
@@ -156,15 +129,9 @@ double Calibration::tile_time_us(std::int64_t block_m, std::int64_t block_n, std
 }
 
 Calibration parse_calibration(std::string_view json_text, std::string_view source) {
-  json doc;
-  try {
-    doc = json::parse(json_text);
-  } catch (const json::parse_error& e) {
-    throw CalibrationError(fmt::format("{}: <root>: not valid JSON (byte {}): {}", source, e.byte,
-                                       e.what()));
-  }
+  const json doc = checked_json::parse_json_source(json_text, source, ErrorClass::calibration);
   const Node root(doc, "", source);
-  auto top = object(root, source,
+  auto top = object(root, "calibration",
                     {"version", "device", "sources", "gpu", "gemm", "overheads", "host", "kernel_level",
                      "reduce_add", "network", "backends", "links"});
   Calibration c;
@@ -177,21 +144,21 @@ Calibration parse_calibration(std::string_view json_text, std::string_view sourc
     // Free text saying where each number comes from: an object of strings, nothing else.
     if (!sources->value().is_object()) sources->fail("an object of strings");
     for (const auto& [key, value] : sources->value().items())
-      Node(value, sources->path() + "." + key, source).text();
+      Node(value, checked_json::path_join(sources->path(), key), source).text();
   }
 
-  auto gpu = object(top.required("gpu"), source, {"sms", "egress_gbps", "ingress_gbps", "local_copy_gbps"});
+  auto gpu = object(top.required("gpu"), "gpu", {"sms", "egress_gbps", "ingress_gbps", "local_copy_gbps"});
   c.sms = gpu.required("sms").integer(1);
   c.egress_gbps = gpu.required("egress_gbps").positive();
   c.ingress_gbps = gpu.required("ingress_gbps").positive();
   c.local_copy_gbps = gpu.required("local_copy_gbps").positive();
 
-  auto gemm = object(top.required("gemm"), source, {"peak_tflops", "mma_efficiency", "tile_overhead_us"});
+  auto gemm = object(top.required("gemm"), "gemm", {"peak_tflops", "mma_efficiency", "tile_overhead_us"});
   c.gemm.peak_tflops = gemm.required("peak_tflops").positive();
   c.gemm.mma_efficiency = gemm.required("mma_efficiency").fraction();
   c.gemm.tile_overhead_us = gemm.required("tile_overhead_us").non_negative();
 
-  auto overheads = object(top.required("overheads"), source, {"launch_us", "sync_us", "fused_call_us"});
+  auto overheads = object(top.required("overheads"), "overheads", {"launch_us", "sync_us", "fused_call_us"});
   c.launch_overhead_us = overheads.required("launch_us").non_negative();
   c.sync_overhead_us = overheads.required("sync_us").non_negative();
   const auto host = top.optional("host");
@@ -207,21 +174,21 @@ Calibration parse_calibration(std::string_view json_text, std::string_view sourc
     for (const auto& [coll, name] : plan::EnumTable<plan::Collective>::entries)
       if (coll != plan::Collective::custom) names.push_back(name);
     static_assert(plan::EnumTable<plan::Collective>::entries.size() == 5);
-    auto o = object(*per, source, {names[0], names[1], names[2], names[3]});
+    auto o = object(*per, "fused_call_us", {names[0], names[1], names[2], names[3]});
     for (const auto& [coll, name] : plan::EnumTable<plan::Collective>::entries)
       if (coll != plan::Collective::custom)
         if (auto v = o.optional(name)) c.fused_call_overhead_us.at(static_cast<std::size_t>(coll)) = v->non_negative();
   }
 
   if (host) {
-    auto o = object(*host, source, {"fused_call_us", "after_launch_us", "producer_after_launch_us"});
+    auto o = object(*host, "host", {"fused_call_us", "after_launch_us", "producer_after_launch_us"});
     c.host.modelled = true;
     c.host.fused_call_us = o.required("fused_call_us").non_negative();
     c.host.after_launch_us = o.required("after_launch_us").non_negative();
     c.host.producer_after_launch_us = o.required("producer_after_launch_us").non_negative();
   }
   if (auto kl = top.optional("kernel_level")) {
-    auto o = object(*kl, source, {"call_us", "collective_us", "gemm_us", "chunk_latency_us",
+    auto o = object(*kl, "kernel_level", {"call_us", "collective_us", "gemm_us", "chunk_latency_us",
                                   "carveout_slowdown"});
     c.kernel_level.call_us = o.required("call_us").non_negative();
     c.kernel_level.collective_us = o.required("collective_us").non_negative();
@@ -230,7 +197,7 @@ Calibration parse_calibration(std::string_view json_text, std::string_view sourc
     c.kernel_level.carveout_slowdown = o.required("carveout_slowdown").at_least_one();
   }
   if (auto add = top.optional("reduce_add")) {
-    auto o = object(*add, source, {"add_gbps", "add_under_compute_gbps"});
+    auto o = object(*add, "reduce_add", {"add_gbps", "add_under_compute_gbps"});
     c.reduce_add.add_gbps = o.required("add_gbps").positive();
     c.reduce_add.add_under_compute_gbps = o.required("add_under_compute_gbps").positive();
   }
@@ -247,10 +214,10 @@ Calibration parse_calibration(std::string_view json_text, std::string_view sourc
   const Node backends_node = top.required("backends");
   std::vector<std::string_view> names;
   for (const auto& [b, name] : plan::EnumTable<plan::Backend>::entries) names.push_back(name);
-  auto backends = object(backends_node, source, {names[0], names[1], names[2]});
+  auto backends = object(backends_node, "backends", {names[0], names[1], names[2]});
   static_assert(plan::EnumTable<plan::Backend>::entries.size() == 3);
   for (const auto& [b, name] : plan::EnumTable<plan::Backend>::entries)
-    c.backends.at(static_cast<std::size_t>(b)) = read_backend(backends.required(name), source);
+    c.backends.at(static_cast<std::size_t>(b)) = read_backend(backends.required(name));
   for (const auto& b : c.backends)
     if (b.sms >= c.sms)
       throw CalibrationError(fmt::format(
@@ -261,7 +228,7 @@ Calibration parse_calibration(std::string_view json_text, std::string_view sourc
     if (!links->value().is_array()) links->fail("an array of links");
     for (std::size_t i = 0; i < links->value().size(); ++i) {
       const Node item(links->value()[i], fmt::format("{}[{}]", links->path(), i), source);
-      auto o = object(item, source, {"src", "dst", "backend", "bandwidth_gbps"});
+      auto o = object(item, "link", {"src", "dst", "backend", "bandwidth_gbps"});
       LinkOverride l;
       l.src = o.required("src").integer(0);
       l.dst = o.required("dst").integer(0);

@@ -1,6 +1,6 @@
 // The event-driven core of the simulator (internal).
 //
-// It knows nothing of plans, signal tables or execution modes: predict.cpp turns a fused call
+// It knows nothing of plans, signal tables or execution modes: modes.cpp turns a fused call
 // into an EngineInput for each mode (fused, kernel-level, sequential, compute or communication
 // alone), and the engine plays it out.
 //

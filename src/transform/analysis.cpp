@@ -60,7 +60,8 @@ class Checker {
         case AnnotationKind::tile: open_tile(i); break;
         case AnnotationKind::end: close_tile(ann); break;
         case AnnotationKind::consume:
-        case AnnotationKind::produce: access(i); break;
+        case AnnotationKind::produce:
+        case AnnotationKind::consume_block: access(i); break;
       }
     }
     if (open_) {
@@ -196,8 +197,9 @@ class Checker {
 
   void access(std::size_t i) {
     const Annotation& ann = a_.annotations[i];
-    const bool consume = ann.kind == AnnotationKind::consume;
-    const char* what = consume ? "consume" : "produce";
+    const bool per_block = ann.kind == AnnotationKind::consume_block;
+    const bool consume = ann.kind == AnnotationKind::consume || per_block;
+    const char* what = per_block ? "consume_block" : consume ? "consume" : "produce";
     if (open_)
       ann.fail(m_.filename, fmt::format("'@sy.{}' inside the tile block opened at line {}; place it "
                                         "after '@sy.end'", what, a_.annotations[*open_].line));
@@ -239,6 +241,14 @@ class Checker {
     acc.access.tensor = tensor_name(ann, param->value);
     acc.access.m_dim = mv ? (ann.arg("m_dim") ? std::stoi(ann.arg("m_dim")->value) : 0) : -1;
     acc.access.n_dim = nv ? (ann.arg("n_dim") ? std::stoi(ann.arg("n_dim")->value) : 1) : -1;
+    if (per_block) {  // the blocked dimension; the tile's n only selects the table row
+      acc.per_block = true;
+      acc.access.m_dim = ann.arg("dim") ? std::stoi(ann.arg("dim")->value) : -1;
+      acc.access.n_dim = -1;
+      const AnnotationArg* order = ann.arg("order");
+      acc.arrival_order = order != nullptr && order->value.find("arrival") != std::string::npos;
+      check_block_names(ann);
+    }
     acc.access.m_local_shard = shard && (shard->value == "True" || shard->value == "1");
     if (acc.access.m_dim >= 0 && acc.access.m_dim == acc.access.n_dim)
       ann.fail(m_.filename, fmt::format("m and n index the same tensor dimension {}", acc.access.m_dim));
@@ -251,7 +261,29 @@ class Checker {
     std::size_t last = stmt;
     while (last + 1 < a_.kernel.body_end && continues(m_.lines[stmt], m_.lines[last + 1])) ++last;
     site.last_line = m_.lines[last].end_line;
+    if (per_block) {
+      BlockSite b;
+      b.site = site;
+      b.block_expr = ann.arg("block")->value;
+      b.key = nv ? nv->value : "";
+      b.arrival = acc.arrival_order;
+      a_.block_waits.push_back(std::move(b));  // loop fields: check_block_waits
+      return;
+    }
     (consume ? a_.waits : a_.notifies).push_back(site);
+  }
+
+  // Every name `block=` reads exists where the wait goes (parameter, earlier variable, global).
+  void check_block_names(const Annotation& ann) const {
+    const AnnotationArg* block = ann.arg("block");
+    const auto before = bound_before(ann.line + 1);
+    for (const auto& name : expression_names(block->value, m_.filename)) {
+      const bool param = std::find(params_.begin(), params_.end(), name) != params_.end();
+      if (param || before.count(name) || globals_.count(name)) continue;
+      ann.fail(m_.filename, fmt::format("block= uses '{}', which is neither a parameter of kernel '{}', "
+                                        "nor a variable bound before line {}, nor a module-level name",
+                                        name, a_.kernel.name, ann.line + 1), block->col);
+    }
   }
 
   // Does `next` still belong to the compound statement headed by `head` (its body, or an
@@ -327,6 +359,7 @@ KernelAnalysis analyze(const Module& m, std::string_view kernel_name, const Tran
     a.annotations.push_back(std::move(ann));
   }
   Checker(m, a, options).run();
+  check_block_waits(m, a);
   check_safety(m, a);
   return a;
 }

@@ -30,14 +30,29 @@ struct Site {
   bool store_wait = false;
 };
 
+// A `@sy.consume_block`: a wait before `site.stmt` on the chunks of one block, inside `loop`.
+struct BlockSite {
+  Site site;
+  std::string block_expr;      // the block number, as written
+  std::string key;             // the tile's n coordinate selecting the table row, or "" (row 0)
+  bool arrival = false;        // order=arrival: the loop visits blocks in landing order
+  std::size_t loop = 0;        // the innermost enclosing `for` (logical line)
+  std::string loop_var, start, stop, step;  // its `range(start, stop, step)` (arrival only)
+};
+
 struct KernelAnalysis {
   Kernel kernel;
   std::vector<Annotation> annotations;  // in source order
   std::vector<TileBlock> tiles;
   std::vector<Site> waits;     // consume: wait before `stmt`
   std::vector<Site> notifies;  // produce: notify after `last_line`
+  std::vector<BlockSite> block_waits;  // consume_block: wait before `site.stmt`, in the loop
   std::vector<AnnotatedAccess> accesses;
 };
+
+// The parameters appended to this kernel: added_params(), then block_params() when it has a
+// `@sy.consume_block`.
+std::vector<AddedParam> added_params_of(const KernelAnalysis& a);
 
 // Finds the kernel, reads its annotations and checks every rule of docs/ANNOTATIONS.md.
 // Throws TransformError naming file:line:col, the annotation and the rule.
@@ -48,6 +63,13 @@ KernelAnalysis analyze(const Module& m, std::string_view kernel_name, const Tran
 // indices that do not follow the loop, stores after a notify; marks the notifies that need a
 // store wait. Throws TransformError naming file:line:col, the annotation, the rule and the fix.
 void check_safety(const Module& m, KernelAnalysis& a);
+
+// The rules of `@sy.consume_block` (block_loops.cpp): inside a `for` loop after the tile block,
+// `block=` follows the loop; with order=arrival the loop is a range() whose bounds do not change
+// inside it, `block=` is the loop variable over the step, nothing derived from the consumed
+// tensor is carried from one iteration to the next, and the loop's consume_blocks agree on the
+// order. Fills the loop fields of each BlockSite. Throws TransformError naming file:line:col.
+void check_block_waits(const Module& m, KernelAnalysis& a);
 
 // The output text, given the checked analyses of one or more kernels of the module.
 std::string rewrite(const Module& m, const std::vector<KernelAnalysis>& analyses, const TransformOptions& options);

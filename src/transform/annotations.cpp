@@ -23,11 +23,13 @@ struct KindSpec {
 };
 
 // The one table of annotation kinds; parsing and the "known kinds" message both read it.
-constexpr std::array<KindSpec, 4> kKinds{{
+constexpr std::array<KindSpec, 5> kKinds{{
     {AnnotationKind::tile, "tile", false, {"index", "m", "n", "", "", ""}, {"index", "m"}},
     {AnnotationKind::end, "end", false, {"", "", "", "", "", ""}, {"", ""}},
     {AnnotationKind::consume, "consume", true, {"m", "n", "tensor", "m_dim", "n_dim", "m_local_shard"}, {"", ""}},
     {AnnotationKind::produce, "produce", true, {"m", "n", "tensor", "m_dim", "n_dim", "m_local_shard"}, {"", ""}},
+    // A wait inside the loop over a tensor's blocks (attention's K/V loop): block_loops.cpp.
+    {AnnotationKind::consume_block, "consume_block", true, {"block", "n", "tensor", "dim", "order", ""}, {"block", ""}},
 }};
 
 std::string known_kinds() {
@@ -173,11 +175,14 @@ Annotation parse_annotation(const Module& m, std::size_t index) {
         a.fail(m.filename, fmt::format("argument '{}' given twice", arg.key), other.col);
     if ((arg.key == "m" || arg.key == "n") && !arg.is_name)
       a.fail(m.filename, fmt::format("'{}=' must be a variable name, got '{}'", arg.key, arg.value), arg.col);
-    if ((arg.key == "m_dim" || arg.key == "n_dim") && !arg.is_int)
+    if ((arg.key == "m_dim" || arg.key == "n_dim" || arg.key == "dim") && !arg.is_int)
       a.fail(m.filename, fmt::format("'{}=' must be a non-negative integer, got '{}'", arg.key, arg.value), arg.col);
     if (arg.key == "m_local_shard" && arg.value != "True" && arg.value != "False" && arg.value != "1" &&
         arg.value != "0")
       a.fail(m.filename, fmt::format("'m_local_shard=' must be True, False, 1 or 0, got '{}'", arg.value), arg.col);
+    if (arg.key == "order" && arg.value != "arrival" && arg.value != "source" && arg.value != "\"arrival\"" &&
+        arg.value != "\"source\"" && arg.value != "'arrival'" && arg.value != "'source'")
+      a.fail(m.filename, fmt::format("'order=' must be arrival or source, got '{}'", arg.value), arg.col);
     if (arg.key == "tensor" && !arg.is_name && !arg.is_string)
       a.fail(m.filename, fmt::format("'tensor=' must be a name or a string, got '{}'", arg.value), arg.col);
   }

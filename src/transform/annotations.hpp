@@ -11,7 +11,7 @@
 
 namespace syncopate::transform::detail {
 
-enum class AnnotationKind { tile, end, consume, produce };
+enum class AnnotationKind { tile, end, consume, produce, consume_block };
 
 struct AnnotationArg {
   std::string key;    // empty for a positional argument

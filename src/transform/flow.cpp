@@ -240,6 +240,58 @@ std::optional<KernelFlow::ForHeader> KernelFlow::for_header(std::size_t s) const
   return h;
 }
 
+std::string KernelFlow::header(std::size_t s) const {
+  const LogicalLine& l = m_.lines[s];
+  std::size_t end = l.code.size();
+  while (end > 1 && m_.tok(l, end - 1).is_op(":")) --end;
+  const Token& first = m_.tok(l, 0);
+  const Token& last = m_.tok(l, end - 1);
+  std::string out;
+  for (char c : m_.source.substr(first.offset, last.offset + last.text.size() - first.offset)) {
+    if (c == '\n' || c == '\r') c = ' ';
+    if (!(c == ' ' && !out.empty() && out.back() == ' ')) out += c;
+  }
+  return out;
+}
+
+std::optional<KernelFlow::RangeArgs> KernelFlow::range_args(std::size_t s) const {
+  const auto h = for_header(s);
+  if (!h || h->iter_end - h->iter_begin < 3) return std::nullopt;
+  const LogicalLine& l = m_.lines[s];
+  for (const Call& c : calls(s)) {
+    if (c.callee != "range" && c.callee != "static_range") continue;
+    if (c.name < l.code[h->iter_begin] || c.close != l.code[h->iter_end - 1]) continue;
+    // Split the arguments at top-level commas; stop at the first keyword argument.
+    std::vector<std::string> args;
+    const int depth = m_.tokens[c.open].depth + 1;
+    std::vector<std::size_t> code_idx;
+    for (std::size_t k = 0; k < l.code.size(); ++k)
+      if (l.code[k] > c.open && l.code[k] < c.close) code_idx.push_back(k);
+    std::size_t from = 0;
+    for (std::size_t i = 0; i <= code_idx.size(); ++i) {
+      const bool at_end = i == code_idx.size();
+      if (!at_end && !(m_.tok(l, code_idx[i]).is_op(",") && m_.tok(l, code_idx[i]).depth == depth)) continue;
+      if (i > from) {
+        const std::size_t b = code_idx[from], e = code_idx[i - 1] + 1;
+        if (e - b >= 2 && m_.tok(l, b).kind == TokenKind::name && m_.tok(l, b + 1).is_op("=")) break;
+        args.push_back(text(s, b, e));
+      }
+      from = i + 1;
+    }
+    RangeArgs r;
+    r.is_static = c.callee == "static_range";
+    if (args.size() == 1) r.stop = args[0];
+    if (args.size() >= 2) {
+      r.start = args[0];
+      r.stop = args[1];
+    }
+    if (args.size() >= 3) r.step = args[2];
+    r.has_stop = !args.empty();
+    return r;
+  }
+  return std::nullopt;
+}
+
 std::optional<std::pair<std::string, std::string>> KernelFlow::increment(std::size_t s) const {
   const LogicalLine& l = m_.lines[s];
   if (l.code.size() < 3 || m_.tok(l, 0).kind != TokenKind::name) return std::nullopt;

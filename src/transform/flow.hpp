@@ -73,6 +73,9 @@ class KernelFlow {
   // skipping the arguments of calls whose result is data read from memory.
   std::vector<NameUse> value_reads(std::size_t s) const;
   std::vector<Call> calls(std::size_t s) const;
+  // A compound statement's header as written, without its ':' and on one line, for messages
+  // ("for tile_id in tl.range(start, n, step)").
+  std::string header(std::size_t s) const;
   // The text of code tokens [from, to) of line `s`, single-spaced, for comparing expressions.
   std::string text(std::size_t s, std::size_t from, std::size_t to) const;
 
@@ -83,6 +86,15 @@ class KernelFlow {
     std::size_t iter_begin = 0, iter_end = 0;  // code indices
   };
   std::optional<ForHeader> for_header(std::size_t s) const;
+  // The positional arguments of a `for` line's `range(...)` / `tl.range(...)` /
+  // `tl.static_range(...)` iterable, as text (start "0" and step "1" when not written); nullopt
+  // when the iterable is no such call. Stops at the first keyword argument.
+  struct RangeArgs {
+    std::string start = "0", stop, step = "1";
+    bool has_stop = false;
+    bool is_static = false;  // static_range: unrolled at compile time
+  };
+  std::optional<RangeArgs> range_args(std::size_t s) const;
   // `v += e` or `v = v + e` (or `v = e + v`) with `e` not reading v: {v, text of e}.
   std::optional<std::pair<std::string, std::string>> increment(std::size_t s) const;
   // `v = <expr>`: the expression's text.

@@ -51,13 +51,31 @@ class Rewriter {
 
  private:
   void rewrite_kernel(const KernelAnalysis& a) {
-    add_params(a.kernel);
+    add_params(a.kernel, added_params_of(a));
     for (const auto& t : a.tiles) replace_tile(a, t);
     for (const auto& w : a.waits) {
       const LogicalLine& l = m_.lines[w.stmt];
       insert_before_line(l.line, indent_of(l.line) + fmt::format(
           "syl.wait_tile(sy_signals, sy_wait_offsets, sy_wait_slots, sy_slot_writers, sy_tile, "
           "sy_epoch, sy_wait_bound_ns, sy_rank, sy_error)"));
+    }
+    // Arrival order first: the loop's variable is renumbered at the top of its body, before any
+    // wait or read of the iteration (one renumbering per loop).
+    std::vector<std::size_t> reordered;
+    for (const auto& b : a.block_waits) {
+      if (!b.arrival || std::find(reordered.begin(), reordered.end(), b.loop) != reordered.end()) continue;
+      reordered.push_back(b.loop);
+      const LogicalLine& body = m_.lines[b.loop + 1];
+      insert_before_line(body.line, indent_of(body.line) + fmt::format(
+          "{} = syl.block_in_order({}, {}, {}, {}, sy_block_first, {})", b.loop_var, b.loop_var, b.start,
+          b.stop, b.step, b.key.empty() ? "0" : b.key));
+    }
+    for (const auto& b : a.block_waits) {
+      const LogicalLine& l = m_.lines[b.site.stmt];
+      insert_before_line(l.line, indent_of(l.line) + fmt::format(
+          "syl.wait_block(sy_signals, sy_block_wait_offsets, sy_block_wait_slots, sy_slot_writers, {}, {}, "
+          "sy_blocks, sy_tile, sy_epoch, sy_wait_bound_ns, sy_rank, sy_error)",
+          b.key.empty() ? "0" : b.key, b.block_expr));
     }
     for (const auto& n : a.notifies) {
       const LogicalLine& l = m_.lines[n.stmt];
@@ -98,16 +116,21 @@ class Rewriter {
 
   // One kernel: {"version", "kernel", "params", "accesses"}. Several (transform_kernels):
   // {"version", "kernels": {name: {"params", "accesses"}, ...}}; syncopate.launch reads both.
-  std::string describe() const {
+  static std::string param_list(const KernelAnalysis& a) {
     std::string params;
-    for (const auto& p : added_params()) params += (params.empty() ? "" : ", ") + fmt::format("\"{}\"", p.name);
+    for (const auto& p : added_params_of(a)) params += (params.empty() ? "" : ", ") + fmt::format("\"{}\"", p.name);
+    return params;
+  }
+
+  std::string describe() const {
     if (all_.size() == 1)
       return fmt::format("__syncopate__ = {{\"version\": {}, \"kernel\": \"{}\", \"params\": [{}], \"accesses\": [{}]}}",
-                         kOutputVersion, all_[0].kernel.name, params, accesses(all_[0]));
+                         kOutputVersion, all_[0].kernel.name, param_list(all_[0]), accesses(all_[0]));
     std::string kernels;
     for (const auto& a : all_)
       kernels += (kernels.empty() ? "" : ", ") +
-                 fmt::format("\"{}\": {{\"params\": [{}], \"accesses\": [{}]}}", a.kernel.name, params, accesses(a));
+                 fmt::format("\"{}\": {{\"params\": [{}], \"accesses\": [{}]}}", a.kernel.name, param_list(a),
+                             accesses(a));
     return fmt::format("__syncopate__ = {{\"version\": {}, \"kernels\": {{{}}}}}", kOutputVersion, kernels);
   }
 
@@ -115,12 +138,15 @@ class Rewriter {
     std::string accesses;
     for (const auto& acc : a.accesses)
       accesses += (accesses.empty() ? "" : ", ") +
-                  fmt::format("{{\"tensor\": \"{}\", \"param\": \"{}\", \"role\": \"{}\", \"m_dim\": {}, \"n_dim\": {}{}}}",
+                  fmt::format("{{\"tensor\": \"{}\", \"param\": \"{}\", \"role\": \"{}\", \"m_dim\": {}, \"n_dim\": {}{}",
                               py_escaped(acc.access.tensor), acc.param,
                               acc.access.role == lower::AccessRole::consume ? "consume" : "produce",
                               acc.access.m_dim, acc.access.n_dim,
                               // only when set, so kernels without it describe themselves as before
-                              acc.access.m_local_shard ? ", \"m_local_shard\": True" : "");
+                              acc.access.m_local_shard ? ", \"m_local_shard\": True" : "") +
+                  // per-block waits only, so other kernels describe themselves as before
+                  std::string(acc.per_block ? ", \"per_block\": True" : "") +
+                  std::string(acc.arrival_order ? ", \"order\": \"arrival\"" : "") + "}";
     return accesses;
   }
 
@@ -151,7 +177,7 @@ class Rewriter {
   }
 
   // Appended before the first parameter with a default (or a starred one), else before ')'.
-  void add_params(const Kernel& k) {
+  void add_params(const Kernel& k, const std::vector<AddedParam>& added) {
     std::size_t at = k.close_paren;
     for (const auto& p : k.params)
       if (p.has_default || p.starred) {
@@ -172,7 +198,7 @@ class Rewriter {
     else
       indent = indent_of(def.line) + "    ";
     std::string names;
-    for (const auto& p : added_params()) names += p.name + ", ";
+    for (const auto& p : added) names += p.name + ", ";
     names.pop_back();  // keep the trailing comma: it is valid in a def and separates what follows
     const std::size_t before_end = before.offset + before.text.size();
     if (ins.first_on_line) {

@@ -7,7 +7,7 @@
 //                stop); the coordinates are not recomputed after it, and nothing after it reads
 //                the original tile position (the program id, the loop counter)
 //   consume      no read of the consumed tensor (or of a pointer/descriptor made from it) that the
-//                wait does not precede
+//                wait does not precede (a consume_block's wait covers the rest of its loop body)
 //   produce      the annotation marks a store of the tensor, none follows the notify in the tile;
 //                an asynchronous (TMA) store gets a store wait before the notify
 //
@@ -50,6 +50,7 @@ class SafetyChecker {
     check_position_not_read_after();
     std::set<std::string> consumed;
     for (const Site& w : a_.waits) consumed.insert(param_of(w));
+    for (const BlockSite& w : a_.block_waits) consumed.insert(param_of(w.site));
     for (const auto& p : consumed) check_reads_after_wait(p);
     for (Site& n : a_.notifies) check_produce(n);
   }
@@ -79,19 +80,7 @@ class SafetyChecker {
   }
 
   int line_of(std::size_t s) const { return m_.lines[s].line; }
-  std::string header(std::size_t s) const {  // "for tile_id in tl.range(...)", as written
-    const LogicalLine& l = m_.lines[s];
-    std::size_t end = l.code.size();
-    while (end > 1 && m_.tok(l, end - 1).is_op(":")) --end;
-    const Token& first = m_.tok(l, 0);
-    const Token& last = m_.tok(l, end - 1);
-    std::string out;
-    for (char c : m_.source.substr(first.offset, last.offset + last.text.size() - first.offset)) {
-      if (c == '\n' || c == '\r') c = ' ';
-      if (!(c == ' ' && !out.empty() && out.back() == ' ')) out += c;
-    }
-    return out;
-  }
+  std::string header(std::size_t s) const { return flow_.header(s); }
   std::size_t token_of(std::size_t s, const std::string& name) const {
     for (std::size_t t : m_.lines[s].code)
       if (m_.tokens[t].is_name(name)) return t;
@@ -100,37 +89,9 @@ class SafetyChecker {
 
   // Positional arguments of the range() a for loop iterates over.
   RangeArgs range_args(std::size_t loop) const {
-    RangeArgs r;
-    const auto h = flow_.for_header(loop);
-    if (!h) return r;
-    const LogicalLine& l = m_.lines[loop];
-    if (h->iter_end - h->iter_begin < 3) return r;
-    for (const Call& c : flow_.calls(loop)) {
-      if (c.callee != "range" && c.callee != "static_range") continue;
-      if (c.name < l.code[h->iter_begin] || c.close != l.code[h->iter_end - 1]) continue;
-      // Split the arguments at top-level commas; stop at the first keyword argument.
-      std::vector<std::string> args;
-      const int depth = m_.tokens[c.open].depth + 1;
-      std::size_t from = 0, i = 0;
-      std::vector<std::size_t> code_idx;
-      for (std::size_t k = 0; k < l.code.size(); ++k)
-        if (l.code[k] > c.open && l.code[k] < c.close) code_idx.push_back(k);
-      for (i = 0; i <= code_idx.size(); ++i) {
-        const bool at_end = i == code_idx.size();
-        if (!at_end && !(m_.tok(l, code_idx[i]).is_op(",") && m_.tok(l, code_idx[i]).depth == depth)) continue;
-        if (i > from) {
-          const std::size_t b = code_idx[from], e = code_idx[i - 1] + 1;
-          if (e - b >= 2 && m_.tok(l, b).kind == TokenKind::name && m_.tok(l, b + 1).is_op("=")) break;
-          args.push_back(flow_.text(loop, b, e));
-        }
-        from = i + 1;
-      }
-      if (args.size() == 1) r = {"0", "1", true};
-      if (args.size() == 2) r = {args[0], "1", true};
-      if (args.size() >= 3) r = {args[0], args[2], true};
-      return r;
-    }
-    return r;
+    const auto r = flow_.range_args(loop);
+    if (!r || !r->has_stop) return {};
+    return {r->start, r->step, true};
   }
 
   // A loop's counters: the target of a `for`, or a variable that the loop's body advances once
@@ -387,10 +348,13 @@ class SafetyChecker {
     const auto derived = flow_.derived_from(param);
     std::vector<std::pair<std::size_t, std::size_t>> covered;
     const Site* first = nullptr;
-    for (const Site& w : a_.waits) {
-      if (param_of(w) != param) continue;
-      if (!first) first = &w;
-      covered.emplace_back(w.stmt, flow_.block_end(w.stmt));
+    std::vector<const Site*> sites;  // whole-tile waits, then per-block ones (in a loop)
+    for (const Site& w : a_.waits) sites.push_back(&w);
+    for (const BlockSite& w : a_.block_waits) sites.push_back(&w.site);
+    for (const Site* w : sites) {
+      if (param_of(*w) != param) continue;
+      if (!first) first = w;
+      covered.emplace_back(w->stmt, flow_.block_end(w->stmt));
     }
     for (std::size_t s = a_.kernel.body_begin; s < a_.kernel.body_end; ++s) {
       if (tile_of(s)) continue;
@@ -409,9 +373,12 @@ class SafetyChecker {
         const std::string fix =
             flow_.parent(at) == flow_.parent(first->stmt) && at >= tile_before(first->stmt).end_stmt &&
                     at < first->stmt
-                ? fmt::format("move the annotation up to line {}, the first statement of the tile that reads "
-                              "'{}' (e.g. above the K loop, not below it)",
-                              line_of(at), param)
+                ? (a.kind == AnnotationKind::consume_block
+                       ? fmt::format("move the annotation up to line {}, the first read of the block in the loop",
+                                     line_of(at))
+                       : fmt::format("move the annotation up to line {}, the first statement of the tile that "
+                                     "reads '{}' (e.g. above the K loop, not below it)",
+                                     line_of(at), param))
                 : fmt::format("read '{}' only after the annotation (the wait covers the rest of its block)",
                               param);
         fail_at(c.name, a,

@@ -31,6 +31,25 @@ const std::vector<AddedParam>& added_params() {
   return kParams;
 }
 
+const std::vector<AddedParam>& block_params() {
+  // Only kernels that wait inside a loop over blocks get these (docs/ANNOTATIONS.md).
+  static const std::vector<AddedParam> kParams{
+      {"sy_blocks", "int", "blocks per row of the block tables (the K/V blocks of one tile column)"},
+      {"sy_block_wait_offsets", "int32*", "CSR offsets by key * sy_blocks + block into sy_block_wait_slots"},
+      {"sy_block_wait_slots", "int32*", "landing slots each block waits on"},
+      {"sy_block_first", "int32*", "by key: the block whose chunks land first (order=arrival starts there)"},
+  };
+  return kParams;
+}
+
+namespace detail {
+std::vector<AddedParam> added_params_of(const KernelAnalysis& a) {
+  std::vector<AddedParam> out = added_params();
+  if (!a.block_waits.empty()) out.insert(out.end(), block_params().begin(), block_params().end());
+  return out;
+}
+}  // namespace detail
+
 std::vector<TransformResult> transform_kernels(std::string_view source, std::string_view filename,
                                                const std::vector<std::string>& kernel_names,
                                                const TransformOptions& options) {
@@ -49,7 +68,7 @@ std::vector<TransformResult> transform_kernels(std::string_view source, std::str
     r.source = text;
     r.kernel_name = analysis.kernel.name;
     for (const auto& p : analysis.kernel.params) r.kernel_params.push_back(p.name);
-    r.added_params = added_params();
+    r.added_params = detail::added_params_of(analysis);
     r.accesses = analysis.accesses;
     r.tile_blocks = static_cast<int>(analysis.tiles.size());
     results.push_back(std::move(r));
@@ -78,6 +97,8 @@ std::string describe_json(const TransformResult& result, int indent) {
                                     {"m_dim", a.access.m_dim},
                                     {"n_dim", a.access.n_dim}};
     if (a.access.m_local_shard) entry["m_local_shard"] = true;  // absent = false
+    if (a.per_block) entry["per_block"] = true;                 // absent = false
+    if (a.arrival_order) entry["order"] = "arrival";            // absent = source order
     entry["line"] = a.line;
     acc.push_back(std::move(entry));
   }

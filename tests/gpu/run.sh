@@ -23,7 +23,7 @@ set -uo pipefail
 
 # NVLink multicast stays off: using it can put the host's shared GPUs out of service.
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
-# No module load may happen while a waiter spins (baselines-h200.md, "A hang seen"): the C++
+# No module load may happen while a waiter spins (docs/RUNTIME.md, "Warm-up"): the C++
 # tests load every module at start (CUDA_MODULE_LOADING=EAGER below); the Python ops warm their
 # kernels up explicitly (EAGER would load all of PyTorch's kernels in every process).
 export PYTHONUNBUFFERED=1

@@ -10,7 +10,7 @@ writers) and then copies that shard of C out, as the chunk leaving would; the co
 equal the reference, so a notify that came before the tile's stores were visible fails.
 A chunk that never arrives must end the kernel within about the wait bound with an error
 naming that chunk. Everything that runs while a waiter spins is warmed up first (module loads
-wait for the device: /work/shared/design/baselines-h200.md, "A hang seen").
+wait for the device: docs/RUNTIME.md, "Warm-up").
 """
 
 import random

@@ -62,7 +62,7 @@ def dot_loop_depths(ttgir: str) -> list:
 def transformed(module, kernel_name: str, plain_loops: bool = False):
     """The kernel as the transformer rewrites it, loaded from a file next to its module's package
     (so relative imports resolve). plain_loops: its `syl` calls syncopate.language's wait_tile and
-    notify_tile (a loop each) instead of language_sites' (the baseline the sites exist for)."""
+    notify_tile (a loop each; the transformer's output imports the same module)."""
     path = module.__file__
     source = Path(path).read_text(encoding="utf-8")
     text = _core.transform(source, path, kernel_name).source
@@ -75,10 +75,9 @@ def transformed(module, kernel_name: str, plain_loops: bool = False):
     spec.loader.exec_module(mod)
     if plain_loops:
         import syncopate.language as language
-        import syncopate.language_sites as sites
 
         plain = types.ModuleType("syncopate_plain_loops")
-        plain.__dict__.update({k: v for k, v in vars(sites).items() if not k.startswith("__")})
+        plain.__dict__.update({k: v for k, v in vars(language).items() if not k.startswith("__")})
         plain.wait_tile, plain.notify_tile = language.wait_tile, language.notify_tile
         mod.syl = plain
     return getattr(mod, kernel_name)

@@ -94,7 +94,8 @@ def schedule_only(calib):
 
 
 def test_arrival_order_beats_row_major_here(h200, ag_case):
-    # The effect the tile scheduler exists for (DESIGN.md section 6), on an AG+GEMM shape.
+    # The effect the tile scheduler exists for (tiles whose rows landed first run first), on an
+    # AG+GEMM shape.
     plan, gemm = ag_case
     calib = schedule_only(h200)
     arrival = sy.simulate(plan, gemm, calib, order="arrival")

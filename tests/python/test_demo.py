@@ -84,17 +84,16 @@ def test_prediction_without_calibration_says_why():
 
 
 def test_calibration_from_the_environment(monkeypatch, tmp_path):
-    # Other test modules set $SYNCOPATE_CALIBRATION for the whole process (test_ops_fused.py):
-    # start from neither name set.
-    monkeypatch.delenv("SYNCOPATE_CALIBRATION", raising=False)
-    f = tmp_path / "mine.json"
-    f.write_text("{}")
-    monkeypatch.setenv("SYNCOPATE_CALIB", str(f))
-    assert demo.find_calibration(None) == f  # the older alias
+    # Other test modules set $SYNCOPATE_CALIBRATION for the whole process (test_ops_fused.py).
     g = tmp_path / "ops.json"
     g.write_text("{}")
     monkeypatch.setenv("SYNCOPATE_CALIBRATION", str(g))
-    assert demo.find_calibration(None) == g  # the ops' name wins over the alias
+    assert demo.find_calibration(None) == g
+    old = tmp_path / "old-alias.json"
+    old.write_text("{}")
+    monkeypatch.delenv("SYNCOPATE_CALIBRATION")
+    monkeypatch.setenv("SYNCOPATE_CALIB", str(old))  # the removed alias is not read
+    assert demo.find_calibration(None) != old
     assert demo.find_calibration("explicit.json") == Path("explicit.json")
 
 

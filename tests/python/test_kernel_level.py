@@ -75,7 +75,7 @@ def compiled_for_sm90(run_compile_script, tmp_path_factory):
 
 
 def test_padded_kernel_raises_shared_and_leaves_the_original(compiled_for_sm90):
-    from syncopate.shaped_launch import padded_kernel
+    from syncopate.kernel_level.shaped_launch import padded_kernel
 
     original = compiled_for_sm90
     before = (original.metadata.shared, tuple(original.packed_metadata))
@@ -89,7 +89,7 @@ def test_padded_kernel_raises_shared_and_leaves_the_original(compiled_for_sm90):
 
 
 def test_padded_kernel_refuses_bad_sizes(compiled_for_sm90):
-    from syncopate.shaped_launch import padded_kernel
+    from syncopate.kernel_level.shaped_launch import padded_kernel
 
     assert padded_kernel(compiled_for_sm90, 0) is compiled_for_sm90
     with pytest.raises(UserError, match="must be >= 0 bytes"):
@@ -249,7 +249,7 @@ def test_shaped_gemm_in_the_interpreter_computes_a_at_b(monkeypatch):
     from triton.runtime import interpreter
 
     from syncopate.kernels.configs import INTERPRETER_CONFIG
-    from syncopate.shaped_gemm import ShapedGemm
+    from syncopate.kernel_level.shaped_gemm import ShapedGemm
 
     # Triton 3.6's interpreter takes int() of a 1-element array, which NumPy >= 2.4 refuses (the
     # same workaround as test_gemm_interpret.py; float16 avoids its bf16 dot bug).

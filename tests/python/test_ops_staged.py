@@ -374,16 +374,6 @@ def test_auto_leaves_the_epilogue_out_until_it_has_run_on_a_gpu(cpu_runtime, mon
     assert "has not run on a GPU" not in _rs(reduce="auto", **args).reason
 
 
-def test_a_build_without_the_staged_template_falls_back(cpu_runtime, monkeypatch):
-    monkeypatch.setenv(staged_gemm.AUTO_STAGED_ENV, "1")
-    monkeypatch.setattr(staged_gemm, "staging_supported", lambda collective: False)
-    ctx = _rs(64, 40, 48, mode="fused", backend="copy-engine", split=1, tile_order="row-major")
-    assert ctx.reduce == "chunks"
-    assert "no staged reduce-scatter template" in ctx.reason
-    with pytest.raises(UserError, match=r"reduce='epilogue' cannot run here: this build of syncopate._core"):
-        _rs(64, 40, 48, mode="fused", reduce="epilogue")
-
-
 def _choose(m, n, k, world, collective="reduce-scatter", **kw):
     return choice_mod.choose(collective, m=m, n=n, k=k, world=world, dtype="bf16", block_m=128,
                              block_n=256, **kw)

@@ -35,7 +35,6 @@ from syncopate.errors import UserError, WaitTimeoutError  # noqa: E402
 from syncopate.launch import TileTables, check_error, epoch_word  # noqa: E402
 from syncopate.ops import staged_gemm  # noqa: E402
 from syncopate.ops.gemm_ar import GemmAr  # noqa: E402
-from syncopate.ops.gemm_rs import GemmRs  # noqa: E402
 
 from test_gemm_interpret import _interpreter_fixes  # noqa: E402,F401  (autouse fixture)
 from test_ops_fused import FakeWorkspace, cpu_runtime  # noqa: E402,F401  (fixture)
@@ -285,34 +284,10 @@ def _ar(m, k, n, **kw):
     return GemmAr(None, m=m, k=k, n=n, device="cpu", **kw)
 
 
-def test_a_build_without_the_staged_all_reduce_template_falls_back(cpu_runtime, monkeypatch):
-    monkeypatch.setenv(staged_gemm.AUTO_STAGED_ENV, "1")
-    real = staged_gemm.staging_supported
-    asked = []
-
-    def only_reduce_scatter(collective="reduce-scatter"):
-        asked.append(collective)
-        return collective == "reduce-scatter" and real(collective)
-
-    monkeypatch.setattr(staged_gemm, "staging_supported", only_reduce_scatter)
-    ctx = _ar(64, 40, 48, mode="fused", backend="copy-engine", split=1, tile_order="row-major")
-    assert ctx.reduce == "chunks" and asked == ["all-reduce"]
-    assert "no staged all-reduce template" in ctx.reason, ctx.reason
-    with pytest.raises(UserError, match=r"GemmAr: reduce='epilogue' cannot run here: this build of "
-                                        r"syncopate._core has no staged all-reduce template"):
-        _ar(64, 40, 48, mode="fused", reduce="epilogue")
-    # GemmRs asks for its own collective's template, which this build has.
-    assert GemmRs(None, m=64, k=40, n=48, dtype=torch.float16, device="cpu", mode="fused", reduce="epilogue",
-                  backend="copy-engine", split=1, tile_order="row-major").reduce == "epilogue"
-    assert asked[-1] == "reduce-scatter"
-
-
 def test_staged_plan_names_a_collective_without_a_template():
     with pytest.raises(UserError, match=r"staged_plan: collective 'all-gather' has no staged template"):
         staged_gemm.staged_plan(world=2, m=64, n=8, split=1, dtype="f16", backend="copy-engine",
                                 collective="all-gather")
-    assert staged_gemm.staging_supported("all-reduce") and staged_gemm.staging_supported("reduce-scatter")
-    assert not staged_gemm.staging_supported("all-gather")
 
 
 def test_ar_refuses_an_out_of_the_reduce_scatter_shape(cpu_runtime):

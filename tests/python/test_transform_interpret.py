@@ -157,15 +157,6 @@ def test_tables_reject_bad_order(sy):
         sy.launch.TileTables.from_lists([0, 1], 1, [[], [5]], [[], []], [1])
 
 
-def test_tables_reject_more_notifies_than_a_tile_can_make(sy):
-    from syncopate.language_sites import MAX_TILE_NOTIFIES
-
-    slots = MAX_TILE_NOTIFIES + 1
-    with pytest.raises(sy.launch.UserError, match=rf"tile_notifies\[1\]: {slots} slots"):
-        sy.launch.TileTables.from_lists([0, 1], 1, [[], []], [[], list(range(slots))], [1] * slots)
-    sy.launch.TileTables.from_lists([0, 1], 1, [[], []], [[], list(range(slots - 1))], [1] * slots)
-
-
 def test_tables_from_csr_arrays_match_from_lists(sy):
     arrays = types.SimpleNamespace(rank=2, wait_offsets=[0, 1, 3, 3], wait_slots=[0, 0, 1],
                                    notify_offsets=[0, 0, 0, 1], notify_slots=[2],

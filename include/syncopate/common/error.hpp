@@ -46,6 +46,12 @@ class TransformError : public UserError {
   using UserError::UserError;
 };
 
+// A simulator calibration that cannot be read or holds an impossible number; names the JSON path.
+class CalibrationError : public UserError {
+ public:
+  using UserError::UserError;
+};
+
 // A device-side wait ran past its bound; names rank, slot, expected/seen and the chunk.
 class WaitTimeoutError : public Error {
  public:

@@ -1,6 +1,6 @@
 // The verifier: proves a plan safe before anything runs.
 //
-// Four rule groups (DESIGN.md section 4): well-formed, coverage, ordering, deadlock freedom.
+// Four rule groups: well-formed, coverage, ordering, deadlock freedom.
 // It never throws on a bad plan; it returns every violation it finds, each naming the rank,
 // the chunk and the rule.
 #pragma once

@@ -11,7 +11,7 @@
 //    plain stores when the caller is the box's only adder at the time, packed atomics when not
 //    (ChunkStep::atomic_add says which).
 // Kernels live in device_ops.cu; warm_up_kernels() loads them all, so no module load happens
-// while a waiter spins (baselines-h200.md, "A hang seen").
+// while a waiter spins (docs/RUNTIME.md, "Warm-up").
 #pragma once
 
 #include <cstdint>

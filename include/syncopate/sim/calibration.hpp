@@ -21,12 +21,6 @@ namespace syncopate::sim {
 
 inline constexpr int kCalibrationVersion = 1;
 
-// A calibration that cannot be read or holds an impossible number; names the JSON path.
-class CalibrationError : public UserError {
- public:
-  using UserError::UserError;
-};
-
 // How one chunk backend behaves.
 struct BackendModel {
   double bandwidth_gbps = 0;     // one (src, dst) link carrying this backend's chunks

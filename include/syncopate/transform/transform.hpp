@@ -27,8 +27,8 @@ struct TransformOptions {
   // Optional: when set, every annotated tensor must exist in the plan with enough dimensions.
   const plan::CommPlan* plan = nullptr;
   // Module of the device primitives the output calls, imported as `syl`: the primitives of
-  // syncopate.language shaped for the places the transformer puts them (language_sites.py).
-  std::string language_module = "syncopate.language_sites";
+  // The module the output imports as `syl`: Syncopate's device primitives (language.py).
+  std::string language_module = "syncopate.language";
 };
 
 // A parameter appended to the kernel signature, in order.
@@ -43,19 +43,27 @@ struct AnnotatedAccess {
   lower::TileAccess access;  // tensor name in the plan, role, m_dim / n_dim, m_local_shard
   std::string param;         // the kernel parameter the annotation names
   int line = 0;              // of the annotation comment
+  // `@sy.consume_block`: the wait sits inside the loop over the tensor's blocks and covers one
+  // block (access.m_dim is the blocked dimension, -1 when not given); `arrival_order`: the loop
+  // visits its blocks in the order the plan lands them.
+  bool per_block = false;
+  bool arrival_order = false;
 };
 
 struct TransformResult {
   std::string source;                    // the transformed module
   std::string kernel_name;
   std::vector<std::string> kernel_params;  // the user's parameters, in order
-  std::vector<AddedParam> added_params;    // appended by the transformer, in order
+  std::vector<AddedParam> added_params;    // appended by the transformer, in order (with the
+                                           // block_params() when the kernel waits per block)
   std::vector<AnnotatedAccess> accesses;   // consume/produce annotations, in source order
   int tile_blocks = 0;                     // number of @sy.tile blocks rewritten
 };
 
 // The parameters every transformed kernel gets, in signature order.
 const std::vector<AddedParam>& added_params();
+// The parameters a kernel with a `@sy.consume_block` gets after added_params(), in order.
+const std::vector<AddedParam>& block_params();
 
 // Transforms the `@triton.jit` function `kernel_name` of `source`. `filename` names the input in
 // errors. Throws TransformError "<filename>:<line>:<col>: <annotation or subject>: <rule>".

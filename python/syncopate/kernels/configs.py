@@ -54,7 +54,7 @@ class GemmConfig:
 
 
 # The candidate blocks. 128x256 with 8 warps (two consumer warpgroups) is the block that
-# reached cuBLAS on H200 (design/baselines-h200.md); the smaller blocks are for shapes whose
+# reached cuBLAS on H200 (docs/PERFORMANCE.md, "Results on nvidia-h200"); the smaller blocks are for shapes whose
 # tile count would leave multiprocessors idle in the last wave. Each efficiency is the block's
 # throughput per unit of tile area relative to 128x256, fitted to the sweep in
 # bench/results/ (docs/PERFORMANCE.md): a property of the block on Hopper, not of one GPU.

@@ -18,17 +18,32 @@ Both run under TRITON_INTERPRET=1 on the CPU (tests/python/test_gemm_interpret.p
 from __future__ import annotations
 
 import functools
-import os
 
 import torch
 import triton
 import triton.language as tl
 from triton.runtime import _allocation
 
+from syncopate.settings import env
+
 from .configs import INTERPRETER_CONFIG, GemmConfig, choose_config
 
 SUPPORTED_DTYPES = (torch.bfloat16, torch.float16)
 _TMA_ALIGN_BYTES = 16
+
+
+@triton.jit
+def grouped_tile(tile_id, num_pid_m, num_pid_n, GROUP_M: tl.constexpr):
+    """(pid_m, pid_n) of tile `tile_id` in grouped order: GROUP_M block-rows share each B column
+    block while it is in L2. The transformer replaces this call inside `# @sy.tile` with the
+    tile order's lookup."""
+    tiles_per_group = GROUP_M * num_pid_n
+    group_id = tile_id // tiles_per_group
+    first_pid_m = group_id * GROUP_M
+    group_rows = min(num_pid_m - first_pid_m, GROUP_M)
+    pid_m = first_pid_m + (tile_id % group_rows)
+    pid_n = (tile_id % tiles_per_group) // group_rows
+    return pid_m, pid_n
 
 
 @triton.jit
@@ -77,19 +92,13 @@ def gemm_tma_kernel(a_ptr, b_ptr, c_ptr, M, N, K, stride_am, stride_b, stride_cm
     num_pid_n = tl.cdiv(N, BLOCK_N)
     num_tiles = num_pid_m * num_pid_n
     k_tiles = tl.cdiv(K, BLOCK_K)
-    tiles_per_group = GROUP_M * num_pid_n
 
     # Flattening the tile and K loops lets the pipeliner prefetch the next tile's first K-steps
     # during this tile's epilogue; warp specialisation gives the loads their own warp.
     for tile_id in tl.range(tl.program_id(0), num_tiles, num_programs, flatten=FLATTEN,
                             warp_specialize=WARP_SPECIALIZE):
         # @sy.tile(index=tile_id, m=pid_m, n=pid_n)
-        # Grouped order: GROUP_M block-rows share each B column block while it is in L2.
-        group_id = tile_id // tiles_per_group
-        first_pid_m = group_id * GROUP_M
-        group_rows = min(num_pid_m - first_pid_m, GROUP_M)
-        pid_m = first_pid_m + (tile_id % group_rows)
-        pid_n = (tile_id % tiles_per_group) // group_rows
+        pid_m, pid_n = grouped_tile(tile_id, num_pid_m, num_pid_n, GROUP_M)
         # @sy.end
         off_m = pid_m * BLOCK_M
         off_n = pid_n * BLOCK_N
@@ -118,14 +127,9 @@ def gemm_pointer_kernel(a_ptr, b_ptr, c_ptr, M, N, K, stride_am, stride_ak, stri
     num_pid_m = tl.cdiv(M, BLOCK_M)
     num_pid_n = tl.cdiv(N, BLOCK_N)
     num_tiles = num_pid_m * num_pid_n
-    tiles_per_group = GROUP_M * num_pid_n
     for tile_id in range(tl.program_id(0), num_tiles, num_programs):
         # @sy.tile(index=tile_id, m=pid_m, n=pid_n)
-        group_id = tile_id // tiles_per_group
-        first_pid_m = group_id * GROUP_M
-        group_rows = min(num_pid_m - first_pid_m, GROUP_M)
-        pid_m = first_pid_m + (tile_id % group_rows)
-        pid_n = (tile_id % tiles_per_group) // group_rows
+        pid_m, pid_n = grouped_tile(tile_id, num_pid_m, num_pid_n, GROUP_M)
         # @sy.end
         rows = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
         cols = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
@@ -167,17 +171,12 @@ def gemm_split_k_kernel(a_ptr, b_ptr, partial_ptr, M, N, K, stride_am, stride_b,
     num_work = num_pid_m * num_pid_n * SPLIT_K
     k_tiles = tl.cdiv(K, BLOCK_K)
     k_tiles_per_split = tl.cdiv(k_tiles, SPLIT_K)
-    tiles_per_group = GROUP_M * num_pid_n
     for work in tl.range(tl.program_id(0), num_work, num_programs, flatten=True):
         # Neighbouring programs take the slices of one tile: they share no operand data,
         # but they finish together, so the reduction sees complete tiles early.
         tile_id = work // SPLIT_K
         split = work % SPLIT_K
-        group_id = tile_id // tiles_per_group
-        first_pid_m = group_id * GROUP_M
-        group_rows = min(num_pid_m - first_pid_m, GROUP_M)
-        pid_m = first_pid_m + (tile_id % group_rows)
-        pid_n = (tile_id % tiles_per_group) // group_rows
+        pid_m, pid_n = grouped_tile(tile_id, num_pid_m, num_pid_n, GROUP_M)
         off_m = pid_m * BLOCK_M
         off_n = pid_n * BLOCK_N
         k_begin = split * k_tiles_per_split
@@ -216,10 +215,10 @@ def split_k_reduce_kernel(partial_ptr, c_ptr, M, N, stride_cm, SPLIT_K: tl.const
 
 def interpreter_active() -> bool:
     """True when Triton runs kernels with its CPU interpreter (TRITON_INTERPRET=1)."""
-    return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
+    return env.triton_interpret
 
 
-def _ensure_descriptor_allocator() -> None:
+def ensure_descriptor_allocator() -> None:
     # Descriptors made on the device live in a small global-memory scratch that Triton asks
     # the allocator for at launch. Keep a caller's allocator if one is set; otherwise use
     # PyTorch's caching allocator, which makes the per-launch request nearly free.
@@ -228,13 +227,13 @@ def _ensure_descriptor_allocator() -> None:
             lambda size, alignment, stream: torch.empty(size, dtype=torch.int8, device="cuda"))
 
 
-def _tma_compatible(t: torch.Tensor) -> bool:
+def tma_compatible(t: torch.Tensor) -> bool:
     """A 2-D tensor TMA can describe: last dim contiguous, 16-byte base and leading stride."""
     return (t.stride(1) == 1 and t.data_ptr() % _TMA_ALIGN_BYTES == 0
             and (t.stride(0) * t.element_size()) % _TMA_ALIGN_BYTES == 0)
 
 
-def _check_operands(a: torch.Tensor, b: torch.Tensor) -> None:
+def check_operands(a: torch.Tensor, b: torch.Tensor) -> None:
     if a.dim() != 2 or b.dim() != 2:
         raise ValueError(f"gemm: A and B must be 2-D, got A{tuple(a.shape)} B{tuple(b.shape)}")
     if a.shape[1] != b.shape[0]:
@@ -250,7 +249,7 @@ def _check_operands(a: torch.Tensor, b: torch.Tensor) -> None:
                          "(or TRITON_INTERPRET=1 for the CPU interpreter)")
 
 
-def _device_limits(device: torch.device) -> tuple[int, int]:
+def device_limits(device: torch.device) -> tuple[int, int]:
     """(multiprocessor count, shared memory per block) of the device, read, never assumed."""
     props = torch.cuda.get_device_properties(device)
     smem = getattr(props, "shared_memory_per_block_optin", 0) or props.shared_memory_per_block
@@ -262,7 +261,7 @@ def select_config(m: int, n: int, k: int, device: torch.device, dtype: torch.dty
     """The configuration `gemm` uses for this shape on this device."""
     if device.type != "cuda":
         return INTERPRETER_CONFIG
-    num_sms, smem = _device_limits(device)
+    num_sms, smem = device_limits(device)
     # Triton itself keeps a little shared memory (barriers); leave it a margin.
     return _memoized_choice(m, n, k, num_sms, torch.tensor([], dtype=dtype).element_size(),
                             smem - 1024, allow_split_k)
@@ -285,7 +284,7 @@ def gemm(a: torch.Tensor, b: torch.Tensor, *, out: torch.Tensor | None = None,
     `config` overrides the per-shape choice; `num_programs` the persistent grid size
     (default: one program per multiprocessor, or fewer if there are fewer tiles).
     """
-    _check_operands(a, b)
+    check_operands(a, b)
     m, k = a.shape
     n = b.shape[1]
     if out is None:
@@ -301,16 +300,16 @@ def gemm(a: torch.Tensor, b: torch.Tensor, *, out: torch.Tensor | None = None,
                                                           allow_split_k=not c_store_pointers)
     tiles = triton.cdiv(m, cfg.block_m) * triton.cdiv(n, cfg.block_n)
     if num_programs is None:
-        num_programs = _device_limits(a.device)[0] if a.is_cuda else 4
+        num_programs = device_limits(a.device)[0] if a.is_cuda else 4
     grid_size = max(1, min(num_programs, tiles))
 
     a_view = a if a.stride(1) == 1 else a.contiguous()
     b_is_nk = b.stride(1) != 1 and b.stride(0) == 1
     b_view = b.t() if b_is_nk else (b if b.stride(1) == 1 else b.contiguous())
-    use_tma = (not force_pointer_kernel and _tma_compatible(a_view) and _tma_compatible(b_view)
-               and _tma_compatible(out))
+    use_tma = (not force_pointer_kernel and tma_compatible(a_view) and tma_compatible(b_view)
+               and tma_compatible(out))
     if use_tma and a.is_cuda:
-        _ensure_descriptor_allocator()
+        ensure_descriptor_allocator()
     if use_tma and cfg.split_k > 1 and not c_store_pointers:
         _split_k_gemm(a_view, b_view, out, b_is_nk, cfg, num_programs)
     elif use_tma:

@@ -27,8 +27,8 @@ import triton
 import triton.language as tl
 
 from .configs import GemmConfig
-from .gemm import (_check_operands, _device_limits, _ensure_descriptor_allocator, _tma_compatible,
-                   interpreter_active, select_config)
+from .gemm import (check_operands, device_limits, ensure_descriptor_allocator, grouped_tile, interpreter_active,
+                   select_config, tma_compatible)
 
 
 @triton.jit
@@ -92,16 +92,11 @@ def gemm_reduce_kernel(a_ptr, b_ptr, c_ptr, p_ptr, out_ptr, M, N, K, stride_am, 
     num_pid_n = tl.cdiv(N, BLOCK_N)
     num_tiles = num_pid_m * num_pid_n
     k_tiles = tl.cdiv(K, BLOCK_K)
-    tiles_per_group = GROUP_M * num_pid_n
 
     for tile_id in tl.range(tl.program_id(0), num_tiles, num_programs, flatten=FLATTEN,
                             warp_specialize=WARP_SPECIALIZE):
         # @sy.tile(index=tile_id, m=pid_m, n=pid_n)
-        group_id = tile_id // tiles_per_group
-        first_pid_m = group_id * GROUP_M
-        group_rows = min(num_pid_m - first_pid_m, GROUP_M)
-        pid_m = first_pid_m + (tile_id % group_rows)
-        pid_n = (tile_id % tiles_per_group) // group_rows
+        pid_m, pid_n = grouped_tile(tile_id, num_pid_m, num_pid_n, GROUP_M)
         # @sy.end
         off_m = pid_m * BLOCK_M
         off_n = pid_n * BLOCK_N
@@ -157,7 +152,7 @@ def gemm_reduce(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, p: torch.Tens
     A [M, K] and B [K, N] (or W.t() of an [N, K] weight) as for kernels.gemm.gemm; p
     [slots, shard_rows, N]; out [shard_rows, N]; skip_slot -1 adds every slot.
     """
-    _check_operands(a, b)
+    check_operands(a, b)
     m, k = a.shape
     n = b.shape[1]
     _check_reduce_operands(a, c, p, out, n, shard_begin, skip_slot)
@@ -166,16 +161,16 @@ def gemm_reduce(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, p: torch.Tens
     a_view = a if a.stride(1) == 1 else a.contiguous()
     b_is_nk = b.stride(1) != 1 and b.stride(0) == 1
     b_view = b.t() if b_is_nk else (b if b.stride(1) == 1 else b.contiguous())
-    if not (_tma_compatible(a_view) and _tma_compatible(b_view)):
+    if not (tma_compatible(a_view) and tma_compatible(b_view)):
         raise ValueError(f"gemm_reduce: TMA cannot describe A {tuple(a.shape)} or B {tuple(b.shape)} "
                          "(every row pitch must be a multiple of 16 bytes, bases 16-byte aligned)")
     if a.is_cuda:
-        _ensure_descriptor_allocator()
+        ensure_descriptor_allocator()
     elif not interpreter_active():
         raise ValueError("gemm_reduce: the kernel needs a CUDA device or TRITON_INTERPRET=1")
     tiles = triton.cdiv(m, cfg.block_m) * triton.cdiv(n, cfg.block_n)
     if num_programs is None:
-        num_programs = _device_limits(a.device)[0] if a.is_cuda else 4
+        num_programs = device_limits(a.device)[0] if a.is_cuda else 4
     grid_size = max(1, min(num_programs, tiles))
     gemm_reduce_kernel[(grid_size,)](
         a_view, b_view, c, p, out, m, n, k, a_view.stride(0), b_view.stride(0), c.stride(0),

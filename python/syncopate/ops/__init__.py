@@ -5,6 +5,8 @@
     z = sops.gemm_rs(y, w2_shard)       # reduce_scatter(y @ w2_shard)
     r = sops.gemm_ar(y, w2_shard)       # all_reduce(y @ w2_shard)
     y, x = sops.ag_gemm_gathered(x_shard, w)   # ag_gemm, and the gathered x
+    o = sops.ulysses_attention(q, k, v, causal=True)   # sequence-parallel attention (forward;
+    o = sops.ring_attention(q, k, v, causal=True)      # sequential forms, seq_attention.py)
 
 Each is a torch custom op (torch.ops.syncopate.*, see custom_ops.py) with a backward formula
 (autograd.py), so it can sit inside a torch.compile(fullgraph=True) region and train. Without
@@ -16,8 +18,10 @@ import sys as _sys
 import types as _types
 
 from syncopate.ops.custom_ops import NO_GROUP, OP_NAMES, SUPPORTED_DTYPES, ag_gemm, ag_gemm_gathered, gemm_ar, gemm_rs
+from syncopate.ops.seq_attention import ring_attention, ulysses_attention
 
-__all__ = ["ag_gemm", "ag_gemm_gathered", "gemm_rs", "gemm_ar", "NO_GROUP", "OP_NAMES", "SUPPORTED_DTYPES"]
+__all__ = ["ag_gemm", "ag_gemm_gathered", "gemm_rs", "gemm_ar", "NO_GROUP", "OP_NAMES", "SUPPORTED_DTYPES",
+           "ulysses_attention", "ring_attention"]
 
 
 class _OpsPackage(_types.ModuleType):

@@ -34,8 +34,8 @@ from __future__ import annotations
 
 import torch
 
-from syncopate.ops.custom_ops import _ag_gemm_gathered_op, _ag_gemm_op, _gemm_ar_op, _gemm_rs_op
 from syncopate.ops.common import refuse_gloo_capture
+from syncopate.ops.custom_ops import ag_gemm_gathered_op, ag_gemm_op, gemm_ar_op, gemm_rs_op
 
 
 def _issue_all_gather(x: torch.Tensor, world: int, group_name: str) -> torch.Tensor:
@@ -121,7 +121,7 @@ def _ag_gemm_backward(ctx, grad):
     return grad_a, grad_b, None, None
 
 
-_ag_gemm_op.register_autograd(_ag_gemm_backward, setup_context=_ag_gemm_setup)
+ag_gemm_op.register_autograd(_ag_gemm_backward, setup_context=_ag_gemm_setup)
 
 
 # --- ag_gemm_gathered ------------------------------------------------------------------------------
@@ -149,7 +149,7 @@ def _ag_gemm_gathered_backward(ctx, grad, grad_gathered):
     return grad_a, grad_b, None, None
 
 
-_ag_gemm_gathered_op.register_autograd(_ag_gemm_gathered_backward, setup_context=_ag_gemm_gathered_setup)
+ag_gemm_gathered_op.register_autograd(_ag_gemm_gathered_backward, setup_context=_ag_gemm_gathered_setup)
 
 
 # --- gemm_rs ---------------------------------------------------------------------------------------
@@ -180,7 +180,7 @@ def _gemm_rs_backward(ctx, grad):
     return grad_a, grad_b, None, None
 
 
-_gemm_rs_op.register_autograd(_gemm_rs_backward, setup_context=_gemm_rs_setup)
+gemm_rs_op.register_autograd(_gemm_rs_backward, setup_context=_gemm_rs_setup)
 
 
 # --- gemm_ar ---------------------------------------------------------------------------------------
@@ -199,4 +199,4 @@ def _gemm_ar_backward(ctx, grad):
     return grad_a, grad_b, None, None
 
 
-_gemm_ar_op.register_autograd(_gemm_ar_backward, setup_context=_gemm_ar_setup)
+gemm_ar_op.register_autograd(_gemm_ar_backward, setup_context=_gemm_ar_setup)

@@ -3,13 +3,13 @@ process groups and the context cache of the torch custom ops. No GPU work happen
 
 from __future__ import annotations
 
-import os
 from typing import Optional
 
 import torch
 
 from syncopate import _core
 from syncopate.errors import UserError
+from syncopate.settings import env
 
 BACKENDS = ("copy-engine", "sm-copy", "nccl")
 ALGORITHMS = ("direct", "ring", "bidir")
@@ -31,10 +31,10 @@ def reserved_sms(backend: str, producer: bool) -> int:
     return _core.reserved_sms(backend, producer=producer)
 
 
-# The ops' default for check=: False keeps a call asynchronous (a wait that timed out is raised
-# by a later call or by check(), see OpContext.report_timeouts); SYNCOPATE_CHECK_EACH_CALL=1
-# makes every call synchronize and raise at once, as a debugging aid.
-CHECK_EACH_CALL = os.environ.get("SYNCOPATE_CHECK_EACH_CALL", "0") not in ("", "0")
+# The ops' default for check=: off keeps a call asynchronous (a wait that timed out is raised by
+# a later call or by check(), see OpContext.report_timeouts); SYNCOPATE_CHECK_EACH_CALL=1 makes
+# every call synchronize and raise at once, as a debugging aid.
+CHECK_EACH_CALL = env.check_each_call
 _TMA_ALIGN_BYTES = 16
 
 
@@ -181,7 +181,7 @@ def context_for(cls, group, key, **kwargs):
 
 def default_backend() -> str:
     """The backend of contexts made by the torch custom ops: $SYNCOPATE_BACKEND, else "auto"."""
-    return os.environ.get("SYNCOPATE_BACKEND", "auto")
+    return env.backend
 
 
 def _aligned_contiguous(t: torch.Tensor) -> torch.Tensor:

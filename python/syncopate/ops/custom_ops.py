@@ -42,17 +42,17 @@ heap can be overwritten by the next call); ag_gemm_gathered passes it.
 from __future__ import annotations
 
 import importlib
-import os
 from typing import Optional, Tuple
 
 import torch
 
 from syncopate.errors import ShapeError, UserError
+from syncopate.ops.context import SUPPORTED_DTYPES
+from syncopate.settings import env
 
 __all__ = ["ag_gemm", "ag_gemm_gathered", "gemm_rs", "gemm_ar", "SUPPORTED_DTYPES", "OP_NAMES", "NO_GROUP",
            "group_args"]
 
-SUPPORTED_DTYPES = (torch.float16, torch.bfloat16)
 OP_NAMES = ("ag_gemm", "gemm_rs", "gemm_ar")
 # The group name of one rank without torch.distributed (process groups are never named "").
 NO_GROUP = ""
@@ -100,7 +100,7 @@ def _check_operands(op: str, a: torch.Tensor, b: torch.Tensor, world_size: int) 
 
 def interpreter_on() -> bool:
     """Whether Triton's interpreter runs the kernels (TRITON_INTERPRET=1): then they run on the CPU."""
-    return os.environ.get("TRITON_INTERPRET", "0") == "1"
+    return env.triton_interpret
 
 
 def device_supported(device: torch.device) -> bool:
@@ -231,43 +231,43 @@ def _runtime_module(op: str):
 
 
 @torch.library.custom_op("syncopate::ag_gemm", mutates_args=())
-def _ag_gemm_op(a_shard: torch.Tensor, b: torch.Tensor, world_size: int, group_name: str) -> torch.Tensor:
+def ag_gemm_op(a_shard: torch.Tensor, b: torch.Tensor, world_size: int, group_name: str) -> torch.Tensor:
     return _run_on_gpu("ag_gemm", a_shard, b, world_size, group_name)
 
 
-@_ag_gemm_op.register_fake
+@ag_gemm_op.register_fake
 def _ag_gemm_fake(a_shard, b, world_size, group_name):
     return a_shard.new_empty(_ag_gemm_shape(a_shard, b, world_size))
 
 
 @torch.library.custom_op("syncopate::ag_gemm_gathered", mutates_args=())
-def _ag_gemm_gathered_op(a_shard: torch.Tensor, b: torch.Tensor, world_size: int,
+def ag_gemm_gathered_op(a_shard: torch.Tensor, b: torch.Tensor, world_size: int,
                          group_name: str) -> Tuple[torch.Tensor, torch.Tensor]:
     return _run_ag_gemm_gathered(a_shard, b, world_size, group_name)
 
 
-@_ag_gemm_gathered_op.register_fake
+@ag_gemm_gathered_op.register_fake
 def _ag_gemm_gathered_fake(a_shard, b, world_size, group_name):
     m, n = _ag_gemm_shape(a_shard, b, world_size, "ag_gemm_gathered")
     return a_shard.new_empty((m, n)), a_shard.new_empty((m, a_shard.shape[1]))
 
 
 @torch.library.custom_op("syncopate::gemm_rs", mutates_args=())
-def _gemm_rs_op(a: torch.Tensor, b_shard: torch.Tensor, world_size: int, group_name: str) -> torch.Tensor:
+def gemm_rs_op(a: torch.Tensor, b_shard: torch.Tensor, world_size: int, group_name: str) -> torch.Tensor:
     return _run_on_gpu("gemm_rs", a, b_shard, world_size, group_name)
 
 
-@_gemm_rs_op.register_fake
+@gemm_rs_op.register_fake
 def _gemm_rs_fake(a, b_shard, world_size, group_name):
     return a.new_empty(_gemm_rs_shape(a, b_shard, world_size))
 
 
 @torch.library.custom_op("syncopate::gemm_ar", mutates_args=())
-def _gemm_ar_op(a: torch.Tensor, b_shard: torch.Tensor, world_size: int, group_name: str) -> torch.Tensor:
+def gemm_ar_op(a: torch.Tensor, b_shard: torch.Tensor, world_size: int, group_name: str) -> torch.Tensor:
     return _run_on_gpu("gemm_ar", a, b_shard, world_size, group_name)
 
 
-@_gemm_ar_op.register_fake
+@gemm_ar_op.register_fake
 def _gemm_ar_fake(a, b_shard, world_size, group_name):
     return a.new_empty(_gemm_ar_shape(a, b_shard, world_size))
 

@@ -28,7 +28,7 @@ from typing import Optional, Tuple
 import torch
 
 from syncopate.errors import Error, InternalError, TransformError
-from syncopate.launch import TileTables, _unspecialize, check_error, epoch_word, new_error_record, transformed_info
+from syncopate.launch import TileTables, unspecialize, check_error, epoch_word, new_error_record, transformed_info
 from syncopate.ops.common import leading_stride_aligned, reserved_sms
 
 TMA_KERNEL = "gemm_tma_kernel"
@@ -49,15 +49,11 @@ def transformed_kernel(kernel_name: str, module_name: str = GEMM_MODULE):
     transformer rewrites it (made once per process)."""
     from syncopate import _core
 
-    transform = getattr(_core, "transform", None)
-    if not callable(transform):
-        raise InternalError(f"syncopate.ops: cannot build the fused {kernel_name}: this build of "
-                            "syncopate._core has no transformer binding")
     path = _gemm_module(module_name).__file__
     with open(path, encoding="utf-8") as f:
         source = f.read()
     try:
-        result = transform(source, path, kernel_name)
+        result = _core.transform(source, path, kernel_name)
     except TransformError as exc:
         raise TransformError(f"syncopate.ops: the transformer rejected {kernel_name} of {path}: {exc}") from exc
     except Error as exc:
@@ -84,7 +80,7 @@ def transformed_kernel(kernel_name: str, module_name: str = GEMM_MODULE):
         sys.modules.pop(name, None)
         raise InternalError(f"syncopate.ops: the transformed {kernel_name} ({out_path}) does not load: "
                             f"{type(exc).__name__}: {exc}") from exc
-    _unspecialize(kernel)
+    unspecialize(kernel)
     return kernel
 
 
@@ -184,7 +180,7 @@ class FusedGemm:
             raise InternalError(f"syncopate.ops: the fused {self.kernel_name} expects parameters the op "
                                 f"does not bind: {missing}")
         if self.use_tma and self.device.type == "cuda":
-            _gemm_module()._ensure_descriptor_allocator()
+            _gemm_module().ensure_descriptor_allocator()
 
     def _b_arg(self, b: torch.Tensor) -> torch.Tensor:
         # The TMA kernel reads an nk B as the [N, K] tensor it is a view of.

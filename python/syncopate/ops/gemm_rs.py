@@ -33,7 +33,7 @@ from typing import Optional
 import torch
 
 from syncopate.errors import UserError
-from syncopate.ops.ag_gemm import OpContext
+from syncopate.ops.context import OpContext
 from syncopate.ops.common import (CHECK_EACH_CALL, PRODUCER_ADD_BLOCKS, SM_COPY_BLOCKS, check_out, context_for,
                                   default_backend, forward_operands, refuse_gloo_capture)
 
@@ -78,8 +78,7 @@ class ProducerGemm(OpContext):
 
     def _epilogue_refusal(self, mode: str, algorithm: str):
         """Why the staged epilogue cannot run (a phrase), or None."""
-        from syncopate.ops.staged_gemm import (AUTO_STAGED_ENV, staged_in_auto, staged_unsupported,
-                                               staging_supported)
+        from syncopate.ops.staged_gemm import AUTO_STAGED_ENV, staged_in_auto, staged_unsupported
 
         if self._reduce_request == "chunks":
             return "reduce='chunks' given"
@@ -93,8 +92,6 @@ class ProducerGemm(OpContext):
         why = staged_unsupported(self.m, self.n, self.k, self.world, self.config.block_m, self.dtype)
         if why is not None:
             return why
-        if not staging_supported(self.collective):
-            return f"this build of syncopate._core has no staged {self.collective} template (make_plan(staging=))"
         return None
 
     @property
@@ -225,31 +222,9 @@ class ProducerGemm(OpContext):
                           scratch(*self.p.shape), scratch(self.shard_rows, self.n))
 
     def _enqueue_staged(self, a: torch.Tensor, b_shard: torch.Tensor, out: torch.Tensor) -> None:
-        """One call's device work on the staged path (operands and `out` checked).
-
-        Why no peer can overwrite "p" while this call's kernel still reads it: every chunk that
-        writes this rank's p in call e + 1 is ordered after this call's kernel. Copy-engine and
-        SM-copy staging chunks are pulled by this rank on side streams that fork() forks from
-        this stream after begin(e + 1), hence after this kernel; a pushed chunk would wait for
-        this rank's entry counter, which publish(e + 1) sets on this stream after the kernel; an
-        NCCL chunk needs this rank's recv, posted on the same forked side streams. And no peer
-        overwrites the "c" rows this rank pulls before they have landed: a peer's next kernel
-        follows its begin(e + 1), which waits for this rank's exit counter, set by end(e) after
-        joining the side streams (runtime/rank_schedule.hpp). GEMM+RS: the kernel's own tiles
-        wait on every landing slot of this rank, so no wait_landed() is needed before end().
-
-        GEMM+AR adds gather chunks: owner q pushes its reduced box q into this rank's C box q,
-        over the partial of box q this rank stored there. That write waits (a) for this rank's
-        tiles of box q in this call, which raise the gather chunk's dst-ready slot (lowering:
-        "c" is produced there), so no late partial store overwrites the sum, and (b) for the
-        staging chunk (this rank -> q) that reads that partial (the plan's dependency on the
-        same sub-chunk, which the executor keeps on q's side). The own box the gather chunks
-        read is in the heap when they leave: the own tiles notify their ready slots after the
-        one annotated store statement that writes it. A gather chunk of call e + 1 cannot land
-        before this call's copy-out: its dst-ready slot rises only from this rank's kernel of
-        e + 1, which follows the copy-out on this stream. The copy-out follows wait_landed
-        (every gather chunk landed here) and the kernel (the own box), and precedes end(e).
-        """
+        """One call's device work on the staged path (operands and `out` checked). Why no chunk
+        of this call or the next overwrites what a kernel still reads: docs/RUNTIME.md, "Staged
+        epilogue"."""
         ws = self.ws
         ws.begin()
         ws.publish()

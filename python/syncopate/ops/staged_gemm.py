@@ -19,13 +19,13 @@ consumed with m_local_shard (its rows are this rank's shard of the grid rows), "
 
 from __future__ import annotations
 
-import os
 
 import torch
 
-from syncopate.errors import Error, InternalError, UserError
+from syncopate.errors import InternalError, UserError
 from syncopate.launch import transformed_info
 from syncopate.ops.fused_gemm import FusedGemm, tma_describable, transformed_kernel
+from syncopate.settings import Env, env
 
 STAGED_KERNEL = "gemm_reduce_kernel"
 STAGED_MODULE = "syncopate.kernels.gemm_reduce"
@@ -90,34 +90,18 @@ class StagedReduceGemm(FusedGemm):
         self._finish_binding()
 
 
-# reduce="auto" takes the staged kernel only when this is set. The staged path is proven on the
-# CPU (interpreter, lowering, verifier) but has not run on a GPU (no device time since it was
-# built, 2026-11-22); a default should not be a path no GPU has executed. Set
-# SYNCOPATE_AUTO_STAGED=1 to let auto choose it (e.g. for the GPU tests and benchmark), or pass
-# reduce="epilogue". Flip the default once tests/gpu/test_ops_gpu.py's gemm_rs_epilogue and
-# gemm_ar_epilogue rows pass.
-AUTO_STAGED_ENV = "SYNCOPATE_AUTO_STAGED"
+# reduce="auto" takes the staged kernel only when this is set (why: docs/RUNTIME.md, "Staged
+# epilogue").
+AUTO_STAGED_ENV = Env.auto_staged.name
 
 
 def staged_in_auto() -> bool:
     """Whether reduce="auto" may choose the staged epilogue (see AUTO_STAGED_ENV)."""
-    return os.environ.get(AUTO_STAGED_ENV, "0") not in ("", "0")
+    return env.auto_staged
 
 
 # The collectives whose plans have a staged template (make_plan(..., staging=)).
 STAGED_COLLECTIVES = ("reduce-scatter", "all-reduce")
-
-
-def staging_supported(collective: str = "reduce-scatter") -> bool:
-    """Whether this build's make_plan has the staged template of `collective` (staging=)."""
-    import syncopate as sy
-
-    try:
-        sy.make_plan(collective, world_size=1, shape=[1, 1, 1], dim=1, algorithm="direct",
-                     split=1, backend="copy-engine", tensor="c", staging="p")
-    except (TypeError, Error):  # an older build: no staging= keyword, or no template for it
-        return False
-    return True
 
 
 def staged_plan(*, world: int, m: int, n: int, split: int, dtype: str, backend: str,

@@ -6,7 +6,7 @@ into the arrival-ordered tile list, and waits for the tile's rows of A before th
 """
 import triton
 import triton.language as tl
-import syncopate.language_sites as syl  # [syncopate]
+import syncopate.language as syl  # [syncopate]
 __syncopate__ = {"version": 2, "kernel": "matmul_kernel", "params": ["sy_signals", "sy_tile_order", "sy_tiles_n", "sy_wait_offsets", "sy_wait_slots", "sy_notify_offsets", "sy_notify_slots", "sy_slot_writers", "sy_epoch", "sy_wait_bound_ns", "sy_rank", "sy_error"], "accesses": [{"tensor": "a", "param": "a_ptr", "role": "consume", "m_dim": 0, "n_dim": -1}]}  # [syncopate]
 
 

@@ -6,7 +6,7 @@ every program walks the tiles in the order their rows of A arrive.
 """
 import triton
 import triton.language as tl
-import syncopate.language_sites as syl  # [syncopate]
+import syncopate.language as syl  # [syncopate]
 __syncopate__ = {"version": 2, "kernel": "matmul_persistent", "params": ["sy_signals", "sy_tile_order", "sy_tiles_n", "sy_wait_offsets", "sy_wait_slots", "sy_notify_offsets", "sy_notify_slots", "sy_slot_writers", "sy_epoch", "sy_wait_bound_ns", "sy_rank", "sy_error"], "accesses": [{"tensor": "a", "param": "a_ptr", "role": "consume", "m_dim": 0, "n_dim": -1}]}  # [syncopate]
 
 

@@ -6,7 +6,7 @@ of x (e.g. an all-gather along rows, or an all-to-all of tokens) before reading 
 """
 import triton
 import triton.language as tl
-import syncopate.language_sites as syl  # [syncopate]
+import syncopate.language as syl  # [syncopate]
 __syncopate__ = {"version": 2, "kernel": "rmsnorm_kernel", "params": ["sy_signals", "sy_tile_order", "sy_tiles_n", "sy_wait_offsets", "sy_wait_slots", "sy_notify_offsets", "sy_notify_slots", "sy_slot_writers", "sy_epoch", "sy_wait_bound_ns", "sy_rank", "sy_error"], "accesses": [{"tensor": "x", "param": "x_ptr", "role": "consume", "m_dim": 0, "n_dim": -1}]}  # [syncopate]
 
 

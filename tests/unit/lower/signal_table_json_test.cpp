@@ -5,7 +5,7 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
-#include "syncopate/lower/json_text.hpp"
+#include "syncopate/common/json_text.hpp"
 #include "syncopate/lower/signal_table_csr.hpp"
 #include "syncopate/lower/signal_table_json.hpp"
 #include "syncopate/lower/spelling.hpp"

@@ -84,22 +84,22 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Values(
         BadCase{"negative bandwidth", "/backends/nccl/bandwidth_gbps", -3,
                 "backends.nccl.bandwidth_gbps: expected a number > 0, got -3"},
-        BadCase{"missing sms", "/gpu/sms", nullptr, "gpu.sms: missing required key"},
+        BadCase{"missing sms", "/gpu/sms", nullptr, "gpu.sms: expected the required key of a gpu, got nothing"},
         BadCase{"sms not an integer", "/gpu/sms", 1.5, "gpu.sms: expected an integer >= 1"},
         BadCase{"efficiency above 1", "/gemm/mma_efficiency", 1.2, "gemm.mma_efficiency: expected a number in (0, 1]"},
         BadCase{"speed-up instead of slowdown", "/backends/copy-engine/compute_slowdown", 0.5,
                 "backends.copy-engine.compute_slowdown: expected a number >= 1"},
-        BadCase{"misspelt key", "/overheads/lunch_us", 3, "overheads.lunch_us: unknown key"},
+        BadCase{"misspelt key", "/overheads/lunch_us", 3, "overheads.lunch_us: expected one of the overheads keys (launch_us, sync_us, fused_call_us), got an unknown key"},
         BadCase{"negative fused-call overhead", "/overheads/fused_call_us", nlohmann::json{{"all-gather", -1}},
                 "overheads.fused_call_us.all-gather: expected a number >= 0"},
         BadCase{"fused-call overhead of no collective", "/overheads/fused_call_us", nlohmann::json{{"gather", 1}},
-                "overheads.fused_call_us.gather: unknown key"},
-        BadCase{"missing backend", "/backends/sm-copy", nullptr, "backends.sm-copy: missing required key"},
+                "overheads.fused_call_us.gather: expected one of the fused_call_us keys"},
+        BadCase{"missing backend", "/backends/sm-copy", nullptr, "backends.sm-copy: expected the required key of a backends, got nothing"},
         BadCase{"future version", "/version", 2, "version: expected version 1"},
         BadCase{"zero lanes", "/backends/nccl/concurrency", 0, "backends.nccl.concurrency: expected an integer >= 1"},
         BadCase{"bad link backend", "/links", nlohmann::json::array({{{"src", 0}, {"dst", 1}, {"backend", "pigeon"}, {"bandwidth_gbps", 1}}}),
                 "links[0].backend: expected one of copy-engine, sm-copy, nccl"},
-        BadCase{"source note not text", "/sources/gpu.sms", 132, "sources.gpu.sms: expected a string"},
+        BadCase{"source note not text", "/sources/gpu.sms", 132, "sources[\"gpu.sms\"]: expected a string"},
         BadCase{"backend eats every SM", "/backends/nccl/sms", 2, "nothing left for compute"}),
     [](const auto& info) {
       std::string name = info.param.name;
@@ -111,6 +111,28 @@ INSTANTIATE_TEST_SUITE_P(
 TEST(Calibration, NotJsonAtAll) {
   EXPECT_THROW(parse_calibration("{ \"version\": ", "broken.json"), CalibrationError);
   EXPECT_THROW(load_calibration("/nonexistent/calib.json"), CalibrationError);
+  try {
+    parse_calibration("{ \"version\": ", "broken.json");
+  } catch (const CalibrationError& e) {
+    EXPECT_NE(std::string(e.what()).find("broken.json: JSON syntax at byte"), std::string::npos) << e.what();
+  }
+}
+
+// The reader is the plans' (common/json_checked.hpp): a repeated key is refused, not resolved
+// silently to its last value.
+TEST(Calibration, RepeatedKeyIsAnError) {
+  std::string text = testing::round_calibration_json();
+  const auto at = text.find("\"device\"");
+  ASSERT_NE(at, std::string::npos);
+  text.insert(at, "\"device\": \"twice\", ");
+  try {
+    parse_calibration(text, "twice.json");
+    FAIL() << "a repeated key was accepted";
+  } catch (const CalibrationError& e) {
+    EXPECT_NE(std::string(e.what()).find("twice.json: device: expected each key once in an object, got it again"),
+              std::string::npos)
+        << e.what();
+  }
 }
 
 }  // namespace

@@ -97,7 +97,7 @@ TEST(GroupTimeline, MembersOnOneLinkShareItsBandwidth) {
 }
 
 // NCCL's own ring all-gather of A (8192 x 8192 bf16, 4 x H200) takes 0.389 ms
-// (shared/design/baselines-h200.md). The plan's grouped ring (3 steps of one 32 MiB shard, as
+// (measured on nvidia-h200 at world 4; calib/h200.json's sources note it). The plan's grouped ring (3 steps of one 32 MiB shard, as
 // NCCL's) with calib/h200.json must predict it within 15% (issue #7); ungrouped it was 1.70 ms.
 // Split plans are printed, not checked: each sub-chunk is a group of its own on the stream, so
 // they pay the per-call latency more often than NCCL's pipelined kernel, and no GPU has timed

@@ -134,7 +134,7 @@ TEST(Rewrite, OtherDecoratorsHelpersAndBareJit) {
   const auto out = run("from triton import jit\nimport triton.language as tl\nimport triton\n\n"
                        "@jit\ndef helper(x):\n    # @sy.bogus annotations elsewhere are not ours\n    return x\n\n"
                        "@triton.autotune(configs=[], key=['N'])\n@jit\ndef k(x_ptr, N):\n" + body());
-  EXPECT_TRUE(contains(out, "import triton\nimport syncopate.language_sites as syl  # [syncopate]\n")) << out;
+  EXPECT_TRUE(contains(out, "import triton\nimport syncopate.language as syl  # [syncopate]\n")) << out;
   EXPECT_TRUE(contains(out, "    # @sy.bogus annotations elsewhere are not ours\n")) << out;
 }
 
@@ -178,8 +178,8 @@ TEST(Rewrite, SeveralKernelsOfOneFileGoIntoOneOutput) {
   const std::string& out = results[0].source;
   tokenize(out, "out.py");
   std::size_t imports = 0;
-  for (std::size_t at = out.find("import syncopate.language_sites as syl"); at != std::string::npos;
-       at = out.find("import syncopate.language_sites as syl", at + 1))
+  for (std::size_t at = out.find("import syncopate.language as syl"); at != std::string::npos;
+       at = out.find("import syncopate.language as syl", at + 1))
     ++imports;
   EXPECT_EQ(imports, 1u) << out;
   EXPECT_TRUE(contains(out, std::string("def a(x_ptr,\n      ") + kAdded + "\n):\n")) << out;

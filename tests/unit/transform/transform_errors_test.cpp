@@ -111,7 +111,7 @@ TEST(TransformErrors, EndWithoutTile) {
 TEST(TransformErrors, UnknownAnnotationKind) {
   const auto msg = error_of(kernel(std::string(kTile) + "    # @sy.consumes(x_ptr)\n    x = 1\n"));
   EXPECT_EQ(msg, "k.py:10:5: @sy.consumes(x_ptr): unknown annotation '@sy.consumes' (known: tile, "
-                 "end, consume, produce)");
+                 "end, consume, produce, consume_block)");
 }
 
 TEST(TransformErrors, MalformedAnnotationUnclosedParenthesis) {

@@ -1,0 +1,91 @@
+"""Sequence-parallel attention at one rank, sequence lengths 8k-128k (issue 20's benchmark rows
+that exist today; docs/SEQUENCE_PARALLEL.md says what is missing: the fused ops and the
+simulator's rows need the runtime wiring of the transformed kernel).
+
+Rows per (S, causal): torch SDPA; Syncopate's local attention kernel (kernels/attention.py); its
+transformed form with nothing to wait for (every piece in place: the in-loop wait's cost);
+ulysses_attention and ring_attention (sequential forms; at world 1 each is one attention call).
+
+    python bench/bench_seq_attention.py [--heads 16] [--head-dim 128] [--seqs 8192,16384,...]
+
+Writes JSON to $OUT/bench_seq_attention.json (or bench/results/) and prints a table.
+"""
+
+import argparse
+import importlib.util
+import json
+import os
+import sys
+from pathlib import Path
+
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def timed(fn, reps):
+    for _ in range(2):
+        fn()
+    torch.cuda.synchronize()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    for _ in range(reps):
+        fn()
+    end.record()
+    torch.cuda.synchronize()
+    return start.elapsed_time(end) / reps
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--heads", type=int, default=16)
+    parser.add_argument("--head-dim", type=int, default=128)
+    parser.add_argument("--seqs", default="8192,16384,32768,65536,131072")
+    parser.add_argument("--reps", type=int, default=5)
+    args = parser.parse_args()
+    if not torch.cuda.is_available():
+        sys.exit("bench_seq_attention.py: needs a CUDA GPU")
+
+    import syncopate.block_tables as block_tables
+    import syncopate.launch as launch
+    from syncopate.kernels.attention import attention_fwd_kernel, attention_reference_args
+    from syncopate.ops import ring_attention, ulysses_attention
+
+    spec = importlib.util.spec_from_file_location("bench_attention_golden",
+                                                  ROOT / "tests" / "golden" / "transform" / "attention.py")
+    golden = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(golden)
+    dev, h, d, bm, bn = torch.device("cuda"), args.heads, args.head_dim, 128, 64
+    rows = []
+    for s in (int(x) for x in args.seqs.split(",")):
+        q, k, v = (torch.randn(1, h, s, d, device=dev, dtype=torch.float16) for _ in range(3))
+        o = torch.empty_like(q)
+        tiles = -(-s // bm) * h
+        kernel_args = attention_reference_args(q, k, v, o, d ** -0.5, 0)
+        tables = launch.TileTables.from_lists(list(range(tiles)), h, [[]] * tiles, [[]] * tiles, [1])
+        blocks = block_tables.BlockTables.pieces_table(h, s, bn, 1, 0)
+        signals = torch.ones(1, dtype=torch.int32, device=dev)
+        arrays = tables.device_arrays(dev)
+        for causal in (False, True):
+            variants = {
+                "sdpa": lambda: torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=causal),
+                "local_kernel": lambda: attention_fwd_kernel[(tiles,)](*kernel_args, HEAD_DIM=d, BLOCK_M=bm,
+                                                                       BLOCK_N=bn, CAUSAL=causal),
+                "transformed_nothing_to_wait": lambda: launch.launch(
+                    golden.attention_fwd_kernel, None, tables, *kernel_args, signals=signals, blocks=blocks,
+                    device_arrays=arrays, sync=False, HEAD_DIM=d, BLOCK_M=bm, BLOCK_N=bn, CAUSAL=causal),
+                "ulysses_sequential": lambda: ulysses_attention(q, k, v, causal=causal),
+                "ring_sequential": lambda: ring_attention(q, k, v, causal=causal),
+            }
+            for name, fn in variants.items():
+                ms = timed(fn, args.reps)
+                rows.append({"seq": s, "heads": h, "head_dim": d, "causal": causal, "variant": name, "ms": ms})
+                print(f"S={s:>6} causal={causal!s:5} {name:30} {ms:9.3f} ms", flush=True)
+    out_dir = Path(os.environ.get("OUT", ROOT / "bench" / "results"))
+    out_dir.mkdir(parents=True, exist_ok=True)
+    (out_dir / "bench_seq_attention.json").write_text(json.dumps(rows, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,285 @@
+"""The shared base of the op contexts (AgGemm, GemmRs, GemmAr): the checked options, the GEMM
+configuration, the simulator's choice, the call through CUDA graphs and the wait check; and the
+dtypes the ops accept. The collective-specific parts (buffers, enqueue) live in ag_gemm.py and
+gemm_rs.py."""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import torch
+
+from syncopate.errors import ShapeError, UserError, WaitTimeoutError
+from syncopate.ops.call_graphs import CallGraphs, capturing
+from syncopate.ops.choice import choose
+from syncopate.ops.common import (BACKENDS, barrier, check_aligned, check_b_layout, check_dims, check_options,
+                                  group_rank_world, ranks_sharing_a_device)
+from syncopate.ops.topology import check_single_node, group_nodes
+from syncopate.runtime import DEFAULT_WAIT_BOUND_NS, plan_dtype
+
+# The operand dtypes of the fused ops (their output has the operands' dtype).
+SUPPORTED_DTYPES = (torch.float16, torch.bfloat16)
+
+
+def default_device(device) -> torch.device:
+    return torch.device(device) if device is not None else torch.device("cuda", torch.cuda.current_device())
+
+
+class OpContext:
+    """What AgGemm, GemmRs and GemmAr share: the checked options, the GEMM configuration and
+    the simulator's choice. Subclasses set `collective` and build their buffers in _build."""
+
+    collective = "all-gather"
+
+    def __init__(self, group, *, m: int, k: int, n: int, dtype: torch.dtype,
+                 device: Optional[torch.device] = None, backend: str = "auto", algorithm: str = "auto",
+                 split: Optional[int] = None, tile_order: str = "auto", mode: str = "auto",
+                 b_layout: str = "kn", wait_bound_ns: int = DEFAULT_WAIT_BOUND_NS, drop_chunk: int = -1,
+                 graph: bool = True, plan=None, nodes=None):
+        who = type(self).__name__
+        # Every argument is checked before any GPU work.
+        check_dims(who, m=m, k=k, n=n)
+        check_options(who, backend=backend, algorithm=algorithm, split=split, tile_order=tile_order,
+                      mode=mode, b_layout=b_layout)
+        if dtype not in SUPPORTED_DTYPES:
+            raise UserError(f"{who}: dtype {dtype} is not supported; use one of {SUPPORTED_DTYPES}")
+        group, rank, world = group_rank_world(group)
+        # nodes=: the group's topology (ops/topology.py: keyword, SYNCOPATE_NODES, torchrun's
+        # LOCAL_WORLD_SIZE); a group spanning nodes is refused by name for now.
+        self.nodes = group_nodes(group, nodes=nodes)
+        check_single_node(who, self.nodes)
+        if m % world != 0:
+            raise ShapeError(f"{who}: m={m} rows cannot be split into {world} equal shards (one per rank)")
+        from syncopate.kernels.gemm import select_config
+        from syncopate.ops.fused_gemm import device_capability, fused_config
+
+        self.device = default_device(device)
+        self.m, self.k, self.n, self.dtype, self.rank, self.world = m, k, n, dtype, rank, world
+        self.group = group
+        self.shard_rows = m // world
+        self.b_layout = b_layout
+        self.wait_bound_ns = int(wait_bound_ns)
+        # The GEMM's own per-shape configuration (no split-K: every tile is final when stored);
+        # the simulator and the lowering use its real block shape.
+        self.config = fused_config(select_config(m, n, k, self.device, dtype, allow_split_k=False),
+                                   device_capability(self.device))
+        # plan=: a plan the user brought (ops/user_plan.py) runs instead of a template.
+        self._user_plan = None
+        if plan is not None:
+            from syncopate.ops.user_plan import check_user_plan, choice_for_plan
+
+            self._user_plan, backend = check_user_plan(
+                who, plan, collective=self.collective, m=m, k=k, n=n, world=world, dtype=plan_dtype(dtype),
+                backend=backend, reduce=getattr(self, "_reduce_request", None))
+            if backend == "nccl":
+                self._usable_backends(backend)  # refused by name where ranks share a GPU
+            choice = choice_for_plan(who, self._user_plan, collective=self.collective, m=m, n=n, k=k, world=world,
+                                     dtype=plan_dtype(dtype), block_m=self.config.block_m,
+                                     block_n=self.config.block_n, backend=backend, tile_order=tile_order, mode=mode)
+        else:
+            backend = self._usable_backends(backend)
+            choice = choose(self.collective, m=m, n=n, k=k, world=world, dtype=plan_dtype(dtype),
+                            block_m=self.config.block_m, block_n=self.config.block_n, backend=backend,
+                            algorithm=algorithm, split=split, tile_order=tile_order, mode=mode,
+                            **self._choice_options(mode=mode, algorithm=algorithm))
+        self.choice = choice
+        self.gemm = None
+        # Where "auto" decided that overlap does not pay, the call is exactly what the user would
+        # run without Syncopate (NCCL collective + torch.matmul): no heap, no executor. An
+        # explicit mode="sequential" keeps the executor's sequential path (every backend, bounded
+        # waits), which the GPU tests exercise.
+        self.torch_fallback = mode == "auto" and choice.decision == "sequential" and \
+            (group is not None or world == 1)
+        self.ws = None
+        if self.torch_fallback:
+            self._build_fallback()
+        else:
+            self._build(drop_chunk)
+        self.graphs = CallGraphs(who, enabled=graph and not self.torch_fallback and self.device.type == "cuda",
+                                 refusal=self._capture_refusal())
+        # No rank may start a call (and spin) before every rank has loaded its kernels.
+        barrier(group, self.device)
+
+    def _choice_options(self, *, mode: str, algorithm: str) -> dict:
+        """More keywords of ops.choice.choose for this op (GemmRs: which reductions to compare)."""
+        return {}
+
+    def _usable_backends(self, backend: str):
+        """`backend`, or for "auto" the backends that can run on this group: where two ranks share
+        a GPU (a test mode, or more ranks than GPUs) NCCL cannot, so "auto" leaves it out and
+        backend="nccl" is refused by name."""
+        shared = ranks_sharing_a_device(self.group, self.device)
+        if shared is None:
+            return backend
+        r, s, gpu = shared
+        if backend == "nccl":
+            raise UserError(f"{type(self).__name__}: backend='nccl' cannot run here: ranks {r} and {s} share "
+                            f"GPU {gpu} and NCCL refuses two ranks on one device; use 'copy-engine' or 'sm-copy'")
+        return tuple(b for b in BACKENDS if b != "nccl") if backend == "auto" else backend
+
+    def _capture_refusal(self) -> Optional[str]:
+        """Why this context's calls cannot be captured in a CUDA graph, or None."""
+        if self.ws is not None and self.ws.nccl is not None:
+            return ("its plan moves chunks with NCCL, whose calls are bounded by a host watchdog that "
+                    "polls events of each call, which a replayed graph does not give (a lost peer would "
+                    "hang the replay); use backend='copy-engine' or 'sm-copy' to capture")
+        return None
+
+    def _run_call(self, key, enqueue, check: bool) -> None:
+        """One call's device work through the context's graphs (see CallGraphs.run). Before it,
+        without synchronizing, raises a wait that timed out in an earlier call (report_timeouts);
+        after it, if `check` and nothing is being captured, synchronizes and raises one of this
+        call."""
+        if not capturing():
+            self.report_timeouts()
+
+        def work() -> None:
+            enqueue()
+            if self.gemm is not None:
+                self.gemm.copy_flag_to_host()
+
+        self.graphs.run(key, work)
+        if check and not capturing():
+            self.check()
+
+    def report_timeouts(self) -> None:
+        """Raises WaitTimeoutError (through check(), which names the chunk) if a wait of an
+        earlier call has timed out as far as the host can see without synchronizing: the
+        runtime's record is mapped host memory, and each call ends by copying the kernel's flag
+        to pinned host memory. So a call with check=False stays asynchronous and a lost chunk
+        still surfaces, one or two calls later at most, or at the next check()."""
+        if self.ws is None:
+            return
+        if self.ws.timed_out() or (self.gemm is not None and self.gemm.timed_out()):
+            self.check()
+
+    # -- what the benchmark and the tests read ----------------------------------------------------
+    @property
+    def decision(self) -> str:
+        return self.choice.decision
+
+    @property
+    def backend(self) -> str:
+        return self.choice.backend
+
+    @property
+    def algorithm(self) -> str:
+        return self.choice.algorithm
+
+    @property
+    def split(self) -> int:
+        return self.choice.split
+
+    @property
+    def tile_order(self) -> str:
+        return self.choice.tile_order
+
+    @property
+    def predicted_us(self) -> dict:
+        return dict(self.choice.predicted_us)
+
+    @property
+    def reason(self) -> str:
+        return self.choice.reason
+
+    @property
+    def gemm_config(self) -> str:
+        return self.config.name
+
+    @property
+    def sequential(self) -> bool:
+        return self.choice.decision == "sequential"
+
+    @property
+    def call_mode(self) -> str:
+        """How a call runs: "graph" (one replay of this context's CUDA graph), "eager" (enqueued
+        op by op: graph=False, or a configuration that cannot be captured, see capture_refusal)
+        or "torch" (the sequential fallback: NCCL collective + torch.matmul)."""
+        return "torch" if self.torch_fallback else self.graphs.mode
+
+    @property
+    def capture_refusal(self) -> Optional[str]:
+        return self.graphs.refusal
+
+    @property
+    def sequential_path(self) -> Optional[str]:
+        """How a sequential context runs: "torch" (NCCL collective + torch.matmul, the auto
+        fallback) or "executor" (the plan's chunks with the chosen backend, then the GEMM)."""
+        if self.decision != "sequential":
+            return None
+        return "torch" if self.torch_fallback else "executor"
+
+    @property
+    def kernel_origin(self) -> str:
+        """"transformer" (the fused GEMM is the transformer's output) or "sequential"."""
+        return "sequential" if self.gemm is None else "transformer"
+
+    @property
+    def kernel_name(self) -> Optional[str]:
+        """The local kernel the fused GEMM was made from (gemm_tma_kernel or gemm_pointer_kernel)."""
+        return None if self.gemm is None else self.gemm.kernel_name
+
+    def _make_plan(self, shape, tensor):
+        import syncopate as sy
+
+        if self._user_plan is not None:
+            return self._user_plan
+        return sy.make_plan(self.collective, world_size=self.world, shape=shape, algorithm=self.algorithm,
+                            split=self.split, dtype=plan_dtype(self.dtype), dim=0, backend=self.backend,
+                            tensor=tensor)
+
+    def _make_gemm(self, accesses, producer: bool):
+        from syncopate.ops.fused_gemm import FusedGemm, persistent_programs
+
+        return FusedGemm(plan=self.plan, rank=self.rank, m=self.m, n=self.n, k=self.k, dtype=self.dtype,
+                         b_layout=self.b_layout, config=self.config, accesses=accesses,
+                         tile_order=self.tile_order, device=self.device, backend=self.backend,
+                         wait_bound_ns=self.wait_bound_ns, producer=producer,
+                         num_programs=persistent_programs(self.device, self.backend, producer))
+
+    def _scratch_b(self) -> torch.Tensor:
+        if self.b_layout == "nk":
+            return torch.zeros((self.n, self.k), dtype=self.dtype, device=self.device).t()
+        return torch.zeros((self.k, self.n), dtype=self.dtype, device=self.device)
+
+    def _check_operands(self, a: torch.Tensor, a_name: str, a_shape, b: torch.Tensor, b_name: str,
+                        a_to_kernel: bool) -> None:
+        """The per-call checks (attribute reads only). a_to_kernel: the fused GEMM reads `a`
+        itself (GEMM+RS/AR), not a copy in the heap (AG+GEMM)."""
+        who = type(self).__name__
+        if tuple(a.shape) != tuple(a_shape) or tuple(b.shape) != (self.k, self.n):
+            raise ShapeError(f"{who}: expected {a_name} {list(a_shape)} and {b_name} [{self.k}, {self.n}], "
+                             f"got {list(a.shape)} and {list(b.shape)}")
+        if a.dtype != self.dtype or b.dtype != self.dtype:
+            raise UserError(f"{who}: operands must be {self.dtype}, got {a.dtype} and {b.dtype}")
+        if a.device != self.device or b.device != self.device:
+            raise UserError(f"{who}: operands must be on {self.device}, got {a.device} and {b.device}")
+        if not a.is_contiguous():
+            raise UserError(f"{who}: {a_name} must be contiguous; pass {a_name}.contiguous()")
+        check_b_layout(who, b, self.b_layout)
+        if self.gemm is not None:
+            if a_to_kernel:
+                check_aligned(who, a_name, a)
+            check_aligned(who, b_name, b)
+
+    def check(self) -> None:
+        """Synchronizes, then raises WaitTimeoutError naming rank, slot, expected, seen, chunk.
+
+        Both records are read (and cleared): the fused kernel's (a tile that waited for a chunk)
+        and the runtime's (a chunk step or the stream that waited for a slot). One missing chunk
+        often times out in both, the second as a consequence (a GEMM+AR gather chunk waits for
+        own tiles that wait for the missing staged partial), so the message gives the kernel's
+        first: it names the chunk the tiles read, which is where the cause is."""
+        if self.ws is None:  # the torch fallback: NCCL reports its own errors
+            torch.cuda.synchronize(self.device)
+            return
+        errors = []
+        for check in (lambda: self.ws.check(synchronize=True), self.gemm.check if self.gemm is not None else None):
+            if check is None:
+                continue
+            try:
+                check()
+            except WaitTimeoutError as exc:
+                errors.append(str(exc))
+        if errors:
+            raise WaitTimeoutError("; also timed out: ".join(reversed(errors)))

@@ -1,0 +1,200 @@
+"""Sequence-parallel attention ops, forward only (docs/SEQUENCE_PARALLEL.md):
+
+    o = ulysses_attention(q, k, v, causal=True)   # q, k, v, o: [Z, H, S_loc, D] on each rank
+    o = ring_attention(q, k, v, causal=True)
+
+Rank r holds positions r * S_loc .. (r+1) * S_loc - 1 of the sequence (the usual contiguous
+layout); the result is attention over the whole (gathered) sequence, this rank's rows, as
+`torch.nn.functional.scaled_dot_product_attention` on the gathered q, k, v would give. GQA: k and
+v may have fewer heads (a divisor of q's).
+
+What runs today is the **sequential** form of each, built the way the plans of
+plan/sequence_parallel.hpp move data, so the fused form can replace it op for op:
+- Ulysses: an all-to-all over heads (`dist.all_to_all_single`), attention on whole sequences of
+  H / W heads, the same all-to-all back. Head counts (q's and k/v's) must be multiples of W.
+- Ring: the K/V pieces travel around the ring (rank r receives from r - 1, as the ring-pass plan
+  lands them: own piece, r - 1, r - 2, ...) in two buffers; each step's attention is merged into
+  the running result by log-sum-exp; causal skips the pieces after the rank's own and masks the
+  own one.
+The fused kernels (the transformed `kernels/attention.py` waiting per K/V block) are not wired to
+the runtime yet; `mode="fused"` is refused by name.
+
+`compute="sdpa"` (default) runs each attention with torch; `compute="triton"` with Syncopate's
+local attention kernel (`kernels/attention.py`, untransformed; Ulysses only: the ring steps need
+the log-sum-exp, which that kernel does not return).
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import torch
+
+from syncopate.errors import ShapeError, UserError
+
+MODES = ("auto", "sequential", "fused")
+COMPUTES = ("sdpa", "triton")
+
+
+def group_rank_world(group):
+    """(group, rank, world): the default group when torch.distributed is initialized and none is
+    given; (None, 0, 1) without torch.distributed."""
+    import torch.distributed as dist
+
+    if not (dist.is_available() and dist.is_initialized()):
+        return None, 0, 1
+    group = dist.group.WORLD if group is None else group
+    return group, dist.get_rank(group), dist.get_world_size(group)
+
+
+def _check(who: str, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mode: str, compute: str) -> None:
+    if mode not in MODES:
+        raise UserError(f"{who}: mode={mode!r}, expected one of {MODES}")
+    if mode == "fused":
+        raise UserError(f"{who}: mode='fused' is not available yet: the transformed attention kernel "
+                        "is not wired to the runtime (docs/SEQUENCE_PARALLEL.md); use 'sequential' or 'auto'")
+    if compute not in COMPUTES:
+        raise UserError(f"{who}: compute={compute!r}, expected one of {COMPUTES}")
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        if t.dim() != 4:
+            raise ShapeError(f"{who}: {name} has shape {list(t.shape)}; expected [Z, H, S_loc, D]")
+    if k.shape != v.shape:
+        raise ShapeError(f"{who}: k {list(k.shape)} and v {list(v.shape)} differ")
+    z, h, s, d = q.shape
+    if k.shape[0] != z or k.shape[2] != s or k.shape[3] != d:
+        raise ShapeError(f"{who}: k/v {list(k.shape)} do not match q {list(q.shape)} in batch, positions "
+                         "or head dim")
+    if h % k.shape[1] != 0:
+        raise ShapeError(f"{who}: {h} query heads are not a multiple of {k.shape[1]} K/V heads (GQA)")
+    if not (q.dtype == k.dtype == v.dtype):
+        raise ShapeError(f"{who}: q, k, v dtypes differ ({q.dtype}, {k.dtype}, {v.dtype})")
+
+
+def _expand_kv(q: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
+    group = q.shape[1] // t.shape[1]
+    return t if group == 1 else t.repeat_interleave(group, dim=1)
+
+
+def _causal_mask(n_q: int, n_kv: int, q_start: int, device) -> torch.Tensor:
+    return (torch.arange(n_q, device=device)[:, None] + q_start) >= torch.arange(n_kv, device=device)[None, :]
+
+
+def local_attention(q, k, v, *, causal: bool = False, q_start: int = 0, sm_scale: Optional[float] = None,
+                    compute: str = "sdpa") -> torch.Tensor:
+    """Attention of q's rows (at positions q_start ..) over all of k, v (GQA allowed)."""
+    scale = q.shape[-1] ** -0.5 if sm_scale is None else sm_scale
+    if compute == "triton":
+        from syncopate.kernels.attention import attention_fwd_kernel, attention_reference_args
+
+        q, k, v = (t.contiguous() for t in (q, k, v))
+        o = torch.empty_like(q)
+        block = 16 if q.shape[2] <= 64 else 64
+        tiles = -(-q.shape[2] // block) * q.shape[0] * q.shape[1]
+        attention_fwd_kernel[(tiles,)](*attention_reference_args(q, k, v, o, scale, q_start),
+                                       HEAD_DIM=q.shape[-1], BLOCK_M=block, BLOCK_N=block, CAUSAL=causal)
+        return o
+    mask = _causal_mask(q.shape[2], k.shape[2], q_start, q.device) if causal else None
+    return torch.nn.functional.scaled_dot_product_attention(q, _expand_kv(q, k), _expand_kv(q, v),
+                                                            attn_mask=mask, scale=scale)
+
+
+def attention_with_lse(q, k, v, *, mask: Optional[torch.Tensor], scale: float):
+    """(o, lse) of q over one K/V piece, in float32: o the piece's softmax-weighted values, lse the
+    log of its softmax denominator per row (-inf for a row the mask hides whole)."""
+    scores = torch.matmul(q.float(), _expand_kv(q, k).float().transpose(-1, -2)) * scale
+    if mask is not None:
+        scores = scores.masked_fill(~mask, float("-inf"))
+    lse = torch.logsumexp(scores, dim=-1, keepdim=True)
+    weights = torch.exp(scores - torch.where(torch.isinf(lse), torch.zeros_like(lse), lse))
+    return torch.matmul(weights, _expand_kv(q, v).float()), lse
+
+
+def merge_partials(o: Optional[torch.Tensor], lse: Optional[torch.Tensor], o_step: torch.Tensor,
+                   lse_step: torch.Tensor):
+    """The running (o, lse) with one more piece's (o_step, lse_step) merged in."""
+    if o is None:
+        return o_step, lse_step
+    new = torch.logaddexp(lse, lse_step)
+    safe = torch.where(torch.isinf(new), torch.zeros_like(new), new)
+    return o * torch.exp(lse - safe) + o_step * torch.exp(lse_step - safe), new
+
+
+def ring_steps(q, pieces, rank: int, world: int, *, causal: bool, scale: float) -> torch.Tensor:
+    """The ring's per-step attention and merge, given the K/V pieces in the order they arrive:
+    `pieces` yields (piece index, k, v), own piece first. Causal: pieces after `rank` are skipped
+    (never computed), the own piece is masked on its diagonal."""
+    o = lse = None
+    n = q.shape[2]
+    for p, k, v in pieces:
+        if causal and p > rank:
+            continue
+        mask = _causal_mask(n, k.shape[2], (rank - p) * n, q.device) if causal and p == rank else None
+        o, lse = merge_partials(o, lse, *attention_with_lse(q, k, v, mask=mask, scale=scale))
+    return o.to(q.dtype)
+
+
+def _ring_pieces(k, v, group, rank: int, world: int):
+    """Own piece, then each step's: rank r sends what it holds to r + 1 and receives from r - 1,
+    into the other of two buffers (the ring-pass plan's double buffer)."""
+    import torch.distributed as dist
+
+    yield rank, k, v
+    held = torch.stack([k, v]).contiguous()
+    spare = torch.empty_like(held)
+    for step in range(1, world):
+        ops = [dist.P2POp(dist.isend, held, dist.get_global_rank(group, (rank + 1) % world), group),
+               dist.P2POp(dist.irecv, spare, dist.get_global_rank(group, (rank - 1) % world), group)]
+        for request in dist.batch_isend_irecv(ops):
+            request.wait()
+        held, spare = spare, held
+        yield (rank - step) % world, held[0], held[1]
+
+
+def ring_attention(q, k, v, *, causal: bool = False, group=None, sm_scale: Optional[float] = None,
+                   mode: str = "auto", compute: str = "sdpa") -> torch.Tensor:
+    """Ring attention (see the module): this rank's rows of attention over the whole sequence."""
+    _check("ring_attention", q, k, v, mode, compute)
+    if compute == "triton":
+        raise UserError("ring_attention: compute='triton' needs the attention kernel's log-sum-exp, which it "
+                        "does not return yet; use compute='sdpa'")
+    group, rank, world = group_rank_world(group)
+    scale = q.shape[-1] ** -0.5 if sm_scale is None else sm_scale
+    if world == 1:
+        return local_attention(q, k, v, causal=causal, sm_scale=scale)
+    return ring_steps(q, _ring_pieces(k, v, group, rank, world), rank, world, causal=causal, scale=scale)
+
+
+def _heads_to_ranks(x: torch.Tensor, world: int) -> torch.Tensor:
+    """[Z, H, S, D] -> [W, Z, H/W, S, D]: head group j first, to be sent to rank j."""
+    z, h, s, d = x.shape
+    return x.reshape(z, world, h // world, s, d).permute(1, 0, 2, 3, 4).contiguous()
+
+
+def ulysses_attention(q, k, v, *, causal: bool = False, group=None, sm_scale: Optional[float] = None,
+                      mode: str = "auto", compute: str = "sdpa") -> torch.Tensor:
+    """Ulysses attention (see the module): this rank's rows of attention over the whole sequence."""
+    _check("ulysses_attention", q, k, v, mode, compute)
+    group, rank, world = group_rank_world(group)
+    for name, heads in (("q", q.shape[1]), ("k/v", k.shape[1])):
+        if heads % world != 0:
+            raise ShapeError(f"ulysses_attention: {heads} {name} heads cannot be shared by {world} ranks: the "
+                             "world size must divide the head count (plan/sequence_parallel.hpp)")
+    if world == 1:
+        return local_attention(q, k, v, causal=causal, sm_scale=sm_scale, compute=compute)
+    import torch.distributed as dist
+
+    def exchange(x):  # [Z, H, S_loc, D] -> [Z, H/W, S, D]: the all-to-all over heads
+        sent = _heads_to_ranks(x, world)
+        got = torch.empty_like(sent)
+        dist.all_to_all_single(got, sent, group=group)  # got[r]: rank r's piece of my heads
+        w, z, h, s, d = got.shape
+        return got.permute(1, 2, 0, 3, 4).reshape(z, h, w * s, d)
+
+    o_heads = local_attention(exchange(q), exchange(k), exchange(v), causal=causal, sm_scale=sm_scale,
+                              compute=compute)
+    z, h, n, d = o_heads.shape
+    s = n // world
+    back = o_heads.reshape(z, h, world, s, d).permute(2, 0, 1, 3, 4).contiguous()  # piece r to rank r
+    got = torch.empty_like(back)
+    dist.all_to_all_single(got, back, group=group)  # got[j]: head group j of my positions
+    return got.permute(1, 0, 2, 3, 4).reshape(z, world * h, s, d)

@@ -1,0 +1,192 @@
+"""Sequence-parallel attention pieces on one GPU (docs/SEQUENCE_PARALLEL.md; not yet run):
+
+- the local attention kernel (kernels/attention.py) against SDPA: fp16/bf16, head dim 64/128,
+  causal or not, GQA;
+- its transformed form with every piece in place equals the untransformed kernel bit for bit;
+- pieces that land late, in a random order, from a side stream (copy, then a one-element store of
+  the signal) while the transformed kernel spins: the output equals the in-place one; a withheld
+  piece ends the launch with WaitTimeoutError naming its chunk;
+- ulysses_attention / ring_attention at world 1 against SDPA;
+- wait overhead: the transformed kernel with nothing to wait for, against the untransformed one
+  (printed; fails above 1.05x), at S = 8192, H = 16, D = 128, fp16.
+
+    python -m pytest -q tests/gpu/test_attention_gpu.py -s
+"""
+
+import random
+import sys
+import types
+from pathlib import Path
+
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("triton")
+if not torch.cuda.is_available():
+    pytest.skip("needs a CUDA GPU", allow_module_level=True)
+
+ROOT = Path(__file__).resolve().parents[2]
+GOLDEN = ROOT / "tests" / "golden" / "transform" / "attention.py"
+DEV = torch.device("cuda")
+
+
+@pytest.fixture(scope="module")
+def sy():
+    import importlib.util
+
+    import syncopate.block_tables as block_tables
+    import syncopate.launch as launch
+    from syncopate.kernels import attention
+
+    spec = importlib.util.spec_from_file_location("sy_gpu_attention_golden", GOLDEN)
+    golden = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = golden
+    spec.loader.exec_module(golden)
+    return types.SimpleNamespace(launch=launch, block_tables=block_tables, attention=attention, golden=golden)
+
+
+def _sdpa(q, k, v, causal, q_start=0):
+    group = q.shape[1] // k.shape[1]
+    k, v = k.repeat_interleave(group, 1), v.repeat_interleave(group, 1)
+    mask = None
+    if causal:
+        mask = (torch.arange(q.shape[2], device=q.device)[:, None] + q_start) >= \
+            torch.arange(k.shape[2], device=q.device)[None, :]
+    return torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+
+
+def _qkv(h, h_kv, n_q, n_kv, d, dtype, seed=0):
+    gen = torch.Generator(device=DEV).manual_seed(seed)
+    return (torch.randn(1, h, n_q, d, device=DEV, dtype=dtype, generator=gen),
+            torch.randn(1, h_kv, n_kv, d, device=DEV, dtype=dtype, generator=gen),
+            torch.randn(1, h_kv, n_kv, d, device=DEV, dtype=dtype, generator=gen))
+
+
+BM, BN = 64, 64
+
+
+def _original(sy, q, k, v, causal, q_start=0):
+    o = torch.empty_like(q)
+    tiles = -(-q.shape[2] // BM) * q.shape[0] * q.shape[1]
+    sy.attention.attention_fwd_kernel[(tiles,)](
+        *sy.attention.attention_reference_args(q, k, v, o, q.shape[-1] ** -0.5, q_start),
+        HEAD_DIM=q.shape[-1], BLOCK_M=BM, BLOCK_N=BN, CAUSAL=causal)
+    return o
+
+
+def _transformed(sy, q, k, v, causal, world, rank, signals, bound=2_000_000_000, sync=True):
+    o = torch.empty_like(q)
+    tiles_n = q.shape[0] * q.shape[1]
+    tiles = -(-q.shape[2] // BM) * tiles_n
+    order = list(range(tiles))
+    random.Random(1).shuffle(order)
+    tables = sy.launch.TileTables.from_lists(order, tiles_n, [[]] * tiles, [[]] * tiles, [1] * world,
+                                             [100 + p for p in range(world)], rank=rank)
+    blocks = sy.block_tables.BlockTables.pieces_table(tiles_n, k.shape[2], BN, world, rank)
+    error = sy.launch.launch(sy.golden.attention_fwd_kernel, None, tables,
+                             *sy.attention.attention_reference_args(q, k, v, o, q.shape[-1] ** -0.5,
+                                                                    rank * q.shape[2]),
+                             signals=signals, epoch=1, wait_bound_ns=bound, blocks=blocks, sync=sync,
+                             HEAD_DIM=q.shape[-1], BLOCK_M=BM, BLOCK_N=BN, CAUSAL=causal)
+    return o, tables, error
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("d", [64, 128])
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("h,h_kv", [(8, 8), (8, 2)])
+def test_local_kernel_and_transformed_in_place(sy, dtype, d, causal, h, h_kv):
+    world, rank, s_loc = 4, 2, 256
+    q, k, v = _qkv(h, h_kv, s_loc, world * s_loc, d, dtype)
+    ref = _sdpa(q.float(), k.float(), v.float(), causal, rank * s_loc)
+    o = _original(sy, q, k, v, causal, rank * s_loc)
+    torch.testing.assert_close(o.float(), ref, rtol=2e-2, atol=2e-2)
+    signals = torch.ones(world, dtype=torch.int32, device=DEV)
+    t, _, _ = _transformed(sy, q, k, v, causal, world, rank, signals)
+    # Arrival order changes the summation order: close, not bitwise.
+    torch.testing.assert_close(t.float(), ref, rtol=2e-2, atol=2e-2)
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_late_pieces_from_a_side_stream(sy, causal):
+    world, rank, s_loc, d = 4, 1, 512, 128
+    q, k_full, v_full = _qkv(8, 4, s_loc, world * s_loc, d, torch.float16, seed=3)
+    signals = torch.ones(world, dtype=torch.int32, device=DEV)
+    expected, _, _ = _transformed(sy, q, k_full, v_full, causal, world, rank, signals)
+    k = torch.full_like(k_full, float("nan"))
+    v = torch.full_like(v_full, float("nan"))
+    own = slice(rank * s_loc, (rank + 1) * s_loc)
+    k[:, :, own], v[:, :, own] = k_full[:, :, own], v_full[:, :, own]
+    signals = torch.zeros(world, dtype=torch.int32, device=DEV)
+    signals[rank] = 1
+    side = torch.cuda.Stream()
+    # Load every kernel the side stream runs before anything spins: a module load waits for the
+    # device, so a first load while the transformed kernel waits on it would stall
+    # (docs/ANNOTATIONS.md, "Rules learnt on the GPU").
+    with torch.cuda.stream(side):
+        torch.cuda._sleep(1000)
+        scratch = torch.empty_like(k_full[:, :, own])
+        scratch.copy_(k_full[:, :, own])
+        torch.zeros(1, dtype=torch.int32, device=DEV)[0:1].fill_(1)
+    torch.cuda.synchronize()
+    late, _, error = _transformed(sy, q, k, v, causal, world, rank, signals, sync=False)
+    pieces = [p for p in range(world) if p != rank]
+    random.Random(7).shuffle(pieces)
+    with torch.cuda.stream(side):
+        for p in pieces:
+            torch.cuda._sleep(2_000_000)
+            rows = slice(p * s_loc, (p + 1) * s_loc)
+            k[:, :, rows].copy_(k_full[:, :, rows])
+            v[:, :, rows].copy_(v_full[:, :, rows])
+            signals[p : p + 1].fill_(1)
+    torch.cuda.synchronize()
+    assert error[0].item() == 0
+    # Same tile order, same visit order, same data: the same bits as with every piece in place.
+    torch.testing.assert_close(late, expected, rtol=0, atol=0)
+
+
+def test_withheld_piece_times_out_naming_its_chunk(sy):
+    world, rank = 4, 0
+    q, k, v = _qkv(4, 4, 128, 512, 64, torch.float16)
+    signals = torch.ones(world, dtype=torch.int32, device=DEV)
+    signals[2] = 0
+    with pytest.raises(sy.launch.WaitTimeoutError, match=r"chunk 102 never arrived"):
+        _transformed(sy, q, k, v, False, world, rank, signals, bound=50_000_000)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("causal", [False, True])
+def test_ops_at_world_one(dtype, causal):
+    from syncopate.ops import ring_attention, ulysses_attention
+
+    q, k, v = _qkv(8, 2, 1024, 1024, 128, dtype, seed=5)
+    ref = _sdpa(q.float(), k.float(), v.float(), causal)
+    for name, op, kwargs in (("ulysses sdpa", ulysses_attention, {}),
+                             ("ulysses triton", ulysses_attention, {"compute": "triton"}),
+                             ("ring", ring_attention, {})):
+        out = op(q, k, v, causal=causal, **kwargs)
+        torch.testing.assert_close(out.float(), ref, rtol=2e-2, atol=2e-2, msg=lambda m: f"{name}: {m}")
+
+
+def _time(fn, reps=20):
+    for _ in range(3):
+        fn()
+    torch.cuda.synchronize()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    for _ in range(reps):
+        fn()
+    end.record()
+    torch.cuda.synchronize()
+    return start.elapsed_time(end) / reps
+
+
+def test_wait_overhead_with_nothing_to_wait_for(sy):
+    world, rank, s_loc = 1, 0, 8192
+    q, k, v = _qkv(16, 16, s_loc, s_loc, 128, torch.float16)
+    signals = torch.ones(world, dtype=torch.int32, device=DEV)
+    base = _time(lambda: _original(sy, q, k, v, False))
+    fused = _time(lambda: _transformed(sy, q, k, v, False, world, rank, signals, sync=False))
+    print(f"\nattention S={s_loc} H=16 D=128 fp16: untransformed {base:.3f} ms, transformed {fused:.3f} ms, "
+          f"ratio {fused / base:.3f}")
+    assert fused / base <= 1.05

@@ -1,0 +1,146 @@
+"""syncopate.ops.ulysses_attention / ring_attention (sequential forms, forward) on the CPU:
+- one rank (no process group, and a one-rank gloo group): both equal SDPA, with Syncopate's
+  attention kernel under the interpreter (compute='triton') too;
+- the ring's per-step merge over W pieces given in arrival order (own, r-1, ...) equals SDPA on
+  the gathered sequence for every rank, causal (pieces after the own one never computed) or not;
+- two gloo ranks in two processes: both ops equal SDPA on the gathered sequence;
+- bad shapes and modes are refused by name.
+"""
+
+import os
+
+import pytest
+
+os.environ["TRITON_INTERPRET"] = "1"
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("triton")
+
+
+@pytest.fixture(autouse=True)
+def _interpreter_index_fix(monkeypatch):
+    """Triton 3.6's interpreter and NumPy >= 2.4 (see test_transform_interpret.py)."""
+    from triton.runtime import interpreter
+
+    original_patch = interpreter._patch_lang_tensor
+
+    def patch_lang_tensor(tensor, scope):
+        original_patch(tensor, scope)
+        scope.set_attr(tensor, "__index__", lambda self: int(self.handle.data.reshape(-1)[0]))
+
+    monkeypatch.setattr(interpreter, "_patch_lang_tensor", patch_lang_tensor)
+
+
+def _qkv(seed, z=1, h=4, h_kv=2, s=32, d=64, dtype=torch.float32):
+    gen = torch.Generator().manual_seed(seed)
+    return tuple(torch.randn(z, hh, s, d, generator=gen, dtype=dtype) for hh in (h, h_kv, h_kv))
+
+
+def _sdpa(q, k, v, causal, q_start=0):
+    group = q.shape[1] // k.shape[1]
+    k, v = k.repeat_interleave(group, 1), v.repeat_interleave(group, 1)
+    mask = None
+    if causal:
+        mask = (torch.arange(q.shape[2])[:, None] + q_start) >= torch.arange(k.shape[2])[None, :]
+    return torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+
+
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("compute", ["sdpa", "triton"])
+def test_one_rank_equals_sdpa(causal, compute):
+    from syncopate.ops import ring_attention, ulysses_attention
+
+    q, k, v = _qkv(1)
+    ref = _sdpa(q, k, v, causal)
+    torch.testing.assert_close(ulysses_attention(q, k, v, causal=causal, compute=compute), ref,
+                               rtol=2e-5, atol=2e-5)
+    if compute == "sdpa":
+        torch.testing.assert_close(ring_attention(q, k, v, causal=causal), ref, rtol=2e-5, atol=2e-5)
+
+
+def test_one_rank_process_group(single_rank_group):
+    from syncopate.ops import ring_attention, ulysses_attention
+
+    q, k, v = _qkv(2, d=128)
+    ref = _sdpa(q, k, v, True)
+    torch.testing.assert_close(ulysses_attention(q, k, v, causal=True, group=single_rank_group), ref,
+                               rtol=2e-5, atol=2e-5)
+    torch.testing.assert_close(ring_attention(q, k, v, causal=True), ref, rtol=2e-5, atol=2e-5)
+
+
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("world", [2, 3, 4])
+def test_ring_steps_over_pieces_in_arrival_order(causal, world):
+    from syncopate.ops.seq_attention import ring_steps
+
+    s_loc = 8
+    q_all, k_all, v_all = _qkv(3, s=world * s_loc)
+    for rank in range(world):
+        rows = slice(rank * s_loc, (rank + 1) * s_loc)
+        computed = []
+
+        def pieces():
+            for i in range(world):
+                p = (rank - i) % world
+                cols = slice(p * s_loc, (p + 1) * s_loc)
+                computed.append(p)
+                yield p, k_all[:, :, cols], v_all[:, :, cols]
+
+        o = ring_steps(q_all[:, :, rows], pieces(), rank, world, causal=causal, scale=64 ** -0.5)
+        ref = _sdpa(q_all[:, :, rows], k_all, v_all, causal, q_start=rank * s_loc)
+        torch.testing.assert_close(o, ref, rtol=2e-5, atol=2e-5)
+        assert computed[0] == rank
+
+
+def _two_rank_worker(rank, world, path, out):
+    import torch.distributed as dist
+
+    from syncopate.ops import ring_attention, ulysses_attention
+
+    dist.init_process_group("gloo", rank=rank, world_size=world, init_method=f"file://{path}")
+    try:
+        q_all, k_all, v_all = _qkv(4, h=4, h_kv=2, s=world * 8)
+        rows = slice(rank * 8, (rank + 1) * 8)
+        q, k, v = (t[:, :, rows].contiguous() for t in (q_all, k_all, v_all))
+        for causal in (False, True):
+            ref = _sdpa(q, k_all, v_all, causal, q_start=rank * 8)
+            results = {"ulysses": ulysses_attention(q, k, v, causal=causal),
+                       "ring": ring_attention(q, k, v, causal=causal)}
+            for name, o in results.items():
+                torch.testing.assert_close(o, ref, rtol=2e-5, atol=2e-5,
+                                           msg=lambda m: f"{name} causal={causal} rank {rank}: {m}")
+        out.put((rank, "ok"))
+    except Exception as e:  # reported to the parent
+        out.put((rank, f"{type(e).__name__}: {e}"))
+    finally:
+        dist.destroy_process_group()
+
+
+def test_two_gloo_ranks_equal_sdpa_on_the_gathered_sequence(tmp_path):
+    import torch.multiprocessing as mp
+
+    ctx = mp.get_context("spawn")
+    out = ctx.Queue()
+    procs = [ctx.Process(target=_two_rank_worker, args=(r, 2, str(tmp_path / "store"), out))
+             for r in range(2)]
+    for p in procs:
+        p.start()
+    results = dict(out.get(timeout=120) for _ in procs)
+    for p in procs:
+        p.join(timeout=60)
+    assert results == {0: "ok", 1: "ok"}
+
+
+def test_refusals_name_the_problem():
+    from syncopate.errors import ShapeError, UserError
+    from syncopate.ops import ring_attention, ulysses_attention
+
+    q, k, v = _qkv(5)
+    with pytest.raises(UserError, match="mode='fused' is not available yet"):
+        ulysses_attention(q, k, v, mode="fused")
+    with pytest.raises(ShapeError, match="3 query heads are not a multiple of 2 K/V heads"):
+        ring_attention(q[:, :3], k, v)
+    with pytest.raises(ShapeError, match=r"expected \[Z, H, S_loc, D\]"):
+        ring_attention(q[0], k, v)
+    with pytest.raises(UserError, match="log-sum-exp"):
+        ring_attention(q, k, v, compute="triton")
