@@ -14,9 +14,6 @@ PACKAGE = ROOT / "python" / "syncopate"
 CPP_SETTINGS = ROOT / "include" / "syncopate" / "common" / "settings.hpp"
 # Reads of the environment (not writes such as `os.environ[key] = value` or a copy for a child).
 ENV_READ = re.compile(r"os\.environ\.get\(|os\.getenv\(|os\.environ\[[^\]]+\](?!\s*=)")
-# ops/choice.py belongs to the fused/sequential decision, which is being rewritten apart; its
-# one read (SYNCOPATE_CALIBRATION) is in the table and moves to env.calibration with it.
-NOT_YET_ROUTED = {"ops/choice.py"}
 
 
 def cpp_variables():
@@ -37,7 +34,7 @@ def test_no_python_module_but_settings_reads_the_environment():
     readers = []
     for path in sorted(PACKAGE.rglob("*.py")):
         rel = path.relative_to(PACKAGE).as_posix()
-        if rel == "settings.py" or rel in NOT_YET_ROUTED:
+        if rel == "settings.py":
             continue
         for number, line in enumerate(path.read_text().splitlines(), 1):
             if ENV_READ.search(line):

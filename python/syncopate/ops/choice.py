@@ -21,10 +21,10 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import os
 from typing import Optional
 
 from syncopate.errors import UserError
+from syncopate.settings import env
 
 CALIBRATION_ENV = "SYNCOPATE_CALIBRATION"
 
@@ -43,7 +43,7 @@ class OpChoice:
 
 def calibration_name() -> str:
     """$SYNCOPATE_CALIBRATION (a shipped name or a .json path), else the shipped "h200"."""
-    return os.environ.get(CALIBRATION_ENV, "h200")
+    return env.calibration or "h200"
 
 
 def calibration(name: Optional[str] = None):
