@@ -393,7 +393,7 @@ def test_choice_compares_the_epilogue_with_the_chunks(world, collective):
                                    backend=staged.backend, collective=collective)
     assert plan.collective.kind == collective
     direct = sy.simulate(plan, sy.GemmShape(8192, 8192, 8192, 128, 256),
-                         choice_mod._cached_calibration(choice_mod.calibration_name()), order=staged.tile_order)
+                         choice_mod.cached_calibration(choice_mod.calibration_name()), order=staged.tile_order)
     assert staged.predicted_us["fused"] == pytest.approx(direct.fused_us)
     faster = min((staged, chunks), key=lambda c: c.predicted_us["fused"])
     assert both.reduce == faster.reduce

@@ -60,7 +60,7 @@ def calibration(name: Optional[str] = None):
 
 
 @functools.lru_cache(maxsize=None)
-def _cached_calibration(name: str):
+def cached_calibration(name: str):
     return calibration(name)
 
 
@@ -77,7 +77,7 @@ def _choose_cached(collective, m, n, k, world, dtype, block_m, block_n, backend,
                    tile_order, mode, calib_name, reduce="chunks"):
     import syncopate as sy
 
-    result = sy.tune(collective, sy.GemmShape(m, n, k, block_m, block_n), world, _cached_calibration(calib_name),
+    result = sy.tune(collective, sy.GemmShape(m, n, k, block_m, block_n), world, cached_calibration(calib_name),
                      dtype=dtype, algorithms=_as_list(algorithm), splits=_as_list(split),
                      backends=_as_list(backend), orders=_as_list(tile_order), reduce=reduce,
                      kernel_level=False, mode=mode)

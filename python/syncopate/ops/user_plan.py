@@ -91,9 +91,9 @@ def choice_for_plan(who: str, plan, *, collective: str, m: int, n: int, k: int, 
     """The OpChoice an op runs a given plan with: its predicted times (and, as
     predicted_us["template_fused"], the best fused template's) for the GEMM's real block shape."""
     import syncopate as sy
-    from syncopate.ops.choice import OpChoice, _cached_calibration, calibration_name, choose
+    from syncopate.ops.choice import OpChoice, cached_calibration, calibration_name, choose
 
-    calib = _cached_calibration(calibration_name())
+    calib = cached_calibration(calibration_name())
     order = "arrival" if tile_order == "auto" else tile_order
     try:
         p = sy.simulate(plan, sy.GemmShape(m, n, k, block_m, block_n), calib, order=order)
