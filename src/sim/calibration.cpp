@@ -202,7 +202,7 @@ Calibration parse_calibration(std::string_view json_text, std::string_view sourc
     c.reduce_add.add_under_compute_gbps = o.required("add_under_compute_gbps").positive();
   }
   if (auto net = top.optional("network")) {
-    auto o = object(*net, source, {"bandwidth_gbps", "latency_us", "estimated"});
+    auto o = object(*net, "network", {"bandwidth_gbps", "latency_us", "estimated"});
     c.network.modelled = true;
     c.network.bandwidth_gbps = o.required("bandwidth_gbps").positive();
     c.network.latency_us = o.required("latency_us").non_negative();
