@@ -37,6 +37,8 @@ except ImportError as _error:  # e.g. the source tree python/ on sys.path instea
         "install the package (pip install .) instead of importing it from the source tree"
     ) from _error
 from syncopate._core import (
+    DEFAULT_MIN_GAIN,
+    DEFAULT_MIN_SAVING_US,
     AddedParam,
     AnnotatedAccess,
     Box,
@@ -91,7 +93,8 @@ __version__ = "0.1.0"
 
 # The public API (the lazy submodules below are reached as attributes: sy.ops, sy.nn, ...).
 __all__ = ["CalibrationError", "DeviceError", "Error", "InternalError", "PlanParseError", "PlanVerifyError",
-           "ShapeError", "TransformError", "UserError", "WaitTimeoutError", "AddedParam", "AnnotatedAccess",
+           "ShapeError", "TransformError", "UserError", "WaitTimeoutError", "DEFAULT_MIN_GAIN",
+           "DEFAULT_MIN_SAVING_US", "AddedParam", "AnnotatedAccess",
            "Box", "Calibration", "Candidate", "Chunk", "ChunkTiming", "CollectiveSpec", "CommPlan",
            "GemmShape", "ImportedPlan", "Prediction", "RankProgram", "SignalSlot", "SignalTable",
            "SignalTableArrays", "TensorSpec", "TileAccess", "TileGrid", "TileOrder", "TileTiming",

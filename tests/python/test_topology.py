@@ -79,9 +79,10 @@ def test_op_context_refuses_a_group_across_nodes(monkeypatch):
     import torch.distributed as dist
 
     ag = importlib.import_module("syncopate.ops.ag_gemm")  # the module (syncopate.ops.ag_gemm is the op)
+    context = importlib.import_module("syncopate.ops.context")  # where OpContext looks it up
     from syncopate.ops.gemm_rs import GemmRs
 
-    monkeypatch.setattr(ag, "group_rank_world", lambda group: (group, 0, 4))
+    monkeypatch.setattr(context, "group_rank_world", lambda group: (group, 0, 4))
     monkeypatch.setattr(dist, "get_process_group_ranks", lambda group: [0, 1, 2, 3], raising=False)
     monkeypatch.setenv("WORLD_SIZE", "4")
     monkeypatch.setenv("LOCAL_WORLD_SIZE", "2")
