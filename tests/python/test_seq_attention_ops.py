@@ -93,8 +93,15 @@ def test_ring_steps_over_pieces_in_arrival_order(causal, world):
 
 
 def _two_rank_worker(rank, world, path, out):
+    import sys
+    from pathlib import Path
+
     import torch.distributed as dist
 
+    # The installed package, as in the parent (conftest.py): a test module of the parent may have
+    # put the source tree's python/ (no compiled modules) on the sys.path this process inherited.
+    repo_python = Path(__file__).resolve().parents[2] / "python"
+    sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != repo_python]
     try:
         from syncopate.ops import ring_attention, ulysses_attention
 
