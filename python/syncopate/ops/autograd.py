@@ -47,11 +47,16 @@ def _issue_all_gather(x: torch.Tensor, world: int, group_name: str) -> torch.Ten
     return torch.ops._c10d_functional.all_gather_into_tensor(x.contiguous(), world, group_name)
 
 
-def _is_gloo(group_name: str) -> bool:
-    import torch.distributed as dist
+def _group(group_name: str):
     from torch.distributed.distributed_c10d import _resolve_process_group
 
-    return dist.get_backend(_resolve_process_group(group_name)) == "gloo"
+    return _resolve_process_group(group_name)
+
+
+def _is_gloo(group_name: str) -> bool:
+    import torch.distributed as dist
+
+    return dist.get_backend(_group(group_name)) == "gloo"
 
 
 def gather_by_all_reduce(x: torch.Tensor, world: int, group_name: str) -> torch.Tensor:
@@ -62,9 +67,8 @@ def gather_by_all_reduce(x: torch.Tensor, world: int, group_name: str) -> torch.
     code and the process segfaults (torch 2.11), while gloo's all-reduce stages CUDA tensors
     through host memory correctly. It moves `world` times the bytes; a test mode can pay that."""
     import torch.distributed as dist
-    from torch.distributed.distributed_c10d import _resolve_process_group
 
-    group = _resolve_process_group(group_name)
+    group = _group(group_name)
     refuse_gloo_capture("the backward's all-gather (syncopate.ops)", group, x.device)
     rank = dist.get_rank(group)
     rows = x.shape[0]
@@ -80,11 +84,8 @@ def _wait(t: torch.Tensor, world: int) -> torch.Tensor:
 def _reduce_scatter(x: torch.Tensor, world: int, group_name: str) -> torch.Tensor:
     if world == 1:
         return x
-    if x.device.type == "cuda" and _is_gloo(group_name):
-        from torch.distributed.distributed_c10d import _resolve_process_group
-
-        refuse_gloo_capture("the backward's reduce-scatter (syncopate.ops)", _resolve_process_group(group_name),
-                            x.device)
+    if x.device.type == "cuda":  # refused only while capturing, over gloo
+        refuse_gloo_capture("the backward's reduce-scatter (syncopate.ops)", _group(group_name), x.device)
     out = torch.ops._c10d_functional.reduce_scatter_tensor(x.contiguous(), "sum", world, group_name)
     return torch.ops._c10d_functional.wait_tensor(out)
 
