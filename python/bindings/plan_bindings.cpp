@@ -104,6 +104,7 @@ void bind_values(nb::module_& m) {
       .def_prop_ro("kind", [](const CollectiveSpec& c) { return enum_str(c.kind); })
       .def_ro("tensor", &CollectiveSpec::tensor)
       .def_ro("output", &CollectiveSpec::output)
+      .def_ro("input", &CollectiveSpec::input)
       .def_ro("dim", &CollectiveSpec::dim)
       .def_prop_ro("algorithm", [](const CollectiveSpec& c) { return enum_str(c.algorithm); })
       .def_ro("split", &CollectiveSpec::split)
@@ -177,7 +178,7 @@ void bind_templates(nb::module_& m) {
       [](std::string_view collective, int world_size, std::vector<std::int64_t> shape,
          std::string_view algorithm, int split, std::string_view dtype, int dim,
          std::string_view backend, std::string tensor, std::string output, std::string staging,
-         std::optional<std::vector<int>> nodes, bool flat) {
+         std::optional<std::vector<int>> nodes, bool flat, std::string input) {
         plan::TemplateOptions options;
         options.collective = enum_arg<plan::Collective>(collective, "collective");
         options.algorithm = enum_arg<plan::Algorithm>(algorithm, "algorithm");
@@ -192,17 +193,21 @@ void bind_templates(nb::module_& m) {
         options.staging = std::move(staging);
         if (nodes) options.nodes = std::move(*nodes);
         options.flat = flat;
+        options.input = std::move(input);
         return plan::make_plan(options);
       },
       "collective"_a, nb::kw_only(), "world_size"_a, "shape"_a, "algorithm"_a = "ring",
       "split"_a = 1, "dtype"_a = "bf16", "dim"_a = 0, "backend"_a = "copy-engine",
       "tensor"_a = "x", "output"_a = "y", "staging"_a = "", "nodes"_a = nb::none(), "flat"_a = false,
+      "input"_a = "",
       "Makes a template plan. `nodes` (one node id per rank) spanning several nodes makes a "
       "hierarchical plan (NCCL between nodes, rail-aligned; `algorithm` and `backend` inside each "
       "node; nodes of equal size) unless `flat` (then backend nccl). `shape` is the full (gathered / reduced) tensor; raises "
       "ShapeError when it cannot be split as asked. `staging` (reduce-scatter, direct only) "
       "names a staging tensor [world, ..., shape[dim] / world, ...]: each rank's partial is copied "
-      "into its slot on the owner and the consumer adds the slots; `shape` then needs a unit dim 0.");
+      "into its slot on the owner and the consumer adds the slots; `shape` then needs a unit dim 0. "
+      "`input` (all-gather) names a one-shard input tensor: a local copy-engine chunk per piece "
+      "puts each rank's shard in place, so a consumer waits for its own rows like any other's.");
 }
 
 void bind_verifier(nb::module_& m) {

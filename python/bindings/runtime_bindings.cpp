@@ -224,6 +224,12 @@ NB_MODULE(_runtime, m) {
       .def("publish", [](RankExecutor& e, std::uintptr_t s) { e.publish(as_stream(s)); }, "stream"_a)
       .def("fork", [](RankExecutor& e, std::uintptr_t s) { e.fork(as_stream(s)); }, "stream"_a)
       .def("issue_chunks", &RankExecutor::issue_chunks)
+      .def(
+          "bind_source",
+          [](RankExecutor& e, const std::string& name, std::uintptr_t address) {
+            e.bind_source(name, reinterpret_cast<const void*>(address));
+          },
+          "name"_a, "address"_a, "this rank's local chunks read tensor `name` at `address` (0: the heap again)")
       .def("issue", [](RankExecutor& e, std::uintptr_t s, bool wait_landed) { e.issue(as_stream(s), wait_landed); },
            "stream"_a, "wait_landed"_a = true)
       .def("wait_landed", [](RankExecutor& e, std::uintptr_t s) { e.wait_landed(as_stream(s)); }, "stream"_a)

@@ -198,6 +198,22 @@ class PlanWorkspace:
         """The side streams start after what the stream holds now (not after a kernel launched next)."""
         self.executor.fork(self._stream(stream))
 
+    def bind_source(self, name: str, tensor: Optional[torch.Tensor]) -> None:
+        """This rank's local chunks read plan tensor `name` from `tensor` (contiguous, the plan's
+        shape and dtype, on this device) instead of the heap, from the next issue on; None: the
+        heap again. For an all-gather's input (make_plan(..., input=)): the caller's shard is
+        read in place, nothing is copied before the consumer starts."""
+        if tensor is None:
+            self.executor.bind_source(name, 0)
+            return
+        spec = self.plan.tensors[name]
+        if (list(tensor.shape) != list(spec.shape) or not tensor.is_contiguous() or tensor.device != self.device
+                or plan_dtype(tensor.dtype) != spec.dtype):
+            raise UserError(f"bind_source({name!r}): needs a contiguous {spec.dtype} tensor of shape {list(spec.shape)} "
+                            f"on {self.device}, got {tensor.dtype} {list(tensor.shape)} on {tensor.device}"
+                            f"{'' if tensor.is_contiguous() else ' (not contiguous)'}")
+        self.executor.bind_source(name, tensor.data_ptr())
+
     def issue_chunks(self) -> None:
         """Enqueues every chunk step on the side streams (after fork)."""
         self.executor.issue_chunks()

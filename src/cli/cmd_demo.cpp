@@ -65,6 +65,7 @@ fs::path run_cpu_demo(const DemoArgs& a) {
   t.split = 2;
   t.shape = {a.m, a.k};
   t.tensor = "a";
+  t.input = "a_in";  // each rank's shard is read where the caller has it (the op's plan, ops/ag_gemm.py)
   const auto p = plan::make_plan(t);
   plan::save_plan(p, out / "plan.json");
   fmt::print("    {} chunks on {} ranks -> {}\n", p.chunks.size(), p.world_size, (out / "plan.json").string());
@@ -93,7 +94,7 @@ fs::path run_cpu_demo(const DemoArgs& a) {
     max_waits = std::max(max_waits, w.size());
     no_wait += w.empty();
   }
-  fmt::print("    rank 1: {} slots, {} tiles; {} tiles need no remote chunk, the others wait on at most {} "
+  fmt::print("    rank 1: {} slots, {} tiles; {} tiles need no chunk, the others wait on at most {} "
              "slot(s); call e waits for slot >= e * writers (no reset between calls)\n",
              table.slots.size(), table.tile_waits.size(), no_wait, max_waits);
 

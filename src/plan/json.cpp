@@ -43,11 +43,12 @@ Box read_box(const JsonNode& node) {
 }
 
 CollectiveSpec read_collective(const JsonNode& node) {
-  ObjectReader fields(node, "collective", {"kind", "tensor", "output", "dim", "algorithm", "split"});
+  ObjectReader fields(node, "collective", {"kind", "tensor", "output", "input", "dim", "algorithm", "split"});
   CollectiveSpec spec;
   spec.kind = as_enum<Collective>(fields.required("kind"));
   if (auto v = fields.optional("tensor")) spec.tensor = v->as_string();
   if (auto v = fields.optional("output")) spec.output = v->as_string();
+  if (auto v = fields.optional("input")) spec.input = v->as_string();
   if (auto v = fields.optional("dim")) spec.dim = v->as_int();
   if (auto v = fields.optional("algorithm")) spec.algorithm = as_enum<Algorithm>(*v);
   if (auto v = fields.optional("split")) spec.split = v->as_int();
@@ -178,8 +179,9 @@ std::string box_json(const Box& box) {
 
 std::string collective_json(const CollectiveSpec& spec) {
   std::string output = spec.output.empty() ? "" : fmt::format(R"("output":{},)", quote(spec.output));
-  return fmt::format(R"({{"kind":"{}","tensor":{},{}"dim":{},"algorithm":"{}","split":{}}})", to_string(spec.kind),
-                     quote(spec.tensor), output, spec.dim, to_string(spec.algorithm), spec.split);
+  std::string input = spec.input.empty() ? "" : fmt::format(R"("input":{},)", quote(spec.input));
+  return fmt::format(R"({{"kind":"{}","tensor":{},{}{}"dim":{},"algorithm":"{}","split":{}}})", to_string(spec.kind),
+                     quote(spec.tensor), output, input, spec.dim, to_string(spec.algorithm), spec.split);
 }
 
 std::string tensors_json(const std::map<std::string, TensorSpec>& tensors) {

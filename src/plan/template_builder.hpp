@@ -93,6 +93,11 @@ using LandingChunks = std::vector<std::vector<int>>;
 // is given, the first hop of each piece also depends on ready[shard * split + sub].
 void add_all_gather(PlanBuilder& builder, const PieceGeometry& geometry, const LandingChunks* ready);
 
+// The local chunks of an all-gather from an input tensor (options.input): piece (r, sub) of
+// rank r's input into its place in the gathered tensor, on stream 0 of rank r. Returns their
+// ids by shard * split + sub, the `ready` of add_all_gather.
+LandingChunks add_input_placement(PlanBuilder& builder, const PieceGeometry& geometry);
+
 // Reduce-scatter of `geometry`: rank j ends with shard j summed over all ranks.
 LandingChunks add_reduce_scatter(PlanBuilder& builder, const PieceGeometry& geometry);
 

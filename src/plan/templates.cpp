@@ -90,6 +90,23 @@ void check_topology(const TemplateOptions& o) {
                                  o.output));
 }
 
+// An all-gather from an input tensor: its shard shape must be one for every rank.
+void check_input(const TemplateOptions& o) {
+  if (o.collective != Collective::all_gather)
+    throw ShapeError(fmt::format("input \"{}\": only an all-gather starts from an input tensor, not {}", o.input,
+                                 to_string(o.collective)));
+  if (o.input == o.tensor)
+    throw ShapeError(fmt::format("input \"{}\" is the gathered tensor's name; name it differently", o.input));
+  if (hierarchical(o))
+    throw ShapeError(fmt::format("input \"{}\": a hierarchical all-gather does not take an input tensor yet; "
+                                 "put the shard in place before the plan runs",
+                                 o.input));
+  if (o.shape[o.dim] % o.world_size != 0)
+    throw ShapeError(fmt::format("input \"{}\": dim {} of size {} is not divisible by world size {} (the input "
+                                 "holds one shard, the same shape on every rank)",
+                                 o.input, o.dim, o.shape[o.dim], o.world_size));
+}
+
 void check_options(const TemplateOptions& o) {
   if (o.collective == Collective::custom)
     throw ShapeError("collective custom: no template makes custom plans; write the plan JSON by hand");
@@ -108,6 +125,7 @@ void check_options(const TemplateOptions& o) {
   if (o.tensor.empty()) throw ShapeError("tensor name is empty");
   check_topology(o);
   if (!o.staging.empty()) check_staging(o);  // before the generic size checks: its messages say more
+  if (!o.input.empty()) check_input(o);
 
   const std::int64_t size = o.shape[o.dim];
   const std::int64_t w = o.world_size;
@@ -128,6 +146,7 @@ void check_options(const TemplateOptions& o) {
 
   const std::int64_t per_phase = o.collective == Collective::all_to_all ? w * w * o.split : w * (w - 1) * o.split;
   std::int64_t chunks = o.collective == Collective::all_reduce ? 2 * per_phase : per_phase;
+  if (!o.input.empty()) chunks += w * o.split;  // the local placements
   if (hierarchical(o)) chunks *= 2;  // a bound: all-to-all relays blocks once more
   if (chunks > kMaxChunks)
     throw ShapeError(fmt::format("world size {} x split {} would make {} chunks, more than the limit of {}", w, o.split,
@@ -156,6 +175,12 @@ PlanBuilder::PlanBuilder(const TemplateOptions& options, int streams_per_rank) :
         TensorSpec{staging_shape(options.shape, options.dim, options.world_size), options.dtype, "row-major"};
   }
   plan_.collective.output = output_;
+  if (!options.input.empty()) {
+    auto shard = options.shape;
+    shard[static_cast<std::size_t>(options.dim)] /= options.world_size;  // check_input: divisible
+    plan_.tensors[options.input] = TensorSpec{shard, options.dtype, "row-major"};
+    plan_.collective.input = options.input;
+  }
   plan_.nodes = options.nodes;
   for (int r = 0; r < options.world_size; ++r)
     plan_.ranks.push_back(RankProgram{r, std::vector<std::vector<int>>(static_cast<std::size_t>(streams_per_rank))});
@@ -193,6 +218,25 @@ int PlanBuilder::add(Move move, bool to_output) {
   return plan_.chunks.back().id;
 }
 
+LandingChunks add_input_placement(PlanBuilder& builder, const PieceGeometry& geometry) {
+  const auto& o = builder.options();
+  LandingChunks placed(static_cast<std::size_t>(o.world_size * o.split));
+  for (int r = 0; r < o.world_size; ++r) {
+    for (int sub = 0; sub < o.split; ++sub) {
+      PlanBuilder::Move move;
+      move.dst_box = geometry.box(r, sub);
+      move.box = move.dst_box;  // the same piece, at its offset inside the one-shard input
+      move.box.offset[static_cast<std::size_t>(o.dim)] -= even_split(o.shape[o.dim], o.world_size, r).begin;
+      move.src = move.dst = r;
+      move.stream = 0;
+      move.backend = Backend::copy_engine;  // a device-to-device copy: no SMs taken from the consumer
+      move.from = o.input;
+      placed[static_cast<std::size_t>(r * o.split + sub)].push_back(builder.add(std::move(move)));
+    }
+  }
+  return placed;
+}
+
 void PlanBuilder::add_tensor(const std::string& name, const TensorSpec& spec) { plan_.tensors[name] = spec; }
 
 }  // namespace detail
@@ -221,7 +265,14 @@ CommPlan make_plan(const TemplateOptions& options) {
     return builder.take();
   }
   switch (options.collective) {
-    case Collective::all_gather: detail::add_all_gather(builder, geometry, nullptr); break;
+    case Collective::all_gather:
+      if (options.input.empty()) {
+        detail::add_all_gather(builder, geometry, nullptr);
+      } else {
+        const detail::LandingChunks placed = detail::add_input_placement(builder, geometry);
+        detail::add_all_gather(builder, geometry, &placed);
+      }
+      break;
     case Collective::reduce_scatter:
       if (options.staging.empty()) {
         detail::add_reduce_scatter(builder, geometry);

@@ -4,7 +4,7 @@
 //  well-formed  unsupported-version world-size rank-count rank-index chunk-id rank-out-of-range
 //               bad-tensor-shape unknown-tensor box-rank negative-offset non-positive-extent
 //               box-out-of-bounds extent-mismatch dtype-mismatch collective-tensor
-//               collective-dim collective-output collective-indivisible op-not-allowed
+//               collective-dim collective-output collective-input collective-indivisible op-not-allowed
 //               unknown-dep self-dep unknown-chunk-in-stream chunk-not-issued
 //               chunk-issued-twice issuer-not-endpoint stream-mismatch stream-out-of-range
 //               nccl-unpaired

@@ -86,6 +86,7 @@ class CoverageReplay {
     staged_ = coll_.staged();
     if (coll_.kind == Collective::all_to_all || staged_)
       output_tensor_ = grid_.tensor_index.at(coll_.output);
+    if (coll_.gathers_from_input()) input_tensor_ = grid_.tensor_index.at(coll_.input);
     dims_ = static_cast<int>(plan_.tensors.at(coll_.tensor).shape.size());
     shard_size_ = plan_.tensors.at(coll_.tensor).shape[static_cast<std::size_t>(coll_.dim)];
     initialise();
@@ -132,7 +133,14 @@ class CoverageReplay {
       // input (all-to-all). Every other tensor and region starts undefined.
       auto& input = state(r, coll_tensor_);
       const int own = values_.origin(coll_tensor_, dims_, r);
-      if (coll_.kind == Collective::all_gather) {
+      if (input_tensor_ >= 0) {
+        // The own shard starts in the input, at offset 0 along dim: the value a local chunk
+        // moves into shard r of the gathered tensor.
+        std::vector<std::int64_t> delta(static_cast<std::size_t>(dims_), 0);
+        delta[static_cast<std::size_t>(coll_.dim)] = -even_split(shard_size_, world_, r).begin;
+        auto& in = state(r, input_tensor_);
+        std::fill(in.value.begin(), in.value.end(), values_.shifted(own, delta));
+      } else if (coll_.kind == Collective::all_gather) {
         for (auto cell : grid_.tensors[coll_tensor_].cells_of(shard_box(coll_tensor_, r)))
           input.value[static_cast<std::size_t>(cell)] = own;
       } else {
@@ -178,7 +186,16 @@ class CoverageReplay {
       check_staged_overwrite(chunk, to);
       return;
     }
+    if (to == input_tensor_) {
+      sink_.add(kGroup, "own-shard-overwritten", chunk.dst, chunk.id,
+                fmt::format("chunk {} ({}) writes {} on rank {}, the all-gather's input: rank {}'s own shard, "
+                            "which its local chunk and the others read",
+                            chunk.id, describe_route(chunk), describe_box(chunk.dst_tensor, chunk.dst_box),
+                            chunk.dst, chunk.dst));
+      return;
+    }
     if (to != coll_tensor_) return;
+    if (input_tensor_ >= 0) return;  // the own shard is delivered like the others
     if (coll_.kind == Collective::all_gather) {
       const Box own = shard_box(to, chunk.dst);
       if (!own.overlaps(chunk.dst_box)) return;
@@ -257,7 +274,8 @@ class CoverageReplay {
     shard = shard_of(cell);
     switch (coll_.kind) {
       case Collective::all_gather:
-        if (tensor != coll_tensor_ || shard == rank) return -1;  // own shard: checked on write
+        // The own shard is checked on write, unless it is delivered from the input.
+        if (tensor != coll_tensor_ || (shard == rank && input_tensor_ < 0)) return -1;
         return values_.origin(coll_tensor_, dims_, shard);
       case Collective::reduce_scatter:
         if (tensor != coll_tensor_ || shard != rank) return -1;
@@ -401,6 +419,7 @@ class CoverageReplay {
   int world_;
   int coll_tensor_ = -1;
   int output_tensor_ = -1;
+  int input_tensor_ = -1;  // an all-gather's input (comm_plan.hpp), or -1
   bool staged_ = false;  // a reduce-scatter into a staging tensor (comm_plan.hpp)
   int dims_ = 0;
   std::int64_t shard_size_ = 0;

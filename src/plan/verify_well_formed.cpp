@@ -98,6 +98,7 @@ class WellFormedChecker {
       check_staging(*spec);
       return;
     }
+    if (!c.input.empty()) check_input(*spec);
     if (c.kind != Collective::all_to_all) {
       if (!c.output.empty())
         report("collective-output", -1, -1,
@@ -123,6 +124,42 @@ class WellFormedChecker {
                          "is not a multiple of {}",
                          c.dim, c.tensor, spec->shape[c.dim], plan_.world_size,
                          spec->shape[c.dim], plan_.world_size));
+    }
+  }
+
+  // An all-gather from an input tensor (comm_plan.hpp): I is `tensor` with dim S / world.
+  void check_input(const TensorSpec& gathered) {
+    const auto& c = plan_.collective;
+    const TensorSpec* in = tensor(c.input);
+    if (c.kind != Collective::all_gather) {
+      report("collective-input", -1, -1,
+             fmt::format("{} names input '{}', but only an all-gather takes one (the tensor holding "
+                         "each rank's own shard)",
+                         to_string(c.kind), c.input));
+      return;
+    }
+    if (in == nullptr || c.input == c.tensor) {
+      report("collective-input", -1, -1,
+             fmt::format("all-gather input '{}' must be a tensor of the plan other than '{}'", c.input, c.tensor));
+      return;
+    }
+    if (!tensor_usable(in)) return;  // already reported as bad-tensor-shape
+    const auto w = plan_.world_size;
+    const auto size = gathered.shape[static_cast<std::size_t>(c.dim)];
+    if (w < 1) return;  // reported by check_header
+    if (size % w != 0) {
+      report("collective-indivisible", -1, -1,
+             fmt::format("all-gather from input '{}' splits dim {} of '{}' (size {}) into {} equal shards, but {} "
+                         "is not a multiple of {}",
+                         c.input, c.dim, c.tensor, size, w, size, w));
+      return;
+    }
+    auto want = gathered.shape;
+    want[static_cast<std::size_t>(c.dim)] = size / w;
+    if (in->shape != want || in->dtype != gathered.dtype) {
+      report("collective-input", -1, -1,
+             fmt::format("all-gather input '{}' is {} {} but must be {} {} (one shard of '{}' along dim {})", c.input,
+                         to_string(in->dtype), in->shape, to_string(gathered.dtype), want, c.tensor, c.dim));
     }
   }
 

@@ -113,6 +113,22 @@ std::int32_t* RankExecutor::control(int r) const {
   return reinterpret_cast<std::int32_t*>(heap_.base(r) + layout_.control_offset);
 }
 
+void RankExecutor::bind_source(const std::string& name, const void* address) {
+  if (plan_.tensors.find(name) == plan_.tensors.end())
+    throw UserError(fmt::format("rank {}: unknown-tensor: bind_source(\"{}\"): the plan has no such tensor",
+                                heap_.rank(), name));
+  for (const auto& c : plan_.chunks)
+    if (c.tensor == name && c.src != c.dst)
+      throw UserError(fmt::format("rank {}: unbindable-tensor: chunk {} reads \"{}\" on rank {} for rank {}; only a "
+                                  "tensor that local chunks alone read can live outside the heap",
+                                  heap_.rank(), c.id, name, c.src, c.dst));
+  if (address == nullptr) {
+    bound_sources_.erase(name);
+  } else {
+    bound_sources_[name] = static_cast<const std::byte*>(address);
+  }
+}
+
 std::int32_t* RankExecutor::epoch_word() const { return control(heap_.rank()) + kEpochSlot; }
 
 void RankExecutor::wait_all(cudaStream_t stream, const std::vector<WaitRef>& waits) {
@@ -239,7 +255,9 @@ detail::ChunkMove RankExecutor::make_move(const ChunkStep& step) const {
   const bool writes = step.role != StepRole::nccl_send;
   const std::int64_t staging = layout_.staging_offset_of_chunk[c.id];
   if (reads) {
-    move.src = tensor(c.src, c.tensor);
+    const auto bound = bound_sources_.find(c.tensor);
+    move.src = bound != bound_sources_.end() && c.src == heap_.rank() ? const_cast<std::byte*>(bound->second)
+                                                                        : tensor(c.src, c.tensor);
     if (staging >= 0) move.staging_at_src = heap_.base(c.src) + staging;
   }
   if (writes) {

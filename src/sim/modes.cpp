@@ -205,9 +205,12 @@ double shard_bytes(const plan::CommPlan& plan, int rank, bool whole) {
 }
 
 // Bytes an AG+GEMM copies into the heap on `rank` before its kernel: its own shard of the
-// gathered tensor (the other collectives' operands are used in place).
+// gathered tensor (the other collectives' operands are used in place). None for a plan that
+// gathers from an input tensor: its local chunks move the shard beside the kernel.
 double local_shard_bytes(const plan::CommPlan& plan, int rank) {
-  return plan.collective.kind == plan::Collective::all_gather ? shard_bytes(plan, rank, false) : 0.0;
+  const auto& spec = plan.collective;
+  if (spec.kind != plan::Collective::all_gather || spec.gathers_from_input()) return 0.0;
+  return shard_bytes(plan, rank, false);
 }
 
 // The call path of a fused call (HostModel; none when the calibration has no `host`): one graph

@@ -32,6 +32,11 @@ struct TensorSpec {
 // What the plan promises; the verifier's coverage rules are derived from it.
 //  all-gather     `tensor` is [.., S, ..] on every rank; rank r starts with shard r along `dim`
 //                 and must end with every shard, each delivered exactly once.
+//  all-gather with `input` set (the input tensor I, [.., S / world, ..], S % world == 0)
+//                 rank r starts with its shard in I instead, and shard r of `tensor` on rank r
+//                 must be delivered exactly once too (a local chunk I -> shard r): the consumer
+//                 can start before its own rows are in place, waiting for them like any chunk.
+//                 I is never written by a chunk.
 //  reduce-scatter `tensor` holds each rank's partial; rank r must end with shard r along `dim`
 //                 holding the sum of all world_size partials, each counted exactly once.
 //  all-reduce     like reduce-scatter, but every rank must end with the whole tensor reduced.
@@ -56,11 +61,14 @@ struct CollectiveSpec {
   int dim = 0;
   Algorithm algorithm = Algorithm::ring;  // how the plan was made (informational)
   int split = 1;                          // sub-chunks per shard (informational)
+  std::string input;                      // all-gather: the tensor holding the own shard (optional, above)
 
   // A staged reduce-scatter / all-reduce: `output` names the staging tensor (see above).
   bool staged() const {
     return (kind == Collective::reduce_scatter || kind == Collective::all_reduce) && !output.empty();
   }
+  // An all-gather whose own shard arrives from `input` by a local chunk (see above).
+  bool gathers_from_input() const { return kind == Collective::all_gather && !input.empty(); }
 
   friend bool operator==(const CollectiveSpec&, const CollectiveSpec&) = default;
 };

@@ -42,6 +42,12 @@ struct TemplateOptions {
   // backend nccl (copy engine and SM copy reach only their own node).
   std::vector<int> nodes;
   bool flat = false;
+  // Non-empty (all-gather only, one node, shape[dim] % world == 0): each rank's shard starts in
+  // an input tensor of this name (`shape` with dim shape[dim] / world) and a local copy-engine
+  // chunk per sub-chunk, first on stream 0, moves it into its place; every first hop of a piece
+  // depends on that local chunk. A consumer can then start before its own rows are in place and
+  // wait for them like for any other chunk (comm_plan.hpp, "all-gather with input").
+  std::string input;
 };
 
 // Hierarchical plans (several nodes, not flat). Every node must hold the same number G of

@@ -20,6 +20,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -90,6 +91,15 @@ class RankExecutor {
   // enqueued ahead of every operation that waits for it, so no hardware queue shared by two
   // ranks can hold a waiter in front of the write it waits for.
 
+  // Makes this rank's chunks that read plan tensor `name` read it at `address` (device memory
+  // of this process, laid out as the plan's tensor) instead of from the heap; nullptr undoes it.
+  // Meant for an all-gather's input (comm_plan.hpp): the caller's shard is read in place by
+  // the local chunk, with no copy into the heap before the consumer starts. Takes effect from
+  // the next issue_chunks(); a graph captures the address of its call. Throws UserError
+  // (unbindable-tensor) when a chunk reads `name` from another rank: only the local chunks
+  // may, since the address is not mapped by the peers.
+  void bind_source(const std::string& name, const void* address);
+
   // This rank's epoch word (device memory): transformed kernels read it (`sy_epoch`).
   std::int32_t* epoch_word() const;
 
@@ -125,6 +135,7 @@ class RankExecutor {
   ExecutorOptions options_;
   HeapLayout layout_;
   RankSchedule schedule_;
+  std::map<std::string, const std::byte*> bound_sources_;  // bind_source
   std::unique_ptr<Impl> impl_;  // CUDA streams, events, driver entry points
 };
 

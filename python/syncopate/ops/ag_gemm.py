@@ -5,11 +5,14 @@
     op.decision, op.backend, op.algorithm, op.split, op.tile_order, op.predicted_us
 
 How: the gathered A lives in the symmetric heap (plan tensor "a"). Each call advances the
-device epoch, puts this rank's shard in place, launches the fused GEMM at once (ops/fused_gemm.py:
-the persistent TMA GEMM rewritten by the transformer) and only then has the executor issue every
-chunk of an all-gather plan with the chosen backend on high-priority side streams; each tile
-waits (bounded) for the chunks holding its rows, in the chosen tile order (arrival: local rows
-first). By default the whole call is one replay of the context's CUDA graph (ops/call_graphs.py;
+device epoch, launches the fused GEMM at once (ops/fused_gemm.py: the persistent TMA GEMM
+rewritten by the transformer) and only then has the executor issue every chunk of an all-gather
+plan with the chosen backend on high-priority side streams; each tile waits (bounded) for the
+chunks holding its rows, in the chosen tile order (arrival: local rows first). This rank's own
+rows are chunks too: the plan gathers from an input tensor (make_plan(..., input="a_in")) that
+the executor reads straight from the caller's a_shard (bind_source), a local copy-engine chunk
+per piece, so nothing is copied before the GEMM starts and peers read a piece once it is in
+place. (A user plan without an input: the shard is copied into the heap before the GEMM.) By default the whole call is one replay of the context's CUDA graph (ops/call_graphs.py;
 graph=False enqueues it eagerly), and it can be captured in the caller's torch.cuda.graph. Where the simulator predicts that overlap does not pay (ops/choice.py; small M), the
 context runs sequentially: the gather, then torch.matmul.
 """
@@ -25,6 +28,10 @@ from syncopate.ops.common import (CHECK_EACH_CALL, SM_COPY_BLOCKS, check_out, co
 from syncopate.ops.context import OpContext
 
 
+# The plan tensor that holds this rank's shard (the caller's a_shard, bound in place).
+INPUT = "a_in"
+
+
 class AgGemm(OpContext):
     """Context of AG+GEMM for fixed shapes: owns the heap (gathered A, signals), the executor
     and the fused kernel. Call it with a_shard [m / world, k] and b [k, n]."""
@@ -34,7 +41,8 @@ class AgGemm(OpContext):
     def _build(self, drop_chunk: int) -> None:
         from syncopate.runtime import PlanWorkspace
 
-        self.plan = self._make_plan([self.m, self.k], "a")
+        self.plan = self._make_plan([self.m, self.k], "a", input=INPUT)
+        self.input = self.plan.collective.input  # "" for a user plan that gathers in place
         accesses = [("a", "consume", 0, -1)]
         self.ws = PlanWorkspace(self.plan, self.group, grid=(self.m, self.n, self.config.block_m,
                                                              self.config.block_n),
@@ -44,6 +52,7 @@ class AgGemm(OpContext):
         self.signals = self.ws.signals()
         lo = self.rank * self.shard_rows
         self.a_local = self.a_full[lo:lo + self.shard_rows]
+        self.a_input = self.ws.tensor(self.input, self.dtype) if self.input else None
         if self.decision == "fused":
             self.gemm = self._make_gemm(accesses, producer=False)
             self.gemm.warm_up(self.a_full, self._scratch_b(),
@@ -83,7 +92,13 @@ class AgGemm(OpContext):
         issues any chunk (its tiles wait for them on the device)."""
         ws = self.ws
         ws.begin()
-        self.a_local.copy_(a_shard)
+        if self.input and a_shard.is_contiguous():
+            ws.bind_source(self.input, a_shard)
+        elif self.input:  # a strided shard: into the heap's input first (its local chunk reads it there)
+            ws.bind_source(self.input, None)
+            self.a_input.copy_(a_shard)
+        else:
+            self.a_local.copy_(a_shard)
         if self.gemm is None:
             ws.issue(wait_landed=True)
             torch.matmul(self.a_full, b, out=out)
