@@ -50,14 +50,6 @@ void bind_calibration(nb::module_& m) {
       .def_ro("egress_gbps", &sim::Calibration::egress_gbps)
       .def_ro("ingress_gbps", &sim::Calibration::ingress_gbps)
       .def_ro("launch_overhead_us", &sim::Calibration::launch_overhead_us)
-      .def(
-          "fused_call_overhead_us",
-          [](const sim::Calibration& c, std::string_view collective) {
-            return c.fused_call_overhead(enum_arg<plan::Collective>(collective, "collective"));
-          },
-          "collective"_a,
-          "Deprecated lump added to the fused time by the auto-choice (overheads.fused_call_us); 0 for "
-          "calibrations with `host`, whose costs the simulator models.")
       .def("tile_time_us", &sim::Calibration::tile_time_us, "block_m"_a, "block_n"_a, "k"_a)
       .def(
           "link_bandwidth_gbps",

@@ -249,20 +249,13 @@ TuneResult tune(const TuneRequest& req, const Calibration& calib) {
                    [](const Candidate& a, const Candidate& b) { return a.fused_us < b.fused_us; });
 
   const double seq = result.best_sequential.sequential_us;
-  // Deprecated calibrations (overheads.fused_call_us, no `host`) carry a measured lump per call
-  // that their model did not capture; charged here only, candidates keep the model's own times.
-  // Calibrations with `host` have the call path in the fused timeline and a lump of 0.
-  const double fused_overhead = calib.fused_call_overhead(req.collective);
-  const double fused_saving = seq - (result.best_fused.fused_us + fused_overhead);
+  const double fused_saving = seq - result.best_fused.fused_us;
   const bool kl_runs = req.kernel_level && std::isfinite(result.best_kernel_level.kernel_level_us);
   const double kl_saving = kl_runs ? seq - result.best_kernel_level.kernel_level_us : -kInfinity;
   // Overlap pays where it saves both the fraction and the absolute floor.
   const double required = std::max(req.min_gain * seq, req.min_saving_us);
-  const std::string fused_cost =
-      fused_overhead > 0 ? fmt::format("{:.1f} us (+ {:.0f} us measured call overhead)", result.best_fused.fused_us,
-                                       fused_overhead)
-                         : fmt::format("{:.1f} us{}", result.best_fused.fused_us,
-                                       calib.host.modelled ? " (host path included)" : "");
+  const std::string fused_cost = fmt::format("{:.1f} us{}", result.best_fused.fused_us,
+                                             calib.host.modelled ? " (host path included)" : "");
   auto needs = [&](std::string_view what) {
     return fmt::format("{} needs >= {:g}% and >= {:g} us", what, 100 * req.min_gain, req.min_saving_us);
   };

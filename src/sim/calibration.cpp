@@ -158,27 +158,21 @@ Calibration parse_calibration(std::string_view json_text, std::string_view sourc
   c.gemm.mma_efficiency = gemm.required("mma_efficiency").fraction();
   c.gemm.tile_overhead_us = gemm.required("tile_overhead_us").non_negative();
 
-  auto overheads = object(top.required("overheads"), "overheads", {"launch_us", "sync_us", "fused_call_us"});
+  const Node overheads_node = top.required("overheads");
+  if (overheads_node.value().is_object() && overheads_node.value().contains("fused_call_us"))
+    // Removed, not ignored: the lump (100 / 300 / 700 us) was charged to every fused call, so a
+    // file that still carries it was measured with it, and reading it without would predict
+    // fused calls that much faster than the file's measurements (and tip the auto choice).
+    throw CalibrationError(fmt::format(
+        "{}: overheads.fused_call_us: removed: a per-collective lump is no longer read; the call "
+        "path is modelled by `host` (fused_call_us, after_launch_us, producer_after_launch_us), "
+        "the reduce-add step and the copy-out (docs/SIMULATOR.md): measure those "
+        "(bench/bench_call_path.py) and remove overheads.fused_call_us",
+        source));
+  auto overheads = object(overheads_node, "overheads", {"launch_us", "sync_us"});
   c.launch_overhead_us = overheads.required("launch_us").non_negative();
   c.sync_overhead_us = overheads.required("sync_us").non_negative();
   const auto host = top.optional("host");
-  if (auto per = overheads.optional("fused_call_us")) {
-    // Deprecated: the lump stood for the host path and the reduction tail, which `host`,
-    // `reduce_add` and the copy-out now model; charging both would count them twice.
-    if (host)
-      throw CalibrationError(fmt::format(
-          "{}: overheads.fused_call_us: deprecated: the file has `host`, which models the cost this "
-          "lump stood for (host path, reduce-add step, copy-out); remove overheads.fused_call_us",
-          source));
-    std::vector<std::string_view> names;
-    for (const auto& [coll, name] : plan::EnumTable<plan::Collective>::entries)
-      if (coll != plan::Collective::custom) names.push_back(name);
-    static_assert(plan::EnumTable<plan::Collective>::entries.size() == 5);
-    auto o = object(*per, "fused_call_us", {names[0], names[1], names[2], names[3]});
-    for (const auto& [coll, name] : plan::EnumTable<plan::Collective>::entries)
-      if (coll != plan::Collective::custom)
-        if (auto v = o.optional(name)) c.fused_call_overhead_us.at(static_cast<std::size_t>(coll)) = v->non_negative();
-  }
 
   if (host) {
     auto o = object(*host, "host", {"fused_call_us", "after_launch_us", "producer_after_launch_us"});
@@ -258,9 +252,6 @@ std::string calibration_to_json(const Calibration& c, int indent) {
   doc["gemm"] = {{"peak_tflops", c.gemm.peak_tflops}, {"mma_efficiency", c.gemm.mma_efficiency},
                  {"tile_overhead_us", c.gemm.tile_overhead_us}};
   doc["overheads"] = {{"launch_us", c.launch_overhead_us}, {"sync_us", c.sync_overhead_us}};
-  for (const auto& [coll, name] : plan::EnumTable<plan::Collective>::entries)
-    if (coll != plan::Collective::custom && c.fused_call_overhead(coll) > 0)
-      doc["overheads"]["fused_call_us"][std::string(name)] = c.fused_call_overhead(coll);
   if (c.host.modelled)
     doc["host"] = {{"fused_call_us", c.host.fused_call_us}, {"after_launch_us", c.host.after_launch_us},
                    {"producer_after_launch_us", c.host.producer_after_launch_us}};

@@ -8,6 +8,7 @@
 
 #include "engine.hpp"
 #include "syncopate/plan/dependency_graph.hpp"
+#include "syncopate/sim/reserved_sms.hpp"
 #include "syncopate/sim/simulator.hpp"
 
 namespace syncopate::sim {
@@ -304,6 +305,15 @@ int compute_workers(const plan::CommPlan& plan, int rank, const Calibration& cal
   return std::max(1, calib.sms - reserved);
 }
 
+int fused_workers(const FusedCall& call, const Calibration& calib) {
+  // A staged plan's GEMM adds no chunk beside it (its epilogue sums the partials): it leaves
+  // the SMs a consumer does, as the op's staged path launches it.
+  const GemmRole role = produces(call) && !call.plan.collective.staged() ? GemmRole::producer : GemmRole::consumer;
+  int reserved = 0;
+  for (const auto& ch : call.plan.chunks) reserved = std::max(reserved, reserved_sms(ch.backend, role));
+  return std::max(1, calib.sms - reserved);
+}
+
 Timeline simulate_fused(const FusedCall& call, const Calibration& calib, const SimOptions& options) {
   check_call(call);
   EngineInput in;
@@ -321,8 +331,9 @@ Timeline simulate_fused(const FusedCall& call, const Calibration& calib, const S
     // Copy-engine and NCCL reduce-adds land in staging, then an add kernel adds them in place.
     ch.add_step = call.plan.chunks[c].op == plan::ChunkOp::reduce_add && ch.backend != plan::Backend::sm_copy;
   }
+  const int workers = fused_workers(call, calib);
   for (int r = 0; r < call.plan.world_size; ++r) {
-    auto er = rank_shell(call, compute_workers(call.plan, r, calib), calib);
+    auto er = rank_shell(call, workers, calib);
     er.tile_waits = tile_wait_chunks(call.tables[r]);
     er.kernels.push_back({call.orders[r].tiles, {}, path.launch[r]});
     in.ranks.push_back(std::move(er));

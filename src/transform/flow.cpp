@@ -77,8 +77,12 @@ KernelFlow::KernelFlow(const Module& m, const Kernel& k) : m_(m), k_(k) {
     if (l.col == 1 && (m_.first(l).is_name("import") || m_.first(l).is_name("from"))) {
       auto names = bound_names(m_, l);
       imports_.insert(names.begin(), names.end());
+      // `import triton...` / `from triton... import`: the language itself, whose calls are
+      // judged by name (loads, stores); anything else is code this file does not hold.
+      if (l.code.size() < 2 || !m_.tok(l, 1).is_name("triton")) foreign_imports_.insert(names.begin(), names.end());
     }
   compute_helper_effects();
+  compute_helper_reads();
 }
 
 bool KernelFlow::is_loop(std::size_t s) const {
@@ -332,7 +336,7 @@ MemoryEffect KernelFlow::call_effect(const Call& c, const std::set<std::string>&
   }
   const bool library = c.attribute && !c.root.empty() && imports.count(c.root);
   if (!c.attribute) {
-    if (auto h = helpers_.find(c.callee); h != helpers_.end()) return h->second;
+    if (auto h = helpers_.find(c.callee); h != helpers_.end()) return h->second.effect;
   }
   if (!c.attribute && !library) return e;  // a plain function that is not a helper of this module
   if (in(kLoads, c.callee)) e.reads = true;
@@ -357,12 +361,17 @@ void KernelFlow::compute_helper_effects() {
       auto more = calls_in(m_, m_.lines[b]);
       calls.insert(calls.end(), more.begin(), more.end());
     }
+    if (auto f = read_function(m_, li)) {
+      auto& h = helpers_[f->name];
+      h.reads.assign(f->params.size(), std::nullopt);
+      h.function = std::move(*f);
+    }
   }
-  for (const auto& [name, calls] : bodies) helpers_[name] = {};
+  for (const auto& [name, calls] : bodies) helpers_[name];
   for (bool changed = true; changed;) {
     changed = false;
     for (const auto& [name, calls] : bodies) {
-      MemoryEffect& e = helpers_[name];
+      MemoryEffect& e = helpers_[name].effect;
       for (const Call& c : calls) {
         const MemoryEffect ce = call_effect(c, imports_);
         const MemoryEffect merged{e.reads || ce.reads, e.writes || ce.writes, e.async_store || ce.async_store};
@@ -373,6 +382,109 @@ void KernelFlow::compute_helper_effects() {
       }
     }
   }
+}
+
+void KernelFlow::compute_helper_reads() {
+  // Per helper and parameter, the names its body derives from the parameter; then, to a fixed
+  // point, the first read through one of them (a helper's own, or one of the helpers it calls).
+  std::map<std::string, std::vector<std::set<std::string>>> derived;
+  for (auto& [name, h] : helpers_) {
+    auto& d = derived[name];
+    for (const auto& p : h.function.params)
+      d.push_back(p.starred ? std::set<std::string>{}
+                            : derived_in(p.name, h.function.body_begin, h.function.body_end));
+  }
+  for (bool changed = true; changed;) {
+    changed = false;
+    for (auto& [name, h] : helpers_)
+      for (std::size_t s = h.function.body_begin; s < h.function.body_end; ++s)
+        for (const Call& c : calls(s))
+          for (std::size_t i = 0; i < h.reads.size(); ++i) {
+            if (h.reads[i]) continue;
+            if (auto r = read_through(c, derived[name][i])) {
+              h.reads[i] = r->site;
+              if (h.reads[i]->function.empty()) h.reads[i]->function = name;
+              changed = true;
+            }
+          }
+  }
+}
+
+std::vector<KernelFlow::Arg> KernelFlow::bind_args(const Call& c, const Function& f) const {
+  std::vector<Arg> out;
+  const int depth = m_.tokens[c.open].depth + 1;
+  std::size_t positional = 0;
+  std::size_t begin = c.open + 1;
+  auto finish = [&](std::size_t end) {
+    std::size_t first = begin;
+    while (first < end && (m_.tokens[first].kind == TokenKind::comment || m_.tokens[first].kind == TokenKind::nl))
+      ++first;
+    if (first >= end) return;
+    Arg a;
+    a.begin = first;
+    a.end = end;
+    const Token& t = m_.tokens[first];
+    if (t.is_op("*") || t.is_op("**")) {
+      out.push_back(a);  // binds what it unpacks to: unknown
+      return;
+    }
+    if (t.kind == TokenKind::name && first + 1 < end && m_.tokens[first + 1].is_op("=")) {
+      for (std::size_t p = 0; p < f.params.size(); ++p)
+        if (f.params[p].name == t.text) a.param = p;
+    } else {
+      if (positional < f.params.size() && !f.params[positional].starred) a.param = positional;
+      ++positional;
+    }
+    out.push_back(a);
+  };
+  for (std::size_t t = c.open + 1; t < c.close; ++t)
+    if (m_.tokens[t].is_op(",") && m_.tokens[t].depth == depth) {
+      finish(t);
+      begin = t + 1;
+    }
+  finish(c.close);
+  return out;
+}
+
+std::optional<NameUse> KernelFlow::first_name_in(std::size_t begin, std::size_t end,
+                                                 const std::set<std::string>& names) const {
+  for (std::size_t t = begin; t < end; ++t) {
+    const Token& tok = m_.tokens[t];
+    if (tok.kind != TokenKind::name || !names.count(std::string(tok.text))) continue;
+    if (m_.tokens[t - 1].is_op(".")) continue;
+    if (t + 1 < end && m_.tokens[t + 1].is_op("=")) continue;  // key=
+    return NameUse{std::string(tok.text), t};
+  }
+  return std::nullopt;
+}
+
+bool KernelFlow::opaque(const Call& c) const {
+  return (c.attribute ? foreign_imports_.count(c.root) : foreign_imports_.count(c.callee)) > 0 &&
+         !(!c.attribute && helpers_.count(c.callee));
+}
+
+std::optional<ReadThrough> KernelFlow::read_through(const Call& c, const std::set<std::string>& names) const {
+  if (names.empty()) return std::nullopt;
+  if (!c.attribute)
+    if (auto h = helpers_.find(c.callee); h != helpers_.end()) {
+      for (const Arg& a : bind_args(c, h->second.function)) {
+        const auto use = first_name_in(a.begin, a.end, names);
+        if (!use) continue;
+        if (!a.param) {  // unpacked into parameters unknown here: as the helper reads anything
+          if (h->second.effect.reads) return ReadThrough{*use, ReadSite{c.name, "", ""}};
+          continue;
+        }
+        if (const auto& site = h->second.reads[*a.param]) return ReadThrough{*use, *site};
+      }
+      return std::nullopt;
+    }
+  if (opaque(c)) {
+    if (auto use = mentions(c, names)) return ReadThrough{*use, ReadSite{c.name, "", c.callee}};
+    return std::nullopt;
+  }
+  if (!effect(c).reads) return std::nullopt;
+  if (auto use = mentions(c, names)) return ReadThrough{*use, ReadSite{c.name, "", ""}};
+  return std::nullopt;
 }
 
 std::optional<NameUse> KernelFlow::mentions(const Call& c, const std::set<std::string>& names) const {
@@ -388,10 +500,14 @@ std::optional<NameUse> KernelFlow::mentions(const Call& c, const std::set<std::s
 }
 
 std::set<std::string> KernelFlow::derived_from(const std::string& root) const {
+  return derived_in(root, k_.body_begin, k_.body_end);
+}
+
+std::set<std::string> KernelFlow::derived_in(const std::string& root, std::size_t begin, std::size_t end) const {
   std::set<std::string> out{root};
   for (bool changed = true; changed;) {
     changed = false;
-    for (std::size_t s = k_.body_begin; s < k_.body_end; ++s) {
+    for (std::size_t s = begin; s < end; ++s) {
       const auto vr = value_reads(s);
       if (!std::any_of(vr.begin(), vr.end(), [&](const NameUse& u) { return out.count(u.name); })) continue;
       for (const auto& name : assigned(s))

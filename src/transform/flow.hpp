@@ -42,6 +42,22 @@ struct NameUse {
   std::size_t token = 0;
 };
 
+// Where a read of memory happens: a load, a descriptor method or an atomic (its callee's token),
+// in the kernel or in a helper of the module; or a call to a function imported from another
+// module, whose body the transformer does not see (it may read anything it is given).
+struct ReadSite {
+  std::size_t token = 0;
+  std::string function;       // the function whose body holds the token ("" for the kernel)
+  std::string opaque_callee;  // set for a call to an imported function
+};
+
+// A call that reads memory through one of a set of names: the name it is given and where the
+// read happens (the call itself, or inside the helper it calls, followed through its calls).
+struct ReadThrough {
+  NameUse use;
+  ReadSite site;
+};
+
 class KernelFlow {
  public:
   KernelFlow(const Module& m, const Kernel& k);
@@ -105,6 +121,10 @@ class KernelFlow {
   MemoryEffect effect(const Call& c) const;
   // Does a call name one of `names` in its arguments (or as its receiver)?
   std::optional<NameUse> mentions(const Call& c, const std::set<std::string>& names) const;
+  // Does a call read memory through one of `names`? A library load or descriptor method given
+  // one of them; a module-level helper given one of them as an argument that its body (or a
+  // helper it calls) reads through; a function imported from another module given one of them.
+  std::optional<ReadThrough> read_through(const Call& c, const std::set<std::string>& names) const;
 
   // Names derived from `root` (itself included): assigned anywhere in the kernel from an
   // expression that reads a derived name (value_reads), iterated to a fixed point, so values
@@ -113,14 +133,36 @@ class KernelFlow {
 
  private:
   std::size_t assignment_split(const LogicalLine& l, bool* augmented) const;
+  // A module-level function and what it does to memory: any memory (effect), and through
+  // which of its parameters it reads (by parameter index; the first read found).
+  struct Helper {
+    Function function;
+    MemoryEffect effect;
+    std::vector<std::optional<ReadSite>> reads;
+  };
+  // A call's argument: the helper parameter it binds (nullopt for a starred argument or one past
+  // the parameters) and its tokens [begin, end).
+  struct Arg {
+    std::optional<std::size_t> param;
+    std::size_t begin = 0, end = 0;
+  };
+
   MemoryEffect call_effect(const Call& c, const std::set<std::string>& imports) const;
   void compute_helper_effects();
+  void compute_helper_reads();
+  std::vector<Arg> bind_args(const Call& c, const Function& f) const;
+  std::optional<NameUse> first_name_in(std::size_t begin, std::size_t end, const std::set<std::string>& names) const;
+  // Names derived from `root` within logical lines [begin, end) (see derived_from).
+  std::set<std::string> derived_in(const std::string& root, std::size_t begin, std::size_t end) const;
+  // Is the call's function imported from a module other than triton's?
+  bool opaque(const Call& c) const;
 
   const Module& m_;
   const Kernel& k_;
   std::vector<std::optional<std::size_t>> parent_;
   std::set<std::string> imports_;                     // names bound by top-level imports
-  std::map<std::string, MemoryEffect> helpers_;       // module-level functions
+  std::set<std::string> foreign_imports_;             // ... of modules other than triton's
+  std::map<std::string, Helper> helpers_;             // module-level functions
 };
 
 // Every call of a logical line (tokens of `m`).

@@ -344,6 +344,20 @@ class SafetyChecker {
   }
 
   // --- consume: every read of the tensor after its wait (mistake a) ---------------------------
+  // Where a helper's read is, for the message: ", which reads it in '<helper>' at file:line:col",
+  // or why an imported function counts as a read.
+  std::string read_site_note(const ReadSite& site) const {
+    if (site.function.empty() && site.opaque_callee.empty()) return "";
+    const Token& t = m_.tokens[site.token];
+    if (!site.opaque_callee.empty())
+      return fmt::format(
+          "; '{}' is imported from another module{}, whose body the transformer does not read, so it counts "
+          "as a read; define it in this file to have its reads followed",
+          site.opaque_callee,
+          site.function.empty() ? "" : fmt::format(" (called in '{}' at {}:{}:{})", site.function, m_.filename, t.line, t.col));
+    return fmt::format(", which reads it in '{}' at {}:{}:{}", site.function, m_.filename, t.line, t.col);
+  }
+
   void check_reads_after_wait(const std::string& param) const {
     const auto derived = flow_.derived_from(param);
     std::vector<std::pair<std::size_t, std::size_t>> covered;
@@ -362,11 +376,12 @@ class SafetyChecker {
                                       [&](auto r) { return s >= r.first && s < r.second; });
       if (waited) continue;
       for (const Call& c : flow_.calls(s)) {
-        if (!flow_.effect(c).reads) continue;
-        const auto use = flow_.mentions(c, derived);
-        if (!use) continue;
+        const auto read = flow_.read_through(c, derived);
+        if (!read) continue;
+        const NameUse* use = &read->use;
         const Annotation& a = ann(*first);
-        const std::string through = use->name == param ? "" : fmt::format(" through '{}'", use->name);
+        const std::string through = (use->name == param ? "" : fmt::format(" through '{}'", use->name)) +
+                                    read_site_note(read->site);
         // Where the annotation should go: the statement holding this read, at the annotation's level.
         std::size_t at = s;
         while (flow_.parent(at) && flow_.parent(at) != flow_.parent(first->stmt)) at = *flow_.parent(at);

@@ -118,6 +118,8 @@ bool is_jit_decorator(const Module& m, const LogicalLine& l) {
          m.tok(l, 3).is_name("jit");
 }
 
+}  // namespace
+
 std::vector<Param> read_params(const Module& m, std::size_t open, std::size_t close) {
   std::vector<Param> params;
   const int depth = m.tokens[open].depth + 1;
@@ -158,7 +160,28 @@ std::vector<Param> read_params(const Module& m, std::size_t open, std::size_t cl
   return params;
 }
 
-}  // namespace
+std::optional<Function> read_function(const Module& m, std::size_t def_line) {
+  const LogicalLine& def = m.lines[def_line];
+  // def NAME ( params ) [-> ann] :
+  if (def.code.size() < 4 || !m.first(def).is_name("def") || !m.tok(def, 2).is_op("(")) return std::nullopt;
+  Function f;
+  f.name = std::string(m.tok(def, 1).text);
+  f.def_line = def_line;
+  f.open_paren = def.code[2];
+  for (std::size_t i = 3; i < def.code.size(); ++i) {
+    const Token& t = m.tok(def, i);
+    if (t.is_op(")") && t.depth == m.tokens[f.open_paren].depth) {
+      f.close_paren = def.code[i];
+      break;
+    }
+  }
+  if (f.close_paren == 0) return std::nullopt;
+  f.params = read_params(m, f.open_paren, f.close_paren);
+  f.body_begin = def_line + 1;
+  f.body_end = f.body_begin;
+  while (f.body_end < m.lines.size() && m.lines[f.body_end].col > def.col) ++f.body_end;
+  return f;
+}
 
 Kernel find_kernel(const Module& m, std::string_view name) {
   std::vector<std::size_t> defs;
@@ -185,27 +208,13 @@ Kernel find_kernel(const Module& m, std::string_view name) {
   if (defs.size() > 1)
     throw TransformError(fmt::format("{}: the name is defined twice (also at line {}); rename one",
                                      where(m.lines[defs[1]]), m.lines[defs[0]].line));
-  Kernel k;
-  k.name = std::string(name);
-  k.def_line = defs[0];
-  const LogicalLine& def = m.lines[k.def_line];
+  const LogicalLine& def = m.lines[defs[0]];
   if (std::find(jitted.begin(), jitted.end(), name) == jitted.end())
     throw TransformError(fmt::format("{}: is not decorated with @triton.jit", where(def)));
-  // def NAME ( params ) [-> ann] :
-  if (def.code.size() < 4 || !m.tok(def, 2).is_op("("))
-    throw TransformError(fmt::format("{}: cannot read the signature", where(def)));
-  k.open_paren = def.code[2];
-  for (std::size_t i = 3; i < def.code.size(); ++i) {
-    const Token& t = m.tok(def, i);
-    if (t.is_op(")") && t.depth == m.tokens[k.open_paren].depth) {
-      k.close_paren = def.code[i];
-      break;
-    }
-  }
-  k.params = read_params(m, k.open_paren, k.close_paren);
-  k.body_begin = k.def_line + 1;
-  k.body_end = k.body_begin;
-  while (k.body_end < m.lines.size() && m.lines[k.body_end].col > def.col) ++k.body_end;
+  const auto f = read_function(m, defs[0]);
+  if (!f) throw TransformError(fmt::format("{}: cannot read the signature", where(def)));
+  Kernel k;
+  static_cast<Function&>(k) = *f;
   if (k.body_end == k.body_begin || m.lines[k.body_begin].line == def.end_line)
     throw TransformError(fmt::format("{}: the body must be an indented block", where(def)));
   k.body_first_line = def.end_line + 1;

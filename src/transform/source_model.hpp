@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstddef>
+#include <optional>
 #include <set>
 #include <string>
 #include <string_view>
@@ -38,15 +39,25 @@ struct Param {
   bool starred = false;      // *args, **kwargs, or a bare '*'
 };
 
-struct Kernel {
+// A function defined in the module: its signature and body.
+struct Function {
   std::string name;
   std::size_t def_line = 0;     // index into Module::lines
   std::size_t open_paren = 0;   // token indices of the signature's brackets
   std::size_t close_paren = 0;
   std::vector<Param> params;
   std::size_t body_begin = 0, body_end = 0;  // logical line indices [begin, end)
+};
+
+struct Kernel : Function {
   int body_first_line = 0, body_last_line = 0;
 };
+
+// The parameters between a signature's brackets (token indices).
+std::vector<Param> read_params(const Module& m, std::size_t open, std::size_t close);
+
+// The function whose `def` is logical line `def_line`; nullopt when its signature cannot be read.
+std::optional<Function> read_function(const Module& m, std::size_t def_line);
 
 // Finds the `@triton.jit` (or `@jit`) function `name`. Throws TransformError when there is none,
 // when the name is defined twice, or when the function is not jitted.

@@ -164,7 +164,7 @@ def test_a_chunk_announced_before_all_its_tiles_stored_is_caught():
 
 
 def test_an_epilogue_that_recomputes_the_tile_is_caught():
-    recompute = ("        pid_m, pid_n = _grouped_pid(tile_id, num_pid_m, num_pid_n, GROUP_M)\n"
+    recompute = ("        pid_m, pid_n = grouped_tile(tile_id, num_pid_m, num_pid_n, GROUP_M)\n"
                  "        offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)\n"
                  "        offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)\n")
     original, transformed, problem = _planted(

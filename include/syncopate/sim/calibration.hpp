@@ -144,13 +144,6 @@ struct Calibration {
                                   // own shard into it (fused calls)
   double launch_overhead_us = 0;  // one kernel launch (and the gap between stream-ordered kernels)
   double sync_overhead_us = 0;    // one cross-stream event wait / host-visible synchronisation
-  // DEPRECATED (JSON overheads.fused_call_us, read only from files without `host`): a measured
-  // lump per collective that the auto-choice added to the fused time, from before the model
-  // had the host path, the add step and the copy-out. A file with `host` must not have it.
-  std::array<double, 5> fused_call_overhead_us{};
-  double fused_call_overhead(plan::Collective c) const {
-    return fused_call_overhead_us.at(static_cast<std::size_t>(c));
-  }
   GemmModel gemm;
   HostModel host;
   KernelLevelModel kernel_level;

@@ -1,14 +1,15 @@
 // The SMs a fused op's persistent GEMM leaves free for its chunk backend, and the blocks the
 // executor's kernels run there: the one table the op contexts size their grids from
-// (python/syncopate/ops read it through syncopate._core.reserved_sms).
+// (python/syncopate/ops read it through syncopate._core.reserved_sms) and the simulator's fused
+// mode plans for (sim::fused_workers).
 //
 // Why SMs are left free at all: a spinning tile must never keep the chunk it waits for from
 // moving, so the wait/signal kernels, the SM copies, NCCL's kernels and (GEMM+RS/AR) the
 // reduce-add kernels need SMs the persistent GEMM does not occupy (docs/RUNTIME.md).
 //
 // The calibration's `backends.<b>.sms` (calib/h200.json: 0 / 16 / 16) is another quantity: the
-// SMs the backend's own kernels take from compute, which the simulator charges in the fused and
-// kernel-level modes. It must fit inside the reservation (a reservation smaller than what the
+// SMs the backend's own kernels take from a library GEMM beside them, which the simulator
+// charges in the kernel-level mode. It must fit inside the reservation (a reservation smaller than what the
 // backend takes would leave its kernels waiting for the GEMM); tests/unit/sim/reserved_sms_test.cpp
 // checks the shipped calibration against this table.
 #pragma once

@@ -69,8 +69,15 @@ Timeline simulate_gemm_alone(const GemmShape& gemm, int world_size, const Calibr
 
 Prediction predict(const FusedCall& call, const Calibration& calib, const SimOptions& options = {});
 
-// SM workers left to the compute kernel on `rank` while the plan's chunks use their backends
+// SM workers left to a library GEMM (kernel-level mode) on `rank` while the plan's chunks use
+// their backends: gpu.sms less the calibrated `backends.<b>.sms` of each backend the rank uses
 // (SM-copy and NCCL take SMs; the copy engine takes none). At least 1.
 int compute_workers(const plan::CommPlan& plan, int rank, const Calibration& calib);
+
+// The fused mode's persistent grid, on every rank: gpu.sms less the SMs the op leaves free for
+// the plan's backend (sim/reserved_sms.hpp, the table the ops size their grid from; a producer's
+// reduce-add plan also leaves its add kernel room, a staged plan does not). A plan that mixes
+// backends (hierarchical) takes the largest reservation; no op runs one. At least 1.
+int fused_workers(const FusedCall& call, const Calibration& calib);
 
 }  // namespace syncopate::sim

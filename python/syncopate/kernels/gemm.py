@@ -47,6 +47,50 @@ def grouped_tile(tile_id, num_pid_m, num_pid_n, GROUP_M: tl.constexpr):
 
 
 @triton.jit
+def operand_descriptors(a_ptr, b_ptr, M, N, K, stride_am, stride_b, B_IS_NK: tl.constexpr,
+                        BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+    """The operand prologue of the TMA GEMMs: descriptors of A [M, K] and of B, stored [K, N] or,
+    with B_IS_NK, [N, K] (a Linear weight)."""
+    a_desc = tl.make_tensor_descriptor(a_ptr, shape=[M, K], strides=[stride_am, 1],
+                                       block_shape=[BLOCK_M, BLOCK_K])
+    if B_IS_NK:
+        b_desc = tl.make_tensor_descriptor(b_ptr, shape=[N, K], strides=[stride_b, 1],
+                                           block_shape=[BLOCK_N, BLOCK_K])
+    else:
+        b_desc = tl.make_tensor_descriptor(b_ptr, shape=[K, N], strides=[stride_b, 1],
+                                           block_shape=[BLOCK_K, BLOCK_N])
+    return a_desc, b_desc
+
+
+@triton.jit
+def tile_grid(M, N, K, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+    """(tile rows, tile columns, tiles, K steps) of a GEMM's output grid."""
+    num_pid_m = tl.cdiv(M, BLOCK_M)
+    num_pid_n = tl.cdiv(N, BLOCK_N)
+    return num_pid_m, num_pid_n, num_pid_m * num_pid_n, tl.cdiv(K, BLOCK_K)
+
+
+@triton.jit
+def tma_k_loop(a_desc, b_desc, off_m, off_n, k_begin, k_end, B_IS_NK: tl.constexpr,
+               BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+    """The fp32 product of one tile over the K steps [k_begin, k_end): A's rows at off_m times
+    B's columns at off_n, through the descriptors of `operand_descriptors`. Triton inlines it, so
+    the loop pipelines (and flattens into a persistent tile loop) as if written in the kernel.
+    The transformer follows the reads of A inside it (docs/ANNOTATIONS.md, "Helpers")."""
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    for ki in range(k_begin, k_end):
+        off_k = ki * BLOCK_K
+        a = a_desc.load([off_m, off_k])
+        if B_IS_NK:
+            b = b_desc.load([off_n, off_k])
+            acc = tl.dot(a, b.T, acc)
+        else:
+            b = b_desc.load([off_k, off_n])
+            acc = tl.dot(a, b, acc)
+    return acc
+
+
+@triton.jit
 def _store_c_tile(c, c_desc, c_ptr, off_m, off_n, M, N, stride_cm, BLOCK_M: tl.constexpr,
                   BLOCK_N: tl.constexpr, EPILOGUE_SPLIT: tl.constexpr,
                   C_STORE_POINTERS: tl.constexpr):
@@ -78,20 +122,11 @@ def gemm_tma_kernel(a_ptr, b_ptr, c_ptr, M, N, K, stride_am, stride_b, stride_cm
     C_STORE_POINTERS stores C with plain stores instead of TMA: the producer side of a fused
     op (GEMM+RS) needs each tile's store complete before it signals the tile.
     """
-    a_desc = tl.make_tensor_descriptor(a_ptr, shape=[M, K], strides=[stride_am, 1],
-                                       block_shape=[BLOCK_M, BLOCK_K])
-    if B_IS_NK:
-        b_desc = tl.make_tensor_descriptor(b_ptr, shape=[N, K], strides=[stride_b, 1],
-                                           block_shape=[BLOCK_N, BLOCK_K])
-    else:
-        b_desc = tl.make_tensor_descriptor(b_ptr, shape=[K, N], strides=[stride_b, 1],
-                                           block_shape=[BLOCK_K, BLOCK_N])
+    a_desc, b_desc = operand_descriptors(a_ptr, b_ptr, M, N, K, stride_am, stride_b, B_IS_NK,
+                                         BLOCK_M, BLOCK_N, BLOCK_K)
     c_desc = tl.make_tensor_descriptor(c_ptr, shape=[M, N], strides=[stride_cm, 1],
                                        block_shape=[BLOCK_M, BLOCK_N // EPILOGUE_SPLIT])
-    num_pid_m = tl.cdiv(M, BLOCK_M)
-    num_pid_n = tl.cdiv(N, BLOCK_N)
-    num_tiles = num_pid_m * num_pid_n
-    k_tiles = tl.cdiv(K, BLOCK_K)
+    num_pid_m, num_pid_n, num_tiles, k_tiles = tile_grid(M, N, K, BLOCK_M, BLOCK_N, BLOCK_K)
 
     # Flattening the tile and K loops lets the pipeliner prefetch the next tile's first K-steps
     # during this tile's epilogue; warp specialisation gives the loads their own warp.
@@ -102,17 +137,8 @@ def gemm_tma_kernel(a_ptr, b_ptr, c_ptr, M, N, K, stride_am, stride_b, stride_cm
         # @sy.end
         off_m = pid_m * BLOCK_M
         off_n = pid_n * BLOCK_N
-        acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
         # @sy.consume(a_ptr, m=pid_m)
-        for ki in range(k_tiles):
-            off_k = ki * BLOCK_K
-            a = a_desc.load([off_m, off_k])
-            if B_IS_NK:
-                b = b_desc.load([off_n, off_k])
-                acc = tl.dot(a, b.T, acc)
-            else:
-                b = b_desc.load([off_k, off_n])
-                acc = tl.dot(a, b, acc)
+        acc = tma_k_loop(a_desc, b_desc, off_m, off_n, 0, k_tiles, B_IS_NK, BLOCK_M, BLOCK_N, BLOCK_K)
         c = acc.to(c_ptr.dtype.element_ty)
         # @sy.produce(c_ptr, m=pid_m, n=pid_n)
         _store_c_tile(c, c_desc, c_ptr, off_m, off_n, M, N, stride_cm, BLOCK_M, BLOCK_N,
@@ -124,9 +150,7 @@ def gemm_pointer_kernel(a_ptr, b_ptr, c_ptr, M, N, K, stride_am, stride_ak, stri
                         stride_cm, stride_cn, num_programs, BLOCK_M: tl.constexpr,
                         BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr):
     """C[M,N] = A[M,K] @ B[K,N] for any strides (B_IS_NK is just swapped B strides here)."""
-    num_pid_m = tl.cdiv(M, BLOCK_M)
-    num_pid_n = tl.cdiv(N, BLOCK_N)
-    num_tiles = num_pid_m * num_pid_n
+    num_pid_m, num_pid_n, num_tiles, _ = tile_grid(M, N, K, BLOCK_M, BLOCK_N, BLOCK_K)
     for tile_id in range(tl.program_id(0), num_tiles, num_programs):
         # @sy.tile(index=tile_id, m=pid_m, n=pid_n)
         pid_m, pid_n = grouped_tile(tile_id, num_pid_m, num_pid_n, GROUP_M)
@@ -158,18 +182,10 @@ def gemm_split_k_kernel(a_ptr, b_ptr, partial_ptr, M, N, K, stride_am, stride_b,
     share each tile, and `split_k_reduce_kernel` sums the slices. Not annotated for the
     transformer: a tile is final only after the reduction, which is a second launch.
     """
-    a_desc = tl.make_tensor_descriptor(a_ptr, shape=[M, K], strides=[stride_am, 1],
-                                       block_shape=[BLOCK_M, BLOCK_K])
-    if B_IS_NK:
-        b_desc = tl.make_tensor_descriptor(b_ptr, shape=[N, K], strides=[stride_b, 1],
-                                           block_shape=[BLOCK_N, BLOCK_K])
-    else:
-        b_desc = tl.make_tensor_descriptor(b_ptr, shape=[K, N], strides=[stride_b, 1],
-                                           block_shape=[BLOCK_K, BLOCK_N])
-    num_pid_m = tl.cdiv(M, BLOCK_M)
-    num_pid_n = tl.cdiv(N, BLOCK_N)
-    num_work = num_pid_m * num_pid_n * SPLIT_K
-    k_tiles = tl.cdiv(K, BLOCK_K)
+    a_desc, b_desc = operand_descriptors(a_ptr, b_ptr, M, N, K, stride_am, stride_b, B_IS_NK,
+                                         BLOCK_M, BLOCK_N, BLOCK_K)
+    num_pid_m, num_pid_n, num_tiles, k_tiles = tile_grid(M, N, K, BLOCK_M, BLOCK_N, BLOCK_K)
+    num_work = num_tiles * SPLIT_K
     k_tiles_per_split = tl.cdiv(k_tiles, SPLIT_K)
     for work in tl.range(tl.program_id(0), num_work, num_programs, flatten=True):
         # Neighbouring programs take the slices of one tile: they share no operand data,
@@ -181,16 +197,7 @@ def gemm_split_k_kernel(a_ptr, b_ptr, partial_ptr, M, N, K, stride_am, stride_b,
         off_n = pid_n * BLOCK_N
         k_begin = split * k_tiles_per_split
         k_end = min(k_begin + k_tiles_per_split, k_tiles)
-        acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-        for ki in range(k_begin, k_end):
-            off_k = ki * BLOCK_K
-            a = a_desc.load([off_m, off_k])
-            if B_IS_NK:
-                b = b_desc.load([off_n, off_k])
-                acc = tl.dot(a, b.T, acc)
-            else:
-                b = b_desc.load([off_k, off_n])
-                acc = tl.dot(a, b, acc)
+        acc = tma_k_loop(a_desc, b_desc, off_m, off_n, k_begin, k_end, B_IS_NK, BLOCK_M, BLOCK_N, BLOCK_K)
         # Plain stores straight from registers: a TMA store would need the fp32 tile staged in
         # shared memory (128 KiB for 128x256), which the pipeline stages already fill.
         rows = off_m + tl.arange(0, BLOCK_M)

@@ -3,8 +3,8 @@
     out[r0:r1] = (A @ B)[r0:r1] + sum over s != skip_slot of p[s]      r0 = shard_begin, r1 = r0 + shard_rows
     c[rows outside r0:r1] = (A @ B)[those rows]
 
-A persistent GEMM with TMA-descriptor loads (the loop of kernels/gemm.py:gemm_tma_kernel, which
-is within 5% of cuBLAS). Its epilogue differs: the tile rows that lie in this rank's shard add the
+A persistent GEMM with TMA-descriptor loads (the prologue and K loop of kernels/gemm.py,
+`operand_descriptors` and `tma_k_loop`, as in gemm_tma_kernel, which is within 5% of cuBLAS). Its epilogue differs: the tile rows that lie in this rank's shard add the
 partial products other ranks staged for them in `p` ([W, shard_rows, N], loaded in their dtype,
 summed in fp32 in registers) and are stored once, straight into the caller's `out`
 ([shard_rows, N]); every other row is stored into `c` with plain stores, so that a notify after
@@ -28,7 +28,7 @@ import triton.language as tl
 
 from .configs import GemmConfig
 from .gemm import (check_operands, device_limits, ensure_descriptor_allocator, grouped_tile, interpreter_active,
-                   select_config, tma_compatible)
+                   operand_descriptors, select_config, tile_grid, tma_compatible, tma_k_loop)
 
 
 @triton.jit
@@ -80,18 +80,9 @@ def gemm_reduce_kernel(a_ptr, b_ptr, c_ptr, p_ptr, out_ptr, M, N, K, stride_am, 
                        WARP_SPECIALIZE: tl.constexpr, FLATTEN: tl.constexpr = True):
     """C = A[M,K] @ B with B stored [K,N] or, with B_IS_NK, [N,K]; rows [shard_begin,
     shard_begin + shard_rows) plus the NUM_SLOTS - 1 staged partials of p go to out, the rest to c."""
-    a_desc = tl.make_tensor_descriptor(a_ptr, shape=[M, K], strides=[stride_am, 1],
-                                       block_shape=[BLOCK_M, BLOCK_K])
-    if B_IS_NK:
-        b_desc = tl.make_tensor_descriptor(b_ptr, shape=[N, K], strides=[stride_b, 1],
-                                           block_shape=[BLOCK_N, BLOCK_K])
-    else:
-        b_desc = tl.make_tensor_descriptor(b_ptr, shape=[K, N], strides=[stride_b, 1],
-                                           block_shape=[BLOCK_K, BLOCK_N])
-    num_pid_m = tl.cdiv(M, BLOCK_M)
-    num_pid_n = tl.cdiv(N, BLOCK_N)
-    num_tiles = num_pid_m * num_pid_n
-    k_tiles = tl.cdiv(K, BLOCK_K)
+    a_desc, b_desc = operand_descriptors(a_ptr, b_ptr, M, N, K, stride_am, stride_b, B_IS_NK,
+                                         BLOCK_M, BLOCK_N, BLOCK_K)
+    num_pid_m, num_pid_n, num_tiles, k_tiles = tile_grid(M, N, K, BLOCK_M, BLOCK_N, BLOCK_K)
 
     for tile_id in tl.range(tl.program_id(0), num_tiles, num_programs, flatten=FLATTEN,
                             warp_specialize=WARP_SPECIALIZE):
@@ -100,16 +91,7 @@ def gemm_reduce_kernel(a_ptr, b_ptr, c_ptr, p_ptr, out_ptr, M, N, K, stride_am, 
         # @sy.end
         off_m = pid_m * BLOCK_M
         off_n = pid_n * BLOCK_N
-        acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-        for ki in range(k_tiles):
-            off_k = ki * BLOCK_K
-            a = a_desc.load([off_m, off_k])
-            if B_IS_NK:
-                b = b_desc.load([off_n, off_k])
-                acc = tl.dot(a, b.T, acc)
-            else:
-                b = b_desc.load([off_k, off_n])
-                acc = tl.dot(a, b, acc)
+        acc = tma_k_loop(a_desc, b_desc, off_m, off_n, 0, k_tiles, B_IS_NK, BLOCK_M, BLOCK_N, BLOCK_K)
         # The wait sits after the K loop: a shard tile computes its own partial while the
         # others' are still on their way.
         # @sy.consume(p_ptr, m=pid_m, n=pid_n, m_dim=1, n_dim=2, m_local_shard=True)

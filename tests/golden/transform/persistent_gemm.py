@@ -2,23 +2,16 @@
 
 Each program takes tiles start, start + NUM_PROGS, ... The tile block inside the loop turns the
 loop counter into (pid_m, pid_n); transformed, the counter indexes the tile order instead, so
-every program walks the tiles in the order their rows of A arrive.
+every program walks the tiles in the order their rows of A arrive. The grouped swizzle is the
+library's (`syncopate.kernels.gemm.grouped_tile`): a helper imported from another module, called
+inside the tile block, which the rewrite replaces.
 """
 import triton
 import triton.language as tl
+
+from syncopate.kernels.gemm import grouped_tile
 import syncopate.language as syl  # [syncopate]
 __syncopate__ = {"version": 2, "kernel": "matmul_persistent", "params": ["sy_signals", "sy_tile_order", "sy_tiles_n", "sy_wait_offsets", "sy_wait_slots", "sy_notify_offsets", "sy_notify_slots", "sy_slot_writers", "sy_epoch", "sy_wait_bound_ns", "sy_rank", "sy_error"], "accesses": [{"tensor": "a", "param": "a_ptr", "role": "consume", "m_dim": 0, "n_dim": -1}]}  # [syncopate]
-
-
-@triton.jit
-def _grouped_pid(tile_id, num_pid_m, num_pid_n, GROUP_M: tl.constexpr):
-    num_pid_in_group = GROUP_M * num_pid_n
-    group_id = tile_id // num_pid_in_group
-    first_pid_m = group_id * GROUP_M
-    group_size_m = min(num_pid_m - first_pid_m, GROUP_M)
-    pid_m = first_pid_m + (tile_id % group_size_m)
-    pid_n = (tile_id % num_pid_in_group) // group_size_m
-    return pid_m, pid_n
 
 
 @triton.jit
@@ -37,7 +30,7 @@ def matmul_persistent(a_ptr, b_ptr, c_ptr, M, N, K,
 
     for tile_id in tl.range(start_pid, num_tiles, NUM_PROGS):
         # @sy.tile(index=tile_id, m=pid_m, n=pid_n)
-        # [syncopate] was: pid_m, pid_n = _grouped_pid(tile_id, num_pid_m, num_pid_n, GROUP_M)
+        # [syncopate] was: pid_m, pid_n = grouped_tile(tile_id, num_pid_m, num_pid_n, GROUP_M)
         sy_tile = syl.tile_at(sy_tile_order, tile_id)  # [syncopate]
         pid_m, pid_n = syl.tile_coords(sy_tile, sy_tiles_n)  # [syncopate]
         # @sy.end

@@ -162,10 +162,11 @@ TEST(TuneStaged, TheStagedPlansAreSearchedOnOneNodeOnly) {
 }
 
 TEST(TuneKernelLevel, LeftOutWhereTheCallerCannotRunIt) {
-  // Fused made hopeless by a measured lump: kernel-level and sequential remain. With no margin
-  // required, kernel-level wins wherever it is predicted faster at all.
+  // Fused made hopeless by a second of host time before its launch: kernel-level and
+  // sequential remain. With no margin required, kernel-level wins wherever it is predicted
+  // faster at all.
   auto calib = h200();
-  calib.fused_call_overhead_us.fill(1e6);
+  calib.host.fused_call_us = 1e6;
   TuneRequest req;
   req.collective = plan::Collective::all_gather;
   req.gemm = {16384, 8192, 8192, 128, 256};

@@ -176,13 +176,14 @@ TEST(HostPath, TheLocalShardCopyComesBeforeTheKernel) {
 // --- copy-engine bandwidth under compute ------------------------------------------------------
 
 // The kernels start at 2 with the chunks and run (local tiles, then spinning) until the chunks
-// land: at 12.8 GB/s the 256000 bytes take 20 us, landing at 2 + 20 + 1 = 23 instead of 13.
+// land: at 12.8 GB/s the 256000 bytes take 20 us, landing at 2 + 20 + 1 = 23 instead of 13. The
+// fused GEMM has one worker on the 2-SM device: the remote tiles run [23,28], [28,33].
 TEST(UnderCompute, ALinkIsSlowerWhileAGemmRuns) {
   const auto call = two_rank_all_gather({0, 1, 2, 3}, {2, 3, 0, 1});
   const auto slow = simulate_fused(call, with({{"/backends/copy-engine/bandwidth_under_compute_gbps", 12.8}}));
   EXPECT_NEAR(slow.chunks[0].transfer_end, 22, kTol);
   EXPECT_NEAR(slow.chunks[0].arrival, 23, kTol);
-  EXPECT_NEAR(slow.total_us, 28, kTol);
+  EXPECT_NEAR(slow.total_us, 33, kTol);
   // Communication alone has no GEMM: the full bandwidth.
   EXPECT_NEAR(simulate_comm_alone(call.plan, with({{"/backends/copy-engine/bandwidth_under_compute_gbps", 12.8}}))
                   .chunks[0].arrival, 13, kTol);
@@ -203,10 +204,15 @@ FusedCall reduce_add_producer() {
   return call;
 }
 
-// Rank 0's tiles 0 and 1 end at 7; the chunk moves 7 -> 17, latency to 18; rank 1's kernel has
-// ended (at 12), so the add runs at add_gbps: 256000 B / 25.6 GB/s = 10 us, landing at 28.
+// On a 14-SM device the producer's fused GEMM keeps 2 workers (14 less the 12 it leaves the add
+// kernel and the copy engine, sim/reserved_sms.hpp): rank 0's tiles 0 and 1 end at 7; the chunk
+// moves 7 -> 17, latency to 18; rank 1's kernel has ended (at 12), so the add runs at add_gbps:
+// 256000 B / 25.6 GB/s = 10 us, landing at 28.
 TEST(ReduceAdd, AddedInPlaceAfterTheTransfer) {
-  const auto calib = with({{"/reduce_add", {{"add_gbps", 25.6}, {"add_under_compute_gbps", 12.8}}}});
+  const auto calib = with({{"/reduce_add", {{"add_gbps", 25.6}, {"add_under_compute_gbps", 12.8}}},
+                           {"/gpu/sms", 14},
+                           {"/gemm/peak_tflops", 8.192 * 14}});
+  ASSERT_EQ(fused_workers(reduce_add_producer(), calib), 2);
   const auto tl = simulate_fused(reduce_add_producer(), calib);
   EXPECT_NEAR(tl.chunks[0].transfer_end, 17, kTol);
   EXPECT_NEAR(tl.chunks[0].add_us, 10, kTol);
@@ -282,7 +288,7 @@ TEST(CopyOut, AfterEveryLandingAndTheExitWait) {
 TEST(CopyOut, NoneForAConsumer) {
   const auto tl = simulate_fused(two_rank_all_gather({0, 1, 2, 3}, {2, 3, 0, 1}), with({}));
   for (const auto& e : tl.rank_ends) EXPECT_NEAR(e.copy_out_end, e.gpu_end, kTol);
-  EXPECT_NEAR(tl.total_us, 18, kTol);  // as HandTimeline.FusedArrivalOrder
+  EXPECT_NEAR(tl.total_us, 23, kTol);  // one worker, as HandTimeline.SmCopyTakesAnSmFromCompute
 }
 
 // --- calibration fields -----------------------------------------------------------------------
@@ -316,17 +322,21 @@ TEST(CalibrationHost, AHostOfZerosIsStillACallPath) {
   EXPECT_NEAR(simulate_fused(call, none).rank_ends[0].kernel_launch, 0, kTol);
 }
 
-TEST(CalibrationHost, TheDeprecatedLumpBesideHostIsAnError) {
-  try {
+TEST(CalibrationHost, TheRemovedLumpIsAnErrorWithOrWithoutHost) {
+  auto expect_removed = [](auto&& read) {
+    try {
+      read();
+      FAIL() << "expected a CalibrationError";
+    } catch (const CalibrationError& e) {
+      EXPECT_NE(std::string(e.what()).find("edited-round.json: overheads.fused_call_us: removed"), std::string::npos)
+          << e.what();
+    }
+  };
+  expect_removed([] { with({{"/overheads/fused_call_us", {{"all-gather", 100}}}}); });
+  expect_removed([] {
     with({{"/host", {{"fused_call_us", 90}, {"after_launch_us", 8}, {"producer_after_launch_us", 70}}},
           {"/overheads/fused_call_us", {{"all-gather", 100}}}});
-    FAIL() << "expected a CalibrationError";
-  } catch (const CalibrationError& e) {
-    EXPECT_NE(std::string(e.what()).find("edited-round.json: overheads.fused_call_us: deprecated"), std::string::npos)
-        << e.what();
-  }
-  // Alone (an old file), it is still read.
-  EXPECT_DOUBLE_EQ(with({{"/overheads/fused_call_us", {{"all-gather", 100}}}}).fused_call_overhead(plan::Collective::all_gather), 100);
+  });
 }
 
 TEST(CalibrationHost, BadValuesNameTheirPath) {

@@ -15,8 +15,9 @@ namespace {
 
 Calibration h200() { return load_calibration(std::string(SYNCOPATE_SOURCE_DIR) + "/calib/h200.json"); }
 
+// Both on the 6-SM round device, whose fused GEMM has the two workers of the hand timelines.
 TEST(ChromeTrace, OneProcessPerRankAndEveryEvent) {
-  const auto tl = simulate_fused(testing::two_rank_all_gather({0, 1, 2, 3}, {0, 1, 2, 3}), testing::round_calibration());
+  const auto tl = simulate_fused(testing::two_rank_all_gather({0, 1, 2, 3}, {0, 1, 2, 3}), testing::fused_round_calibration());
   const auto doc = nlohmann::json::parse(chrome_trace_json(tl));
   int processes = 0, tiles = 0, chunks = 0, spins = 0;
   for (const auto& e : doc.at("traceEvents")) {
@@ -38,7 +39,7 @@ TEST(ChromeTrace, OneProcessPerRankAndEveryEvent) {
 }
 
 TEST(SvgTimeline, HasRanksLegendAxisAndOneBarPerTile) {
-  const auto tl = simulate_fused(testing::two_rank_all_gather({0, 1, 2, 3}, {2, 3, 0, 1}), testing::round_calibration());
+  const auto tl = simulate_fused(testing::two_rank_all_gather({0, 1, 2, 3}, {2, 3, 0, 1}), testing::fused_round_calibration());
   SvgOptions opt;
   opt.title = "hand <case> & test";
   const auto svg = svg_timeline(tl, opt);
@@ -58,12 +59,10 @@ TEST(SvgTimeline, HasRanksLegendAxisAndOneBarPerTile) {
   EXPECT_NE(svg.find("fill=\"#a9a9a9\""), std::string::npos);
 }
 
-// The shipped calibration without the call path (no deprecated lump either): the schedules'
-// own comparison. Sequential mode has no call path, so with it the fused candidate carries its
+// The shipped calibration without the call path: the schedules' own comparison. Sequential mode has no call path, so with it the fused candidate carries its
 // preamble and (AG+GEMM) the local shard copy that the others do not.
 Calibration h200_model_only() {
   auto c = h200();
-  c.fused_call_overhead_us.fill(0);
   c.host = {};
   for (auto& b : c.backends) b.issue_us = 0;
   return c;
@@ -112,9 +111,9 @@ TEST(AutoChoice, SmallMGemmPlusReduceScatterFallsBack) {
   EXPECT_GT(r.best_fused.fused_us, r.best_sequential.sequential_us);
 }
 
-TEST(AutoChoice, ChargesTheMeasuredFusedCallOverhead) {
-  // The same large AG+GEMM, with a calibration saying a fused call costs 10 ms more than
-  // modelled: the choice must fall back, and say what it charged.
+TEST(AutoChoice, ChargesTheHostPathOfAFusedCall) {
+  // The same large AG+GEMM, with a calibration saying the host takes 10 ms from the call to the
+  // fused kernel's launch: the fused candidate carries it, so the choice must fall back.
   TuneRequest req;
   req.collective = plan::Collective::all_gather;
   req.gemm = {8192, 2048, 8192, 128, 256};
@@ -122,12 +121,13 @@ TEST(AutoChoice, ChargesTheMeasuredFusedCallOverhead) {
   req.splits = {1};
   auto calib = h200_model_only();
   ASSERT_EQ(tune(req, calib).decision, Decision::fused);
-  calib.fused_call_overhead_us.at(static_cast<std::size_t>(plan::Collective::all_gather)) = 10000;
+  calib.host.modelled = true;
+  calib.host.fused_call_us = 10000;
   const auto r = tune(req, calib);
   EXPECT_NE(r.decision, Decision::fused) << r.reason;
-  EXPECT_NE(r.reason.find("10000 us measured call overhead"), std::string::npos) << r.reason;
-  // Only the decision is charged: the candidates keep the model's times.
-  EXPECT_LT(r.best_fused.fused_us, r.best_sequential.sequential_us);
+  EXPECT_NE(r.reason.find("(host path included)"), std::string::npos) << r.reason;
+  EXPECT_GT(r.best_fused.fused_us, 10000);
+  EXPECT_LT(r.best_sequential.sequential_us, 10000);  // sequential has no fused call path
 }
 
 TEST(AutoChoice, RefusesWhatNoTemplateCanSplit) {

@@ -80,16 +80,15 @@ void check_invariants(const FusedCall& call, const Calibration& calib, const Pre
   }
   // Bounds. Fused cannot beat either part alone; and it cannot be worse than running them one
   // after the other on the SMs it has left, slowed by the worst sharing factor, plus a launch,
-  // a sync and a signal per phase. (It can be worse than *sequential*: SM-copy and NCCL take
-  // SMs, and one wave more is a whole tile time more.) The upper bound holds for the arrival
+  // a sync and a signal per phase. (It can be worse than *sequential*: the fused GEMM leaves SMs
+  // to its backend, and one wave more is a whole tile time more.) The upper bound holds for the arrival
   // order only: an order that contradicts the plan's stream order (row-major on a producer)
   // holds back chunks that block their streams and bunches traffic into one GPU's ingress, and
   // can then exceed the sum (docs/SIMULATOR.md has the example); that is the point of the
   // arrival order.
   const double eps = 1e-6;
   EXPECT_GE(p.fused_us + eps, p.floor_us) << what;
-  int workers = calib.sms;
-  for (int r = 0; r < call.plan.world_size; ++r) workers = std::min(workers, compute_workers(call.plan, r, calib));
+  const int workers = fused_workers(call, calib);
   const double tile = calib.tile_time_us(call.gemm.block_m, call.gemm.block_n, call.gemm.k);
   const double waves = std::ceil(double(call.gemm.grid().count()) / workers);
   const double compute_on_workers = calib.launch_overhead_us + waves * tile;

@@ -1,7 +1,12 @@
 // Small hand-made calls and a round-number calibration, shared by the simulator tests.
 //
 // The calibration is chosen so the arithmetic can be done by hand:
-//   tile 128x128 over K=1000 on 2 SMs: 1 us overhead + 2*128*128*1000 / (16.384e6/2) = 5 us;
+//   tile 128x128 over K=1000 on one SM: 1 us overhead + 2*128*128*1000 / 8.192e6 = 5 us (the
+//   device has `sms` SMs, 2 unless a test asks for more, of 8.192 TFLOP/s each);
+//   the fused GEMM runs on sms less the SMs it leaves its backend (sim/reserved_sms.hpp: 4 for
+//   the copy engine's consumer, 12 for its producer, 20 SM copy, 24 NCCL), at least 1: one
+//   worker on the 2-SM device, two on the 6-SM one (`fused_round_calibration`, copy engine);
+//   sequential, kernel-level and the GEMM alone run on every SM;
 //   a 128 x 1000 bf16 chunk is 256000 bytes: 10 us at 25.6 GB/s, + 1 us latency;
 //   launch 2 us, event sync 3 us.
 #pragma once
@@ -15,13 +20,13 @@
 namespace syncopate::sim::testing {
 
 inline std::string round_calibration_json(double slowdown = 1.0, int concurrency = 4,
-                                          double bandwidth_gbps = 25.6) {
+                                          double bandwidth_gbps = 25.6, int sms = 2) {
   return R"({
   "version": 1,
   "device": "hand-made test device",
   "sources": {"gemm.peak_tflops": "chosen so a 128x128x1000 tile takes 4 us of math"},
-  "gpu": {"sms": 2, "egress_gbps": 1000, "ingress_gbps": 1000, "local_copy_gbps": 1000},
-  "gemm": {"peak_tflops": 16.384, "mma_efficiency": 1.0, "tile_overhead_us": 1},
+  "gpu": {"sms": )" + std::to_string(sms) + R"(, "egress_gbps": 1000, "ingress_gbps": 1000, "local_copy_gbps": 1000},
+  "gemm": {"peak_tflops": )" + std::to_string(8.192 * sms) + R"(, "mma_efficiency": 1.0, "tile_overhead_us": 1},
   "overheads": {"launch_us": 2, "sync_us": 3},
   "backends": {
     "copy-engine": {"bandwidth_gbps": )" +
@@ -38,8 +43,15 @@ inline std::string round_calibration_json(double slowdown = 1.0, int concurrency
 }
 
 inline Calibration round_calibration(double slowdown = 1.0, int concurrency = 4,
-                                     double bandwidth_gbps = 25.6) {
-  return parse_calibration(round_calibration_json(slowdown, concurrency, bandwidth_gbps), "round.json");
+                                     double bandwidth_gbps = 25.6, int sms = 2) {
+  return parse_calibration(round_calibration_json(slowdown, concurrency, bandwidth_gbps, sms), "round.json");
+}
+
+// The round device with 6 SMs: a fused copy-engine consumer keeps 2 workers (6 less the 4 it
+// leaves the wait/signal kernels), so the fused hand timelines can show two tiles side by side.
+inline Calibration fused_round_calibration(double slowdown = 1.0, int concurrency = 4,
+                                           double bandwidth_gbps = 25.6) {
+  return round_calibration(slowdown, concurrency, bandwidth_gbps, 6);
 }
 
 inline plan::Chunk rows_chunk(int id, const std::string& tensor, std::int64_t row, int src, int dst,

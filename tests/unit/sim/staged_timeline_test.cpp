@@ -37,10 +37,14 @@ TEST(StagedTimeline, DefaultAccessesAreTheStagedPair) {
 }
 
 TEST(StagedTimeline, OwnBoxLastAndAfterItsPartialsNoAdds) {
-  const auto calib = testing::round_calibration();
+  // The round device with H200's 132 SMs, so that the fused GEMM's reservation (4 SMs: a staged
+  // plan's GEMM leaves the consumer's) is the small share it is on the GPU, and rows 8000 wide,
+  // so that the GEMM takes two waves or more and its first can overlap the staging: fused
+  // against sequential below then compares overlap, not grid sizes.
+  const auto calib = testing::round_calibration(1.0, 4, 25.6, 132);
   for (int world : {2, 3, 4}) {
     SCOPED_TRACE(::testing::Message() << "world " << world);
-    const std::int64_t ms = 256, n = 1000;
+    const std::int64_t ms = 256, n = 8000;
     const auto plan = syncopate::testing::hand_staged_reduce_scatter(world, world * ms, n, 2);
     const GemmShape gemm{world * ms, n, 1000, 128, 128};
     const auto call = make_fused_call(plan, gemm, schedule::OrderKind::arrival, calib);

@@ -9,6 +9,7 @@
 namespace syncopate::sim {
 namespace {
 
+using testing::fused_round_calibration;
 using testing::round_calibration;
 using testing::two_rank_all_gather;
 using testing::two_rank_producer;
@@ -33,9 +34,11 @@ TEST(HandTimeline, TileTimeFromTheCalibration) {
 }
 
 // Chunks start after the 2 us launch, move 256000 bytes at 25.6 GB/s (10 us), land 1 us later.
-// Arrival order: local tiles run first, [2,7] on both workers; remote tiles at the arrival 13.
+// Arrival order: local tiles run first, [2,7] on both workers (the 6-SM device: the fused GEMM
+// leaves 4 to the copy engine); remote tiles at the arrival 13.
 TEST(HandTimeline, FusedArrivalOrder) {
-  const auto tl = simulate_fused(two_rank_all_gather({0, 1, 2, 3}, {2, 3, 0, 1}), round_calibration());
+  EXPECT_EQ(fused_workers(two_rank_all_gather({0, 1, 2, 3}, {2, 3, 0, 1}), fused_round_calibration()), 2);
+  const auto tl = simulate_fused(two_rank_all_gather({0, 1, 2, 3}, {2, 3, 0, 1}), fused_round_calibration());
   for (int c = 0; c < 2; ++c) {
     EXPECT_NEAR(tl.chunks[c].ready, 2, kTol);
     EXPECT_NEAR(tl.chunks[c].start, 2, kTol);
@@ -55,7 +58,7 @@ TEST(HandTimeline, FusedArrivalOrder) {
 // Row-major on rank 1: both workers claim the remote tiles first and spin until 13; the local
 // tiles follow at [18,23]. The claimed time records the spin.
 TEST(HandTimeline, FusedRowMajorWaitsInOrder) {
-  const auto tl = simulate_fused(two_rank_all_gather({0, 1, 2, 3}, {0, 1, 2, 3}), round_calibration());
+  const auto tl = simulate_fused(two_rank_all_gather({0, 1, 2, 3}, {0, 1, 2, 3}), fused_round_calibration());
   expect_tile(tl, 1, 0, 13, 18, 0);
   expect_tile(tl, 1, 1, 13, 18, 1);
   expect_tile(tl, 1, 2, 18, 23, 0);
@@ -70,7 +73,7 @@ TEST(HandTimeline, FusedRowMajorWaitsInOrder) {
 TEST(HandTimeline, DynamicAssignmentTakesTheNextTile) {
   SimOptions dynamic;
   dynamic.dynamic_assignment = true;
-  const auto tl = simulate_fused(two_rank_all_gather({0, 1, 2, 3}, {0, 2, 1, 3}), round_calibration(), dynamic);
+  const auto tl = simulate_fused(two_rank_all_gather({0, 1, 2, 3}, {0, 2, 1, 3}), fused_round_calibration(), dynamic);
   expect_tile(tl, 1, 0, 13, 18, 0);
   expect_tile(tl, 1, 2, 2, 7, 1);
   expect_tile(tl, 1, 1, 13, 18, 1);  // worker 1 claimed it at 7 and spun until 13
@@ -83,7 +86,7 @@ TEST(HandTimeline, DynamicAssignmentTakesTheNextTile) {
 // the chunks landed at 7, so the remote tiles run [9,14].
 TEST(HandTimeline, ComputeSlowsWhileCommunicationMoves) {
   const auto tl = simulate_fused(two_rank_all_gather({0, 1, 2, 3}, {2, 3, 0, 1}),
-                                 round_calibration(/*slowdown=*/2.0, 4, /*bandwidth=*/64.0));
+                                 fused_round_calibration(/*slowdown=*/2.0, 4, /*bandwidth=*/64.0));
   EXPECT_NEAR(tl.chunks[0].transfer_end, 6, kTol);
   EXPECT_NEAR(tl.chunks[0].arrival, 7, kTol);
   expect_tile(tl, 0, 0, 2, 9, 0);
@@ -118,6 +121,8 @@ TEST(HandTimeline, LinkSharingAndLanes) {
 // Sequential: the GEMM waits for the collective (13) + sync 3 + launch 2, then two waves:
 // [18,23], [23,28]. Kernel-level: the local tiles' kernel runs [2,7]; the remote one launches
 // at max(7, 13 + 3) + 2 = 18 and runs [18,23]. Alone: GEMM 2 + 10 = 12, communication 13.
+// Fused on the 2-SM device has one worker (2 less the copy engine's 4 reserved SMs, at least
+// 1): [2,7], [7,12], then the remote tiles [13,18], [18,23].
 TEST(HandTimeline, SequentialKernelLevelAndAlone) {
   const auto call = two_rank_all_gather({0, 1, 2, 3}, {2, 3, 0, 1});
   const auto p = predict(call, round_calibration());
@@ -131,18 +136,19 @@ TEST(HandTimeline, SequentialKernelLevelAndAlone) {
   EXPECT_NEAR(p.gemm_alone_us, 12, kTol);
   EXPECT_NEAR(p.comm_alone_us, 13, kTol);
   EXPECT_NEAR(p.floor_us, 13, kTol);
-  EXPECT_NEAR(p.fused_us, 18, kTol);
+  EXPECT_NEAR(p.fused_us, 23, kTol);
 }
 
-// Producer side: chunk 0 leaves when rank 0's tiles 0 and 1 are written (7), moves [7,17] and
-// lands at 18. Sequential: both GEMMs end at 12, + sync 3 + launch 2 -> [17,27], lands 28.
+// Producer side: the fused GEMM has one worker (2 SMs less the producer's 12 reserved, at least
+// 1); chunk 0 leaves when rank 0's tiles 0 and 1 are written ([2,7], [7,12]), moves [12,22] and
+// lands at 23. Sequential: both GEMMs end at 12, + sync 3 + launch 2 -> [17,27], lands 28.
 // Kernel-level: tiles 0,1 form the first kernel [2,7]; the event wait adds 3 -> [10,20], 21.
 TEST(HandTimeline, ProducerChunkLeavesAfterItsTiles) {
   const auto p = predict(two_rank_producer(), round_calibration());
-  EXPECT_NEAR(p.fused.chunks[0].ready, 7, kTol);
-  EXPECT_NEAR(p.fused.chunks[0].arrival, 18, kTol);
-  expect_tile(p.fused, 0, 2, 7, 12, 0);
-  EXPECT_NEAR(p.fused_us, 18, kTol);
+  EXPECT_NEAR(p.fused.chunks[0].ready, 12, kTol);
+  EXPECT_NEAR(p.fused.chunks[0].arrival, 23, kTol);
+  expect_tile(p.fused, 0, 2, 12, 17, 0);
+  EXPECT_NEAR(p.fused_us, 23, kTol);
   EXPECT_NEAR(p.sequential.chunks[0].start, 17, kTol);
   EXPECT_NEAR(p.sequential_us, 28, kTol);
   EXPECT_NEAR(p.kernel_level.chunks[0].start, 10, kTol);
@@ -152,11 +158,37 @@ TEST(HandTimeline, ProducerChunkLeavesAfterItsTiles) {
 TEST(HandTimeline, SmCopyTakesAnSmFromCompute) {
   auto call = two_rank_all_gather({0, 1, 2, 3}, {2, 3, 0, 1});
   for (auto& c : call.plan.chunks) c.backend = plan::Backend::sm_copy;
+  // Kernel-level: the calibrated 1 SM of the SM-copy kernels; fused: the reserved 20, even on the
+  // 6-SM device where the copy engine leaves the fused GEMM 2 workers.
   EXPECT_EQ(compute_workers(call.plan, 0, round_calibration()), 1);
+  EXPECT_EQ(fused_workers(call, fused_round_calibration()), 1);
   // One worker: rank 0 runs 0,1 at [2,7],[7,12], then 2,3 (landed at 13): [13,18],[18,23].
-  const auto tl = simulate_fused(call, round_calibration());
+  const auto tl = simulate_fused(call, fused_round_calibration());
   expect_tile(tl, 0, 1, 7, 12, 0);
   expect_tile(tl, 0, 3, 18, 23, 0);
+}
+
+// The fused grid is the ops' (sim/reserved_sms.hpp) on every rank, whatever the rank issues: on
+// a 40-SM device a copy-engine consumer keeps 36, its producer 28 (a reduce-add plan; a staged
+// plan leaves the consumer's 4), SM copy 20, NCCL 16; a plan that mixes backends the smallest.
+TEST(HandTimeline, FusedWorkersReadTheReservedTable) {
+  const auto calib = round_calibration(1.0, 4, 25.6, 40);
+  auto consumer = two_rank_all_gather({0, 1, 2, 3}, {2, 3, 0, 1});
+  EXPECT_EQ(fused_workers(consumer, calib), 36);
+  EXPECT_EQ(fused_workers(two_rank_producer(), calib), 28);
+  auto staged = two_rank_producer();
+  staged.plan.collective.kind = plan::Collective::reduce_scatter;
+  staged.plan.collective.output = "p";  // staged: the epilogue sums, no add kernel beside it
+  ASSERT_TRUE(staged.plan.collective.staged());
+  EXPECT_EQ(fused_workers(staged, calib), 36);
+  for (auto [backend, workers] : {std::pair{plan::Backend::sm_copy, 20}, std::pair{plan::Backend::nccl, 16}}) {
+    auto call = consumer;
+    for (auto& c : call.plan.chunks) c.backend = backend;
+    EXPECT_EQ(fused_workers(call, calib), workers) << plan::to_string(backend);
+  }
+  consumer.plan.chunks[1].backend = plan::Backend::nccl;
+  EXPECT_EQ(fused_workers(consumer, calib), 16);
+  EXPECT_EQ(fused_workers(consumer, round_calibration()), 1);  // never none
 }
 
 TEST(FairShare, MaxMinWithASharedEgress) {

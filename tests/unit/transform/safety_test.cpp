@@ -126,8 +126,8 @@ TEST(Safety, HelperReadsTheTensorBeforeTheWait) {
       "@triton.jit\n"
       "def _row_sum(p, row, BM: tl.constexpr):\n"
       "    return tl.sum(tl.load(p + row * BM + tl.arange(0, BM)))\n");
-  EXPECT_TRUE(has(msg, "k.py:10:9: @sy.consume(x_ptr, m=pid_m): 'x_ptr' is read here (_row_sum) before "
-                       "the wait"))
+  EXPECT_TRUE(has(msg, "k.py:10:9: @sy.consume(x_ptr, m=pid_m): 'x_ptr' is read here (_row_sum, which reads "
+                       "it in '_row_sum' at k.py:17:22) before the wait"))
       << msg;
 }
 
@@ -498,6 +498,94 @@ TEST(SafetyAccepts, HelperThatMayStoreThroughTmaGetsAStoreWaitAndPlainStoresDoNo
       "    # @sy.produce(c_ptr, m=pm)\n"
       "    tl.store(c_ptr + pm * BM + tl.arange(0, BM), 1.0)\n");
   EXPECT_FALSE(has(plain, "tma_store_wait")) << plain;
+}
+
+// --- helpers the user writes: reads inside @triton.jit helpers of the file are followed --------
+
+// A K loop written as a helper (the shape the shipped GEMMs use): the kernel's lines 6-18, the
+// helpers from line 21 on.
+const char* kLoopHelpers =
+    "\n\n@triton.jit\n"                                             // 19-20, 21
+    "def _k_loop(x_desc, w_desc, off_m, k_tiles, acc, BK: tl.constexpr):\n"  // 22
+    "    for ki in range(k_tiles):\n"                               // 23
+    "        acc += tl.sum(_tile(x_desc, off_m, ki * BK), axis=1)\n"  // 24
+    "        acc += tl.sum(w_desc.load([0, ki * BK]), axis=1)\n"    // 25
+    "    return acc\n"                                              // 26
+    "\n\n@triton.jit\n"                                             // 27-28, 29
+    "def _tile(desc, row, col):\n"                                  // 30
+    "    return desc.load([row, col])\n";                           // 31
+
+std::string k_loop_kernel(const std::string& first_tile_statement) {
+  return "def k(x_ptr, w_ptr, y_ptr, M, K, BM: tl.constexpr, BK: tl.constexpr):\n"                      // 6
+         "    x_desc = tl.make_tensor_descriptor(x_ptr, shape=[M, K], strides=[K, 1], block_shape=[BM, BK])\n"  // 7
+         "    w_desc = tl.make_tensor_descriptor(w_ptr, shape=[M, K], strides=[K, 1], block_shape=[BM, BK])\n"  // 8
+         "    k_tiles = tl.cdiv(K, BK)\n"                                                                    // 9
+         "    # @sy.tile(index=tl.program_id(0), m=pid_m)\n"                                                // 10
+         "    pid_m = tl.program_id(0)\n"                                                                   // 11
+         "    # @sy.end\n"                                                                                  // 12
+         "    acc = tl.zeros((BM,), dtype=tl.float32)\n"                                                    // 13
+         + first_tile_statement +                                                                           // 14-15
+         "    tl.store(y_ptr + pid_m * BM + tl.arange(0, BM), acc)\n"                                       // 16
+         "    x = 0\n"                                                                                      // 17
+         "    x = 1\n";                                                                                     // 18
+}
+
+TEST(SafetyHelpers, AHelperCalledUnderTheConsumeIsCoveredByItsWait) {
+  const auto out = output_of(k_loop_kernel("    # @sy.consume(x_ptr, m=pid_m)\n"
+                                           "    acc = _k_loop(x_desc, w_desc, pid_m * BM, k_tiles, acc, BK)\n") +
+                             kLoopHelpers);
+  EXPECT_TRUE(has(out, "    syl.wait_tile(")) << out;
+  EXPECT_LT(out.find("syl.wait_tile("), out.find("    acc = _k_loop(")) << out;
+}
+
+TEST(SafetyHelpers, AHelperThatReadsTheTensorBeforeTheWaitIsRefusedNamingTheReadInside) {
+  // _k_loop passes x_desc on to _tile, which loads it (line 31): followed through both helpers.
+  const auto msg = error_of(k_loop_kernel("    acc = _k_loop(x_desc, w_desc, pid_m * BM, k_tiles, acc, BK)\n"
+                                          "    # @sy.consume(x_ptr, m=pid_m)\n") +
+                            kLoopHelpers);
+  EXPECT_TRUE(has(msg, "k.py:14:11: @sy.consume(x_ptr, m=pid_m): 'x_ptr' is read here (_k_loop through "
+                       "'x_desc', which reads it in '_tile' at k.py:31:17) before the wait that this "
+                       "annotation inserts at line 16"))
+      << msg;
+  EXPECT_TRUE(has(msg, "move the annotation up to line 14")) << msg;
+}
+
+TEST(SafetyHelpers, AHelperGivenTheTensorThatReadsOnlyAnotherParameterIsNoRead) {
+  // Before the consume, _k_loop is given w_desc (read) but not x_desc: _row_sum is given x_desc
+  // and reads only its other parameter.
+  const std::string helpers = std::string(kLoopHelpers) +
+                              "\n\n@triton.jit\n"
+                              "def _row_sum(desc, w_desc, row):\n"
+                              "    return tl.sum(w_desc.load([row, 0]), axis=1)\n";
+  const auto out = output_of(k_loop_kernel("    acc += _row_sum(x_desc, w_desc, pid_m * BM)\n"
+                                           "    # @sy.consume(x_ptr, m=pid_m)\n"
+                                           "    acc = _k_loop(x_desc, w_desc, pid_m * BM, k_tiles, acc, BK)\n") +
+                             helpers);
+  EXPECT_TRUE(has(out, "syl.wait_tile(")) << out;
+  // Given as the read parameter (by keyword), the same helper is a read.
+  const auto msg = error_of(k_loop_kernel("    acc += _row_sum(w_ptr, w_desc=x_desc, row=pid_m * BM)\n"
+                                          "    # @sy.consume(x_ptr, m=pid_m)\n") +
+                            helpers);
+  EXPECT_TRUE(has(msg, "k.py:14:12: @sy.consume(x_ptr, m=pid_m): 'x_ptr' is read here (_row_sum through "
+                       "'x_desc', which reads it in '_row_sum' at k.py:36:26)"))
+      << msg;
+}
+
+TEST(SafetyHelpers, AnImportedFunctionGivenTheTensorBeforeTheWaitCountsAsARead) {
+  const std::string imported = "\n\nfrom mylib import k_loop, row_offsets\n";
+  const auto msg = error_of(k_loop_kernel("    acc = k_loop(x_desc, w_desc, pid_m * BM, k_tiles, acc, BK)\n"
+                                          "    # @sy.consume(x_ptr, m=pid_m)\n") +
+                            imported);
+  EXPECT_TRUE(has(msg, "k.py:14:11: @sy.consume(x_ptr, m=pid_m): 'x_ptr' is read here (k_loop through "
+                       "'x_desc'; 'k_loop' is imported from another module, whose body the transformer does "
+                       "not read, so it counts as a read; define it in this file to have its reads followed)"))
+      << msg;
+  // Not given the consumed tensor, or called under the wait, it is no concern.
+  EXPECT_EQ(error_of(k_loop_kernel("    acc += row_offsets(pid_m, BM)\n"
+                                   "    # @sy.consume(x_ptr, m=pid_m)\n"
+                                   "    acc = k_loop(x_desc, w_desc, pid_m * BM, k_tiles, acc, BK)\n") +
+                     imported),
+            "no error");
 }
 
 }  // namespace

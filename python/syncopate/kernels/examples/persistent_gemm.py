@@ -2,21 +2,14 @@
 
 Each program takes tiles start, start + NUM_PROGS, ... The tile block inside the loop turns the
 loop counter into (pid_m, pid_n); transformed, the counter indexes the tile order instead, so
-every program walks the tiles in the order their rows of A arrive.
+every program walks the tiles in the order their rows of A arrive. The grouped swizzle is the
+library's (`syncopate.kernels.gemm.grouped_tile`): a helper imported from another module, called
+inside the tile block, which the rewrite replaces.
 """
 import triton
 import triton.language as tl
 
-
-@triton.jit
-def _grouped_pid(tile_id, num_pid_m, num_pid_n, GROUP_M: tl.constexpr):
-    num_pid_in_group = GROUP_M * num_pid_n
-    group_id = tile_id // num_pid_in_group
-    first_pid_m = group_id * GROUP_M
-    group_size_m = min(num_pid_m - first_pid_m, GROUP_M)
-    pid_m = first_pid_m + (tile_id % group_size_m)
-    pid_n = (tile_id % num_pid_in_group) // group_size_m
-    return pid_m, pid_n
+from syncopate.kernels.gemm import grouped_tile
 
 
 @triton.jit
@@ -33,7 +26,7 @@ def matmul_persistent(a_ptr, b_ptr, c_ptr, M, N, K,
 
     for tile_id in tl.range(start_pid, num_tiles, NUM_PROGS):
         # @sy.tile(index=tile_id, m=pid_m, n=pid_n)
-        pid_m, pid_n = _grouped_pid(tile_id, num_pid_m, num_pid_n, GROUP_M)
+        pid_m, pid_n = grouped_tile(tile_id, num_pid_m, num_pid_n, GROUP_M)
         # @sy.end
         offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
         offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
