@@ -438,3 +438,38 @@ def test_auto_runs_the_sequential_form(fake_runtime, monkeypatch):
     out = ulysses_attention(q, k, v, mode="auto")
     assert seq_attention._FUSED == {}
     torch.testing.assert_close(out.float(), _sdpa(q.float(), k.float(), v.float(), False), rtol=2e-2, atol=2e-2)
+
+
+def test_ulysses_tiles_wait_only_for_their_heads_chunks():
+    """With one head per sub-chunk (split = G), a tile of head i waits for exactly the chunk of
+    its Q piece's head i, and each K/V block for exactly K and V head i // group of its piece;
+    the tiles run own Q piece first, then rank - 1, ..."""
+    from syncopate.ops.fused_attention import UlyssesAttention
+
+    world, rank, h, h_kv, s_loc, d = 3, 1, 6, 3, 32, 16
+    ctx = object.__new__(UlyssesAttention)  # the tables only: no workspace, no kernel
+    ctx.world, ctx.rank, ctx.z, ctx.h, ctx.h_kv, ctx.s_loc, ctx.d, ctx.block = world, rank, 1, h, h_kv, s_loc, d, 16
+    ctx.hl, ctx.hkvl = h // world, h_kv // world
+    ctx.g = ctx.hl + 2 * ctx.hkvl
+    ctx.plan = sy.make_plan("all-to-all", world_size=world, shape=[1, world * ctx.g, s_loc, d], dim=1,
+                            algorithm="direct", split=ctx.g, tensor="x", dtype="f16")
+    table = sy.lower(ctx.plan, sy.TileGrid(1, 1, 1, 1), [])[rank]
+    tile_waits, order, blocks = ctx.tables_for(table)
+    chunk_of = {slot.chunk: i for i, slot in enumerate(table.slots)}
+    head_of_slot = {i: ctx.plan.chunks[slot.chunk].dst_box.offset[1] for i, slot in enumerate(table.slots)}
+    assert len(chunk_of) == len(table.slots)
+    tiles_n, group = ctx.hl, h // h_kv
+    for t, waits in enumerate(tile_waits):
+        m, i = divmod(t, tiles_n)
+        p = m * 16 // s_loc
+        assert [head_of_slot[s] for s in waits] == [p * ctx.g + i], (t, waits)
+    for i in range(tiles_n):
+        for j in range(blocks.blocks):
+            p = j * 16 // s_loc
+            row = i * blocks.blocks + j
+            got = sorted(head_of_slot[s] for s in blocks.slots[blocks.offsets[row]:blocks.offsets[row + 1]])
+            kv = i // group
+            assert got == [p * ctx.g + ctx.hl + kv, p * ctx.g + ctx.hl + ctx.hkvl + kv], (i, j, got)
+    pieces = [(t // tiles_n) * 16 // s_loc for t in order]
+    assert list(dict.fromkeys(pieces)) == [1, 0, 2], "Q pieces in landing order: own, rank - 1, rank - 2"
+    assert blocks.first == [((rank + 1) * s_loc - 1) // 16] * tiles_n
