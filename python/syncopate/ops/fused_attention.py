@@ -183,7 +183,10 @@ class _FusedAttention:
         self.kernel[self.grid](*args, sy_signals=signals, sy_epoch=epoch, **self.kwargs)
 
     def _warm_up(self, args, signals) -> None:
-        """Compiles and loads the kernel before any call spins (epoch word 0: every wait holds)."""
+        """Compiles and loads the kernel before any call spins (epoch word 0: every wait holds).
+        A GPU matter: the interpreter (device cpu) has nothing to load, so it skips the run."""
+        if self.device.type != "cuda":
+            return
         kwargs = dict(self.kwargs, sy_error=new_error_record(self.device))
         self.kernel[self.grid](*args, sy_signals=torch.zeros_like(signals), sy_epoch=epoch_word(0, self.device),
                                **{k: v for k, v in kwargs.items()})
@@ -207,10 +210,18 @@ class _FusedAttention:
         return [self.ws]
 
     def timed_out(self) -> bool:
+        """Whether a wait has timed out as far as the host sees without synchronizing: the
+        runtime's records (mapped host memory); the kernel's record only under the interpreter
+        (on a GPU, check() reads it)."""
         return any(ws.timed_out() for ws in self.workspaces) or bool(self._kernel_flag())
 
     def _kernel_flag(self) -> int:
         return int(self.error[0].item()) if self.device.type != "cuda" else 0
+
+    def report_timeouts(self) -> None:
+        """Raises (through check()) a wait of an earlier call that timed out, before a new call."""
+        if self.timed_out():
+            self.check()
 
     def check(self) -> None:
         """Synchronizes, then raises WaitTimeoutError naming rank, slot and chunk: the kernel's
@@ -330,6 +341,7 @@ class UlyssesAttention(_FusedAttention):
 
     def __call__(self, q, k, v, *, out: Optional[torch.Tensor] = None, check: bool = False) -> torch.Tensor:
         self._check_inputs(q, k, v)
+        self.report_timeouts()
         if out is None:
             out = torch.empty_like(q)
         ws, ws_out = self.ws, self.ws_out
@@ -398,6 +410,7 @@ class RingAttention(_FusedAttention):
 
     def __call__(self, q, k, v, *, out: Optional[torch.Tensor] = None, check: bool = False) -> torch.Tensor:
         self._check_inputs(q, k, v)
+        self.report_timeouts()
         q = q.contiguous()
         if out is None:
             out = torch.empty_like(q)
