@@ -1,10 +1,14 @@
 """Sequence-parallel attention at one rank, sequence lengths 8k-128k (issue 20's benchmark rows
-that exist today; docs/SEQUENCE_PARALLEL.md says what is missing: the fused ops and the
-simulator's rows need the runtime wiring of the transformed kernel).
+that exist today; docs/SEQUENCE_PARALLEL.md says what is missing: the simulator's rows).
 
 Rows per (S, causal): torch SDPA; Syncopate's local attention kernel (kernels/attention.py); its
 transformed form with nothing to wait for (every piece in place: the in-loop wait's cost);
-ulysses_attention and ring_attention (sequential forms; at world 1 each is one attention call).
+ulysses_attention and ring_attention, sequential forms (at world 1 each is one attention call)
+and fused forms (mode="fused": at world 1 Ulysses packs q, k, v into the heap, moves its own
+piece with one local chunk, runs the transformed kernel waiting on it, and copies the output back
+through the return all-to-all's local chunk; the ring copies its K/V piece into the heap and runs
+the transformed kernel with nothing to wait for: what the fused wiring costs where nothing
+overlaps). Timings on a shared GPU mean nothing.
 
     python bench/bench_seq_attention.py [--heads 16] [--head-dim 128] [--seqs 8192,16384,...]
 
@@ -76,6 +80,8 @@ def main() -> int:
                     device_arrays=arrays, sync=False, HEAD_DIM=d, BLOCK_M=bm, BLOCK_N=bn, CAUSAL=causal),
                 "ulysses_sequential": lambda: ulysses_attention(q, k, v, causal=causal),
                 "ring_sequential": lambda: ring_attention(q, k, v, causal=causal),
+                "ulysses_fused": lambda: ulysses_attention(q, k, v, causal=causal, mode="fused"),
+                "ring_fused": lambda: ring_attention(q, k, v, causal=causal, mode="fused"),
             }
             for name, fn in variants.items():
                 ms = timed(fn, args.reps)

@@ -153,8 +153,10 @@ def test_refusals_name_the_problem():
     from syncopate.ops import ring_attention, ulysses_attention
 
     q, k, v = _qkv(5)
-    with pytest.raises(UserError, match="mode='fused' is not available yet"):
-        ulysses_attention(q, k, v, mode="fused")
+    with pytest.raises(UserError, match="dtype torch.float32 is not supported by the fused kernel"):
+        ulysses_attention(q, k, v, mode="fused")  # refused before any heap or kernel is made
+    with pytest.raises(UserError, match="mode='overlap', expected one of"):
+        ring_attention(q, k, v, mode="overlap")
     with pytest.raises(ShapeError, match="3 query heads are not a multiple of 2 K/V heads"):
         ring_attention(q[:, :3], k, v)
     with pytest.raises(ShapeError, match=r"expected \[Z, H, S_loc, D\]"):

@@ -16,8 +16,11 @@ plan/sequence_parallel.hpp move data, so the fused form can replace it op for op
   lands them: own piece, r - 1, r - 2, ...) in two buffers; each step's attention is merged into
   the running result by log-sum-exp; causal skips the pieces after the rank's own and masks the
   own one.
-The fused kernels (the transformed `kernels/attention.py` waiting per K/V block) are not wired to
-the runtime yet; `mode="fused"` is refused by name.
+`mode="fused"` runs the fused form instead (ops/fused_attention.py: the transformed
+`kernels/attention.py` reading K/V from the symmetric heap as the runtime executor lands them,
+waiting per block; one context per shapes, dtype, device, causality and scale, cached).
+`mode="auto"` runs the sequential form: the simulator has no attention model yet, so nothing
+predicts when the fused form pays (docs/SEQUENCE_PARALLEL.md).
 
 `compute="sdpa"` (default) runs each attention with torch; `compute="triton"` with Syncopate's
 local attention kernel (`kernels/attention.py`, untransformed; Ulysses only: the ring steps need
@@ -50,9 +53,6 @@ def group_rank_world(group):
 def _check(who: str, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mode: str, compute: str) -> None:
     if mode not in MODES:
         raise UserError(f"{who}: mode={mode!r}, expected one of {MODES}")
-    if mode == "fused":
-        raise UserError(f"{who}: mode='fused' is not available yet: the transformed attention kernel "
-                        "is not wired to the runtime (docs/SEQUENCE_PARALLEL.md); use 'sequential' or 'auto'")
     if compute not in COMPUTES:
         raise UserError(f"{who}: compute={compute!r}, expected one of {COMPUTES}")
     for name, t in (("q", q), ("k", k), ("v", v)):
@@ -68,6 +68,26 @@ def _check(who: str, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mode: st
         raise ShapeError(f"{who}: {h} query heads are not a multiple of {k.shape[1]} K/V heads (GQA)")
     if not (q.dtype == k.dtype == v.dtype):
         raise ShapeError(f"{who}: q, k, v dtypes differ ({q.dtype}, {k.dtype}, {v.dtype})")
+    if not (q.device == k.device == v.device):
+        raise UserError(f"{who}: q, k, v are on different devices ({q.device}, {k.device}, {v.device})")
+
+
+# The fused contexts made by the ops, by op, group and problem (a cache: a context owns a heap and
+# a compiled kernel).
+_FUSED: dict = {}
+
+
+def fused_context(cls, q, k, v, *, causal: bool, group, sm_scale: Optional[float]):
+    """The fused context of `cls` (ops/fused_attention.py) for these operands, made on first use."""
+    group, _, _ = group_rank_world(group)  # None: the default group where torch.distributed runs
+    z, h, s, d = q.shape
+    scale = d ** -0.5 if sm_scale is None else float(sm_scale)
+    name = None if group is None else getattr(group, "group_name", id(group))
+    key = (cls.__name__, name, z, h, k.shape[1], s, d, q.dtype, q.device, bool(causal), scale)
+    if key not in _FUSED:
+        _FUSED[key] = cls(group, z=z, h=h, h_kv=k.shape[1], s_loc=s, d=d, dtype=q.dtype, device=q.device,
+                          causal=causal, sm_scale=scale)
+    return _FUSED[key]
 
 
 def _expand_kv(q: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
@@ -154,6 +174,10 @@ def ring_attention(q, k, v, *, causal: bool = False, group=None, sm_scale: Optio
                    mode: str = "auto", compute: str = "sdpa") -> torch.Tensor:
     """Ring attention (see the module): this rank's rows of attention over the whole sequence."""
     _check("ring_attention", q, k, v, mode, compute)
+    if mode == "fused":  # the transformed kernel, whatever `compute` says
+        from syncopate.ops.fused_attention import RingAttention
+
+        return fused_context(RingAttention, q, k, v, causal=causal, group=group, sm_scale=sm_scale)(q, k, v)
     if compute == "triton":
         raise UserError("ring_attention: compute='triton' needs the attention kernel's log-sum-exp, which it "
                         "does not return yet; use compute='sdpa'")
@@ -179,6 +203,10 @@ def ulysses_attention(q, k, v, *, causal: bool = False, group=None, sm_scale: Op
         if heads % world != 0:
             raise ShapeError(f"ulysses_attention: {heads} {name} heads cannot be shared by {world} ranks: the "
                              "world size must divide the head count (plan/sequence_parallel.hpp)")
+    if mode == "fused":
+        from syncopate.ops.fused_attention import UlyssesAttention
+
+        return fused_context(UlyssesAttention, q, k, v, causal=causal, group=group, sm_scale=sm_scale)(q, k, v)
     if world == 1:
         return local_attention(q, k, v, causal=causal, sm_scale=sm_scale, compute=compute)
     import torch.distributed as dist
