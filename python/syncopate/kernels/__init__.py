@@ -2,5 +2,6 @@
 
 from .configs import CANDIDATES, GemmConfig, choose_config
 from .gemm import gemm, linear, select_config
+from .gemm_fp8 import gemm_fp8
 
-__all__ = ["CANDIDATES", "GemmConfig", "choose_config", "gemm", "linear", "select_config"]
+__all__ = ["CANDIDATES", "GemmConfig", "choose_config", "gemm", "gemm_fp8", "linear", "select_config"]
