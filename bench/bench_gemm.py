@@ -206,6 +206,46 @@ def print_table(rows: list[dict]) -> None:
     print(f"correctness failures: {failed if failed else 'none'}")
 
 
+def _compile_one(task: tuple) -> str:
+    """Runs one config once on small operands (in a worker process), so that Triton compiles it
+    into its on-disk cache. The operands keep every integer argument a multiple of 16 and above
+    1, as the rows' are, so the timed run finds the same specialisation in the cache."""
+    kind, cfg, layout, mode = task
+    try:
+        m, k, n = 256, 1024, 512
+        dtype = torch.float8_e4m3fn if kind == "fp8" else torch.bfloat16
+        a = torch.randn(m, k, device="cuda").to(dtype)
+        b = (torch.randn(n, k, device="cuda").to(dtype).t() if layout == "nk"
+             else torch.randn(k, n, device="cuda").to(dtype))
+        if kind == "fp8":
+            sa, sb = ((torch.tensor(1.0, device="cuda"), torch.tensor(1.0, device="cuda"))
+                      if mode == "tensor" else (torch.ones(m, 1, device="cuda"),
+                                                torch.ones(1, n, device="cuda")))
+            kernels.gemm_fp8(a, b, sa, sb, config=cfg, num_programs=7)
+        else:
+            kernels.gemm(a, b, config=cfg, num_programs=7)
+        torch.cuda.synchronize()
+        return ""
+    except Exception as error:  # reported, and the timed run will show it again
+        return f"{cfg.name} {layout} {mode}: {type(error).__name__}: {str(error)[:200]}"
+
+
+def precompile(tasks: list[tuple], workers: int) -> None:
+    """Compiles the configs a run will time in `workers` processes at once (Triton compiles one
+    kernel at a time per process; a run of many configs is otherwise mostly compiling)."""
+    import concurrent.futures
+    import multiprocessing
+    import time
+
+    start = time.time()
+    unique = list(dict.fromkeys(tasks))
+    ctx = multiprocessing.get_context("spawn")
+    with concurrent.futures.ProcessPoolExecutor(max_workers=workers, mp_context=ctx) as pool:
+        problems = [p for p in pool.map(_compile_one, unique) if p]
+    print(f"precompiled {len(unique)} kernels in {time.time() - start:.1f} s with {workers} "
+          f"processes" + (f"; problems: {problems}" if problems else ""), flush=True)
+
+
 def parse_shapes(text: str) -> list[tuple[int, int, int, str]]:
     """"128x8192x5120nk,256x2048x8192kn" -> [(m, k, n, layout)]; ValueError naming the item."""
     out = []
@@ -349,6 +389,8 @@ def main() -> int:
                         help=f"M <= {SMALL_M_MAX} rows, each with many candidate configs")
     parser.add_argument("--fp8", action="store_true", help="FP8 rows vs torch._scaled_mm")
     parser.add_argument("--shapes", default="", help="only these: MxKxN + kn|nk, comma-separated")
+    parser.add_argument("--precompile", type=int, default=0, metavar="WORKERS",
+                        help="compile every config of the run in this many processes first")
     parser.add_argument("--both-layouts", action="store_true",
                         help="run every selected shape with B as [K, N] and as [N, K]")
     args = parser.parse_args()
@@ -393,12 +435,18 @@ def main() -> int:
     path = out_dir / f"bench_gemm_{kind}_{now:%Y-%m-%d_%H%M}{suffix}.json"
     rows = report["rows"]
     if args.fp8:
+        plans = []
         for shape in gemm_shapes:
             chosen = kernels.gemm_fp8_module.select_fp8_config(shape.m, shape.n, shape.k,
                                                                torch.device("cuda"))
             configs = {chosen.name: chosen}
             for cfg in FP8_EXTRA:
                 configs.setdefault(cfg.name, cfg)
+            plans.append((shape, chosen, configs))
+        if args.precompile:
+            precompile([("fp8", cfg, shape.b_layout, mode) for shape, _, configs in plans
+                        for cfg in configs.values() for mode in ("tensor", "row")], args.precompile)
+        for shape, chosen, configs in plans:
             row = bench_fp8_shape(shape, configs, chosen.name, args.samples)
             rows.append(row)
             print(f"  fp8 {shape.m}x{shape.k}x{shape.n} {shape.b_layout}: model/_scaled_mm tensor "
@@ -411,6 +459,7 @@ def main() -> int:
         print(f"wrote {path}")
         print_fp8_table(rows)
         return 0
+    plans = []
     for shape in gemm_shapes:
         chosen = kernels.select_config(shape.m, shape.n, shape.k, torch.device("cuda"), dtype)
         configs = {chosen.name: chosen}
@@ -427,6 +476,11 @@ def main() -> int:
                                           2, kernels.gemm_module.device_limits(torch.device("cuda"))[1] - 1024,
                                           fixup=True)
             configs.setdefault(fixup.name, fixup)
+        plans.append((shape, chosen, configs))
+    if args.precompile:
+        precompile([("bf16", cfg, shape.b_layout, "") for shape, _, configs in plans
+                    for cfg in configs.values()], args.precompile)
+    for shape, chosen, configs in plans:
         row = bench_shape(shape, configs, chosen.name, dtype, args.samples)
         rows.append(row)
         print(f"  {shape.m}x{shape.k}x{shape.n} {shape.b_layout}: model/cuBLAS "
