@@ -233,14 +233,14 @@ def test_model_respects_shared_memory():
 
 @pytest.mark.parametrize("split_k", [2, 3])
 @pytest.mark.parametrize("b_is_nk", [False, True])
-@pytest.mark.parametrize("shape", [(40, 48, 160), (64, 32, 96)])
-def test_split_k_fixup_matches_reference_and_leaves_counters_zero(split_k, b_is_nk, shape):
-    """The one-launch split-K: the last program of each tile sums the slices; run twice on the
-    same counters (each run must leave them at zero for the next)."""
+@pytest.mark.parametrize("shape,block_m", [((40, 48, 160), 32), ((64, 32, 96), 32), ((72, 40, 128), 64)])
+def test_split_k_fixup_matches_reference_and_leaves_counters_zero(split_k, b_is_nk, shape, block_m):
+    """The one-launch split-K: the last program of each tile sums the slices (BLOCK_M 64: in two
+    passes of 32 rows); run twice on the same counters (each run must leave them at zero)."""
     m, n, k = shape
-    cfg = GemmConfig(32, 32, 32, 2, 1, 4, False, 1, 1.0, split_k=split_k, split_fixup=True)
+    cfg = GemmConfig(block_m, 32, 32, 2, 1, 4, False, 1, 1.0, split_k=split_k, split_fixup=True)
     a, b = _operands(m, n, k, torch.bfloat16, b_is_nk, seed=split_k * 10 + m)
-    tiles = -(-m // 32) * -(-n // 32)
+    tiles = -(-m // block_m) * -(-n // 32)
     counters = torch.zeros(tiles, dtype=torch.int32)
     original = gemm_module._counters
     gemm_module._counters = lambda device, count: counters

@@ -203,7 +203,8 @@ def gemm_split_k_kernel(a_ptr, b_ptr, partial_ptr, M, N, K, stride_am, stride_b,
 def gemm_split_k_fixup_kernel(a_ptr, b_ptr, c_ptr, partial_ptr, counter_ptr, M, N, K, stride_am,
                               stride_b, stride_cm, num_programs, SPLIT_K: tl.constexpr,
                               B_IS_NK: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                              BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr):
+                              BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
+                              FIXUP_ROWS: tl.constexpr = 32):
     """Split-K in one launch: the last program to finish a slice of a tile sums the tile.
 
     Work items are (tile, K slice) as in gemm_split_k_kernel. Each writes its fp32 partial to
@@ -212,6 +213,9 @@ def gemm_split_k_fixup_kernel(a_ptr, b_ptr, c_ptr, partial_ptr, counter_ptr, M, 
     accumulator, stores C and resets the counter for the next call. No program ever waits for
     another (no deadlock whatever the schedule), and a tile is stored once, final: the place a
     producer's notify would go. The counters must be zero before the first launch.
+    The last program sums from the workspace (its own slice included, written like the others)
+    FIXUP_ROWS rows at a time: summing whole tiles in registers beside the accumulator spills
+    for 128x256 blocks (255 registers and spill stores, checked with ptxas for sm_90a).
     """
     a_desc = tl.make_tensor_descriptor(a_ptr, shape=[M, K], strides=[stride_am, 1],
                                        block_shape=[BLOCK_M, BLOCK_K])
@@ -244,9 +248,7 @@ def gemm_split_k_fixup_kernel(a_ptr, b_ptr, c_ptr, partial_ptr, counter_ptr, M, 
             else:
                 b = b_desc.load([off_k, off_n])
                 acc = tl.dot(a, b, acc)
-        rows = off_m + tl.arange(0, BLOCK_M)
         cols = off_n + tl.arange(0, BLOCK_N)
-        inside = (rows[:, None] < M) & (cols[None, :] < N)
         # The workspace is tile-major ([tiles, SPLIT_K, BLOCK_M, BLOCK_N]): a tile's slots are
         # contiguous, and no mask is needed on the partials themselves.
         tile_base = partial_ptr + tile_id.to(tl.int64) * (SPLIT_K * BLOCK_M * BLOCK_N)
@@ -257,12 +259,16 @@ def gemm_split_k_fixup_kernel(a_ptr, b_ptr, c_ptr, partial_ptr, counter_ptr, M, 
         tl.debug_barrier()
         arrived = tl.atomic_add(counter_ptr + tile_id, 1, sem="acq_rel", scope="gpu")
         if arrived == SPLIT_K - 1:
-            for s in tl.static_range(SPLIT_K):
-                if s != split:
-                    acc += tl.load(tile_base + s * (BLOCK_M * BLOCK_N) + in_tile,
-                                   cache_modifier=".cg")
-            tl.store(c_ptr + rows[:, None] * stride_cm + cols[None, :],
-                     acc.to(c_ptr.dtype.element_ty), mask=inside)
+            part = tl.arange(0, FIXUP_ROWS)[:, None] * BLOCK_N + tl.arange(0, BLOCK_N)[None, :]
+            for r in tl.static_range(0, BLOCK_M, FIXUP_ROWS):
+                total = tl.zeros((FIXUP_ROWS, BLOCK_N), dtype=tl.float32)
+                for s in tl.static_range(SPLIT_K):
+                    total += tl.load(tile_base + s * (BLOCK_M * BLOCK_N) + r * BLOCK_N + part,
+                                     cache_modifier=".cg")
+                part_rows = off_m + r + tl.arange(0, FIXUP_ROWS)
+                tl.store(c_ptr + part_rows[:, None] * stride_cm + cols[None, :],
+                         total.to(c_ptr.dtype.element_ty),
+                         mask=(part_rows[:, None] < M) & (cols[None, :] < N))
             tl.atomic_xchg(counter_ptr + tile_id, 0, sem="relaxed", scope="gpu")
 
 
