@@ -84,8 +84,10 @@ def test_a_gpu_without_fp8_is_refused_by_name(cls, monkeypatch):
 
 @pytest.mark.parametrize("cls", CONTEXTS)
 def test_fp8_row_pitches_must_be_16_byte_multiples(cls):
-    with pytest.raises(ShapeError, match=rf"{cls.__name__}: FP8 needs k a multiple of 16 .*got k=40, n=64"):
+    with pytest.raises(ShapeError, match=rf"{cls.__name__}: FP8 needs k and n multiples of 16 .*got k=40, n=64"):
         cls(None, m=256, k=40, n=64, dtype=E4M3, device="cpu")
+    with pytest.raises(ShapeError, match=r"got k=64, n=40"):
+        cls(None, m=256, k=64, n=40, dtype=E4M3, device="cpu")
 
 
 def test_fp8_with_a_given_plan_is_refused():
@@ -132,7 +134,7 @@ def test_packed_rows_hold_a_then_its_scale_and_the_kernel_reads_them_in_place():
 @pytest.mark.parametrize("scales", ["tensor", "row"])
 @pytest.mark.parametrize("layout", ["kn", "nk"])
 def test_fp8_context_at_world_one_matches_reference(cpu_runtime, cls, mode, scales, layout):
-    m, k, n = 70, 48, 40
+    m, k, n = 70, 48, 80
     ctx = cls(None, m=m, k=k, n=n, dtype=E4M3, device="cpu", mode=mode, b_layout=layout,
               backend="copy-engine", algorithm="direct", split=1, tile_order="row-major")
     assert ctx.decision == mode and ctx.out_dtype == torch.bfloat16

@@ -18,9 +18,12 @@ from syncopate.ops.common import (BACKENDS, barrier, check_aligned, check_b_layo
 from syncopate.ops.topology import check_single_node, group_nodes
 from syncopate.runtime import DEFAULT_WAIT_BOUND_NS, plan_dtype
 
-# The operand dtypes of the fused ops (their output has the operands' dtype; FP8's is bf16 and
-# its calls take scales: ops/fp8.py).
-SUPPORTED_DTYPES = (torch.float16, torch.bfloat16, torch.float8_e4m3fn)
+# The operand dtypes of the fused ops (their output has the operands' dtype), as the torch custom
+# ops and syncopate.nn take them.
+SUPPORTED_DTYPES = (torch.float16, torch.bfloat16)
+# The contexts also take FP8 operands, whose calls pass scales and return bf16 (ops/fp8.py); the
+# custom ops have no scale arguments yet, so they refuse FP8.
+CONTEXT_DTYPES = SUPPORTED_DTYPES + (torch.float8_e4m3fn,)
 
 
 def default_device(device) -> torch.device:
@@ -46,8 +49,8 @@ class OpContext:
         check_dims(who, m=m, k=k, n=n)
         check_options(who, backend=backend, algorithm=algorithm, split=split, tile_order=tile_order,
                       mode=mode, b_layout=b_layout)
-        if dtype not in SUPPORTED_DTYPES:
-            raise UserError(f"{who}: dtype {dtype} is not supported; use one of {SUPPORTED_DTYPES}")
+        if dtype not in CONTEXT_DTYPES:
+            raise UserError(f"{who}: dtype {dtype} is not supported; use one of {CONTEXT_DTYPES}")
         group, rank, world = group_rank_world(group)
         # nodes=: the group's topology (ops/topology.py: keyword, SYNCOPATE_NODES, torchrun's
         # LOCAL_WORLD_SIZE); a group spanning nodes is refused by name for now.

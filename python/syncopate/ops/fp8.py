@@ -52,9 +52,9 @@ def check_fp8_context(who: str, device: torch.device, k: int, n: int) -> None:
         check_fp8_capability(device, who)
     except ValueError as exc:
         raise UserError(str(exc)) from None
-    if k % 16 != 0 or n % 8 != 0:
-        raise ShapeError(f"{who}: FP8 needs k a multiple of 16 (A's rows are k bytes) and n a multiple of 8 "
-                         f"(C's bf16 rows), for 16-byte row pitches; got k={k}, n={n}")
+    if k % 16 != 0 or n % 16 != 0:
+        raise ShapeError(f"{who}: FP8 needs k and n multiples of 16 (A's rows are k bytes, B's k or n bytes), "
+                         f"for 16-byte row pitches; got k={k}, n={n}")
 
 
 def check_scale(who: str, name: str, scale, length: int, what: str, shapes: tuple, device) -> torch.Tensor:
