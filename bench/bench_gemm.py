@@ -3,6 +3,11 @@
     python bench/bench_gemm.py                 # the config the model picks, vs cuBLAS
     python bench/bench_gemm.py --sweep         # also every candidate config (calibrates the model)
     python bench/bench_gemm.py --quick         # baselines rows only
+    python bench/bench_gemm.py --small-m       # M <= 2048 rows: many candidate configs each,
+                                               # split-K one-launch fixup included, vs cuBLAS
+    python bench/bench_gemm.py --fp8           # FP8 (e4m3) rows vs torch._scaled_mm, per-tensor
+                                               # and row-wise scales
+    --shapes 128x8192x5120nk,256x2048x8192kn   # only these local GEMMs (MxKxN + B layout)
 
 Each shape: fresh random bf16 inputs (several sets when one fits in L2), outputs poisoned with
 NaN, relative error of every variant vs an fp32 reference, then all variants timed in the same
@@ -13,6 +18,7 @@ bench/results/) named with the device kind and date; prints a table of ratios la
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import datetime
 import json
 import math
@@ -47,6 +53,42 @@ SWEEP_SPLIT_K = tuple(
                                                    (128, 256, 3, 8, 2, (2, 3, 4)))
     for split in splits)
 ERROR_LIMIT = 1e-2  # bf16 operands, fp32 accumulation, K up to 28672
+# FP8: the operands are exact e4m3 values, the reference is their fp32 product; what is left is
+# the bf16 rounding of C and the accumulation order.
+FP8_ERROR_LIMIT = 1e-2
+SMALL_M_MAX = 2048
+
+
+def small_m_candidates(m: int, n: int, num_sms: int, full_sweep: bool = False) -> tuple[GemmConfig, ...]:
+    """The configs --small-m times on a shape: the three blocks unsplit, and for blocks whose
+    tiles leave the chip under two waves, split-K in one launch (fixup) with the factors that
+    bring the work items to between 1 and 3 waves, plus the two-launch split-K at the same
+    factors for 128x256 with --sweep (the model's own split-K choice is always timed)."""
+    blocks = ((128, 256, 3, 8, 2), (128, 128, 4, 4, 1), (64, 128, 4, 4, 1))
+    out = [GemmConfig(bm, bn, 64, 8, st, w, True, e, 1.0) for bm, bn, st, w, e in blocks]
+    for bm, bn, st, w, e in blocks[:3]:
+        tiles = math.ceil(m / bm) * math.ceil(n / bn)
+        if tiles >= 2 * num_sms:
+            continue
+        for split in (2, 4, 8):
+            if tiles * split > 3 * num_sms or tiles * split < num_sms * 0.75:
+                continue
+            out.append(GemmConfig(bm, bn, 64, 8, st, w, True, 1, 1.0, split_k=split,
+                                  split_fixup=True))
+            if (bm, bn) == (128, 256) and split <= 4 and full_sweep:
+                out.append(GemmConfig(bm, bn, 64, 8, st, w, True, 1, 1.0, split_k=split))
+    return tuple(out)
+
+
+# FP8 configs timed beside the model's choice (BLOCK_K 128: one K-step moves the bytes of a
+# bf16 64-deep step).
+FP8_EXTRA = (
+    GemmConfig(128, 256, 128, 8, 3, 8, True, 2, 1.0),
+    GemmConfig(128, 256, 128, 8, 4, 8, True, 2, 1.0),
+    GemmConfig(128, 128, 128, 8, 4, 4, True, 1, 1.0),
+    GemmConfig(64, 128, 128, 8, 4, 4, True, 1, 1.0),
+    GemmConfig(128, 256, 64, 8, 4, 8, True, 2, 1.0),
+)
 
 
 def device_kind(name: str) -> str:
@@ -164,6 +206,178 @@ def print_table(rows: list[dict]) -> None:
     print(f"correctness failures: {failed if failed else 'none'}")
 
 
+def _compile_one(task: tuple) -> str:
+    """Runs one config once on small operands (in a worker process), so that Triton compiles it
+    into its on-disk cache. The operands keep every integer argument a multiple of 16 and above
+    1, as the rows' are, so the timed run finds the same specialisation in the cache."""
+    kind, cfg, layout, mode = task
+    try:
+        m, k, n = 256, 1024, 512
+        dtype = torch.float8_e4m3fn if kind == "fp8" else torch.bfloat16
+        a = torch.randn(m, k, device="cuda").to(dtype)
+        b = (torch.randn(n, k, device="cuda").to(dtype).t() if layout == "nk"
+             else torch.randn(k, n, device="cuda").to(dtype))
+        if kind == "fp8":
+            sa, sb = ((torch.tensor(1.0, device="cuda"), torch.tensor(1.0, device="cuda"))
+                      if mode == "tensor" else (torch.ones(m, 1, device="cuda"),
+                                                torch.ones(1, n, device="cuda")))
+            kernels.gemm_fp8(a, b, sa, sb, config=cfg, num_programs=7)
+        else:
+            kernels.gemm(a, b, config=cfg, num_programs=7)
+        torch.cuda.synchronize()
+        return ""
+    except Exception as error:  # reported, and the timed run will show it again
+        return f"{cfg.name} {layout} {mode}: {type(error).__name__}: {str(error)[:200]}"
+
+
+def precompile(tasks: list[tuple], workers: int) -> None:
+    """Compiles the configs a run will time in `workers` processes at once (Triton compiles one
+    kernel at a time per process; a run of many configs is otherwise mostly compiling)."""
+    import concurrent.futures
+    import multiprocessing
+    import time
+
+    start = time.time()
+    unique = list(dict.fromkeys(tasks))
+    ctx = multiprocessing.get_context("spawn")
+    with concurrent.futures.ProcessPoolExecutor(max_workers=workers, mp_context=ctx) as pool:
+        problems = [p for p in pool.map(_compile_one, unique) if p]
+    print(f"precompiled {len(unique)} kernels in {time.time() - start:.1f} s with {workers} "
+          f"processes" + (f"; problems: {problems}" if problems else ""), flush=True)
+
+
+def parse_shapes(text: str) -> list[tuple[int, int, int, str]]:
+    """"128x8192x5120nk,256x2048x8192kn" -> [(m, k, n, layout)]; ValueError naming the item."""
+    out = []
+    for item in filter(None, (t.strip() for t in text.split(","))):
+        layout = item[-2:]
+        dims = item[:-2].split("x")
+        if layout not in ("kn", "nk") or len(dims) != 3 or not all(d.isdigit() for d in dims):
+            raise ValueError(f"--shapes item {item!r}: expected MxKxN followed by kn or nk")
+        out.append((int(dims[0]), int(dims[1]), int(dims[2]), layout))
+    return out
+
+
+def select_shapes(all_shapes: list, wanted: list[tuple[int, int, int, str]]) -> list:
+    known = {(s.m, s.k, s.n, s.b_layout): s for s in all_shapes}
+    return [known.get(key) or shapes.GemmShape(*key, labels=("--shapes",)) for key in wanted]
+
+
+def fp8_operands(shape: shapes.GemmShape, device):
+    """e4m3 A, B (B as [K, N] or a [N, K] weight viewed transposed), and scales per mode."""
+    a = (torch.randn(shape.m, shape.k, device=device) * 2).to(torch.float8_e4m3fn)
+    if shape.b_layout == "nk":
+        b = (torch.randn(shape.n, shape.k, device=device) * 2).to(torch.float8_e4m3fn).t()
+    else:
+        b = (torch.randn(shape.k, shape.n, device=device) * 2).to(torch.float8_e4m3fn)
+    scales = {
+        "tensor": (torch.tensor(0.5, device=device), torch.tensor(0.25, device=device)),
+        "row": (torch.rand(shape.m, 1, device=device) + 0.1, torch.rand(1, shape.n, device=device) + 0.1),
+    }
+    out = torch.empty(shape.m, shape.n, dtype=torch.bfloat16, device=device)
+    return a, b, scales, out
+
+
+def bench_fp8_shape(shape: shapes.GemmShape, configs: dict[str, GemmConfig], model_name: str,
+                    samples: int) -> dict:
+    """Every FP8 variant (torch._scaled_mm and each config, per scale mode) on one shape."""
+    device = torch.device("cuda")
+    per_set = shape.m * shape.k + shape.k * shape.n + 2 * shape.m * shape.n
+    n_sets = timing.input_sets_for(per_set, device)
+    sets = [fp8_operands(shape, device) for _ in range(n_sets)]
+    # _scaled_mm wants B column-major: a [N, K] weight viewed transposed is; a [K, N] B is copied
+    # to that layout once here (cuBLAS's FP8 kernels have no row-major B), not per call.
+    b_col = [b if b.stride(0) == 1 else b.t().contiguous().t() for _, b, _, _ in sets]
+    fns, modes = {}, {}
+    for mode in ("tensor", "row"):
+        # No out=: _scaled_mm allocates its result (from the caching allocator; inside the
+        # timing graphs, from the graph's pool), as its callers run it.
+        fns[f"scaled_mm/{mode}"] = lambda i, mode=mode: torch._scaled_mm(
+            sets[i][0], b_col[i], scale_a=sets[i][2][mode][0], scale_b=sets[i][2][mode][1],
+            out_dtype=torch.bfloat16)
+        modes[f"scaled_mm/{mode}"] = mode
+        for name, cfg in configs.items():
+            fns[f"{name}/{mode}"] = lambda i, cfg=cfg, mode=mode: kernels.gemm_fp8(
+                sets[i][0], sets[i][1], sets[i][2][mode][0], sets[i][2][mode][1], out=sets[i][3],
+                config=cfg)
+            modes[f"{name}/{mode}"] = mode
+    a0, b0, scales0, out0 = sets[0]
+    base = a0.float() @ b0.float()
+    errors, launch_errors = {}, {}
+    for name, fn in fns.items():
+        sa, sb = scales0[modes[name]]
+        ref = base * sa.reshape(-1, 1) * sb.reshape(1, -1)
+        out0.fill_(float("nan"))
+        try:
+            result = fn(0)
+            torch.cuda.synchronize()
+        except Exception as error:
+            launch_errors[name] = f"{type(error).__name__}: {str(error)[:300]}"
+            errors[name] = math.inf
+            continue
+        errors[name] = timing.relative_error(result, ref)
+    del base
+    bad = {n for n, e in errors.items() if not e < FP8_ERROR_LIMIT}
+    timed = {n: f for n, f in fns.items() if n not in bad}
+    times = timing.time_variants(timed, n_sets, samples=samples)
+    row = {"m": shape.m, "k": shape.k, "n": shape.n, "b_layout": shape.b_layout, "dtype": "fp8_e4m3",
+           "labels": list(shape.labels), "input_sets": n_sets, "model_choice": model_name,
+           "variants": {}}
+    flops = 2.0 * shape.m * shape.n * shape.k
+    for name in fns:
+        entry = {"rel_error": errors[name], "failed_check": name in bad, "scales": modes[name]}
+        if name in launch_errors:
+            entry["launch_error"] = launch_errors[name]
+        if name in times:
+            entry.update(ms=times[name]["ms"], spread=times[name]["spread"],
+                         tflops=flops / times[name]["ms"] / 1e9)
+        row["variants"][name] = entry
+    for mode in ("tensor", "row"):
+        ref_ms = row["variants"][f"scaled_mm/{mode}"].get("ms")
+        model = row["variants"].get(f"{model_name}/{mode}", {})
+        if ref_ms and "ms" in model and not model["failed_check"]:
+            row[f"ratio_model_{mode}"] = model["ms"] / ref_ms
+        ours = {n: v["ms"] for n, v in row["variants"].items() if v["scales"] == mode
+                and not n.startswith("scaled_mm") and "ms" in v and not v["failed_check"]}
+        if ref_ms and ours:
+            best = min(ours, key=ours.get)
+            row[f"best_{mode}"] = best
+            row[f"ratio_best_{mode}"] = ours[best] / ref_ms
+    return row
+
+
+def print_candidates(row: dict, reference: str) -> None:
+    """Every variant's time and ratio to the reference, fastest first (for tuning)."""
+    ref_ms = row["variants"].get(reference, {}).get("ms")
+    timed = sorted(((v["ms"], n) for n, v in row["variants"].items() if "ms" in v))
+    for ms, name in timed:
+        ratio = ms / ref_ms if ref_ms else math.nan
+        err = row["variants"][name]["rel_error"]
+        print(f"      {name:<44} {ms * 1000:8.2f} us  x{ratio:.3f}  err {err:.1e}")
+    for name, v in row["variants"].items():
+        if "ms" not in v:
+            why = v.get("launch_error") or f"failed check (err {v['rel_error']:.2e})"
+            print(f"      {name:<44} not timed: {why}")
+
+
+def print_fp8_table(rows: list[dict]) -> None:
+    print(f"{'M':>6} {'K':>6} {'N':>6} {'B':>2}  {'tensor: model':>13} {'best':>6}  "
+          f"{'row: model':>10} {'best':>6}  (time / torch._scaled_mm)")
+    for r in rows:
+        print(f"{r['m']:>6} {r['k']:>6} {r['n']:>6} {r['b_layout']:>2}  "
+              f"{r.get('ratio_model_tensor', math.nan):>13.3f} {r.get('ratio_best_tensor', math.nan):>6.3f}  "
+              f"{r.get('ratio_model_row', math.nan):>10.3f} {r.get('ratio_best_row', math.nan):>6.3f}")
+    for mode in ("tensor", "row"):
+        ratios = [r[f"ratio_model_{mode}"] for r in rows if f"ratio_model_{mode}" in r]
+        if ratios:
+            geo = math.exp(sum(math.log(x) for x in ratios) / len(ratios))
+            print(f"fp8 {mode} scales, model config: geomean {geo:.3f}; "
+                  f"{sum(1 for x in ratios if x <= 1.05)}/{len(ratios)} within 5%; worst {max(ratios):.3f}")
+    failed = [(r["m"], r["k"], r["n"], n) for r in rows for n, v in r["variants"].items()
+              if v["failed_check"] and "launch_error" not in v]
+    print(f"fp8 correctness failures: {failed if failed else 'none'}")
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sweep", action="store_true", help="time every candidate config")
@@ -173,6 +387,14 @@ def main() -> int:
     parser.add_argument("--out", default=os.environ.get("OUT") or
                         str(Path(__file__).resolve().parent / "results"))
     parser.add_argument("--limit", type=int, default=0, help="first N shapes only (0: all)")
+    parser.add_argument("--small-m", action="store_true",
+                        help=f"M <= {SMALL_M_MAX} rows, each with many candidate configs")
+    parser.add_argument("--fp8", action="store_true", help="FP8 rows vs torch._scaled_mm")
+    parser.add_argument("--shapes", default="", help="only these: MxKxN + kn|nk, comma-separated")
+    parser.add_argument("--precompile", type=int, default=0, metavar="WORKERS",
+                        help="compile every config of the run in this many processes first")
+    parser.add_argument("--both-layouts", action="store_true",
+                        help="run every selected shape with B as [K, N] and as [N, K]")
     args = parser.parse_args()
     if not torch.cuda.is_available():
         print("bench_gemm: no CUDA device", file=sys.stderr)
@@ -185,6 +407,13 @@ def main() -> int:
     gemm_shapes = shapes.local_gemm_shapes()
     if args.quick:
         gemm_shapes = [s for s in gemm_shapes if any("baseline" in l for l in s.labels)]
+    if args.small_m:
+        gemm_shapes = [s for s in gemm_shapes if s.m <= SMALL_M_MAX]
+    if args.shapes:
+        gemm_shapes = select_shapes(shapes.local_gemm_shapes(), parse_shapes(args.shapes))
+    if args.both_layouts:
+        gemm_shapes = [dataclasses.replace(s, b_layout=layout) for s in gemm_shapes
+                       for layout in ("kn", "nk")]
     if args.limit:
         gemm_shapes = gemm_shapes[:args.limit]
     print(f"device {props.name} ({kind}), {props.multi_processor_count} SMs, "
@@ -195,7 +424,8 @@ def main() -> int:
     report = {"benchmark": "bench_gemm", "device": props.name, "device_kind": kind,
               "num_sms": props.multi_processor_count, "date": now.isoformat(timespec="seconds"),
               "torch": torch.__version__, "triton": triton.__version__, "dtype": args.dtype,
-              "sweep": args.sweep, "samples": args.samples,
+              "sweep": args.sweep, "small_m": args.small_m, "fp8": args.fp8,
+              "samples": args.samples,
               "method": "CUDA graphs of calls, interleaved replays, median per call; "
                         "random inputs rotated over sets > 2x L2; NaN-poisoned outputs; "
                         "rel. error vs fp32 reference",
@@ -203,8 +433,35 @@ def main() -> int:
     out_dir = Path(args.out)
     out_dir.mkdir(parents=True, exist_ok=True)
     suffix = "_sweep" if args.sweep else ""
+    suffix += "_fp8" if args.fp8 else ("_smallm" if args.small_m else "")
     path = out_dir / f"bench_gemm_{kind}_{now:%Y-%m-%d_%H%M}{suffix}.json"
     rows = report["rows"]
+    if args.fp8:
+        plans = []
+        for shape in gemm_shapes:
+            chosen = kernels.gemm_fp8_module.select_fp8_config(shape.m, shape.n, shape.k,
+                                                               torch.device("cuda"))
+            configs = {chosen.name: chosen}
+            for cfg in FP8_EXTRA:
+                configs.setdefault(cfg.name, cfg)
+            plans.append((shape, chosen, configs))
+        if args.precompile:
+            precompile([("fp8", cfg, shape.b_layout, mode) for shape, _, configs in plans
+                        for cfg in configs.values() for mode in ("tensor", "row")], args.precompile)
+        for shape, chosen, configs in plans:
+            row = bench_fp8_shape(shape, configs, chosen.name, args.samples)
+            rows.append(row)
+            print(f"  fp8 {shape.m}x{shape.k}x{shape.n} {shape.b_layout}: model/_scaled_mm tensor "
+                  f"{row.get('ratio_model_tensor', math.nan):.3f} row "
+                  f"{row.get('ratio_model_row', math.nan):.3f}", flush=True)
+            print_candidates(row, "scaled_mm/row")
+            path.write_text(json.dumps(report, indent=1))
+        report["complete"] = True
+        path.write_text(json.dumps(report, indent=1))
+        print(f"wrote {path}")
+        print_fp8_table(rows)
+        return 0
+    plans = []
     for shape in gemm_shapes:
         chosen = kernels.select_config(shape.m, shape.n, shape.k, torch.device("cuda"), dtype)
         configs = {chosen.name: chosen}
@@ -214,11 +471,25 @@ def main() -> int:
             if math.ceil(shape.m / 128) * math.ceil(shape.n / 256) < 2 * props.multi_processor_count:
                 for cfg in SWEEP_SPLIT_K:
                     configs.setdefault(cfg.name, cfg)
+        if args.small_m:
+            for cfg in small_m_candidates(shape.m, shape.n, props.multi_processor_count, args.sweep):
+                configs.setdefault(cfg.name, cfg)
+            fixup = kernels.choose_config(shape.m, shape.n, shape.k, props.multi_processor_count,
+                                          2, kernels.gemm_module.device_limits(torch.device("cuda"))[1] - 1024,
+                                          fixup=True)
+            configs.setdefault(fixup.name, fixup)
+        plans.append((shape, chosen, configs))
+    if args.precompile:
+        precompile([("bf16", cfg, shape.b_layout, "") for shape, _, configs in plans
+                    for cfg in configs.values()], args.precompile)
+    for shape, chosen, configs in plans:
         row = bench_shape(shape, configs, chosen.name, dtype, args.samples)
         rows.append(row)
         print(f"  {shape.m}x{shape.k}x{shape.n} {shape.b_layout}: model/cuBLAS "
               f"{row.get('ratio_model', math.nan):.3f}, best/cuBLAS "
               f"{row.get('ratio_best', math.nan):.3f} ({row.get('best_variant')})", flush=True)
+        if args.small_m or args.sweep:
+            print_candidates(row, "cublas")
         # Written after every shape: a run cut short by a time limit still leaves its rows.
         path.write_text(json.dumps(report, indent=1))
     report["complete"] = True

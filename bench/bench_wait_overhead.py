@@ -13,6 +13,9 @@ the tile-order lookup), i.e. what a fused op pays even when every chunk has alre
 All in one run (CUDA graphs, interleaved, median), random inputs, poisoned outputs, errors vs
 an fp32 reference. Usage: python bench/bench_wait_overhead.py --kernel-file GEN.py
 (GEN.py = `syncopate transform python/syncopate/kernels/gemm.py --kernel gemm_tma_kernel`).
+--fp8: the same rows for the FP8 kernel (GEN.py = `syncopate transform
+python/syncopate/kernels/gemm_fp8.py --kernel gemm_fp8_tma_kernel`), e4m3 operands with row-wise
+scales, bf16 C, `torch._scaled_mm` (B column-major) as the library reference.
 """
 from __future__ import annotations
 
@@ -67,22 +70,36 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--kernel-file", type=Path, required=True)
     parser.add_argument("--out", default=os.environ.get("OUT") or str(REPO / "bench" / "results"))
+    parser.add_argument("--fp8", action="store_true", help="the FP8 kernel (kernel file: its transform)")
     args = parser.parse_args()
     gemm_mod, fused = load_modules(args.kernel_file)
     from syncopate.launch import TileTables, new_error_record, check_error
-    kernel = fused.gemm_tma_kernel
+    fp8 = None
+    if args.fp8:
+        import importlib
+        fp8 = importlib.import_module("syncopate.kernels.gemm_fp8")
+    kernel = fused.gemm_fp8_tma_kernel if fp8 else fused.gemm_tma_kernel
     dev = torch.device("cuda")
     props = torch.cuda.get_device_properties(dev)
     sms = props.multi_processor_count
     gemm_mod.ensure_descriptor_allocator()
     rows = []
     for m, k, n in SHAPES:
-        cfg = gemm_mod.select_config(m, n, k, dev, torch.bfloat16, allow_split_k=False)
+        cfg = fp8.select_fp8_config(m, n, k, dev) if fp8 else \
+            gemm_mod.select_config(m, n, k, dev, torch.bfloat16, allow_split_k=False)
         tiles_m, tiles_n = triton.cdiv(m, cfg.block_m), triton.cdiv(n, cfg.block_n)
         grid = max(1, min(sms, tiles_m * tiles_n))
-        n_sets = timing.input_sets_for((m * k + k * n + m * n) * 2, dev)
-        a = [torch.randn(m, k, device=dev, dtype=torch.bfloat16) for _ in range(n_sets)]
-        b = [torch.randn(k, n, device=dev, dtype=torch.bfloat16) for _ in range(n_sets)]
+        elem = 1 if fp8 else 2
+        n_sets = timing.input_sets_for((m * k + k * n) * elem + m * n * 2, dev)
+        if fp8:
+            a = [(torch.randn(m, k, device=dev) * 2).to(torch.float8_e4m3fn) for _ in range(n_sets)]
+            b = [(torch.randn(k, n, device=dev) * 2).to(torch.float8_e4m3fn) for _ in range(n_sets)]
+            b_col = [x.t().contiguous().t() for x in b]  # _scaled_mm's layout, copied once
+            sa = torch.rand(m, 1, device=dev) + 0.25
+            sb = torch.rand(1, n, device=dev) + 0.25
+        else:
+            a = [torch.randn(m, k, device=dev, dtype=torch.bfloat16) for _ in range(n_sets)]
+            b = [torch.randn(k, n, device=dev, dtype=torch.bfloat16) for _ in range(n_sets)]
         outs = {v: torch.full((m, n), float("nan"), device=dev, dtype=torch.bfloat16)
                 for v in ("untransformed", "lookup only", "waits (AG, w4)", "cuBLAS")}
         shard = -(-m // WORLD)  # rows per shard (even split is enough for this measurement)
@@ -106,31 +123,45 @@ def main() -> None:
                           WARP_SPECIALIZE=cfg.warp_specialize, FLATTEN=cfg.flatten,
                           C_STORE_POINTERS=False, num_stages=cfg.num_stages, num_warps=cfg.num_warps)
 
+        # FP8: the scale pointers follow C, their strides (1: per row / column) stride_cm.
+        operands = (sa, sb) if fp8 else ()
+        strides = (1, 1) if fp8 else ()
+
         def fused_call(name):
             def call(s):
                 out = outs[name]
-                kernel[(grid,)](a[s], b[s], out, m, n, k, k, n, n, grid, **constexprs,
+                kernel[(grid,)](a[s], b[s], out, *operands, m, n, k, k, n, n, *strides, grid, **constexprs,
                                 sy_signals=signals, sy_tiles_n=tiles_n, sy_epoch=epoch_one,
                                 sy_wait_bound_ns=10_000_000_000, sy_rank=tables[name].rank,
                                 sy_error=errors[name], **arrays[name])
             return call
 
-        fns = {
-            "untransformed": lambda s: gemm_mod.gemm(a[s], b[s], out=outs["untransformed"], config=cfg),
-            "lookup only": fused_call("lookup only"),
-            "waits (AG, w4)": fused_call("waits (AG, w4)"),
-            "cuBLAS": lambda s: torch.mm(a[s], b[s], out=outs["cuBLAS"]),
-        }
-        ref = (a[0].float() @ b[0].float())
+        if fp8:
+            fns = {
+                "untransformed": lambda s: fp8.gemm_fp8(a[s], b[s], sa, sb, out=outs["untransformed"], config=cfg),
+                "lookup only": fused_call("lookup only"),
+                "waits (AG, w4)": fused_call("waits (AG, w4)"),
+                "cuBLAS": lambda s: torch._scaled_mm(a[s], b_col[s], scale_a=sa, scale_b=sb,
+                                                     out_dtype=torch.bfloat16),
+            }
+            ref = (a[0].float() @ b[0].float()) * sa * sb
+        else:
+            fns = {
+                "untransformed": lambda s: gemm_mod.gemm(a[s], b[s], out=outs["untransformed"], config=cfg),
+                "lookup only": fused_call("lookup only"),
+                "waits (AG, w4)": fused_call("waits (AG, w4)"),
+                "cuBLAS": lambda s: torch.mm(a[s], b[s], out=outs["cuBLAS"]),
+            }
+            ref = (a[0].float() @ b[0].float())
         errs = {}
         for name, fn in fns.items():
-            fn(0)
+            result = fn(0)
             torch.cuda.synchronize()
-            errs[name] = timing.relative_error(outs[name], ref)
+            errs[name] = timing.relative_error(result if name == "cuBLAS" and fp8 else outs[name], ref)
             if not errs[name] < 1e-2:
                 raise SystemExit(f"{name} {m}x{k}x{n}: relative error {errs[name]}")
         for name in errors:
-            check_error(errors[name], tables[name], "gemm_tma_kernel")
+            check_error(errors[name], tables[name], "gemm_fp8_tma_kernel" if fp8 else "gemm_tma_kernel")
         t = timing.time_variants(fns, n_sets)
         base_ms = t["untransformed"]["ms"]
         row = {"m": m, "k": k, "n": n, "config": f"{cfg.block_m}x{cfg.block_n}",
@@ -142,7 +173,7 @@ def main() -> None:
             f"{v} {t[v]['ms']:.4f} ms ({t[v]['ms'] / base_ms:.3f}x)" for v in fns), flush=True)
     kind = "nvidia-h200" if "H200" in props.name else ("nvidia-h100-x1" if "H100" in props.name else props.name)
     now = datetime.datetime.now(datetime.timezone.utc)
-    path = Path(args.out) / f"bench_wait_overhead_{kind}_{now:%Y-%m-%d_%H%M}.json"
+    path = Path(args.out) / f"bench_wait_overhead_{kind}_{now:%Y-%m-%d_%H%M}{'_fp8' if fp8 else ''}.json"
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps({"benchmark": "bench_wait_overhead", "device": props.name, "device_kind": kind,
                                 "date": now.isoformat(), "torch": torch.__version__,

@@ -50,7 +50,13 @@ void bind_calibration(nb::module_& m) {
       .def_ro("egress_gbps", &sim::Calibration::egress_gbps)
       .def_ro("ingress_gbps", &sim::Calibration::ingress_gbps)
       .def_ro("launch_overhead_us", &sim::Calibration::launch_overhead_us)
-      .def("tile_time_us", &sim::Calibration::tile_time_us, "block_m"_a, "block_n"_a, "k"_a)
+      .def(
+          "tile_time_us",
+          [](const sim::Calibration& c, std::int64_t block_m, std::int64_t block_n, std::int64_t k,
+             std::string_view dtype) { return c.tile_time_us(block_m, block_n, k, enum_arg<plan::DType>(dtype, "dtype")); },
+          "block_m"_a, "block_n"_a, "k"_a, "dtype"_a = "bf16")
+      .def_prop_ro("fp8_peak_tflops", [](const sim::Calibration& c) { return c.gemm.fp8_peak_tflops; })
+      .def_prop_ro("fp8_estimated", [](const sim::Calibration& c) { return c.gemm.fp8_estimated; })
       .def(
           "link_bandwidth_gbps",
           [](const sim::Calibration& c, int src, int dst, std::string_view backend) {
@@ -80,6 +86,10 @@ void bind_timelines(nb::module_& m) {
       .def_rw("k", &sim::GemmShape::k)
       .def_rw("block_m", &sim::GemmShape::block_m)
       .def_rw("block_n", &sim::GemmShape::block_n)
+      .def_prop_rw(
+          "dtype", [](const sim::GemmShape& g) { return std::string(plan::to_string(g.dtype)); },
+          [](sim::GemmShape& g, std::string_view dtype) { g.dtype = enum_arg<plan::DType>(dtype, "dtype"); },
+          "The operands' dtype (f8e4m3 / f8e5m2 run at the calibration's FP8 rate).")
       .def("grid", &sim::GemmShape::grid)
       .def("flops", &sim::GemmShape::flops);
 

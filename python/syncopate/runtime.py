@@ -33,7 +33,8 @@ _runtime = None
 
 DEFAULT_WAIT_BOUND_NS = env.wait_bound_ms * 1_000_000
 
-_PLAN_DTYPE = {torch.float16: "f16", torch.bfloat16: "bf16", torch.float32: "f32", torch.int32: "i32"}
+_PLAN_DTYPE = {torch.float16: "f16", torch.bfloat16: "bf16", torch.float32: "f32", torch.int32: "i32",
+               torch.float8_e4m3fn: "f8e4m3"}
 
 
 def require_runtime():
@@ -50,7 +51,7 @@ def require_runtime():
 
 
 def plan_dtype(dtype: torch.dtype) -> str:
-    """The plan IR's spelling of a torch dtype (bf16, f16, f32, i32)."""
+    """The plan IR's spelling of a torch dtype (bf16, f16, f32, i32, f8e4m3)."""
     if dtype not in _PLAN_DTYPE:
         raise UserError(f"dtype {dtype} has no plan dtype; use one of {list(_PLAN_DTYPE)}")
     return _PLAN_DTYPE[dtype]

@@ -121,10 +121,13 @@ double Calibration::link_bandwidth_under_compute_gbps(int src, int dst, plan::Ba
   return alone * (m.bandwidth_under_compute() / m.bandwidth_gbps);
 }
 
-double Calibration::tile_time_us(std::int64_t block_m, std::int64_t block_n, std::int64_t k) const {
+double Calibration::tile_time_us(std::int64_t block_m, std::int64_t block_n, std::int64_t k,
+                                 plan::DType dtype) const {
   const double flops = 2.0 * static_cast<double>(block_m) * static_cast<double>(block_n) *
                        static_cast<double>(k);
-  const double per_sm_flops_per_us = gemm.peak_tflops * 1e6 / sms * gemm.mma_efficiency;
+  const bool fp8 = dtype == plan::DType::f8e4m3 || dtype == plan::DType::f8e5m2;
+  const double peak = fp8 ? gemm.fp8_peak_tflops : gemm.peak_tflops;
+  const double per_sm_flops_per_us = peak * 1e6 / sms * gemm.mma_efficiency;
   return gemm.tile_overhead_us + flops / per_sm_flops_per_us;
 }
 
@@ -153,10 +156,20 @@ Calibration parse_calibration(std::string_view json_text, std::string_view sourc
   c.ingress_gbps = gpu.required("ingress_gbps").positive();
   c.local_copy_gbps = gpu.required("local_copy_gbps").positive();
 
-  auto gemm = object(top.required("gemm"), "gemm", {"peak_tflops", "mma_efficiency", "tile_overhead_us"});
+  auto gemm = object(top.required("gemm"), "gemm",
+                     {"peak_tflops", "mma_efficiency", "tile_overhead_us", "fp8"});
   c.gemm.peak_tflops = gemm.required("peak_tflops").positive();
   c.gemm.mma_efficiency = gemm.required("mma_efficiency").fraction();
   c.gemm.tile_overhead_us = gemm.required("tile_overhead_us").non_negative();
+  c.gemm.fp8_peak_tflops = 2 * c.gemm.peak_tflops;
+  c.gemm.fp8_estimated = true;
+  if (auto fp8 = gemm.optional("fp8")) {
+    auto o = object(*fp8, "gemm.fp8", {"peak_tflops", "estimated"});
+    c.gemm.fp8_peak_tflops = o.required("peak_tflops").positive();
+    const Node estimated = o.required("estimated");
+    if (!estimated.value().is_boolean()) estimated.fail("true (not measured yet) or false");
+    c.gemm.fp8_estimated = estimated.value().get<bool>();
+  }
 
   const Node overheads_node = top.required("overheads");
   if (overheads_node.value().is_object() && overheads_node.value().contains("fused_call_us"))
@@ -250,7 +263,8 @@ std::string calibration_to_json(const Calibration& c, int indent) {
   doc["gpu"] = {{"sms", c.sms}, {"egress_gbps", c.egress_gbps}, {"ingress_gbps", c.ingress_gbps},
                 {"local_copy_gbps", c.local_copy_gbps}};
   doc["gemm"] = {{"peak_tflops", c.gemm.peak_tflops}, {"mma_efficiency", c.gemm.mma_efficiency},
-                 {"tile_overhead_us", c.gemm.tile_overhead_us}};
+                 {"tile_overhead_us", c.gemm.tile_overhead_us},
+                 {"fp8", {{"peak_tflops", c.gemm.fp8_peak_tflops}, {"estimated", c.gemm.fp8_estimated}}}};
   doc["overheads"] = {{"launch_us", c.launch_overhead_us}, {"sync_us", c.sync_overhead_us}};
   if (c.host.modelled)
     doc["host"] = {{"fused_call_us", c.host.fused_call_us}, {"after_launch_us", c.host.after_launch_us},

@@ -104,7 +104,7 @@ std::vector<std::vector<std::pair<int, int>>> chunk_gates(const FusedCall& call)
 EngineRank rank_shell(const FusedCall& call, int workers, const Calibration& calib) {
   EngineRank er;
   er.workers = workers;
-  er.tile_work_us = calib.tile_time_us(call.gemm.block_m, call.gemm.block_n, call.gemm.k);
+  er.tile_work_us = calib.tile_time_us(call.gemm.block_m, call.gemm.block_n, call.gemm.k, call.gemm.dtype);
   er.tile_count = static_cast<int>(call.gemm.grid().count());
   return er;
 }
@@ -516,7 +516,7 @@ Timeline simulate_gemm_alone(const GemmShape& gemm, int world_size, const Calibr
   for (int r = 0; r < world_size; ++r) {
     EngineRank er;
     er.workers = calib.sms;
-    er.tile_work_us = calib.tile_time_us(gemm.block_m, gemm.block_n, gemm.k);
+    er.tile_work_us = calib.tile_time_us(gemm.block_m, gemm.block_n, gemm.k, gemm.dtype);
     er.tile_count = tiles;
     er.kernels.push_back(kernel);
     in.ranks.push_back(std::move(er));

@@ -229,3 +229,37 @@ def test_model_respects_shared_memory():
         _kernel_configs.choose_config(8192, 8192, 8192, 132, 2, 1024)
     with pytest.raises(ValueError, match="shape must be positive"):
         _kernel_configs.choose_config(0, 8, 8, 132, 2, _SMEM_H100)
+
+
+@pytest.mark.parametrize("split_k", [2, 3])
+@pytest.mark.parametrize("b_is_nk", [False, True])
+@pytest.mark.parametrize("shape,block_m", [((40, 48, 160), 32), ((64, 32, 96), 32), ((72, 40, 128), 64)])
+def test_split_k_fixup_matches_reference_and_leaves_counters_zero(split_k, b_is_nk, shape, block_m):
+    """The one-launch split-K: the last program of each tile sums the slices (BLOCK_M 64: in two
+    passes of 32 rows); run twice on the same counters (each run must leave them at zero)."""
+    m, n, k = shape
+    cfg = GemmConfig(block_m, 32, 32, 2, 1, 4, False, 1, 1.0, split_k=split_k, split_fixup=True)
+    a, b = _operands(m, n, k, torch.bfloat16, b_is_nk, seed=split_k * 10 + m)
+    tiles = -(-m // block_m) * -(-n // 32)
+    counters = torch.zeros(tiles, dtype=torch.int32)
+    original = gemm_module._counters
+    gemm_module._counters = lambda device, count: counters
+    try:
+        for _ in range(2):
+            out = torch.full((m, n), float("nan"), dtype=torch.bfloat16)
+            c = gemm_module.gemm(a, b, out=out, config=cfg, num_programs=5)
+            assert not torch.isnan(c).any()
+            assert _rel_error(c, a, b) < 1e-2
+            assert int(counters.abs().sum()) == 0
+    finally:
+        gemm_module._counters = original
+
+
+def test_model_offers_fixup_variants_only_when_asked():
+    plain = _kernel_configs.candidate_configs(8192)
+    with_fixup = _kernel_configs.candidate_configs(8192, fixup=True)
+    assert not any(c.split_fixup for c in plain)
+    assert {c.name for c in with_fixup if c.split_fixup} == {
+        c.name + "f" for c in plain if c.split_k > 1}
+    cfg = _kernel_configs.choose_config(128, 4096, 8192, 132, 2, _SMEM_H100, fixup=True)
+    assert cfg.split_k > 1 and cfg.split_fixup  # cheaper per MB than the two-launch split

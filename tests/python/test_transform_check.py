@@ -36,6 +36,8 @@ SHIPPED = [
     ("gemm.py", "gemm_tma_kernel", check_problems.gemm_tma_pointer_stores),
     ("gemm.py", "gemm_pointer_kernel", check_problems.gemm_pointer),
     ("gemm_reduce.py", "gemm_reduce_kernel", check_problems.gemm_reduce),
+    ("gemm_fp8.py", "gemm_fp8_tma_kernel", check_problems.gemm_fp8_tma),
+    ("gemm_fp8.py", "gemm_fp8_tma_kernel", check_problems.gemm_fp8_tma_pointer_stores),
 ]
 
 
@@ -51,7 +53,8 @@ def test_every_example_passes(case):
 
 
 @pytest.mark.parametrize("file,kernel,problem", SHIPPED,
-                         ids=["gemm_tma", "gemm_tma_pointer_stores", "gemm_pointer", "gemm_reduce"])
+                         ids=["gemm_tma", "gemm_tma_pointer_stores", "gemm_pointer", "gemm_reduce",
+                              "gemm_fp8_tma", "gemm_fp8_tma_pointer_stores"])
 def test_every_shipped_kernel_passes(file, kernel, problem):
     report = sy.check_kernel(KERNELS / file, kernel, problem)
     assert report.ok, str(report)

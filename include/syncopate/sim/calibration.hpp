@@ -131,6 +131,11 @@ struct GemmModel {
   double peak_tflops = 0;      // dense bf16 peak of the whole GPU
   double mma_efficiency = 1;   // fraction of per-SM peak a tile's main loop reaches
   double tile_overhead_us = 0; // prologue + epilogue (store) of one tile
+  // FP8 (e4m3 / e5m2 operands): the dense peak of the whole GPU, JSON gemm.fp8 {peak_tflops,
+  // estimated}; absent: twice peak_tflops (Hopper's dense FP8 rate is twice its bf16 rate),
+  // estimated. The same mma_efficiency and tile_overhead_us apply.
+  double fp8_peak_tflops = 0;
+  bool fp8_estimated = true;
 };
 
 struct Calibration {
@@ -160,7 +165,9 @@ struct Calibration {
   // The same while a GEMM runs on src or dst: scaled by the backend's under-compute ratio.
   double link_bandwidth_under_compute_gbps(int src, int dst, plan::Backend b) const;
   // Time of one tile of block_m x block_n over depth k, in microseconds.
-  double tile_time_us(std::int64_t block_m, std::int64_t block_n, std::int64_t k) const;
+  // One tile's time; `dtype` is the operands' (FP8 runs at gemm.fp8_peak_tflops).
+  double tile_time_us(std::int64_t block_m, std::int64_t block_n, std::int64_t k,
+                      plan::DType dtype = plan::DType::bf16) const;
 };
 
 // `source` names the input in error messages (a file name, or "<string>").

@@ -18,6 +18,8 @@ namespace syncopate::sim {
 struct GemmShape {
   std::int64_t m = 0, n = 0, k = 0;
   std::int64_t block_m = 128, block_n = 256;
+  // The operands' dtype: FP8 (f8e4m3, f8e5m2) runs at the calibration's FP8 rate.
+  plan::DType dtype = plan::DType::bf16;
 
   lower::TileGrid grid() const { return {m, n, block_m, block_n}; }
   double flops() const { return 2.0 * double(m) * double(n) * double(k); }

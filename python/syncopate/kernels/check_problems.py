@@ -107,3 +107,28 @@ def gemm_reduce(gen: torch.Generator, world: int = 2, rank: int = 1) -> CheckPro
     return CheckProblem({"a": a, "b": b, "c": c, "p": p, "out": out}, args, meta, (_PROGRAMS,), (_PROGRAMS,),
                         tiles_m, tiles_n, _BM, _BN, outputs=("c", "out"), tile_regions=regions,
                         tile_waits=waits, tile_notifies=notifies, slot_writers=writers, chunks=chunks)
+
+
+def _fp8_problem(gen: torch.Generator, c_store_pointers: bool) -> CheckProblem:
+    """kernels/gemm_fp8.py: e4m3 A and B, row-wise A scales and column-wise B scales, bf16 C."""
+    m, n, k = 96, 48, 64  # 16-byte row pitches for TMA at 1 byte per element; 48 not a block multiple
+    a = (torch.randn(m, k, generator=gen) * 2).to(torch.float8_e4m3fn)
+    b = (torch.randn(k, n, generator=gen) * 2).to(torch.float8_e4m3fn)
+    c = torch.empty(m, n, dtype=torch.bfloat16)
+    scale_a = torch.rand(m, generator=gen) + 0.5
+    scale_b = torch.rand(n, generator=gen) + 0.5
+    meta = dict(B_IS_NK=False, BLOCK_M=_BM, BLOCK_N=_BN, BLOCK_K=_BK, GROUP_M=2, EPILOGUE_SPLIT=1,
+                WARP_SPECIALIZE=False, FLATTEN=True, C_STORE_POINTERS=c_store_pointers)
+    args = (a, b, c, scale_a, scale_b, m, n, k, a.stride(0), b.stride(0), c.stride(0), 1, 1, _PROGRAMS)
+    return CheckProblem({"a": a, "b": b, "c": c}, args, meta, (_PROGRAMS,), (_PROGRAMS,),
+                        _cdiv(m, _BM), _cdiv(n, _BN), _BM, _BN, outputs=("c",))
+
+
+def gemm_fp8_tma(gen: torch.Generator) -> CheckProblem:
+    """gemm_fp8_tma_kernel storing C through TMA (the consumer side: FP8 AG+GEMM)."""
+    return _fp8_problem(gen, c_store_pointers=False)
+
+
+def gemm_fp8_tma_pointer_stores(gen: torch.Generator) -> CheckProblem:
+    """gemm_fp8_tma_kernel storing C with plain stores (the producer side: FP8 GEMM+RS/AR)."""
+    return _fp8_problem(gen, c_store_pointers=True)

@@ -37,12 +37,15 @@ class GemmConfig:
     # Programs sharing one output tile, each over a slice of K, summed by a second kernel:
     # for shapes whose tile count cannot fill the chip (small M).
     split_k: int = 1
+    # With split_k > 1: the last program to finish a tile's slices sums them in the same launch
+    # (gemm_split_k_fixup_kernel) instead of a second reduction kernel.
+    split_fixup: bool = False
 
     @property
     def name(self) -> str:
         ws = "ws" if self.warp_specialize else "nows"
         flat = "" if self.flatten else "_nf"
-        split = f"_k{self.split_k}" if self.split_k > 1 else ""
+        split = f"_k{self.split_k}{'f' if self.split_fixup else ''}" if self.split_k > 1 else ""
         return (f"{self.block_m}x{self.block_n}x{self.block_k}_s{self.num_stages}"
                 f"_w{self.num_warps}_g{self.group_m}_{ws}_e{self.epilogue_split}{flat}{split}")
 
@@ -69,6 +72,13 @@ TILE_FIXED_STEPS = 4.0
 # Cost of the split-K partials (written, read back and summed by a second kernel), in
 # units of one 128x256x64 K-step per MB of fp32 partials (fitted).
 SPLIT_K_COST_PER_MB = 1.0
+# The same for the one-launch fixup (the last program of a tile reads the other slices'
+# partials): no second launch and no full-C pass. ESTIMATED (half the fitted two-launch
+# cost), not yet fitted: bench_gemm.py --small-m times it beside the others.
+SPLIT_K_FIXUP_COST_PER_MB = 0.5
+# Whether choose_config offers the fixup variants by default: off until a GPU run has measured
+# them against the two-launch split-K (docs/PERFORMANCE.md).
+FIXUP_IN_MODEL = False
 # Below this many K-steps per slice, splitting K only adds overhead.
 MIN_K_STEPS_PER_SPLIT = 8
 _REFERENCE_AREA = 128 * 256
@@ -91,24 +101,29 @@ def estimated_cost(cfg: GemmConfig, m: int, n: int, k: int, num_sms: int) -> flo
     per_item = (k_steps + TILE_FIXED_STEPS) * (cfg.block_m * cfg.block_n / _REFERENCE_AREA)
     cost = _waves(work, num_sms) * per_item / cfg.efficiency
     if cfg.split_k > 1:
-        cost += SPLIT_K_COST_PER_MB * cfg.split_k * m * n * 4 / 1e6
+        per_mb = SPLIT_K_FIXUP_COST_PER_MB if cfg.split_fixup else SPLIT_K_COST_PER_MB
+        cost += per_mb * cfg.split_k * m * n * 4 / 1e6
     return cost
 
 
-def candidate_configs(k: int) -> list[GemmConfig]:
-    """Every block of CANDIDATES with every split factor that leaves enough K per slice."""
+def candidate_configs(k: int, fixup: bool = False) -> list[GemmConfig]:
+    """Every block of CANDIDATES with every split factor that leaves enough K per slice (and,
+    with fixup, each split also as the one-launch fixup variant)."""
     out = []
     for cfg in CANDIDATES:
         k_steps = math.ceil(k / cfg.block_k)
         for split in SPLIT_K_FACTORS:
             if split == 1 or k_steps >= split * MIN_K_STEPS_PER_SPLIT:
                 out.append(dataclasses.replace(cfg, split_k=split))
+                if split > 1 and fixup:
+                    out.append(dataclasses.replace(cfg, split_k=split, split_fixup=True))
     return out
 
 
 def choose_config(m: int, n: int, k: int, num_sms: int, element_size: int,
                   shared_memory_limit: int, allow_split_k: bool = True,
-                  candidates: tuple[GemmConfig, ...] | None = None) -> GemmConfig:
+                  candidates: tuple[GemmConfig, ...] | None = None,
+                  fixup: bool | None = None) -> GemmConfig:
     """The candidate with the lowest estimated cost that fits in shared memory.
 
     allow_split_k=False for callers that need every tile final when its program finishes
@@ -118,7 +133,8 @@ def choose_config(m: int, n: int, k: int, num_sms: int, element_size: int,
         raise ValueError(f"choose_config: shape must be positive, got M={m} N={n} K={k}")
     if num_sms <= 0:
         raise ValueError(f"choose_config: num_sms must be positive, got {num_sms}")
-    pool = list(candidates) if candidates is not None else candidate_configs(k)
+    fixup = FIXUP_IN_MODEL if fixup is None else fixup
+    pool = list(candidates) if candidates is not None else candidate_configs(k, fixup=fixup)
     if not allow_split_k:
         pool = [c for c in pool if c.split_k == 1]
     fitting = [c for c in pool if c.shared_memory_bytes(element_size) <= shared_memory_limit]

@@ -207,6 +207,79 @@ def gemm_split_k_kernel(a_ptr, b_ptr, partial_ptr, M, N, K, stride_am, stride_b,
 
 
 @triton.jit
+def gemm_split_k_fixup_kernel(a_ptr, b_ptr, c_ptr, partial_ptr, counter_ptr, M, N, K, stride_am,
+                              stride_b, stride_cm, num_programs, SPLIT_K: tl.constexpr,
+                              B_IS_NK: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                              BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
+                              FIXUP_ROWS: tl.constexpr = 32):
+    """Split-K in one launch: the last program to finish a slice of a tile sums the tile.
+
+    Work items are (tile, K slice) as in gemm_split_k_kernel. Each writes its fp32 partial to
+    its slot of the workspace, then increments the tile's counter (acquire-release, GPU scope);
+    the program that sees SPLIT_K - 1 there is the last, reads the other slots, adds its own
+    accumulator, stores C and resets the counter for the next call. No program ever waits for
+    another (no deadlock whatever the schedule), and a tile is stored once, final: the place a
+    producer's notify would go. The counters must be zero before the first launch.
+    The last program sums from the workspace (its own slice included, written like the others)
+    FIXUP_ROWS rows at a time: summing whole tiles in registers beside the accumulator spills
+    for 128x256 blocks (255 registers and spill stores, checked with ptxas for sm_90a).
+    """
+    a_desc = tl.make_tensor_descriptor(a_ptr, shape=[M, K], strides=[stride_am, 1],
+                                       block_shape=[BLOCK_M, BLOCK_K])
+    if B_IS_NK:
+        b_desc = tl.make_tensor_descriptor(b_ptr, shape=[N, K], strides=[stride_b, 1],
+                                           block_shape=[BLOCK_N, BLOCK_K])
+    else:
+        b_desc = tl.make_tensor_descriptor(b_ptr, shape=[K, N], strides=[stride_b, 1],
+                                           block_shape=[BLOCK_K, BLOCK_N])
+    num_pid_m = tl.cdiv(M, BLOCK_M)
+    num_pid_n = tl.cdiv(N, BLOCK_N)
+    num_work = num_pid_m * num_pid_n * SPLIT_K
+    k_tiles = tl.cdiv(K, BLOCK_K)
+    k_tiles_per_split = tl.cdiv(k_tiles, SPLIT_K)
+    for work in tl.range(tl.program_id(0), num_work, num_programs):
+        tile_id = work // SPLIT_K
+        split = work % SPLIT_K
+        pid_m, pid_n = grouped_tile(tile_id, num_pid_m, num_pid_n, GROUP_M)
+        off_m = pid_m * BLOCK_M
+        off_n = pid_n * BLOCK_N
+        k_begin = split * k_tiles_per_split
+        k_end = min(k_begin + k_tiles_per_split, k_tiles)
+        acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+        for ki in range(k_begin, k_end):
+            off_k = ki * BLOCK_K
+            a = a_desc.load([off_m, off_k])
+            if B_IS_NK:
+                b = b_desc.load([off_n, off_k])
+                acc = tl.dot(a, b.T, acc)
+            else:
+                b = b_desc.load([off_k, off_n])
+                acc = tl.dot(a, b, acc)
+        cols = off_n + tl.arange(0, BLOCK_N)
+        # The workspace is tile-major ([tiles, SPLIT_K, BLOCK_M, BLOCK_N]): a tile's slots are
+        # contiguous, and no mask is needed on the partials themselves.
+        tile_base = partial_ptr + tile_id.to(tl.int64) * (SPLIT_K * BLOCK_M * BLOCK_N)
+        in_tile = tl.arange(0, BLOCK_M)[:, None] * BLOCK_N + tl.arange(0, BLOCK_N)[None, :]
+        tl.store(tile_base + split * (BLOCK_M * BLOCK_N) + in_tile, acc, cache_modifier=".cg")
+        # Every thread's partial is written before the counter is raised (release), and the
+        # last program reads the others' partials only after it saw them all (acquire).
+        tl.debug_barrier()
+        arrived = tl.atomic_add(counter_ptr + tile_id, 1, sem="acq_rel", scope="gpu")
+        if arrived == SPLIT_K - 1:
+            part = tl.arange(0, FIXUP_ROWS)[:, None] * BLOCK_N + tl.arange(0, BLOCK_N)[None, :]
+            for r in tl.static_range(0, BLOCK_M, FIXUP_ROWS):
+                total = tl.zeros((FIXUP_ROWS, BLOCK_N), dtype=tl.float32)
+                for s in tl.static_range(SPLIT_K):
+                    total += tl.load(tile_base + s * (BLOCK_M * BLOCK_N) + r * BLOCK_N + part,
+                                     cache_modifier=".cg")
+                part_rows = off_m + r + tl.arange(0, FIXUP_ROWS)
+                tl.store(c_ptr + part_rows[:, None] * stride_cm + cols[None, :],
+                         total.to(c_ptr.dtype.element_ty),
+                         mask=(part_rows[:, None] < M) & (cols[None, :] < N))
+            tl.atomic_xchg(counter_ptr + tile_id, 0, sem="relaxed", scope="gpu")
+
+
+@triton.jit
 def split_k_reduce_kernel(partial_ptr, c_ptr, M, N, stride_cm, SPLIT_K: tl.constexpr,
                           BLOCK: tl.constexpr):
     """C = sum over s of partial[s], cast to C's dtype."""
@@ -317,7 +390,9 @@ def gemm(a: torch.Tensor, b: torch.Tensor, *, out: torch.Tensor | None = None,
                and tma_compatible(out))
     if use_tma and a.is_cuda:
         ensure_descriptor_allocator()
-    if use_tma and cfg.split_k > 1 and not c_store_pointers:
+    if use_tma and cfg.split_k > 1 and cfg.split_fixup and not c_store_pointers:
+        _split_k_fixup_gemm(a_view, b_view, out, b_is_nk, cfg, num_programs)
+    elif use_tma and cfg.split_k > 1 and not c_store_pointers:
         _split_k_gemm(a_view, b_view, out, b_is_nk, cfg, num_programs)
     elif use_tma:
         gemm_tma_kernel[(grid_size,)](
@@ -351,6 +426,42 @@ def _split_k_gemm(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor, b_is_nk: 
     block = 1024
     split_k_reduce_kernel[(triton.cdiv(m * n, block),)](
         partial, out, m, n, out.stride(0), SPLIT_K=cfg.split_k, BLOCK=block, num_warps=4)
+
+
+# The fixup kernel's per-tile arrival counters, per (device, stream): zero between launches (the
+# last program of each tile resets its counter), so one allocation serves every call that runs
+# in order on one stream. Two streams must not share them (two GEMMs in flight would count
+# into the same tiles), hence the stream in the key. Under CUDA graph capture the key is the
+# capturing stream: its counters are made (and zeroed by a node of the graph) at the first
+# call captured; graphs replayed concurrently on different streams must not share a capture
+# stream.
+_fixup_counters: dict[tuple, torch.Tensor] = {}
+
+
+def _counters(device: torch.device, tiles: int) -> torch.Tensor:
+    if device.type != "cuda":
+        return torch.zeros(tiles, dtype=torch.int32, device=device)
+    key = (device.index, torch.cuda.current_stream(device).cuda_stream)
+    counters = _fixup_counters.get(key)
+    if counters is None or counters.numel() < tiles:
+        counters = torch.zeros(max(tiles, 1024), dtype=torch.int32, device=device)
+        _fixup_counters[key] = counters
+    return counters
+
+
+def _split_k_fixup_gemm(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor, b_is_nk: bool,
+                        cfg: GemmConfig, num_programs: int) -> None:
+    m, k = a.shape
+    n = out.shape[1]
+    tiles = triton.cdiv(m, cfg.block_m) * triton.cdiv(n, cfg.block_n)
+    partial = torch.empty((tiles, cfg.split_k, cfg.block_m, cfg.block_n), dtype=torch.float32,
+                          device=a.device)
+    grid = max(1, min(num_programs, tiles * cfg.split_k))
+    gemm_split_k_fixup_kernel[(grid,)](
+        a, b, out, partial, _counters(a.device, tiles), m, n, k, a.stride(0), b.stride(0),
+        out.stride(0), grid, SPLIT_K=cfg.split_k, B_IS_NK=b_is_nk, BLOCK_M=cfg.block_m,
+        BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k, GROUP_M=cfg.group_m,
+        num_stages=cfg.num_stages, num_warps=cfg.num_warps)
 
 
 def linear(x: torch.Tensor, weight: torch.Tensor, *, out: torch.Tensor | None = None) -> torch.Tensor:

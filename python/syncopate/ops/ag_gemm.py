@@ -23,9 +23,11 @@ from typing import Optional
 
 import torch
 
+from syncopate.errors import UserError
 from syncopate.ops.common import (CHECK_EACH_CALL, SM_COPY_BLOCKS, check_out, context_for, default_backend, forward_operands,
                                   refuse_gloo_capture)
 from syncopate.ops.context import OpContext
+from syncopate.ops.fp8 import ROW_TAIL_BYTES, check_scales, pack_rows, packed_views, refuse_scales
 
 
 # The plan tensor that holds this rank's shard (the caller's a_shard, bound in place).
@@ -41,33 +43,67 @@ class AgGemm(OpContext):
     def _build(self, drop_chunk: int) -> None:
         from syncopate.runtime import PlanWorkspace
 
-        self.plan = self._make_plan([self.m, self.k], "a", input=INPUT)
-        self.input = self.plan.collective.input  # "" for a user plan that gathers in place
+        # FP8: each gathered row carries its scale (ops/fp8.py), so the plan's rows are longer and
+        # this rank's rows are assembled in the heap (no input tensor read in place).
+        row = self.k + ROW_TAIL_BYTES if self.fp8 else self.k
+        self.plan = self._make_plan([self.m, row], "a", input="" if self.fp8 else INPUT)
+        self.input = self.plan.collective.input  # "" for FP8 and for a user plan that gathers in place
         accesses = [("a", "consume", 0, -1)]
         self.ws = PlanWorkspace(self.plan, self.group, grid=(self.m, self.n, self.config.block_m,
                                                              self.config.block_n),
                                 accesses=accesses, device=self.device, wait_bound_ns=self.wait_bound_ns,
                                 drop_chunk=drop_chunk, sm_copy_blocks=SM_COPY_BLOCKS)
-        self.a_full = self.ws.tensor("a", self.dtype)
         self.signals = self.ws.signals()
         lo = self.rank * self.shard_rows
-        self.a_local = self.a_full[lo:lo + self.shard_rows]
+        if self.fp8:
+            self._build_fp8_rows(self.ws.tensor("a", self.dtype))
+        else:
+            self.a_full = self.ws.tensor("a", self.dtype)
+            self.a_local = self.a_full[lo:lo + self.shard_rows]
         self.a_input = self.ws.tensor(self.input, self.dtype) if self.input else None
         if self.decision == "fused":
-            self.gemm = self._make_gemm(accesses, producer=False)
-            self.gemm.warm_up(self.a_full, self._scratch_b(),
-                              torch.empty((self.m, self.n), dtype=self.dtype, device=self.device), self.signals)
+            out = torch.empty((self.m, self.n), dtype=self.out_dtype, device=self.device)
+            if self.fp8:
+                self.gemm = self._make_gemm(accesses, producer=False, a_pitch=self.k + ROW_TAIL_BYTES,
+                                            stride_sa=self.a_scales.stride(0))
+                self.gemm.warm_up(torch.zeros_like(self.packed)[:, :self.k], self._scratch_b(), out, self.signals,
+                                  torch.ones_like(self.packed[:, :4]).view(torch.float32), torch.ones_like(self.sb))
+            else:
+                self.gemm = self._make_gemm(accesses, producer=False)
+                self.gemm.warm_up(self.a_full, self._scratch_b(), out, self.signals)
+
+    def _build_fp8_rows(self, packed: torch.Tensor) -> None:
+        """FP8: the gathered rows [M, K + 16] (A, then each row's fp32 scale), their views, this
+        rank's rows, and the per-column buffer of B's scales (ops/fp8.py)."""
+        lo = self.rank * self.shard_rows
+        self.packed = packed
+        self.a_full, self.a_scales = packed_views(packed, self.k)
+        self.packed_local = packed[lo:lo + self.shard_rows]
+        self.sb = torch.empty(self.n, dtype=torch.float32, device=self.device)
 
     def _build_fallback(self) -> None:
+        if self.fp8:
+            self._build_fp8_rows(torch.empty((self.m, self.k + ROW_TAIL_BYTES), dtype=self.dtype, device=self.device))
+            return
         self.a_full = torch.empty((self.m, self.k), dtype=self.dtype, device=self.device)
 
     def __call__(self, a_shard: torch.Tensor, b: torch.Tensor, *, out: Optional[torch.Tensor] = None,
-                 gathered_out: Optional[torch.Tensor] = None, check: bool = CHECK_EACH_CALL) -> torch.Tensor:
+                 gathered_out: Optional[torch.Tensor] = None, check: bool = CHECK_EACH_CALL,
+                 scale_a: Optional[torch.Tensor] = None, scale_b: Optional[torch.Tensor] = None) -> torch.Tensor:
         """c = all_gather(a_shard) @ b, into `out` if given (else a new tensor). gathered_out: an
         [m, k] tensor that receives the gathered A too (the backward of GEMM+RS reads it; the
         heap's copy is overwritten by the next call). check: synchronize and raise a
-        WaitTimeoutError now (else errors surface at the next check())."""
+        WaitTimeoutError now (else errors surface at the next check()). scale_a / scale_b: the
+        FP8 scales (ops/fp8.py; required with FP8 operands, refused otherwise); c is then bf16."""
         self._check_operands(a_shard, "a_shard", (self.shard_rows, self.k), b, "b", a_to_kernel=False)
+        if self.fp8:
+            sa, sb = check_scales("AgGemm", scale_a, scale_b, self.shard_rows, self.n, self.device)
+            if gathered_out is not None:
+                raise UserError("AgGemm: gathered_out is not supported with FP8 operands (the gathered rows "
+                                "carry their scales in the heap's own layout)")
+            out = check_out(out, (self.m, self.n), self.out_dtype, self.device, "AgGemm")
+            return self._call_fp8(a_shard, b, sa, sb, out, check)
+        refuse_scales("AgGemm", self.dtype, scale_a, scale_b)
         out = check_out(out, (self.m, self.n), self.dtype, self.device, "AgGemm")
         if gathered_out is not None:
             gathered_out = check_out(gathered_out, (self.m, self.k), self.dtype, self.device, "AgGemm")
@@ -85,6 +121,44 @@ class AgGemm(OpContext):
         key = (a_shard.data_ptr(), b.data_ptr(), out.data_ptr(), 0 if gathered_out is None else gathered_out.data_ptr())
         self._run_call(key, lambda: self._enqueue(a_shard, b, out, gathered_out), check)
         return out
+
+    def _call_fp8(self, a_shard, b, sa, sb, out, check: bool) -> torch.Tensor:
+        from syncopate.kernels.gemm_fp8 import gemm_fp8
+
+        if self.torch_fallback:
+            if self.group is None:
+                return gemm_fp8(a_shard, b, sa, sb, out=out)
+            import torch.distributed as dist
+
+            refuse_gloo_capture("AgGemm", self.group, self.device)
+            pack_rows(self.packed_local, a_shard, sa)
+            # Bytes, not e4m3: the rows carry their fp32 scales too.
+            dist.all_gather_into_tensor(self.packed.view(torch.uint8), self.packed_local.view(torch.uint8),
+                                        group=self.group)
+            self.sb.copy_(sb.expand(self.n))
+            return gemm_fp8(self.a_full, b, self.a_scales, self.sb, out=out)
+        key = ("fp8", a_shard.data_ptr(), b.data_ptr(), out.data_ptr(), sa.data_ptr(), sb.data_ptr())
+        self._run_call(key, lambda: self._enqueue_fp8(a_shard, b, sa, sb, out), check)
+        return out
+
+    def _enqueue_fp8(self, a_shard, b, sa, sb, out) -> None:
+        """One FP8 call's device work: this rank's rows and scales into the heap's packed rows,
+        B's scales into their buffer, then as _enqueue."""
+        from syncopate.kernels.gemm_fp8 import gemm_fp8
+
+        ws = self.ws
+        ws.begin()
+        pack_rows(self.packed_local, a_shard, sa)
+        self.sb.copy_(sb.expand(self.n))
+        if self.gemm is None:
+            ws.issue(wait_landed=True)
+            gemm_fp8(self.a_full, b, self.a_scales, self.sb, out=out)
+        else:
+            ws.publish()
+            ws.fork()
+            self.gemm.launch(self.a_full, b, out, self.signals, ws.epoch_word, self.a_scales, self.sb)
+            ws.issue_chunks()
+        ws.end()
 
     def _enqueue(self, a_shard: torch.Tensor, b: torch.Tensor, out: torch.Tensor,
                  gathered_out: Optional[torch.Tensor] = None) -> None:

@@ -74,10 +74,12 @@ def _as_list(value):
 
 @functools.lru_cache(maxsize=256)
 def _choose_cached(collective, m, n, k, world, dtype, block_m, block_n, backend, algorithm, split,
-                   tile_order, mode, calib_name, reduce="chunks"):
+                   tile_order, mode, calib_name, reduce="chunks", gemm_dtype=None):
     import syncopate as sy
 
-    result = sy.tune(collective, sy.GemmShape(m, n, k, block_m, block_n), world, cached_calibration(calib_name),
+    gemm = sy.GemmShape(m, n, k, block_m, block_n)
+    gemm.dtype = gemm_dtype or dtype
+    result = sy.tune(collective, gemm, world, cached_calibration(calib_name),
                      dtype=dtype, algorithms=_as_list(algorithm), splits=_as_list(split),
                      backends=_as_list(backend), orders=_as_list(tile_order), reduce=reduce,
                      kernel_level=False, mode=mode)
@@ -90,9 +92,13 @@ def _choose_cached(collective, m, n, k, world, dtype, block_m, block_n, backend,
 
 def choose(collective: str, *, m: int, n: int, k: int, world: int, dtype: str, block_m: int,
            block_n: int, backend: str = "auto", algorithm: str = "auto", split: Optional[int] = None,
-           tile_order: str = "auto", mode: str = "auto", reduce: str = "chunks") -> OpChoice:
+           tile_order: str = "auto", mode: str = "auto", reduce: str = "chunks",
+           gemm_dtype: Optional[str] = None) -> OpChoice:
     """The configuration an op context runs with (see the module docstring). m, n, k: the GEMM
-    every rank runs (all-gather: M is the gathered rows). Deterministic for equal arguments."""
+    every rank runs (all-gather: M is the gathered rows). dtype: the plan's (the bytes chunks
+    move); gemm_dtype: the GEMM operands' where they differ (FP8 GEMM+RS reduces a bf16 C).
+    Deterministic for equal arguments."""
     calib_name = calibration_name()
     return _choose_cached(collective, int(m), int(n), int(k), int(world), dtype, int(block_m),
-                          int(block_n), backend, algorithm, split, tile_order, mode, calib_name, reduce)
+                          int(block_n), backend, algorithm, split, tile_order, mode, calib_name, reduce,
+                          gemm_dtype)

@@ -12,13 +12,18 @@ import torch
 from syncopate.errors import ShapeError, UserError, WaitTimeoutError
 from syncopate.ops.call_graphs import CallGraphs, capturing
 from syncopate.ops.choice import choose
+from syncopate.ops.fp8 import check_fp8_context, is_fp8, output_dtype
 from syncopate.ops.common import (BACKENDS, barrier, check_aligned, check_b_layout, check_dims, check_options,
                                   group_rank_world, ranks_sharing_a_device)
 from syncopate.ops.topology import check_single_node, group_nodes
 from syncopate.runtime import DEFAULT_WAIT_BOUND_NS, plan_dtype
 
-# The operand dtypes of the fused ops (their output has the operands' dtype).
+# The operand dtypes of the fused ops (their output has the operands' dtype), as the torch custom
+# ops and syncopate.nn take them.
 SUPPORTED_DTYPES = (torch.float16, torch.bfloat16)
+# The contexts also take FP8 operands, whose calls pass scales and return bf16 (ops/fp8.py); the
+# custom ops have no scale arguments yet, so they refuse FP8.
+CONTEXT_DTYPES = SUPPORTED_DTYPES + (torch.float8_e4m3fn,)
 
 
 def default_device(device) -> torch.device:
@@ -30,6 +35,9 @@ class OpContext:
     the simulator's choice. Subclasses set `collective` and build their buffers in _build."""
 
     collective = "all-gather"
+    # Whether the plan's tensor holds the GEMM's operand (AG+GEMM: A) or its result (GEMM+RS/AR:
+    # C); it decides the bytes a chunk moves (FP8 operands, bf16 results).
+    plan_holds_operand = True
 
     def __init__(self, group, *, m: int, k: int, n: int, dtype: torch.dtype,
                  device: Optional[torch.device] = None, backend: str = "auto", algorithm: str = "auto",
@@ -41,8 +49,8 @@ class OpContext:
         check_dims(who, m=m, k=k, n=n)
         check_options(who, backend=backend, algorithm=algorithm, split=split, tile_order=tile_order,
                       mode=mode, b_layout=b_layout)
-        if dtype not in SUPPORTED_DTYPES:
-            raise UserError(f"{who}: dtype {dtype} is not supported; use one of {SUPPORTED_DTYPES}")
+        if dtype not in CONTEXT_DTYPES:
+            raise UserError(f"{who}: dtype {dtype} is not supported; use one of {CONTEXT_DTYPES}")
         group, rank, world = group_rank_world(group)
         # nodes=: the group's topology (ops/topology.py: keyword, SYNCOPATE_NODES, torchrun's
         # LOCAL_WORLD_SIZE); a group spanning nodes is refused by name for now.
@@ -55,30 +63,46 @@ class OpContext:
 
         self.device = default_device(device)
         self.m, self.k, self.n, self.dtype, self.rank, self.world = m, k, n, dtype, rank, world
+        self.fp8 = is_fp8(dtype)
+        self.out_dtype = output_dtype(dtype)
+        # The torch dtype of the plan's tensor (its chunks' bytes), and the plan's spelling.
+        self.plan_torch_dtype = dtype if self.plan_holds_operand else self.out_dtype
+        if self.fp8:
+            check_fp8_context(who, self.device, k, n)
         self.group = group
         self.shard_rows = m // world
         self.b_layout = b_layout
         self.wait_bound_ns = int(wait_bound_ns)
         # The GEMM's own per-shape configuration (no split-K: every tile is final when stored);
         # the simulator and the lowering use its real block shape.
-        self.config = fused_config(select_config(m, n, k, self.device, dtype, allow_split_k=False),
-                                   device_capability(self.device))
+        if self.fp8:
+            from syncopate.kernels.gemm_fp8 import select_fp8_config
+
+            local_config = select_fp8_config(m, n, k, self.device)
+        else:
+            local_config = select_config(m, n, k, self.device, dtype, allow_split_k=False)
+        self.config = fused_config(local_config, device_capability(self.device))
         # plan=: a plan the user brought (ops/user_plan.py) runs instead of a template.
         self._user_plan = None
+        if plan is not None and self.fp8:
+            raise UserError(f"{who}: plan= with FP8 operands is not supported yet (the FP8 ops gather A's rows "
+                            "with their scales in a plan tensor of their own layout); leave plan unset")
         if plan is not None:
             from syncopate.ops.user_plan import check_user_plan, choice_for_plan
 
             self._user_plan, backend = check_user_plan(
-                who, plan, collective=self.collective, m=m, k=k, n=n, world=world, dtype=plan_dtype(dtype),
+                who, plan, collective=self.collective, m=m, k=k, n=n, world=world,
+                dtype=plan_dtype(self.plan_torch_dtype),
                 backend=backend, reduce=getattr(self, "_reduce_request", None))
             if backend == "nccl":
                 self._usable_backends(backend)  # refused by name where ranks share a GPU
             choice = choice_for_plan(who, self._user_plan, collective=self.collective, m=m, n=n, k=k, world=world,
-                                     dtype=plan_dtype(dtype), block_m=self.config.block_m,
+                                     dtype=plan_dtype(self.plan_torch_dtype), block_m=self.config.block_m,
                                      block_n=self.config.block_n, backend=backend, tile_order=tile_order, mode=mode)
         else:
             backend = self._usable_backends(backend)
-            choice = choose(self.collective, m=m, n=n, k=k, world=world, dtype=plan_dtype(dtype),
+            choice = choose(self.collective, m=m, n=n, k=k, world=world, dtype=plan_dtype(self.plan_torch_dtype),
+                            gemm_dtype=plan_dtype(dtype),
                             block_m=self.config.block_m, block_n=self.config.block_n, backend=backend,
                             algorithm=algorithm, split=split, tile_order=tile_order, mode=mode,
                             **self._choice_options(mode=mode, algorithm=algorithm))
@@ -225,11 +249,18 @@ class OpContext:
         if self._user_plan is not None:
             return self._user_plan
         return sy.make_plan(self.collective, world_size=self.world, shape=shape, algorithm=self.algorithm,
-                            split=self.split, dtype=plan_dtype(self.dtype), dim=0, backend=self.backend,
+                            split=self.split, dtype=plan_dtype(self.plan_torch_dtype), dim=0, backend=self.backend,
                             tensor=tensor, input=input)
 
-    def _make_gemm(self, accesses, producer: bool):
-        from syncopate.ops.fused_gemm import FusedGemm, persistent_programs
+    def _make_gemm(self, accesses, producer: bool, a_pitch: Optional[int] = None, stride_sa: int = 1):
+        from syncopate.ops.fused_gemm import Fp8FusedGemm, FusedGemm, persistent_programs
+
+        if self.fp8:
+            return Fp8FusedGemm(plan=self.plan, rank=self.rank, m=self.m, n=self.n, k=self.k, b_layout=self.b_layout,
+                                config=self.config, accesses=accesses, tile_order=self.tile_order, device=self.device,
+                                wait_bound_ns=self.wait_bound_ns, producer=producer,
+                                num_programs=persistent_programs(self.device, self.backend, producer),
+                                a_pitch=self.k if a_pitch is None else a_pitch, stride_sa=stride_sa)
 
         return FusedGemm(plan=self.plan, rank=self.rank, m=self.m, n=self.n, k=self.k, dtype=self.dtype,
                          b_layout=self.b_layout, config=self.config, accesses=accesses,

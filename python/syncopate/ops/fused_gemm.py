@@ -33,6 +33,8 @@ from syncopate.ops.common import leading_stride_aligned, reserved_sms
 
 TMA_KERNEL = "gemm_tma_kernel"
 POINTER_KERNEL = "gemm_pointer_kernel"
+FP8_KERNEL = "gemm_fp8_tma_kernel"
+FP8_MODULE = "syncopate.kernels.gemm_fp8"
 
 
 GEMM_MODULE = "syncopate.kernels.gemm"
@@ -228,6 +230,33 @@ class FusedGemm:
             self.error.zero_()
             if self.flag_on_host is not None:
                 self.flag_on_host.clear()
+
+
+class Fp8FusedGemm(FusedGemm):
+    """FusedGemm of kernels/gemm_fp8.py's gemm_fp8_tma_kernel: e4m3 A and B, fp32 scales, bf16 C.
+
+    a_pitch: A's row pitch in elements (k + 16 for AG+GEMM's gathered rows, which carry their
+    scales; k for an A read in place). stride_sa: the element stride of A's scales (the packed
+    rows' pitch / 4, or 1 for a per-row buffer); B's scales are always a per-column buffer
+    (stride 1). Fixed here so that calls never compile another variant (ops/fp8.py).
+    The launch takes (scale_a, scale_b) as its operands after c.
+    """
+
+    def __init__(self, *, plan, rank: int, m: int, n: int, k: int, b_layout: str, config, accesses,
+                 tile_order: str, device: torch.device, wait_bound_ns: int, producer: bool, num_programs: int,
+                 a_pitch: int, stride_sa: int):
+        self.use_tma = True
+        self.kernel_name = FP8_KERNEL
+        self.kernel = transformed_kernel(FP8_KERNEL, FP8_MODULE)
+        self._bind(plan=plan, rank=rank, m=m, n=n, b_layout=b_layout, config=config, accesses=accesses,
+                   tile_order=tile_order, device=device, wait_bound_ns=wait_bound_ns,
+                   num_programs=num_programs)
+        self.kwargs.update(B_IS_NK=self.b_is_nk, EPILOGUE_SPLIT=config.epilogue_split,
+                           WARP_SPECIALIZE=config.warp_specialize, FLATTEN=config.flatten,
+                           C_STORE_POINTERS=bool(producer))
+        b_pitch = k if self.b_is_nk else n
+        self.scalars = (m, n, k, a_pitch, b_pitch, n, stride_sa, 1, self.num_programs)
+        self._finish_binding()
 
 
 def _host_flag():

@@ -34,6 +34,7 @@ import torch
 
 from syncopate.errors import UserError
 from syncopate.ops.context import OpContext
+from syncopate.ops.fp8 import check_scales, refuse_scales
 from syncopate.ops.common import (CHECK_EACH_CALL, PRODUCER_ADD_BLOCKS, SM_COPY_BLOCKS, check_out, context_for,
                                   default_backend, forward_operands, refuse_gloo_capture)
 
@@ -53,6 +54,7 @@ class ProducerGemm(OpContext):
     """
 
     collective = "reduce-scatter"
+    plan_holds_operand = False  # the plan moves C (bf16 for FP8 operands), not A
     # The staged kernel stores the reduced own rows straight into the caller's `out` (GEMM+RS);
     # False: into the heap's C, which the call then copies out (GEMM+AR: gather chunks read it).
     staged_writes_out = True
@@ -89,6 +91,8 @@ class ProducerGemm(OpContext):
             return "mode='sequential' runs torch.matmul, then the plan's reduce-add chunks"
         if algorithm not in ("auto", "direct"):
             return f"algorithm={algorithm!r} was given and the staged plan is direct only"
+        if self.fp8:
+            return "FP8 operands: the staged epilogue kernel (kernels/gemm_reduce.py) has no FP8 variant yet"
         why = staged_unsupported(self.m, self.n, self.k, self.world, self.config.block_m, self.dtype)
         if why is not None:
             return why
@@ -120,32 +124,53 @@ class ProducerGemm(OpContext):
                                 accesses=accesses, device=self.device, wait_bound_ns=self.wait_bound_ns,
                                 drop_chunk=drop_chunk,
                                 sm_copy_blocks=SM_COPY_BLOCKS if self.backend == "sm-copy" else PRODUCER_ADD_BLOCKS)
-        self.c = self.ws.tensor("c", self.dtype)
+        self.c = self.ws.tensor("c", self.out_dtype)
         self.signals = self.ws.signals()
         self.result = self._result_view()
+        self._build_scales()
         if self.decision == "fused":
             self.gemm = self._make_gemm(accesses, producer=True)
             a = torch.zeros((self.m, self.k), dtype=self.dtype, device=self.device)
             # Warm-up output goes to scratch, never into "c" (a peer's first call may add into it).
+            scales = (torch.ones_like(self.sa), torch.ones_like(self.sb)) if self.fp8 else ()
             self.gemm.warm_up(a, self._scratch_b(),
-                              torch.empty((self.m, self.n), dtype=self.dtype, device=self.device), self.signals)
+                              torch.empty((self.m, self.n), dtype=self.out_dtype, device=self.device), self.signals,
+                              *scales)
+
+    def _build_scales(self) -> None:
+        """FP8: per-row / per-column buffers the scales are copied into each call (the kernel's
+        scale strides stay fixed: ops/fp8.py)."""
+        if self.fp8:
+            self.sa = torch.empty(self.m, dtype=torch.float32, device=self.device)
+            self.sb = torch.empty(self.n, dtype=torch.float32, device=self.device)
 
     def _build_fallback(self) -> None:
-        self.c = torch.empty((self.m, self.n), dtype=self.dtype, device=self.device)
+        self.c = torch.empty((self.m, self.n), dtype=self.out_dtype, device=self.device)
         self.result = self._result_view()
+        self._build_scales()
+
+    def _local_gemm(self, a: torch.Tensor, b_shard: torch.Tensor, out: torch.Tensor) -> None:
+        """out = a @ b_shard: torch.matmul, or for FP8 the local FP8 kernel with the scale buffers."""
+        if self.fp8:
+            from syncopate.kernels.gemm_fp8 import gemm_fp8
+
+            gemm_fp8(a, b_shard, self.sa, self.sb, out=out)
+        else:
+            torch.matmul(a, b_shard, out=out)
 
     def _fallback_call(self, a: torch.Tensor, b_shard: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
         """NCCL + torch.matmul, what the user would run without Syncopate (see OpContext)."""
         if self.group is None:
-            return torch.matmul(a, b_shard, out=out)
+            self._local_gemm(a, b_shard, out)
+            return out
         import torch.distributed as dist
 
         refuse_gloo_capture(type(self).__name__, self.group, self.device)
         if self.collective == "all-reduce":
-            torch.matmul(a, b_shard, out=out)
+            self._local_gemm(a, b_shard, out)
             dist.all_reduce(out, group=self.group)
         else:
-            torch.matmul(a, b_shard, out=self.c)
+            self._local_gemm(a, b_shard, self.c)
             dist.reduce_scatter_tensor(out, self.c, group=self.group)
         return out
 
@@ -154,16 +179,40 @@ class ProducerGemm(OpContext):
         return self.c[lo:lo + self.shard_rows]
 
     def __call__(self, a: torch.Tensor, b_shard: torch.Tensor, *, out: Optional[torch.Tensor] = None,
-                 check: bool = CHECK_EACH_CALL) -> torch.Tensor:
+                 check: bool = CHECK_EACH_CALL, scale_a: Optional[torch.Tensor] = None,
+                 scale_b: Optional[torch.Tensor] = None) -> torch.Tensor:
         """The op's result, copied into `out` if given (else a new tensor). check: synchronize and
-        raise a WaitTimeoutError now (else errors surface at the next check())."""
+        raise a WaitTimeoutError now (else errors surface at the next check()). scale_a / scale_b:
+        the FP8 scales (ops/fp8.py: A's per tensor or per row of a, B's per tensor or per column);
+        required with FP8 operands, refused otherwise. The result is then bf16, reduced in bf16."""
+        who = type(self).__name__
         self._check_operands(a, "a", (self.m, self.k), b_shard, "b_shard", a_to_kernel=True)
+        key = (a.data_ptr(), b_shard.data_ptr())
+        if self.fp8:
+            sa, sb = check_scales(who, scale_a, scale_b, self.m, self.n, self.device)
+            key += (sa.data_ptr(), sb.data_ptr())
+        else:
+            refuse_scales(who, self.dtype, scale_a, scale_b)
         rows = self.m if self.collective == "all-reduce" else self.shard_rows
-        out = check_out(out, (rows, self.n), self.dtype, self.device, type(self).__name__)
+        out = check_out(out, (rows, self.n), self.out_dtype, self.device, who)
+        if self.fp8:
+            # Captured with the call when it runs through the context's graph (_run_call).
+            def set_scales():
+                self.sa.copy_(sa.expand(self.m))
+                self.sb.copy_(sb.expand(self.n))
+        else:
+            def set_scales():
+                pass
         if self.torch_fallback:
+            set_scales()
             return self._fallback_call(a, b_shard, out)
         enqueue = self._enqueue_staged if self._staged else self._enqueue
-        self._run_call((a.data_ptr(), b_shard.data_ptr(), out.data_ptr()), lambda: enqueue(a, b_shard, out), check)
+
+        def work():
+            set_scales()
+            enqueue(a, b_shard, out)
+
+        self._run_call(key + (out.data_ptr(),), work, check)
         return out
 
     def _enqueue(self, a: torch.Tensor, b_shard: torch.Tensor, out: torch.Tensor) -> None:
@@ -171,7 +220,7 @@ class ProducerGemm(OpContext):
         ws = self.ws
         ws.begin()
         if self.gemm is None:
-            torch.matmul(a, b_shard, out=self.c)
+            self._local_gemm(a, b_shard, self.c)
             ws.issue(wait_landed=True)
         else:
             # The side streams fork before the GEMM is launched, so the chunks (which wait on the
@@ -179,7 +228,8 @@ class ProducerGemm(OpContext):
             # host issues them only after the launch.
             ws.publish()
             ws.fork()
-            self.gemm.launch(a, b_shard, self.c, self.signals, ws.epoch_word)
+            scales = (self.sa, self.sb) if self.fp8 else ()
+            self.gemm.launch(a, b_shard, self.c, self.signals, ws.epoch_word, *scales)
             ws.issue_chunks()
             ws.wait_landed()
         out.copy_(self.result)  # before end(): after it, peers may write into "c" again

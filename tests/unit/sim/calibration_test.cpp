@@ -22,6 +22,26 @@ TEST(Calibration, ShippedH200Loads) {
   EXPECT_NEAR(c.tile_time_us(128, 256, 8192), 5 + 89.7 / 0.97, 0.2);
 }
 
+TEST(Calibration, Fp8RunsAtTheFp8RateEstimatedUntilMeasured) {
+  const auto shipped = load_calibration(shipped_path());
+  EXPECT_DOUBLE_EQ(shipped.gemm.fp8_peak_tflops, 1580);
+  EXPECT_TRUE(shipped.gemm.fp8_estimated);
+  // Twice the rate: the math half as long, the fixed per-tile cost the same.
+  const double bf16 = shipped.tile_time_us(128, 256, 8192);
+  const double fp8 = shipped.tile_time_us(128, 256, 8192, plan::DType::f8e4m3);
+  EXPECT_NEAR(fp8 - 5, (bf16 - 5) / 2, 1e-9);
+  // Without a gemm.fp8 object: twice peak_tflops, estimated.
+  auto doc = nlohmann::json::parse(testing::round_calibration_json());
+  doc["gemm"].erase("fp8");
+  const auto plain = parse_calibration(doc.dump());
+  EXPECT_DOUBLE_EQ(plain.gemm.fp8_peak_tflops, 2 * plain.gemm.peak_tflops);
+  EXPECT_TRUE(plain.gemm.fp8_estimated);
+  doc["gemm"]["fp8"] = {{"peak_tflops", 1234.5}, {"estimated", false}};
+  const auto measured = parse_calibration(calibration_to_json(parse_calibration(doc.dump())), "again");
+  EXPECT_DOUBLE_EQ(measured.gemm.fp8_peak_tflops, 1234.5);
+  EXPECT_FALSE(measured.gemm.fp8_estimated);
+}
+
 TEST(Calibration, RoundTripsThroughJson) {
   const auto c = load_calibration(shipped_path());
   const auto again = parse_calibration(calibration_to_json(c), "again");
@@ -88,6 +108,10 @@ INSTANTIATE_TEST_SUITE_P(
         BadCase{"bad link backend", "/links", nlohmann::json::array({{{"src", 0}, {"dst", 1}, {"backend", "pigeon"}, {"bandwidth_gbps", 1}}}),
                 "links[0].backend: expected one of copy-engine, sm-copy, nccl"},
         BadCase{"source note not text", "/sources/gpu.sms", 132, "sources[\"gpu.sms\"]: expected a string"},
+        BadCase{"fp8 rate not a number", "/gemm/fp8", nlohmann::json{{"peak_tflops", "fast"}, {"estimated", true}},
+                "gemm.fp8.peak_tflops: expected a number > 0"},
+        BadCase{"fp8 without estimated", "/gemm/fp8", nlohmann::json{{"peak_tflops", 1500}},
+                "gemm.fp8.estimated: expected the required key"},
         BadCase{"backend eats every SM", "/backends/nccl/sms", 2, "nothing left for compute"}),
     [](const auto& info) {
       std::string name = info.param.name;

@@ -1,0 +1,153 @@
+"""The FP8 local GEMM (kernels/gemm_fp8.py) run by Triton's CPU interpreter on small shapes.
+
+e4m3 operands with per-tensor and per-row (A) / per-column (B) scales, both layouts of B, shapes
+that are not multiples of the block and a persistent grid smaller than the tile count, against
+an fp32 reference of the dequantised product; the output is poisoned with NaN first. The
+interpreter computes an e4m3 tl.dot by widening the operands (exact: every e4m3 value is a
+float32), so the only error left is the bf16 rounding of C. Also the refusals by name.
+"""
+
+import importlib
+import importlib.util
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+os.environ["TRITON_INTERPRET"] = "1"
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("triton")
+
+from triton.runtime import interpreter  # noqa: E402
+
+_REPO_PYTHON = Path(__file__).resolve().parents[2] / "python"
+_spec = importlib.util.spec_from_file_location(
+    "syncopate_fp8_kernels_under_test", _REPO_PYTHON / "syncopate" / "kernels" / "__init__.py",
+    submodule_search_locations=[str(_REPO_PYTHON / "syncopate" / "kernels")])
+_kernels = importlib.util.module_from_spec(_spec)
+sys.modules[_spec.name] = _kernels
+_spec.loader.exec_module(_kernels)
+fp8 = importlib.import_module("syncopate_fp8_kernels_under_test.gemm_fp8")
+configs = importlib.import_module("syncopate_fp8_kernels_under_test.configs")
+
+E4M3 = torch.float8_e4m3fn
+SMALL = configs.GemmConfig(32, 32, 32, 2, 1, 4, False, 1, 1.0)
+SMALL_SPLIT = configs.GemmConfig(32, 32, 32, 2, 1, 4, False, 2, 1.0)
+
+
+@pytest.fixture(autouse=True)
+def _interpreter_fix(monkeypatch):
+    """Triton 3.6's interpreter turns a scalar into an int with int(1-element array), which
+    NumPy >= 2.4 refuses (every loop with a run-time bound fails): take the element."""
+    original_patch = interpreter._patch_lang_tensor
+
+    def patch_lang_tensor(tensor, scope):
+        original_patch(tensor, scope)
+        scope.set_attr(tensor, "__index__", lambda self: int(self.handle.data.reshape(-1)[0]))
+
+    monkeypatch.setattr(interpreter, "_patch_lang_tensor", patch_lang_tensor)
+
+
+def _operands(m, n, k, b_is_nk, seed):
+    gen = torch.Generator().manual_seed(seed)
+    a = (torch.randn(m, k, generator=gen) * 2).to(E4M3)
+    if b_is_nk:
+        b = (torch.randn(n, k, generator=gen) * 2).to(E4M3).t()
+    else:
+        b = (torch.randn(k, n, generator=gen) * 2).to(E4M3)
+    return a, b, gen
+
+
+def _scales(m, n, mode, gen):
+    if mode == "tensor":
+        return torch.tensor([0.37]), torch.tensor(1.9)  # shapes [1] and [] (both one element)
+    return (torch.rand(m, 1, generator=gen) + 0.1), (torch.rand(1, n, generator=gen) + 0.1)
+
+
+def _reference(a, b, sa, sb):
+    return (a.float() @ b.float()) * sa.reshape(-1, 1) * sb.reshape(1, -1)
+
+
+@pytest.mark.parametrize("mode", ["tensor", "rowwise"])
+@pytest.mark.parametrize("b_is_nk", [False, True])
+@pytest.mark.parametrize("shape", [(64, 64, 64), (72, 48, 96), (40, 16, 32)])
+@pytest.mark.parametrize("cfg", [SMALL, SMALL_SPLIT], ids=["e1", "e2"])
+def test_fp8_kernel_matches_fp32_reference(mode, b_is_nk, shape, cfg):
+    m, n, k = shape
+    a, b, gen = _operands(m, n, k, b_is_nk, seed=m + 3 * n + 7 * k)
+    sa, sb = _scales(m, n, mode, gen)
+    out = torch.full((m, n), float("nan"), dtype=torch.bfloat16)
+    c = fp8.gemm_fp8(a, b, sa, sb, out=out, config=cfg, num_programs=3)
+    assert c.data_ptr() == out.data_ptr() and c.dtype == torch.bfloat16
+    assert not torch.isnan(c).any(), "some output elements were never written"
+    ref = _reference(a, b, sa, sb)
+    err = ((c.double() - ref.double()).norm() / ref.double().norm()).item()
+    assert err < 4e-3  # bf16 rounding of C only (operands are exact in fp32)
+
+
+def test_scales_change_the_result_per_row_and_column():
+    """A per-row scale must scale its row only (catches a kernel reading the first scale)."""
+    a, b, _ = _operands(32, 32, 32, False, seed=1)
+    ones = torch.ones(32)
+    base = fp8.gemm_fp8(a, b, ones, ones, config=SMALL)
+    sa = ones.clone()
+    sa[5] = 4.0
+    sb = ones.clone()
+    sb[7] = 0.5
+    scaled = fp8.gemm_fp8(a, b, sa, sb, config=SMALL)
+    expected = base.float() * sa[:, None] * sb[None, :]
+    assert torch.allclose(scaled.float(), expected, rtol=1e-2, atol=1e-2)
+    assert not torch.allclose(scaled.float(), base.float())
+
+
+def test_pointer_store_epilogue_matches_reference():
+    """The epilogue a fused producer uses (plain stores, complete before a notify)."""
+    a, b, gen = _operands(72, 40, 64, True, seed=21)
+    sa, sb = _scales(72, 40, "rowwise", gen)
+    out = torch.full((72, 40), float("nan"), dtype=torch.bfloat16)
+    c = fp8.gemm_fp8(a, b, sa, sb, out=out, config=SMALL, num_programs=3, c_store_pointers=True)
+    ref = _reference(a, b, sa, sb)
+    assert ((c.double() - ref.double()).norm() / ref.double().norm()).item() < 4e-3
+
+
+def test_refusals_name_the_problem():
+    a, b, _ = _operands(32, 48, 64, False, seed=2)
+    one = torch.ones(1)
+    with pytest.raises(ValueError, match="need their scales: scale_a not given"):
+        fp8.gemm_fp8(a, b, None, one)
+    with pytest.raises(ValueError, match="scale_b not given"):
+        fp8.gemm_fp8(a, b, one, None)
+    with pytest.raises(ValueError, match=r"scale_a must have 1 element \(per tensor\) or 32"):
+        fp8.gemm_fp8(a, b, torch.ones(48), one)
+    with pytest.raises(ValueError, match=r"scale_b must have 1 element \(per tensor\) or 48 .*got shape \[48, 1\]"):
+        fp8.gemm_fp8(a, b, one, torch.ones(48, 1))
+    with pytest.raises(TypeError, match="scale_a must be float32"):
+        fp8.gemm_fp8(a, b, one.half(), one)
+    with pytest.raises(TypeError, match="must both be torch.float8_e4m3fn"):
+        fp8.gemm_fp8(a.to(torch.bfloat16), b, one, one)
+    with pytest.raises(ValueError, match="inner dimensions"):
+        fp8.gemm_fp8(a, b[:32], one, one)
+    with pytest.raises(ValueError, match="out must be 32x48 torch.bfloat16"):
+        fp8.gemm_fp8(a, b, one, one, out=torch.empty(32, 48, dtype=torch.float16))
+
+
+def test_a_gpu_without_fp8_is_refused(monkeypatch):
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (8, 0))
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: "NVIDIA A100")
+    with pytest.raises(ValueError, match=r"A100 \(compute capability 8.0\) has no FP8 tensor cores"):
+        fp8.check_fp8_capability(torch.device("cuda", 0))
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (9, 0))
+    fp8.check_fp8_capability(torch.device("cuda", 0))  # Hopper: accepted
+
+
+def test_annotations_match_the_bf16_kernel():
+    """The transformer reads the same annotation lines as gemm_tma_kernel's, in the same order,
+    with a single statement after the produce (where the notify goes)."""
+    source = (_REPO_PYTHON / "syncopate" / "kernels" / "gemm_fp8.py").read_text().splitlines()
+    marks = [line.strip() for line in source if line.strip().startswith("# @sy.")]
+    assert marks == ["# @sy.tile(index=tile_id, m=pid_m, n=pid_n)", "# @sy.end",
+                     "# @sy.consume(a_ptr, m=pid_m)", "# @sy.produce(c_ptr, m=pid_m, n=pid_n)"]
+    consume = next(i for i, line in enumerate(source) if line.strip() == marks[2])
+    assert source[consume + 1].strip().startswith("for ")
