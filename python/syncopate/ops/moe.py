@@ -157,10 +157,13 @@ class MoeDispatchCombine:
             return rows
         import torch.distributed as dist
 
-        out = rows.new_empty((sum(recv_rows), rows.shape[1]))
-        dist.all_to_all_single(out, rows.contiguous(), output_split_sizes=list(recv_rows),
+        # gloo moves CPU tensors only (ranks sharing a GPU run over gloo): go through the host.
+        device = _collective_device(self.group)
+        send = rows.contiguous() if rows.device.type == device.type else rows.to(device)
+        out = send.new_empty((sum(recv_rows), rows.shape[1]))
+        dist.all_to_all_single(out, send, output_split_sizes=list(recv_rows),
                                input_split_sizes=list(send_rows), group=self.group)
-        return out
+        return out.to(rows.device)
 
     # -- checks -------------------------------------------------------------------------------------
     def _check_routing(self, who: str, x: torch.Tensor, expert_ids: torch.Tensor) -> None:
