@@ -12,6 +12,9 @@ per-slot products (bf16, capacity slots with empty, full and ragged counts); the
 kernel with every chunk landed; with the rows, counts and signals landed late by the copy engine
 from a side stream in a shuffled order while the kernel spins (rows poisoned with NaN before);
 a withheld chunk ending in WaitTimeoutError naming that chunk.
+fused: MoeDispatchCombine(mode="fused") (the MoE dispatch plan's copy-engine / SM-copy chunks
+overlapped with the transformed grouped GEMM) against mode="sequential" on the same skewed
+routing, new routing each call.
 Prints one line per case and `SUMMARY world=W passed=P failed=F`; exits 1 on any failure.
 """
 
@@ -216,6 +219,40 @@ def run_grouped_gemm(res, device, rank):
     res.run("grouped-gemm withheld chunk named", withheld)
 
 
+def run_fused(res, group_obj, calls):
+    """mode="fused" (the plan's copy-engine chunks + the transformed grouped GEMM) against
+    mode="sequential" on the same routing, then the (sequential) combine of its output."""
+    from syncopate.ops.moe import MoeDispatchCombine
+
+    rank, world, device = group_obj.rank, group_obj.world, group_obj.device
+    experts, top_k, tokens, hidden, inter = 8, 2, 96, 256, 384
+    local = experts // world
+    group = group_obj.group if world > 1 else None
+    wgen = torch.Generator().manual_seed(99)
+    w_up = (torch.randn(experts, hidden, inter, generator=wgen) / hidden ** 0.5)[rank * local:(rank + 1) * local]
+    w_up = w_up.to(device, torch.bfloat16).contiguous()
+    for backend in ("copy-engine", "sm-copy"):
+        fused = MoeDispatchCombine(group, num_experts=experts, top_k=top_k, capacity=128, mode="fused",
+                                   backend=backend)
+        seq = MoeDispatchCombine(group, num_experts=experts, top_k=top_k, mode="sequential")
+        worst, detail = 0.0, ""
+        try:
+            for call in range(calls):
+                gen = torch.Generator().manual_seed(7000 + 31 * call + rank)
+                x = torch.randn(tokens, hidden, generator=gen).to(device, torch.bfloat16)
+                ids, _ = skewed_routing(tokens, experts, top_k, gen, device)
+                h, layout = fused.dispatch_gemm(x, ids, w_up)
+                h_ref, layout_ref = seq.dispatch_gemm(x, ids, w_up)
+                if layout.recv_counts != layout_ref.recv_counts:
+                    raise AssertionError(f"call {call}: recv_counts {layout.recv_counts} != {layout_ref.recv_counts}")
+                worst = max(worst, rel_err(h, h_ref))
+            ok = worst < 2e-2 and fused.last_mode == "fused"
+            detail = f"worst_rel_err={worst:.2e} rows={layout.rows_per_expert}"
+        except Exception as exc:
+            ok, detail = False, f"{type(exc).__name__}: {exc}\n{traceback.format_exc()}"
+        res.record(f"fused dispatch backend={backend} world={world} calls={calls}", ok, detail)
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--calls", type=int, default=20)
@@ -236,6 +273,8 @@ def main():
         res.record("sequential", False, f"{type(exc).__name__}: {exc}\n{traceback.format_exc()}")
     group_obj.barrier()
     run_grouped_gemm(res, group_obj.device, rank)
+    group_obj.barrier()
+    run_fused(res, group_obj, args.calls)
     group_obj.barrier()
     line = f"SUMMARY world={world} passed={res.passed} failed={res.failed} seconds={time.perf_counter() - start:.1f}"
     print(line if rank == 0 else f"{line} rank={rank}", flush=True)

@@ -125,3 +125,95 @@ def reference(a: torch.Tensor, w: torch.Tensor, counts: Sequence[int], capacity:
         at = q * capacity
         out.append(a[at:at + rows].float() @ w[q % experts].float())
     return out
+
+
+class MoeFusedDispatch:
+    """The fused dispatch of one rank: the MoE dispatch plan run by the runtime's chunks
+    (copy engine or SM copy) while the transformed grouped GEMM's tiles wait for exactly their
+    (source, expert) chunk, local slots first.
+
+    A call: begin (epoch), pack this rank's routed rows into its x_send slots and its counts into
+    send_counts (heap), publish, fork, launch the grouped GEMM, issue the chunks, end. Chunks move
+    whole capacity slots (the copy engine's sizes are host values); the GEMM reads each slot's
+    count from recv_counts after its wait and computes only those rows. Returns h [W * E * C, N]
+    in capacity slots (slot s * E + e: rows from rank s for local expert e) and this call's
+    recv_counts (device int32 [W * E]); the slots' rows past their count are unspecified."""
+
+    def __init__(self, group, *, local_experts: int, capacity: int, hidden: int, out_features: int,
+                 dtype: torch.dtype, device: torch.device, backend: str = "copy-engine",
+                 block_m: int = 64, block_n: int = 128, block_k: int = 64, wait_bound_ns: int = 10_000_000_000):
+        from syncopate import _core
+        from syncopate.runtime import PlanWorkspace
+
+        who = "MoeFusedDispatch"
+        check_geometry(who, capacity, block_m)
+        self.group = group
+        self.world = 1 if group is None else group.size()
+        self.rank = 0 if group is None else group.rank()
+        self.experts, self.capacity, self.hidden, self.n = local_experts, capacity, hidden, out_features
+        self.dtype, self.device = dtype, device
+        self.block_m, self.block_n, self.block_k = block_m, block_n, block_k
+        names = {torch.bfloat16: "bf16", torch.float16: "f16", torch.float32: "f32"}
+        if dtype not in names:
+            raise ShapeError(f"{who}: dtype must be bf16, fp16 or fp32, got {dtype}")
+        self.plan = _core.make_moe_dispatch_plan(world_size=self.world, local_experts=local_experts,
+                                                 capacity=capacity, hidden=hidden, dtype=names[dtype],
+                                                 backend=backend)
+        rows = self.world * local_experts * capacity
+        self.ws = PlanWorkspace(self.plan, group, grid=(rows, out_features, block_m, block_n),
+                                accesses=[("x_recv", "consume", 0, -1)], device=device,
+                                wait_bound_ns=wait_bound_ns)
+        self.x_send = self.ws.tensor("x_send", dtype)
+        self.x_recv = self.ws.tensor("x_recv", dtype)
+        self.send_counts = self.ws.tensor("send_counts", torch.int32).view(-1)
+        self.recv_counts = self.ws.tensor("recv_counts", torch.int32).view(-1)
+        self.signals = self.ws.signals()
+        t = self.ws.table()
+        self.tiles_n = -(-out_features // block_n)
+        order = local_first_order(self.world, local_experts, capacity, block_m, self.tiles_n, self.rank)
+        self.tables = TileTables.from_lists(order, self.tiles_n, t["tile_waits"], t["tile_notifies"],
+                                            t["slot_writers"], t["slot_chunks"], rank=self.rank)
+        self.device_arrays = self.tables.device_arrays(device)
+        sms = torch.cuda.get_device_properties(device).multi_processor_count
+        self.progs = max(1, min(self.tables.num_tiles, sms - 8))
+        self.kernel = transformed_kernel()
+        self.error = None
+        self._warm_up()
+
+    def _launch(self, w, h, epoch):
+        from syncopate.launch import launch
+
+        args, meta = grouped_gemm_args(self.x_recv, w, h, self.recv_counts, self.capacity, self.block_m,
+                                       self.block_n, self.block_k, self.progs)
+        self.error = launch(self.kernel, (self.progs,), self.tables, *args, signals=self.signals, epoch=epoch,
+                            wait_bound_ns=self.ws.wait_bound_ns, error=self.error, sync=False,
+                            device_arrays=self.device_arrays, **meta)
+
+    def _warm_up(self):
+        """Loads the kernel before any wait spins (epoch word 0: every wait holds at once)."""
+        from syncopate.launch import epoch_word
+
+        w = torch.zeros((self.experts, self.hidden, self.n), dtype=self.dtype, device=self.device)
+        h = torch.empty((self.x_recv.shape[0], self.n), dtype=self.dtype, device=self.device)
+        self._launch(w, h, epoch_word(0, self.device))
+        torch.cuda.synchronize(self.device)
+
+    def __call__(self, rows: torch.Tensor, dest: torch.Tensor, send_counts: torch.Tensor, w: torch.Tensor):
+        """rows [R, H]: this rank's routed rows in send order (grouped by global expert);
+        dest [R]: each row's position in x_send (slot * capacity + index in slot);
+        send_counts [W * E] int32 (device); w [E, H, N]. Returns (h, recv_counts)."""
+        from syncopate.launch import check_error
+
+        ws = self.ws
+        h = torch.empty((self.x_recv.shape[0], self.n), dtype=self.dtype, device=self.device)
+        ws.begin()
+        self.x_send[dest] = rows
+        self.send_counts.copy_(send_counts)
+        ws.publish()
+        ws.fork()
+        self._launch(w, h, ws.epoch_word)
+        ws.issue_chunks()
+        ws.end()
+        ws.check()
+        check_error(self.error, self.tables, KERNEL)
+        return h, self.recv_counts.clone()
