@@ -272,9 +272,9 @@ def main():
     except Exception as exc:
         res.record("sequential", False, f"{type(exc).__name__}: {exc}\n{traceback.format_exc()}")
     group_obj.barrier()
-    run_grouped_gemm(res, group_obj.device, rank)
-    group_obj.barrier()
     run_fused(res, group_obj, args.calls)
+    group_obj.barrier()
+    run_grouped_gemm(res, group_obj.device, rank)
     group_obj.barrier()
     line = f"SUMMARY world={world} passed={res.passed} failed={res.failed} seconds={time.perf_counter() - start:.1f}"
     print(line if rank == 0 else f"{line} rank={rank}", flush=True)

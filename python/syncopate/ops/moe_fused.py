@@ -213,7 +213,11 @@ class MoeFusedDispatch:
         ws.fork()
         self._launch(w, h, ws.epoch_word)
         ws.issue_chunks()
+        # Every tile waited for a rows chunk, and each rows chunk lands after its counts chunk:
+        # once the kernel is done the counts are this call's. Copied before end(), after which
+        # peers may write the next call's.
+        recv_counts = self.recv_counts.clone()
         ws.end()
         ws.check()
         check_error(self.error, self.tables, KERNEL)
-        return h, self.recv_counts.clone()
+        return h, recv_counts
