@@ -176,3 +176,46 @@ def test_tables_equal_the_plans_lowering():
 def test_capacity_not_a_multiple_of_block_m_is_refused():
     with pytest.raises(ShapeError, match="multiple of BLOCK_M"):
         moe_fused.slot_tables(WORLD, EXPERTS, 24, 16, 1, 0)
+
+
+class _OneRankFusedStandIn:
+    """MoeFusedDispatch at world 1 without the CUDA runtime: the plan's only chunks are local
+    (x_send slot e -> x_recv slot e, send_counts -> recv_counts), so x_recv is x_send; the
+    grouped GEMM runs under the interpreter. Checks MoeDispatchCombine's packing and unpacking."""
+
+    def __init__(self, group, *, local_experts, capacity, hidden, out_features, dtype, device, backend, block_m):
+        self.experts, self.capacity, self.n, self.block_m = local_experts, capacity, out_features, block_m
+        self.x_send = torch.full((local_experts * capacity, hidden), float("nan"), dtype=dtype)
+
+    def __call__(self, rows, dest, send_counts, w):
+        self.x_send[dest] = rows
+        h = torch.full((self.x_send.shape[0], self.n), float("nan"), dtype=rows.dtype)
+        args, meta = moe_fused.grouped_gemm_args(self.x_send, w, h, send_counts, self.capacity, self.block_m, 16,
+                                                 16, 2)
+        moe_gemm.moe_grouped_gemm[(2,)](*args, **meta)
+        return h, send_counts.clone()
+
+
+def test_fused_dispatch_packing_matches_sequential(monkeypatch):
+    from syncopate.ops import moe as moe_op
+
+    monkeypatch.setattr(moe_fused, "MoeFusedDispatch", _OneRankFusedStandIn)
+    monkeypatch.setattr(moe_op.MoeDispatchCombine, "_choose",
+                        lambda self, x: ("sequential", "") if self.mode == "sequential" else ("fused", "stand-in"))
+    monkeypatch.setattr(moe_op, "FUSED_BLOCK_M", 16)
+    gen = torch.Generator().manual_seed(4)
+    tokens, experts, top_k, hidden, n = 24, 4, 2, 16, 16
+    x = torch.randn(tokens, hidden, generator=gen)
+    ids = torch.stack([torch.zeros(tokens, dtype=torch.int64),  # expert 0 hot, expert 3 empty
+                       torch.randint(1, 3, (tokens,), generator=gen)], dim=1)
+    w = torch.randn(experts, hidden, n, generator=gen)
+    fused = moe_op.MoeDispatchCombine(None, num_experts=experts, top_k=top_k, capacity=32)
+    h, layout = fused.dispatch_gemm(x, ids, w)
+    h_seq, layout_seq = moe_op.MoeDispatchCombine(None, num_experts=experts, top_k=top_k,
+                                                  mode="sequential").dispatch_gemm(x, ids, w)
+    assert fused.last_mode == "fused"
+    assert layout.recv_counts == layout_seq.recv_counts and layout.rows_per_expert[3] == 0
+    torch.testing.assert_close(h, h_seq, rtol=1e-5, atol=1e-5)
+    weights = torch.rand(tokens, top_k, generator=gen)
+    torch.testing.assert_close(fused.combine_gemm(h, w.transpose(1, 2).contiguous(), layout, weights),
+                               fused.combine_gemm(h_seq, w.transpose(1, 2).contiguous(), layout_seq, weights))
