@@ -16,6 +16,9 @@
 //  coverage     count-not-delivered count-delivered-twice count-wrong-source
 //  ordering     count-unordered counts-too-complex
 #include <algorithm>
+#include <map>
+#include <string>
+#include <utility>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -93,11 +96,27 @@ void check_runtime_rows_counts(const CommPlan& plan, const GraphFacts& facts, Vi
                                              chunk.runtime_rows->index),
                          {}});
   if (readers.empty()) return;
-  for (const Chunk& writer : plan.chunks)
-    for (Reader& reader : readers)
-      if (writer.dst == reader.chunk->dst && writer.dst_tensor == reader.chunk->runtime_rows->counts &&
-          box_holds(writer.dst_box, reader.at))
-        reader.writers.push_back(writer.id);
+  // Writers by (rank, tensor), so each reader looks only at the chunks landing in its counts.
+  std::map<std::pair<int, std::string>, std::vector<int>> writers_of;
+  for (const Reader& reader : readers) writers_of[{reader.chunk->dst, reader.chunk->runtime_rows->counts}];
+  for (const Chunk& writer : plan.chunks) {
+    auto it = writers_of.find({writer.dst, writer.dst_tensor});
+    if (it != writers_of.end()) it->second.push_back(writer.id);
+  }
+  long long looks = 0;
+  for (Reader& reader : readers) {
+    const auto& candidates = writers_of.at({reader.chunk->dst, reader.chunk->runtime_rows->counts});
+    looks += static_cast<long long>(candidates.size());
+    if (looks > kMaxVisits) {
+      sink.add(RuleGroup::ordering, "counts-too-complex", -1, -1,
+               fmt::format("matching row counts to the chunks that deliver them took over {} steps; the plan is "
+                           "refused rather than passed unproven",
+                           kMaxVisits));
+      return;
+    }
+    for (int w : candidates)
+      if (box_holds(plan.chunks[static_cast<std::size_t>(w)].dst_box, reader.at)) reader.writers.push_back(w);
+  }
 
   // Descendants of each writer, found once per writer by a forward search over the graph.
   const int n = facts.graph.size();
