@@ -10,10 +10,12 @@ own, rank 0 writes the rows):
   grouped_mm       the same rows through torch._grouped_mm (where this torch has it), GEMM only
   syncopate_local  kernels/moe_gemm.py (Triton grouped GEMM over capacity slots, counts read on
                    the device), GEMM only, on the rows as the dispatch plan lands them
+  fused            MoeDispatchCombine(mode="fused"): the MoE dispatch plan's copy-engine chunks
+                   (whole capacity slots) overlapped with the transformed grouped GEMM, the
+                   whole dispatch (packing, counts, rows, GEMM, unpacking with a host sync)
 Rows: shape, tokens per rank, experts, top-k, hidden, intermediate, routing (balanced or skewed:
-one hot expert), capacity, each variant's milliseconds and TFLOP/s (routed rows only). The fused
-dispatch (the grouped GEMM overlapped with the plan's chunks) and the simulator's prediction are
-not built yet: no row claims them.
+one hot expert), capacity, each variant's milliseconds and TFLOP/s (routed rows only). The
+simulator's prediction is not built yet: no row claims it.
 """
 
 from __future__ import annotations
@@ -102,6 +104,21 @@ def run_shape(name, skewed, group, rank, world, device, args):
     row["capacity"] = capacity
     row["syncopate_local_ms"] = ms
     row["syncopate_local_tflops"] = flop / ms / 1e9
+    if args.fused:
+        # The fused dispatch (the plan's copy-engine chunks + the transformed grouped GEMM); its
+        # capacity is a multiple of 64 (the fused tiles' rows).
+        fused_capacity = max(64, -(-biggest // 64) * 64)
+        try:
+            fused = MoeDispatchCombine(group if world > 1 else None, num_experts=experts, top_k=top_k,
+                                       capacity=fused_capacity, mode="fused")
+            h_fused, _ = fused.dispatch_gemm(x, ids, w_up)
+            row["fused_rel_err_vs_sequential"] = float((h_fused.float() - h.float()).norm() / h.float().norm())
+            ms = time_ms(lambda: fused.dispatch_gemm(x, ids, w_up), args.warmup, args.iters)
+            row["fused_ms"] = ms
+            row["fused_tflops"] = flop / ms / 1e9
+            row["fused_capacity"] = fused_capacity
+        except Exception as exc:
+            row["fused_error"] = f"{type(exc).__name__}: {exc}"[:300]
     # Correctness of the timed kernel on one slot with rows (bf16 tolerance).
     q = next((i for i in range(slots) if int(counts[i])), None)
     if q is not None:
@@ -118,6 +135,7 @@ def main():
     parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument("--iters", type=int, default=10)
     parser.add_argument("--out", default="")
+    parser.add_argument("--no-fused", dest="fused", action="store_false", help="skip the fused dispatch rows")
     args = parser.parse_args()
     world = int(os.environ.get("WORLD_SIZE", "1"))
     rank = int(os.environ.get("RANK", "0"))
