@@ -92,6 +92,12 @@ def run_shape(name, skewed, group, rank, world, device, args):
     # Capacity slots as the dispatch plan lands them: one slot per (source rank, local expert).
     recv = layout.recv_counts
     biggest = max((n for r in recv for n in r), default=0)
+    if world > 1:  # every rank's plan must have the same capacity
+        import torch.distributed as dist
+
+        top = torch.tensor([biggest], device=device)
+        dist.all_reduce(top, op=dist.ReduceOp.MAX, group=group)
+        biggest = int(top)
     capacity = max(BLOCK_M, -(-biggest // BLOCK_M) * BLOCK_M)
     slots = world * local
     counts = torch.tensor([n for r in recv for n in r], dtype=torch.int32, device=device)
