@@ -15,7 +15,8 @@ own, rank 0 writes the rows):
                    whole dispatch (packing, counts, rows, GEMM, unpacking with a host sync)
 Rows: shape, tokens per rank, experts, top-k, hidden, intermediate, routing (balanced or skewed:
 one hot expert), capacity, each variant's milliseconds and TFLOP/s (routed rows only). The
-simulator's prediction is not built yet: no row claims it.
+simulator's prediction (sim_at_capacity_*) is for every slot full: it does not model run-time
+counts (tiles past a slot's count skipping) yet.
 """
 
 from __future__ import annotations
@@ -125,6 +126,12 @@ def run_shape(name, skewed, group, rank, world, device, args):
             row["fused_capacity"] = fused_capacity
         except Exception as exc:
             row["fused_error"] = f"{type(exc).__name__}: {exc}"[:300]
+        try:  # the simulator, every slot full (it does not model run-time counts yet)
+            pred = moe_fused.predict_at_capacity(world, local, fused_capacity, hidden, inter)
+            row["sim_at_capacity_fused_ms"] = pred.fused_us / 1e3
+            row["sim_at_capacity_sequential_ms"] = pred.sequential_us / 1e3
+        except Exception as exc:
+            row["sim_error"] = f"{type(exc).__name__}: {exc}"[:300]
     # Correctness of the timed kernel on one slot with rows (bf16 tolerance).
     q = next((i for i in range(slots) if int(counts[i])), None)
     if q is not None:

@@ -219,3 +219,15 @@ def test_fused_dispatch_packing_matches_sequential(monkeypatch):
     weights = torch.rand(tokens, top_k, generator=gen)
     torch.testing.assert_close(fused.combine_gemm(h, w.transpose(1, 2).contiguous(), layout, weights),
                                fused.combine_gemm(h_seq, w.transpose(1, 2).contiguous(), layout_seq, weights))
+
+
+def test_simulator_predicts_the_dispatch_at_capacity():
+    _core = pytest.importorskip("syncopate._core")
+    if not hasattr(_core, "make_moe_dispatch_plan"):
+        pytest.fail("syncopate._core lacks make_moe_dispatch_plan: reinstall the package (pip install .)")
+    small = moe_fused.predict_at_capacity(4, 2, 128, 1024, 2048)
+    large = moe_fused.predict_at_capacity(4, 2, 512, 1024, 2048)
+    for p in (small, large):
+        assert 0 < p.fused_us < float("inf") and 0 < p.sequential_us < float("inf")
+        assert p.fused_us >= p.floor_us * 0.999
+    assert large.comm_alone_us > small.comm_alone_us and large.gemm_alone_us > small.gemm_alone_us

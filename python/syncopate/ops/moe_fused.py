@@ -221,3 +221,23 @@ class MoeFusedDispatch:
         ws.check()
         check_error(self.error, self.tables, KERNEL)
         return h, recv_counts
+
+
+def predict_at_capacity(world: int, local_experts: int, capacity: int, hidden: int, out_features: int, *,
+                        dtype: str = "bf16", backend: str = "copy-engine", block_m: int = 64, block_n: int = 128,
+                        calibration=None):
+    """The simulator's prediction (fused, sequential; microseconds) of the fused dispatch with
+    every slot full: each chunk moves `capacity` rows (as the copy engine does) and every tile
+    computes. What the simulator does not model yet: tiles past a slot's count skipping, so for
+    a real routing histogram this is an upper bound on the GEMM's part."""
+    import syncopate as sy
+    from syncopate import _core
+    from syncopate.ops.choice import cached_calibration, calibration_name
+
+    check_geometry("predict_at_capacity", capacity, block_m)
+    plan = _core.make_moe_dispatch_plan(world_size=world, local_experts=local_experts, capacity=capacity,
+                                        hidden=hidden, dtype=dtype, backend=backend)
+    gemm = sy.GemmShape(world * local_experts * capacity, out_features, hidden, block_m, block_n)
+    calib = calibration if calibration is not None else cached_calibration(calibration_name())
+    access = _core.TileAccess("x_recv", "consume", 0, -1, False)
+    return _core.simulate(plan, gemm, calib, accesses=[access])
