@@ -15,6 +15,7 @@
 #include "syncopate/common/error.hpp"
 #include "syncopate/plan/dependency_graph.hpp"
 #include "syncopate/plan/expert_parallel.hpp"
+#include "syncopate/plan/import.hpp"
 #include "syncopate/plan/json.hpp"
 #include "syncopate/plan/verify.hpp"
 
@@ -156,6 +157,15 @@ TEST(MoeDispatchPlan, OptionsRefusedByName) {
     FAIL() << "nccl accepted";
   } catch (const UserError& e) {
     EXPECT_NE(std::string(e.what()).find("nccl"), std::string::npos);
+  }
+}
+
+TEST(MoeDispatchPlan, ExportToMscclRefusesRuntimeRowsByChunk) {
+  try {
+    export_msccl_xml(make_moe_dispatch_plan(options(2, 1, 4)));
+    FAIL() << "exported a plan with run-time rows";
+  } catch (const UserError& e) {
+    EXPECT_NE(std::string(e.what()).find("runtime_rows"), std::string::npos) << e.what();
   }
 }
 
