@@ -161,7 +161,7 @@ def test_tables_equal_the_plans_lowering():
         pytest.fail("syncopate._core lacks make_moe_dispatch_plan: reinstall the package (pip install .)")
     plan = _core.make_moe_dispatch_plan(world_size=WORLD, local_experts=EXPERTS, capacity=CAPACITY, hidden=K,
                                         dtype="f32")
-    assert _core.verify(plan).ok()
+    assert _core.verify(plan).ok
     for rank in range(WORLD):
         ours = moe_fused.slot_tables(WORLD, EXPERTS, CAPACITY, BLOCK_M, _tiles_n(), rank)
         lowered = moe_fused.plan_tables(plan, WORLD, EXPERTS, CAPACITY, N, BLOCK_M, BLOCK_N, rank)
@@ -225,8 +225,13 @@ def test_simulator_predicts_the_dispatch_at_capacity():
     _core = pytest.importorskip("syncopate._core")
     if not hasattr(_core, "make_moe_dispatch_plan"):
         pytest.fail("syncopate._core lacks make_moe_dispatch_plan: reinstall the package (pip install .)")
-    small = moe_fused.predict_at_capacity(4, 2, 128, 1024, 2048)
-    large = moe_fused.predict_at_capacity(4, 2, 512, 1024, 2048)
+    from pathlib import Path
+
+    import syncopate as sy
+
+    calib = sy.calibration(str(Path(__file__).resolve().parents[2] / "calib" / "h200.json"))
+    small = moe_fused.predict_at_capacity(4, 2, 128, 1024, 2048, calibration=calib)
+    large = moe_fused.predict_at_capacity(4, 2, 512, 1024, 2048, calibration=calib)
     for p in (small, large):
         assert 0 < p.fused_us < float("inf") and 0 < p.sequential_us < float("inf")
         assert p.fused_us >= p.floor_us * 0.999
