@@ -36,6 +36,7 @@ SHIPPED = [
     ("gemm.py", "gemm_tma_kernel", check_problems.gemm_tma_pointer_stores),
     ("gemm.py", "gemm_pointer_kernel", check_problems.gemm_pointer),
     ("gemm_reduce.py", "gemm_reduce_kernel", check_problems.gemm_reduce),
+    ("moe_gemm.py", "moe_grouped_gemm", check_problems.moe_grouped_gemm),
 ]
 
 
@@ -51,7 +52,7 @@ def test_every_example_passes(case):
 
 
 @pytest.mark.parametrize("file,kernel,problem", SHIPPED,
-                         ids=["gemm_tma", "gemm_tma_pointer_stores", "gemm_pointer", "gemm_reduce"])
+                         ids=["gemm_tma", "gemm_tma_pointer_stores", "gemm_pointer", "gemm_reduce", "moe_grouped_gemm"])
 def test_every_shipped_kernel_passes(file, kernel, problem):
     report = sy.check_kernel(KERNELS / file, kernel, problem)
     assert report.ok, str(report)
