@@ -2,6 +2,7 @@
 
     torchrun --nproc-per-node W examples/moe_layer.py [--size tiny-top2|tiny-top8|mixtral|deepseek]
                                                       [--routing random|skewed] [--tokens T]
+                                                      [--capacity C] [--mode auto|fused|sequential]
 
 Each rank holds T tokens and E/W experts (SwiGLU: gate and up [H, F] in one [H, 2F] matrix, down
 [F, H]); a router picks each token's top-k experts. The layer dispatches the tokens to their
@@ -89,7 +90,8 @@ def run_layer(cfg: MoeConfig, args, rank: int, world: int, group, device) -> dic
     dtype = getattr(torch, args.dtype)
     router, gate_up, down = full_weights(cfg, args.seed, device, dtype)
     local = slice(rank * cfg.experts // world, (rank + 1) * cfg.experts // world)
-    layer = MoeDispatchCombine(group, num_experts=cfg.experts, top_k=cfg.top_k, capacity=args.capacity)
+    layer = MoeDispatchCombine(group, num_experts=cfg.experts, top_k=cfg.top_k, capacity=args.capacity,
+                               mode=getattr(args, "mode", "auto"))
     report = {"steps": []}
     for step in range(args.steps):
         x = tokens(cfg, args.tokens, rank, args.seed + step, device, dtype)
@@ -98,7 +100,8 @@ def run_layer(cfg: MoeConfig, args, rank: int, world: int, group, device) -> dic
         y = layer.combine_gemm(swiglu(h), down[local].contiguous(), layout, weights)
         ref = reference(x, expert_ids, weights, gate_up, down)
         err = ((y.double() - ref).norm() / ref.norm()).item()
-        report["steps"].append({"step": step, "error": err, "rows_per_expert": layout.rows_per_expert})
+        report["steps"].append({"step": step, "error": err, "rows_per_expert": layout.rows_per_expert,
+                                "mode": layer.last_mode})
     report["worst"] = max(s["error"] for s in report["steps"])
     return report
 
@@ -112,6 +115,8 @@ def parse_args(argv=None):
     p.add_argument("--dtype", choices=("bfloat16", "float16", "float32"), default="bfloat16")
     p.add_argument("--device", choices=("cuda", "cpu"), default="cuda")
     p.add_argument("--steps", type=int, default=2)
+    p.add_argument("--mode", choices=("auto", "fused", "sequential"), default="auto",
+                   help="the dispatch: fused needs --capacity (a multiple of 64) and CUDA")
     p.add_argument("--seed", type=int, default=0)
     return p.parse_args(argv)
 

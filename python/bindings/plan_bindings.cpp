@@ -24,6 +24,7 @@
 #include "bindings.hpp"
 #include "enum_arg.hpp"
 #include "syncopate/plan/comm_plan.hpp"
+#include "syncopate/plan/expert_parallel.hpp"
 #include "syncopate/plan/import.hpp"
 #include "syncopate/plan/json.hpp"
 #include "syncopate/plan/templates.hpp"
@@ -86,6 +87,18 @@ void bind_values(nb::module_& m) {
             return c.group;
           },
           "NCCL group number (issued with the rank's other members of it in one ncclGroupStart/End), or None")
+      .def_prop_ro(
+          "runtime_rows",
+          [](const Chunk& c) -> std::optional<nb::dict> {
+            if (!c.runtime_rows) return std::nullopt;
+            nb::dict d;
+            d["dim"] = c.runtime_rows->dim;
+            d["counts"] = c.runtime_rows->counts;
+            d["index"] = c.runtime_rows->index;
+            return d;
+          },
+          "Rows known at run time: {dim, counts, index} (the box is the capacity along dim; the count is "
+          "element index of the int32 tensor counts on dst), or None")
       .def(nb::self == nb::self)
       .def("__repr__", [](const Chunk& c) {
         return "Chunk(id=" + std::to_string(c.id) + ", " + c.tensor + ", " + std::to_string(c.src) +
@@ -229,6 +242,25 @@ void bind_verifier(nb::module_& m) {
                ", violations=" + std::to_string(r.violations.size()) + ")";
       });
 
+  m.def(
+      "make_moe_dispatch_plan",
+      [](int world_size, int local_experts, std::int64_t capacity, std::int64_t hidden, std::string_view dtype,
+         std::string_view backend) {
+        plan::MoeDispatchOptions o;
+        o.world_size = world_size;
+        o.local_experts = local_experts;
+        o.capacity = capacity;
+        o.hidden = hidden;
+        o.dtype = enum_arg<plan::DType>(dtype, "dtype");
+        o.backend = enum_arg<plan::Backend>(backend, "backend");
+        return plan::make_moe_dispatch_plan(o);
+      },
+      nb::kw_only(), "world_size"_a, "local_experts"_a, "capacity"_a, "hidden"_a, "dtype"_a = "bf16",
+      "backend"_a = "copy-engine",
+      "The MoE dispatch plan (plan/expert_parallel.hpp): counts all-to-all, then rows chunks per (source, "
+      "destination, local expert) of capacity rows whose count is read on the device from recv_counts.");
+  m.def("moe_rows_chunk", &plan::moe_rows_chunk, "world_size"_a, "local_experts"_a, "src"_a, "dst"_a, "expert"_a,
+        "Id of the rows chunk src -> dst for local expert `expert` of dst in make_moe_dispatch_plan's plan.");
   m.def("verify", &plan::verify, "plan"_a,
         "Checks a plan (well-formed, coverage, ordering, deadlock); never raises on a bad plan.");
   m.def("verify_or_raise", &plan::verify_or_throw, "plan"_a, "plan_name"_a = "<plan>",

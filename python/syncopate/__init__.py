@@ -73,7 +73,9 @@ from syncopate._core import (
     load_calibration,
     load_plan,
     lower,
+    make_moe_dispatch_plan,
     make_plan,
+    moe_rows_chunk,
     parse_calibration,
     parse_plan,
     plan_to_json,
@@ -100,7 +102,7 @@ __all__ = ["CalibrationError", "DeviceError", "Error", "InternalError", "PlanPar
            "SignalTableArrays", "TensorSpec", "TileAccess", "TileGrid", "TileOrder", "TileTiming",
            "Timeline", "TransformResult", "TuneResult", "VerifyReport", "Violation", "added_params",
            "default_accesses", "estimate_arrival", "export_msccl_xml", "import_plan", "load_calibration",
-           "load_plan", "lower", "make_plan", "parse_calibration", "parse_plan", "plan_to_json", "save_plan",
+           "load_plan", "lower", "make_moe_dispatch_plan", "make_plan", "moe_rows_chunk", "parse_calibration", "parse_plan", "plan_to_json", "save_plan",
            "signal_tables_to_json", "simulate", "tile_order", "tile_orders_to_json", "transform",
            "transform_kernels", "tune", "verify", "verify_or_raise", "calibration", "check_kernel",
            "__version__"]

@@ -70,6 +70,11 @@ class Exporter {
       throw UserError(fmt::format("export to MSCCL XML: a {}{} plan has no MSCCL collective", c.staged() ? "staged " : "",
                                   to_string(c.kind)));
     verify_or_throw(plan_, "export to MSCCL XML");
+    for (const Chunk& ch : plan_.chunks)
+      if (ch.runtime_rows)
+        throw UserError(fmt::format("export to MSCCL XML: chunk {} carries a run-time number of rows "
+                                    "(runtime_rows); MSCCL chunks have fixed sizes",
+                                    ch.id));
     const auto& shape = plan_.tensors.at(c.tensor).shape;
     std::int64_t unit = shape[c.dim];
     for (const Chunk& ch : plan_.chunks) {

@@ -66,6 +66,17 @@ TensorSpec read_tensor(const JsonNode& node) {
   return spec;
 }
 
+// Ranges (dim inside the box, index inside `counts`, its dtype) are the verifier's.
+RuntimeRows read_runtime_rows(const JsonNode& node) {
+  ObjectReader fields(node, "runtime_rows", {"dim", "counts", "index"});
+  RuntimeRows rows;
+  rows.dim = fields.required("dim").as_int();
+  rows.counts = fields.required("counts").as_string();
+  rows.index = fields.required("index").as_int64();
+  fields.finish();
+  return rows;
+}
+
 RankProgram read_rank(const JsonNode& node) {
   ObjectReader fields(node, "rank", {"rank", "streams"});
   RankProgram program;
@@ -78,7 +89,7 @@ RankProgram read_rank(const JsonNode& node) {
 Chunk read_chunk(const JsonNode& node) {
   ObjectReader fields(node, "chunk",
                       {"id", "tensor", "box", "dst_tensor", "dst_box", "src", "dst", "backend", "op", "stream", "deps",
-                       "group"});
+                       "group", "runtime_rows"});
   Chunk chunk;
   chunk.id = fields.required("id").as_int();
   chunk.tensor = fields.required("tensor").as_string();
@@ -98,6 +109,7 @@ Chunk read_chunk(const JsonNode& node) {
     // Absent means "no group"; a written group number is a name, never negative.
     if (chunk.group < 0) group->fail("a group number >= 0 (leave the key out for no group)");
   }
+  if (auto rows = fields.optional("runtime_rows")) chunk.runtime_rows = read_runtime_rows(*rows);
   fields.finish();
   return chunk;
 }
@@ -206,6 +218,9 @@ std::string chunk_json(const Chunk& chunk) {
   out += fmt::format(R"("src":{},"dst":{},"backend":"{}","op":"{}","stream":{},"deps":{})", chunk.src, chunk.dst,
                      to_string(chunk.backend), to_string(chunk.op), chunk.stream, list(chunk.deps));
   if (chunk.group != kNoGroup) out += fmt::format(R"(,"group":{})", chunk.group);
+  if (chunk.runtime_rows)
+    out += fmt::format(R"(,"runtime_rows":{{"dim":{},"counts":{},"index":{}}})", chunk.runtime_rows->dim,
+                       quote(chunk.runtime_rows->counts), chunk.runtime_rows->index);
   out += '}';
   return out;
 }

@@ -13,9 +13,12 @@
 //               group-dep-inside-group groups-too-complex
 //               (topology, verify_topology.cpp) nodes-count node-id cross-node-chunk
 //               dep-off-node
+//               (run-time rows, verify_runtime_rows.cpp) runtime-rows-dim runtime-rows-counts
+//               runtime-rows-op
 //  coverage     missing-shard wrong-data shard-delivered-twice own-shard-overwritten
 //               contribution-missing contribution-counted-twice coverage-too-complex
-//  ordering     forward-race write-race ordering-too-complex
+//               count-not-delivered count-delivered-twice count-wrong-source
+//  ordering     forward-race write-race ordering-too-complex count-unordered counts-too-complex
 //  deadlock     dependency-cycle nccl-order-mismatch
 // The *-too-complex rules fire when a (hostile) plan would take the verifier minutes; they
 // reject the plan rather than pass it unproven. Each rule lists at most 500 violations, then
@@ -64,10 +67,12 @@ VerifyReport verify(const CommPlan& plan) {
   check_well_formed(plan, sink);
   check_groups(plan, sink);
   check_topology(plan, sink);
+  check_runtime_rows_form(plan, sink);
   // The later groups index tensors, ranks and chunks freely; they need a well-formed plan.
   if (sink.count() == 0) {
     const GraphFacts facts(plan);
     check_coverage(plan, facts, sink);
+    check_runtime_rows_counts(plan, facts, sink);
     check_ordering(plan, facts, sink);
     check_deadlock(plan, facts, sink);
   }

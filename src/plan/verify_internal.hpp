@@ -80,6 +80,11 @@ void check_groups(const CommPlan& plan, ViolationSink& sink);
 // Topology rules (well-formed group too, verify_topology.cpp): nodes per rank, no copy-engine
 // or SM-copy chunk between nodes. Safe on any plan.
 void check_topology(const CommPlan& plan, ViolationSink& sink);
+// Run-time row counts (verify_runtime_rows.cpp): the form of Chunk::runtime_rows (well-formed
+// group, safe on any plan), then, on a well-formed plan, that each count is delivered once by
+// the rows' sender before the rows.
+void check_runtime_rows_form(const CommPlan& plan, ViolationSink& sink);
+void check_runtime_rows_counts(const CommPlan& plan, const GraphFacts& facts, ViolationSink& sink);
 void check_coverage(const CommPlan& plan, const GraphFacts& facts, ViolationSink& sink);
 void check_ordering(const CommPlan& plan, const GraphFacts& facts, ViolationSink& sink);
 void check_deadlock(const CommPlan& plan, const GraphFacts& facts, ViolationSink& sink);

@@ -113,3 +113,30 @@ def test_bad_inputs_are_refused_by_name():
         layer.combine_gemm(h, torch.randn(4, 6, 8), None, torch.rand(5, 2))
     with pytest.raises(ShapeError, match=r"logits must be a \[tokens, experts\] matrix"):
         route(torch.randn(5), 2)
+
+
+def test_modes_and_backends_refused_by_name():
+    with pytest.raises(UserError, match="mode must be one of"):
+        MoeDispatchCombine(None, num_experts=4, top_k=2, mode="fast")
+    with pytest.raises(UserError, match="an NCCL send needs its size on the host"):
+        MoeDispatchCombine(None, num_experts=4, top_k=2, backend="nccl")
+
+
+def test_fused_refused_on_cpu_and_auto_falls_back_saying_why():
+    x = torch.randn(6, 8)
+    ids = torch.tensor([[0, 3], [3, 1], [1, 0], [2, 3], [0, 2], [3, 0]])
+    w = torch.randn(4, 8, 5)
+    fused = MoeDispatchCombine(None, num_experts=4, top_k=2, capacity=64, mode="fused")
+    with pytest.raises(UserError, match=r"mode='fused' cannot run: x is on cpu"):
+        fused.dispatch_gemm(x, ids, w)
+    no_capacity = MoeDispatchCombine(None, num_experts=4, top_k=2, mode="fused")
+    with pytest.raises(UserError, match="no capacity was given"):
+        no_capacity.dispatch_gemm(x, ids, w)
+    odd = MoeDispatchCombine(None, num_experts=4, top_k=2, capacity=48, mode="fused")
+    with pytest.raises(UserError, match="capacity 48 is not a multiple of 64"):
+        odd.dispatch_gemm(x, ids, w)
+    auto = MoeDispatchCombine(None, num_experts=4, top_k=2, capacity=64)
+    h, _ = auto.dispatch_gemm(x, ids, w)
+    assert auto.last_mode == "sequential" and "x is on cpu" in auto.reason
+    h_seq, _ = MoeDispatchCombine(None, num_experts=4, top_k=2, mode="sequential").dispatch_gemm(x, ids, w)
+    assert torch.equal(h, h_seq)

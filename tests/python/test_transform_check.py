@@ -38,6 +38,7 @@ SHIPPED = [
     ("gemm_reduce.py", "gemm_reduce_kernel", check_problems.gemm_reduce),
     ("gemm_fp8.py", "gemm_fp8_tma_kernel", check_problems.gemm_fp8_tma),
     ("gemm_fp8.py", "gemm_fp8_tma_kernel", check_problems.gemm_fp8_tma_pointer_stores),
+    ("moe_gemm.py", "moe_grouped_gemm", check_problems.moe_grouped_gemm),
 ]
 
 
@@ -54,7 +55,7 @@ def test_every_example_passes(case):
 
 @pytest.mark.parametrize("file,kernel,problem", SHIPPED,
                          ids=["gemm_tma", "gemm_tma_pointer_stores", "gemm_pointer", "gemm_reduce",
-                              "gemm_fp8_tma", "gemm_fp8_tma_pointer_stores"])
+                              "gemm_fp8_tma", "gemm_fp8_tma_pointer_stores", "moe_grouped_gemm"])
 def test_every_shipped_kernel_passes(file, kernel, problem):
     report = sy.check_kernel(KERNELS / file, kernel, problem)
     assert report.ok, str(report)

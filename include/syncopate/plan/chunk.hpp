@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -59,6 +60,22 @@ struct Box {
 //   src, its recv the group of that number on its dst.
 inline constexpr int kNoGroup = -1;
 
+// Rows known only at run time (expert parallelism: how many tokens rank s routes to expert e
+// is decided by the router, call by call). The chunk's box is its *capacity* along `dim`; each
+// call it carries only the first `n` rows of it, where `n` is element `index` (flat, row-major)
+// of the int32 tensor `counts` on the chunk's dst rank, 0 <= n <= capacity. That element is
+// delivered by one chunk from the same src that happens before this one (the counts exchange),
+// so the count a consumer reads after this chunk landed is this call's and the sender's. The
+// chunk lands (and raises its signal) whatever n is, even 0, so the dependency graph, and with
+// it deadlock freedom, does not depend on the counts. Verifier rules: docs/ARCHITECTURE.md.
+struct RuntimeRows {
+  int dim = 0;
+  std::string counts;
+  std::int64_t index = 0;
+
+  friend bool operator==(const RuntimeRows&, const RuntimeRows&) = default;
+};
+
 struct Chunk {
   int id = -1;
   std::string tensor;
@@ -72,6 +89,7 @@ struct Chunk {
   int stream = 0;
   std::vector<int> deps;
   int group = kNoGroup;
+  std::optional<RuntimeRows> runtime_rows;  // absent: the whole box moves every call
 
   friend bool operator==(const Chunk&, const Chunk&) = default;
 };

@@ -132,3 +132,36 @@ def gemm_fp8_tma(gen: torch.Generator) -> CheckProblem:
 def gemm_fp8_tma_pointer_stores(gen: torch.Generator) -> CheckProblem:
     """gemm_fp8_tma_kernel storing C with plain stores (the producer side: FP8 GEMM+RS/AR)."""
     return _fp8_problem(gen, c_store_pointers=True)
+
+
+def moe_grouped_gemm(gen: torch.Generator, world: int = 2, rank: int = 1) -> CheckProblem:
+    """moe_gemm.py's grouped GEMM on `rank` of `world`, two local experts: slot q = s * 2 + e of
+    `a` (capacity 2 * BLOCK_M rows) is the chunk from rank s for expert e; the counts (one empty
+    slot, one full, the rest ragged) say how many rows of each a tile computes and stores."""
+    experts, capacity, k, n = 2, 2 * _BM, 32, 48
+    slots = world * experts
+    counts = torch.tensor([0, capacity, _BM + 5, 7][:slots] + [capacity // 2] * max(0, slots - 4),
+                          dtype=torch.int32)
+    a = torch.randn(slots * capacity, k, generator=gen).to(_DTYPE)
+    w = torch.randn(experts, k, n, generator=gen).to(_DTYPE)
+    c = torch.empty(slots * capacity, n, dtype=_DTYPE)
+    per_slot, tiles_n = capacity // _BM, _cdiv(n, _BN)
+    tiles_m = slots * per_slot
+    meta = dict(BLOCK_M=_BM, BLOCK_N=_BN, BLOCK_K=_BK)
+    args = (a, w, c, counts, n, k, capacity, experts, tiles_m, a.stride(0), a.stride(1), w.stride(0), w.stride(1),
+            w.stride(2), c.stride(0), c.stride(1), _PROGRAMS)
+
+    def regions(tile):
+        m, col = divmod(tile, tiles_n)
+        q, first = m // per_slot, (m % per_slot) * _BM
+        rows = min(_BM, max(0, int(counts[q]) - first))
+        if rows == 0:
+            return []
+        r0 = q * capacity + first
+        return [("c", (slice(r0, r0 + rows), slice(col * _BN, min((col + 1) * _BN, n))))]
+
+    waits = [[m // per_slot] for m in range(tiles_m) for _ in range(tiles_n)]
+    chunks = [[Chunk("a", (slice(q * capacity, (q + 1) * capacity),))] for q in range(slots)]
+    return CheckProblem({"a": a, "w": w, "c": c, "counts": counts}, args, meta, (_PROGRAMS,), (_PROGRAMS,),
+                        tiles_m, tiles_n, _BM, _BN, outputs=("c",), tile_regions=regions, tile_waits=waits,
+                        tile_notifies=[[] for _ in waits], slot_writers=[1] * slots, chunks=chunks)

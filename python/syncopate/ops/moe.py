@@ -22,12 +22,17 @@ routed row is carried. `capacity` bounds the rows one expert may receive from on
 buffers a fused kernel will size for it); a call that routes more raises ShapeError naming the
 expert and the ranks.
 
-This is the sequential path: the all-to-all (torch.distributed's all_to_all_single over the
-group: NCCL across GPUs, gloo on the CPU), then one matmul per local expert; without
-torch.distributed it is one rank, and the all-to-all is the identity. The fused path (a tile of
-expert e waiting only for e's rows from each rank, local rows first; the combine's tiles
-notifying as they are written) needs plans whose chunk sizes are read on the device; it is not
-built yet, and this module is its reference and its fallback.
+mode="sequential": the all-to-all (torch.distributed's all_to_all_single over the group: NCCL
+across GPUs, gloo on the CPU), then one matmul per local expert; without torch.distributed it is
+one rank, and the all-to-all is the identity.
+mode="fused" (dispatch only; ops/moe_fused.py): the MoE dispatch plan (plan/expert_parallel.hpp:
+counts first, then one chunk per (source rank, local expert) of `capacity` rows) run by the
+runtime's copy-engine or SM-copy chunks while the transformed grouped GEMM (kernels/moe_gemm.py)
+runs: each tile waits for exactly the chunk of its (source, expert) slot, local slots first, and
+reads that slot's count on the device. It needs `capacity` (a multiple of FUSED_BLOCK_M) and CUDA;
+the chunks move whole capacity slots. Not yet run on a GPU. The combine is sequential in both
+modes. mode="auto" takes fused where it can run and says why not in `reason`; whether fusion
+pays (the simulator's prediction for a routing histogram) is not modelled yet.
 """
 
 from __future__ import annotations
@@ -38,6 +43,10 @@ from typing import Optional, Sequence
 import torch
 
 from syncopate.errors import ShapeError, UserError
+
+MODES = ("auto", "fused", "sequential")
+# Rows of the fused grouped GEMM's tiles: the capacity must be a multiple of it.
+FUSED_BLOCK_M = 64
 
 
 @dataclasses.dataclass(frozen=True)
@@ -69,10 +78,18 @@ class MoeDispatchCombine:
     """The dispatch and combine of one MoE layer on `group` (None: one rank).
 
     num_experts: experts in the layer (a multiple of the group size); top_k: experts per token;
-    capacity: the most rows one expert may receive from one rank (None: no bound)."""
+    capacity: the most rows one expert may receive from one rank (None: no bound);
+    mode: "auto", "fused" or "sequential" (the dispatch; see the module's docstring);
+    backend: the fused dispatch's chunks, "copy-engine" or "sm-copy"."""
 
-    def __init__(self, group=None, *, num_experts: int, top_k: int, capacity: Optional[int] = None):
+    def __init__(self, group=None, *, num_experts: int, top_k: int, capacity: Optional[int] = None,
+                 mode: str = "auto", backend: str = "copy-engine"):
         who = "MoeDispatchCombine"
+        if mode not in MODES:
+            raise UserError(f"{who}: mode must be one of {MODES}, got {mode!r}")
+        if backend not in ("copy-engine", "sm-copy"):
+            raise UserError(f"{who}: backend must be 'copy-engine' or 'sm-copy' (an NCCL send needs its size on "
+                            f"the host; the fused dispatch's row counts are known only on the device), got {backend!r}")
         self.group = group
         self.world = 1 if group is None else group.size()
         self.rank = 0 if group is None else group.rank()
@@ -89,6 +106,11 @@ class MoeDispatchCombine:
         self.local_experts = num_experts // self.world
         self.top_k = top_k
         self.capacity = capacity
+        self.mode = mode
+        self.backend = backend
+        self.last_mode = None  # what the last dispatch ran: "fused" or "sequential"
+        self.reason = ""       # why, for mode="auto"
+        self._fused = {}
 
     # -- dispatch -----------------------------------------------------------------------------------
     def dispatch_gemm(self, x: torch.Tensor, expert_ids: torch.Tensor, w_up: torch.Tensor):
@@ -102,14 +124,69 @@ class MoeDispatchCombine:
         order = torch.argsort(flat, stable=True)
         send = torch.bincount(flat, minlength=self.num_experts).view(self.world, self.local_experts)
         send_counts = tuple(tuple(int(v) for v in row) for row in send.tolist())
+        rows = x[torch.div(order, self.top_k, rounding_mode="floor")]
+        self.last_mode, self.reason = self._choose(x)
+        if self.last_mode == "fused":
+            self._check_capacity(send_counts, ())
+            return self._dispatch_fused(x, rows, flat[order], send, send_counts, order, w_up)
         recv_counts = self._exchange_counts(send_counts)
         self._check_capacity(send_counts, recv_counts)
-        rows = x[torch.div(order, self.top_k, rounding_mode="floor")]
         received = self._all_to_all(rows, [sum(r) for r in send_counts], [sum(r) for r in recv_counts])
         regroup = _expert_major(recv_counts, x.device)
         grouped = received[regroup]
         layout = DispatchLayout(send_counts, recv_counts, order, regroup, x.shape[0], self.top_k)
         return _per_expert_matmul(grouped, w_up, layout.rows_per_expert), layout
+
+    def _choose(self, x: torch.Tensor):
+        """(mode, reason) of this dispatch."""
+        who = "MoeDispatchCombine"
+        blockers = []
+        if self.capacity is None:
+            blockers.append("no capacity was given (the fused plan's chunks carry capacity-sized slots)")
+        elif self.capacity % FUSED_BLOCK_M:
+            blockers.append(f"capacity {self.capacity} is not a multiple of {FUSED_BLOCK_M} (a tile must read one "
+                            f"slot)")
+        if x.device.type != "cuda":
+            blockers.append(f"x is on {x.device} (the fused path runs on CUDA)")
+        else:
+            try:
+                from syncopate.runtime import require_runtime
+
+                require_runtime()
+            except Exception as exc:  # a build without the CUDA runtime
+                blockers.append(f"the runtime is missing ({exc})")
+        if self.mode == "sequential":
+            return "sequential", "mode='sequential'"
+        if self.mode == "fused" and blockers:
+            raise UserError(f"{who}: mode='fused' cannot run: " + "; ".join(blockers))
+        if blockers:
+            return "sequential", "; ".join(blockers)
+        return "fused", "capacity slots fit the fused grouped GEMM"
+
+    def _dispatch_fused(self, x, rows, expert_of_row, send, send_counts, order, w_up):
+        from syncopate.ops.moe_fused import MoeFusedDispatch
+
+        key = (x.shape[1], w_up.shape[2], x.dtype, x.device)
+        fused = self._fused.get(key)
+        if fused is None:
+            fused = MoeFusedDispatch(self.group, local_experts=self.local_experts, capacity=self.capacity,
+                                     hidden=x.shape[1], out_features=w_up.shape[2], dtype=x.dtype,
+                                     device=x.device, backend=self.backend, block_m=FUSED_BLOCK_M)
+            self._fused[key] = fused
+        flat_send = send.reshape(-1)
+        starts = torch.cumsum(flat_send, 0) - flat_send
+        within = torch.arange(rows.shape[0], device=x.device) - starts[expert_of_row]
+        dest = expert_of_row * self.capacity + within  # slot (rank j, expert e) = global expert id
+        h_slots, recv_dev = fused(rows, dest, flat_send.to(torch.int32), w_up)
+        recv_counts = tuple(tuple(int(v) for v in row)
+                            for row in recv_dev.view(self.world, self.local_experts).tolist())
+        self._check_capacity((), recv_counts)
+        # The sequential layout: by local expert, then source rank.
+        index = [(s * self.local_experts + e) * self.capacity + i for e in range(self.local_experts)
+                 for s in range(self.world) for i in range(recv_counts[s][e])]
+        h = h_slots[torch.tensor(index, dtype=torch.int64, device=x.device)]
+        regroup = _expert_major(recv_counts, x.device)
+        return h, DispatchLayout(send_counts, recv_counts, order, regroup, x.shape[0], self.top_k)
 
     # -- combine ------------------------------------------------------------------------------------
     def combine_gemm(self, h: torch.Tensor, w_down: torch.Tensor, layout: DispatchLayout,
@@ -157,10 +234,13 @@ class MoeDispatchCombine:
             return rows
         import torch.distributed as dist
 
-        out = rows.new_empty((sum(recv_rows), rows.shape[1]))
-        dist.all_to_all_single(out, rows.contiguous(), output_split_sizes=list(recv_rows),
+        # gloo moves CPU tensors only (ranks sharing a GPU run over gloo): go through the host.
+        device = _collective_device(self.group)
+        send = rows.contiguous() if rows.device.type == device.type else rows.to(device)
+        out = send.new_empty((sum(recv_rows), rows.shape[1]))
+        dist.all_to_all_single(out, send, output_split_sizes=list(recv_rows),
                                input_split_sizes=list(send_rows), group=self.group)
-        return out
+        return out.to(rows.device)
 
     # -- checks -------------------------------------------------------------------------------------
     def _check_routing(self, who: str, x: torch.Tensor, expert_ids: torch.Tensor) -> None:
@@ -189,6 +269,8 @@ class MoeDispatchCombine:
             raise UserError(f"{who}: {name} is {w.dtype} on {w.device} but the input is {like.dtype} on {like.device}")
 
     def _check_capacity(self, send_counts: tuple, recv_counts: tuple) -> None:
+        """Either side may be () (the fused path checks the send side before the call, the
+        receive side after)."""
         if self.capacity is None:
             return
         for r, row in enumerate(send_counts):

@@ -138,7 +138,7 @@ TEST(PlanJsonErrors, MisspeltChunkKeyIsRejected) {
   doc["chunks"][0]["dep"] = json::array();
   EXPECT_EQ(document_error(doc),
             "plan.json: chunks[0].dep: expected one of the chunk keys (id, tensor, box, dst_tensor, dst_box, src, dst, "
-            "backend, op, stream, deps, group), got an unknown key");
+            "backend, op, stream, deps, group, runtime_rows), got an unknown key");
 }
 
 TEST(PlanJsonErrors, NegativeOrNonIntegerGroupIsRejected) {

@@ -1,0 +1,243 @@
+"""The fused MoE dispatch's grouped GEMM: kernels/moe_gemm.py transformed, its tile tables, and
+the slot layout that the MoE dispatch plan (plan/expert_parallel.hpp) lands rows in.
+
+On rank r the received rows sit in capacity slots of x_recv [W * E * C, H]: slot q = s * E + e
+holds the rows from rank s for local expert e (E = local experts, C = capacity), the first
+recv_counts[q] of them real. Chunk (s -> r, e) of the plan lands slot q, after the chunk that
+landed recv_counts[s, :]. The transformed grouped GEMM's tile (pid_m, pid_n) reads rows of one
+slot (BLOCK_M divides C), so it waits for exactly that chunk, then reads the count.
+
+`slot_tables` builds those tables in Python (slot q's landing signal is slot q of the table, its
+chunk the plan's rows chunk id); `plan_tables` gets them from the plan by lowering (the C++
+layers) and is what a runtime workspace would use; the tests check that the two agree.
+`local_first_order` puts the tiles of the local slots first, then the peers' in the plan's
+rounds (round i brings rank r - i's rows): the order the chunks are issued, local rows needing
+no transfer.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Optional, Sequence
+
+import torch
+
+from syncopate.errors import ShapeError, TransformError, Error, InternalError
+from syncopate.launch import TileTables
+
+KERNEL_MODULE = "syncopate.kernels.moe_gemm"
+KERNEL = "moe_grouped_gemm"
+
+
+def rows_chunk_id(world: int, experts: int, src: int, dst: int, expert: int) -> int:
+    """The rows chunk src -> dst for local expert `expert` (plan/expert_parallel.hpp's order:
+    rounds of peer offset, each rank's counts chunk then its rows chunks)."""
+    rnd = (dst - src) % world
+    return (rnd * world + src) * (1 + experts) + 1 + expert
+
+
+def check_geometry(who: str, capacity: int, block_m: int) -> None:
+    if block_m < 1 or capacity % block_m:
+        raise ShapeError(f"{who}: the capacity ({capacity} rows) must be a multiple of BLOCK_M={block_m}, so "
+                         f"that a tile reads one (source rank, expert) slot and waits for exactly its chunk")
+
+
+def slot_tables(world: int, experts: int, capacity: int, block_m: int, tiles_n: int, rank: int,
+                order: Optional[Sequence[int]] = None) -> TileTables:
+    """Tile tables of the grouped GEMM on `rank`: tile (m, n) waits on landing slot q = m //
+    (capacity / block_m), whose chunk is the rows chunk (q // E -> rank, q % E)."""
+    check_geometry("slot_tables", capacity, block_m)
+    per_slot = capacity // block_m
+    slots = world * experts
+    tiles_m = slots * per_slot
+    waits = [[m // per_slot] for m in range(tiles_m) for _ in range(tiles_n)]
+    chunks = [rows_chunk_id(world, experts, q // experts, rank, q % experts) for q in range(slots)]
+    if order is None:
+        order = local_first_order(world, experts, capacity, block_m, tiles_n, rank)
+    return TileTables.from_lists(order, tiles_n, waits, [[] for _ in waits], [1] * slots, chunks, rank=rank)
+
+
+def local_first_order(world: int, experts: int, capacity: int, block_m: int, tiles_n: int, rank: int) -> list:
+    """Tile ids: the slots of rank itself first, then of rank - 1, rank - 2, ... (mod world);
+    inside a source, by expert, then row block, then column."""
+    check_geometry("local_first_order", capacity, block_m)
+    per_slot = capacity // block_m
+    order = []
+    for i in range(world):
+        s = (rank - i) % world  # round i brings the rows of rank - i (the plan's peer offset i)
+        for e in range(experts):
+            q = s * experts + e
+            for b in range(per_slot):
+                m = q * per_slot + b
+                order.extend(m * tiles_n + n for n in range(tiles_n))
+    return order
+
+
+def plan_tables(plan, world: int, experts: int, capacity: int, hidden_out: int, block_m: int, block_n: int,
+                rank: int, order: Optional[Sequence[int]] = None) -> TileTables:
+    """The same tables from the plan by lowering (syncopate._core): the kernel's access is a
+    consume of x_recv's rows (m_dim 0)."""
+    from syncopate import _core
+
+    check_geometry("plan_tables", capacity, block_m)
+    grid = _core.TileGrid(world * experts * capacity, hidden_out, block_m, block_n)
+    access = _core.TileAccess("x_recv", "consume", 0, -1, False)
+    table = _core.lower(plan, grid, [access])[rank]
+    tiles_n = -(-hidden_out // block_n)
+    if order is None:
+        order = local_first_order(world, experts, capacity, block_m, tiles_n, rank)
+    return TileTables.from_signal_table(table, order, tiles_n)
+
+
+@functools.lru_cache(maxsize=None)
+def transformed_kernel():
+    """kernels/moe_gemm.py's grouped GEMM as the transformer rewrites it (once per process)."""
+    from syncopate.ops.fused_gemm import transformed_kernel as transform
+
+    return transform(KERNEL, KERNEL_MODULE)
+
+
+def grouped_gemm_args(a: torch.Tensor, w: torch.Tensor, c: torch.Tensor, counts: torch.Tensor, capacity: int,
+                      block_m: int, block_n: int, block_k: int, num_progs: int):
+    """(positional args, meta) of one launch of the grouped GEMM (original or transformed)."""
+    who = "moe_grouped_gemm"
+    check_geometry(who, capacity, block_m)
+    experts, k, n = w.shape
+    if a.dim() != 2 or a.shape[1] != k or a.shape[0] % (capacity * experts):
+        raise ShapeError(f"{who}: a must be [sources * {experts} * {capacity}, {k}], got {list(a.shape)}")
+    if tuple(c.shape) != (a.shape[0], n):
+        raise ShapeError(f"{who}: c must be [{a.shape[0]}, {n}], got {list(c.shape)}")
+    slots = a.shape[0] // capacity
+    if counts.dtype != torch.int32 or counts.numel() != slots:
+        raise ShapeError(f"{who}: counts must be int32 with one entry per slot ({slots}), got "
+                         f"{counts.dtype} {list(counts.shape)}")
+    args = (a, w, c, counts, n, k, capacity, experts, a.shape[0] // block_m,
+            a.stride(0), a.stride(1), w.stride(0), w.stride(1), w.stride(2), c.stride(0), c.stride(1))
+    meta = dict(NUM_PROGS=num_progs, BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k)
+    return args, meta
+
+
+def reference(a: torch.Tensor, w: torch.Tensor, counts: Sequence[int], capacity: int) -> list:
+    """[(rows, slot's product in fp32)] per slot: a's first counts[q] rows of slot q times w[e]."""
+    experts = w.shape[0]
+    out = []
+    for q, rows in enumerate(int(v) for v in counts):
+        at = q * capacity
+        out.append(a[at:at + rows].float() @ w[q % experts].float())
+    return out
+
+
+class MoeFusedDispatch:
+    """The fused dispatch of one rank: the MoE dispatch plan run by the runtime's chunks
+    (copy engine or SM copy) while the transformed grouped GEMM's tiles wait for exactly their
+    (source, expert) chunk, local slots first.
+
+    A call: begin (epoch), pack this rank's routed rows into its x_send slots and its counts into
+    send_counts (heap), publish, fork, launch the grouped GEMM, issue the chunks, end. Chunks move
+    whole capacity slots (the copy engine's sizes are host values); the GEMM reads each slot's
+    count from recv_counts after its wait and computes only those rows. Returns h [W * E * C, N]
+    in capacity slots (slot s * E + e: rows from rank s for local expert e) and this call's
+    recv_counts (device int32 [W * E]); the slots' rows past their count are unspecified."""
+
+    def __init__(self, group, *, local_experts: int, capacity: int, hidden: int, out_features: int,
+                 dtype: torch.dtype, device: torch.device, backend: str = "copy-engine",
+                 block_m: int = 64, block_n: int = 128, block_k: int = 64, wait_bound_ns: int = 10_000_000_000):
+        from syncopate import _core
+        from syncopate.runtime import PlanWorkspace
+
+        who = "MoeFusedDispatch"
+        check_geometry(who, capacity, block_m)
+        self.group = group
+        self.world = 1 if group is None else group.size()
+        self.rank = 0 if group is None else group.rank()
+        self.experts, self.capacity, self.hidden, self.n = local_experts, capacity, hidden, out_features
+        self.dtype, self.device = dtype, device
+        self.block_m, self.block_n, self.block_k = block_m, block_n, block_k
+        names = {torch.bfloat16: "bf16", torch.float16: "f16", torch.float32: "f32"}
+        if dtype not in names:
+            raise ShapeError(f"{who}: dtype must be bf16, fp16 or fp32, got {dtype}")
+        self.plan = _core.make_moe_dispatch_plan(world_size=self.world, local_experts=local_experts,
+                                                 capacity=capacity, hidden=hidden, dtype=names[dtype],
+                                                 backend=backend)
+        rows = self.world * local_experts * capacity
+        self.ws = PlanWorkspace(self.plan, group, grid=(rows, out_features, block_m, block_n),
+                                accesses=[("x_recv", "consume", 0, -1)], device=device,
+                                wait_bound_ns=wait_bound_ns)
+        self.x_send = self.ws.tensor("x_send", dtype)
+        self.x_recv = self.ws.tensor("x_recv", dtype)
+        self.send_counts = self.ws.tensor("send_counts", torch.int32).view(-1)
+        self.recv_counts = self.ws.tensor("recv_counts", torch.int32).view(-1)
+        self.signals = self.ws.signals()
+        t = self.ws.table()
+        self.tiles_n = -(-out_features // block_n)
+        order = local_first_order(self.world, local_experts, capacity, block_m, self.tiles_n, self.rank)
+        self.tables = TileTables.from_lists(order, self.tiles_n, t["tile_waits"], t["tile_notifies"],
+                                            t["slot_writers"], t["slot_chunks"], rank=self.rank)
+        self.device_arrays = self.tables.device_arrays(device)
+        sms = torch.cuda.get_device_properties(device).multi_processor_count
+        self.progs = max(1, min(self.tables.num_tiles, sms - 8))
+        self.kernel = transformed_kernel()
+        self.error = None
+        self._warm_up()
+
+    def _launch(self, w, h, epoch):
+        from syncopate.launch import launch
+
+        args, meta = grouped_gemm_args(self.x_recv, w, h, self.recv_counts, self.capacity, self.block_m,
+                                       self.block_n, self.block_k, self.progs)
+        self.error = launch(self.kernel, (self.progs,), self.tables, *args, signals=self.signals, epoch=epoch,
+                            wait_bound_ns=self.ws.wait_bound_ns, error=self.error, sync=False,
+                            device_arrays=self.device_arrays, **meta)
+
+    def _warm_up(self):
+        """Loads the kernel before any wait spins (epoch word 0: every wait holds at once)."""
+        from syncopate.launch import epoch_word
+
+        w = torch.zeros((self.experts, self.hidden, self.n), dtype=self.dtype, device=self.device)
+        h = torch.empty((self.x_recv.shape[0], self.n), dtype=self.dtype, device=self.device)
+        self._launch(w, h, epoch_word(0, self.device))
+        torch.cuda.synchronize(self.device)
+
+    def __call__(self, rows: torch.Tensor, dest: torch.Tensor, send_counts: torch.Tensor, w: torch.Tensor):
+        """rows [R, H]: this rank's routed rows in send order (grouped by global expert);
+        dest [R]: each row's position in x_send (slot * capacity + index in slot);
+        send_counts [W * E] int32 (device); w [E, H, N]. Returns (h, recv_counts)."""
+        from syncopate.launch import check_error
+
+        ws = self.ws
+        h = torch.empty((self.x_recv.shape[0], self.n), dtype=self.dtype, device=self.device)
+        ws.begin()
+        self.x_send[dest] = rows
+        self.send_counts.copy_(send_counts)
+        ws.publish()
+        ws.fork()
+        self._launch(w, h, ws.epoch_word)
+        ws.issue_chunks()
+        # Every tile waited for a rows chunk, and each rows chunk lands after its counts chunk:
+        # once the kernel is done the counts are this call's. Copied before end(), after which
+        # peers may write the next call's.
+        recv_counts = self.recv_counts.clone()
+        ws.end()
+        ws.check()
+        check_error(self.error, self.tables, KERNEL)
+        return h, recv_counts
+
+
+def predict_at_capacity(world: int, local_experts: int, capacity: int, hidden: int, out_features: int, *,
+                        dtype: str = "bf16", backend: str = "copy-engine", block_m: int = 64, block_n: int = 128,
+                        calibration=None):
+    """The simulator's prediction (fused, sequential; microseconds) of the fused dispatch with
+    every slot full: each chunk moves `capacity` rows (as the copy engine does) and every tile
+    computes. What the simulator does not model yet: tiles past a slot's count skipping, so for
+    a real routing histogram this is an upper bound on the GEMM's part."""
+    import syncopate as sy
+    from syncopate import _core
+    from syncopate.ops.choice import cached_calibration, calibration_name
+
+    check_geometry("predict_at_capacity", capacity, block_m)
+    plan = _core.make_moe_dispatch_plan(world_size=world, local_experts=local_experts, capacity=capacity,
+                                        hidden=hidden, dtype=dtype, backend=backend)
+    gemm = sy.GemmShape(world * local_experts * capacity, out_features, hidden, block_m, block_n)
+    calib = calibration if calibration is not None else cached_calibration(calibration_name())
+    access = _core.TileAccess("x_recv", "consume", 0, -1, False)
+    return _core.simulate(plan, gemm, calib, accesses=[access])

@@ -1,0 +1,286 @@
+"""GPU correctness of the MoE pieces (issue 19) under torchrun: world 1, or 2-4 ranks sharing a GPU
+(gpu_group.py: gloo, correctness only).
+
+    torchrun --nproc_per_node=W tests/gpu/test_moe_gpu.py [--calls N] [--results-file FILE]
+
+sequential: MoeDispatchCombine (all-to-all + one matmul per local expert, then back and summed
+with the routing weights), bf16, 8 experts top-2 and 16 experts top-4, routing drawn afresh each
+call and skewed (expert 0 hot, the last expert receives nothing), against an fp32 reference of
+the whole layer computed from every rank's tokens; relative error ||y - ref|| / ||ref||.
+grouped-gemm (every rank, locally): kernels/moe_gemm.py on the GPU: the original against fp32
+per-slot products (bf16, capacity slots with empty, full and ragged counts); the transformed
+kernel with every chunk landed; with the rows, counts and signals landed late by the copy engine
+from a side stream in a shuffled order while the kernel spins (rows poisoned with NaN before);
+a withheld chunk ending in WaitTimeoutError naming that chunk.
+fused: MoeDispatchCombine(mode="fused") (the MoE dispatch plan's copy-engine / SM-copy chunks
+overlapped with the transformed grouped GEMM) against mode="sequential" on the same skewed
+routing, new routing each call.
+Prints one line per case and `SUMMARY world=W passed=P failed=F`; exits 1 on any failure.
+"""
+
+import argparse
+import os
+import random
+import sys
+import time
+import traceback
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+
+class Results:
+    def __init__(self, rank, log):
+        self.rank, self.log, self.passed, self.failed = rank, log, 0, 0
+
+    def record(self, name, ok, detail=""):
+        line = f"{'PASS' if ok else 'FAIL'} rank={self.rank} {name} {detail}".rstrip()
+        if ok:
+            self.passed += 1
+        else:
+            self.failed += 1
+        if self.rank == 0 or not ok:
+            print(line, flush=True)
+        if self.log:
+            self.log.write(line + "\n")
+            self.log.flush()
+
+    def run(self, name, fn):
+        try:
+            ok, detail = fn()
+        except Exception as exc:  # a case's failure must not stop the others
+            ok, detail = False, f"{type(exc).__name__}: {exc}\n{traceback.format_exc()}"
+        self.record(name, ok, detail)
+
+
+def rel_err(out, ref):
+    return float((out.float() - ref.float()).norm() / ref.float().norm().clamp_min(1e-30))
+
+
+# -- sequential dispatch + combine -------------------------------------------------------------------
+
+def skewed_routing(tokens, experts, top_k, gen, device):
+    """Top-k ids per token: expert 0 in every token's choice (hot), expert E-1 never chosen."""
+    logits = torch.randn(tokens, experts, generator=gen, device="cpu")
+    logits[:, 0] += 6.0
+    logits[:, experts - 1] = -1e9
+    weights, ids = torch.topk(torch.softmax(logits, dim=1), top_k, dim=1)
+    weights = weights / weights.sum(dim=1, keepdim=True)
+    return ids.to(device), weights.to(device)
+
+
+def run_sequential(res, group_obj, calls):
+    from syncopate.ops.moe import MoeDispatchCombine
+
+    rank, world, device = group_obj.rank, group_obj.world, group_obj.device
+    for experts, top_k, tokens, hidden, inter in ((8, 2, 96, 256, 512), (16, 4, 64, 128, 256)):
+        if experts % world:
+            continue
+        local = experts // world
+        wgen = torch.Generator().manual_seed(1234)  # the same full weights on every rank
+        w_up_all = (torch.randn(experts, hidden, inter, generator=wgen) / hidden ** 0.5)
+        w_down_all = (torch.randn(experts, inter, hidden, generator=wgen) / inter ** 0.5)
+        w_up = w_up_all[rank * local:(rank + 1) * local].to(device, torch.bfloat16)
+        w_down = w_down_all[rank * local:(rank + 1) * local].to(device, torch.bfloat16)
+        layer = MoeDispatchCombine(group_obj.group if world > 1 else None, num_experts=experts, top_k=top_k)
+        worst, received_hot, received_cold = 0.0, 0, 0
+        for call in range(calls):
+            gen = torch.Generator().manual_seed(1000 * call + rank)
+            x = torch.randn(tokens, hidden, generator=gen).to(device, torch.bfloat16)
+            ids, weights = skewed_routing(tokens, experts, top_k, gen, device)
+            h, layout = layer.dispatch_gemm(x, ids, w_up)
+            y = layer.combine_gemm(torch.nn.functional.silu(h), w_down, layout, weights.to(torch.bfloat16))
+            rows = layout.rows_per_expert
+            if rank == 0:
+                received_hot = max(received_hot, rows[0])
+            if rank == world - 1:
+                received_cold = max(received_cold, rows[-1])
+            # fp32 reference of this rank's tokens, every expert local.
+            xf = x.float()
+            ref = torch.zeros(tokens, hidden, device=device)
+            for slot in range(top_k):
+                for e in range(experts):
+                    sel = ids[:, slot] == e
+                    if sel.any():
+                        up = torch.nn.functional.silu(xf[sel] @ w_up_all[e].to(device))
+                        ref[sel] += weights[sel, slot, None].float() * (up @ w_down_all[e].to(device))
+            worst = max(worst, rel_err(y, ref))
+        ok = worst < 3e-2 and (rank != world - 1 or received_cold == 0)
+        res.record(f"sequential experts={experts} top_k={top_k} world={world} calls={calls}", ok,
+                   f"worst_rel_err={worst:.2e} hot_rows={received_hot} cold_rows={received_cold}")
+
+
+# -- grouped GEMM kernel --------------------------------------------------------------------------
+
+WORLD_SLOTS, EXPERTS, CAPACITY, K, N = 3, 2, 256, 512, 384
+BLOCK_M, BLOCK_N, BLOCK_K, PROGS = 128, 128, 64, 8
+
+
+def gemm_problem(device, seed=0):
+    gen = torch.Generator().manual_seed(seed)
+    slots = WORLD_SLOTS * EXPERTS
+    counts = torch.randint(0, CAPACITY + 1, (slots,), generator=gen, dtype=torch.int32)
+    counts[0], counts[1], counts[slots - 1] = 0, CAPACITY, 129
+    a = torch.randn(slots * CAPACITY, K, generator=gen).to(device, torch.bfloat16)
+    w = (torch.randn(EXPERTS, K, N, generator=gen) / K ** 0.5).to(device, torch.bfloat16)
+    return a, w, counts.to(device)
+
+
+def check_slots(c, a, w, counts):
+    from syncopate.ops import moe_fused
+
+    worst = 0.0
+    counts_host = counts.tolist()
+    for q, want in enumerate(moe_fused.reference(a, w, counts_host, CAPACITY)):
+        rows = counts_host[q]
+        if rows:
+            worst = max(worst, rel_err(c[q * CAPACITY:q * CAPACITY + rows], want))
+        if not torch.isnan(c[q * CAPACITY + rows:(q + 1) * CAPACITY].float()).all():
+            return False, f"slot {q}: rows past its count {rows} were written"
+    return worst < 2e-2, f"worst_rel_err={worst:.2e}"
+
+
+def run_grouped_gemm(res, device, rank):
+    from syncopate.errors import WaitTimeoutError
+    from syncopate.kernels import moe_gemm
+    from syncopate.launch import launch
+    from syncopate.ops import moe_fused
+
+    tiles_n = -(-N // BLOCK_N)
+    a, w, counts = gemm_problem(device)
+
+    def fresh_c():
+        return torch.full((a.shape[0], N), float("nan"), device=device, dtype=torch.bfloat16)
+
+    def original():
+        c = fresh_c()
+        args, meta = moe_fused.grouped_gemm_args(a, w, c, counts, CAPACITY, BLOCK_M, BLOCK_N, BLOCK_K, PROGS)
+        moe_gemm.moe_grouped_gemm[(PROGS,)](*args, **meta)
+        torch.cuda.synchronize()
+        return check_slots(c, a, w, counts)
+
+    res.run("grouped-gemm original", original)
+    kernel = moe_fused.transformed_kernel()
+    tables = moe_fused.slot_tables(WORLD_SLOTS, EXPERTS, CAPACITY, BLOCK_M, tiles_n, rank % WORLD_SLOTS)
+    slots = WORLD_SLOTS * EXPERTS
+
+    def landed():
+        c = fresh_c()
+        args, meta = moe_fused.grouped_gemm_args(a, w, c, counts, CAPACITY, BLOCK_M, BLOCK_N, BLOCK_K, PROGS)
+        signals = torch.ones(slots, dtype=torch.int32, device=device)
+        launch(kernel, (PROGS,), tables, *args, signals=signals, epoch=1, wait_bound_ns=2_000_000_000, **meta)
+        return check_slots(c, a, w, counts)
+
+    res.run("grouped-gemm transformed, chunks landed", landed)
+
+    def late():
+        a_late = torch.full_like(a, float("nan"))
+        counts_late = torch.full_like(counts, CAPACITY)  # last call's counts
+        signals = torch.zeros(slots, dtype=torch.int32, device=device)
+        ones = torch.ones(slots, dtype=torch.int32, device=device)
+        c = fresh_c()
+        args, meta = moe_fused.grouped_gemm_args(a_late, w, c, counts_late, CAPACITY, BLOCK_M, BLOCK_N, BLOCK_K,
+                                                 PROGS)
+        side = torch.cuda.Stream(device)
+        torch.cuda._sleep(1000)  # load the sleep kernel before anything spins
+        torch.cuda.synchronize()
+        arrival = list(range(slots))
+        random.Random(rank + 3).shuffle(arrival)
+        main = torch.cuda.current_stream(device)
+        side.wait_stream(main)
+        with torch.cuda.stream(side):
+            for q in arrival:  # count, then rows, then the signal: copy engine, in stream order
+                torch.cuda._sleep(2_000_000)
+                counts_late[q:q + 1].copy_(counts[q:q + 1])
+                a_late[q * CAPACITY:(q + 1) * CAPACITY].copy_(a[q * CAPACITY:(q + 1) * CAPACITY])
+                signals[q:q + 1].copy_(ones[q:q + 1])
+        launch(kernel, (PROGS,), tables, *args, signals=signals, epoch=1, wait_bound_ns=5_000_000_000, **meta)
+        torch.cuda.synchronize()
+        return check_slots(c, a, w, counts)
+
+    res.run("grouped-gemm transformed, chunks landed late by a side stream", late)
+
+    def withheld():
+        q = 3
+        signals = torch.ones(slots, dtype=torch.int32, device=device)
+        signals[q] = 0
+        c = fresh_c()
+        args, meta = moe_fused.grouped_gemm_args(a, w, c, counts, CAPACITY, BLOCK_M, BLOCK_N, BLOCK_K, PROGS)
+        chunk = tables.slot_chunks[q]
+        try:
+            launch(kernel, (PROGS,), tables, *args, signals=signals, epoch=1, wait_bound_ns=50_000_000, **meta)
+        except WaitTimeoutError as exc:
+            return f"chunk {chunk}" in str(exc), str(exc).splitlines()[0]
+        return False, "no WaitTimeoutError"
+
+    res.run("grouped-gemm withheld chunk named", withheld)
+
+
+def run_fused(res, group_obj, calls):
+    """mode="fused" (the plan's copy-engine chunks + the transformed grouped GEMM) against
+    mode="sequential" on the same routing, then the (sequential) combine of its output."""
+    from syncopate.ops.moe import MoeDispatchCombine
+
+    rank, world, device = group_obj.rank, group_obj.world, group_obj.device
+    experts, top_k, tokens, hidden, inter = 8, 2, 96, 256, 384
+    local = experts // world
+    group = group_obj.group if world > 1 else None
+    wgen = torch.Generator().manual_seed(99)
+    w_up = (torch.randn(experts, hidden, inter, generator=wgen) / hidden ** 0.5)[rank * local:(rank + 1) * local]
+    w_up = w_up.to(device, torch.bfloat16).contiguous()
+    for backend in ("copy-engine", "sm-copy"):
+        fused = MoeDispatchCombine(group, num_experts=experts, top_k=top_k, capacity=128, mode="fused",
+                                   backend=backend)
+        seq = MoeDispatchCombine(group, num_experts=experts, top_k=top_k, mode="sequential")
+        worst, detail = 0.0, ""
+        try:
+            for call in range(calls):
+                gen = torch.Generator().manual_seed(7000 + 31 * call + rank)
+                x = torch.randn(tokens, hidden, generator=gen).to(device, torch.bfloat16)
+                ids, _ = skewed_routing(tokens, experts, top_k, gen, device)
+                h, layout = fused.dispatch_gemm(x, ids, w_up)
+                h_ref, layout_ref = seq.dispatch_gemm(x, ids, w_up)
+                if layout.recv_counts != layout_ref.recv_counts:
+                    raise AssertionError(f"call {call}: recv_counts {layout.recv_counts} != {layout_ref.recv_counts}")
+                worst = max(worst, rel_err(h, h_ref))
+            ok = worst < 2e-2 and fused.last_mode == "fused"
+            detail = f"worst_rel_err={worst:.2e} rows={layout.rows_per_expert}"
+        except Exception as exc:
+            ok, detail = False, f"{type(exc).__name__}: {exc}\n{traceback.format_exc()}"
+        res.record(f"fused dispatch backend={backend} world={world} calls={calls}", ok, detail)
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--calls", type=int, default=20)
+    parser.add_argument("--results-file", default="")
+    args = parser.parse_args()
+    from gpu_group import GpuGroup
+
+    group_obj = GpuGroup()
+    rank, world = group_obj.rank, group_obj.world
+    log = open(f"{args.results_file}.rank{rank}", "w") if args.results_file else None
+    res = Results(rank, log)
+    if rank == 0:
+        print(f"== mode: {group_obj.mode}", flush=True)
+    start = time.perf_counter()
+    try:
+        run_sequential(res, group_obj, args.calls)
+    except Exception as exc:
+        res.record("sequential", False, f"{type(exc).__name__}: {exc}\n{traceback.format_exc()}")
+    group_obj.barrier()
+    run_fused(res, group_obj, args.calls)
+    group_obj.barrier()
+    run_grouped_gemm(res, group_obj.device, rank)
+    group_obj.barrier()
+    line = f"SUMMARY world={world} passed={res.passed} failed={res.failed} seconds={time.perf_counter() - start:.1f}"
+    print(line if rank == 0 else f"{line} rank={rank}", flush=True)
+    dist.destroy_process_group()
+    sys.exit(1 if res.failed else 0)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,238 @@
+"""The MoE grouped GEMM (kernels/moe_gemm.py), original and transformed, under Triton's interpreter.
+
+Rows sit in capacity slots (source rank, local expert) with run-time counts (0 and full capacity
+included): the original computes each slot's first count rows times its expert's matrix and
+writes nothing past the count; the transformed kernel, in the local-first order and in a shuffled
+one, equals it bit for bit; with the rows NaN and the counts stale until a thread lands each
+chunk (count first, then rows, then the signal, in a shuffled order, late) it still computes the
+reference; a withheld chunk ends the launch with WaitTimeoutError naming that chunk; the Python
+tables equal the lowering of the MoE dispatch plan.
+"""
+
+import os
+import random
+import threading
+import time
+
+import pytest
+
+os.environ["TRITON_INTERPRET"] = "1"
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("triton")
+
+from syncopate.errors import ShapeError, WaitTimeoutError  # noqa: E402
+from syncopate.kernels import moe_gemm  # noqa: E402
+from syncopate.launch import launch  # noqa: E402
+from syncopate.ops import moe_fused  # noqa: E402
+
+WORLD, EXPERTS, CAPACITY, K, N = 3, 2, 32, 16, 32
+BLOCK_M, BLOCK_N, BLOCK_K, PROGS = 16, 16, 16, 3
+RANK = 1
+
+
+@pytest.fixture(autouse=True)
+def _interpreter_index_fix(monkeypatch):
+    """Triton 3.6's interpreter turns a scalar into an int with int(1-element array), which
+    NumPy >= 2.4 refuses (see test_transform_interpret.py): take the element explicitly."""
+    from triton.runtime import interpreter
+
+    original_patch = interpreter._patch_lang_tensor
+
+    def patch_lang_tensor(tensor, scope):
+        original_patch(tensor, scope)
+        scope.set_attr(tensor, "__index__", lambda self: int(self.handle.data.reshape(-1)[0]))
+
+    monkeypatch.setattr(interpreter, "_patch_lang_tensor", patch_lang_tensor)
+
+
+def _problem(seed):
+    gen = torch.Generator().manual_seed(seed)
+    slots = WORLD * EXPERTS
+    counts = torch.randint(0, CAPACITY + 1, (slots,), generator=gen, dtype=torch.int32)
+    counts[0], counts[1], counts[slots - 1] = 0, CAPACITY, 17  # an empty expert, a full slot, a ragged one
+    a = torch.randn(slots * CAPACITY, K, generator=gen)
+    w = torch.randn(EXPERTS, K, N, generator=gen)
+    return a, w, counts
+
+
+def _run_original(a, w, counts):
+    c = torch.full((a.shape[0], N), float("nan"))
+    args, meta = moe_fused.grouped_gemm_args(a, w, c, counts, CAPACITY, BLOCK_M, BLOCK_N, BLOCK_K, PROGS)
+    moe_gemm.moe_grouped_gemm[(PROGS,)](*args, **meta)
+    return c
+
+
+def _tiles_n():
+    return -(-N // BLOCK_N)
+
+
+def _check_against_reference(c, a, w, counts):
+    for q, want in enumerate(moe_fused.reference(a, w, counts.tolist(), CAPACITY)):
+        rows = int(counts[q])
+        got = c[q * CAPACITY:q * CAPACITY + rows]
+        torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
+        assert torch.isnan(c[q * CAPACITY + rows:(q + 1) * CAPACITY]).all(), f"slot {q}: rows past its count written"
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_original_computes_each_slot_up_to_its_count(seed):
+    a, w, counts = _problem(seed)
+    _check_against_reference(_run_original(a, w, counts), a, w, counts)
+
+
+@pytest.mark.parametrize("shuffled", [False, True])
+def test_transformed_equals_original(shuffled):
+    a, w, counts = _problem(3)
+    ref = _run_original(a, w, counts)
+    kernel = moe_fused.transformed_kernel()
+    order = moe_fused.local_first_order(WORLD, EXPERTS, CAPACITY, BLOCK_M, _tiles_n(), RANK)
+    if shuffled:
+        random.Random(5).shuffle(order)
+    tables = moe_fused.slot_tables(WORLD, EXPERTS, CAPACITY, BLOCK_M, _tiles_n(), RANK, order)
+    c = torch.full_like(ref, float("nan"))
+    args, meta = moe_fused.grouped_gemm_args(a, w, c, counts, CAPACITY, BLOCK_M, BLOCK_N, BLOCK_K, PROGS)
+    epoch = 2
+    signals = torch.full((WORLD * EXPERTS,), epoch, dtype=torch.int32)
+    launch(kernel, (PROGS,), tables, *args, signals=signals, epoch=epoch, wait_bound_ns=50_000_000, **meta)
+    torch.testing.assert_close(c, ref, rtol=0, atol=0, equal_nan=True)
+
+
+def test_late_chunks_landed_by_a_thread_in_shuffled_order():
+    a_full, w, counts = _problem(7)
+    ref = _run_original(a_full, w, counts)
+    a = torch.full_like(a_full, float("nan"))  # nothing has landed
+    stale = torch.full_like(counts, CAPACITY)  # last call's counts: all full
+    signals = torch.zeros(WORLD * EXPERTS, dtype=torch.int32)
+    arrival = list(range(WORLD * EXPERTS))
+    random.Random(11).shuffle(arrival)
+
+    def land():
+        for q in arrival:
+            time.sleep(0.02)
+            stale[q] = counts[q]  # the counts chunk lands first (the rows chunk depends on it)
+            at = q * CAPACITY
+            a[at:at + CAPACITY] = a_full[at:at + CAPACITY]
+            signals[q] = 1  # then the rows chunk's landing signal
+
+    c = torch.full_like(ref, float("nan"))
+    tables = moe_fused.slot_tables(WORLD, EXPERTS, CAPACITY, BLOCK_M, _tiles_n(), RANK)
+    args, meta = moe_fused.grouped_gemm_args(a, w, c, stale, CAPACITY, BLOCK_M, BLOCK_N, BLOCK_K, PROGS)
+    lander = threading.Thread(target=land)
+    lander.start()
+    try:
+        launch(moe_fused.transformed_kernel(), (PROGS,), tables, *args, signals=signals, epoch=1,
+               wait_bound_ns=20_000_000_000, **meta)
+    finally:
+        lander.join()
+    torch.testing.assert_close(c, ref, rtol=0, atol=0, equal_nan=True)
+
+
+def test_withheld_chunk_is_named():
+    a, w, counts = _problem(9)
+    withheld = 3  # slot (source 1, expert 1): rank 1's own rows for its expert 1
+    signals = torch.ones(WORLD * EXPERTS, dtype=torch.int32)
+    signals[withheld] = 0
+    tables = moe_fused.slot_tables(WORLD, EXPERTS, CAPACITY, BLOCK_M, _tiles_n(), RANK)
+    c = torch.full((a.shape[0], N), float("nan"))
+    args, meta = moe_fused.grouped_gemm_args(a, w, c, counts, CAPACITY, BLOCK_M, BLOCK_N, BLOCK_K, PROGS)
+    chunk = moe_fused.rows_chunk_id(WORLD, EXPERTS, 1, RANK, 1)
+    with pytest.raises(WaitTimeoutError) as info:
+        launch(moe_fused.transformed_kernel(), (PROGS,), tables, *args, signals=signals, epoch=1,
+               wait_bound_ns=20_000, **meta)
+    message = str(info.value)
+    assert f"slot {withheld} (chunk {chunk})" in message, message
+    assert "rank 1" in message
+
+
+def test_local_first_order_starts_with_own_slots():
+    order = moe_fused.local_first_order(WORLD, EXPERTS, CAPACITY, BLOCK_M, 2, RANK)
+    assert sorted(order) == list(range(WORLD * EXPERTS * (CAPACITY // BLOCK_M) * 2))
+    per_source = EXPERTS * (CAPACITY // BLOCK_M) * 2
+    first_slots = {(t // 2) // (CAPACITY // BLOCK_M) for t in order[:per_source]}
+    assert first_slots == {RANK * EXPERTS + e for e in range(EXPERTS)}
+    next_slots = {(t // 2) // (CAPACITY // BLOCK_M) for t in order[per_source:2 * per_source]}
+    assert next_slots == {(RANK - 1) % WORLD * EXPERTS + e for e in range(EXPERTS)}
+
+
+def test_tables_equal_the_plans_lowering():
+    _core = pytest.importorskip("syncopate._core")
+    if not hasattr(_core, "make_moe_dispatch_plan"):
+        pytest.fail("syncopate._core lacks make_moe_dispatch_plan: reinstall the package (pip install .)")
+    plan = _core.make_moe_dispatch_plan(world_size=WORLD, local_experts=EXPERTS, capacity=CAPACITY, hidden=K,
+                                        dtype="f32")
+    assert _core.verify(plan).ok
+    for rank in range(WORLD):
+        ours = moe_fused.slot_tables(WORLD, EXPERTS, CAPACITY, BLOCK_M, _tiles_n(), rank)
+        lowered = moe_fused.plan_tables(plan, WORLD, EXPERTS, CAPACITY, N, BLOCK_M, BLOCK_N, rank)
+        for tile in range(ours.num_tiles):
+            mine = ours.wait_slots[ours.wait_offsets[tile]:ours.wait_offsets[tile + 1]]
+            theirs = lowered.wait_slots[lowered.wait_offsets[tile]:lowered.wait_offsets[tile + 1]]
+            assert [ours.slot_chunks[s] for s in mine] == [lowered.slot_chunks[s] for s in theirs], (rank, tile)
+        for q in range(WORLD * EXPERTS):
+            assert _core.moe_rows_chunk(WORLD, EXPERTS, q // EXPERTS, rank, q % EXPERTS) == ours.slot_chunks[q]
+
+
+def test_capacity_not_a_multiple_of_block_m_is_refused():
+    with pytest.raises(ShapeError, match="multiple of BLOCK_M"):
+        moe_fused.slot_tables(WORLD, EXPERTS, 24, 16, 1, 0)
+
+
+class _OneRankFusedStandIn:
+    """MoeFusedDispatch at world 1 without the CUDA runtime: the plan's only chunks are local
+    (x_send slot e -> x_recv slot e, send_counts -> recv_counts), so x_recv is x_send; the
+    grouped GEMM runs under the interpreter. Checks MoeDispatchCombine's packing and unpacking."""
+
+    def __init__(self, group, *, local_experts, capacity, hidden, out_features, dtype, device, backend, block_m):
+        self.experts, self.capacity, self.n, self.block_m = local_experts, capacity, out_features, block_m
+        self.x_send = torch.full((local_experts * capacity, hidden), float("nan"), dtype=dtype)
+
+    def __call__(self, rows, dest, send_counts, w):
+        self.x_send[dest] = rows
+        h = torch.full((self.x_send.shape[0], self.n), float("nan"), dtype=rows.dtype)
+        args, meta = moe_fused.grouped_gemm_args(self.x_send, w, h, send_counts, self.capacity, self.block_m, 16,
+                                                 16, 2)
+        moe_gemm.moe_grouped_gemm[(2,)](*args, **meta)
+        return h, send_counts.clone()
+
+
+def test_fused_dispatch_packing_matches_sequential(monkeypatch):
+    from syncopate.ops import moe as moe_op
+
+    monkeypatch.setattr(moe_fused, "MoeFusedDispatch", _OneRankFusedStandIn)
+    monkeypatch.setattr(moe_op.MoeDispatchCombine, "_choose",
+                        lambda self, x: ("sequential", "") if self.mode == "sequential" else ("fused", "stand-in"))
+    monkeypatch.setattr(moe_op, "FUSED_BLOCK_M", 16)
+    gen = torch.Generator().manual_seed(4)
+    tokens, experts, top_k, hidden, n = 24, 4, 2, 16, 16
+    x = torch.randn(tokens, hidden, generator=gen)
+    ids = torch.stack([torch.zeros(tokens, dtype=torch.int64),  # expert 0 hot, expert 3 empty
+                       torch.randint(1, 3, (tokens,), generator=gen)], dim=1)
+    w = torch.randn(experts, hidden, n, generator=gen)
+    fused = moe_op.MoeDispatchCombine(None, num_experts=experts, top_k=top_k, capacity=32)
+    h, layout = fused.dispatch_gemm(x, ids, w)
+    h_seq, layout_seq = moe_op.MoeDispatchCombine(None, num_experts=experts, top_k=top_k,
+                                                  mode="sequential").dispatch_gemm(x, ids, w)
+    assert fused.last_mode == "fused"
+    assert layout.recv_counts == layout_seq.recv_counts and layout.rows_per_expert[3] == 0
+    torch.testing.assert_close(h, h_seq, rtol=1e-5, atol=1e-5)
+    weights = torch.rand(tokens, top_k, generator=gen)
+    torch.testing.assert_close(fused.combine_gemm(h, w.transpose(1, 2).contiguous(), layout, weights),
+                               fused.combine_gemm(h_seq, w.transpose(1, 2).contiguous(), layout_seq, weights))
+
+
+def test_simulator_predicts_the_dispatch_at_capacity():
+    _core = pytest.importorskip("syncopate._core")
+    if not hasattr(_core, "make_moe_dispatch_plan"):
+        pytest.fail("syncopate._core lacks make_moe_dispatch_plan: reinstall the package (pip install .)")
+    from pathlib import Path
+
+    import syncopate as sy
+
+    calib = sy.calibration(str(Path(__file__).resolve().parents[2] / "calib" / "h200.json"))
+    small = moe_fused.predict_at_capacity(4, 2, 128, 1024, 2048, calibration=calib)
+    large = moe_fused.predict_at_capacity(4, 2, 512, 1024, 2048, calibration=calib)
+    for p in (small, large):
+        assert 0 < p.fused_us < float("inf") and 0 < p.sequential_us < float("inf")
+        assert p.fused_us >= p.floor_us * 0.999
+    assert large.comm_alone_us > small.comm_alone_us and large.gemm_alone_us > small.gemm_alone_us
