@@ -111,7 +111,7 @@ def test_annotations_follow_the_annotation_language():
     end = stripped.index("# @sy.end")
     consume = next(i for i, ln in enumerate(stripped) if ln.startswith("# @sy.consume(p_ptr, m=pid_m, n=pid_n"))
     produce = next(i for i, ln in enumerate(stripped) if ln.startswith("# @sy.produce(c_ptr, m=pid_m, n=pid_n"))
-    k_loop = stripped.index("for ki in range(k_tiles):")
+    k_loop = next(i for i, ln in enumerate(stripped) if ln.startswith("acc = tma_k_loop("))  # the shared K loop
     assert tile < end < k_loop < consume < produce
     assert "m_dim=1, n_dim=2, m_local_shard=True)" in stripped[consume]   # p holds this rank's rows only
     assert stripped[produce].endswith("m_dim=1, n_dim=2)")

@@ -187,7 +187,7 @@ def test_transformed_kernel_waits_after_the_k_loop_and_notifies_after_the_store(
     out = sy.transform(open(path, encoding="utf-8").read(), path, staged_gemm.STAGED_KERNEL).source
     body = out[out.index(f"def {staged_gemm.STAGED_KERNEL}("):]
     lines = [ln.strip() for ln in body.splitlines()]
-    k_loop = lines.index("for ki in range(k_tiles):")
+    k_loop = next(i for i, ln in enumerate(lines) if ln.startswith("acc = tma_k_loop("))  # the shared K loop
     wait = next(i for i, ln in enumerate(lines) if ln.startswith("syl.wait_tile("))
     add = next(i for i, ln in enumerate(lines) if ln.startswith("acc = _add_staged_partials("))
     store = next(i for i, ln in enumerate(lines) if ln.startswith("_store_reduced_tile("))
