@@ -138,6 +138,7 @@ def missing_chunk(res, name, op, backend, group, world, rank, gen):
         return
     import syncopate as sy
     from syncopate.errors import WaitTimeoutError
+    from syncopate.ops.ag_gemm import INPUT as AG_INPUT
     from syncopate.ops.staged_gemm import staged_plan
 
     m, k, n = shape(op, world)
@@ -147,8 +148,10 @@ def missing_chunk(res, name, op, backend, group, world, rank, gen):
     else:
         coll, tensor, cols = {"ag_gemm": ("all-gather", "a", k), "gemm_rs": ("reduce-scatter", "c", n),
                               "gemm_ar": ("all-reduce", "c", n)}[op]
+        # The plan the context makes (AG+GEMM gathers from its input: ops/ag_gemm.py), so that
+        # the chunk ids agree.
         plan = sy.make_plan(coll, world_size=world, shape=[m, cols], algorithm="direct", dtype="bf16",
-                            backend=backend, tensor=tensor)
+                            backend=backend, tensor=tensor, input=AG_INPUT if op == "ag_gemm" else "")
     dropped = next(c for c in plan.chunks if c.dst == 1 and c.src != c.dst
                    and (not op.endswith("_epilogue") or c.dst_tensor == "p"))
     ctx = base.make_ctx(op, group, m, k, n, DTYPE, backend, mode="fused", algorithm="direct", split=1,
