@@ -123,11 +123,15 @@ def test_late_pieces_from_a_side_stream(sy, causal):
     # Load every kernel the side stream runs before anything spins: a module load waits for the
     # device, so a first load while the transformed kernel waits on it would stall
     # (docs/ANNOTATIONS.md, "Rules learnt on the GPU").
+    # The copies below write strided slices of k and v: warm up that very copy (a contiguous
+    # destination runs another kernel, which a first run on 2026-11-25 left unloaded: the late
+    # copy then waited for the spinning kernel and its waits timed out).
     with torch.cuda.stream(side):
         torch.cuda._sleep(1000)
-        scratch = torch.empty_like(k_full[:, :, own])
-        scratch.copy_(k_full[:, :, own])
-        torch.zeros(1, dtype=torch.int32, device=DEV)[0:1].fill_(1)
+        scratch = torch.empty_like(k_full)
+        scratch[:, :, own].copy_(k_full[:, :, own])
+        scratch[:, :, own].copy_(v_full[:, :, own])
+        torch.zeros(world, dtype=torch.int32, device=DEV)[0:1].fill_(1)
     torch.cuda.synchronize()
     late, _, error = _transformed(sy, q, k, v, causal, world, rank, signals, sync=False)
     pieces = [p for p in range(world) if p != rank]
