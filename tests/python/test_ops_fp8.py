@@ -190,3 +190,15 @@ def test_the_simulator_runs_fp8_gemms_at_the_fp8_rate():
     ag16 = choose("all-gather", dtype="bf16", **common)
     ag8 = choose("all-gather", dtype="f8e4m3", gemm_dtype="f8e4m3", **common)
     assert ag8.predicted_us["comm"] < 0.6 * ag16.predicted_us["comm"]
+
+
+def test_fp8_kernel_scale_reads_are_checked_against_their_storage(cpu_runtime):
+    """The AG kernel reads A's scales with the packed rows' pitch: a scale tensor too short for
+    that (the bug the first GPU run hit in the warm-up: an illegal address) is refused."""
+    ctx = AgGemm(None, m=64, k=32, n=32, dtype=E4M3, device="cpu", mode="fused", backend="copy-engine",
+                 algorithm="direct", split=1)
+    assert ctx.gemm.stride_sa == (32 + ops_fp8.ROW_TAIL_BYTES) // 4
+    ctx.gemm.check_scales(ctx.a_scales, ctx.sb)  # the heap's own views: fine
+    from syncopate.errors import InternalError
+    with pytest.raises(InternalError, match=r"would read 757 float32 of scale_a, whose storage holds 64"):
+        ctx.gemm.check_scales(torch.ones(64, 1), ctx.sb)

@@ -66,8 +66,12 @@ class AgGemm(OpContext):
             if self.fp8:
                 self.gemm = self._make_gemm(accesses, producer=False, a_pitch=self.k + ROW_TAIL_BYTES,
                                             stride_sa=self.a_scales.stride(0))
-                self.gemm.warm_up(torch.zeros_like(self.packed)[:, :self.k], self._scratch_b(), out, self.signals,
-                                  torch.ones_like(self.packed[:, :4]).view(torch.float32), torch.ones_like(self.sb))
+                # Scratch rows in the packed layout: the kernel reads A's scales with the packed
+                # pitch, so the warm-up's scales must live in rows of that pitch too.
+                scratch_a, scratch_scales = packed_views(torch.zeros_like(self.packed), self.k)
+                scratch_scales.fill_(1.0)
+                self.gemm.warm_up(scratch_a, self._scratch_b(), out, self.signals, scratch_scales,
+                                  torch.ones_like(self.sb))
             else:
                 self.gemm = self._make_gemm(accesses, producer=False)
                 self.gemm.warm_up(self.a_full, self._scratch_b(), out, self.signals)

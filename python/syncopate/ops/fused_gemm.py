@@ -256,7 +256,22 @@ class Fp8FusedGemm(FusedGemm):
                            C_STORE_POINTERS=bool(producer))
         b_pitch = k if self.b_is_nk else n
         self.scalars = (m, n, k, a_pitch, b_pitch, n, stride_sa, 1, self.num_programs)
+        self.m, self.n, self.stride_sa = m, n, stride_sa
         self._finish_binding()
+
+    def check_scales(self, scale_a: torch.Tensor, scale_b: torch.Tensor) -> None:
+        """The kernel reads scale_a[row * stride_sa] for M rows and scale_b[col] for N columns:
+        InternalError unless both tensors' storage holds that many (an out-of-bounds read would
+        be an illegal address on the GPU, garbage under the interpreter)."""
+        for name, t, count in (("scale_a", scale_a, (self.m - 1) * self.stride_sa + 1), ("scale_b", scale_b, self.n)):
+            available = t.untyped_storage().nbytes() // 4 - t.storage_offset()
+            if t.dtype != torch.float32 or available < count:
+                raise InternalError(f"syncopate.ops: the FP8 kernel would read {count} float32 of {name}, whose "
+                                    f"storage holds {available} ({t.dtype})")
+
+    def warm_up(self, a, b, c, signals_like: torch.Tensor, *operands) -> None:
+        self.check_scales(*operands)
+        super().warm_up(a, b, c, signals_like, *operands)
 
 
 def _host_flag():
