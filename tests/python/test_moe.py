@@ -140,3 +140,19 @@ def test_fused_refused_on_cpu_and_auto_falls_back_saying_why():
     assert auto.last_mode == "sequential" and "x is on cpu" in auto.reason
     h_seq, _ = MoeDispatchCombine(None, num_experts=4, top_k=2, mode="sequential").dispatch_gemm(x, ids, w)
     assert torch.equal(h, h_seq)
+
+
+def test_auto_stays_sequential_where_fused_could_run(monkeypatch):
+    """The fused dispatch measured slower than the sequential one (bench_moe, nvidia-h100-x1):
+    auto does not take it, and says so; mode='fused' does."""
+    import types
+
+    import syncopate.runtime
+
+    monkeypatch.setattr(syncopate.runtime, "require_runtime", lambda: None)
+    on_gpu = types.SimpleNamespace(device=torch.device("cuda", 0))
+    auto = MoeDispatchCombine(None, num_experts=4, top_k=2, capacity=128)
+    mode, reason = auto._choose(on_gpu)
+    assert mode == "sequential" and "slower than the sequential one" in reason
+    fused = MoeDispatchCombine(None, num_experts=4, top_k=2, capacity=128, mode="fused")
+    assert fused._choose(on_gpu)[0] == "fused"
