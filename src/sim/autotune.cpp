@@ -16,8 +16,6 @@ namespace syncopate::sim {
 namespace {
 
 constexpr double kInfinity = std::numeric_limits<double>::infinity();
-// The all-gather input's name in the plans tune simulates (only a label: the op names its own).
-constexpr const char* kAgGemmInput = "input";
 
 plan::TemplateOptions template_for(const TuneRequest& req, plan::Algorithm algorithm, int split,
                                    plan::Backend backend, bool flat) {
@@ -36,11 +34,6 @@ plan::TemplateOptions template_for(const TuneRequest& req, plan::Algorithm algor
     case plan::Collective::all_reduce: o.shape = {req.gemm.m, req.gemm.n}; break;
     default: o.shape = {req.gemm.m, req.gemm.k}; break;
   }
-  // AG+GEMM runs the plan that gathers from the caller's shard (python/syncopate/ops/ag_gemm.py):
-  // its own rows arrive by a local chunk beside the kernel, not by a copy before it.
-  if (req.collective == plan::Collective::all_gather && plan::node_count(req.nodes) == 1 && !flat &&
-      req.gemm.m % req.world_size == 0)
-    o.input = kAgGemmInput;
   return o;
 }
 

@@ -138,7 +138,6 @@ def missing_chunk(res, name, op, backend, group, world, rank, gen):
         return
     import syncopate as sy
     from syncopate.errors import WaitTimeoutError
-    from syncopate.ops.ag_gemm import INPUT as AG_INPUT
     from syncopate.ops.staged_gemm import staged_plan
 
     m, k, n = shape(op, world)
@@ -148,10 +147,8 @@ def missing_chunk(res, name, op, backend, group, world, rank, gen):
     else:
         coll, tensor, cols = {"ag_gemm": ("all-gather", "a", k), "gemm_rs": ("reduce-scatter", "c", n),
                               "gemm_ar": ("all-reduce", "c", n)}[op]
-        # The plan the context makes (AG+GEMM gathers from its input: ops/ag_gemm.py), so that
-        # the chunk ids agree.
         plan = sy.make_plan(coll, world_size=world, shape=[m, cols], algorithm="direct", dtype="bf16",
-                            backend=backend, tensor=tensor, input=AG_INPUT if op == "ag_gemm" else "")
+                            backend=backend, tensor=tensor)
     dropped = next(c for c in plan.chunks if c.dst == 1 and c.src != c.dst
                    and (not op.endswith("_epilogue") or c.dst_tensor == "p"))
     ctx = base.make_ctx(op, group, m, k, n, DTYPE, backend, mode="fused", algorithm="direct", split=1,
@@ -182,7 +179,13 @@ def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--calls", type=int, default=200)
     parser.add_argument("--results-file", default="")
+    parser.add_argument("--hang-dump-s", type=float, default=0,
+                        help="print every thread's Python stack after this many seconds (diagnosing a hang)")
     args = parser.parse_args()
+    if args.hang_dump_s > 0:
+        import faulthandler
+
+        faulthandler.dump_traceback_later(args.hang_dump_s, repeat=True)
     group_info = GpuGroup()
     base.GROUP = group_info
     rank, world, group = group_info.rank, group_info.world, group_info.group

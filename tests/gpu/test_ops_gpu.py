@@ -356,7 +356,6 @@ def run_missing_chunk(res, group, world, rank, quick):
         return
     import syncopate as sy
     from syncopate.errors import WaitTimeoutError
-    from syncopate.ops.ag_gemm import INPUT as AG_INPUT
     from syncopate.ops.staged_gemm import staged_plan
 
     for op in ("ag_gemm", "gemm_rs") + EPILOGUE_OPS:
@@ -368,7 +367,6 @@ def run_missing_chunk(res, group, world, rank, quick):
                     plan = staged_plan(world=world, m=m, n=n, split=1, dtype="bf16", backend=backend,
                                        collective="all-reduce" if op == "gemm_ar_epilogue" else "reduce-scatter")
                 else:
-                    # The plan the context makes (AG+GEMM gathers from its input), so chunk ids agree.
                     plan = sy.make_plan(coll, world_size=world, shape=[m, k if op == "ag_gemm" else n],
                                         algorithm="direct", dtype="bf16", backend=backend, tensor=tensor,
                                         input=AG_INPUT if op == "ag_gemm" else "")

@@ -269,3 +269,19 @@ def test_import_needs_neither_torch_nor_triton():
             "print(sorted(m for m in ('torch', 'triton', 'syncopate._runtime') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd="/")
     assert out.stdout.strip() == "[]", out.stdout + out.stderr
+
+
+def test_all_gather_from_an_input_tensor():
+    """make_plan(input=): each rank's shard starts in a one-shard input and a local chunk per piece
+    puts it in place; the plan verifies, says so in its collective and round-trips through JSON;
+    an input on another collective is refused by name."""
+    plan = sy.make_plan("all-gather", world_size=4, shape=[64, 32], split=2, tensor="a", input="a_in")
+    assert plan.collective.input == "a_in"
+    assert list(plan.tensors["a_in"].shape) == [16, 32]
+    assert sy.verify(plan).ok
+    locals_ = [c for c in plan.chunks if c.src == c.dst]
+    assert len(locals_) == 4 * 2 and all(c.tensor == "a_in" and c.backend == "copy-engine" for c in locals_)
+    assert sy.parse_plan(sy.plan_to_json(plan)).collective.input == "a_in"
+    assert sy.make_plan("all-gather", world_size=4, shape=[64, 32]).collective.input == ""
+    with pytest.raises(sy.ShapeError, match="only an all-gather"):
+        sy.make_plan("reduce-scatter", world_size=2, shape=[8, 8], input="x_in")

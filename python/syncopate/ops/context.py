@@ -243,14 +243,14 @@ class OpContext:
         """The local kernel the fused GEMM was made from (gemm_tma_kernel or gemm_pointer_kernel)."""
         return None if self.gemm is None else self.gemm.kernel_name
 
-    def _make_plan(self, shape, tensor, input: str = ""):
+    def _make_plan(self, shape, tensor):
         import syncopate as sy
 
         if self._user_plan is not None:
             return self._user_plan
         return sy.make_plan(self.collective, world_size=self.world, shape=shape, algorithm=self.algorithm,
                             split=self.split, dtype=plan_dtype(self.plan_torch_dtype), dim=0, backend=self.backend,
-                            tensor=tensor, input=input)
+                            tensor=tensor)
 
     def _make_gemm(self, accesses, producer: bool, a_pitch: Optional[int] = None, stride_sa: int = 1):
         from syncopate.ops.fused_gemm import Fp8FusedGemm, FusedGemm, persistent_programs
