@@ -12,10 +12,9 @@ chunks holding its rows, in the chosen tile order (arrival: local rows first). T
 copied into the heap first, on the call's stream. A plan that gathers from an input tensor
 (make_plan(..., input="a_in"), passed as plan=) makes this rank's rows chunks too: the executor
 reads the input straight from the caller's a_shard (bind_source), a local copy-engine chunk per
-piece, so nothing is copied before the GEMM starts (measured: the GEMM of an 8192^3 call then
-starts 3 us after where torch.mm's would, against 84 us with the copy). It is not the default
-yet: on two ranks sharing a GPU, a call after a replayed graph that lost a chunk hung
-(nvidia-h100-x1, 2026-11-25), which the copy path does not. By default the whole call is one replay of the context's CUDA graph (ops/call_graphs.py;
+piece, so nothing is copied before the GEMM starts. It is not the default yet: its gain is not
+established and on two ranks sharing a GPU a call after a replayed graph that lost a chunk hung
+(docs/RUNTIME.md, "The call path"). By default the whole call is one replay of the context's CUDA graph (ops/call_graphs.py;
 graph=False enqueues it eagerly), and it can be captured in the caller's torch.cuda.graph. Where the simulator predicts that overlap does not pay (ops/choice.py; small M), the
 context runs sequentially: the gather, then torch.matmul.
 """
