@@ -224,18 +224,10 @@ def gemm_split_k_fixup_kernel(a_ptr, b_ptr, c_ptr, partial_ptr, counter_ptr, M, 
     FIXUP_ROWS rows at a time: summing whole tiles in registers beside the accumulator spills
     for 128x256 blocks (255 registers and spill stores, checked with ptxas for sm_90a).
     """
-    a_desc = tl.make_tensor_descriptor(a_ptr, shape=[M, K], strides=[stride_am, 1],
-                                       block_shape=[BLOCK_M, BLOCK_K])
-    if B_IS_NK:
-        b_desc = tl.make_tensor_descriptor(b_ptr, shape=[N, K], strides=[stride_b, 1],
-                                           block_shape=[BLOCK_N, BLOCK_K])
-    else:
-        b_desc = tl.make_tensor_descriptor(b_ptr, shape=[K, N], strides=[stride_b, 1],
-                                           block_shape=[BLOCK_K, BLOCK_N])
-    num_pid_m = tl.cdiv(M, BLOCK_M)
-    num_pid_n = tl.cdiv(N, BLOCK_N)
-    num_work = num_pid_m * num_pid_n * SPLIT_K
-    k_tiles = tl.cdiv(K, BLOCK_K)
+    a_desc, b_desc = operand_descriptors(a_ptr, b_ptr, M, N, K, stride_am, stride_b, B_IS_NK, BLOCK_M, BLOCK_N,
+                                         BLOCK_K)
+    num_pid_m, num_pid_n, num_tiles, k_tiles = tile_grid(M, N, K, BLOCK_M, BLOCK_N, BLOCK_K)
+    num_work = num_tiles * SPLIT_K
     k_tiles_per_split = tl.cdiv(k_tiles, SPLIT_K)
     for work in tl.range(tl.program_id(0), num_work, num_programs):
         tile_id = work // SPLIT_K
@@ -245,16 +237,7 @@ def gemm_split_k_fixup_kernel(a_ptr, b_ptr, c_ptr, partial_ptr, counter_ptr, M, 
         off_n = pid_n * BLOCK_N
         k_begin = split * k_tiles_per_split
         k_end = min(k_begin + k_tiles_per_split, k_tiles)
-        acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-        for ki in range(k_begin, k_end):
-            off_k = ki * BLOCK_K
-            a = a_desc.load([off_m, off_k])
-            if B_IS_NK:
-                b = b_desc.load([off_n, off_k])
-                acc = tl.dot(a, b.T, acc)
-            else:
-                b = b_desc.load([off_k, off_n])
-                acc = tl.dot(a, b, acc)
+        acc = tma_k_loop(a_desc, b_desc, off_m, off_n, k_begin, k_end, B_IS_NK, BLOCK_M, BLOCK_N, BLOCK_K)
         cols = off_n + tl.arange(0, BLOCK_N)
         # The workspace is tile-major ([tiles, SPLIT_K, BLOCK_M, BLOCK_N]): a tile's slots are
         # contiguous, and no mask is needed on the partials themselves.
