@@ -25,8 +25,11 @@ from __future__ import annotations
 
 import os
 
-for _name, _value in (("NCCL_NVLS_ENABLE", "0"), ("TORCH_SYMM_MEM_DISABLE_MULTICAST", "1"),
-                      ("NVSHMEM_DISABLE_NVLS", "1")):
+for _name, _value in (
+    ("NCCL_NVLS_ENABLE", "0"),
+    ("TORCH_SYMM_MEM_DISABLE_MULTICAST", "1"),
+    ("NVSHMEM_DISABLE_NVLS", "1"),
+):
     os.environ[_name] = _value
 os.environ.setdefault("SYNCOPATE_WAIT_BOUND_MS", "2000")
 
@@ -56,8 +59,7 @@ BACKEND = "copy-engine"
 
 def fused_names(orders=ORDERS, splits=SPLITS) -> dict[str, dict]:
     """{"arrival/s1": constructor kwargs, ...}."""
-    return {f"{o}/s{s}": dict(backend=BACKEND, mode="fused", tile_order=o, split=s)
-            for o in orders for s in splits}
+    return {f"{o}/s{s}": dict(backend=BACKEND, mode="fused", tile_order=o, split=s) for o in orders for s in splits}
 
 
 def parse_shapes(text: str) -> list[tuple[int, int, int]]:
@@ -89,11 +91,11 @@ def local_gemm_variant(ctx, a_in, b, out_shape, producer: bool):
     except Exception as error:
         return f"syncopate.kernels not importable: {type(error).__name__}: {error}"
     m, k = a_in.shape
-    config = getattr(ctx, "config", None) or select_config(m, b.shape[1], k, a_in.device,
-                                                           a_in.dtype, allow_split_k=False)
+    config = getattr(ctx, "config", None) or select_config(
+        m, b.shape[1], k, a_in.device, a_in.dtype, allow_split_k=False
+    )
     out = torch.empty(out_shape, dtype=a_in.dtype, device=a_in.device)
-    return (lambda: gemm(a_in, b, out=out, config=config, c_store_pointers=producer),
-            lambda: out, True)
+    return (lambda: gemm(a_in, b, out=out, config=config, c_store_pointers=producer), lambda: out, True)
 
 
 def bench_shape(op, m, k, n, args, classes, missing, rank, world, say) -> dict:
@@ -103,31 +105,37 @@ def bench_shape(op, m, k, n, args, classes, missing, rank, world, say) -> dict:
     a, b, refs = dist_timing.make_inputs(problem, op, rank, world, torch.bfloat16, device)
     variants = dict(op_variants.BUILDERS[op](a, b, args.chunks))
     settings = fused_names()
-    built = syncopate_variants.build(op, a, b, m, "kn", group, tuple(settings), classes, missing,
-                                     extra_kwargs=settings)
+    built = syncopate_variants.build(op, a, b, m, "kn", group, tuple(settings), classes, missing, extra_kwargs=settings)
     variants.update(built.variants)
     # The local GEMM's operands: the gathered A for AG (refs["collective"] is it), else a.
     a_in = refs["collective"] if op == "ag_gemm" else a
     producer = op != "ag_gemm"
-    contexts = dict(zip([n for n in settings if not isinstance(built.variants[n], str)],
-                        built.contexts))
+    contexts = dict(zip([n for n in settings if not isinstance(built.variants[n], str)], built.contexts))
     first = next(iter(contexts.values()), None)
-    variants["local_gemm"] = (local_gemm_variant(first, a_in, b, (m, n), producer)
-                              if first is not None else "no fused context was built")
+    variants["local_gemm"] = (
+        local_gemm_variant(first, a_in, b, (m, n), producer) if first is not None else "no fused context was built"
+    )
     for order in ORDERS:
         ctx = contexts.get(f"{order}/s1")
-        variants[f"no_waits/{order}"] = (no_waits_variant(ctx, a_in, b, (m, n))
-                                         if ctx is not None else f"{order}/s1 was not built")
-    names = ["gemm", "collective", "sequential", "local_gemm", *settings,
-             *(f"no_waits/{o}" for o in ORDERS)]
-    result = {"op": op, "world": world, "m": m, "k": k, "n": n, "backend": BACKEND,
-              "variants": {}, "syncopate": built.info}
+        variants[f"no_waits/{order}"] = (
+            no_waits_variant(ctx, a_in, b, (m, n)) if ctx is not None else f"{order}/s1 was not built"
+        )
+    names = ["gemm", "collective", "sequential", "local_gemm", *settings, *(f"no_waits/{o}" for o in ORDERS)]
+    result = {
+        "op": op,
+        "world": world,
+        "m": m,
+        "k": k,
+        "n": n,
+        "backend": BACKEND,
+        "variants": {},
+        "syncopate": built.info,
+    }
     for name in names:
-        ref = refs["gemm"] if name == "local_gemm" or name.startswith("no_waits/") else \
-            refs.get(name, refs["op"])
-        result["variants"][name] = dist_timing.measure(name, variants[name], ref, op,
-                                                       args.samples, args.warmup,
-                                                       built.after.get(name))
+        ref = refs["gemm"] if name == "local_gemm" or name.startswith("no_waits/") else refs.get(name, refs["op"])
+        result["variants"][name] = dist_timing.measure(
+            name, variants[name], ref, op, args.samples, args.warmup, built.after.get(name)
+        )
         say(f"  {op} {m}x{k}x{n} {name:18} {describe(result['variants'][name])}")
     result.update(derived(result))
     torch.cuda.synchronize()
@@ -155,13 +163,14 @@ def derived(result: dict) -> dict:
     if "gemm" in v and "collective" in v:
         out["floor_ms"] = max(v["gemm"], v["collective"])
     fused = {n: v[n] for n in fused_names() if n in v}
-    out["ratio_to_floor"] = {n: t / out["floor_ms"] for n, t in fused.items()} \
-        if "floor_ms" in out else {}
-    out["wait_cost"] = {n: t / v[f"no_waits/{n.split('/')[0]}"] for n, t in fused.items()
-                        if f"no_waits/{n.split('/')[0]}" in v}
+    out["ratio_to_floor"] = {n: t / out["floor_ms"] for n, t in fused.items()} if "floor_ms" in out else {}
+    out["wait_cost"] = {
+        n: t / v[f"no_waits/{n.split('/')[0]}"] for n, t in fused.items() if f"no_waits/{n.split('/')[0]}" in v
+    }
     if "local_gemm" in v:
-        out["no_waits_over_local_gemm"] = {o: v[f"no_waits/{o}"] / v["local_gemm"]
-                                           for o in ORDERS if f"no_waits/{o}" in v}
+        out["no_waits_over_local_gemm"] = {
+            o: v[f"no_waits/{o}"] / v["local_gemm"] for o in ORDERS if f"no_waits/{o}" in v
+        }
     if fused:
         best = min(fused, key=fused.get)
         out["best"] = {"setting": best, "ms": fused[best]}
@@ -171,28 +180,41 @@ def derived(result: dict) -> dict:
 def print_table(results: list[dict]) -> None:
     for r in results:
         v = {n: x["ms"] for n, x in r["variants"].items() if "ms" in x}
-        print(f"\n{r['op']} {r['m']}x{r['k']}x{r['n']} world {r['world']} {r['backend']}: "
-              f"gemm {v.get('gemm', math.nan):.3f} collective {v.get('collective', math.nan):.3f} "
-              f"sequential {v.get('sequential', math.nan):.3f} local_gemm "
-              f"{v.get('local_gemm', math.nan):.3f} ms")
-        print(f"  {'order':10} " + " ".join(f"{'s' + str(s) + ' ms':>9} {'/floor':>7}"
-                                            for s in SPLITS)
-              + f" {'no_waits':>9} {'s1/no_waits':>11}")
+        print(
+            f"\n{r['op']} {r['m']}x{r['k']}x{r['n']} world {r['world']} {r['backend']}: "
+            f"gemm {v.get('gemm', math.nan):.3f} collective {v.get('collective', math.nan):.3f} "
+            f"sequential {v.get('sequential', math.nan):.3f} local_gemm "
+            f"{v.get('local_gemm', math.nan):.3f} ms"
+        )
+        print(
+            f"  {'order':10} "
+            + " ".join(f"{'s' + str(s) + ' ms':>9} {'/floor':>7}" for s in SPLITS)
+            + f" {'no_waits':>9} {'s1/no_waits':>11}"
+        )
         for o in ORDERS:
             cells = []
             for s in SPLITS:
                 t = v.get(f"{o}/s{s}")
                 ratio = r.get("ratio_to_floor", {}).get(f"{o}/s{s}")
-                cells.append(f"{t:>9.4f} {ratio:>7.3f}" if t is not None and ratio is not None
-                             else f"{'-':>9} {'-':>7}")
+                cells.append(
+                    f"{t:>9.4f} {ratio:>7.3f}" if t is not None and ratio is not None else f"{'-':>9} {'-':>7}"
+                )
             nw = v.get(f"no_waits/{o}")
             wc = r.get("wait_cost", {}).get(f"{o}/s1")
-            print(f"  {o:10} " + " ".join(cells) + (f" {nw:>9.4f}" if nw else f" {'-':>9}")
-                  + (f" {wc:>11.3f}" if wc else f" {'-':>11}"))
+            print(
+                f"  {o:10} "
+                + " ".join(cells)
+                + (f" {nw:>9.4f}" if nw else f" {'-':>9}")
+                + (f" {wc:>11.3f}" if wc else f" {'-':>11}")
+            )
         if "best" in r:
             print(f"  best: {r['best']['setting']} {r['best']['ms']:.4f} ms")
-    failures = [(r["op"], f"{r['m']}x{r['k']}x{r['n']}", n, x["failed"]) for r in results
-                for n, x in r["variants"].items() if "failed" in x]
+    failures = [
+        (r["op"], f"{r['m']}x{r['k']}x{r['n']}", n, x["failed"])
+        for r in results
+        for n, x in r["variants"].items()
+        if "failed" in x
+    ]
     print(f"correctness failures: {len(failures) if failures else 'none'}")
     for failure in failures:
         print("  FAILED", *failure)
@@ -208,8 +230,7 @@ def main(argv=None) -> int:
     parser.add_argument("--nccl-timeout-s", type=float, default=240)
     parser.add_argument("--world", type=int, default=None, help="for --dry-run (default 2)")
     parser.add_argument("--dry-run", action="store_true", help="list what would run; no GPU")
-    parser.add_argument("--out", default=os.environ.get("OUT") or
-                        str(Path(__file__).resolve().parent / "results"))
+    parser.add_argument("--out", default=os.environ.get("OUT") or str(Path(__file__).resolve().parent / "results"))
     args = parser.parse_args(argv)
     ops = [o for o in args.ops.split(",") if o]
     if [o for o in ops if o not in OPS]:
@@ -222,15 +243,18 @@ def main(argv=None) -> int:
         parser.error("--samples must be >= 1, --warmup >= 0")
     if args.dry_run:
         world = args.world or int(os.environ.get("WORLD_SIZE", "2"))
-        names = ["gemm", "collective", "sequential", "local_gemm", *fused_names(),
-                 *(f"no_waits/{o}" for o in ORDERS)]
+        names = ["gemm", "collective", "sequential", "local_gemm", *fused_names(), *(f"no_waits/{o}" for o in ORDERS)]
         for op in ops:
             for m, k, n in shape_list:
                 bad = m % world or k % world
-                print(f"{op} {m}x{k}x{n} world {world}: "
-                      + ("M and K must divide by the world size" if bad else ", ".join(names)))
-        print(f"{len(ops) * len(shape_list)} shapes x {len(names)} variants "
-              f"({len(fused_names())} fused contexts each), {args.samples} samples")
+                print(
+                    f"{op} {m}x{k}x{n} world {world}: "
+                    + ("M and K must divide by the world size" if bad else ", ".join(names))
+                )
+        print(
+            f"{len(ops) * len(shape_list)} shapes x {len(names)} variants "
+            f"({len(fused_names())} fused contexts each), {args.samples} samples"
+        )
         return 0
     if not torch.cuda.is_available():
         print("bench_ablation: no CUDA device (use --dry-run here)", file=sys.stderr)
@@ -248,12 +272,20 @@ def main(argv=None) -> int:
         if rank == 0:
             print(text, flush=True)
 
-    say(f"world {world} x {props.name}; torch {torch.__version__}; syncopate: "
-        f"{missing or 'imported'}")
-    report = {"benchmark": "bench_ablation", "device": props.name, "device_kind": kind,
-              "world": world, "date": now.isoformat(timespec="seconds"),
-              "torch": torch.__version__, "backend": BACKEND, "samples": args.samples,
-              "syncopate_ops": missing or "imported", "complete": False, "results": []}
+    say(f"world {world} x {props.name}; torch {torch.__version__}; syncopate: {missing or 'imported'}")
+    report = {
+        "benchmark": "bench_ablation",
+        "device": props.name,
+        "device_kind": kind,
+        "world": world,
+        "date": now.isoformat(timespec="seconds"),
+        "torch": torch.__version__,
+        "backend": BACKEND,
+        "samples": args.samples,
+        "syncopate_ops": missing or "imported",
+        "complete": False,
+        "results": [],
+    }
     if rank == 0:
         out_dir.mkdir(parents=True, exist_ok=True)
     for op in ops:
@@ -261,8 +293,7 @@ def main(argv=None) -> int:
             if m % world or k % world:
                 say(f"skip {op} {m}x{k}x{n}: M and K must divide by {world}")
                 continue
-            report["results"].append(bench_shape(op, m, k, n, args, classes, missing, rank,
-                                                 world, say))
+            report["results"].append(bench_shape(op, m, k, n, args, classes, missing, rank, world, say))
             if rank == 0:
                 dist_timing.write_json(path, report)
     if rank == 0:

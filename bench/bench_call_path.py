@@ -36,8 +36,12 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent / "tests" / "gpu"))
 
 SHAPES = [(256, 4096, 4096), (2048, 4096, 4096), (8192, 8192, 8192)]  # (M, K, N) of the op
-VARIANTS = (("AgGemm", {}), ("GemmRs", {"reduce": "chunks"}), ("GemmRs", {"reduce": "epilogue"}),
-            ("GemmAr", {"reduce": "chunks"}))
+VARIANTS = (
+    ("AgGemm", {}),
+    ("GemmRs", {"reduce": "chunks"}),
+    ("GemmRs", {"reduce": "epilogue"}),
+    ("GemmAr", {"reduce": "chunks"}),
+)
 TARGET_HOST_US = 20.0
 TARGET_START_US = 15.0
 
@@ -75,7 +79,7 @@ def kernel_start_us(fn, kernel_names, calls=10):
     with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
         for _ in range(calls):
             torch.cuda.synchronize()  # the GPU idle (no sleep: a host thread woken from one ran
-            marker.fill_(1.0)         # the next call ~90 us slower on the VM measured)
+            marker.fill_(1.0)  # the next call ~90 us slower on the VM measured)
             fn()
             torch.cuda.synchronize()
     events = prof.profiler.kineto_results.events()
@@ -105,7 +109,7 @@ class _OneRank:
 def make_inputs(cls_name, m, k, n, world, dtype, device, gen):
     rows = m // world if cls_name == "AgGemm" else m
     a = torch.randn(rows, k, generator=gen, device=device).to(dtype)
-    b = (torch.randn(k, n, generator=gen, device=device) / k ** 0.5).to(dtype)
+    b = (torch.randn(k, n, generator=gen, device=device) / k**0.5).to(dtype)
     out_rows = m // world if cls_name == "GemmRs" else m
     return a, b, torch.empty(out_rows, n, dtype=dtype, device=device)
 
@@ -143,10 +147,14 @@ def main():
         if rank == 0:
             print(line, flush=True)
 
-    say(f"call path: world {world}{' (ranks share one GPU: timings meaningless)' if shared else ''}, "
-        f"{torch.cuda.get_device_name()}, {datetime.date.today()}")
-    say(f"{'op':24s} {'M x K x N':>18s} {'host graph':>11s} {'host eager':>11s} {'start graph':>12s} "
-        f"{'start eager':>12s} {'mm host':>8s} {'coll host':>9s} {'rel_err':>8s}")
+    say(
+        f"call path: world {world}{' (ranks share one GPU: timings meaningless)' if shared else ''}, "
+        f"{torch.cuda.get_device_name()}, {datetime.date.today()}"
+    )
+    say(
+        f"{'op':24s} {'M x K x N':>18s} {'host graph':>11s} {'host eager':>11s} {'start graph':>12s} "
+        f"{'start eager':>12s} {'mm host':>8s} {'coll host':>9s} {'rel_err':>8s}"
+    )
     for m, k, n in SHAPES:
         if keep and m not in keep:
             continue
@@ -156,9 +164,22 @@ def main():
             row = {"op": name, "m": m_op, "k": k, "n": n, "world": world, "shared_gpu": shared}
             try:
                 a, b, out = make_inputs(cls_name, m_op, k, n, world, dtype, device, gen)
-                ctxs = {g: classes[cls_name](group, m=m_op, k=k, n=n, dtype=dtype, backend="copy-engine",
-                                             mode="fused", algorithm="direct", split=1, graph=g, **kw)
-                        for g in (True, False)}
+                ctxs = {
+                    g: classes[cls_name](
+                        group,
+                        m=m_op,
+                        k=k,
+                        n=n,
+                        dtype=dtype,
+                        backend="copy-engine",
+                        mode="fused",
+                        algorithm="direct",
+                        split=1,
+                        graph=g,
+                        **kw,
+                    )
+                    for g in (True, False)
+                }
                 op_key = {"AgGemm": "ag_gemm", "GemmRs": "gemm_rs", "GemmAr": "gemm_ar"}[cls_name]
                 err = 0.0
                 for g, ctx in ctxs.items():
@@ -171,7 +192,8 @@ def main():
                     tag = "graph" if g else "eager"
                     row[f"host_us_{tag}"] = host_us(lambda: ctx(a, b, out=out, check=False))
                     row[f"kernel_start_us_{tag}"], row[f"kernel_start_samples_{tag}"] = kernel_start_us(
-                        lambda: ctx(a, b, out=out, check=False), (kernel,))
+                        lambda: ctx(a, b, out=out, check=False), (kernel,)
+                    )
                     ctx.check()
                 # Where the graph path's host time goes: the replay alone, the argument checks alone.
                 graph_ctx = ctxs[True]
@@ -181,15 +203,19 @@ def main():
                     row["replay_only_start_us"], _ = kernel_start_us(replay.replay, (kernel,))
                 a_shape = (m_op // world, k) if cls_name == "AgGemm" else (m_op, k)
                 row["checks_only_host_us"] = host_us(
-                    lambda: graph_ctx._check_operands(a, "a", a_shape, b, "b", a_to_kernel=cls_name != "AgGemm"))
+                    lambda: graph_ctx._check_operands(a, "a", a_shape, b, "b", a_to_kernel=cls_name != "AgGemm")
+                )
                 local_a = torch.randn(m_op, k, generator=gen, device=device).to(dtype)  # the whole local GEMM
                 mm_out = torch.empty(m_op, n, dtype=dtype, device=device)
                 row["torch_mm_host_us"] = host_us(lambda: torch.mm(local_a, b, out=mm_out))
                 # The same measurement of torch.mm's own kernel start: what the profiler's clocks and
                 # this machine's launch latency give an op that does nothing before its kernel.
-                row["torch_mm_start_us"], _ = kernel_start_us(lambda: torch.mm(local_a, b, out=mm_out),
-                                                              ("gemm", "Kernel", "sm90", "cutlass", "nvjet"))
-                row["replay_start_minus_mm_start_us"] = row.get("replay_only_start_us", float("nan")) - row["torch_mm_start_us"]
+                row["torch_mm_start_us"], _ = kernel_start_us(
+                    lambda: torch.mm(local_a, b, out=mm_out), ("gemm", "Kernel", "sm90", "cutlass", "nvjet")
+                )
+                row["replay_start_minus_mm_start_us"] = (
+                    row.get("replay_only_start_us", float("nan")) - row["torch_mm_start_us"]
+                )
                 row["collective_host_us"] = None
                 if world > 1 and not shared:
                     import torch.distributed as dist
@@ -209,13 +235,19 @@ def main():
                     "host_graph_le_1.5x_baseline": row["host_graph_over_baseline"] <= 1.5,
                     "kernel_start_graph_le_15us": row["kernel_start_us_graph"] <= TARGET_START_US,
                 }
-                coll_txt = f"{row['collective_host_us']:9.1f}" if row["collective_host_us"] is not None else f"{'-':>9s}"
-                say(f"{name:24s} {f'{m_op}x{k}x{n}':>18s} {row['host_us_graph']:11.1f} {row['host_us_eager']:11.1f} "
+                coll_txt = (
+                    f"{row['collective_host_us']:9.1f}" if row["collective_host_us"] is not None else f"{'-':>9s}"
+                )
+                say(
+                    f"{name:24s} {f'{m_op}x{k}x{n}':>18s} {row['host_us_graph']:11.1f} {row['host_us_eager']:11.1f} "
                     f"{row['kernel_start_us_graph']:12.1f} {row['kernel_start_us_eager']:12.1f} "
-                    f"{row['torch_mm_host_us']:8.1f} {coll_txt} {err:8.1e}")
-                say(f"{'':24s} {'':18s} replay alone {row.get('replay_only_host_us', float('nan')):.1f} us host, "
+                    f"{row['torch_mm_host_us']:8.1f} {coll_txt} {err:8.1e}"
+                )
+                say(
+                    f"{'':24s} {'':18s} replay alone {row.get('replay_only_host_us', float('nan')):.1f} us host, "
                     f"kernel {row.get('replay_only_start_us', float('nan')):.1f} us after it; checks alone "
-                    f"{row['checks_only_host_us']:.1f} us; torch.mm's kernel {row['torch_mm_start_us']:.1f} us after its call")
+                    f"{row['checks_only_host_us']:.1f} us; torch.mm's kernel {row['torch_mm_start_us']:.1f} us after its call"
+                )
                 del ctxs
             except Exception as exc:  # noqa: BLE001 - a failed row is reported, the rest still run
                 row["error"] = f"{type(exc).__name__}: {exc}"
@@ -228,10 +260,20 @@ def main():
         out_dir.mkdir(parents=True, exist_ok=True)
         slug = kind.replace(" ", "-").lower()
         path = out_dir / f"call-path-{slug}-w{world}{'-shared' if shared else ''}-{datetime.date.today()}.json"
-        path.write_text(json.dumps({"device": torch.cuda.get_device_name(), "kind": kind, "world": world,
-                                    "shared_gpu": shared, "date": str(datetime.date.today()),
-                                    "targets": {"host_us_graph": TARGET_HOST_US, "kernel_start_us": TARGET_START_US},
-                                    "rows": rows}, indent=1))
+        path.write_text(
+            json.dumps(
+                {
+                    "device": torch.cuda.get_device_name(),
+                    "kind": kind,
+                    "world": world,
+                    "shared_gpu": shared,
+                    "date": str(datetime.date.today()),
+                    "targets": {"host_us_graph": TARGET_HOST_US, "kernel_start_us": TARGET_START_US},
+                    "rows": rows,
+                },
+                indent=1,
+            )
+        )
         print(f"wrote {path}", flush=True)
 
 

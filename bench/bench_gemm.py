@@ -48,10 +48,13 @@ SWEEP_EXTRA = (
 # Split-K configs, swept only where 128x256 tiles cannot fill the chip twice over.
 SWEEP_SPLIT_K = tuple(
     GemmConfig(bm, bn, 64, 8, stages, warps, True, split_e, 1.0, split_k=split)
-    for bm, bn, stages, warps, split_e, splits in ((64, 128, 4, 4, 1, (2, 3, 4)),
-                                                   (128, 128, 4, 4, 1, (2, 3, 4)),
-                                                   (128, 256, 3, 8, 2, (2, 3, 4)))
-    for split in splits)
+    for bm, bn, stages, warps, split_e, splits in (
+        (64, 128, 4, 4, 1, (2, 3, 4)),
+        (128, 128, 4, 4, 1, (2, 3, 4)),
+        (128, 256, 3, 8, 2, (2, 3, 4)),
+    )
+    for split in splits
+)
 ERROR_LIMIT = 1e-2  # bf16 operands, fp32 accumulation, K up to 28672
 # FP8: the operands are exact e4m3 values, the reference is their fp32 product; what is left is
 # the bf16 rounding of C and the accumulation order.
@@ -73,8 +76,7 @@ def small_m_candidates(m: int, n: int, num_sms: int, full_sweep: bool = False) -
         for split in (2, 4, 8):
             if tiles * split > 3 * num_sms or tiles * split < num_sms * 0.75:
                 continue
-            out.append(GemmConfig(bm, bn, 64, 8, st, w, True, 1, 1.0, split_k=split,
-                                  split_fixup=True))
+            out.append(GemmConfig(bm, bn, 64, 8, st, w, True, 1, 1.0, split_k=split, split_fixup=True))
             if (bm, bn) == (128, 256) and split <= 4 and full_sweep:
                 out.append(GemmConfig(bm, bn, 64, 8, st, w, True, 1, 1.0, split_k=split))
     return tuple(out)
@@ -114,8 +116,9 @@ def make_inputs(shape: shapes.GemmShape, n_sets: int, dtype: torch.dtype, device
     return sets
 
 
-def bench_shape(shape: shapes.GemmShape, configs: dict[str, GemmConfig], model_name: str,
-                dtype: torch.dtype, samples: int) -> dict:
+def bench_shape(
+    shape: shapes.GemmShape, configs: dict[str, GemmConfig], model_name: str, dtype: torch.dtype, samples: int
+) -> dict:
     device = torch.device("cuda")
     elem = torch.tensor([], dtype=dtype).element_size()
     per_set = (shape.m * shape.k + shape.k * shape.n + shape.m * shape.n) * elem
@@ -128,8 +131,7 @@ def bench_shape(shape: shapes.GemmShape, configs: dict[str, GemmConfig], model_n
 
     fns = {"cublas": run_cublas}
     for name, cfg in configs.items():
-        fns[name] = lambda i, cfg=cfg: kernels.gemm(sets[i][0], sets[i][1], out=sets[i][2],
-                                                    config=cfg)
+        fns[name] = lambda i, cfg=cfg: kernels.gemm(sets[i][0], sets[i][1], out=sets[i][2], config=cfg)
 
     # Correctness: each variant on set 0, output poisoned first, vs an fp32 reference.
     a0, b0, out0 = sets[0]
@@ -157,11 +159,19 @@ def bench_shape(shape: shapes.GemmShape, configs: dict[str, GemmConfig], model_n
         if not torch.equal(out0, results[name]):
             errors[name] = timing.relative_error(out0, ref)
             bad[name] = errors[name]
-    del ref, results, sets
+    del ref, results
+    sets.clear()  # frees the inputs before the next shape's
     flops = 2.0 * shape.m * shape.n * shape.k
-    row = {"m": shape.m, "k": shape.k, "n": shape.n, "b_layout": shape.b_layout,
-           "labels": list(shape.labels), "input_sets": n_sets, "model_choice": model_name,
-           "variants": {}}
+    row = {
+        "m": shape.m,
+        "k": shape.k,
+        "n": shape.n,
+        "b_layout": shape.b_layout,
+        "labels": list(shape.labels),
+        "input_sets": n_sets,
+        "model_choice": model_name,
+        "variants": {},
+    }
     for name in fns:
         entry = {"rel_error": errors[name], "failed_check": name in bad}
         if name in launch_errors:
@@ -171,8 +181,9 @@ def bench_shape(shape: shapes.GemmShape, configs: dict[str, GemmConfig], model_n
             entry.update(ms=ms, spread=times[name]["spread"], tflops=flops / ms / 1e9)
         row["variants"][name] = entry
     cublas_ms = row["variants"]["cublas"].get("ms")
-    triton_timed = {n: v["ms"] for n, v in row["variants"].items()
-                    if n != "cublas" and "ms" in v and not v["failed_check"]}
+    triton_timed = {
+        n: v["ms"] for n, v in row["variants"].items() if n != "cublas" and "ms" in v and not v["failed_check"]
+    }
     if cublas_ms and triton_timed:
         best = min(triton_timed, key=triton_timed.get)
         row["best_variant"] = best
@@ -183,23 +194,33 @@ def bench_shape(shape: shapes.GemmShape, configs: dict[str, GemmConfig], model_n
 
 
 def print_table(rows: list[dict]) -> None:
-    print(f"{'M':>6} {'K':>6} {'N':>6} {'B':>2} {'cuBLAS ms':>9} {'model ms':>9} "
-          f"{'model/cuBLAS':>12} {'best/cuBLAS':>11}  model config -> best config")
+    print(
+        f"{'M':>6} {'K':>6} {'N':>6} {'B':>2} {'cuBLAS ms':>9} {'model ms':>9} "
+        f"{'model/cuBLAS':>12} {'best/cuBLAS':>11}  model config -> best config"
+    )
     for r in rows:
         v = r["variants"]
         model = v.get(r["model_choice"], {})
-        print(f"{r['m']:>6} {r['k']:>6} {r['n']:>6} {r['b_layout']:>2} "
-              f"{v['cublas'].get('ms', math.nan):>9.4f} {model.get('ms', math.nan):>9.4f} "
-              f"{r.get('ratio_model', math.nan):>12.3f} {r.get('ratio_best', math.nan):>11.3f}"
-              f"  {r['model_choice']} -> {r.get('best_variant', '-')}")
+        print(
+            f"{r['m']:>6} {r['k']:>6} {r['n']:>6} {r['b_layout']:>2} "
+            f"{v['cublas'].get('ms', math.nan):>9.4f} {model.get('ms', math.nan):>9.4f} "
+            f"{r.get('ratio_model', math.nan):>12.3f} {r.get('ratio_best', math.nan):>11.3f}"
+            f"  {r['model_choice']} -> {r.get('best_variant', '-')}"
+        )
     ratios = [r["ratio_model"] for r in rows if "ratio_model" in r]
     if ratios:
         geo = math.exp(sum(math.log(x) for x in ratios) / len(ratios))
         within = sum(1 for x in ratios if x <= 1.05)
-        print(f"model config: geomean time ratio vs cuBLAS {geo:.3f}; "
-              f"{within}/{len(ratios)} rows within 5%; worst {max(ratios):.3f}")
-    failed = [(r["m"], r["k"], r["n"], n) for r in rows for n, v in r["variants"].items()
-              if v["failed_check"] and "launch_error" not in v]
+        print(
+            f"model config: geomean time ratio vs cuBLAS {geo:.3f}; "
+            f"{within}/{len(ratios)} rows within 5%; worst {max(ratios):.3f}"
+        )
+    failed = [
+        (r["m"], r["k"], r["n"], n)
+        for r in rows
+        for n, v in r["variants"].items()
+        if v["failed_check"] and "launch_error" not in v
+    ]
     launch = sorted({n for r in rows for n, v in r["variants"].items() if "launch_error" in v})
     if launch:
         print(f"configs that failed to launch (see JSON): {launch}")
@@ -215,12 +236,17 @@ def _compile_one(task: tuple) -> str:
         m, k, n = 256, 1024, 512
         dtype = torch.float8_e4m3fn if kind == "fp8" else torch.bfloat16
         a = torch.randn(m, k, device="cuda").to(dtype)
-        b = (torch.randn(n, k, device="cuda").to(dtype).t() if layout == "nk"
-             else torch.randn(k, n, device="cuda").to(dtype))
+        b = (
+            torch.randn(n, k, device="cuda").to(dtype).t()
+            if layout == "nk"
+            else torch.randn(k, n, device="cuda").to(dtype)
+        )
         if kind == "fp8":
-            sa, sb = ((torch.tensor(1.0, device="cuda"), torch.tensor(1.0, device="cuda"))
-                      if mode == "tensor" else (torch.ones(m, 1, device="cuda"),
-                                                torch.ones(1, n, device="cuda")))
+            sa, sb = (
+                (torch.tensor(1.0, device="cuda"), torch.tensor(1.0, device="cuda"))
+                if mode == "tensor"
+                else (torch.ones(m, 1, device="cuda"), torch.ones(1, n, device="cuda"))
+            )
             kernels.gemm_fp8(a, b, sa, sb, config=cfg, num_programs=7)
         else:
             kernels.gemm(a, b, config=cfg, num_programs=7)
@@ -242,12 +268,15 @@ def precompile(tasks: list[tuple], workers: int) -> None:
     ctx = multiprocessing.get_context("spawn")
     with concurrent.futures.ProcessPoolExecutor(max_workers=workers, mp_context=ctx) as pool:
         problems = [p for p in pool.map(_compile_one, unique) if p]
-    print(f"precompiled {len(unique)} kernels in {time.time() - start:.1f} s with {workers} "
-          f"processes" + (f"; problems: {problems}" if problems else ""), flush=True)
+    print(
+        f"precompiled {len(unique)} kernels in {time.time() - start:.1f} s with {workers} "
+        f"processes" + (f"; problems: {problems}" if problems else ""),
+        flush=True,
+    )
 
 
 def parse_shapes(text: str) -> list[tuple[int, int, int, str]]:
-    """"128x8192x5120nk,256x2048x8192kn" -> [(m, k, n, layout)]; ValueError naming the item."""
+    """ "128x8192x5120nk,256x2048x8192kn" -> [(m, k, n, layout)]; ValueError naming the item."""
     out = []
     for item in filter(None, (t.strip() for t in text.split(","))):
         layout = item[-2:]
@@ -278,8 +307,7 @@ def fp8_operands(shape: shapes.GemmShape, device):
     return a, b, scales, out
 
 
-def bench_fp8_shape(shape: shapes.GemmShape, configs: dict[str, GemmConfig], model_name: str,
-                    samples: int) -> dict:
+def bench_fp8_shape(shape: shapes.GemmShape, configs: dict[str, GemmConfig], model_name: str, samples: int) -> dict:
     """Every FP8 variant (torch._scaled_mm and each config, per scale mode) on one shape."""
     device = torch.device("cuda")
     per_set = shape.m * shape.k + shape.k * shape.n + 2 * shape.m * shape.n
@@ -293,13 +321,13 @@ def bench_fp8_shape(shape: shapes.GemmShape, configs: dict[str, GemmConfig], mod
         # No out=: _scaled_mm allocates its result (from the caching allocator; inside the
         # timing graphs, from the graph's pool), as its callers run it.
         fns[f"scaled_mm/{mode}"] = lambda i, mode=mode: torch._scaled_mm(
-            sets[i][0], b_col[i], scale_a=sets[i][2][mode][0], scale_b=sets[i][2][mode][1],
-            out_dtype=torch.bfloat16)
+            sets[i][0], b_col[i], scale_a=sets[i][2][mode][0], scale_b=sets[i][2][mode][1], out_dtype=torch.bfloat16
+        )
         modes[f"scaled_mm/{mode}"] = mode
         for name, cfg in configs.items():
             fns[f"{name}/{mode}"] = lambda i, cfg=cfg, mode=mode: kernels.gemm_fp8(
-                sets[i][0], sets[i][1], sets[i][2][mode][0], sets[i][2][mode][1], out=sets[i][3],
-                config=cfg)
+                sets[i][0], sets[i][1], sets[i][2][mode][0], sets[i][2][mode][1], out=sets[i][3], config=cfg
+            )
             modes[f"{name}/{mode}"] = mode
     a0, b0, scales0, out0 = sets[0]
     base = a0.float() @ b0.float()
@@ -320,25 +348,35 @@ def bench_fp8_shape(shape: shapes.GemmShape, configs: dict[str, GemmConfig], mod
     bad = {n for n, e in errors.items() if not e < FP8_ERROR_LIMIT}
     timed = {n: f for n, f in fns.items() if n not in bad}
     times = timing.time_variants(timed, n_sets, samples=samples)
-    row = {"m": shape.m, "k": shape.k, "n": shape.n, "b_layout": shape.b_layout, "dtype": "fp8_e4m3",
-           "labels": list(shape.labels), "input_sets": n_sets, "model_choice": model_name,
-           "variants": {}}
+    row = {
+        "m": shape.m,
+        "k": shape.k,
+        "n": shape.n,
+        "b_layout": shape.b_layout,
+        "dtype": "fp8_e4m3",
+        "labels": list(shape.labels),
+        "input_sets": n_sets,
+        "model_choice": model_name,
+        "variants": {},
+    }
     flops = 2.0 * shape.m * shape.n * shape.k
     for name in fns:
         entry = {"rel_error": errors[name], "failed_check": name in bad, "scales": modes[name]}
         if name in launch_errors:
             entry["launch_error"] = launch_errors[name]
         if name in times:
-            entry.update(ms=times[name]["ms"], spread=times[name]["spread"],
-                         tflops=flops / times[name]["ms"] / 1e9)
+            entry.update(ms=times[name]["ms"], spread=times[name]["spread"], tflops=flops / times[name]["ms"] / 1e9)
         row["variants"][name] = entry
     for mode in ("tensor", "row"):
         ref_ms = row["variants"][f"scaled_mm/{mode}"].get("ms")
         model = row["variants"].get(f"{model_name}/{mode}", {})
         if ref_ms and "ms" in model and not model["failed_check"]:
             row[f"ratio_model_{mode}"] = model["ms"] / ref_ms
-        ours = {n: v["ms"] for n, v in row["variants"].items() if v["scales"] == mode
-                and not n.startswith("scaled_mm") and "ms" in v and not v["failed_check"]}
+        ours = {
+            n: v["ms"]
+            for n, v in row["variants"].items()
+            if v["scales"] == mode and not n.startswith("scaled_mm") and "ms" in v and not v["failed_check"]
+        }
         if ref_ms and ours:
             best = min(ours, key=ours.get)
             row[f"best_{mode}"] = best
@@ -361,20 +399,30 @@ def print_candidates(row: dict, reference: str) -> None:
 
 
 def print_fp8_table(rows: list[dict]) -> None:
-    print(f"{'M':>6} {'K':>6} {'N':>6} {'B':>2}  {'tensor: model':>13} {'best':>6}  "
-          f"{'row: model':>10} {'best':>6}  (time / torch._scaled_mm)")
+    print(
+        f"{'M':>6} {'K':>6} {'N':>6} {'B':>2}  {'tensor: model':>13} {'best':>6}  "
+        f"{'row: model':>10} {'best':>6}  (time / torch._scaled_mm)"
+    )
     for r in rows:
-        print(f"{r['m']:>6} {r['k']:>6} {r['n']:>6} {r['b_layout']:>2}  "
-              f"{r.get('ratio_model_tensor', math.nan):>13.3f} {r.get('ratio_best_tensor', math.nan):>6.3f}  "
-              f"{r.get('ratio_model_row', math.nan):>10.3f} {r.get('ratio_best_row', math.nan):>6.3f}")
+        print(
+            f"{r['m']:>6} {r['k']:>6} {r['n']:>6} {r['b_layout']:>2}  "
+            f"{r.get('ratio_model_tensor', math.nan):>13.3f} {r.get('ratio_best_tensor', math.nan):>6.3f}  "
+            f"{r.get('ratio_model_row', math.nan):>10.3f} {r.get('ratio_best_row', math.nan):>6.3f}"
+        )
     for mode in ("tensor", "row"):
         ratios = [r[f"ratio_model_{mode}"] for r in rows if f"ratio_model_{mode}" in r]
         if ratios:
             geo = math.exp(sum(math.log(x) for x in ratios) / len(ratios))
-            print(f"fp8 {mode} scales, model config: geomean {geo:.3f}; "
-                  f"{sum(1 for x in ratios if x <= 1.05)}/{len(ratios)} within 5%; worst {max(ratios):.3f}")
-    failed = [(r["m"], r["k"], r["n"], n) for r in rows for n, v in r["variants"].items()
-              if v["failed_check"] and "launch_error" not in v]
+            print(
+                f"fp8 {mode} scales, model config: geomean {geo:.3f}; "
+                f"{sum(1 for x in ratios if x <= 1.05)}/{len(ratios)} within 5%; worst {max(ratios):.3f}"
+            )
+    failed = [
+        (r["m"], r["k"], r["n"], n)
+        for r in rows
+        for n, v in r["variants"].items()
+        if v["failed_check"] and "launch_error" not in v
+    ]
     print(f"fp8 correctness failures: {failed if failed else 'none'}")
 
 
@@ -384,17 +432,23 @@ def main() -> int:
     parser.add_argument("--quick", action="store_true", help="baselines rows only")
     parser.add_argument("--samples", type=int, default=25)
     parser.add_argument("--dtype", choices=("bf16", "fp16"), default="bf16")
-    parser.add_argument("--out", default=os.environ.get("OUT") or
-                        str(Path(__file__).resolve().parent / "results"))
+    parser.add_argument("--out", default=os.environ.get("OUT") or str(Path(__file__).resolve().parent / "results"))
     parser.add_argument("--limit", type=int, default=0, help="first N shapes only (0: all)")
-    parser.add_argument("--small-m", action="store_true",
-                        help=f"M <= {SMALL_M_MAX} rows, each with many candidate configs")
+    parser.add_argument(
+        "--small-m", action="store_true", help=f"M <= {SMALL_M_MAX} rows, each with many candidate configs"
+    )
     parser.add_argument("--fp8", action="store_true", help="FP8 rows vs torch._scaled_mm")
     parser.add_argument("--shapes", default="", help="only these: MxKxN + kn|nk, comma-separated")
-    parser.add_argument("--precompile", type=int, default=0, metavar="WORKERS",
-                        help="compile every config of the run in this many processes first")
-    parser.add_argument("--both-layouts", action="store_true",
-                        help="run every selected shape with B as [K, N] and as [N, K]")
+    parser.add_argument(
+        "--precompile",
+        type=int,
+        default=0,
+        metavar="WORKERS",
+        help="compile every config of the run in this many processes first",
+    )
+    parser.add_argument(
+        "--both-layouts", action="store_true", help="run every selected shape with B as [K, N] and as [N, K]"
+    )
     args = parser.parse_args()
     if not torch.cuda.is_available():
         print("bench_gemm: no CUDA device", file=sys.stderr)
@@ -412,24 +466,35 @@ def main() -> int:
     if args.shapes:
         gemm_shapes = select_shapes(shapes.local_gemm_shapes(), parse_shapes(args.shapes))
     if args.both_layouts:
-        gemm_shapes = [dataclasses.replace(s, b_layout=layout) for s in gemm_shapes
-                       for layout in ("kn", "nk")]
+        gemm_shapes = [dataclasses.replace(s, b_layout=layout) for s in gemm_shapes for layout in ("kn", "nk")]
     if args.limit:
-        gemm_shapes = gemm_shapes[:args.limit]
-    print(f"device {props.name} ({kind}), {props.multi_processor_count} SMs, "
-          f"L2 {props.L2_cache_size >> 20} MiB; torch {torch.__version__}, triton "
-          f"{triton.__version__}; kernels from {KERNELS_FROM}; {len(gemm_shapes)} shapes",
-          flush=True)
+        gemm_shapes = gemm_shapes[: args.limit]
+    print(
+        f"device {props.name} ({kind}), {props.multi_processor_count} SMs, "
+        f"L2 {props.L2_cache_size >> 20} MiB; torch {torch.__version__}, triton "
+        f"{triton.__version__}; kernels from {KERNELS_FROM}; {len(gemm_shapes)} shapes",
+        flush=True,
+    )
     now = datetime.datetime.now(datetime.timezone.utc)
-    report = {"benchmark": "bench_gemm", "device": props.name, "device_kind": kind,
-              "num_sms": props.multi_processor_count, "date": now.isoformat(timespec="seconds"),
-              "torch": torch.__version__, "triton": triton.__version__, "dtype": args.dtype,
-              "sweep": args.sweep, "small_m": args.small_m, "fp8": args.fp8,
-              "samples": args.samples,
-              "method": "CUDA graphs of calls, interleaved replays, median per call; "
-                        "random inputs rotated over sets > 2x L2; NaN-poisoned outputs; "
-                        "rel. error vs fp32 reference",
-              "complete": False, "rows": []}
+    report = {
+        "benchmark": "bench_gemm",
+        "device": props.name,
+        "device_kind": kind,
+        "num_sms": props.multi_processor_count,
+        "date": now.isoformat(timespec="seconds"),
+        "torch": torch.__version__,
+        "triton": triton.__version__,
+        "dtype": args.dtype,
+        "sweep": args.sweep,
+        "small_m": args.small_m,
+        "fp8": args.fp8,
+        "samples": args.samples,
+        "method": "CUDA graphs of calls, interleaved replays, median per call; "
+        "random inputs rotated over sets > 2x L2; NaN-poisoned outputs; "
+        "rel. error vs fp32 reference",
+        "complete": False,
+        "rows": [],
+    }
     out_dir = Path(args.out)
     out_dir.mkdir(parents=True, exist_ok=True)
     suffix = "_sweep" if args.sweep else ""
@@ -439,21 +504,30 @@ def main() -> int:
     if args.fp8:
         plans = []
         for shape in gemm_shapes:
-            chosen = kernels.gemm_fp8_module.select_fp8_config(shape.m, shape.n, shape.k,
-                                                               torch.device("cuda"))
+            chosen = kernels.gemm_fp8_module.select_fp8_config(shape.m, shape.n, shape.k, torch.device("cuda"))
             configs = {chosen.name: chosen}
             for cfg in FP8_EXTRA:
                 configs.setdefault(cfg.name, cfg)
             plans.append((shape, chosen, configs))
         if args.precompile:
-            precompile([("fp8", cfg, shape.b_layout, mode) for shape, _, configs in plans
-                        for cfg in configs.values() for mode in ("tensor", "row")], args.precompile)
+            precompile(
+                [
+                    ("fp8", cfg, shape.b_layout, mode)
+                    for shape, _, configs in plans
+                    for cfg in configs.values()
+                    for mode in ("tensor", "row")
+                ],
+                args.precompile,
+            )
         for shape, chosen, configs in plans:
             row = bench_fp8_shape(shape, configs, chosen.name, args.samples)
             rows.append(row)
-            print(f"  fp8 {shape.m}x{shape.k}x{shape.n} {shape.b_layout}: model/_scaled_mm tensor "
-                  f"{row.get('ratio_model_tensor', math.nan):.3f} row "
-                  f"{row.get('ratio_model_row', math.nan):.3f}", flush=True)
+            print(
+                f"  fp8 {shape.m}x{shape.k}x{shape.n} {shape.b_layout}: model/_scaled_mm tensor "
+                f"{row.get('ratio_model_tensor', math.nan):.3f} row "
+                f"{row.get('ratio_model_row', math.nan):.3f}",
+                flush=True,
+            )
             print_candidates(row, "scaled_mm/row")
             path.write_text(json.dumps(report, indent=1))
         report["complete"] = True
@@ -474,20 +548,31 @@ def main() -> int:
         if args.small_m:
             for cfg in small_m_candidates(shape.m, shape.n, props.multi_processor_count, args.sweep):
                 configs.setdefault(cfg.name, cfg)
-            fixup = kernels.choose_config(shape.m, shape.n, shape.k, props.multi_processor_count,
-                                          2, kernels.gemm_module.device_limits(torch.device("cuda"))[1] - 1024,
-                                          fixup=True)
+            fixup = kernels.choose_config(
+                shape.m,
+                shape.n,
+                shape.k,
+                props.multi_processor_count,
+                2,
+                kernels.gemm_module.device_limits(torch.device("cuda"))[1] - 1024,
+                fixup=True,
+            )
             configs.setdefault(fixup.name, fixup)
         plans.append((shape, chosen, configs))
     if args.precompile:
-        precompile([("bf16", cfg, shape.b_layout, "") for shape, _, configs in plans
-                    for cfg in configs.values()], args.precompile)
+        precompile(
+            [("bf16", cfg, shape.b_layout, "") for shape, _, configs in plans for cfg in configs.values()],
+            args.precompile,
+        )
     for shape, chosen, configs in plans:
         row = bench_shape(shape, configs, chosen.name, dtype, args.samples)
         rows.append(row)
-        print(f"  {shape.m}x{shape.k}x{shape.n} {shape.b_layout}: model/cuBLAS "
-              f"{row.get('ratio_model', math.nan):.3f}, best/cuBLAS "
-              f"{row.get('ratio_best', math.nan):.3f} ({row.get('best_variant')})", flush=True)
+        print(
+            f"  {shape.m}x{shape.k}x{shape.n} {shape.b_layout}: model/cuBLAS "
+            f"{row.get('ratio_model', math.nan):.3f}, best/cuBLAS "
+            f"{row.get('ratio_best', math.nan):.3f} ({row.get('best_variant')})",
+            flush=True,
+        )
         if args.small_m or args.sweep:
             print_candidates(row, "cublas")
         # Written after every shape: a run cut short by a time limit still leaves its rows.

@@ -70,14 +70,23 @@ def run_shape(name, skewed, group, rank, world, device, args):
     gen = torch.Generator().manual_seed(rank)
     x = torch.randn(tokens, hidden, generator=gen).to(device, torch.bfloat16)
     ids = routing(tokens, experts, top_k, skewed, gen, device)
-    w_up = (torch.randn(local, hidden, inter, generator=gen) / hidden ** 0.5).to(device, torch.bfloat16)
+    w_up = (torch.randn(local, hidden, inter, generator=gen) / hidden**0.5).to(device, torch.bfloat16)
     layer = MoeDispatchCombine(group if world > 1 else None, num_experts=experts, top_k=top_k)
     h, layout = layer.dispatch_gemm(x, ids, w_up)
     rows = layout.rows_per_expert
     routed = sum(rows)
     flop = 2.0 * routed * hidden * inter
-    row = dict(shape=name, world=world, tokens_per_rank=tokens, experts=experts, top_k=top_k, hidden=hidden,
-               intermediate=inter, routing="skewed" if skewed else "balanced", rows_per_local_expert=rows)
+    row = dict(
+        shape=name,
+        world=world,
+        tokens_per_rank=tokens,
+        experts=experts,
+        top_k=top_k,
+        hidden=hidden,
+        intermediate=inter,
+        routing="skewed" if skewed else "balanced",
+        rows_per_local_expert=rows,
+    )
     seq = time_ms(lambda: layer.dispatch_gemm(x, ids, w_up), args.warmup, args.iters)
     row["sequential_ms"] = seq
     row["sequential_tflops"] = flop / seq / 1e9
@@ -106,8 +115,11 @@ def run_shape(name, skewed, group, rank, world, device, args):
     c = torch.empty(slots * capacity, inter, device=device, dtype=torch.bfloat16)
     sms = torch.cuda.get_device_properties(device).multi_processor_count
     launch_args, meta = moe_fused.grouped_gemm_args(a, w_up, c, counts, capacity, BLOCK_M, BLOCK_N, BLOCK_K, sms)
-    ms = time_ms(lambda: moe_gemm.moe_grouped_gemm[(sms,)](*launch_args, **meta, num_warps=WARPS,
-                                                          num_stages=STAGES), args.warmup, args.iters)
+    ms = time_ms(
+        lambda: moe_gemm.moe_grouped_gemm[(sms,)](*launch_args, **meta, num_warps=WARPS, num_stages=STAGES),
+        args.warmup,
+        args.iters,
+    )
     row["capacity"] = capacity
     row["syncopate_local_ms"] = ms
     row["syncopate_local_tflops"] = flop / ms / 1e9
@@ -116,8 +128,9 @@ def run_shape(name, skewed, group, rank, world, device, args):
         # capacity is a multiple of 64 (the fused tiles' rows).
         fused_capacity = max(64, -(-biggest // 64) * 64)
         try:
-            fused = MoeDispatchCombine(group if world > 1 else None, num_experts=experts, top_k=top_k,
-                                       capacity=fused_capacity, mode="fused")
+            fused = MoeDispatchCombine(
+                group if world > 1 else None, num_experts=experts, top_k=top_k, capacity=fused_capacity, mode="fused"
+            )
             h_fused, _ = fused.dispatch_gemm(x, ids, w_up)
             row["fused_rel_err_vs_sequential"] = float((h_fused.float() - h.float()).norm() / h.float().norm())
             ms = time_ms(lambda: fused.dispatch_gemm(x, ids, w_up), args.warmup, args.iters)
@@ -136,8 +149,8 @@ def run_shape(name, skewed, group, rank, world, device, args):
     q = next((i for i in range(slots) if int(counts[i])), None)
     if q is not None:
         n = int(counts[q])
-        ref = a[q * capacity:q * capacity + n].float() @ w_up[q % local].float()
-        err = float((c[q * capacity:q * capacity + n].float() - ref).norm() / ref.norm())
+        ref = a[q * capacity : q * capacity + n].float() @ w_up[q % local].float()
+        err = float((c[q * capacity : q * capacity + n].float() - ref).norm() / ref.norm())
         row["syncopate_local_rel_err"] = err
     return row
 
@@ -166,8 +179,9 @@ def main():
             try:
                 row = run_shape(name, skewed, group, rank, world, device, args)
             except Exception as exc:
-                row = dict(shape=name, routing="skewed" if skewed else "balanced",
-                           error=f"{type(exc).__name__}: {exc}"[:500])
+                row = dict(
+                    shape=name, routing="skewed" if skewed else "balanced", error=f"{type(exc).__name__}: {exc}"[:500]
+                )
             row["device"] = torch.cuda.get_device_name(device)
             rows.append(row)
             if rank == 0:

@@ -55,8 +55,9 @@ def main() -> int:
     from syncopate.kernels.attention import attention_fwd_kernel, attention_reference_args
     from syncopate.ops import ring_attention, ulysses_attention
 
-    spec = importlib.util.spec_from_file_location("bench_attention_golden",
-                                                  ROOT / "tests" / "golden" / "transform" / "attention.py")
+    spec = importlib.util.spec_from_file_location(
+        "bench_attention_golden", ROOT / "tests" / "golden" / "transform" / "attention.py"
+    )
     golden = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(golden)
     dev, h, d, bm, bn = torch.device("cuda"), args.heads, args.head_dim, 128, 64
@@ -65,24 +66,36 @@ def main() -> int:
         q, k, v = (torch.randn(1, h, s, d, device=dev, dtype=torch.float16) for _ in range(3))
         o = torch.empty_like(q)
         tiles = -(-s // bm) * h
-        kernel_args = attention_reference_args(q, k, v, o, d ** -0.5, 0)
+        kernel_args = attention_reference_args(q, k, v, o, d**-0.5, 0)
         tables = launch.TileTables.from_lists(list(range(tiles)), h, [[]] * tiles, [[]] * tiles, [1])
         blocks = block_tables.BlockTables.pieces_table(h, s, bn, 1, 0)
         signals = torch.ones(1, dtype=torch.int32, device=dev)
         arrays = tables.device_arrays(dev)
-        bound = dict(arrays, **blocks.device_arrays(dev), sy_signals=signals, sy_tiles_n=h,
-                     sy_epoch=launch.epoch_word(1, dev), sy_wait_bound_ns=2_000_000_000, sy_rank=0,
-                     sy_error=launch.new_error_record(dev), sy_blocks=blocks.blocks, HEAD_DIM=d, BLOCK_M=bm,
-                     BLOCK_N=bn)
+        bound = dict(
+            arrays,
+            **blocks.device_arrays(dev),
+            sy_signals=signals,
+            sy_tiles_n=h,
+            sy_epoch=launch.epoch_word(1, dev),
+            sy_wait_bound_ns=2_000_000_000,
+            sy_rank=0,
+            sy_error=launch.new_error_record(dev),
+            sy_blocks=blocks.blocks,
+            HEAD_DIM=d,
+            BLOCK_M=bm,
+            BLOCK_N=bn,
+        )
         launch.unspecialize(golden.attention_fwd_kernel)
         for causal in (False, True):
             variants = {
                 "sdpa": lambda: torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=causal),
-                "local_kernel": lambda: attention_fwd_kernel[(tiles,)](*kernel_args, HEAD_DIM=d, BLOCK_M=bm,
-                                                                       BLOCK_N=bn, CAUSAL=causal),
+                "local_kernel": lambda: attention_fwd_kernel[(tiles,)](
+                    *kernel_args, HEAD_DIM=d, BLOCK_M=bm, BLOCK_N=bn, CAUSAL=causal
+                ),
                 # tables bound once, as the fused ops do (launch.launch would rebuild the block tables)
                 "transformed_nothing_to_wait": lambda: golden.attention_fwd_kernel[(tiles,)](
-                    *kernel_args, **bound, CAUSAL=causal),
+                    *kernel_args, **bound, CAUSAL=causal
+                ),
                 "ulysses_sequential": lambda: ulysses_attention(q, k, v, causal=causal),
                 "ring_sequential": lambda: ring_attention(q, k, v, causal=causal),
                 "ulysses_fused": lambda: ulysses_attention(q, k, v, causal=causal, mode="fused"),

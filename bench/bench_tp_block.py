@@ -86,8 +86,13 @@ def init():
     """(rank, world, device, timed): torchrun's ranks (a world-1 group without torchrun); NCCL
     with one GPU per rank, else gloo and checks only."""
     if "RANK" not in os.environ:
-        os.environ.update(RANK="0", WORLD_SIZE="1", LOCAL_RANK="0", MASTER_ADDR="127.0.0.1",
-                          MASTER_PORT=os.environ.get("MASTER_PORT", "29517"))
+        os.environ.update(
+            RANK="0",
+            WORLD_SIZE="1",
+            LOCAL_RANK="0",
+            MASTER_ADDR="127.0.0.1",
+            MASTER_PORT=os.environ.get("MASTER_PORT", "29517"),
+        )
     world = int(os.environ["WORLD_SIZE"])
     gpus = torch.cuda.device_count()
     device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")) % gpus)
@@ -128,8 +133,9 @@ def make_runner(name, cfg, args, full, x_full, target, rank, world, device):
     if isinstance(made, str):
         return made
     column, row = made
-    block = blk.TPBlock(cfg, column=column, row=row, world=world, group=None, dtype=getattr(torch, args.dtype),
-                        device=device)
+    block = blk.TPBlock(
+        cfg, column=column, row=row, world=world, group=None, dtype=getattr(torch, args.dtype), device=device
+    )
     blk.load_shards(block, full, rank, world)
     runner = blk.Runner(block, x_full, target, rank, world)
     if name.endswith("_compile"):
@@ -205,11 +211,16 @@ def bench_variant(name, cfg, args, full, x_full, target, ref, rank, world, devic
     except Exception as error:
         result["failed"] = f"while timing: {type(error).__name__}: {str(error)[:400]}"
         return result
-    result.update(fwd_ms=fwd, fwd_bwd_ms=fwd_bwd, fwd_tokens_per_s=tokens / (fwd / 1e3),
-                  fwd_bwd_tokens_per_s=tokens / (fwd_bwd / 1e3))
+    result.update(
+        fwd_ms=fwd,
+        fwd_bwd_ms=fwd_bwd,
+        fwd_tokens_per_s=tokens / (fwd / 1e3),
+        fwd_bwd_tokens_per_s=tokens / (fwd_bwd / 1e3),
+    )
     if name.startswith("syncopate"):
-        result["contexts"] = [dict(zip(("context", "m", "k", "n", "decision", "backend"), c))
-                              for c in blk.context_decisions()]
+        result["contexts"] = [
+            dict(zip(("context", "m", "k", "n", "decision", "backend"), c)) for c in blk.context_decisions()
+        ]
     return result
 
 
@@ -222,8 +233,10 @@ def line(name: str, r: dict) -> str:
         return f"{name:18} FAILED: {r['failed']} ({checked})"
     if "fwd_ms" not in r:
         return f"{name:18} {checked}; {r.get('timing', '')}"
-    return (f"{name:18} fwd {r['fwd_ms']:8.3f} ms ({r['fwd_tokens_per_s']:10.0f} tok/s)   fwd+bwd "
-            f"{r['fwd_bwd_ms']:8.3f} ms ({r['fwd_bwd_tokens_per_s']:10.0f} tok/s)   {checked}")
+    return (
+        f"{name:18} fwd {r['fwd_ms']:8.3f} ms ({r['fwd_tokens_per_s']:10.0f} tok/s)   fwd+bwd "
+        f"{r['fwd_bwd_ms']:8.3f} ms ({r['fwd_bwd_tokens_per_s']:10.0f} tok/s)   {checked}"
+    )
 
 
 def main(argv=None) -> int:
@@ -258,20 +271,43 @@ def main(argv=None) -> int:
     ref = None if args.no_check else blk.reference_step(cfg, full, x_full, target)
     if ref is not None:  # keep the reference's results, not its graph's memory
         torch.cuda.empty_cache()
-    report = {"benchmark": "bench_tp_block", "device": props.name, "device_kind": kind, "world": world,
-              "backend": dist.get_backend(), "date": now.isoformat(timespec="seconds"),
-              "torch": torch.__version__, "size": args.size, "config": dataclasses.asdict(cfg),
-              "seq": args.seq, "batch": args.batch, "dtype": args.dtype, "tokens": args.seq * args.batch,
-              "samples": args.samples, "warmup": args.warmup, "timed": timed,
-              "env": {n: os.environ.get(n) for n in ("NCCL_NVLS_ENABLE", "TORCH_SYMM_MEM_DISABLE_MULTICAST",
-                                                      "NVSHMEM_DISABLE_NVLS", "SYNCOPATE_BACKEND",
-                                                      "SYNCOPATE_CALIBRATION", "CUDA_DEVICE_MAX_CONNECTIONS")},
-              "method": "check vs the float32 reference block first; eager steps, warm-up, then samples "
-                        "each after a one-element all-reduce, CUDA events per rank, median per rank, max "
-                        "over ranks; fwd under no_grad, fwd_bwd from zeroed gradients",
-              "variants": {}}
-    say(f"tp block {args.size} {cfg}: S={args.seq} B={args.batch} {args.dtype}, world {world} x {props.name} "
-        f"({dist.get_backend()}{'' if timed else ', ranks share GPUs: checks only'}); torch {torch.__version__}")
+    report = {
+        "benchmark": "bench_tp_block",
+        "device": props.name,
+        "device_kind": kind,
+        "world": world,
+        "backend": dist.get_backend(),
+        "date": now.isoformat(timespec="seconds"),
+        "torch": torch.__version__,
+        "size": args.size,
+        "config": dataclasses.asdict(cfg),
+        "seq": args.seq,
+        "batch": args.batch,
+        "dtype": args.dtype,
+        "tokens": args.seq * args.batch,
+        "samples": args.samples,
+        "warmup": args.warmup,
+        "timed": timed,
+        "env": {
+            n: os.environ.get(n)
+            for n in (
+                "NCCL_NVLS_ENABLE",
+                "TORCH_SYMM_MEM_DISABLE_MULTICAST",
+                "NVSHMEM_DISABLE_NVLS",
+                "SYNCOPATE_BACKEND",
+                "SYNCOPATE_CALIBRATION",
+                "CUDA_DEVICE_MAX_CONNECTIONS",
+            )
+        },
+        "method": "check vs the float32 reference block first; eager steps, warm-up, then samples "
+        "each after a one-element all-reduce, CUDA events per rank, median per rank, max "
+        "over ranks; fwd under no_grad, fwd_bwd from zeroed gradients",
+        "variants": {},
+    }
+    say(
+        f"tp block {args.size} {cfg}: S={args.seq} B={args.batch} {args.dtype}, world {world} x {props.name} "
+        f"({dist.get_backend()}{'' if timed else ', ranks share GPUs: checks only'}); torch {torch.__version__}"
+    )
     for name in args.variant_names:
         result = bench_variant(name, cfg, args, full, x_full, target, ref, rank, world, device, timed)
         report["variants"][name] = result

@@ -17,6 +17,7 @@ an fp32 reference. Usage: python bench/bench_wait_overhead.py --kernel-file GEN.
 python/syncopate/kernels/gemm_fp8.py --kernel gemm_fp8_tma_kernel`), e4m3 operands with row-wise
 scales, bf16 C, `torch._scaled_mm` (B column-major) as the library reference.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -35,8 +36,14 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import timing  # noqa: E402
 
-SHAPES = [(8192, 8192, 8192), (16384, 8192, 4096), (4096, 8192, 28672), (32768, 4096, 4096),
-          (2048, 8192, 3584), (1024, 8192, 8192)]
+SHAPES = [
+    (8192, 8192, 8192),
+    (16384, 8192, 4096),
+    (4096, 8192, 28672),
+    (32768, 4096, 4096),
+    (2048, 8192, 3584),
+    (1024, 8192, 8192),
+]
 WORLD = 4
 
 
@@ -49,6 +56,7 @@ def load_modules(kernel_file: Path):
         package.__path__ = [str(REPO / "python" / "syncopate")]
         sys.modules["syncopate"] = package
     import importlib
+
     gemm_mod = importlib.import_module("syncopate.kernels.gemm")  # the module, not the re-exported function
     spec = importlib.util.spec_from_file_location("syncopate.kernels._gemm_overlapped", kernel_file)
     fused = importlib.util.module_from_spec(spec)
@@ -74,9 +82,11 @@ def main() -> None:
     args = parser.parse_args()
     gemm_mod, fused = load_modules(args.kernel_file)
     from syncopate.launch import TileTables, new_error_record, check_error
+
     fp8 = None
     if args.fp8:
         import importlib
+
         fp8 = importlib.import_module("syncopate.kernels.gemm_fp8")
     kernel = fused.gemm_fp8_tma_kernel if fp8 else fused.gemm_tma_kernel
     dev = torch.device("cuda")
@@ -85,8 +95,11 @@ def main() -> None:
     gemm_mod.ensure_descriptor_allocator()
     rows = []
     for m, k, n in SHAPES:
-        cfg = fp8.select_fp8_config(m, n, k, dev) if fp8 else \
-            gemm_mod.select_config(m, n, k, dev, torch.bfloat16, allow_split_k=False)
+        cfg = (
+            fp8.select_fp8_config(m, n, k, dev)
+            if fp8
+            else gemm_mod.select_config(m, n, k, dev, torch.bfloat16, allow_split_k=False)
+        )
         tiles_m, tiles_n = triton.cdiv(m, cfg.block_m), triton.cdiv(n, cfg.block_n)
         grid = max(1, min(sms, tiles_m * tiles_n))
         elem = 1 if fp8 else 2
@@ -100,28 +113,46 @@ def main() -> None:
         else:
             a = [torch.randn(m, k, device=dev, dtype=torch.bfloat16) for _ in range(n_sets)]
             b = [torch.randn(k, n, device=dev, dtype=torch.bfloat16) for _ in range(n_sets)]
-        outs = {v: torch.full((m, n), float("nan"), device=dev, dtype=torch.bfloat16)
-                for v in ("untransformed", "lookup only", "waits (AG, w4)", "cuBLAS")}
+        outs = {
+            v: torch.full((m, n), float("nan"), device=dev, dtype=torch.bfloat16)
+            for v in ("untransformed", "lookup only", "waits (AG, w4)", "cuBLAS")
+        }
         shard = -(-m // WORLD)  # rows per shard (even split is enough for this measurement)
         shard_of_tile = [min((tm * cfg.block_m) // shard, WORLD - 1) for tm in range(tiles_m)]
         base = grouped_order(tiles_m, tiles_n, cfg.group_m)
         # rank 1: its own shard's tiles first, then shards 0, 3, 2 (ring arrival order)
         rank_order = {s: i for i, s in enumerate([1, 0, 3, 2])}
         arrival = sorted(base, key=lambda t: rank_order[shard_of_tile[t // tiles_n]])
-        lookup = TileTables.from_lists(base, tiles_n, [[] for _ in base], [[] for _ in base],
-                                       [1] * WORLD, list(range(WORLD)))
-        waits = TileTables.from_lists(arrival, tiles_n,
-                                      [[shard_of_tile[t // tiles_n]] for t in range(len(base))],
-                                      [[] for _ in base], [1] * WORLD, list(range(WORLD)), rank=1)
+        lookup = TileTables.from_lists(
+            base, tiles_n, [[] for _ in base], [[] for _ in base], [1] * WORLD, list(range(WORLD))
+        )
+        waits = TileTables.from_lists(
+            arrival,
+            tiles_n,
+            [[shard_of_tile[t // tiles_n]] for t in range(len(base))],
+            [[] for _ in base],
+            [1] * WORLD,
+            list(range(WORLD)),
+            rank=1,
+        )
         signals = torch.full((WORLD,), 1, dtype=torch.int32, device=dev)  # epoch 1: all landed
         epoch_one = torch.ones(1, dtype=torch.int32, device=dev)  # the device epoch word at call 1
         errors = {name: new_error_record(dev) for name in ("lookup only", "waits (AG, w4)")}
         arrays = {"lookup only": lookup.device_arrays(dev), "waits (AG, w4)": waits.device_arrays(dev)}
         tables = {"lookup only": lookup, "waits (AG, w4)": waits}
-        constexprs = dict(B_IS_NK=False, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k,
-                          GROUP_M=cfg.group_m, EPILOGUE_SPLIT=cfg.epilogue_split,
-                          WARP_SPECIALIZE=cfg.warp_specialize, FLATTEN=cfg.flatten,
-                          C_STORE_POINTERS=False, num_stages=cfg.num_stages, num_warps=cfg.num_warps)
+        constexprs = dict(
+            B_IS_NK=False,
+            BLOCK_M=cfg.block_m,
+            BLOCK_N=cfg.block_n,
+            BLOCK_K=cfg.block_k,
+            GROUP_M=cfg.group_m,
+            EPILOGUE_SPLIT=cfg.epilogue_split,
+            WARP_SPECIALIZE=cfg.warp_specialize,
+            FLATTEN=cfg.flatten,
+            C_STORE_POINTERS=False,
+            num_stages=cfg.num_stages,
+            num_warps=cfg.num_warps,
+        )
 
         # FP8: the scale pointers follow C, their strides (1: per row / column) stride_cm.
         operands = (sa, sb) if fp8 else ()
@@ -130,10 +161,29 @@ def main() -> None:
         def fused_call(name):
             def call(s):
                 out = outs[name]
-                kernel[(grid,)](a[s], b[s], out, *operands, m, n, k, k, n, n, *strides, grid, **constexprs,
-                                sy_signals=signals, sy_tiles_n=tiles_n, sy_epoch=epoch_one,
-                                sy_wait_bound_ns=10_000_000_000, sy_rank=tables[name].rank,
-                                sy_error=errors[name], **arrays[name])
+                kernel[(grid,)](
+                    a[s],
+                    b[s],
+                    out,
+                    *operands,
+                    m,
+                    n,
+                    k,
+                    k,
+                    n,
+                    n,
+                    *strides,
+                    grid,
+                    **constexprs,
+                    sy_signals=signals,
+                    sy_tiles_n=tiles_n,
+                    sy_epoch=epoch_one,
+                    sy_wait_bound_ns=10_000_000_000,
+                    sy_rank=tables[name].rank,
+                    sy_error=errors[name],
+                    **arrays[name],
+                )
+
             return call
 
         if fp8:
@@ -141,8 +191,7 @@ def main() -> None:
                 "untransformed": lambda s: fp8.gemm_fp8(a[s], b[s], sa, sb, out=outs["untransformed"], config=cfg),
                 "lookup only": fused_call("lookup only"),
                 "waits (AG, w4)": fused_call("waits (AG, w4)"),
-                "cuBLAS": lambda s: torch._scaled_mm(a[s], b_col[s], scale_a=sa, scale_b=sb,
-                                                     out_dtype=torch.bfloat16),
+                "cuBLAS": lambda s: torch._scaled_mm(a[s], b_col[s], scale_a=sa, scale_b=sb, out_dtype=torch.bfloat16),
             }
             ref = (a[0].float() @ b[0].float()) * sa * sb
         else:
@@ -152,7 +201,7 @@ def main() -> None:
                 "waits (AG, w4)": fused_call("waits (AG, w4)"),
                 "cuBLAS": lambda s: torch.mm(a[s], b[s], out=outs["cuBLAS"]),
             }
-            ref = (a[0].float() @ b[0].float())
+            ref = a[0].float() @ b[0].float()
         errs = {}
         for name, fn in fns.items():
             result = fn(0)
@@ -164,20 +213,39 @@ def main() -> None:
             check_error(errors[name], tables[name], "gemm_fp8_tma_kernel" if fp8 else "gemm_tma_kernel")
         t = timing.time_variants(fns, n_sets)
         base_ms = t["untransformed"]["ms"]
-        row = {"m": m, "k": k, "n": n, "config": f"{cfg.block_m}x{cfg.block_n}",
-               "ms": {v: t[v]["ms"] for v in fns}, "spread": {v: t[v]["spread"] for v in fns},
-               "rel_error": errs,
-               "ratio_vs_untransformed": {v: t[v]["ms"] / base_ms for v in fns}}
+        row = {
+            "m": m,
+            "k": k,
+            "n": n,
+            "config": f"{cfg.block_m}x{cfg.block_n}",
+            "ms": {v: t[v]["ms"] for v in fns},
+            "spread": {v: t[v]["spread"] for v in fns},
+            "rel_error": errs,
+            "ratio_vs_untransformed": {v: t[v]["ms"] / base_ms for v in fns},
+        }
         rows.append(row)
-        print(f"{m:>6}x{k:>5}x{n:>6} " + "  ".join(
-            f"{v} {t[v]['ms']:.4f} ms ({t[v]['ms'] / base_ms:.3f}x)" for v in fns), flush=True)
+        print(
+            f"{m:>6}x{k:>5}x{n:>6} " + "  ".join(f"{v} {t[v]['ms']:.4f} ms ({t[v]['ms'] / base_ms:.3f}x)" for v in fns),
+            flush=True,
+        )
     kind = "nvidia-h200" if "H200" in props.name else ("nvidia-h100-x1" if "H100" in props.name else props.name)
     now = datetime.datetime.now(datetime.timezone.utc)
     path = Path(args.out) / f"bench_wait_overhead_{kind}_{now:%Y-%m-%d_%H%M}{'_fp8' if fp8 else ''}.json"
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps({"benchmark": "bench_wait_overhead", "device": props.name, "device_kind": kind,
-                                "date": now.isoformat(), "torch": torch.__version__,
-                                "triton": triton.__version__, "rows": rows}, indent=1))
+    path.write_text(
+        json.dumps(
+            {
+                "benchmark": "bench_wait_overhead",
+                "device": props.name,
+                "device_kind": kind,
+                "date": now.isoformat(),
+                "torch": torch.__version__,
+                "triton": triton.__version__,
+                "rows": rows,
+            },
+            indent=1,
+        )
+    )
     print(f"wrote {path}")
 
 

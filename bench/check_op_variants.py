@@ -68,24 +68,26 @@ def _worker(rank: int, world: int, port: int, result_dir: str) -> None:
     dist.broadcast(b, 0)
     gathered = torch.empty(m, k)
     dist.all_gather_into_tensor(gathered, a_shard)
-    failures += _run_variants(op_variants.ag_gemm_variants(a_shard, b, chunks),
-                              {"op": gathered @ b, "collective": gathered}, "ag_gemm")
+    failures += _run_variants(
+        op_variants.ag_gemm_variants(a_shard, b, chunks), {"op": gathered @ b, "collective": gathered}, "ag_gemm"
+    )
 
     a = torch.randn(m, k // world)
     b_shard = torch.randn(k // world, n)
     local = a @ b_shard
     total = local.clone()
     dist.all_reduce(total)
-    failures += _run_variants(op_variants.gemm_rs_variants(a, b_shard, chunks),
-                              {"op": total.chunk(world)[rank], "gemm": local}, "gemm_rs")
-    failures += _run_variants(op_variants.gemm_ar_variants(a, b_shard, chunks),
-                              {"op": total, "gemm": local}, "gemm_ar")
+    failures += _run_variants(
+        op_variants.gemm_rs_variants(a, b_shard, chunks), {"op": total.chunk(world)[rank], "gemm": local}, "gemm_rs"
+    )
+    failures += _run_variants(op_variants.gemm_ar_variants(a, b_shard, chunks), {"op": total, "gemm": local}, "gemm_ar")
     Path(result_dir, f"w{world}_r{rank}.txt").write_text("\n".join(failures))
     dist.destroy_process_group()
 
 
 def main() -> int:
     import tempfile
+
     failures = []
     with tempfile.TemporaryDirectory() as result_dir:
         for world, port in ((2, 29561), (3, 29562)):

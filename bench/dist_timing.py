@@ -118,8 +118,7 @@ def any_rank(flag: bool) -> bool:
     return bool(t.item())
 
 
-def measure(name: str, variant, ref: torch.Tensor, op: str, samples: int, warmup: int,
-            after=None) -> dict:
+def measure(name: str, variant, ref: torch.Tensor, op: str, samples: int, warmup: int, after=None) -> dict:
     """{"ms", "rel_error"} or {"skipped"} or {"failed", ...}: the same answer on every rank."""
     if isinstance(variant, str):
         return {"skipped": variant}
@@ -131,8 +130,7 @@ def measure(name: str, variant, ref: torch.Tensor, op: str, samples: int, warmup
     ms, failure = time_variant(variant[0], samples, warmup, after)
     ms = max_over_ranks(ms)
     if any_rank(failure is not None):
-        return {"rel_error": err, "ms_invalid": ms,
-                "failed": f"while timing: {failure or 'failed on a peer'}"}
+        return {"rel_error": err, "ms_invalid": ms, "failed": f"while timing: {failure or 'failed on a peer'}"}
     return {"ms": ms, "rel_error": err}
 
 
@@ -146,15 +144,18 @@ def init(nccl_timeout_s: float) -> tuple[int, int, int]:
     torch.cuda.set_device(local_rank)
     options = dist.ProcessGroupNCCL.Options()
     options.is_high_priority_stream = True  # collectives ahead of compute when they overlap
-    dist.init_process_group("nccl", pg_options=options,
-                            device_id=torch.device("cuda", local_rank),
-                            timeout=datetime.timedelta(seconds=nccl_timeout_s))
+    dist.init_process_group(
+        "nccl",
+        pg_options=options,
+        device_id=torch.device("cuda", local_rank),
+        timeout=datetime.timedelta(seconds=nccl_timeout_s),
+    )
     torch.backends.cuda.matmul.allow_tf32 = False  # fp32 references must be fp32
     return dist.get_rank(), dist.get_world_size(), local_rank
 
 
 def device_kind(props, world: int) -> str:
-    """"nvidia-h200-x2" from the device name and the world size."""
+    """ "nvidia-h200-x2" from the device name and the world size."""
     return f"{props.name.lower().replace('nvidia ', 'nvidia-').replace(' ', '-')}-x{world}"
 
 

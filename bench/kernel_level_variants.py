@@ -48,8 +48,9 @@ def _small_block_config():
 
     from syncopate.kernels.configs import CANDIDATES
 
-    return dataclasses.replace(next(c for c in CANDIDATES if (c.block_m, c.block_n) == (64, 128)),
-                               warp_specialize=False)
+    return dataclasses.replace(
+        next(c for c in CANDIDATES if (c.block_m, c.block_n) == (64, 128)), warp_specialize=False
+    )
 
 
 def variants(op: str, a: torch.Tensor, b: torch.Tensor, chunks: int, group=None) -> dict[str, Variant | str]:

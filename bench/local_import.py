@@ -28,7 +28,8 @@ def load_kernels() -> tuple[ModuleType, str]:
     if name in sys.modules:
         return sys.modules[name], f"{_KERNELS_DIR} ({reason})"
     spec = importlib.util.spec_from_file_location(
-        name, _KERNELS_DIR / "__init__.py", submodule_search_locations=[str(_KERNELS_DIR)])
+        name, _KERNELS_DIR / "__init__.py", submodule_search_locations=[str(_KERNELS_DIR)]
+    )
     module = importlib.util.module_from_spec(spec)
     sys.modules[name] = module
     spec.loader.exec_module(module)

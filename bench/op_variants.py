@@ -28,6 +28,7 @@ def _symm_ops():
     """torch.ops.symm_mem, or the reason it is missing."""
     try:
         import torch.distributed._symmetric_memory  # noqa: F401  (registers the ops)
+
         return torch.ops.symm_mem, None
     except Exception as error:
         return None, f"torch.ops.symm_mem unavailable: {type(error).__name__}: {error}"
@@ -43,12 +44,12 @@ def ag_gemm_variants(a_shard: torch.Tensor, b: torch.Tensor, chunks: int) -> dic
 
     dist.all_gather_into_tensor(a_full, a_shard)  # the GEMM-alone variant's input
     variants["gemm"] = (lambda: torch.mm(a_full, b, out=out), lambda: out, True)
-    variants["collective"] = (lambda: dist.all_gather_into_tensor(a_full, a_shard),
-                              lambda: a_full, True)
+    variants["collective"] = (lambda: dist.all_gather_into_tensor(a_full, a_shard), lambda: a_full, True)
 
     def sequential():
         dist.all_gather_into_tensor(a_full, a_shard)
         torch.mm(a_full, b, out=out)
+
     variants["sequential"] = (sequential, lambda: out, True)
 
     symm, reason = _symm_ops()
@@ -61,6 +62,7 @@ def ag_gemm_variants(a_shard: torch.Tensor, b: torch.Tensor, chunks: int) -> dic
         def async_tp():
             _, outs = symm.fused_all_gather_matmul(a_shard, [b], 0, group_name, return_A=False)
             holder["out"] = outs[0]
+
         variants["async_tp"] = (async_tp, lambda: holder["out"], False)
 
     # Kernel-level overlap: each rank's shard, in `chunks` row pieces, is broadcast on NCCL's
@@ -70,23 +72,23 @@ def ag_gemm_variants(a_shard: torch.Tensor, b: torch.Tensor, chunks: int) -> dic
         variants["two_stream"] = f"M/w={rows} not divisible by --chunks {chunks}"
     else:
         piece = rows // chunks
-        order = [(src, c) for src in [rank] + [r for r in range(world) if r != rank]
-                 for c in range(chunks)]
+        order = [(src, c) for src in [rank] + [r for r in range(world) if r != rank] for c in range(chunks)]
         issue_order = [(src, c) for src in range(world) for c in range(chunks)]
 
         def two_stream():
-            a_full[rank * rows:(rank + 1) * rows].copy_(a_shard)
+            a_full[rank * rows : (rank + 1) * rows].copy_(a_shard)
             works = {}
             for src, c in issue_order:  # same collective order on every rank
                 lo = src * rows + c * piece
-                works[(src, c)] = dist.broadcast(a_full[lo:lo + piece], src=src, async_op=True)
+                works[(src, c)] = dist.broadcast(a_full[lo : lo + piece], src=src, async_op=True)
             for src, c in order:
                 lo = src * rows + c * piece
                 if src != rank:
                     works[(src, c)].wait()  # the compute stream waits for this piece only
-                torch.mm(a_full[lo:lo + piece], b, out=out[lo:lo + piece])
+                torch.mm(a_full[lo : lo + piece], b, out=out[lo : lo + piece])
             for work in works.values():
                 work.wait()
+
         variants["two_stream"] = (two_stream, lambda: out, True)
 
     return variants
@@ -102,12 +104,12 @@ def gemm_rs_variants(a: torch.Tensor, b_shard: torch.Tensor, chunks: int) -> dic
 
     torch.mm(a, b_shard, out=partial)  # the collective-alone variant's input
     variants["gemm"] = (lambda: torch.mm(a, b_shard, out=partial), lambda: partial, True)
-    variants["collective"] = (lambda: dist.reduce_scatter_tensor(out, partial), lambda: out,
-                              True)
+    variants["collective"] = (lambda: dist.reduce_scatter_tensor(out, partial), lambda: out, True)
 
     def sequential():
         torch.mm(a, b_shard, out=partial)
         dist.reduce_scatter_tensor(out, partial)
+
     variants["sequential"] = (sequential, lambda: out, True)
 
     symm, reason = _symm_ops()
@@ -119,6 +121,7 @@ def gemm_rs_variants(a: torch.Tensor, b_shard: torch.Tensor, chunks: int) -> dic
 
         def async_tp():
             holder["out"] = symm.fused_matmul_reduce_scatter(a, b_shard, "sum", 0, group_name)
+
         variants["async_tp"] = (async_tp, lambda: holder["out"], False)
 
     # Kernel-level overlap: the partial product is computed in pieces, destination by
@@ -135,12 +138,12 @@ def gemm_rs_variants(a: torch.Tensor, b_shard: torch.Tensor, chunks: int) -> dic
             for c in range(chunks):
                 for dst in range(world):
                     lo = dst * rows + c * piece
-                    torch.mm(a[lo:lo + piece], b_shard, out=partial[lo:lo + piece])
-                    works.append(dist.reduce(partial[lo:lo + piece], dst=dst, async_op=True))
+                    torch.mm(a[lo : lo + piece], b_shard, out=partial[lo : lo + piece])
+                    works.append(dist.reduce(partial[lo : lo + piece], dst=dst, async_op=True))
             for work in works:
                 work.wait()
-        variants["two_stream"] = (two_stream, lambda: partial[rank * rows:(rank + 1) * rows],
-                                  True)
+
+        variants["two_stream"] = (two_stream, lambda: partial[rank * rows : (rank + 1) * rows], True)
 
     return variants
 
@@ -159,9 +162,11 @@ def gemm_ar_variants(a: torch.Tensor, b_shard: torch.Tensor, chunks: int) -> dic
     def sequential():
         torch.mm(a, b_shard, out=partial)
         dist.all_reduce(partial)
+
     variants["sequential"] = (sequential, lambda: partial, True)
-    variants["async_tp"] = ("torch.ops.symm_mem has no fused matmul + all-reduce op "
-                            "(only all-gather+matmul and matmul+reduce-scatter)")
+    variants["async_tp"] = (
+        "torch.ops.symm_mem has no fused matmul + all-reduce op (only all-gather+matmul and matmul+reduce-scatter)"
+    )
 
     if m % chunks:
         variants["two_stream"] = f"M={m} not divisible by --chunks {chunks}"
@@ -172,14 +177,14 @@ def gemm_ar_variants(a: torch.Tensor, b_shard: torch.Tensor, chunks: int) -> dic
             works = []
             for c in range(chunks):
                 lo = c * piece
-                torch.mm(a[lo:lo + piece], b_shard, out=partial[lo:lo + piece])
-                works.append(dist.all_reduce(partial[lo:lo + piece], async_op=True))
+                torch.mm(a[lo : lo + piece], b_shard, out=partial[lo : lo + piece])
+                works.append(dist.all_reduce(partial[lo : lo + piece], async_op=True))
             for work in works:
                 work.wait()
+
         variants["two_stream"] = (two_stream, lambda: partial, True)
 
     return variants
 
 
-BUILDERS = {"ag_gemm": ag_gemm_variants, "gemm_rs": gemm_rs_variants,
-            "gemm_ar": gemm_ar_variants}
+BUILDERS = {"ag_gemm": ag_gemm_variants, "gemm_rs": gemm_rs_variants, "gemm_ar": gemm_ar_variants}

@@ -12,8 +12,11 @@ from __future__ import annotations
 
 import os
 
-for _name, _value in (("NCCL_NVLS_ENABLE", "0"), ("TORCH_SYMM_MEM_DISABLE_MULTICAST", "1"),
-                      ("NVSHMEM_DISABLE_NVLS", "1")):
+for _name, _value in (
+    ("NCCL_NVLS_ENABLE", "0"),
+    ("TORCH_SYMM_MEM_DISABLE_MULTICAST", "1"),
+    ("NVSHMEM_DISABLE_NVLS", "1"),
+):
     os.environ[_name] = _value
 
 import argparse  # noqa: E402
@@ -115,8 +118,10 @@ def main() -> int:
         torch.cuda.synchronize()
     ctx.check()
     if rank == 0:
-        print(f"{args.op} {args.shape} {args.layout} world {world}: decision {ctx.decision} backend {ctx.backend} "
-              f"split {ctx.split} order {ctx.tile_order} gemm {ctx.gemm_config}; predicted {ctx.predicted_us}")
+        print(
+            f"{args.op} {args.shape} {args.layout} world {world}: decision {ctx.decision} backend {ctx.backend} "
+            f"split {ctx.split} order {ctx.tile_order} gemm {ctx.gemm_config}; predicted {ctx.predicted_us}"
+        )
         for name, (host, gpu) in results.items():
             print(f"  {name:11}: host {host:8.1f} us per call (no sync), GPU {gpu:8.1f} us (events)")
         print(prof.key_averages().table(sort_by="cuda_time_total", row_limit=18, max_name_column_width=60))

@@ -13,8 +13,14 @@ import dataclasses
 # Baselines table rows (M, K, N).
 BASELINE = ((8192, 8192, 8192), (16384, 8192, 4096), (4096, 8192, 28672), (32768, 4096, 4096))
 # Small-M / LLaMA-3-70B-like rows of the baselines (world 2).
-SMALL_M = ((256, 8192, 8192), (1024, 8192, 8192), (2048, 8192, 3584), (8192, 8192, 2560),
-           (8192, 8192, 14336), (8192, 7168, 8192))
+SMALL_M = (
+    (256, 8192, 8192),
+    (1024, 8192, 8192),
+    (2048, 8192, 3584),
+    (8192, 8192, 2560),
+    (8192, 8192, 14336),
+    (8192, 7168, 8192),
+)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -63,12 +69,9 @@ def _model_problems(model: Model, world: int, tokens: int) -> list[Problem]:
     tag = f"{model.name} w{world} M{tokens}"
     return [
         Problem("ag_gemm", world, tokens, model.hidden, qkv // world, "nk", f"{tag} qkv"),
-        Problem("ag_gemm", world, tokens, model.hidden, 2 * model.intermediate // world, "nk",
-                f"{tag} gate_up"),
-        Problem("gemm_rs", world, tokens, model.q_heads * model.head_dim, model.hidden, "nk",
-                f"{tag} o_proj"),
-        Problem("gemm_rs", world, tokens, model.intermediate, model.hidden, "nk",
-                f"{tag} down"),
+        Problem("ag_gemm", world, tokens, model.hidden, 2 * model.intermediate // world, "nk", f"{tag} gate_up"),
+        Problem("gemm_rs", world, tokens, model.q_heads * model.head_dim, model.hidden, "nk", f"{tag} o_proj"),
+        Problem("gemm_rs", world, tokens, model.intermediate, model.hidden, "nk", f"{tag} down"),
     ]
 
 
@@ -105,8 +108,7 @@ def local_gemm_shapes(worlds: tuple[int, ...] = (2, 4)) -> list[GemmShape]:
         for p in op_problems(world):
             key = (*p.local_gemm(), p.b_layout)
             seen.setdefault(key, []).append(f"{p.op} w{p.world} {p.label} {p.m}x{p.k}x{p.n}")
-    return [GemmShape(m, k, n, layout, tuple(labels))
-            for (m, k, n, layout), labels in seen.items()]
+    return [GemmShape(m, k, n, layout, tuple(labels)) for (m, k, n, layout), labels in seen.items()]
 
 
 OPS = ("ag_gemm", "gemm_rs", "gemm_ar")
@@ -114,12 +116,11 @@ OPS = ("ag_gemm", "gemm_rs", "gemm_ar")
 
 def op_rows(world: int, ops=OPS) -> list[tuple[Problem, str]]:
     """(problem, op) pairs in table order; gemm_ar runs on gemm_rs's rows (same inputs)."""
-    return [(p, op) for p in op_problems(world) for op in ops
-            if (op == "ag_gemm") == (p.op == "ag_gemm")]
+    return [(p, op) for p in op_problems(world) for op in ops if (op == "ag_gemm") == (p.op == "ag_gemm")]
 
 
 def parse_slice(text: str) -> slice:
-    """"i:j", "i:" or ":j" (Python slice bounds, no step) -> slice; ValueError naming the rule."""
+    """ "i:j", "i:" or ":j" (Python slice bounds, no step) -> slice; ValueError naming the rule."""
     parts = text.split(":")
     if len(parts) != 2:
         raise ValueError(f"--rows {text!r}: expected i:j (e.g. 0:12, 5:, :3)")
@@ -130,9 +131,14 @@ def parse_slice(text: str) -> slice:
     return slice(lo, hi)
 
 
-def select_rows(rows: list[tuple[Problem, str]], *, quick: bool = False,
-                labels: tuple[str, ...] = (), row_slice: slice | None = None,
-                max_rows: int | None = None) -> list[tuple[Problem, str]]:
+def select_rows(
+    rows: list[tuple[Problem, str]],
+    *,
+    quick: bool = False,
+    labels: tuple[str, ...] = (),
+    row_slice: slice | None = None,
+    max_rows: int | None = None,
+) -> list[tuple[Problem, str]]:
     """The rows to run, in this order: --quick keeps the baselines rows, --labels keeps rows
     whose label contains any of the substrings, --rows slices what is left (the indices that
     --list prints with the same filters), --max-rows keeps the first n."""

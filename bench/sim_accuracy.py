@@ -65,8 +65,10 @@ KL_VARIANTS = {
 KL_OPS = ("ag_gemm", "gemm_rs")
 # Rows whose shapes the calibration's new parameters were measured on (the two profiles of
 # bench/results/h200x2-2026-11-22-session2/); every other row is hold-out.
-HELD_IN = {("ag_gemm", 1024, 4096, 3072): "profile_ag_gemm_1024x4096x3072_nk.txt",
-           ("gemm_rs", 8192, 8192, 8192): "profile_gemm_rs_8192x8192x8192_split4.txt"}
+HELD_IN = {
+    ("ag_gemm", 1024, 4096, 3072): "profile_ag_gemm_1024x4096x3072_nk.txt",
+    ("gemm_rs", 8192, 8192, 8192): "profile_gemm_rs_8192x8192x8192_split4.txt",
+}
 # Kernel-level rows that derived its calibration (calib/h200.json, kernel_level): the rows with M
 # below SMALL_M (chunk_latency_us) and, at M >= SMALL_M, the carveout variants (carveout_slowdown).
 KL_HELD_IN_SMALL_M = "kernel_level.chunk_latency_us fit (kernel-level rows with small M)"
@@ -129,40 +131,63 @@ def cases(row: dict, where: str, chunks: int = 4) -> list[dict]:
         if decision not in ("fused", "sequential"):
             raise InputError(f"{here}.decision: expected 'fused' or 'sequential', got {decision!r}")
         then = (info.get("predicted_us") or {}).get(decision)
-        out.append(dict(variant=name, kind=decision, config=recorded_config(info, here),
-                        recorded_prediction_us=then))
+        out.append(dict(variant=name, kind=decision, config=recorded_config(info, here), recorded_prediction_us=then))
     auto = recorded.get("syncopate_auto")
     if measured_ms(row, "sequential") is not None and isinstance(auto, dict):
         here = f"{where}.syncopate.syncopate_auto"
         then = (auto.get("predicted_us") or {}).get("sequential")
-        out.append(dict(variant="sequential", kind="sequential", config=recorded_config(auto, here),
-                        recorded_prediction_us=then))
+        out.append(
+            dict(
+                variant="sequential", kind="sequential", config=recorded_config(auto, here), recorded_prediction_us=then
+            )
+        )
     return out
 
 
 def recorded_config(info: dict, where: str) -> dict:
     """The plan and kernel configuration a context recorded."""
     block_m, block_n, group_m = parse_config(field(info, "gemm_config", where), where)
-    return dict(backend=field(info, "backend", where, str), algorithm=field(info, "algorithm", where, str),
-                split=field(info, "split", where, int), order=field(info, "tile_order", where, str),
-                block_m=block_m, block_n=block_n, group_m=group_m)
+    return dict(
+        backend=field(info, "backend", where, str),
+        algorithm=field(info, "algorithm", where, str),
+        split=field(info, "split", where, int),
+        order=field(info, "tile_order", where, str),
+        block_m=block_m,
+        block_n=block_n,
+        group_m=group_m,
+    )
 
 
-def simulate(sy, calib, op: str, m: int, k: int, n: int, world: int, dtype: str, config: dict,
-             kind: str, cache: dict) -> float:
+def simulate(
+    sy, calib, op: str, m: int, k: int, n: int, world: int, dtype: str, config: dict, kind: str, cache: dict
+) -> float:
     """Today's prediction (us) of one configuration: fused, kernel-level or sequential."""
     collective = COLLECTIVE[op]
     k_local = k if op == "ag_gemm" else k // world
     key = (collective, m, k_local, n, world, dtype, tuple(sorted(config.items())))
     if key not in cache:
         shape = [m, k_local] if collective == "all-gather" else [m, n]
-        plan = sy.make_plan(collective, world_size=world, shape=shape, algorithm=config["algorithm"],
-                            split=config["split"], dtype=dtype, dim=0, backend=config["backend"])
+        plan = sy.make_plan(
+            collective,
+            world_size=world,
+            shape=shape,
+            algorithm=config["algorithm"],
+            split=config["split"],
+            dtype=dtype,
+            dim=0,
+            backend=config["backend"],
+        )
         gemm = sy.GemmShape(m, n, k_local, config["block_m"], config["block_n"])
-        cache[key] = sy.simulate(plan, gemm, calib, order=config["order"], group_m=config["group_m"],
-                                 kernel_level_residency=config.get("residency", 0),
-                                 natural_residency=config.get("natural_residency", 1),
-                                 sm_carveout=config.get("sm_carveout", 0))
+        cache[key] = sy.simulate(
+            plan,
+            gemm,
+            calib,
+            order=config["order"],
+            group_m=config["group_m"],
+            kernel_level_residency=config.get("residency", 0),
+            natural_residency=config.get("natural_residency", 1),
+            sm_carveout=config.get("sm_carveout", 0),
+        )
     p = cache[key]
     return {"fused": p.fused_us, "kernel-level": p.kernel_level_us, "sequential": p.sequential_us}[kind]
 
@@ -178,9 +203,15 @@ def evaluate(paths: list[Path], calib_path: Path, sy) -> tuple[list[dict], list[
             raise InputError(f"{path}: cannot read a bench_ops JSON ({error})") from None
         rows = field(report, "rows", str(path.name), list)
         world = field(report, "world", str(path.name), int)
-        sources.append(dict(file=str(path.relative_to(REPO) if path.is_relative_to(REPO) else path),
-                            device=report.get("device_kind"), date=report.get("date"),
-                            world=world, rows=len(rows)))
+        sources.append(
+            dict(
+                file=str(path.relative_to(REPO) if path.is_relative_to(REPO) else path),
+                device=report.get("device_kind"),
+                date=report.get("date"),
+                world=world,
+                rows=len(rows),
+            )
+        )
         dtype = report.get("dtype", "bf16")
         chunks = (report.get("args") or {}).get("chunks", 4)  # bench_ops.py --chunks (kernel-level pieces)
         if not isinstance(chunks, int) or chunks < 1:
@@ -194,18 +225,32 @@ def evaluate(paths: list[Path], calib_path: Path, sy) -> tuple[list[dict], list[
             row_world = row.get("world", world)
             shape_key = (op.replace("gemm_ar", "gemm_rs"), m, k, n)
             for case in cases(row, where, chunks):
-                predicted = simulate(sy, calib, op, m, k, n, row_world, dtype, case["config"],
-                                     case["kind"], cache)
+                predicted = simulate(sy, calib, op, m, k, n, row_world, dtype, case["config"], case["kind"], cache)
                 measured = measured_ms(row, case["variant"]) * 1000.0
                 error = predicted / measured - 1.0
-                results.append(dict(
-                    file=path.name, row=i, op=op, m=m, k=k, n=n, b_layout=row.get("b_layout"),
-                    label=row.get("label"), world=row_world, variant=case["variant"],
-                    kind=case["kind"], config=case["config"], predicted_us=predicted,
-                    recorded_prediction_us=case["recorded_prediction_us"], measured_us=measured,
-                    error=error, within_target=abs(error) <= TARGET,
-                    m_class="M>=4096" if m >= SMALL_M else "small M",
-                    held_in=held_in(case, shape_key, m)))
+                results.append(
+                    dict(
+                        file=path.name,
+                        row=i,
+                        op=op,
+                        m=m,
+                        k=k,
+                        n=n,
+                        b_layout=row.get("b_layout"),
+                        label=row.get("label"),
+                        world=row_world,
+                        variant=case["variant"],
+                        kind=case["kind"],
+                        config=case["config"],
+                        predicted_us=predicted,
+                        recorded_prediction_us=case["recorded_prediction_us"],
+                        measured_us=measured,
+                        error=error,
+                        within_target=abs(error) <= TARGET,
+                        m_class="M>=4096" if m >= SMALL_M else "small M",
+                        held_in=held_in(case, shape_key, m),
+                    )
+                )
     return results, sources
 
 
@@ -222,27 +267,41 @@ def summarize(results: list[dict]) -> list[dict]:
     """Per (op, M class, kind): count, within target, median and worst |error|, median error."""
     groups: dict[tuple, list[dict]] = {}
     for r in results:
-        for key in ((r["op"], r["m_class"], r["kind"]), ("all ops", r["m_class"], r["kind"]),
-                    ("all ops", "all M", r["kind"])):
+        for key in (
+            (r["op"], r["m_class"], r["kind"]),
+            ("all ops", r["m_class"], r["kind"]),
+            ("all ops", "all M", r["kind"]),
+        ):
             groups.setdefault(key, []).append(r)
     out = []
     for (op, m_class, kind), rs in sorted(groups.items()):
         errors = [r["error"] for r in rs]
-        out.append(dict(op=op, m_class=m_class, kind=kind, n=len(rs),
-                        within=sum(r["within_target"] for r in rs),
-                        median_error=statistics.median(errors),
-                        median_abs_error=statistics.median(abs(e) for e in errors),
-                        worst_error=max(errors, key=abs)))
+        out.append(
+            dict(
+                op=op,
+                m_class=m_class,
+                kind=kind,
+                n=len(rs),
+                within=sum(r["within_target"] for r in rs),
+                median_error=statistics.median(errors),
+                median_abs_error=statistics.median(abs(e) for e in errors),
+                worst_error=max(errors, key=abs),
+            )
+        )
     return out
 
 
 def git_revision() -> str:
     try:
-        rev = subprocess.run(["git", "-C", str(REPO), "rev-parse", "--short=12", "HEAD"],
-                             capture_output=True, text=True, check=True).stdout.strip()
-        dirty = subprocess.run(["git", "-C", str(REPO), "status", "--porcelain", "--", "src/sim",
-                                "include/syncopate/sim", "calib"],
-                               capture_output=True, text=True, check=True).stdout
+        rev = subprocess.run(
+            ["git", "-C", str(REPO), "rev-parse", "--short=12", "HEAD"], capture_output=True, text=True, check=True
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "-C", str(REPO), "status", "--porcelain", "--", "src/sim", "include/syncopate/sim", "calib"],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
         files = sorted({line[3:] for line in dirty.splitlines() if line.strip()})
         return rev + (f" + uncommitted changes to {', '.join(files)}" if files else "")
     except (OSError, subprocess.CalledProcessError):
@@ -254,44 +313,69 @@ def _pct(x) -> str:
 
 
 def print_report(results: list[dict], summary_all: list[dict], summary_out: list[dict]) -> None:
-    print(f"{'op':8} {'M x K x N':>19} {'B':2} {'variant':15} {'config':34} {'then':>8} "
-          f"{'today':>8} {'measured':>9} {'error':>7}  within {100 * TARGET:.0f}%")
+    print(
+        f"{'op':8} {'M x K x N':>19} {'B':2} {'variant':15} {'config':34} {'then':>8} "
+        f"{'today':>8} {'measured':>9} {'error':>7}  within {100 * TARGET:.0f}%"
+    )
     for r in results:
         c = r["config"]
-        config = f"{r['kind'][:3]} {c['backend']} {c['algorithm']} s{c['split']} {c['order']} {c['block_m']}x{c['block_n']}"
+        config = (
+            f"{r['kind'][:3]} {c['backend']} {c['algorithm']} s{c['split']} {c['order']} {c['block_m']}x{c['block_n']}"
+        )
         if c.get("sm_carveout"):
             config += f" co{c['sm_carveout']}"
         if c.get("residency"):
             config += f" r{c['residency']}"
         then = r["recorded_prediction_us"]
-        print(f"{r['op']:8} {r['m']:>6}x{r['k']:>5}x{r['n']:>6} {r['b_layout'] or '':2} {r['variant']:15} "
-              f"{config:34} {'-' if then is None else f'{then:8.1f}':>8} {r['predicted_us']:8.1f} "
-              f"{r['measured_us']:9.1f} {_pct(r['error']):>7}  {'yes' if r['within_target'] else 'NO'}"
-              f"{'  (held in)' if r['held_in'] else ''}")
-    for title, summary in (("all rows", summary_all), ("hold-out rows (shapes not used to derive "
-                                                       "a parameter)", summary_out)):
+        print(
+            f"{r['op']:8} {r['m']:>6}x{r['k']:>5}x{r['n']:>6} {r['b_layout'] or '':2} {r['variant']:15} "
+            f"{config:34} {'-' if then is None else f'{then:8.1f}':>8} {r['predicted_us']:8.1f} "
+            f"{r['measured_us']:9.1f} {_pct(r['error']):>7}  {'yes' if r['within_target'] else 'NO'}"
+            f"{'  (held in)' if r['held_in'] else ''}"
+        )
+    for title, summary in (
+        ("all rows", summary_all),
+        ("hold-out rows (shapes not used to derive a parameter)", summary_out),
+    ):
         print(f"\nSummary, {title}: |predicted / measured - 1| <= {100 * TARGET:.0f}%")
         print(f"{'op':8} {'M class':8} {'kind':10} {'within':>9} {'median':>8} {'median|e|':>9} {'worst':>8}")
         for s in summary:
-            print(f"{s['op']:8} {s['m_class']:8} {s['kind']:10} {s['within']:>4}/{s['n']:<4} "
-                  f"{_pct(s['median_error']):>8} {100 * s['median_abs_error']:8.1f}% {_pct(s['worst_error']):>8}")
+            print(
+                f"{s['op']:8} {s['m_class']:8} {s['kind']:10} {s['within']:>4}/{s['n']:<4} "
+                f"{_pct(s['median_error']):>8} {100 * s['median_abs_error']:8.1f}% {_pct(s['worst_error']):>8}"
+            )
 
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("inputs", nargs="*", type=Path, default=[DEFAULT_INPUT],
-                        help="bench_ops.py JSON files (default: the session-2 all-rows run)")
+    parser.add_argument(
+        "inputs",
+        nargs="*",
+        type=Path,
+        default=[DEFAULT_INPUT],
+        help="bench_ops.py JSON files (default: the session-2 all-rows run)",
+    )
     parser.add_argument("--calib", type=Path, default=DEFAULT_CALIB, help="calibration JSON")
-    parser.add_argument("--json", nargs="?", const="", default=None, metavar="PATH",
-                        help="write the report as JSON (default path bench/results/sim-accuracy-<date>.json)")
+    parser.add_argument(
+        "--json",
+        nargs="?",
+        const="",
+        default=None,
+        metavar="PATH",
+        help="write the report as JSON (default path bench/results/sim-accuracy-<date>.json)",
+    )
     parser.add_argument("--quiet", action="store_true", help="print the summaries only")
     args = parser.parse_args(argv)
     try:
         import syncopate as sy
+
         sy.make_plan, sy.simulate  # noqa: B018 (the compiled bindings)
     except (ImportError, AttributeError) as error:
-        print(f"sim_accuracy: needs the compiled syncopate package (import failed: {error}); "
-              "build it (scripts/setup.sh) or put a staged copy on PYTHONPATH", file=sys.stderr)
+        print(
+            f"sim_accuracy: needs the compiled syncopate package (import failed: {error}); "
+            "build it (scripts/setup.sh) or put a staged copy on PYTHONPATH",
+            file=sys.stderr,
+        )
         return 2
     try:
         results, sources = evaluate([p.resolve() for p in args.inputs], args.calib.resolve(), sy)
@@ -310,19 +394,34 @@ def main(argv=None) -> int:
         revision = git_revision()
         doc = dict(
             what="simulator predicted vs recorded measured time, per row and variant (bench/sim_accuracy.py)",
-            measurements=("the recorded ones of " + ", ".join(s["file"] for s in sources) +
-                          f", device {', '.join(sorted({str(s['device']) for s in sources}))}"),
-            sources=sources, predictions_from_commit=revision, calibration=repo_relative(args.calib),
-            date=today, target=TARGET,
-            held_in={**{f"{op} {m}x{k}x{n}": why for (op, m, k, n), why in HELD_IN.items()},
-                     f"kernel-level, M < {SMALL_M}": KL_HELD_IN_SMALL_M,
-                     f"kernel-level kl_occupancy / kl_both, M >= {SMALL_M}": KL_HELD_IN_CARVEOUT},
-            counterparts=dict(fused="the variant's recorded configuration, fused mode",
-                              sequential="syncopate_auto's recorded configuration, sequential mode "
-                                         "(measured: NCCL collective + cuBLAS)",
-                              **{"kernel-level": "kernel-level mode, NCCL ring plan split into the run's "
-                                                 "chunks, the kl_* variant's GEMM and SM carveout"}),
-            summary_all=summary_all, summary_hold_out=summary_out, results=results)
+            measurements=(
+                "the recorded ones of "
+                + ", ".join(s["file"] for s in sources)
+                + f", device {', '.join(sorted({str(s['device']) for s in sources}))}"
+            ),
+            sources=sources,
+            predictions_from_commit=revision,
+            calibration=repo_relative(args.calib),
+            date=today,
+            target=TARGET,
+            held_in={
+                **{f"{op} {m}x{k}x{n}": why for (op, m, k, n), why in HELD_IN.items()},
+                f"kernel-level, M < {SMALL_M}": KL_HELD_IN_SMALL_M,
+                f"kernel-level kl_occupancy / kl_both, M >= {SMALL_M}": KL_HELD_IN_CARVEOUT,
+            },
+            counterparts=dict(
+                fused="the variant's recorded configuration, fused mode",
+                sequential="syncopate_auto's recorded configuration, sequential mode "
+                "(measured: NCCL collective + cuBLAS)",
+                **{
+                    "kernel-level": "kernel-level mode, NCCL ring plan split into the run's "
+                    "chunks, the kl_* variant's GEMM and SM carveout"
+                },
+            ),
+            summary_all=summary_all,
+            summary_hold_out=summary_out,
+            results=results,
+        )
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps(doc, indent=1) + "\n")
         print(f"\nwrote {path}")

@@ -15,11 +15,32 @@ import json
 import math
 from pathlib import Path
 
-SHOWN = ("sequential", "async_tp", "two_stream", "kl_plain", "kl_priority", "kl_occupancy", "kl_both",
-         "syncopate_ce", "syncopate_sm", "syncopate_nccl", "syncopate_auto")
-SHORT = {"sequential": "seq", "async_tp": "asyncTP", "two_stream": "2-stream", "kl_plain": "kl",
-         "kl_priority": "kl+prio", "kl_occupancy": "kl+occ", "kl_both": "kl+both", "syncopate_ce": "sy-ce",
-         "syncopate_sm": "sy-sm", "syncopate_nccl": "sy-nccl", "syncopate_auto": "sy-auto"}
+SHOWN = (
+    "sequential",
+    "async_tp",
+    "two_stream",
+    "kl_plain",
+    "kl_priority",
+    "kl_occupancy",
+    "kl_both",
+    "syncopate_ce",
+    "syncopate_sm",
+    "syncopate_nccl",
+    "syncopate_auto",
+)
+SHORT = {
+    "sequential": "seq",
+    "async_tp": "asyncTP",
+    "two_stream": "2-stream",
+    "kl_plain": "kl",
+    "kl_priority": "kl+prio",
+    "kl_occupancy": "kl+occ",
+    "kl_both": "kl+both",
+    "syncopate_ce": "sy-ce",
+    "syncopate_sm": "sy-sm",
+    "syncopate_nccl": "sy-nccl",
+    "syncopate_auto": "sy-auto",
+}
 KL = ("kl_plain", "kl_priority", "kl_occupancy", "kl_both")
 
 
@@ -41,7 +62,11 @@ def fmt(x):
 
 
 def ops_table(rows, min_m):
-    head = ["op", "M x K x N", "B", "floor ms"] + [SHORT[n] for n in SHOWN] + ["auto ran", "best sy / seq", "best sy / asyncTP"]
+    head = (
+        ["op", "M x K x N", "B", "floor ms"]
+        + [SHORT[n] for n in SHOWN]
+        + ["auto ran", "best sy / seq", "best sy / asyncTP"]
+    )
     out = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for r in rows:
         if r["m"] < min_m:
@@ -53,15 +78,24 @@ def ops_table(rows, min_m):
         sy = [ms(r, n) for n in SHOWN if n.startswith("syncopate") and ms(r, n)]
         best = min(sy) if sy else None
         seq, atp = ms(r, "sequential"), ms(r, "async_tp")
-        out.append("| " + " | ".join([r["op"], f"{r['m']}x{r['k']}x{r['n']}", r["b_layout"], fmt(floor)] + cells +
-                                     [ran, fmt(seq / best) if best and seq else "-",
-                                      fmt(atp / best) if best and atp else "-"]) + " |")
+        out.append(
+            "| "
+            + " | ".join(
+                [r["op"], f"{r['m']}x{r['k']}x{r['n']}", r["b_layout"], fmt(floor)]
+                + cells
+                + [ran, fmt(seq / best) if best and seq else "-", fmt(atp / best) if best and atp else "-"]
+            )
+            + " |"
+        )
     return "\n".join(out)
 
 
 def kl_table(rows, min_m):
-    head = ["op", "M x K x N", "seq ms", "2-stream / seq"] + [f"{SHORT[n]} / seq" for n in KL] + \
-           ["best kl / 2-stream", "best control"]
+    head = (
+        ["op", "M x K x N", "seq ms", "2-stream / seq"]
+        + [f"{SHORT[n]} / seq" for n in KL]
+        + ["best kl / 2-stream", "best control"]
+    )
     out = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for r in rows:
         if r["m"] < min_m or ms(r, "kl_plain") is None:
@@ -69,9 +103,15 @@ def kl_table(rows, min_m):
         seq, two = ms(r, "sequential"), ms(r, "two_stream")
         kl = {n: ms(r, n) for n in KL if ms(r, n)}
         best = min(kl, key=kl.get)
-        out.append("| " + " | ".join([r["op"], f"{r['m']}x{r['k']}x{r['n']}", fmt(seq), fmt(two / seq)] +
-                                     [fmt(kl[n] / seq) if n in kl else "-" for n in KL] +
-                                     [fmt(kl[best] / two) if two else "-", SHORT[best]]) + " |")
+        out.append(
+            "| "
+            + " | ".join(
+                [r["op"], f"{r['m']}x{r['k']}x{r['n']}", fmt(seq), fmt(two / seq)]
+                + [fmt(kl[n] / seq) if n in kl else "-" for n in KL]
+                + [fmt(kl[best] / two) if two else "-", SHORT[best]]
+            )
+            + " |"
+        )
     return "\n".join(out)
 
 

@@ -44,12 +44,24 @@ FUSED = ("syncopate_ce", "syncopate_sm", "syncopate_nccl")
 EPILOGUE = ("syncopate_epilogue_ce", "syncopate_epilogue_sm", "syncopate_epilogue_nccl")
 # The ops with the `reduce` keyword (GemmRs, GemmAr).
 REDUCE_OPS = ("gemm_rs", "gemm_ar")
-CLASSES = {"ag_gemm": ("syncopate.ops.ag_gemm", "AgGemm"),
-           "gemm_rs": ("syncopate.ops.gemm_rs", "GemmRs"),
-           "gemm_ar": ("syncopate.ops.gemm_ar", "GemmAr")}
+CLASSES = {
+    "ag_gemm": ("syncopate.ops.ag_gemm", "AgGemm"),
+    "gemm_rs": ("syncopate.ops.gemm_rs", "GemmRs"),
+    "gemm_ar": ("syncopate.ops.gemm_ar", "GemmAr"),
+}
 # What the report keeps of each context (the names helper A's contexts expose).
-ATTRIBUTES = ("decision", "backend", "algorithm", "split", "tile_order", "gemm_config",
-              "kernel_origin", "kernel_name", "reduce", "predicted_us")
+ATTRIBUTES = (
+    "decision",
+    "backend",
+    "algorithm",
+    "split",
+    "tile_order",
+    "gemm_config",
+    "kernel_origin",
+    "kernel_name",
+    "reduce",
+    "predicted_us",
+)
 
 
 def load_classes() -> tuple[dict, Optional[str]]:
@@ -97,9 +109,18 @@ class Built:
         self.after.clear()
 
 
-def build(op: str, a: torch.Tensor, b: torch.Tensor, m: int, b_layout: str, group,
-          names: tuple[str, ...], classes: dict, missing: Optional[str],
-          extra_kwargs: Optional[dict] = None) -> Built:
+def build(
+    op: str,
+    a: torch.Tensor,
+    b: torch.Tensor,
+    m: int,
+    b_layout: str,
+    group,
+    names: tuple[str, ...],
+    classes: dict,
+    missing: Optional[str],
+    extra_kwargs: Optional[dict] = None,
+) -> Built:
     """Contexts for `names` (a subset of SETTINGS, or ablation names with their own kwargs in
     extra_kwargs[name]). a, b are this rank's operands as the op takes them; m is the whole M.
 
@@ -120,8 +141,7 @@ def build(op: str, a: torch.Tensor, b: torch.Tensor, m: int, b_layout: str, grou
         k = a.shape[1]  # AG: full K (a_shard [m/w, K]); RS/AR: K/w (a [m, K/w])
         n = b.shape[1]
         try:
-            ctx = classes[op](group, m=m, k=k, n=n, dtype=a.dtype, device=a.device,
-                              b_layout=b_layout, **kwargs)
+            ctx = classes[op](group, m=m, k=k, n=n, dtype=a.dtype, device=a.device, b_layout=b_layout, **kwargs)
         except Exception as error:
             built.variants[name] = f"context failed: {type(error).__name__}: {str(error)[:300]}"
             continue
@@ -141,4 +161,5 @@ def _variant(ctx, a, b, out):
         # The first (checked) run synchronizes and raises at once; timed runs only record.
         ctx(a, b, out=out, check=not state["checked"])
         state["checked"] = True
+
     return call, lambda: out, True

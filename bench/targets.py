@@ -20,8 +20,14 @@ from typing import Optional
 
 # Every fixed fused variant, the staged (reduction-in-the-epilogue) GEMM+RS/AR ones included:
 # the best of them is what the fused targets judge.
-FUSED = ("syncopate_ce", "syncopate_sm", "syncopate_nccl",
-         "syncopate_epilogue_ce", "syncopate_epilogue_sm", "syncopate_epilogue_nccl")
+FUSED = (
+    "syncopate_ce",
+    "syncopate_sm",
+    "syncopate_nccl",
+    "syncopate_epilogue_ce",
+    "syncopate_epilogue_sm",
+    "syncopate_epilogue_nccl",
+)
 AUTO = "syncopate_auto"
 LARGE_M = 4096
 FLOOR_LIMIT = 1.10
@@ -82,8 +88,11 @@ def predictions(row: dict) -> dict[str, dict]:
 
 
 def _compare(predicted_ms: float, measured_ms: float) -> dict:
-    return {"predicted_ms": predicted_ms, "measured_ms": measured_ms,
-            "error": predicted_ms / measured_ms - 1.0 if measured_ms > 0 else math.inf}
+    return {
+        "predicted_ms": predicted_ms,
+        "measured_ms": measured_ms,
+        "error": predicted_ms / measured_ms - 1.0 if measured_ms > 0 else math.inf,
+    }
 
 
 def row_metrics(row: dict) -> dict:
@@ -103,15 +112,23 @@ def row_metrics(row: dict) -> dict:
         best = min(fused, key=fused.get)
         out["best_fused"] = {"variant": best, "ms": fused[best]}
     if AUTO in row.get("syncopate", {}):
-        out["auto_chose"] = {k: row["syncopate"][AUTO].get(k) for k in
-                             ("decision", "backend", "algorithm", "split", "tile_order",
-                              "gemm_config")}
+        out["auto_chose"] = {
+            k: row["syncopate"][AUTO].get(k)
+            for k in ("decision", "backend", "algorithm", "split", "tile_order", "gemm_config")
+        }
     out["predicted_vs_measured"] = predictions(row)
     return out
 
 
-def _check(target: str, row: Optional[dict], value: Optional[float], limit: float,
-           kind: str, note: str = "", status: Optional[str] = None) -> dict:
+def _check(
+    target: str,
+    row: Optional[dict],
+    value: Optional[float],
+    limit: float,
+    kind: str,
+    note: str = "",
+    status: Optional[str] = None,
+) -> dict:
     """kind: "max" (value <= limit), "below" (value < limit), "min" (value >= limit) or
     "error" (value <= limit, both fractions). missed_by: how far past the limit, as a fraction
     of the limit; for "error", in the value's own units (0.10 = 10 percentage points)."""
@@ -126,12 +143,20 @@ def _check(target: str, row: Optional[dict], value: Optional[float], limit: floa
             status = "met" if value >= limit else "missed"
     missed_by = None
     if status == "missed":
-        missed_by = {"min": limit / value - 1.0, "error": value - limit}.get(
-            kind, value / limit - 1.0)
-    where = {} if row is None else {"op": row["op"], "label": row["label"],
-                                    "shape": f"{row['m']}x{row['k']}x{row['n']}"}
-    return {"target": target, **where, "value": value, "limit": limit, "kind": kind,
-            "status": status, "missed_by": missed_by, "note": note}
+        missed_by = {"min": limit / value - 1.0, "error": value - limit}.get(kind, value / limit - 1.0)
+    where = (
+        {} if row is None else {"op": row["op"], "label": row["label"], "shape": f"{row['m']}x{row['k']}x{row['n']}"}
+    )
+    return {
+        "target": target,
+        **where,
+        "value": value,
+        "limit": limit,
+        "kind": kind,
+        "status": status,
+        "missed_by": missed_by,
+        "note": note,
+    }
 
 
 def evaluate(rows: list[dict]) -> dict:
@@ -146,43 +171,70 @@ def evaluate(rows: list[dict]) -> dict:
         if row["m"] >= LARGE_M:
             floor = max(v["gemm"], v["collective"]) if "gemm" in v and "collective" in v else None
             if best is None or floor is None:
-                note = no_fused if best is None else "floor: " + "; ".join(
-                    why_missing(row, n) for n in REFERENCE if n not in v)
+                note = (
+                    no_fused
+                    if best is None
+                    else "floor: " + "; ".join(why_missing(row, n) for n in REFERENCE if n not in v)
+                )
                 checks.append(_check("fused <= 1.10x floor", row, None, FLOOR_LIMIT, "max", note))
             else:
-                checks.append(_check("fused <= 1.10x floor", row, fused[best] / floor,
-                                     FLOOR_LIMIT, "max", best))
+                checks.append(_check("fused <= 1.10x floor", row, fused[best] / floor, FLOOR_LIMIT, "max", best))
             for base in ("sequential", "async_tp"):
                 target = f"fused faster than {base}"
                 if best is None:
                     checks.append(_check(target, row, None, 1.0, "below", no_fused))
                 elif base not in v:
                     skipped = "skipped" in row.get("variants", {}).get(base, {})
-                    checks.append(_check(target, row, None, 1.0, "below", why_missing(row, base),
-                                         status="n/a" if skipped else None))
+                    checks.append(
+                        _check(
+                            target, row, None, 1.0, "below", why_missing(row, base), status="n/a" if skipped else None
+                        )
+                    )
                 else:
                     checks.append(_check(target, row, fused[best] / v[base], 1.0, "below", best))
             if best is not None and "sequential" in v:
                 speedups.append(v["sequential"] / fused[best])
         else:
             if AUTO in v and "sequential" in v:
-                checks.append(_check("auto <= 1.03x sequential", row, v[AUTO] / v["sequential"],
-                                     SMALL_M_LIMIT, "max", f"auto chose {decision(row, AUTO)}"))
+                checks.append(
+                    _check(
+                        "auto <= 1.03x sequential",
+                        row,
+                        v[AUTO] / v["sequential"],
+                        SMALL_M_LIMIT,
+                        "max",
+                        f"auto chose {decision(row, AUTO)}",
+                    )
+                )
             else:
                 missing = [n for n in (AUTO, "sequential") if n not in v]
-                checks.append(_check("auto <= 1.03x sequential", row, None, SMALL_M_LIMIT, "max",
-                                     "; ".join(why_missing(row, n) for n in missing)))
+                checks.append(
+                    _check(
+                        "auto <= 1.03x sequential",
+                        row,
+                        None,
+                        SMALL_M_LIMIT,
+                        "max",
+                        "; ".join(why_missing(row, n) for n in missing),
+                    )
+                )
         for name, p in predictions(row).items():
             if p["what"] == "fused":
-                checks.append(_check("simulator within 15%", row, abs(p["error"]), SIM_LIMIT,
-                                     "error", f"{name}: predicted {p['predicted_ms']:.3f} ms, "
-                                     f"measured {p['measured_ms']:.3f} ms"))
+                checks.append(
+                    _check(
+                        "simulator within 15%",
+                        row,
+                        abs(p["error"]),
+                        SIM_LIMIT,
+                        "error",
+                        f"{name}: predicted {p['predicted_ms']:.3f} ms, measured {p['measured_ms']:.3f} ms",
+                    )
+                )
     large = [r for r in rows if r["m"] >= LARGE_M]
     if large:
         geomean = math.exp(sum(map(math.log, speedups)) / len(speedups)) if speedups else None
         note = f"{len(speedups)} of {len(large)} rows with M >= {LARGE_M} measured"
-        checks.append(_check("geomean speedup over sequential >= 1.25x", None, geomean,
-                             GEOMEAN_LIMIT, "min", note))
+        checks.append(_check("geomean speedup over sequential >= 1.25x", None, geomean, GEOMEAN_LIMIT, "min", note))
     summary: dict[str, dict[str, int]] = {}
     for c in checks:
         summary.setdefault(c["target"], {}).setdefault(c["status"], 0)
@@ -199,7 +251,8 @@ def format_check(c: dict) -> str:
     elif status == "missed":
         status = f"MISSED by {100 * c['missed_by']:.1f}%"
     return f"  {c['target']:42} {where:44} {value:>7} (limit {c['limit']:.2f}) {status}" + (
-        f"  [{c['note']}]" if c["note"] else "")
+        f"  [{c['note']}]" if c["note"] else ""
+    )
 
 
 def format_report(report: dict) -> list[str]:

@@ -48,8 +48,13 @@ def capture(fn: Callable[[int], None], n_sets: int, inner: int) -> torch.cuda.CU
     return graph
 
 
-def time_variants(fns: dict[str, Callable[[int], None]], n_sets: int, samples: int = 25,
-                  target_sample_ms: float = 1.0, max_inner: int = 200) -> dict[str, dict]:
+def time_variants(
+    fns: dict[str, Callable[[int], None]],
+    n_sets: int,
+    samples: int = 25,
+    target_sample_ms: float = 1.0,
+    max_inner: int = 200,
+) -> dict[str, dict]:
     """Median ms per call of each variant, timed in the same run, interleaved.
 
     Every fn must already have run once (compiled, warmed). Returns {name: {ms, spread}} where
@@ -78,7 +83,6 @@ def time_variants(fns: dict[str, Callable[[int], None]], n_sets: int, samples: i
         median = statistics.median(values)
         p25 = values[len(values) // 4]
         p75 = values[(3 * len(values)) // 4]
-        result[name] = {"ms": median, "spread": (p75 - p25) / median if median > 0 else 0.0,
-                        "inner": inner}
+        result[name] = {"ms": median, "spread": (p75 - p25) / median if median > 0 else 0.0, "inner": inner}
     del graphs
     return result

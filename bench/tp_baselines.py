@@ -55,11 +55,11 @@ class _TorchColumnFn(torch.autograd.Function):
         world, group = ctx.world, ctx.group_name
         f = _funcol()
         gathered = x if world == 1 else f.all_gather_into_tensor(x.contiguous(), world, group)  # in flight
-        grad_in = grad @ weight                                                                 # overlaps it
+        grad_in = grad @ weight  # overlaps it
         if world > 1:
-            grad_in = f.reduce_scatter_tensor(grad_in, "sum", world, group)                     # in flight
+            grad_in = f.reduce_scatter_tensor(grad_in, "sum", world, group)  # in flight
             gathered = f.wait_tensor(gathered)
-        grad_w = grad.t() @ gathered                                                            # overlaps the RS
+        grad_w = grad.t() @ gathered  # overlaps the RS
         if world > 1:
             grad_in = f.wait_tensor(grad_in)
         return grad_in, grad_w, None, None
@@ -146,8 +146,7 @@ class _AsyncTPRowFn(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad):
         x, weight = ctx.saved_tensors
-        gathered, outs = _symm().fused_all_gather_matmul(grad.contiguous(), [weight], 0, ctx.group_name,
-                                                         return_A=True)
+        gathered, outs = _symm().fused_all_gather_matmul(grad.contiguous(), [weight], 0, ctx.group_name, return_A=True)
         return outs[0], gathered.t() @ x, None
 
 

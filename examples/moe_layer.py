@@ -35,8 +35,8 @@ class MoeConfig:
 SIZES = {
     "tiny-top2": MoeConfig(experts=8, top_k=2, hidden=64, ffn=96),
     "tiny-top8": MoeConfig(experts=64, top_k=8, hidden=64, ffn=32),
-    "mixtral": MoeConfig(experts=8, top_k=2, hidden=4096, ffn=14336),     # Mixtral 8x7B widths
-    "deepseek": MoeConfig(experts=64, top_k=8, hidden=2048, ffn=1408),    # DeepSeek-MoE-like widths
+    "mixtral": MoeConfig(experts=8, top_k=2, hidden=4096, ffn=14336),  # Mixtral 8x7B widths
+    "deepseek": MoeConfig(experts=64, top_k=8, hidden=2048, ffn=1408),  # DeepSeek-MoE-like widths
 }
 # bf16 operands through two GEMMs and a weighted sum, against float64.
 TOLERANCE = 2e-2
@@ -45,9 +45,9 @@ TOLERANCE = 2e-2
 def full_weights(cfg: MoeConfig, seed: int, device, dtype):
     """Every expert's weights, the same on every rank: (router [H, E], gate_up [E, H, 2F], down [E, F, H])."""
     g = torch.Generator().manual_seed(seed)
-    router = torch.randn(cfg.hidden, cfg.experts, generator=g) / cfg.hidden ** 0.5
-    gate_up = torch.randn(cfg.experts, cfg.hidden, 2 * cfg.ffn, generator=g) / cfg.hidden ** 0.5
-    down = torch.randn(cfg.experts, cfg.ffn, cfg.hidden, generator=g) / cfg.ffn ** 0.5
+    router = torch.randn(cfg.hidden, cfg.experts, generator=g) / cfg.hidden**0.5
+    gate_up = torch.randn(cfg.experts, cfg.hidden, 2 * cfg.ffn, generator=g) / cfg.hidden**0.5
+    down = torch.randn(cfg.experts, cfg.ffn, cfg.hidden, generator=g) / cfg.ffn**0.5
     return router.to(device, dtype), gate_up.to(device, dtype), down.to(device, dtype)
 
 
@@ -90,8 +90,9 @@ def run_layer(cfg: MoeConfig, args, rank: int, world: int, group, device) -> dic
     dtype = getattr(torch, args.dtype)
     router, gate_up, down = full_weights(cfg, args.seed, device, dtype)
     local = slice(rank * cfg.experts // world, (rank + 1) * cfg.experts // world)
-    layer = MoeDispatchCombine(group, num_experts=cfg.experts, top_k=cfg.top_k, capacity=args.capacity,
-                               mode=getattr(args, "mode", "auto"))
+    layer = MoeDispatchCombine(
+        group, num_experts=cfg.experts, top_k=cfg.top_k, capacity=args.capacity, mode=getattr(args, "mode", "auto")
+    )
     report = {"steps": []}
     for step in range(args.steps):
         x = tokens(cfg, args.tokens, rank, args.seed + step, device, dtype)
@@ -100,8 +101,9 @@ def run_layer(cfg: MoeConfig, args, rank: int, world: int, group, device) -> dic
         y = layer.combine_gemm(swiglu(h), down[local].contiguous(), layout, weights)
         ref = reference(x, expert_ids, weights, gate_up, down)
         err = ((y.double() - ref).norm() / ref.norm()).item()
-        report["steps"].append({"step": step, "error": err, "rows_per_expert": layout.rows_per_expert,
-                                "mode": layer.last_mode})
+        report["steps"].append(
+            {"step": step, "error": err, "rows_per_expert": layout.rows_per_expert, "mode": layer.last_mode}
+        )
     report["worst"] = max(s["error"] for s in report["steps"])
     return report
 
@@ -115,8 +117,12 @@ def parse_args(argv=None):
     p.add_argument("--dtype", choices=("bfloat16", "float16", "float32"), default="bfloat16")
     p.add_argument("--device", choices=("cuda", "cpu"), default="cuda")
     p.add_argument("--steps", type=int, default=2)
-    p.add_argument("--mode", choices=("auto", "fused", "sequential"), default="auto",
-                   help="the dispatch: fused needs --capacity (a multiple of 64) and CUDA")
+    p.add_argument(
+        "--mode",
+        choices=("auto", "fused", "sequential"),
+        default="auto",
+        help="the dispatch: fused needs --capacity (a multiple of 64) and CUDA",
+    )
     p.add_argument("--seed", type=int, default=0)
     return p.parse_args(argv)
 
@@ -154,8 +160,10 @@ def main(argv=None) -> int:
         for s in report["steps"]:
             print(f"step {s['step']}: relative error {s['error']:.2e}, rows per local expert {s['rows_per_expert']}")
         ok = report["worst"] <= TOLERANCE
-        print(f"{'PASS' if ok else 'FAIL'} world={world} size={args.size} routing={args.routing}: worst relative "
-              f"error {report['worst']:.2e} (tolerance {TOLERANCE:.0e})")
+        print(
+            f"{'PASS' if ok else 'FAIL'} world={world} size={args.size} routing={args.routing}: worst relative "
+            f"error {report['worst']:.2e} (tolerance {TOLERANCE:.0e})"
+        )
     if group is not None:
         import torch.distributed as dist
 

@@ -120,8 +120,9 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor
     group = heads // k.shape[2]
     k = k.repeat_interleave(group, dim=2)
     v = v.repeat_interleave(group, dim=2)
-    out = F.scaled_dot_product_attention(q.permute(1, 2, 0, 3), k.permute(1, 2, 0, 3), v.permute(1, 2, 0, 3),
-                                         is_causal=True)
+    out = F.scaled_dot_product_attention(
+        q.permute(1, 2, 0, 3), k.permute(1, 2, 0, 3), v.permute(1, 2, 0, 3), is_causal=True
+    )
     return out.permute(2, 0, 1, 3).reshape(seq, batch, heads * dim)
 
 
@@ -130,8 +131,17 @@ class TPBlock(nn.Module):
     of syncopate.nn.ColumnParallelLinear / RowParallelLinear (in_features, out_features, bias=,
     group=, dtype=, device=): syncopate's, or the benchmark's PyTorch baselines."""
 
-    def __init__(self, cfg: BlockConfig, *, column: Callable, row: Callable, world: int, group=None,
-                 dtype=torch.bfloat16, device=None):
+    def __init__(
+        self,
+        cfg: BlockConfig,
+        *,
+        column: Callable,
+        row: Callable,
+        world: int,
+        group=None,
+        dtype=torch.bfloat16,
+        device=None,
+    ):
         super().__init__()
         check_divisible(cfg, world, world)
         self.cfg, self.world = cfg, world
@@ -146,14 +156,14 @@ class TPBlock(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         cfg = self.cfg
-        h = self.qkv(self.attn_norm(x))                        # [S, B, (h + 2 kv) d / w]
+        h = self.qkv(self.attn_norm(x))  # [S, B, (h + 2 kv) d / w]
         seq, batch = h.shape[0], h.shape[1]
         d = cfg.head_dim
         q, k, v = h.split([self.local_heads * d, self.local_kv * d, self.local_kv * d], dim=-1)
         q = rope(q.reshape(seq, batch, self.local_heads, d), cfg.rope_theta)
         k = rope(k.reshape(seq, batch, self.local_kv, d), cfg.rope_theta)
         v = v.reshape(seq, batch, self.local_kv, d)
-        x = x + self.o(attention(q, k, v))                     # [S/w, B, H]
+        x = x + self.o(attention(q, k, v))  # [S/w, B, H]
         gate, up = self.gate_up(self.mlp_norm(x)).chunk(2, dim=-1)
         return x + self.down(F.silu(gate) * up)
 
@@ -175,29 +185,32 @@ def full_weights(cfg: BlockConfig, seed: int, device) -> dict:
     d = cfg.head_dim
     return {
         "attn_norm": norm(),
-        "q": linear(cfg.heads * d, cfg.hidden), "k": linear(cfg.kv_heads * d, cfg.hidden),
+        "q": linear(cfg.heads * d, cfg.hidden),
+        "k": linear(cfg.kv_heads * d, cfg.hidden),
         "v": linear(cfg.kv_heads * d, cfg.hidden),
         "o": linear(cfg.hidden, cfg.heads * d),
         "mlp_norm": norm(),
-        "gate": linear(cfg.ffn, cfg.hidden), "up": linear(cfg.ffn, cfg.hidden),
+        "gate": linear(cfg.ffn, cfg.hidden),
+        "up": linear(cfg.ffn, cfg.hidden),
         "down": linear(cfg.hidden, cfg.ffn),
     }
 
 
 def rows_of(t: torch.Tensor, rank: int, world: int) -> torch.Tensor:
     n = t.shape[0] // world
-    return t[rank * n:(rank + 1) * n]
+    return t[rank * n : (rank + 1) * n]
 
 
 def cols_of(t: torch.Tensor, rank: int, world: int) -> torch.Tensor:
     n = t.shape[1] // world
-    return t[:, rank * n:(rank + 1) * n]
+    return t[:, rank * n : (rank + 1) * n]
 
 
 def shards(full: dict, rank: int, world: int) -> dict:
     """This rank's part of each TP module's weight (and of a gradient of the same layout)."""
     return {
-        "attn_norm": full["attn_norm"], "mlp_norm": full["mlp_norm"],
+        "attn_norm": full["attn_norm"],
+        "mlp_norm": full["mlp_norm"],
         "qkv": torch.cat([rows_of(full[n], rank, world) for n in ("q", "k", "v")]),
         "o": cols_of(full["o"], rank, world),
         "gate_up": torch.cat([rows_of(full[n], rank, world) for n in ("gate", "up")]),
@@ -266,8 +279,7 @@ def relative_error(got: torch.Tensor, ref: torch.Tensor) -> float:
 class Runner:
     """One TP block on this rank: its input shard, its step, its comparison with the reference."""
 
-    def __init__(self, block: TPBlock, x_full: torch.Tensor, target: torch.Tensor, rank: int, world: int,
-                 group=None):
+    def __init__(self, block: TPBlock, x_full: torch.Tensor, target: torch.Tensor, rank: int, world: int, group=None):
         self.block, self.rank, self.world, self.group = block, rank, world, group
         self.x = rows_of(x_full, rank, world).detach().clone().requires_grad_(True)
         self.target = rows_of(target, rank, world)
@@ -335,9 +347,17 @@ def context_decisions() -> list:
         from syncopate.ops import common
     except ImportError:
         return []
-    return [(type(ctx).__name__, getattr(ctx, "m", None), getattr(ctx, "k", None), getattr(ctx, "n", None),
-             getattr(ctx, "decision", None), getattr(ctx, "backend", None))
-            for ctx in getattr(common, "_CONTEXTS", {}).values()]
+    return [
+        (
+            type(ctx).__name__,
+            getattr(ctx, "m", None),
+            getattr(ctx, "k", None),
+            getattr(ctx, "n", None),
+            getattr(ctx, "decision", None),
+            getattr(ctx, "backend", None),
+        )
+        for ctx in getattr(common, "_CONTEXTS", {}).values()
+    ]
 
 
 def max_over_ranks(errors: dict, world: int, group, device) -> dict:
@@ -374,11 +394,15 @@ def setup(args) -> tuple:
     shared = world > gpus
     backend = args.backend or ("gloo" if shared else "nccl")
     if backend == "nccl" and shared:
-        raise SystemExit(f"tp_llama_block: {world} ranks on {gpus} GPU(s) share GPUs; NCCL needs one GPU "
-                         "per rank, use --backend gloo")
+        raise SystemExit(
+            f"tp_llama_block: {world} ranks on {gpus} GPU(s) share GPUs; NCCL needs one GPU "
+            "per rank, use --backend gloo"
+        )
     if backend == "gloo" and args.cuda_graph:
-        raise SystemExit("tp_llama_block: --cuda-graph needs NCCL (gloo runs its collectives on the host, "
-                         "which a CUDA graph cannot capture)")
+        raise SystemExit(
+            "tp_llama_block: --cuda-graph needs NCCL (gloo runs its collectives on the host, "
+            "which a CUDA graph cannot capture)"
+        )
     if backend == "nccl":
         dist.init_process_group("nccl", device_id=device)
     else:
@@ -390,8 +414,15 @@ def build(cfg: BlockConfig, args, rank: int, world: int, device, group, column=N
     import syncopate.nn as snn
 
     dtype = getattr(torch, args.dtype)
-    block = TPBlock(cfg, column=column or snn.ColumnParallelLinear, row=row or snn.RowParallelLinear,
-                    world=world, group=group, dtype=dtype, device=device)
+    block = TPBlock(
+        cfg,
+        column=column or snn.ColumnParallelLinear,
+        row=row or snn.RowParallelLinear,
+        world=world,
+        group=group,
+        dtype=dtype,
+        device=device,
+    )
     return block
 
 
@@ -406,8 +437,14 @@ def compile_block(block: nn.Module, backend: str, x: torch.Tensor) -> tuple:
 
     torch._dynamo.reset()
     torch.compile(block, fullgraph=True, backend=recorder)(x.detach())
-    ops = sorted({str(n.target).removesuffix(".default") for gm in graphs for n in gm.graph.nodes
-                  if n.op == "call_function" and "syncopate" in str(n.target)})
+    ops = sorted(
+        {
+            str(n.target).removesuffix(".default")
+            for gm in graphs
+            for n in gm.graph.nodes
+            if n.op == "call_function" and "syncopate" in str(n.target)
+        }
+    )
     torch._dynamo.reset()
     return torch.compile(block, fullgraph=True, backend=backend), {"graphs": len(graphs), "syncopate_ops": ops}
 
@@ -429,9 +466,18 @@ def run(argv=None) -> dict:
     load_shards(block, full, rank, world)
     ref = reference_step(cfg, full, x_full, target)
     runner = Runner(block, x_full, target, rank, world, group)
-    report = {"size": args.size, "config": dataclasses.asdict(cfg), "seq": args.seq, "batch": args.batch,
-              "dtype": args.dtype, "world": world, "device": str(device), "compile": args.compile,
-              "cuda_graph": args.cuda_graph, "json": args.json}
+    report = {
+        "size": args.size,
+        "config": dataclasses.asdict(cfg),
+        "seq": args.seq,
+        "batch": args.batch,
+        "dtype": args.dtype,
+        "world": world,
+        "device": str(device),
+        "compile": args.compile,
+        "cuda_graph": args.cuda_graph,
+        "json": args.json,
+    }
     if world > 1:
         import torch.distributed as dist
 
@@ -448,15 +494,15 @@ def run(argv=None) -> dict:
         results.append({"step": step, "s": time.perf_counter() - start, "errors": errors})
     tol = args.tolerance or TOLERANCE[dtype]
     worst = max(max(r["errors"].values()) for r in results)
-    report.update(steps=results, tolerance=tol, worst=worst, passed=bool(worst <= tol),
-                  contexts=context_decisions())
+    report.update(steps=results, tolerance=tol, worst=worst, passed=bool(worst <= tol), contexts=context_decisions())
     return report
 
 
 def config_of(args) -> BlockConfig:
     cfg = SIZES[args.size]
-    overrides = {k: getattr(args, k) for k in ("hidden", "heads", "kv_heads", "head_dim", "ffn")
-                 if getattr(args, k) is not None}
+    overrides = {
+        k: getattr(args, k) for k in ("hidden", "heads", "kv_heads", "head_dim", "ffn") if getattr(args, k) is not None
+    }
     return dataclasses.replace(cfg, **overrides)
 
 
@@ -469,8 +515,12 @@ def parse_args(argv=None):
     p.add_argument("--batch", type=int, default=1)
     p.add_argument("--dtype", choices=("bfloat16", "float16"), default="bfloat16")
     p.add_argument("--device", choices=("cuda", "cpu"), default="cuda")
-    p.add_argument("--backend", choices=("nccl", "gloo"), default=None,
-                   help="process group (default: nccl with one GPU per rank, gloo when ranks share GPUs)")
+    p.add_argument(
+        "--backend",
+        choices=("nccl", "gloo"),
+        default=None,
+        help="process group (default: nccl with one GPU per rank, gloo when ranks share GPUs)",
+    )
     p.add_argument("--steps", type=int, default=2, help="forward + backward steps, each checked")
     p.add_argument("--compile", action="store_true", help="torch.compile(fullgraph=True) the block")
     p.add_argument("--compile-backend", default="inductor")
@@ -494,17 +544,22 @@ def main(argv=None) -> int:
     if rank == 0:
         for r in report["steps"]:
             worst = max(r["errors"], key=r["errors"].get)
-            print(f"step {r['step']}: {r['s'] * 1e3:.1f} ms, worst {worst} {r['errors'][worst]:.2e}, "
-                  + ", ".join(f"{k} {v:.1e}" for k, v in sorted(r["errors"].items())))
+            print(
+                f"step {r['step']}: {r['s'] * 1e3:.1f} ms, worst {worst} {r['errors'][worst]:.2e}, "
+                + ", ".join(f"{k} {v:.1e}" for k, v in sorted(r["errors"].items()))
+            )
         for name, m, k, n, decision, backend in report["contexts"]:
             print(f"  {name} m={m} k={k} n={n}: {decision}" + (f" ({backend})" if decision == "fused" else ""))
         if "trace" in report:
-            print(f"torch.compile: {report['trace']['graphs']} graph(s), syncopate ops "
-                  f"{report['trace']['syncopate_ops']}")
-        print(f"{'PASS' if report['passed'] else 'FAIL'} world={report['world']} size={report['size']} "
-              f"seq={report['seq']} dtype={report['dtype']} compile={report['compile']} "
-              f"cuda_graph={report['cuda_graph']}: worst relative error {report['worst']:.2e} "
-              f"(tolerance {report['tolerance']:.0e})")
+            print(
+                f"torch.compile: {report['trace']['graphs']} graph(s), syncopate ops {report['trace']['syncopate_ops']}"
+            )
+        print(
+            f"{'PASS' if report['passed'] else 'FAIL'} world={report['world']} size={report['size']} "
+            f"seq={report['seq']} dtype={report['dtype']} compile={report['compile']} "
+            f"cuda_graph={report['cuda_graph']}: worst relative error {report['worst']:.2e} "
+            f"(tolerance {report['tolerance']:.0e})"
+        )
     if report["json"] and rank == 0:
         with open(report["json"], "w", encoding="utf-8") as f:
             json.dump(report, f, indent=1)

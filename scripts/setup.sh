@@ -11,11 +11,12 @@ VENV="$ROOT/.venv"
 # Pinned to the versions on the GPU device image, so CI's Triton interpreter runs what the GPU runs.
 TORCH_PIN="torch==2.11.0"
 TRITON_PIN="triton==3.6.0"
+RUFF_PIN="ruff==0.14.6"  # the formatter and linter of scripts/check_format.sh
 
 log() { printf '\033[1m[setup]\033[0m %s\n' "$*"; }
 
 # --- Debian packages -----------------------------------------------------------------------
-DEB_PKGS=(cmake ninja-build g++ nlohmann-json3-dev libcli11-dev libfmt-dev libgtest-dev libpugixml-dev)
+DEB_PKGS=(cmake ninja-build g++ nlohmann-json3-dev libcli11-dev libfmt-dev libgtest-dev libpugixml-dev clang-format)
 missing=()
 for p in "${DEB_PKGS[@]}"; do
   dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")
@@ -34,7 +35,7 @@ if [[ "${SYNCOPATE_NO_PYTHON:-0}" != 1 ]]; then
     log "creating $VENV"
     "$PY" -m venv "$VENV"
   fi
-  REQS="numpy pytest nanobind scikit-build-core cmake ninja $TORCH_PIN $TRITON_PIN"
+  REQS="numpy pytest nanobind scikit-build-core cmake ninja $TORCH_PIN $TRITON_PIN $RUFF_PIN"
   STAMP="$VENV/.syncopate-reqs"
   if [[ ! -f "$STAMP" || "$(cat "$STAMP")" != "$REQS" ]]; then
     log "installing Python packages into $VENV (torch and triton are large: a minute or two)"

@@ -15,6 +15,9 @@ BUILD_DIR="${SYNCOPATE_BUILD_DIR:-$ROOT/build}"
 log "layering (scripts/check_layers.py: includes and links look only down)"
 python3 "$ROOT/scripts/check_layers.py"
 
+log "formatting (scripts/check_format.sh: clang-format, ruff)"
+"$ROOT/scripts/check_format.sh"
+
 log "C++ unit tests"
 ctest --test-dir "$BUILD_DIR" --output-on-failure -j 2
 

@@ -1,5 +1,6 @@
-// Maps each C++ error class of include/syncopate/common/error.hpp to its own Python exception, defined in python/syncopate/errors.py (syncopate.PlanParseError,
-// syncopate.ShapeError, ...). One translator for every class: see error_translation.cpp.
+// Maps each C++ error class of include/syncopate/common/error.hpp to its own Python exception, defined in
+// python/syncopate/errors.py (syncopate.PlanParseError, syncopate.ShapeError, ...). One translator for every class: see
+// error_translation.cpp.
 //
 // Every extension module of the package calls register_error_translator() once in its
 // NB_MODULE body (syncopate._core does; syncopate._runtime should too), so a C++ error crossing

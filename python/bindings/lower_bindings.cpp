@@ -51,17 +51,13 @@ void bind_tiling(nb::module_& m) {
                ", block_m=" + std::to_string(g.block_m) + ", block_n=" + std::to_string(g.block_n) + ")";
       });
 
-  nb::class_<TileAccess>(m, "TileAccess",
-                         "Which dims of a communicated tensor a tile's rows and columns index.")
+  nb::class_<TileAccess>(m, "TileAccess", "Which dims of a communicated tensor a tile's rows and columns index.")
       .def(
           "__init__",
-          [](TileAccess* self, std::string tensor, std::string_view role, int m_dim, int n_dim,
-             bool m_local_shard) {
-            new (self) TileAccess{std::move(tensor), enum_arg<AccessRole>(role, "role"), m_dim, n_dim,
-                                  m_local_shard};
+          [](TileAccess* self, std::string tensor, std::string_view role, int m_dim, int n_dim, bool m_local_shard) {
+            new (self) TileAccess{std::move(tensor), enum_arg<AccessRole>(role, "role"), m_dim, n_dim, m_local_shard};
           },
-          "tensor"_a, "role"_a = "consume", "m_dim"_a = 0, "n_dim"_a = -1,
-          "m_local_shard"_a = false)
+          "tensor"_a, "role"_a = "consume", "m_dim"_a = 0, "n_dim"_a = -1, "m_local_shard"_a = false)
       .def_rw("tensor", &TileAccess::tensor)
       .def_prop_rw(
           "role", [](const TileAccess& a) { return enum_str(a.role); },
@@ -88,12 +84,19 @@ void bind_signal_tables(nb::module_& m) {
       .def_ro("rank", &SignalTableArrays::rank)
       .def_ro("num_slots", &SignalTableArrays::num_slots)
       .def_ro("num_landing", &SignalTableArrays::num_landing)
-      .def_prop_ro("slot_writers", [](const SignalTableArrays& a) { return to_numpy(a.slot_writers); }, nb::rv_policy::move)
-      .def_prop_ro("slot_chunk", [](const SignalTableArrays& a) { return to_numpy(a.slot_chunk); }, nb::rv_policy::move)
-      .def_prop_ro("wait_offsets", [](const SignalTableArrays& a) { return to_numpy(a.waits.offsets); }, nb::rv_policy::move)
-      .def_prop_ro("wait_slots", [](const SignalTableArrays& a) { return to_numpy(a.waits.items); }, nb::rv_policy::move)
-      .def_prop_ro("notify_offsets", [](const SignalTableArrays& a) { return to_numpy(a.notifies.offsets); }, nb::rv_policy::move)
-      .def_prop_ro("notify_slots", [](const SignalTableArrays& a) { return to_numpy(a.notifies.items); }, nb::rv_policy::move);
+      .def_prop_ro(
+          "slot_writers", [](const SignalTableArrays& a) { return to_numpy(a.slot_writers); }, nb::rv_policy::move)
+      .def_prop_ro(
+          "slot_chunk", [](const SignalTableArrays& a) { return to_numpy(a.slot_chunk); }, nb::rv_policy::move)
+      .def_prop_ro(
+          "wait_offsets", [](const SignalTableArrays& a) { return to_numpy(a.waits.offsets); }, nb::rv_policy::move)
+      .def_prop_ro(
+          "wait_slots", [](const SignalTableArrays& a) { return to_numpy(a.waits.items); }, nb::rv_policy::move)
+      .def_prop_ro(
+          "notify_offsets", [](const SignalTableArrays& a) { return to_numpy(a.notifies.offsets); },
+          nb::rv_policy::move)
+      .def_prop_ro(
+          "notify_slots", [](const SignalTableArrays& a) { return to_numpy(a.notifies.items); }, nb::rv_policy::move);
 
   nb::class_<SignalTable>(m, "SignalTable", "One rank's signal slots and per-tile wait/notify lists.")
       .def_ro("rank", &SignalTable::rank)
@@ -113,8 +116,7 @@ void bind_signal_tables(nb::module_& m) {
 
   m.def("lower", &lower::lower, "plan"_a, "grid"_a, "accesses"_a,
         "One SignalTable per rank; raises UserError when an access does not fit the plan or grid.");
-  m.def("signal_tables_to_json", &lower::signal_tables_to_json, "tables"_a, "grid"_a, "accesses"_a,
-        "indent"_a = 2);
+  m.def("signal_tables_to_json", &lower::signal_tables_to_json, "tables"_a, "grid"_a, "accesses"_a, "indent"_a = 2);
 }
 
 }  // namespace

@@ -45,8 +45,7 @@ using plan::TensorSpec;
 
 std::string plan_repr(const CommPlan& p) {
   return "CommPlan(" + enum_str(p.collective.kind) + ", " + enum_str(p.collective.algorithm) +
-         ", world_size=" + std::to_string(p.world_size) +
-         ", chunks=" + std::to_string(p.chunks.size()) + ")";
+         ", world_size=" + std::to_string(p.world_size) + ", chunks=" + std::to_string(p.chunks.size()) + ")";
 }
 
 std::string box_repr(const Box& b) {
@@ -101,9 +100,8 @@ void bind_values(nb::module_& m) {
           "element index of the int32 tensor counts on dst), or None")
       .def(nb::self == nb::self)
       .def("__repr__", [](const Chunk& c) {
-        return "Chunk(id=" + std::to_string(c.id) + ", " + c.tensor + ", " + std::to_string(c.src) +
-               " -> " + std::to_string(c.dst) + ", " + enum_str(c.backend) + ", " + enum_str(c.op) +
-               ")";
+        return "Chunk(id=" + std::to_string(c.id) + ", " + c.tensor + ", " + std::to_string(c.src) + " -> " +
+               std::to_string(c.dst) + ", " + enum_str(c.backend) + ", " + enum_str(c.op) + ")";
       });
 
   nb::class_<TensorSpec>(m, "TensorSpec")
@@ -152,8 +150,7 @@ void bind_comm_plan(nb::module_& m) {
           },
           "id"_a)
       .def_static(
-          "from_json",
-          [](std::string_view text, std::string_view source) { return plan::parse_plan(text, source); },
+          "from_json", [](std::string_view text, std::string_view source) { return plan::parse_plan(text, source); },
           "text"_a, "source"_a = "<string>")
       .def_static(
           "from_dict",
@@ -161,8 +158,7 @@ void bind_comm_plan(nb::module_& m) {
             nb::str text = nb::str(nb::module_::import_("json").attr("dumps")(dict));
             return plan::parse_plan(text.c_str(), source);
           },
-          "data"_a, "source"_a = "<dict>",
-          "Reads a plan from the dict form of its JSON (as returned by to_dict()).")
+          "data"_a, "source"_a = "<dict>", "Reads a plan from the dict form of its JSON (as returned by to_dict()).")
       .def_static("load", &plan::load_plan, "path"_a)
       .def("to_json", &plan::plan_to_json, "indent"_a = 2)
       .def(
@@ -174,9 +170,8 @@ void bind_comm_plan(nb::module_& m) {
       .def("__repr__", &plan_repr)
       // Pickling (and copy.copy) go through the JSON form and its checked loader.
       .def("__getstate__", [](const CommPlan& p) { return plan::plan_to_json(p, -1); })
-      .def("__setstate__", [](CommPlan& p, const std::string& state) {
-        new (&p) CommPlan(plan::parse_plan(state, "<pickle>"));
-      });
+      .def("__setstate__",
+           [](CommPlan& p, const std::string& state) { new (&p) CommPlan(plan::parse_plan(state, "<pickle>")); });
 
   m.def("parse_plan", &plan::parse_plan, "text"_a, "source"_a = "<string>",
         "Reads a plan from JSON text; raises PlanParseError naming the source and JSON path.");
@@ -188,10 +183,9 @@ void bind_comm_plan(nb::module_& m) {
 void bind_templates(nb::module_& m) {
   m.def(
       "make_plan",
-      [](std::string_view collective, int world_size, std::vector<std::int64_t> shape,
-         std::string_view algorithm, int split, std::string_view dtype, int dim,
-         std::string_view backend, std::string tensor, std::string output, std::string staging,
-         std::optional<std::vector<int>> nodes, bool flat, std::string input) {
+      [](std::string_view collective, int world_size, std::vector<std::int64_t> shape, std::string_view algorithm,
+         int split, std::string_view dtype, int dim, std::string_view backend, std::string tensor, std::string output,
+         std::string staging, std::optional<std::vector<int>> nodes, bool flat, std::string input) {
         plan::TemplateOptions options;
         options.collective = enum_arg<plan::Collective>(collective, "collective");
         options.algorithm = enum_arg<plan::Algorithm>(algorithm, "algorithm");
@@ -209,13 +203,13 @@ void bind_templates(nb::module_& m) {
         options.input = std::move(input);
         return plan::make_plan(options);
       },
-      "collective"_a, nb::kw_only(), "world_size"_a, "shape"_a, "algorithm"_a = "ring",
-      "split"_a = 1, "dtype"_a = "bf16", "dim"_a = 0, "backend"_a = "copy-engine",
-      "tensor"_a = "x", "output"_a = "y", "staging"_a = "", "nodes"_a = nb::none(), "flat"_a = false,
-      "input"_a = "",
+      "collective"_a, nb::kw_only(), "world_size"_a, "shape"_a, "algorithm"_a = "ring", "split"_a = 1,
+      "dtype"_a = "bf16", "dim"_a = 0, "backend"_a = "copy-engine", "tensor"_a = "x", "output"_a = "y",
+      "staging"_a = "", "nodes"_a = nb::none(), "flat"_a = false, "input"_a = "",
       "Makes a template plan. `nodes` (one node id per rank) spanning several nodes makes a "
       "hierarchical plan (NCCL between nodes, rail-aligned; `algorithm` and `backend` inside each "
-      "node; nodes of equal size) unless `flat` (then backend nccl). `shape` is the full (gathered / reduced) tensor; raises "
+      "node; nodes of equal size) unless `flat` (then backend nccl). `shape` is the full (gathered / reduced) tensor; "
+      "raises "
       "ShapeError when it cannot be split as asked. `staging` (reduce-scatter, direct only) "
       "names a staging tensor [world, ..., shape[dim] / world, ...]: each rank's partial is copied "
       "into its slot on the owner and the consumer adds the slots; `shape` then needs a unit dim 0. "
@@ -301,7 +295,8 @@ void bind_import(nb::module_& m) {
       "dtype"_a = nb::none(), "backend"_a = "copy-engine",
       "Maps a plan from `format` (\"msccl-xml\", \"mscclpp-json\" or \"sendrecv\"), read from `path` or "
       "given as `text`, onto a verified plan. MSCCL and MSCCL++ count in chunks of the op's tensor: give its full "
-      "`shape` (and `dim`, `tensor`, `dtype`, default bf16); a send/recv list names its tensors itself. Raises PlanParseError "
+      "`shape` (and `dim`, `tensor`, `dtype`, default bf16); a send/recv list names its tensors itself. Raises "
+      "PlanParseError "
       "naming the element for what the IR cannot express, PlanVerifyError (each violation naming its chunk's "
       "source element) for a plan that is not safe. docs/IMPORT.md describes the mapping.");
   m.def("export_msccl_xml", &plan::export_msccl_xml, "plan"_a, "name"_a = "syncopate",

@@ -33,12 +33,11 @@ using namespace nb::literals;
 namespace syncopate::python {
 namespace {
 
+using runtime::HostFlag;
 using runtime::NcclComm;
 using runtime::RankExecutor;
 using runtime::SymmetricHeap;
-using runtime::HostFlag;
 using runtime::WaitMonitor;
-
 
 cudaStream_t as_stream(std::uintptr_t handle) { return reinterpret_cast<cudaStream_t>(handle); }
 
@@ -60,8 +59,7 @@ lower::TileAccess to_access(const nb::handle& item, std::size_t index) {
     throw UserError(where + ": bad-access: not a tuple" + shape);
   const auto seq = nb::borrow<nb::sequence>(item);
   const std::size_t n = nb::len(seq);
-  if (n != 4 && n != 5)
-    throw UserError(where + ": bad-access: " + std::to_string(n) + " items" + shape);
+  if (n != 4 && n != 5) throw UserError(where + ": bad-access: " + std::to_string(n) + " items" + shape);
   lower::TileAccess a;
   try {
     a.tensor = nb::cast<std::string>(seq[0]);
@@ -101,8 +99,7 @@ struct PreparedPlan {
 };
 
 std::shared_ptr<PreparedPlan> prepare(const std::string& plan_json, std::int64_t m, std::int64_t n,
-                                      std::int64_t block_m, std::int64_t block_n,
-                                      const nb::list& accesses) {
+                                      std::int64_t block_m, std::int64_t block_n, const nb::list& accesses) {
   auto p = std::make_shared<PreparedPlan>();
   p->plan = plan::parse_plan(plan_json, "<plan json>");
   std::vector<lower::TileAccess> acc;
@@ -139,20 +136,23 @@ NB_MODULE(_runtime, m) {
   m.doc() = "Syncopate's CUDA runtime: symmetric heap, bounded waits, chunk backends, executor.";
   register_error_translator();
 
-  nb::class_<PreparedPlan>(m, "PreparedPlan",
-                           "A parsed plan with its per-rank signal tables and heap layout.")
+  nb::class_<PreparedPlan>(m, "PreparedPlan", "A parsed plan with its per-rank signal tables and heap layout.")
       .def_prop_ro("world_size", [](const PreparedPlan& p) { return p.plan.world_size; })
       .def_prop_ro("heap_bytes", [](const PreparedPlan& p) { return p.layout.total_bytes; })
       .def_prop_ro("signals_offset", [](const PreparedPlan& p) { return p.layout.signals_offset; })
       .def_prop_ro("control_offset", [](const PreparedPlan& p) { return p.layout.control_offset; })
       .def_prop_ro("num_signal_slots", [](const PreparedPlan& p) { return p.layout.num_signal_slots; })
-      .def("tensor_offset", [](const PreparedPlan& p, const std::string& name) { return p.layout.tensor_offset(name); },
-           "name"_a)
-      .def("table", [](const PreparedPlan& p, int rank) {
-             if (rank < 0 || rank >= static_cast<int>(p.tables.size()))
-               throw UserError("table: rank-out-of-range: " + std::to_string(rank));
-             return table_dict(p.tables[rank]);
-           }, "rank"_a);
+      .def(
+          "tensor_offset", [](const PreparedPlan& p, const std::string& name) { return p.layout.tensor_offset(name); },
+          "name"_a)
+      .def(
+          "table",
+          [](const PreparedPlan& p, int rank) {
+            if (rank < 0 || rank >= static_cast<int>(p.tables.size()))
+              throw UserError("table: rank-out-of-range: " + std::to_string(rank));
+            return table_dict(p.tables[rank]);
+          },
+          "rank"_a);
   m.def("prepare_plan", &prepare, "plan_json"_a, "m"_a, "n"_a, "block_m"_a, "block_n"_a, "accesses"_a,
         "Parses a plan, lowers it against an M x N grid of block_m x block_n tiles and the kernel's "
         "accesses [(tensor, 'consume'|'produce', m_dim, n_dim[, m_local_shard])], and lays out the heap.");
@@ -160,15 +160,18 @@ NB_MODULE(_runtime, m) {
   nb::class_<SymmetricHeap>(m, "SymmetricHeap")
       .def(nb::init<int, int, int, std::size_t>(), "rank"_a, "world"_a, "device"_a, "bytes"_a)
       .def("export_handle", [](const SymmetricHeap& h) { return from_bytes(h.export_handle()); })
-      .def("open_peers", [](SymmetricHeap& h, const std::vector<nb::bytes>& handles, const std::vector<int>& nodes) {
-             std::vector<std::vector<std::uint8_t>> raw;
-             for (const auto& b : handles) raw.push_back(to_bytes(b));
-             h.open_peers(raw, nodes);
-           }, "handles"_a, "nodes"_a = std::vector<int>{},
-           "Maps the peers of this rank's node (`nodes`: node id per rank; empty: every peer).")
+      .def(
+          "open_peers",
+          [](SymmetricHeap& h, const std::vector<nb::bytes>& handles, const std::vector<int>& nodes) {
+            std::vector<std::vector<std::uint8_t>> raw;
+            for (const auto& b : handles) raw.push_back(to_bytes(b));
+            h.open_peers(raw, nodes);
+          },
+          "handles"_a, "nodes"_a = std::vector<int>{},
+          "Maps the peers of this rank's node (`nodes`: node id per rank; empty: every peer).")
       .def_static("connect_local", &SymmetricHeap::connect_local, "heaps"_a)
-      .def("base", [](const SymmetricHeap& h, int r) { return reinterpret_cast<std::uintptr_t>(h.base(r)); },
-           "rank"_a)
+      .def(
+          "base", [](const SymmetricHeap& h, int r) { return reinterpret_cast<std::uintptr_t>(h.base(r)); }, "rank"_a)
       .def_prop_ro("device_peer_bases",
                    [](const SymmetricHeap& h) { return reinterpret_cast<std::uintptr_t>(h.device_peer_bases()); })
       .def_prop_ro("rank", &SymmetricHeap::rank)
@@ -185,44 +188,53 @@ NB_MODULE(_runtime, m) {
 
   nb::class_<HostFlag>(m, "HostFlag")
       .def(nb::init<>())
-      .def("enqueue_copy",
-           [](HostFlag& f, std::uintptr_t device_word, std::uintptr_t stream) {
-             f.enqueue_copy(reinterpret_cast<const void*>(device_word), as_stream(stream));
-           },
-           "device_word"_a, "stream"_a, "Enqueues the copy of an 8-byte device word into the flag")
+      .def(
+          "enqueue_copy",
+          [](HostFlag& f, std::uintptr_t device_word, std::uintptr_t stream) {
+            f.enqueue_copy(reinterpret_cast<const void*>(device_word), as_stream(stream));
+          },
+          "device_word"_a, "stream"_a, "Enqueues the copy of an 8-byte device word into the flag")
       .def_prop_ro("value", &HostFlag::value)
       .def("clear", &HostFlag::clear);
 
   m.def("nccl_unique_id", [] { return from_bytes(NcclComm::unique_id()); });
-  m.def("launch_graph", [](std::uintptr_t graph_exec, std::uintptr_t stream) {
-          runtime::launch_graph(graph_exec, as_stream(stream));
-        }, "graph_exec"_a, "stream"_a, "cudaGraphLaunch of an instantiated graph (torch: raw_cuda_graph_exec())");
+  m.def(
+      "launch_graph",
+      [](std::uintptr_t graph_exec, std::uintptr_t stream) { runtime::launch_graph(graph_exec, as_stream(stream)); },
+      "graph_exec"_a, "stream"_a, "cudaGraphLaunch of an instantiated graph (torch: raw_cuda_graph_exec())");
   nb::class_<NcclComm>(m, "NcclComm")
-      .def("__init__", [](NcclComm* self, const nb::bytes& id, int world, int rank, int device) {
-             new (self) NcclComm(to_bytes(id), world, rank, device);
-           }, "unique_id"_a, "world"_a, "rank"_a, "device"_a)
+      .def(
+          "__init__",
+          [](NcclComm* self, const nb::bytes& id, int world, int rank, int device) {
+            new (self) NcclComm(to_bytes(id), world, rank, device);
+          },
+          "unique_id"_a, "world"_a, "rank"_a, "device"_a)
       .def_prop_ro("rank", &NcclComm::rank)
       .def_prop_ro("world", &NcclComm::world);
 
   nb::class_<RankExecutor>(m, "RankExecutor")
-      .def("__init__",
-           [](RankExecutor* self, const PreparedPlan& prepared, SymmetricHeap& heap, WaitMonitor& monitor,
-              NcclComm* nccl, std::int64_t wait_bound_ns, int drop_chunk, int sm_copy_blocks) {
-             runtime::ExecutorOptions o;
-             o.wait_bound_ns = wait_bound_ns;
-             o.drop_chunk = drop_chunk;
-             o.sm_copy_blocks = sm_copy_blocks;
-             new (self) RankExecutor(prepared.plan, prepared.tables, heap, monitor, nccl, o);
-           },
-           "prepared"_a, "heap"_a, "monitor"_a, "nccl"_a.none(), "wait_bound_ns"_a = 10'000'000'000,
-           "drop_chunk"_a = -1, "sm_copy_blocks"_a = 16,
-           // the executor refers to heap, monitor and communicator: keep them alive with it
-           nb::keep_alive<1, 3>(), nb::keep_alive<1, 4>(), nb::keep_alive<1, 5>())
+      .def(
+          "__init__",
+          [](RankExecutor* self, const PreparedPlan& prepared, SymmetricHeap& heap, WaitMonitor& monitor,
+             NcclComm* nccl, std::int64_t wait_bound_ns, int drop_chunk, int sm_copy_blocks) {
+            runtime::ExecutorOptions o;
+            o.wait_bound_ns = wait_bound_ns;
+            o.drop_chunk = drop_chunk;
+            o.sm_copy_blocks = sm_copy_blocks;
+            new (self) RankExecutor(prepared.plan, prepared.tables, heap, monitor, nccl, o);
+          },
+          "prepared"_a, "heap"_a, "monitor"_a, "nccl"_a.none(), "wait_bound_ns"_a = 10'000'000'000, "drop_chunk"_a = -1,
+          "sm_copy_blocks"_a = 16,
+          // the executor refers to heap, monitor and communicator: keep them alive with it
+          nb::keep_alive<1, 3>(), nb::keep_alive<1, 4>(), nb::keep_alive<1, 5>())
       // One call: begin, (inputs), publish, fork, (kernel), issue_chunks, [wait_landed], end;
       // executor.hpp says what each does. No epoch argument: it lives on the device.
-      .def("begin", [](RankExecutor& e, std::uintptr_t s) { e.begin(as_stream(s)); }, "stream"_a)
-      .def("publish", [](RankExecutor& e, std::uintptr_t s) { e.publish(as_stream(s)); }, "stream"_a)
-      .def("fork", [](RankExecutor& e, std::uintptr_t s) { e.fork(as_stream(s)); }, "stream"_a)
+      .def(
+          "begin", [](RankExecutor& e, std::uintptr_t s) { e.begin(as_stream(s)); }, "stream"_a)
+      .def(
+          "publish", [](RankExecutor& e, std::uintptr_t s) { e.publish(as_stream(s)); }, "stream"_a)
+      .def(
+          "fork", [](RankExecutor& e, std::uintptr_t s) { e.fork(as_stream(s)); }, "stream"_a)
       .def("issue_chunks", &RankExecutor::issue_chunks)
       .def(
           "bind_source",
@@ -230,22 +242,30 @@ NB_MODULE(_runtime, m) {
             e.bind_source(name, reinterpret_cast<const void*>(address));
           },
           "name"_a, "address"_a, "this rank's local chunks read tensor `name` at `address` (0: the heap again)")
-      .def("issue", [](RankExecutor& e, std::uintptr_t s, bool wait_landed) { e.issue(as_stream(s), wait_landed); },
-           "stream"_a, "wait_landed"_a = true)
-      .def("wait_landed", [](RankExecutor& e, std::uintptr_t s) { e.wait_landed(as_stream(s)); }, "stream"_a)
-      .def("end", [](RankExecutor& e, std::uintptr_t s) { e.end(as_stream(s)); }, "stream"_a)
-      .def("run", [](RankExecutor& e, std::uintptr_t s) { e.run(as_stream(s)); }, "stream"_a)
-      .def_prop_ro("epoch_word", [](const RankExecutor& e) { return reinterpret_cast<std::uintptr_t>(e.epoch_word()); },
-                   "device address of this rank's int32 epoch word")
+      .def(
+          "issue", [](RankExecutor& e, std::uintptr_t s, bool wait_landed) { e.issue(as_stream(s), wait_landed); },
+          "stream"_a, "wait_landed"_a = true)
+      .def(
+          "wait_landed", [](RankExecutor& e, std::uintptr_t s) { e.wait_landed(as_stream(s)); }, "stream"_a)
+      .def(
+          "end", [](RankExecutor& e, std::uintptr_t s) { e.end(as_stream(s)); }, "stream"_a)
+      .def(
+          "run", [](RankExecutor& e, std::uintptr_t s) { e.run(as_stream(s)); }, "stream"_a)
+      .def_prop_ro(
+          "epoch_word", [](const RankExecutor& e) { return reinterpret_cast<std::uintptr_t>(e.epoch_word()); },
+          "device address of this rank's int32 epoch word")
       .def_prop_ro("rank", &RankExecutor::rank);
 
   // Occupancy shaping and stream priorities (kernel-level mode, docs/KERNEL_LEVEL.md). The
   // arithmetic needs no GPU; the rest asks the device / driver.
   nb::class_<runtime::KernelResources>(m, "KernelResources", "What one block of a kernel uses.")
-      .def("__init__", [](runtime::KernelResources* self, int threads, int registers, std::int64_t static_smem,
-                          std::int64_t dynamic_smem) {
-             new (self) runtime::KernelResources{threads, registers, static_smem, dynamic_smem};
-           }, "threads_per_block"_a, "registers_per_thread"_a, "static_smem_bytes"_a = 0, "dynamic_smem_bytes"_a = 0)
+      .def(
+          "__init__",
+          [](runtime::KernelResources* self, int threads, int registers, std::int64_t static_smem,
+             std::int64_t dynamic_smem) {
+            new (self) runtime::KernelResources{threads, registers, static_smem, dynamic_smem};
+          },
+          "threads_per_block"_a, "registers_per_thread"_a, "static_smem_bytes"_a = 0, "dynamic_smem_bytes"_a = 0)
       .def_rw("threads_per_block", &runtime::KernelResources::threads_per_block)
       .def_rw("registers_per_thread", &runtime::KernelResources::registers_per_thread)
       .def_rw("static_smem_bytes", &runtime::KernelResources::static_smem_bytes)
@@ -270,11 +290,13 @@ NB_MODULE(_runtime, m) {
       .def_ro("natural_blocks", &runtime::Shaping::natural_blocks)
       .def_ro("blocks", &runtime::Shaping::blocks)
       .def_ro("reason", &runtime::Shaping::reason);
-  m.def("resident_blocks", [](const runtime::KernelResources& k, const runtime::SmLimits& l) {
-          const auto r = runtime::resident_blocks(k, l);
-          return std::make_tuple(r.blocks, std::string(runtime::to_string(r.limit)), r.smem_per_block);
-        }, "kernel"_a, "limits"_a,
-        "(blocks per SM, the limiting resource, shared memory allocated per block).");
+  m.def(
+      "resident_blocks",
+      [](const runtime::KernelResources& k, const runtime::SmLimits& l) {
+        const auto r = runtime::resident_blocks(k, l);
+        return std::make_tuple(r.blocks, std::string(runtime::to_string(r.limit)), r.smem_per_block);
+      },
+      "kernel"_a, "limits"_a, "(blocks per SM, the limiting resource, shared memory allocated per block).");
   m.def("shape_for_residency", &runtime::shape_for_residency, "kernel"_a, "limits"_a, "target_blocks"_a,
         "The least extra dynamic shared memory capping residency at target_blocks (Shaping).");
   m.def("device_sm_limits", &runtime::device_sm_limits, "device"_a);
@@ -285,5 +307,6 @@ NB_MODULE(_runtime, m) {
   m.def("set_max_dynamic_smem", &runtime::set_max_dynamic_smem, "function"_a, "bytes"_a);
   m.def("stream_priority_range", &runtime::stream_priority_range,
         "(least, greatest) stream priority of the current device; greatest is numerically smallest.");
-  m.def("stream_priority", [](std::uintptr_t s) { return runtime::stream_priority(s); }, "stream"_a);
+  m.def(
+      "stream_priority", [](std::uintptr_t s) { return runtime::stream_priority(s); }, "stream"_a);
 }

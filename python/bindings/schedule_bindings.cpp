@@ -29,8 +29,9 @@ void bind_schedule(nb::module_& m) {
       .def_ro("rank", &TileOrder::rank)
       .def_prop_ro("kind", [](const TileOrder& o) { return enum_str(o.kind); })
       .def_ro("tiles", &TileOrder::tiles)
-      .def("as_array", [](const TileOrder& o) { return to_numpy(o.tiles); },
-           "The tile ids as an int32 numpy array (what a kernel's order table takes).")
+      .def(
+          "as_array", [](const TileOrder& o) { return to_numpy(o.tiles); },
+          "The tile ids as an int32 numpy array (what a kernel's order table takes).")
       .def("__repr__", [](const TileOrder& o) {
         return "TileOrder(rank=" + std::to_string(o.rank) + ", " + enum_str(o.kind) +
                ", tiles=" + std::to_string(o.tiles.size()) + ")";
@@ -44,14 +45,12 @@ void bind_schedule(nb::module_& m) {
          std::string_view kind, std::optional<std::vector<double>> chunk_arrival, int group_m) {
         const std::vector<double> arrival =
             chunk_arrival ? std::move(*chunk_arrival) : schedule::estimate_arrival(plan);
-        return schedule::make_tile_order(plan, table, grid, enum_arg<OrderKind>(kind, "kind"), arrival,
-                                         group_m);
+        return schedule::make_tile_order(plan, table, grid, enum_arg<OrderKind>(kind, "kind"), arrival, group_m);
       },
-      "plan"_a, "table"_a, "grid"_a, "kind"_a = "arrival", "chunk_arrival"_a = nb::none(),
-      "group_m"_a = 8,
+      "plan"_a, "table"_a, "grid"_a, "kind"_a = "arrival", "chunk_arrival"_a = nb::none(), "group_m"_a = 8,
       "The tile order of table.rank; chunk_arrival defaults to estimate_arrival(plan).");
-  m.def("tile_orders_to_json", &schedule::tile_orders_to_json, "orders"_a, "grid"_a, "group_m"_a,
-        "chunk_arrival"_a, "indent"_a = 2);
+  m.def("tile_orders_to_json", &schedule::tile_orders_to_json, "orders"_a, "grid"_a, "group_m"_a, "chunk_arrival"_a,
+        "indent"_a = 2);
 }
 
 }  // namespace syncopate::python

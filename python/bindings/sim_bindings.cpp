@@ -42,8 +42,7 @@ std::vector<E> enum_list(const std::vector<std::string>& names, std::string_view
 }
 
 void bind_calibration(nb::module_& m) {
-  nb::class_<sim::Calibration>(m, "Calibration",
-                               "Measured device numbers for the simulator (see docs/SIMULATOR.md).")
+  nb::class_<sim::Calibration>(m, "Calibration", "Measured device numbers for the simulator (see docs/SIMULATOR.md).")
       .def_ro("version", &sim::Calibration::version)
       .def_ro("device", &sim::Calibration::device)
       .def_ro("sms", &sim::Calibration::sms)
@@ -53,7 +52,9 @@ void bind_calibration(nb::module_& m) {
       .def(
           "tile_time_us",
           [](const sim::Calibration& c, std::int64_t block_m, std::int64_t block_n, std::int64_t k,
-             std::string_view dtype) { return c.tile_time_us(block_m, block_n, k, enum_arg<plan::DType>(dtype, "dtype")); },
+             std::string_view dtype) {
+            return c.tile_time_us(block_m, block_n, k, enum_arg<plan::DType>(dtype, "dtype"));
+          },
           "block_m"_a, "block_n"_a, "k"_a, "dtype"_a = "bf16")
       .def_prop_ro("fp8_peak_tflops", [](const sim::Calibration& c) { return c.gemm.fp8_peak_tflops; })
       .def_prop_ro("fp8_estimated", [](const sim::Calibration& c) { return c.gemm.fp8_estimated; })
@@ -79,7 +80,9 @@ void bind_timelines(nb::module_& m) {
       .def(
           "__init__",
           [](sim::GemmShape* self, std::int64_t m, std::int64_t n, std::int64_t k, std::int64_t block_m,
-             std::int64_t block_n) { new (self) sim::GemmShape{m, n, k, block_m, block_n}; },
+             std::int64_t block_n) {
+            new (self) sim::GemmShape{m, n, k, block_m, block_n};
+          },
           "m"_a, "n"_a, "k"_a, "block_m"_a = 128, "block_n"_a = 256)
       .def_rw("m", &sim::GemmShape::m)
       .def_rw("n", &sim::GemmShape::n)
@@ -105,8 +108,7 @@ void bind_timelines(nb::module_& m) {
       .def_ro("arrival", &sim::ChunkTiming::arrival)
       .def_ro("add_us", &sim::ChunkTiming::add_us);
 
-  nb::class_<sim::RankEnd>(m, "RankEnd",
-                           "How one rank's call ends: kernel launch, GPU end, copy-out, host return.")
+  nb::class_<sim::RankEnd>(m, "RankEnd", "How one rank's call ends: kernel launch, GPU end, copy-out, host return.")
       .def_ro("kernel_launch", &sim::RankEnd::kernel_launch)
       .def_ro("gpu_end", &sim::RankEnd::gpu_end)
       .def_ro("copy_out_start", &sim::RankEnd::copy_out_start)
@@ -155,18 +157,16 @@ void bind_timelines(nb::module_& m) {
       .def_ro("sequential", &sim::Prediction::sequential)
       .def("__repr__", [](const sim::Prediction& p) {
         return "Prediction(fused_us=" + std::to_string(p.fused_us) +
-               ", sequential_us=" + std::to_string(p.sequential_us) +
-               ", floor_us=" + std::to_string(p.floor_us) + ")";
+               ", sequential_us=" + std::to_string(p.sequential_us) + ", floor_us=" + std::to_string(p.floor_us) + ")";
       });
 
   m.def("default_accesses", &sim::default_accesses, "plan"_a,
         "How the local GEMM uses the plan's tensor, from its collective (UserError for custom).");
   m.def(
       "simulate",
-      [](const plan::CommPlan& plan, const sim::GemmShape& gemm, const sim::Calibration& calib,
-         std::string_view order, std::optional<std::vector<lower::TileAccess>> accesses, int group_m,
-         bool dynamic_assignment, int kernel_level_residency, int natural_residency, double block_share,
-         int comm_sms, int sm_carveout) {
+      [](const plan::CommPlan& plan, const sim::GemmShape& gemm, const sim::Calibration& calib, std::string_view order,
+         std::optional<std::vector<lower::TileAccess>> accesses, int group_m, bool dynamic_assignment,
+         int kernel_level_residency, int natural_residency, double block_share, int comm_sms, int sm_carveout) {
         const auto kind = enum_arg<schedule::OrderKind>(order, "order");
         const sim::FusedCall call = accesses ? sim::make_fused_call(plan, gemm, *accesses, kind, calib, group_m)
                                              : sim::make_fused_call(plan, gemm, kind, calib, group_m);
@@ -179,10 +179,9 @@ void bind_timelines(nb::module_& m) {
         options.kernel_level.sm_carveout = sm_carveout;
         return sim::predict(call, calib, options);
       },
-      "plan"_a, "gemm"_a, "calib"_a, nb::kw_only(), "order"_a = "arrival", "accesses"_a = nb::none(),
-      "group_m"_a = 8, "dynamic_assignment"_a = false, "kernel_level_residency"_a = 0,
-      "natural_residency"_a = 1, "block_share"_a = 0.9, "comm_sms"_a = -1,
-      "sm_carveout"_a = 0,
+      "plan"_a, "gemm"_a, "calib"_a, nb::kw_only(), "order"_a = "arrival", "accesses"_a = nb::none(), "group_m"_a = 8,
+      "dynamic_assignment"_a = false, "kernel_level_residency"_a = 0, "natural_residency"_a = 1, "block_share"_a = 0.9,
+      "comm_sms"_a = -1, "sm_carveout"_a = 0,
       "Lowers and schedules the plan for the GEMM, then predicts fused, kernel-level and "
       "sequential times. accesses default to default_accesses(plan). kernel_level_residency, "
       "natural_residency, block_share, comm_sms and sm_carveout (cuBLAS: SMs the GEMM leaves free) "
@@ -202,8 +201,9 @@ void bind_tune(nb::module_& m) {
       .def_ro("comm_alone_us", &sim::Candidate::comm_alone_us)
       .def_ro("gemm_alone_us", &sim::Candidate::gemm_alone_us)
       .def_ro("floor_us", &sim::Candidate::floor_us)
-      .def_prop_ro("reduce", [](const sim::Candidate& c) { return c.staged ? "epilogue" : "chunks"; },
-                   "\"epilogue\": the staged plan (reduction in the fused GEMM's epilogue); else \"chunks\".")
+      .def_prop_ro(
+          "reduce", [](const sim::Candidate& c) { return c.staged ? "epilogue" : "chunks"; },
+          "\"epilogue\": the staged plan (reduction in the fused GEMM's epilogue); else \"chunks\".")
       .def_ro("hierarchical", &sim::Candidate::hierarchical)
       .def("__repr__", [](const sim::Candidate& c) {
         return "Candidate(" + enum_str(c.algorithm) + ", split=" + std::to_string(c.split) + ", " +
@@ -226,8 +226,8 @@ void bind_tune(nb::module_& m) {
       [](std::string_view collective, const sim::GemmShape& gemm, int world_size, const sim::Calibration& calib,
          std::string_view dtype, std::optional<std::vector<std::string>> algorithms,
          std::optional<std::vector<int>> splits, std::optional<std::vector<std::string>> backends,
-         std::optional<std::vector<std::string>> orders, double min_gain, double min_saving_us,
-         std::string_view reduce, bool kernel_level, std::string_view mode, std::optional<std::vector<int>> nodes) {
+         std::optional<std::vector<std::string>> orders, double min_gain, double min_saving_us, std::string_view reduce,
+         bool kernel_level, std::string_view mode, std::optional<std::vector<int>> nodes) {
         sim::TuneRequest request;
         request.collective = enum_arg<plan::Collective>(collective, "collective");
         request.gemm = gemm;
@@ -255,9 +255,9 @@ void bind_tune(nb::module_& m) {
         return sim::tune(request, calib);
       },
       "collective"_a, "gemm"_a, "world_size"_a, "calib"_a, nb::kw_only(), "dtype"_a = "bf16",
-      "algorithms"_a = nb::none(), "splits"_a = nb::none(), "backends"_a = nb::none(),
-      "orders"_a = nb::none(), "min_gain"_a = sim::kDefaultMinGain, "min_saving_us"_a = sim::kDefaultMinSavingUs,
-      "reduce"_a = "chunks", "kernel_level"_a = true, "mode"_a = "auto", "nodes"_a = nb::none(),
+      "algorithms"_a = nb::none(), "splits"_a = nb::none(), "backends"_a = nb::none(), "orders"_a = nb::none(),
+      "min_gain"_a = sim::kDefaultMinGain, "min_saving_us"_a = sim::kDefaultMinSavingUs, "reduce"_a = "chunks",
+      "kernel_level"_a = true, "mode"_a = "auto", "nodes"_a = nb::none(),
       "Simulates every algorithm x split x backend x order (or the lists given; for reduce-scatter "
       "and all-reduce with reduce=\"epilogue\" or \"auto\" also the staged plans) and decides whether "
       "fused, kernel-level (unless kernel_level=False) or sequential execution runs: the one "

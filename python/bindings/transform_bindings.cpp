@@ -81,8 +81,7 @@ void bind_transform(nb::module_& m) {
       "Rewrites several @triton.jit functions of `source` into one output (one import, one "
       "__syncopate__ dict naming every kernel). One TransformResult per kernel, each with the "
       "whole output as .source.");
-  m.def("added_params", &transform::added_params,
-        "The parameters every transformed kernel gets, in signature order.");
+  m.def("added_params", &transform::added_params, "The parameters every transformed kernel gets, in signature order.");
   m.attr("TRANSFORM_OUTPUT_VERSION") = transform::kOutputVersion;
   m.attr("TRANSFORM_INSERTED_MARK") = std::string(transform::kInsertedMark);
 }

@@ -94,18 +94,73 @@ from syncopate._core import (
 __version__ = "0.1.0"
 
 # The public API (the lazy submodules below are reached as attributes: sy.ops, sy.nn, ...).
-__all__ = ["CalibrationError", "DeviceError", "Error", "InternalError", "PlanParseError", "PlanVerifyError",
-           "ShapeError", "TransformError", "UserError", "WaitTimeoutError", "DEFAULT_MIN_GAIN",
-           "DEFAULT_MIN_SAVING_US", "AddedParam", "AnnotatedAccess",
-           "Box", "Calibration", "Candidate", "Chunk", "ChunkTiming", "CollectiveSpec", "CommPlan",
-           "GemmShape", "ImportedPlan", "Prediction", "RankProgram", "SignalSlot", "SignalTable",
-           "SignalTableArrays", "TensorSpec", "TileAccess", "TileGrid", "TileOrder", "TileTiming",
-           "Timeline", "TransformResult", "TuneResult", "VerifyReport", "Violation", "added_params",
-           "default_accesses", "estimate_arrival", "export_msccl_xml", "import_plan", "load_calibration",
-           "load_plan", "lower", "make_moe_dispatch_plan", "make_plan", "moe_rows_chunk", "parse_calibration", "parse_plan", "plan_to_json", "save_plan",
-           "signal_tables_to_json", "simulate", "tile_order", "tile_orders_to_json", "transform",
-           "transform_kernels", "tune", "verify", "verify_or_raise", "calibration", "check_kernel",
-           "__version__"]
+__all__ = [
+    "CalibrationError",
+    "DeviceError",
+    "Error",
+    "InternalError",
+    "PlanParseError",
+    "PlanVerifyError",
+    "ShapeError",
+    "TransformError",
+    "UserError",
+    "WaitTimeoutError",
+    "DEFAULT_MIN_GAIN",
+    "DEFAULT_MIN_SAVING_US",
+    "AddedParam",
+    "AnnotatedAccess",
+    "Box",
+    "Calibration",
+    "Candidate",
+    "Chunk",
+    "ChunkTiming",
+    "CollectiveSpec",
+    "CommPlan",
+    "GemmShape",
+    "ImportedPlan",
+    "Prediction",
+    "RankProgram",
+    "SignalSlot",
+    "SignalTable",
+    "SignalTableArrays",
+    "TensorSpec",
+    "TileAccess",
+    "TileGrid",
+    "TileOrder",
+    "TileTiming",
+    "Timeline",
+    "TransformResult",
+    "TuneResult",
+    "VerifyReport",
+    "Violation",
+    "added_params",
+    "default_accesses",
+    "estimate_arrival",
+    "export_msccl_xml",
+    "import_plan",
+    "load_calibration",
+    "load_plan",
+    "lower",
+    "make_moe_dispatch_plan",
+    "make_plan",
+    "moe_rows_chunk",
+    "parse_calibration",
+    "parse_plan",
+    "plan_to_json",
+    "save_plan",
+    "signal_tables_to_json",
+    "simulate",
+    "tile_order",
+    "tile_orders_to_json",
+    "transform",
+    "transform_kernels",
+    "tune",
+    "verify",
+    "verify_or_raise",
+    "calibration",
+    "check_kernel",
+    "__version__",
+]
 
 
 def calibration(name_or_path="h200"):
@@ -123,8 +178,10 @@ def calibration(name_or_path="h200"):
         path = shipped / f"{path.name}.json"
         if not path.is_file():
             names = sorted(p.stem for p in shipped.glob("*.json")) if shipped.is_dir() else []
-            raise UserError(f"calibration {name_or_path!r}: no such shipped calibration; "
-                            f"shipped: {', '.join(names) or 'none'}; or pass a path to a .json file")
+            raise UserError(
+                f"calibration {name_or_path!r}: no such shipped calibration; "
+                f"shipped: {', '.join(names) or 'none'}; or pass a path to a .json file"
+            )
     return _core.load_calibration(path)
 
 

@@ -30,8 +30,10 @@ def _scalar(value) -> int:
 def _run_of(signals_ptr):
     run = _RUNS.get(_scalar(signals_ptr))
     if run is None:
-        raise RuntimeError("syncopate._check_sites: a kernel transformed for checking ran outside "
-                           "syncopate.check (no run registered for its signals)")
+        raise RuntimeError(
+            "syncopate._check_sites: a kernel transformed for checking ran outside "
+            "syncopate.check (no run registered for its signals)"
+        )
     return run
 
 
@@ -44,11 +46,11 @@ def _on_notify(signals_ptr, tile):
 
 
 @triton.jit
-def wait_tile(signals_ptr, wait_offsets_ptr, wait_slots_ptr, slot_writers_ptr, tile, epoch,
-              bound_ns, rank, error_ptr):
+def wait_tile(signals_ptr, wait_offsets_ptr, wait_slots_ptr, slot_writers_ptr, tile, epoch, bound_ns, rank, error_ptr):
     _on_wait(signals_ptr, tile)
-    _sites.wait_tile(signals_ptr, wait_offsets_ptr, wait_slots_ptr, slot_writers_ptr, tile, epoch,
-                     bound_ns, rank, error_ptr)
+    _sites.wait_tile(
+        signals_ptr, wait_offsets_ptr, wait_slots_ptr, slot_writers_ptr, tile, epoch, bound_ns, rank, error_ptr
+    )
 
 
 @triton.jit

@@ -31,14 +31,15 @@ from syncopate.errors import UserError
 
 @dataclass
 class BlockTables:
-    blocks: int               # blocks per row
-    offsets: list[int]        # CSR, rows * blocks + 1 entries
+    blocks: int  # blocks per row
+    offsets: list[int]  # CSR, rows * blocks + 1 entries
     slots: list[int]
-    first: list[int]          # by row
+    first: list[int]  # by row
 
     @classmethod
-    def from_lists(cls, blocks: int, waits: Sequence[Sequence[Sequence[int]]], first: Sequence[int],
-                   num_slots: int) -> "BlockTables":
+    def from_lists(
+        cls, blocks: int, waits: Sequence[Sequence[Sequence[int]]], first: Sequence[int], num_slots: int
+    ) -> "BlockTables":
         """waits[key][block]: the slots that block waits on; first[key]: see the module."""
         if blocks < 1:
             raise UserError(f"block tables: blocks={blocks}, expected at least 1")
@@ -51,15 +52,17 @@ class BlockTables:
             for block, listed in enumerate(row):
                 for slot in listed:
                     if not 0 <= int(slot) < num_slots:
-                        raise UserError(f"block tables: row {key}, block {block}: slot {slot} is not one "
-                                        f"of the {num_slots} slots")
+                        raise UserError(
+                            f"block tables: row {key}, block {block}: slot {slot} is not one of the {num_slots} slots"
+                        )
                     slots.append(int(slot))
                 offsets.append(len(slots))
         return cls(int(blocks), offsets, slots, [int(f) for f in first])
 
     @classmethod
-    def pieces_table(cls, rows: int, length: int, block: int, pieces: int, rank: int,
-                     slot_of_piece: Optional[Sequence[int]] = None) -> "BlockTables":
+    def pieces_table(
+        cls, rows: int, length: int, block: int, pieces: int, rank: int, slot_of_piece: Optional[Sequence[int]] = None
+    ) -> "BlockTables":
         """K/V of `length` positions in `pieces` equal pieces (piece p: positions p * length /
         pieces ...), blocks of `block` positions; block j waits on the slot of every piece it
         overlaps except `rank`'s own (slot_of_piece[p], default p, -1 for none). Every row
@@ -72,21 +75,22 @@ class BlockTables:
         row = []
         for j in range(blocks):
             lo, hi = j * block, min(length, (j + 1) * block)
-            row.append([slot_of[p] for p in range(lo // piece_len, (hi - 1) // piece_len + 1)
-                        if p != rank and slot_of[p] >= 0])
+            row.append(
+                [slot_of[p] for p in range(lo // piece_len, (hi - 1) // piece_len + 1) if p != rank and slot_of[p] >= 0]
+            )
         last_own = ((rank + 1) * piece_len - 1) // block
         num_slots = max([s for s in slot_of if s >= 0], default=-1) + 1
         return cls.from_lists(blocks, [row] * rows, [last_own] * rows, num_slots)
 
     @classmethod
-    def from_plan(cls, plan, table, tensor: str, dim: int, block: int, rows: int = 1,
-                  arrival: Optional[Sequence[float]] = None) -> "BlockTables":
+    def from_plan(
+        cls, plan, table, tensor: str, dim: int, block: int, rows: int = 1, arrival: Optional[Sequence[float]] = None
+    ) -> "BlockTables":
         """From a plan (bindings' CommPlan), this rank's SignalTable of it (`syncopate.lower`),
         the consumed tensor and its position dimension; `arrival` per chunk defaults to
         `syncopate.estimate_arrival(plan)`. Every row alike."""
         if tensor not in plan.tensors:
-            raise UserError(f"block tables: tensor {tensor!r} is not in the plan "
-                            f"(tensors: {', '.join(plan.tensors)})")
+            raise UserError(f"block tables: tensor {tensor!r} is not in the plan (tensors: {', '.join(plan.tensors)})")
         shape = list(plan.tensors[tensor].shape)
         if not 0 <= dim < len(shape):
             raise UserError(f"block tables: dim {dim} is out of range for {tensor!r} of shape {shape}")
@@ -111,12 +115,14 @@ class BlockTables:
         first = lands.index(earliest)
         while first + 1 < blocks and lands[first + 1] == earliest:
             first += 1
-        return cls.from_lists(blocks, [[sorted(set(w)) for w in waits]] * rows, [first] * rows,
-                              len(table.slots))
+        return cls.from_lists(blocks, [[sorted(set(w)) for w in waits]] * rows, [first] * rows, len(table.slots))
 
     def device_arrays(self, device: torch.device) -> dict:
         def arr(values: list[int]) -> torch.Tensor:
             return torch.tensor(values if values else [0], dtype=torch.int32, device=device)
 
-        return {"sy_block_wait_offsets": arr(self.offsets), "sy_block_wait_slots": arr(self.slots),
-                "sy_block_first": arr(self.first)}
+        return {
+            "sy_block_wait_offsets": arr(self.offsets),
+            "sy_block_wait_slots": arr(self.slots),
+            "sy_block_first": arr(self.first),
+        }

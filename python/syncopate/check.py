@@ -124,8 +124,10 @@ class CheckReport:
         return not self.findings
 
     def __str__(self) -> str:
-        head = (f"{self.kernel}: {self.runs} runs over {self.tiles} tiles and {self.chunks} chunks "
-                "(late chunks, shuffled orders)")
+        head = (
+            f"{self.kernel}: {self.runs} runs over {self.tiles} tiles and {self.chunks} chunks "
+            "(late chunks, shuffled orders)"
+        )
         if self.ok:
             return f"ok: {head}: every tile waited before reading and stored before notifying"
         lines = [f"FAILED: {head}: {len(self.findings)} finding(s)"]
@@ -137,16 +139,23 @@ class CheckReport:
             raise UserError(str(self))
 
     def to_json(self) -> dict:
-        return {"kernel": self.kernel, "tiles": self.tiles, "chunks": self.chunks, "runs": self.runs,
-                "findings": [f.__dict__ for f in self.findings]}
+        return {
+            "kernel": self.kernel,
+            "tiles": self.tiles,
+            "chunks": self.chunks,
+            "runs": self.runs,
+            "findings": [f.__dict__ for f in self.findings],
+        }
 
     @classmethod
     def from_json(cls, data: dict) -> "CheckReport":
-        return cls(data["kernel"], data["tiles"], data["chunks"], data["runs"],
-                   [Finding(**f) for f in data["findings"]])
+        return cls(
+            data["kernel"], data["tiles"], data["chunks"], data["runs"], [Finding(**f) for f in data["findings"]]
+        )
 
 
 # --- loading kernels ---------------------------------------------------------------------------
+
 
 def _load_module(path: Path, name: str):
     spec = importlib.util.spec_from_file_location(name, path)
@@ -189,20 +198,25 @@ def _transform_for_check(text: str, filename: str, kernel: str, plan=None):
 
 # --- the interpreter ---------------------------------------------------------------------------
 
+
 def interpreter_active() -> bool:
     return env.triton_interpret
 
 
 def _require_interpreter() -> None:
     if not interpreter_active():
-        raise UserError("syncopate.check runs kernels with Triton's interpreter: set "
-                        "TRITON_INTERPRET=1 before triton is imported, or pass the problem as "
-                        "'file.py:function' so that check_kernel runs it in a subprocess")
+        raise UserError(
+            "syncopate.check runs kernels with Triton's interpreter: set "
+            "TRITON_INTERPRET=1 before triton is imported, or pass the problem as "
+            "'file.py:function' so that check_kernel runs it in a subprocess"
+        )
     from syncopate import language
 
     if not language.INTERPRET:
-        raise UserError("syncopate.language was imported before TRITON_INTERPRET=1 was set: the "
-                        "kernels would be compiled for a GPU; set it before importing syncopate")
+        raise UserError(
+            "syncopate.language was imported before TRITON_INTERPRET=1 was set: the "
+            "kernels would be compiled for a GPU; set it before importing syncopate"
+        )
 
 
 @contextlib.contextmanager
@@ -227,6 +241,7 @@ def _interpreter_index_fix():
 
 # --- the communication of a problem --------------------------------------------------------------
 
+
 def _even_split(size: int, parts: int, index: int) -> tuple[int, int]:
     base, rem = divmod(size, parts)
     begin = index * base + min(index, rem)
@@ -238,9 +253,9 @@ class _Comm:
     tile_waits: list
     tile_notifies: list
     slot_writers: list
-    chunks: list          # by slot: [Chunk]
-    consumed: list        # slots of consumed chunks
-    produced: list        # slots of produced chunks
+    chunks: list  # by slot: [Chunk]
+    consumed: list  # slots of consumed chunks
+    produced: list  # slots of produced chunks
 
 
 def _row_split(problem: CheckProblem, kernel_params: list, accesses: list, world: int) -> _Comm:
@@ -251,14 +266,18 @@ def _row_split(problem: CheckProblem, kernel_params: list, accesses: list, world
     for access in accesses:
         param = access["param"]
         if param not in kernel_params or kernel_params.index(param) >= len(problem.args):
-            raise UserError(f"check: '{param}' is not among the problem's positional arguments; give "
-                            "tile_waits, tile_notifies, slot_writers and chunks in the CheckProblem")
+            raise UserError(
+                f"check: '{param}' is not among the problem's positional arguments; give "
+                "tile_waits, tile_notifies, slot_writers and chunks in the CheckProblem"
+            )
         tensor = problem.args[kernel_params.index(param)]
         name = next((n for n, t in problem.tensors.items() if t is tensor), None)
         if name is None or access.get("m_dim", 0) != 0 or access.get("m_local_shard"):
-            raise UserError(f"check: cannot split '{param}' by rows (m_dim={access.get('m_dim')}"
-                            f"{', m_local_shard' if access.get('m_local_shard') else ''}, or not in "
-                            "problem.tensors); give tile_waits, tile_notifies, slot_writers and chunks")
+            raise UserError(
+                f"check: cannot split '{param}' by rows (m_dim={access.get('m_dim')}"
+                f"{', m_local_shard' if access.get('m_local_shard') else ''}, or not in "
+                "problem.tensors); give tile_waits, tile_notifies, slot_writers and chunks"
+            )
         rows = tensor.shape[0]
         first_slot = len(writers)
         for s in range(world):
@@ -293,14 +312,26 @@ def _given_comm(problem: CheckProblem) -> _Comm:
     produced = sorted({s for row in problem.tile_notifies for s in row})
     # A chunk nobody notifies lands from a peer: late in its runs even if no tile waits on it
     # (then a tile that reads it anyway shows), unless it is a region of an output.
-    consumed = sorted({s for row in problem.tile_waits for s in row} |
-                      {s for s in range(len(chunks)) if s not in produced and
-                       all(c.tensor not in problem.outputs for c in chunks[s])})
-    return _Comm([list(r) for r in problem.tile_waits], [list(r) for r in problem.tile_notifies],
-                 list(problem.slot_writers), chunks, consumed, produced)
+    consumed = sorted(
+        {s for row in problem.tile_waits for s in row}
+        | {
+            s
+            for s in range(len(chunks))
+            if s not in produced and all(c.tensor not in problem.outputs for c in chunks[s])
+        }
+    )
+    return _Comm(
+        [list(r) for r in problem.tile_waits],
+        [list(r) for r in problem.tile_notifies],
+        list(problem.slot_writers),
+        chunks,
+        consumed,
+        produced,
+    )
 
 
 # --- one run -------------------------------------------------------------------------------------
+
 
 def _default_regions(problem: CheckProblem, tile: int) -> list:
     tm, tn = divmod(tile, problem.tiles_n)
@@ -330,10 +361,10 @@ class _Run:
         self.problem = problem
         self.signals = signals
         self.late = set(late)
-        self.truth = truth          # late slot -> [(Chunk, true values)]
-        self.landed_by: dict = {}   # slot -> tile whose wait landed it
+        self.truth = truth  # late slot -> [(Chunk, true values)]
+        self.landed_by: dict = {}  # slot -> tile whose wait landed it
         self.waited: set = set()
-        self.notified: dict = {}    # tile -> count
+        self.notified: dict = {}  # tile -> count
         self.findings: list = []
 
     def on_wait(self, tile: int) -> None:
@@ -353,19 +384,32 @@ class _Run:
         unwritten = [(n, i) for n, i in self.c.regions(tile) if self.c.unwritten(self.problem, n, i)]
         for slot in slots:
             if unwritten:
-                self.findings.append(Finding(
-                    "notify-before-store", tile, slot,
-                    f"{self.c.tile_text(tile)} notified {self.c.chunk_text(slot)} before its store: "
-                    f"{', '.join(_describe_region(n, i) for n, i in unwritten)} not written yet"))
+                self.findings.append(
+                    Finding(
+                        "notify-before-store",
+                        tile,
+                        slot,
+                        f"{self.c.tile_text(tile)} notified {self.c.chunk_text(slot)} before its store: "
+                        f"{', '.join(_describe_region(n, i) for n, i in unwritten)} not written yet",
+                    )
+                )
             if int(self.signals[slot]) + 1 >= self.c.comm.slot_writers[slot]:
-                missing = [(ch.tensor, ch.index) for ch in self.c.comm.chunks[slot]
-                           if self.c.unwritten(self.problem, ch.tensor, ch.index)]
+                missing = [
+                    (ch.tensor, ch.index)
+                    for ch in self.c.comm.chunks[slot]
+                    if self.c.unwritten(self.problem, ch.tensor, ch.index)
+                ]
                 if missing:
-                    self.findings.append(Finding(
-                        "chunk-incomplete", tile, slot,
-                        f"{self.c.chunk_text(slot)} was announced complete by {self.c.tile_text(tile)} "
-                        f"while {', '.join(_describe_region(n, i) for n, i in missing)} still had "
-                        "unwritten elements"))
+                    self.findings.append(
+                        Finding(
+                            "chunk-incomplete",
+                            tile,
+                            slot,
+                            f"{self.c.chunk_text(slot)} was announced complete by {self.c.tile_text(tile)} "
+                            f"while {', '.join(_describe_region(n, i) for n, i in missing)} still had "
+                            "unwritten elements",
+                        )
+                    )
 
 
 class _Checker:
@@ -389,9 +433,11 @@ class _Checker:
             glob = glob.fn
         syl = getattr(glob, "__globals__", {}).get("syl")
         if getattr(syl, "__name__", None) != CHECK_LANGUAGE_MODULE:
-            raise UserError(f"check: kernel {self.info['kernel']!r} does not call {CHECK_LANGUAGE_MODULE} "
-                            "(load it with syncopate.check.load_transformed or transform it with "
-                            f"language_module={CHECK_LANGUAGE_MODULE!r})")
+            raise UserError(
+                f"check: kernel {self.info['kernel']!r} does not call {CHECK_LANGUAGE_MODULE} "
+                "(load it with syncopate.check.load_transformed or transform it with "
+                f"language_module={CHECK_LANGUAGE_MODULE!r})"
+            )
         probe = self._problem(self.seeds[0])
         self.problem0 = probe
         given = [probe.tile_waits, probe.tile_notifies, probe.slot_writers, probe.chunks]
@@ -419,8 +465,9 @@ class _Checker:
             if name not in problem.tensors:
                 raise UserError(f"check: output {name!r} is not one of the problem's tensors")
             if not problem.tensors[name].is_floating_point():
-                raise UserError(f"check: output {name!r} must be a floating-point tensor (it starts "
-                                "as +inf, meaning 'not written')")
+                raise UserError(
+                    f"check: output {name!r} must be a floating-point tensor (it starts as +inf, meaning 'not written')"
+                )
             problem.tensors[name].fill_(float("inf"))
         return problem
 
@@ -464,8 +511,14 @@ class _Checker:
         torch = self.torch
         problem = self._problem(self.seeds[0])
         self.order = order
-        tables = TileTables.from_lists(order, problem.tiles_n, self.comm.tile_waits, self.comm.tile_notifies,
-                                       self.comm.slot_writers, list(range(len(self.comm.slot_writers))))
+        tables = TileTables.from_lists(
+            order,
+            problem.tiles_n,
+            self.comm.tile_waits,
+            self.comm.tile_notifies,
+            self.comm.slot_writers,
+            list(range(len(self.comm.slot_writers))),
+        )
         signals = torch.zeros(len(self.comm.slot_writers), dtype=torch.int32)
         truth = {}
         for slot in self.comm.consumed:
@@ -474,8 +527,10 @@ class _Checker:
                 for chunk in self.comm.chunks[slot]:
                     t = problem.tensors[chunk.tensor]
                     if not t.is_floating_point():
-                        raise UserError(f"check: consumed tensor {chunk.tensor!r} must be floating-point "
-                                        "(a late chunk holds NaN until it lands)")
+                        raise UserError(
+                            f"check: consumed tensor {chunk.tensor!r} must be floating-point "
+                            "(a late chunk holds NaN until it lands)"
+                        )
                     truth[slot].append((chunk, t[chunk.index].clone()))
                     t[chunk.index] = float("nan")
             else:
@@ -483,8 +538,16 @@ class _Checker:
         run = _Run(self, problem, signals, late, truth)
         _check_sites._RUNS[signals.data_ptr()] = run
         try:
-            launch(self.transformed, problem.grid_transformed, tables, *problem.args, signals=signals,
-                   epoch=1, wait_bound_ns=_WAIT_BOUND_NS, **problem.meta)
+            launch(
+                self.transformed,
+                problem.grid_transformed,
+                tables,
+                *problem.args,
+                signals=signals,
+                epoch=1,
+                wait_bound_ns=_WAIT_BOUND_NS,
+                **problem.meta,
+            )
         except WaitTimeoutError as exc:
             self._add(Finding("timeout", -1, -1, f"a wait timed out: {exc}"))
         finally:
@@ -504,46 +567,82 @@ class _Checker:
                     for slot in sorted(late):
                         if slot in self.comm.tile_waits[tile]:
                             lander = run.landed_by.get(slot)
-                            how = ("its own wait landed it" if lander == tile else
-                                   "it never waited for it" if tile not in run.waited else
-                                   f"it was landed by {self.tile_text(lander)}" if lander is not None else
-                                   "no tile waited for it")
-                            self._add(Finding("read-before-wait", tile, slot,
-                                              f"{self.tile_text(tile)} read {self.chunk_text(slot)} before "
-                                              f"waiting for it ({how}): its "
-                                              f"{_describe_region(name, index)} holds NaN"))
+                            how = (
+                                "its own wait landed it"
+                                if lander == tile
+                                else "it never waited for it"
+                                if tile not in run.waited
+                                else f"it was landed by {self.tile_text(lander)}"
+                                if lander is not None
+                                else "no tile waited for it"
+                            )
+                            self._add(
+                                Finding(
+                                    "read-before-wait",
+                                    tile,
+                                    slot,
+                                    f"{self.tile_text(tile)} read {self.chunk_text(slot)} before "
+                                    f"waiting for it ({how}): its "
+                                    f"{_describe_region(name, index)} holds NaN",
+                                )
+                            )
                         else:
-                            self._add(Finding("unlisted-read", tile, slot,
-                                              f"{self.tile_text(tile)} read {self.chunk_text(slot)}, which is "
-                                              "not in its wait list (the consume annotation's m=/n=/m_dim do "
-                                              f"not describe what it reads): its {_describe_region(name, index)} "
-                                              "holds NaN"))
+                            self._add(
+                                Finding(
+                                    "unlisted-read",
+                                    tile,
+                                    slot,
+                                    f"{self.tile_text(tile)} read {self.chunk_text(slot)}, which is "
+                                    "not in its wait list (the consume annotation's m=/n=/m_dim do "
+                                    f"not describe what it reads): its {_describe_region(name, index)} "
+                                    "holds NaN",
+                                )
+                            )
                     continue
                 if late:
                     continue  # a late run only looks for reads of the late chunk
                 if self.unwritten(problem, name, index):
-                    self._add(Finding("unwritten", tile, -1,
-                                      f"{self.tile_text(tile)} never wrote {_describe_region(name, index)}"))
+                    self._add(
+                        Finding(
+                            "unwritten", tile, -1, f"{self.tile_text(tile)} never wrote {_describe_region(name, index)}"
+                        )
+                    )
                 elif not torch.equal(torch.nan_to_num(now, posinf=0.0), torch.nan_to_num(ref, posinf=0.0)):
                     diff = (now.float() - ref.float()).abs().max().item()
-                    self._add(Finding("wrong-result", tile, -1,
-                                      f"{self.tile_text(tile)} wrote {_describe_region(name, index)} unlike the "
-                                      f"untransformed kernel (max abs difference {diff:.3g})"))
+                    self._add(
+                        Finding(
+                            "wrong-result",
+                            tile,
+                            -1,
+                            f"{self.tile_text(tile)} wrote {_describe_region(name, index)} unlike the "
+                            f"untransformed kernel (max abs difference {diff:.3g})",
+                        )
+                    )
         for tile in range(self.num_tiles):
             if self.comm.tile_waits[tile] and tile not in run.waited:
-                self._add(Finding("never-waited", tile, -1,
-                                  f"{self.tile_text(tile)} never waited (its wait list has "
-                                  f"{len(self.comm.tile_waits[tile])} chunks): the consume annotation is "
-                                  "not on its path"))
+                self._add(
+                    Finding(
+                        "never-waited",
+                        tile,
+                        -1,
+                        f"{self.tile_text(tile)} never waited (its wait list has "
+                        f"{len(self.comm.tile_waits[tile])} chunks): the consume annotation is "
+                        "not on its path",
+                    )
+                )
             count = run.notified.get(tile, 0) if self.comm.tile_notifies[tile] else 1
             if count != 1:
-                self._add(Finding("notify-count", tile, -1,
-                                  f"{self.tile_text(tile)} notified {count} times, expected once"))
+                self._add(
+                    Finding("notify-count", tile, -1, f"{self.tile_text(tile)} notified {count} times, expected once")
+                )
         for slot in self.comm.produced:
             got, want = int(run.signals[slot]), self.comm.slot_writers[slot]
             if got != want:
-                self._add(Finding("notify-count", -1, slot,
-                                  f"{self.chunk_text(slot)} was raised {got} times, expected {want}"))
+                self._add(
+                    Finding(
+                        "notify-count", -1, slot, f"{self.chunk_text(slot)} was raised {got} times, expected {want}"
+                    )
+                )
 
     def orders(self, count: int) -> list:
         out = []
@@ -554,8 +653,9 @@ class _Checker:
         return out
 
 
-def check_transformed(original, transformed, problem: Callable, *, world: int = 2,
-                      seeds: Sequence[int] = (0,), orders: int = 2) -> CheckReport:
+def check_transformed(
+    original, transformed, problem: Callable, *, world: int = 2, seeds: Sequence[int] = (0,), orders: int = 2
+) -> CheckReport:
     """Checks `transformed` (loaded with load_transformed, or transformed with
     language_module=CHECK_LANGUAGE_MODULE) against `original`; `problem(generator)` makes a
     fresh CheckProblem per run. orders: per seed, a shuffled tile order (1) and its reverse (2).
@@ -570,8 +670,9 @@ def check_transformed(original, transformed, problem: Callable, *, world: int = 
             checker.run_transformed(order, set())
             for slot in checker.comm.consumed:
                 checker.run_transformed(order, {slot})
-    return CheckReport(checker.info["kernel"], checker.num_tiles, len(checker.comm.slot_writers), checker.runs,
-                       checker.findings)
+    return CheckReport(
+        checker.info["kernel"], checker.num_tiles, len(checker.comm.slot_writers), checker.runs, checker.findings
+    )
 
 
 def _load_problem(spec: str) -> Callable:
@@ -592,16 +693,25 @@ def _load_problem(spec: str) -> Callable:
     return fn
 
 
-def check_kernel(source: Union[str, os.PathLike], kernel: str, problem: Union[Callable, str], *,
-                 filename: Optional[str] = None, world: int = 2, seeds: Sequence[int] = (0,),
-                 orders: int = 2, plan: Any = None) -> CheckReport:
+def check_kernel(
+    source: Union[str, os.PathLike],
+    kernel: str,
+    problem: Union[Callable, str],
+    *,
+    filename: Optional[str] = None,
+    world: int = 2,
+    seeds: Sequence[int] = (0,),
+    orders: int = 2,
+    plan: Any = None,
+) -> CheckReport:
     """Transforms `kernel` of `source` (a path, or the text with `filename`) and checks it (see the
     module doc). `problem` is a function generator -> CheckProblem, or 'file.py:function' /
     'module:function'; given as a string, the check runs in a subprocess when this process does
     not use Triton's interpreter. Raises TransformError if the transformer refuses the kernel."""
     path: Optional[Path] = None
-    if isinstance(source, os.PathLike) or (isinstance(source, str) and "\n" not in source and
-                                           Path(source).suffix == ".py"):
+    if isinstance(source, os.PathLike) or (
+        isinstance(source, str) and "\n" not in source and Path(source).suffix == ".py"
+    ):
         path = Path(source)
         if not path.is_file():
             raise UserError(f"check: kernel file {str(path)!r} does not exist")
@@ -629,9 +739,23 @@ def _check_in_subprocess(text, filename, path, kernel, problem, world, seeds, or
         if path is None:
             path = Path(tmp) / Path(filename).name
             path.write_text(text, encoding="utf-8")
-        cmd = [sys.executable, "-m", "syncopate.check", str(path), "--kernel", kernel, "--problem", problem,
-               "--world", str(world), "--seeds", ",".join(str(s) for s in seeds), "--orders", str(orders),
-               "--json"]
+        cmd = [
+            sys.executable,
+            "-m",
+            "syncopate.check",
+            str(path),
+            "--kernel",
+            kernel,
+            "--problem",
+            problem,
+            "--world",
+            str(world),
+            "--seeds",
+            ",".join(str(s) for s in seeds),
+            "--orders",
+            str(orders),
+            "--json",
+        ]
         if plan is not None:
             plan_path = Path(tmp) / "plan.json"
             from syncopate import _core
@@ -649,19 +773,35 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     """python -m syncopate.check KERNEL_FILE --kernel NAME --problem file.py:function ..."""
     import argparse
 
-    parser = argparse.ArgumentParser(prog="python -m syncopate.check",
-                                     description="Run a transformed kernel with late chunks under Triton's "
-                                                 "interpreter; report reads before waits and notifies "
-                                                 "before stores (docs/ANNOTATIONS.md, 'Checking mode').")
+    parser = argparse.ArgumentParser(
+        prog="python -m syncopate.check",
+        description="Run a transformed kernel with late chunks under Triton's "
+        "interpreter; report reads before waits and notifies "
+        "before stores (docs/ANNOTATIONS.md, 'Checking mode').",
+    )
     parser.add_argument("kernel_file")
-    parser.add_argument("--kernel", "-k", required=True, action="append",
-                        help="kernel name (repeat, or a,b, for several kernels of the file)")
-    parser.add_argument("--problem", required=True, action="append",
-                        help="file.py:function making a CheckProblem (one per kernel, or one for all)")
+    parser.add_argument(
+        "--kernel",
+        "-k",
+        required=True,
+        action="append",
+        help="kernel name (repeat, or a,b, for several kernels of the file)",
+    )
+    parser.add_argument(
+        "--problem",
+        required=True,
+        action="append",
+        help="file.py:function making a CheckProblem (one per kernel, or one for all)",
+    )
     parser.add_argument("--world", type=int, default=2, help="chunks per annotated tensor (default 2)")
     parser.add_argument("--seeds", default="0", help="comma-separated order seeds (default 0)")
-    parser.add_argument("--orders", type=int, default=2, choices=(1, 2),
-                        help="tile orders per seed: a shuffled one (1), and its reverse (2, default)")
+    parser.add_argument(
+        "--orders",
+        type=int,
+        default=2,
+        choices=(1, 2),
+        help="tile orders per seed: a shuffled one (1), and its reverse (2, default)",
+    )
     parser.add_argument("--plan", help="plan JSON the transformer checks tensors against")
     parser.add_argument("--json", action="store_true", help="print the report as JSON")
     args = parser.parse_args(argv)
@@ -676,14 +816,14 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 
             plan = _core.load_plan(args.plan)
         seeds = [int(s) for s in args.seeds.split(",") if s]
-        reports = [check_kernel(Path(args.kernel_file), k, p, world=args.world, seeds=seeds, orders=args.orders,
-                                plan=plan)
-                   for k, p in zip(kernels, problems)]
+        reports = [
+            check_kernel(Path(args.kernel_file), k, p, world=args.world, seeds=seeds, orders=args.orders, plan=plan)
+            for k, p in zip(kernels, problems)
+        ]
     except Exception as exc:  # noqa: BLE001 - every error is reported, with its type
         from syncopate.errors import Error
 
-        print(f"error: {exc}" if isinstance(exc, Error) else f"error: {type(exc).__name__}: {exc}",
-              file=sys.stderr)
+        print(f"error: {exc}" if isinstance(exc, Error) else f"error: {type(exc).__name__}: {exc}", file=sys.stderr)
         return 2 if isinstance(exc, UserError) else 1
     if args.json:
         data = [r.to_json() for r in reports]

@@ -44,9 +44,11 @@ SEED = 20261122
 
 
 def parse_args(argv=None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="python -m syncopate.demo",
-                                description="Fused AG+GEMM across the visible GPUs next to sequential "
-                                            "NCCL all-gather + torch.mm: correctness, time, prediction.")
+    p = argparse.ArgumentParser(
+        prog="python -m syncopate.demo",
+        description="Fused AG+GEMM across the visible GPUs next to sequential "
+        "NCCL all-gather + torch.mm: correctness, time, prediction.",
+    )
     p.add_argument("--m", type=int, default=8192, help="rows of the gathered A (a multiple of the world size)")
     p.add_argument("--k", type=int, default=8192, help="inner dimension")
     p.add_argument("--n", type=int, default=8192, help="columns of B")
@@ -54,14 +56,18 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--world", type=int, default=0, help="ranks, one GPU each (default: every visible GPU)")
     p.add_argument("--warmup", type=int, default=5, help="untimed calls before timing")
     p.add_argument("--iters", type=int, default=20, help="timed calls per variant")
-    p.add_argument("--backend", default=None,
-                   help="chunk backend of the fused op (default: the op's own default)")
+    p.add_argument("--backend", default=None, help="chunk backend of the fused op (default: the op's own default)")
     p.add_argument("--calib", default=None, help="simulator calibration JSON (default: the shipped h200)")
     p.add_argument("--json", default=None, help="also write the results to this JSON file")
-    p.add_argument("--timeout", type=float, default=300.0,
-                   help="seconds before every rank is stopped and the demo fails (default 300)")
-    p.add_argument("--dry-run", action="store_true",
-                   help="print the configuration and the simulator's prediction; use no GPU")
+    p.add_argument(
+        "--timeout",
+        type=float,
+        default=300.0,
+        help="seconds before every rank is stopped and the demo fails (default 300)",
+    )
+    p.add_argument(
+        "--dry-run", action="store_true", help="print the configuration and the simulator's prediction; use no GPU"
+    )
     args = p.parse_args(argv)
     for name in ("m", "k", "n", "iters"):
         if getattr(args, name) < 1:
@@ -101,9 +107,20 @@ def find_calibration(explicit: Optional[str]) -> Optional[Path]:
     return next((c for c in candidates if c.is_file()), None)
 
 
-def predict(m: int, k: int, n: int, world: int, dtype: str, calib_path: Optional[Path], *,
-            algorithm: str = "direct", split: int = 1, backend: str = "copy-engine",
-            block_m: int = 128, block_n: int = 128) -> dict:
+def predict(
+    m: int,
+    k: int,
+    n: int,
+    world: int,
+    dtype: str,
+    calib_path: Optional[Path],
+    *,
+    algorithm: str = "direct",
+    split: int = 1,
+    backend: str = "copy-engine",
+    block_m: int = 128,
+    block_n: int = 128,
+) -> dict:
     """Simulated times (us) of this AG+GEMM: {device, sequential, fused, floor, gemm, comm}, or
     {error: why not}."""
     if calib_path is None:
@@ -112,14 +129,29 @@ def predict(m: int, k: int, n: int, world: int, dtype: str, calib_path: Optional
 
     try:
         calib = sy.load_calibration(str(calib_path))
-        plan = sy.make_plan("all-gather", world_size=world, shape=[m, k], algorithm=algorithm, split=split,
-                            dtype=PLAN_DTYPE[dtype], dim=0, backend=backend, tensor="a")
+        plan = sy.make_plan(
+            "all-gather",
+            world_size=world,
+            shape=[m, k],
+            algorithm=algorithm,
+            split=split,
+            dtype=PLAN_DTYPE[dtype],
+            dim=0,
+            backend=backend,
+            tensor="a",
+        )
         pred = sy.simulate(plan, sy.GemmShape(m, n, k, block_m, block_n), calib)
     except sy.Error as exc:
         return {"error": f"{type(exc).__name__}: {exc}"}
-    return {"device": calib.device, "calibration": str(calib_path), "sequential": pred.sequential_us,
-            "fused": pred.fused_us, "floor": pred.floor_us, "gemm": pred.gemm_alone_us,
-            "comm": pred.comm_alone_us}
+    return {
+        "device": calib.device,
+        "calibration": str(calib_path),
+        "sequential": pred.sequential_us,
+        "fused": pred.fused_us,
+        "floor": pred.floor_us,
+        "gemm": pred.gemm_alone_us,
+        "comm": pred.comm_alone_us,
+    }
 
 
 # --- one rank ---------------------------------------------------------------------------------
@@ -170,8 +202,9 @@ def run_rank(rank: int, world: int, args: argparse.Namespace, store_dir: str) ->
     torch.cuda.set_device(rank)
     torch.backends.cuda.matmul.allow_tf32 = False  # the reference is plain fp32
     device = torch.device("cuda", rank)
-    dist.init_process_group("nccl", init_method=f"file://{store_dir}/store", rank=rank, world_size=world,
-                            device_id=device)
+    dist.init_process_group(
+        "nccl", init_method=f"file://{store_dir}/store", rank=rank, world_size=world, device_id=device
+    )
     try:
         group = dist.group.WORLD
         dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}[args.dtype]
@@ -184,7 +217,7 @@ def run_rank(rank: int, world: int, args: argparse.Namespace, store_dir: str) ->
 
         a_shard = shard(rank)
         gen = torch.Generator(device=device).manual_seed(SEED - 1)
-        b = (torch.randn(k, n, generator=gen, device=device) / k ** 0.5).to(dtype)
+        b = (torch.randn(k, n, generator=gen, device=device) / k**0.5).to(dtype)
         # The reference never uses communication: every rank regenerates every shard.
         a_full_ref = torch.cat([shard(r) for r in range(world)]).float()
         ref = a_full_ref @ b.float()
@@ -214,13 +247,21 @@ def run_rank(rank: int, world: int, args: argparse.Namespace, store_dir: str) ->
         t_fused = _time_us(lambda: op(a_shard, b, out=c_fused, check=False), args.warmup, args.iters)
         op.check()  # any wait that timed out while timing raises now
 
-        mine = {"rank": rank, "err_fused": err_fused, "err_seq": err_seq,
-                "us_fused": statistics.median(t_fused), "us_seq": statistics.median(t_seq)}
+        mine = {
+            "rank": rank,
+            "err_fused": err_fused,
+            "err_seq": err_seq,
+            "us_fused": statistics.median(t_fused),
+            "us_seq": statistics.median(t_seq),
+        }
         everyone = [None] * world
         dist.all_gather_object(everyone, mine, group=group)
         if rank == 0:
-            info = {"device": torch.cuda.get_device_name(device), "world": world,
-                    "kernel_origin": getattr(op, "kernel_origin", "?")}
+            info = {
+                "device": torch.cuda.get_device_name(device),
+                "world": world,
+                "kernel_origin": getattr(op, "kernel_origin", "?"),
+            }
             for attr in ("decision", "backend", "algorithm", "split", "predicted_us"):
                 if hasattr(op, attr):
                     info[attr] = getattr(op, attr)
@@ -255,11 +296,17 @@ def report(result: dict, args: argparse.Namespace, prediction: dict) -> int:
     print(f"    {'sequential (NCCL all-gather, mm)':<36}{us_seq:>9.1f} us{1.0:>10.2f}x{err_seq:>13.2e}")
     label = "syncopate fused AG+GEMM" if op.get("decision", "fused") == "fused" else "syncopate (chose sequential)"
     print(f"    {label:<36}{us_fused:>9.1f} us{us_seq / us_fused:>10.2f}x{err_fused:>13.2e}")
-    print(f"    (median of {args.iters} calls after {args.warmup} warm-up, slowest of {world} rank(s); "
-          f"error vs an fp32 reference, worst rank, tolerance {tol:.1e})")
+    print(
+        f"    (median of {args.iters} calls after {args.warmup} warm-up, slowest of {world} rank(s); "
+        f"error vs an fp32 reference, worst rank, tolerance {tol:.1e})"
+    )
     print_prediction(prediction, indent="    ")
-    bad = [f"rank {r['rank']} {v}" for r in ranks for v, e in (("fused", r["err_fused"]), ("sequential", r["err_seq"]))
-           if not e <= tol]  # `not <=`: a NaN error fails too
+    bad = [
+        f"rank {r['rank']} {v}"
+        for r in ranks
+        for v, e in (("fused", r["err_fused"]), ("sequential", r["err_seq"]))
+        if not e <= tol
+    ]  # `not <=`: a NaN error fails too
     ok = not bad
     print(f"    correctness: {'PASS' if ok else 'FAIL (' + ', '.join(bad) + ')'}")
     return 0 if ok else 1
@@ -269,9 +316,11 @@ def print_prediction(prediction: dict, indent: str) -> None:
     if "error" in prediction:
         print(f"{indent}simulator: no prediction: {prediction['error']}")
         return
-    print(f"{indent}simulator ({prediction['device']}): sequential {prediction['sequential']:.1f} us, "
-          f"fused {prediction['fused']:.1f} us ({prediction['sequential'] / prediction['fused']:.2f}x), "
-          f"floor {prediction['floor']:.1f} us (GEMM {prediction['gemm']:.1f}, all-gather {prediction['comm']:.1f})")
+    print(
+        f"{indent}simulator ({prediction['device']}): sequential {prediction['sequential']:.1f} us, "
+        f"fused {prediction['fused']:.1f} us ({prediction['sequential'] / prediction['fused']:.2f}x), "
+        f"floor {prediction['floor']:.1f} us (GEMM {prediction['gemm']:.1f}, all-gather {prediction['comm']:.1f})"
+    )
 
 
 def spawn_ranks(world: int, args: argparse.Namespace, store_dir: str) -> bool:
@@ -287,8 +336,10 @@ def spawn_ranks(world: int, args: argparse.Namespace, store_dir: str) -> bool:
                 for process in context.processes:
                     if process.is_alive():
                         process.terminate()
-                print(f"    FAIL: the ranks did not finish within --timeout {args.timeout} s; stopped them",
-                      file=sys.stderr)
+                print(
+                    f"    FAIL: the ranks did not finish within --timeout {args.timeout} s; stopped them",
+                    file=sys.stderr,
+                )
                 return False
     except Exception as exc:  # noqa: BLE001 - a rank raised: its traceback is in the message
         print(f"    FAIL: a rank stopped: {exc}", file=sys.stderr)
@@ -303,8 +354,11 @@ def main(argv=None) -> int:
     try:
         import torch
     except ImportError as exc:
-        print(f"syncopate demo (GPU): torch is not importable ({exc}); install torch 2.11 and triton 3.6 "
-              "next to syncopate (scripts/setup.sh makes such a .venv)", file=sys.stderr)
+        print(
+            f"syncopate demo (GPU): torch is not importable ({exc}); install torch 2.11 and triton 3.6 "
+            "next to syncopate (scripts/setup.sh makes such a .venv)",
+            file=sys.stderr,
+        )
         return 1
     calib = find_calibration(args.calib)
     gpus = torch.cuda.device_count() if not args.dry_run else max(args.world, 1)
@@ -329,16 +383,32 @@ def main(argv=None) -> int:
         result = json.loads((Path(store_dir) / "result.json").read_text())
     op = result["op"]
     block_m, block_n = op.get("block", [128, 128])
-    prediction = predict(args.m, args.k, args.n, world, args.dtype, calib,
-                         algorithm=op.get("algorithm", "direct"), split=int(op.get("split", 1)),
-                         backend=str(op.get("backend", "copy-engine")), block_m=int(block_m), block_n=int(block_n))
+    prediction = predict(
+        args.m,
+        args.k,
+        args.n,
+        world,
+        args.dtype,
+        calib,
+        algorithm=op.get("algorithm", "direct"),
+        split=int(op.get("split", 1)),
+        backend=str(op.get("backend", "copy-engine")),
+        block_m=int(block_m),
+        block_n=int(block_n),
+    )
     if isinstance(op.get("predicted_us"), dict):  # the op's own choice, made with the same simulator
-        prediction.update({key: op["predicted_us"][key] for key in ("sequential", "fused", "floor", "gemm", "comm")
-                           if key in op["predicted_us"]})
+        prediction.update(
+            {
+                key: op["predicted_us"][key]
+                for key in ("sequential", "fused", "floor", "gemm", "comm")
+                if key in op["predicted_us"]
+            }
+        )
     status = report(result, args, prediction)
     if args.json:
-        Path(args.json).write_text(json.dumps({**result, "prediction": prediction, "status": status}, indent=2,
-                                              default=str))
+        Path(args.json).write_text(
+            json.dumps({**result, "prediction": prediction, "status": status}, indent=2, default=str)
+        )
     return status
 
 

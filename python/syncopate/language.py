@@ -51,8 +51,7 @@ _NS_PER_SPIN: tl.constexpr = tl.constexpr(INTERPRET_NS_PER_SPIN)
 @triton.jit
 def now_ns():
     """The GPU's global nanosecond timer (not available under the interpreter)."""
-    return tl.inline_asm_elementwise("mov.u64 $0, %globaltimer;", "=l", [], dtype=tl.int64,
-                                     is_pure=False, pack=1)
+    return tl.inline_asm_elementwise("mov.u64 $0, %globaltimer;", "=l", [], dtype=tl.int64, is_pure=False, pack=1)
 
 
 @triton.jit
@@ -61,8 +60,9 @@ def load_acquire(ptr):
     if _INTERPRET:
         value = tl.atomic_add(ptr, 0, sem="acquire", scope="sys")
     else:
-        value = tl.inline_asm_elementwise("ld.global.acquire.sys.b32 $0, [$1];", "=r,l", [ptr],
-                                          dtype=tl.int32, is_pure=False, pack=1)
+        value = tl.inline_asm_elementwise(
+            "ld.global.acquire.sys.b32 $0, [$1];", "=r,l", [ptr], dtype=tl.int32, is_pure=False, pack=1
+        )
     return value
 
 
@@ -74,15 +74,15 @@ def fence_proxy_async():
         pass
     else:
         if cuda_capability_geq(9, 0):
-            tl.inline_asm_elementwise("fence.proxy.async.global; mov.u32 $0, 0;", "=r", [],
-                                      dtype=tl.int32, is_pure=False, pack=1)
+            tl.inline_asm_elementwise(
+                "fence.proxy.async.global; mov.u32 $0, 0;", "=r", [], dtype=tl.int32, is_pure=False, pack=1
+            )
 
 
 @triton.jit
 def _record_timeout(error_ptr, rank, slot, expected, seen, tile):
     # Only the first waiter to time out writes the record; the flag is claimed with a CAS.
-    old = tl.atomic_cas(error_ptr, tl.full([], 0, tl.int64), tl.full([], 1, tl.int64),
-                        sem="acq_rel", scope="sys")
+    old = tl.atomic_cas(error_ptr, tl.full([], 0, tl.int64), tl.full([], 1, tl.int64), sem="acq_rel", scope="sys")
     if old == 0:
         tl.store(error_ptr + 1, rank)
         tl.store(error_ptr + 2, slot)
@@ -146,8 +146,9 @@ def tile_row(tile, tiles_n):
 
 
 @triton.jit
-def wait_tile(signals_ptr, wait_offsets_ptr, wait_slots_ptr, slot_writers_ptr, tile, epoch_ptr,
-              bound_ns, rank, error_ptr):
+def wait_tile(
+    signals_ptr, wait_offsets_ptr, wait_slots_ptr, slot_writers_ptr, tile, epoch_ptr, bound_ns, rank, error_ptr
+):
     """Waits on every landing slot of `tile` (CSR row `tile` of the wait table) for the call
     whose number `epoch_ptr` (int32 in device memory) holds."""
     begin = tl.load(wait_offsets_ptr + tile)
@@ -185,8 +186,13 @@ def tma_store_wait(notify_offsets_ptr, tile):
         if cuda_capability_geq(9, 0):
             if tl.load(notify_offsets_ptr + tile + 1) > tl.load(notify_offsets_ptr + tile):
                 tl.inline_asm_elementwise(
-                    "cp.async.bulk.wait_group 0; fence.proxy.async.global; mov.u32 $0, 0;", "=r", [],
-                    dtype=tl.int32, is_pure=False, pack=1)
+                    "cp.async.bulk.wait_group 0; fence.proxy.async.global; mov.u32 $0, 0;",
+                    "=r",
+                    [],
+                    dtype=tl.int32,
+                    is_pure=False,
+                    pack=1,
+                )
 
 
 @triton.jit
@@ -226,8 +232,20 @@ def put(dst_ptr, src_ptr, num_elements, BLOCK: tl.constexpr):
 
 
 @triton.jit
-def wait_block(signals_ptr, block_offsets_ptr, block_slots_ptr, slot_writers_ptr, key, block, blocks,
-               tile, epoch_ptr, bound_ns, rank, error_ptr):
+def wait_block(
+    signals_ptr,
+    block_offsets_ptr,
+    block_slots_ptr,
+    slot_writers_ptr,
+    key,
+    block,
+    blocks,
+    tile,
+    epoch_ptr,
+    bound_ns,
+    rank,
+    error_ptr,
+):
     """Waits on every landing slot of `block` in table row `key` (CSR row key * blocks + block)."""
     row = key * blocks + block
     begin = tl.load(block_offsets_ptr + row)

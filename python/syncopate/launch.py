@@ -61,10 +61,16 @@ class TileTables:
     rank: int = 0
 
     @classmethod
-    def from_lists(cls, tile_order: Sequence[int], tiles_n: int,
-                   tile_waits: Sequence[Sequence[int]], tile_notifies: Sequence[Sequence[int]],
-                   slot_writers: Sequence[int], slot_chunks: Optional[Sequence[int]] = None,
-                   rank: int = 0) -> "TileTables":
+    def from_lists(
+        cls,
+        tile_order: Sequence[int],
+        tiles_n: int,
+        tile_waits: Sequence[Sequence[int]],
+        tile_notifies: Sequence[Sequence[int]],
+        slot_writers: Sequence[int],
+        slot_chunks: Optional[Sequence[int]] = None,
+        rank: int = 0,
+    ) -> "TileTables":
         """From per-tile slot lists (SignalTable.tile_waits / tile_notifies) and a tile order."""
         num_tiles = len(tile_order)
         if sorted(int(t) for t in tile_order) != list(range(num_tiles)):
@@ -75,23 +81,37 @@ class TileTables:
             for tile, row in enumerate(lists):
                 for slot in row:
                     if not 0 <= int(slot) < len(slot_writers):
-                        raise UserError(f"{name}[{tile}]: slot {slot} is not one of the "
-                                        f"{len(slot_writers)} slots")
+                        raise UserError(f"{name}[{tile}]: slot {slot} is not one of the {len(slot_writers)} slots")
         if tiles_n < 1 or num_tiles % tiles_n != 0:
             raise UserError(f"tiles_n={tiles_n} does not divide the {num_tiles} tiles")
         wo, ws = _csr(tile_waits)
         no, ns = _csr(tile_notifies)
         chunks = list(slot_chunks) if slot_chunks is not None else [-1] * len(slot_writers)
-        return cls([int(t) for t in tile_order], int(tiles_n), wo, ws, no, ns,
-                   [int(w) for w in slot_writers], [int(c) for c in chunks], int(rank))
+        return cls(
+            [int(t) for t in tile_order],
+            int(tiles_n),
+            wo,
+            ws,
+            no,
+            ns,
+            [int(w) for w in slot_writers],
+            [int(c) for c in chunks],
+            int(rank),
+        )
 
     @classmethod
     def from_signal_table(cls, table: Any, tile_order: Sequence[int], tiles_n: int) -> "TileTables":
         """From the bindings' SignalTable (slots, tile_waits, tile_notifies, rank) and TileOrder."""
         order = getattr(tile_order, "tiles", tile_order)
-        return cls.from_lists(order, tiles_n, table.tile_waits, table.tile_notifies,
-                              [s.writers for s in table.slots], [s.chunk for s in table.slots],
-                              rank=table.rank)
+        return cls.from_lists(
+            order,
+            tiles_n,
+            table.tile_waits,
+            table.tile_notifies,
+            [s.writers for s in table.slots],
+            [s.chunk for s in table.slots],
+            rank=table.rank,
+        )
 
     @classmethod
     def from_arrays(cls, arrays: Any, tile_order: Sequence[int], tiles_n: int) -> "TileTables":
@@ -103,15 +123,21 @@ class TileTables:
         notifies = [int(x) for x in arrays.notify_offsets]
         for name, offsets in (("wait_offsets", waits), ("notify_offsets", notifies)):
             if len(offsets) != num_tiles + 1:
-                raise UserError(f"{name}: {len(offsets)} entries for {num_tiles} tiles (expected "
-                                f"{num_tiles + 1}): the signal table and the tile order disagree")
+                raise UserError(
+                    f"{name}: {len(offsets)} entries for {num_tiles} tiles (expected "
+                    f"{num_tiles + 1}): the signal table and the tile order disagree"
+                )
         wait_slots = [int(x) for x in arrays.wait_slots]
         notify_slots = [int(x) for x in arrays.notify_slots]
-        return cls.from_lists(order, tiles_n,
-                              [wait_slots[waits[t]:waits[t + 1]] for t in range(num_tiles)],
-                              [notify_slots[notifies[t]:notifies[t + 1]] for t in range(num_tiles)],
-                              [int(w) for w in arrays.slot_writers],
-                              [int(c) for c in arrays.slot_chunk], rank=int(arrays.rank))
+        return cls.from_lists(
+            order,
+            tiles_n,
+            [wait_slots[waits[t] : waits[t + 1]] for t in range(num_tiles)],
+            [notify_slots[notifies[t] : notifies[t + 1]] for t in range(num_tiles)],
+            [int(w) for w in arrays.slot_writers],
+            [int(c) for c in arrays.slot_chunk],
+            rank=int(arrays.rank),
+        )
 
     @property
     def num_tiles(self) -> int:
@@ -141,15 +167,19 @@ def transformed_info(kernel: Any) -> dict:
     info = getattr(fn, "__globals__", {}).get("__syncopate__")
     name = getattr(fn, "__name__", str(kernel))
     if info is None:
-        raise UserError(f"{name!r} was not written by `syncopate transform`: its module has no "
-                        "__syncopate__ description")
+        raise UserError(
+            f"{name!r} was not written by `syncopate transform`: its module has no __syncopate__ description"
+        )
     if info.get("version") != OUTPUT_VERSION:
-        raise UserError(f"kernel {info.get('kernel', name)!r} was transformed with output version "
-                        f"{info.get('version')}, this launcher reads version {OUTPUT_VERSION}")
+        raise UserError(
+            f"kernel {info.get('kernel', name)!r} was transformed with output version "
+            f"{info.get('version')}, this launcher reads version {OUTPUT_VERSION}"
+        )
     if "kernels" in info:  # a file whose kernels were transformed together (--kernel a,b)
         if name not in info["kernels"]:
-            raise UserError(f"{name!r} is not one of the kernels transformed in its module "
-                            f"({', '.join(info['kernels'])})")
+            raise UserError(
+                f"{name!r} is not one of the kernels transformed in its module ({', '.join(info['kernels'])})"
+            )
         return dict(info["kernels"][name], version=info["version"], kernel=name)
     return info
 
@@ -171,7 +201,7 @@ def new_error_record(device: torch.device) -> torch.Tensor:
 
 def check_error(error: torch.Tensor, tables: TileTables, kernel_name: str = "kernel") -> None:
     """Raises WaitTimeoutError if a wait of the launch ran past its bound."""
-    record = dict(zip(ERROR_FIELDS, (int(v) for v in error[:len(ERROR_FIELDS)].tolist())))
+    record = dict(zip(ERROR_FIELDS, (int(v) for v in error[: len(ERROR_FIELDS)].tolist())))
     if record["flag"] == 0:
         return
     slot = record["slot"]
@@ -180,14 +210,24 @@ def check_error(error: torch.Tensor, tables: TileTables, kernel_name: str = "ker
     raise WaitTimeoutError(
         f"{kernel_name}: rank {record['rank']}: tile {record['tile']} waited on slot {slot} "
         f"({chunk_text}) for value >= {record['expected']} but saw {record['seen']}: "
-        f"{chunk_text} never arrived within the wait bound")
+        f"{chunk_text} never arrived within the wait bound"
+    )
 
 
-def launch(kernel: Any, grid: Any, tables: TileTables, *args: Any, signals: torch.Tensor,
-           epoch: "int | torch.Tensor" = 1, wait_bound_ns: int = DEFAULT_WAIT_BOUND_NS,
-           error: Optional[torch.Tensor] = None, sync: bool = True,
-           device_arrays: Optional[dict[str, torch.Tensor]] = None, blocks: Any = None,
-           **kwargs: Any):
+def launch(
+    kernel: Any,
+    grid: Any,
+    tables: TileTables,
+    *args: Any,
+    signals: torch.Tensor,
+    epoch: "int | torch.Tensor" = 1,
+    wait_bound_ns: int = DEFAULT_WAIT_BOUND_NS,
+    error: Optional[torch.Tensor] = None,
+    sync: bool = True,
+    device_arrays: Optional[dict[str, torch.Tensor]] = None,
+    blocks: Any = None,
+    **kwargs: Any,
+):
     """Launches a transformed kernel over `tables` and checks its waits.
 
     grid: None for one tile per program (one program per tile), else a Triton grid (tuple or
@@ -208,31 +248,41 @@ def launch(kernel: Any, grid: Any, tables: TileTables, *args: Any, signals: torc
             raise UserError(f"epoch: calls count from 1, got {epoch}")
         epoch = epoch_word(epoch, device)
     elif epoch.dtype != torch.int32 or epoch.numel() != 1 or epoch.device != device:
-        raise UserError(f"epoch: expected an int32[1] tensor on {device}, got {epoch.dtype} "
-                        f"{list(epoch.shape)} on {epoch.device}")
+        raise UserError(
+            f"epoch: expected an int32[1] tensor on {device}, got {epoch.dtype} {list(epoch.shape)} on {epoch.device}"
+        )
     arrays = device_arrays if device_arrays is not None else tables.device_arrays(device)
     if error is None:
         error = new_error_record(device)
     else:
         error.zero_()
     extra = dict(arrays)
-    extra.update(sy_signals=signals, sy_tiles_n=tables.tiles_n, sy_epoch=epoch,
-                 sy_wait_bound_ns=int(wait_bound_ns), sy_rank=tables.rank, sy_error=error)
+    extra.update(
+        sy_signals=signals,
+        sy_tiles_n=tables.tiles_n,
+        sy_epoch=epoch,
+        sy_wait_bound_ns=int(wait_bound_ns),
+        sy_rank=tables.rank,
+        sy_error=error,
+    )
     wants_blocks = "sy_blocks" in info["params"]
     if blocks is not None and not wants_blocks:
         raise UserError(f"kernel {info['kernel']!r} has no '@sy.consume_block': it takes no block tables")
     if blocks is None and wants_blocks:
-        raise UserError(f"kernel {info['kernel']!r} waits per block ('@sy.consume_block'): pass its "
-                        "block tables (blocks=syncopate.block_tables.BlockTables...)")
+        raise UserError(
+            f"kernel {info['kernel']!r} waits per block ('@sy.consume_block'): pass its "
+            "block tables (blocks=syncopate.block_tables.BlockTables...)"
+        )
     if blocks is not None:
         extra.update(blocks.device_arrays(device), sy_blocks=blocks.blocks)
         if blocks.slots and max(blocks.slots) >= len(tables.slot_writers):
-            raise UserError(f"block tables: slot {max(blocks.slots)} is not one of the "
-                            f"{len(tables.slot_writers)} slots of the tile tables")
+            raise UserError(
+                f"block tables: slot {max(blocks.slots)} is not one of the "
+                f"{len(tables.slot_writers)} slots of the tile tables"
+            )
     missing = [p for p in info["params"] if p not in extra]
     if missing:
-        raise UserError(f"kernel {info['kernel']!r} expects parameters this launcher does not "
-                        f"provide: {missing}")
+        raise UserError(f"kernel {info['kernel']!r} expects parameters this launcher does not provide: {missing}")
     if grid is None:
         grid = (tables.num_tiles,)
     unspecialize(kernel)

@@ -33,8 +33,13 @@ _runtime = None
 
 DEFAULT_WAIT_BOUND_NS = env.wait_bound_ms * 1_000_000
 
-_PLAN_DTYPE = {torch.float16: "f16", torch.bfloat16: "bf16", torch.float32: "f32", torch.int32: "i32",
-               torch.float8_e4m3fn: "f8e4m3"}
+_PLAN_DTYPE = {
+    torch.float16: "f16",
+    torch.bfloat16: "bf16",
+    torch.float32: "f32",
+    torch.int32: "i32",
+    torch.float8_e4m3fn: "f8e4m3",
+}
 
 
 def require_runtime():
@@ -44,8 +49,10 @@ def require_runtime():
         try:
             from syncopate import _runtime as module
         except ImportError as exc:  # a build without CUDA
-            raise DeviceError(f"syncopate._runtime is not available ({exc}); install syncopate on a "
-                              "machine with a CUDA compiler so the runtime is built") from exc
+            raise DeviceError(
+                f"syncopate._runtime is not available ({exc}); install syncopate on a "
+                "machine with a CUDA compiler so the runtime is built"
+            ) from exc
         _runtime = module
     return _runtime
 
@@ -61,8 +68,13 @@ class _DeviceMemory:
     """A raw device address as a __cuda_array_interface__ byte array, for torch.as_tensor."""
 
     def __init__(self, address: int, nbytes: int):
-        self.__cuda_array_interface__ = {"shape": (nbytes,), "typestr": "|u1", "data": (address, False),
-                                         "version": 3, "strides": None}
+        self.__cuda_array_interface__ = {
+            "shape": (nbytes,),
+            "typestr": "|u1",
+            "data": (address, False),
+            "version": 3,
+            "strides": None,
+        }
 
 
 def device_view(address: int, shape: Sequence[int], dtype: torch.dtype, device: torch.device) -> torch.Tensor:
@@ -132,29 +144,47 @@ class PlanWorkspace:
     extra_bytes: more symmetric space after the plan's regions (see extra_offset).
     """
 
-    def __init__(self, plan, group=None, *, grid=(1, 1, 1, 1), accesses=(), device=None,
-                 wait_bound_ns: int = DEFAULT_WAIT_BOUND_NS, drop_chunk: int = -1, sm_copy_blocks: int = 16,
-                 extra_bytes: int = 0):
+    def __init__(
+        self,
+        plan,
+        group=None,
+        *,
+        grid=(1, 1, 1, 1),
+        accesses=(),
+        device=None,
+        wait_bound_ns: int = DEFAULT_WAIT_BOUND_NS,
+        drop_chunk: int = -1,
+        sm_copy_blocks: int = 16,
+        extra_bytes: int = 0,
+    ):
         rt = require_runtime()
         from syncopate import plan_to_json
 
         self.device = torch.device(device) if device is not None else torch.device("cuda", torch.cuda.current_device())
         self.group = group
         self.plan = plan
-        self.prepared = rt.prepare_plan(plan_to_json(plan), int(grid[0]), int(grid[1]), int(grid[2]),
-                                        int(grid[3]), [tuple(a) for a in accesses])
+        self.prepared = rt.prepare_plan(
+            plan_to_json(plan), int(grid[0]), int(grid[1]), int(grid[2]), int(grid[3]), [tuple(a) for a in accesses]
+        )
         self.extra_offset = (int(self.prepared.heap_bytes) + 255) // 256 * 256
         self.heap = open_heap(self.extra_offset + int(extra_bytes), group, self.device, nodes=plan.nodes)
         self.rank = self.heap.rank
         self.world = self.heap.world
         if self.world != plan.world_size:
-            raise UserError(f"rank {self.rank}: the plan is for world_size {plan.world_size}, the group "
-                            f"has {self.world} ranks")
+            raise UserError(
+                f"rank {self.rank}: the plan is for world_size {plan.world_size}, the group has {self.world} ranks"
+            )
         self.monitor = rt.WaitMonitor()
         self.nccl = open_nccl(group, self.device) if (_uses_nccl(plan) and self.world > 1) else None
-        self.executor = rt.RankExecutor(self.prepared, self.heap, self.monitor, self.nccl,
-                                        wait_bound_ns=int(wait_bound_ns), drop_chunk=int(drop_chunk),
-                                        sm_copy_blocks=int(sm_copy_blocks))
+        self.executor = rt.RankExecutor(
+            self.prepared,
+            self.heap,
+            self.monitor,
+            self.nccl,
+            wait_bound_ns=int(wait_bound_ns),
+            drop_chunk=int(drop_chunk),
+            sm_copy_blocks=int(sm_copy_blocks),
+        )
         self.wait_bound_ns = int(wait_bound_ns)
         # This rank's epoch word (control slot of the heap): advanced on the device by begin().
         self.epoch_word = device_view(int(self.executor.epoch_word), [1], torch.int32, self.device)
@@ -164,8 +194,7 @@ class PlanWorkspace:
         """Plan tensor `name` of `rank` (default: this rank) as a torch view of the heap."""
         spec = self.plan.tensors[name]
         r = self.rank if rank is None else rank
-        return device_view(self.heap.base(r) + self.prepared.tensor_offset(name), list(spec.shape), dtype,
-                           self.device)
+        return device_view(self.heap.base(r) + self.prepared.tensor_offset(name), list(spec.shape), dtype, self.device)
 
     def extra(self, offset: int, shape: Sequence[int], dtype: torch.dtype, rank: Optional[int] = None):
         """A view into the extra symmetric space, `offset` bytes past its start."""
@@ -175,8 +204,7 @@ class PlanWorkspace:
     def signals(self) -> torch.Tensor:
         """This rank's int32 signal slots (`sy_signals` of a transformed kernel)."""
         n = max(1, int(self.prepared.num_signal_slots))
-        return device_view(self.heap.base(self.rank) + self.prepared.signals_offset, [n], torch.int32,
-                           self.device)
+        return device_view(self.heap.base(self.rank) + self.prepared.signals_offset, [n], torch.int32, self.device)
 
     def table(self):
         """This rank's signal table as lists (tile_waits, tile_notifies, slot_writers, ...)."""
@@ -208,11 +236,17 @@ class PlanWorkspace:
             self.executor.bind_source(name, 0)
             return
         spec = self.plan.tensors[name]
-        if (list(tensor.shape) != list(spec.shape) or not tensor.is_contiguous() or tensor.device != self.device
-                or plan_dtype(tensor.dtype) != spec.dtype):
-            raise UserError(f"bind_source({name!r}): needs a contiguous {spec.dtype} tensor of shape {list(spec.shape)} "
-                            f"on {self.device}, got {tensor.dtype} {list(tensor.shape)} on {tensor.device}"
-                            f"{'' if tensor.is_contiguous() else ' (not contiguous)'}")
+        if (
+            list(tensor.shape) != list(spec.shape)
+            or not tensor.is_contiguous()
+            or tensor.device != self.device
+            or plan_dtype(tensor.dtype) != spec.dtype
+        ):
+            raise UserError(
+                f"bind_source({name!r}): needs a contiguous {spec.dtype} tensor of shape {list(spec.shape)} "
+                f"on {self.device}, got {tensor.dtype} {list(tensor.shape)} on {tensor.device}"
+                f"{'' if tensor.is_contiguous() else ' (not contiguous)'}"
+            )
         self.executor.bind_source(name, tensor.data_ptr())
 
     def issue_chunks(self) -> None:

@@ -30,8 +30,9 @@ class Setting(Generic[T]):
     """One environment variable: its name, its text when unset, how the text becomes a value,
     when the package reads it, and what it does (the last three also fill the docs table)."""
 
-    def __init__(self, name: str, type_name: str, default: Optional[str], parse: Callable[[str], T],
-                 read: str, doc: str):
+    def __init__(
+        self, name: str, type_name: str, default: Optional[str], parse: Callable[[str], T], read: str, doc: str
+    ):
         self.name, self.type_name, self.default, self.parse = name, type_name, default, parse
         self.read, self.doc = read, doc
 
@@ -49,6 +50,7 @@ def _milliseconds(name: str) -> Callable[[str], int]:
             return int(text)
         except ValueError:
             raise UserError(f"${name}={text!r}: expected a whole number of milliseconds") from None
+
     return parse
 
 
@@ -56,31 +58,58 @@ class Env:
     """The settings; read them through the instance `env`."""
 
     backend = Setting(
-        "SYNCOPATE_BACKEND", "str", "auto", str, "per call",
+        "SYNCOPATE_BACKEND",
+        "str",
+        "auto",
+        str,
+        "per call",
         "chunk backend of the contexts the torch custom ops (`syncopate.ops.*`) make: `auto`, "
-        "`copy-engine`, `sm-copy` or `nccl`")
+        "`copy-engine`, `sm-copy` or `nccl`",
+    )
     check_each_call = Setting(
-        "SYNCOPATE_CHECK_EACH_CALL", "bool", "0", _flag, "at import of `syncopate.ops`",
+        "SYNCOPATE_CHECK_EACH_CALL",
+        "bool",
+        "0",
+        _flag,
+        "at import of `syncopate.ops`",
         "default of a context call's `check=`: `1` synchronizes after each call and raises a "
         "timed-out wait at once (a debugging aid); off, a call stays asynchronous and a timed-out "
-        "wait of an earlier call is raised by a later call or by `check()`")
+        "wait of an earlier call is raised by a later call or by `check()`",
+    )
     wait_bound_ms = Setting(
-        "SYNCOPATE_WAIT_BOUND_MS", "int", "10000", _milliseconds("SYNCOPATE_WAIT_BOUND_MS"),
+        "SYNCOPATE_WAIT_BOUND_MS",
+        "int",
+        "10000",
+        _milliseconds("SYNCOPATE_WAIT_BOUND_MS"),
         "at import of `syncopate.runtime`",
-        "default bound of every device wait of the ops and `PlanWorkspace` (`wait_bound_ns=`), in ms")
+        "default bound of every device wait of the ops and `PlanWorkspace` (`wait_bound_ns=`), in ms",
+    )
     auto_staged = Setting(
-        "SYNCOPATE_AUTO_STAGED", "bool", "0", _flag, "per call",
-        "lets `reduce=\"auto\"` of GemmRs / GemmAr choose the staged epilogue (docs/RUNTIME.md, "
-        "\"Staged epilogue\")")
+        "SYNCOPATE_AUTO_STAGED",
+        "bool",
+        "0",
+        _flag,
+        "per call",
+        "lets `reduce=\"auto\"` of GemmRs / GemmAr choose the staged epilogue (docs/RUNTIME.md, \"Staged epilogue\")",
+    )
     calibration = Setting(
-        "SYNCOPATE_CALIBRATION", "str", None, str, "per call",
+        "SYNCOPATE_CALIBRATION",
+        "str",
+        None,
+        str,
+        "per call",
         "the simulator calibration of the ops' auto choice (a shipped name or a `.json` path; "
-        "unset: `h200`) and of `python -m syncopate.demo` (a `.json` path)")
+        "unset: `h200`) and of `python -m syncopate.demo` (a `.json` path)",
+    )
     triton_interpret = Setting(
-        "TRITON_INTERPRET", "bool", "0", _flag,
+        "TRITON_INTERPRET",
+        "bool",
+        "0",
+        _flag,
         "per call (`syncopate.language`: at import)",
         "Triton's own switch, read here too: kernels run in Triton's CPU interpreter, so the ops "
-        "accept CPU tensors and `syncopate.check` runs")
+        "accept CPU tensors and `syncopate.check` runs",
+    )
 
 
 env = Env()

@@ -33,7 +33,9 @@ CLI::Validator sizes_validator(std::size_t parts, std::string what) {
 }
 
 void add_topology_options(CLI::App& command, TopologyArgs& args) {
-  command.add_option("--nodes", args.nodes, "Nodes the ranks span (consecutive ranks per node); several: a multi-node plan")
+  command
+      .add_option("--nodes", args.nodes,
+                  "Nodes the ranks span (consecutive ranks per node); several: a multi-node plan")
       ->check(CLI::Range(1, 1024));
   command.add_option("--gpus-per-node", args.gpus_per_node, "Ranks per node (instead of --nodes)")
       ->check(CLI::Range(1, 1024));
@@ -44,8 +46,8 @@ std::vector<int> topology_nodes(const TopologyArgs& args, int world_size) {
   int nodes = args.nodes;
   if (args.gpus_per_node > 0) {
     if (world_size % args.gpus_per_node != 0)
-      throw UserError(fmt::format("--gpus-per-node {}: world {} is not a multiple of it", args.gpus_per_node,
-                                  world_size));
+      throw UserError(
+          fmt::format("--gpus-per-node {}: world {} is not a multiple of it", args.gpus_per_node, world_size));
     const int from_gpus = world_size / args.gpus_per_node;
     if (nodes > 0 && nodes != from_gpus)
       throw UserError(fmt::format("--nodes {} and --gpus-per-node {} disagree for world {} ({} nodes)", nodes,

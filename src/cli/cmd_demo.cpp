@@ -53,8 +53,8 @@ fs::path run_cpu_demo(const DemoArgs& a) {
   fs::create_directories(out);
   const fs::path calib_path = a.calib.empty() ? find_repo_file("calib/h200.json", "--calib") : fs::path(a.calib);
   const auto calib = sim::load_calibration(calib_path);
-  fmt::print("Syncopate demo: AG+GEMM, A {}x{} sharded along M over {} ranks, B {}x{}, bf16\n", a.m, a.k,
-             a.world, a.k, a.n);
+  fmt::print("Syncopate demo: AG+GEMM, A {}x{} sharded along M over {} ranks, B {}x{}, bf16\n", a.m, a.k, a.world, a.k,
+             a.n);
   fmt::print("calibration: {}\n", calib.device);
 
   heading(1, "plan: ring all-gather of A, each shard cut into 2 sub-chunks, copy engine");
@@ -93,9 +93,10 @@ fs::path run_cpu_demo(const DemoArgs& a) {
     max_waits = std::max(max_waits, w.size());
     no_wait += w.empty();
   }
-  fmt::print("    rank 1: {} slots, {} tiles; {} tiles need no chunk, the others wait on at most {} "
-             "slot(s); call e waits for slot >= e * writers (no reset between calls)\n",
-             table.slots.size(), table.tile_waits.size(), no_wait, max_waits);
+  fmt::print(
+      "    rank 1: {} slots, {} tiles; {} tiles need no chunk, the others wait on at most {} "
+      "slot(s); call e waits for slot >= e * writers (no reset between calls)\n",
+      table.slots.size(), table.tile_waits.size(), no_wait, max_waits);
 
   heading(4, "schedule + simulate: the same fused kernel with three tile orders");
   const auto pred = sim::predict(call, calib);
@@ -138,7 +139,8 @@ fs::path run_cpu_demo(const DemoArgs& a) {
 
   heading(6, "transform: the shipped local GEMM kernel becomes the overlapped kernel");
   const auto kernel_path = find_repo_file("python/syncopate/kernels/gemm.py", "--kernel-file");
-  const auto result = transform::transform_kernel(read_text_file(kernel_path.string(), "kernel"), kernel_path.string(), "gemm_tma_kernel");
+  const auto result = transform::transform_kernel(read_text_file(kernel_path.string(), "kernel"), kernel_path.string(),
+                                                  "gemm_tma_kernel");
   write_text_file((out / "gemm_overlapped.py").string(), result.source, "kernel");
   std::string added;
   for (const auto& param : result.added_params) added += (added.empty() ? "" : ", ") + param.name;
@@ -164,9 +166,10 @@ void run_demo(const DemoArgs& a) {
 
 void register_demo_commands(CLI::App& app) {
   auto args = std::make_shared<DemoArgs>();
-  auto* cmd = app.add_subcommand("demo", "Run the pipeline (plan, verify, lower, schedule, simulate, tune, "
-                                          "transform) on a real-sized AG+GEMM and print what it found; then, "
-                                          "where GPUs are, the fused AG+GEMM against sequential, measured");
+  auto* cmd = app.add_subcommand("demo",
+                                 "Run the pipeline (plan, verify, lower, schedule, simulate, tune, "
+                                 "transform) on a real-sized AG+GEMM and print what it found; then, "
+                                 "where GPUs are, the fused AG+GEMM against sequential, measured");
   cmd->add_option("--out", args->out, "Directory for the plan, timeline SVG, trace and transformed kernel")
       ->capture_default_str();
   cmd->add_option("--calib", args->calib, "Calibration JSON (default: calib/h200.json)");

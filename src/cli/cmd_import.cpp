@@ -46,8 +46,10 @@ void run_import(const ImportArgs& a) {
   }
   o.backend = *parse_enum<Backend>(a.backend);
   const ImportedPlan imported = import_plan_file(a.file, format, o);
-  if (a.output.empty() || a.output == "-") fmt::print("{}", plan_to_json(imported.plan));
-  else save_plan(imported.plan, a.output);
+  if (a.output.empty() || a.output == "-")
+    fmt::print("{}", plan_to_json(imported.plan));
+  else
+    save_plan(imported.plan, a.output);
   const CommPlan& p = imported.plan;
   std::size_t streams = 0;
   for (const auto& r : p.ranks) streams += r.streams.size();

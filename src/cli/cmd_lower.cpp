@@ -39,7 +39,9 @@ struct GemmArgs {
 void add_gemm_options(CLI::App& cmd, GemmArgs& a) {
   cmd.add_option("plan", a.plan_file, "Plan JSON file")->required();
   cmd.add_option("--gemm", a.gemm, "Local GEMM shape MxNxK")->required()->check(sizes_validator(3, "MxNxK"));
-  cmd.add_option("--tile", a.tile, "Tile BLOCK_MxBLOCK_N")->capture_default_str()->check(sizes_validator(2, "BLOCK_MxBLOCK_N"));
+  cmd.add_option("--tile", a.tile, "Tile BLOCK_MxBLOCK_N")
+      ->capture_default_str()
+      ->check(sizes_validator(2, "BLOCK_MxBLOCK_N"));
   cmd.add_option("--tensor", a.tensor,
                  "Communicated tensor the kernel accesses (default: the plan's collective tensor; "
                  "the output for all-to-all)");
@@ -73,13 +75,13 @@ Lowered load_and_lower(const GemmArgs& a) {
   const auto& coll = out.plan.collective;
   lower::TileAccess access;
   access.tensor = a.tensor;
+  if (access.tensor.empty()) access.tensor = coll.kind == plan::Collective::all_to_all ? coll.output : coll.tensor;
   if (access.tensor.empty())
-    access.tensor = coll.kind == plan::Collective::all_to_all ? coll.output : coll.tensor;
-  if (access.tensor.empty())
-    throw UserError(fmt::format("{}: collective.tensor: the plan names no collective tensor; "
-                                "pass --tensor", a.plan_file));
-  const bool reduction = coll.kind == plan::Collective::reduce_scatter ||
-                         coll.kind == plan::Collective::all_reduce;
+    throw UserError(
+        fmt::format("{}: collective.tensor: the plan names no collective tensor; "
+                    "pass --tensor",
+                    a.plan_file));
+  const bool reduction = coll.kind == plan::Collective::reduce_scatter || coll.kind == plan::Collective::all_reduce;
   access.role = a.role.empty() ? (reduction ? lower::AccessRole::produce : lower::AccessRole::consume)
                                : *plan::parse_enum<lower::AccessRole>(a.role);
   access.m_dim = a.m_dim.value_or(0);
@@ -101,10 +103,9 @@ void run_lower(const GemmArgs& a) {
   if (!a.output.empty() && a.output != "-") {
     std::size_t slots = 0;
     for (const auto& t : l.tables) slots += t.slots.size();
-    fmt::print("{}: {} ranks, {} slots, {} tiles of {}x{} ({} {} m_dim {} n_dim {})\n", a.output,
-               l.tables.size(), slots, l.grid.count(), l.grid.block_m, l.grid.block_n,
-               plan::to_string(l.accesses[0].role), l.accesses[0].tensor, l.accesses[0].m_dim,
-               l.accesses[0].n_dim);
+    fmt::print("{}: {} ranks, {} slots, {} tiles of {}x{} ({} {} m_dim {} n_dim {})\n", a.output, l.tables.size(),
+               slots, l.grid.count(), l.grid.block_m, l.grid.block_n, plan::to_string(l.accesses[0].role),
+               l.accesses[0].tensor, l.accesses[0].m_dim, l.accesses[0].n_dim);
   }
 }
 
@@ -117,8 +118,8 @@ void run_schedule(const GemmArgs& a, const std::string& order_name, int group_m)
     orders.push_back(schedule::make_tile_order(l.plan, table, l.grid, kind, arrival, group_m));
   write_text_file(a.output, schedule::tile_orders_to_json(orders, l.grid, group_m, arrival), "output");
   if (!a.output.empty() && a.output != "-")
-    fmt::print("{}: {} order of {} tiles on {} ranks (group_m {})\n", a.output, order_name,
-               l.grid.count(), orders.size(), group_m);
+    fmt::print("{}: {} order of {} tiles on {} ranks (group_m {})\n", a.output, order_name, l.grid.count(),
+               orders.size(), group_m);
 }
 
 std::vector<std::string> order_spellings() {
@@ -131,16 +132,14 @@ std::vector<std::string> order_spellings() {
 
 void register_lower_commands(CLI::App& app) {
   auto lower_args = std::make_shared<GemmArgs>();
-  auto* lower_cmd = app.add_subcommand(
-      "lower", "Lower a plan to per-rank signal tables for a GEMM tiling (JSON)");
+  auto* lower_cmd = app.add_subcommand("lower", "Lower a plan to per-rank signal tables for a GEMM tiling (JSON)");
   add_gemm_options(*lower_cmd, *lower_args);
   lower_cmd->callback([lower_args] { run_lower(*lower_args); });
 
   auto schedule_args = std::make_shared<GemmArgs>();
   auto order = std::make_shared<std::string>("arrival");
   auto group_m = std::make_shared<int>(8);
-  auto* schedule_cmd = app.add_subcommand(
-      "schedule", "Per-rank tile orders for a GEMM tiling of a plan (JSON)");
+  auto* schedule_cmd = app.add_subcommand("schedule", "Per-rank tile orders for a GEMM tiling of a plan (JSON)");
   add_gemm_options(*schedule_cmd, *schedule_args);
   schedule_cmd->add_option("--order", *order, "Tile order")
       ->capture_default_str()
@@ -148,9 +147,7 @@ void register_lower_commands(CLI::App& app) {
   schedule_cmd->add_option("--group-m", *group_m, "Rows of tiles per group-M swizzle group")
       ->capture_default_str()
       ->check(CLI::Range(1, 1 << 16));
-  schedule_cmd->callback([schedule_args, order, group_m] {
-    run_schedule(*schedule_args, *order, *group_m);
-  });
+  schedule_cmd->callback([schedule_args, order, group_m] { run_schedule(*schedule_args, *order, *group_m); });
 }
 
 }  // namespace syncopate::cli

@@ -55,8 +55,10 @@ void run_plan(const PlanArgs& a) {
   o.nodes = topology_nodes(a.topology, a.world);
   o.flat = a.flat;
   const CommPlan plan = make_plan(o);
-  if (a.output.empty() || a.output == "-") fmt::print("{}", plan_to_json(plan));
-  else save_plan(plan, a.output);
+  if (a.output.empty() || a.output == "-")
+    fmt::print("{}", plan_to_json(plan));
+  else
+    save_plan(plan, a.output);
 }
 
 int stream_count(const CommPlan& plan) {
@@ -117,7 +119,7 @@ void run_show(const std::string& file) {
         std::string box = box_text(c.tensor, c.box);
         if (c.dst_tensor != c.tensor || c.dst_box != c.box) box += " -> " + box_text(c.dst_tensor, c.dst_box);
         // Which side of the chunk this rank issues ("?" for a plan listing it on a bystander).
-        const char* role = c.src == program.rank ? (c.dst == c.src ? "local" : "send")
+        const char* role = c.src == program.rank   ? (c.dst == c.src ? "local" : "send")
                            : c.dst == program.rank ? "recv"
                                                    : "?";
         rows.push_back({std::to_string(s), std::to_string(id), role, fmt::format("{}->{}", c.src, c.dst), box,
@@ -148,7 +150,9 @@ void register_plan_commands(CLI::App& app) {
   plan->add_option("--collective", plan_args->collective, "Collective to plan")
       ->required()
       ->check(CLI::IsMember(spellings<Collective>(false)));
-  plan->add_option("--algo", plan_args->algorithm, "Algorithm")->check(CLI::IsMember(spellings<Algorithm>()))->capture_default_str();
+  plan->add_option("--algo", plan_args->algorithm, "Algorithm")
+      ->check(CLI::IsMember(spellings<Algorithm>()))
+      ->capture_default_str();
   plan->add_option("--world", plan_args->world, "World size (number of ranks), 1 to 1024")->required();
   plan->add_option("--split", plan_args->split, "Sub-chunks per shard along --dim")->capture_default_str();
   plan->add_option("--shape", plan_args->shape, "Full tensor shape, e.g. 8192x4096")
@@ -158,8 +162,11 @@ void register_plan_commands(CLI::App& app) {
             return parse_sizes(text) ? "" : "expected sizes >= 1 joined by 'x' (e.g. 8192x4096), got " + text;
           },
           "SHAPE"));
-  plan->add_option("--dtype", plan_args->dtype, "Element type")->check(CLI::IsMember(spellings<DType>()))->capture_default_str();
-  plan->add_option("--dim", plan_args->dim, "Dimension the collective gathers or scatters along")->capture_default_str();
+  plan->add_option("--dtype", plan_args->dtype, "Element type")
+      ->check(CLI::IsMember(spellings<DType>()))
+      ->capture_default_str();
+  plan->add_option("--dim", plan_args->dim, "Dimension the collective gathers or scatters along")
+      ->capture_default_str();
   plan->add_option("--backend", plan_args->backend, "Backend every chunk uses")
       ->check(CLI::IsMember(spellings<Backend>()))
       ->capture_default_str();
@@ -179,7 +186,8 @@ void register_plan_commands(CLI::App& app) {
   plan->callback([plan_args] { run_plan(*plan_args); });
 
   auto files = std::make_shared<std::vector<std::string>>();
-  CLI::App* verify_cmd = app.add_subcommand("verify", "Check plan files; exit 0 if all are safe, 1 with every violation otherwise");
+  CLI::App* verify_cmd =
+      app.add_subcommand("verify", "Check plan files; exit 0 if all are safe, 1 with every violation otherwise");
   verify_cmd->add_option("plans", *files, "Plan JSON files")->required();
   verify_cmd->callback([files] { run_verify(*files); });
 

@@ -73,11 +73,11 @@ void run_simulate(const SimulateArgs& a) {
 
   const auto grid = gemm.grid();
   fmt::print("plan         {}: {} {}, world {}, split {}, {} chunks\n", a.plan_file,
-             plan::to_string(plan.collective.kind), plan::to_string(plan.collective.algorithm),
-             plan.world_size, plan.collective.split, plan.chunks.size());
+             plan::to_string(plan.collective.kind), plan::to_string(plan.collective.algorithm), plan.world_size,
+             plan.collective.split, plan.chunks.size());
   fmt::print("gemm         {}x{}x{} per rank, tile {}x{}: {} tiles ({:.2f} waves on {} SMs), {} order, {} workers\n",
-             gemm.m, gemm.n, gemm.k, gemm.block_m, gemm.block_n, grid.count(),
-             double(grid.count()) / calib.sms, calib.sms, a.order, a.dynamic ? "dynamic" : "static");
+             gemm.m, gemm.n, gemm.k, gemm.block_m, gemm.block_n, grid.count(), double(grid.count()) / calib.sms,
+             calib.sms, a.order, a.dynamic ? "dynamic" : "static");
   fmt::print("calibration  {}\n\n", calib.device);
   print_row("GEMM alone", p.gemm_alone_us, p.floor_us);
   print_row("communication alone", p.comm_alone_us, p.floor_us);
@@ -86,8 +86,7 @@ void run_simulate(const SimulateArgs& a) {
   print_row("kernel-level overlap", p.kernel_level_us, p.floor_us);
   print_row("fused", p.fused_us, p.floor_us);
   fmt::print("\n  fused vs sequential: {:.2f}x faster", p.sequential_us / p.fused_us);
-  if (std::isfinite(p.kernel_level_us))
-    fmt::print("; vs kernel-level: {:.2f}x faster", p.kernel_level_us / p.fused_us);
+  if (std::isfinite(p.kernel_level_us)) fmt::print("; vs kernel-level: {:.2f}x faster", p.kernel_level_us / p.fused_us);
   fmt::print("\n");
   fmt::print("  fused by tile order:");
   for (const auto& [kind, name] : plan::EnumTable<schedule::OrderKind>::entries) {
@@ -107,9 +106,9 @@ void run_simulate(const SimulateArgs& a) {
   if (!a.trace.empty()) write_text_file(a.trace, sim::chrome_trace_json(shown), "trace");
   if (!a.svg.empty()) {
     sim::SvgOptions svg;
-    svg.title = fmt::format("{} {} world {}, GEMM {}x{}x{}, tile {}x{}, {} order: {}", plan::to_string(plan.collective.kind),
-                            plan::to_string(plan.collective.algorithm), plan.world_size, gemm.m, gemm.n,
-                            gemm.k, gemm.block_m, gemm.block_n, a.order, shown.label);
+    svg.title = fmt::format("{} {} world {}, GEMM {}x{}x{}, tile {}x{}, {} order: {}",
+                            plan::to_string(plan.collective.kind), plan::to_string(plan.collective.algorithm),
+                            plan.world_size, gemm.m, gemm.n, gemm.k, gemm.block_m, gemm.block_n, a.order, shown.label);
     write_text_file(a.svg, sim::svg_timeline(shown, svg), "SVG");
   }
 }
@@ -143,8 +142,8 @@ void run_tune(const TuneArgs& a) {
   req.nodes = topology_nodes(a.topology, a.world);
   const int nodes = plan::node_count(req.nodes);
   const auto r = sim::tune(req, calib);
-  fmt::print("{} + GEMM {}x{}x{} per rank, tile {}x{}, world {}{}, calibration: {}\n", a.collective,
-             req.gemm.m, req.gemm.n, req.gemm.k, req.gemm.block_m, req.gemm.block_n, a.world,
+  fmt::print("{} + GEMM {}x{}x{} per rank, tile {}x{}, world {}{}, calibration: {}\n", a.collective, req.gemm.m,
+             req.gemm.n, req.gemm.k, req.gemm.block_m, req.gemm.block_n, a.world,
              nodes > 1 ? fmt::format(" on {} nodes of {}", nodes, a.world / nodes) : std::string(), calib.device);
   if (nodes > 1)
     fmt::print("network: {:.0f} GB/s and {:.0f} us per GPU NIC{}\n", calib.network.bandwidth_gbps,
@@ -161,8 +160,9 @@ void run_tune(const TuneArgs& a) {
   fmt::print("runs: {} {}{} split {} {} {} reduce {}\n", sim::to_string(r.decision), kind(c),
              plan::to_string(c.algorithm), c.split, plan::to_string(c.backend), schedule::to_string(c.order),
              reduction(c));
-  fmt::print("best fused:      {}{} split {} {} {} order, reduce {}: {:.1f} us\n", kind(b), plan::to_string(b.algorithm),
-             b.split, plan::to_string(b.backend), schedule::to_string(b.order), reduction(b), b.fused_us);
+  fmt::print("best fused:      {}{} split {} {} {} order, reduce {}: {:.1f} us\n", kind(b),
+             plan::to_string(b.algorithm), b.split, plan::to_string(b.backend), schedule::to_string(b.order),
+             reduction(b), b.fused_us);
   const auto& s = r.best_sequential;
   fmt::print("best sequential: {}{} split {} {}: {:.1f} us (GEMM {:.1f} + communication {:.1f})\n", kind(s),
              plan::to_string(s.algorithm), s.split, plan::to_string(s.backend), s.sequential_us, s.gemm_alone_us,
@@ -193,31 +193,51 @@ void register_simulate_commands(CLI::App& app) {
   auto sa = std::make_shared<SimulateArgs>();
   sim_cmd->add_option("plan", sa->plan_file, "Plan JSON file")->required();
   sim_cmd->add_option("--gemm", sa->gemm, "Per-rank GEMM MxNxK")->required()->check(sizes_validator(3, "MxNxK"));
-  sim_cmd->add_option("--tile", sa->tile, "Tile BLOCK_MxBLOCK_N")->capture_default_str()->check(sizes_validator(2, "BLOCK_MxBLOCK_N"));
+  sim_cmd->add_option("--tile", sa->tile, "Tile BLOCK_MxBLOCK_N")
+      ->capture_default_str()
+      ->check(sizes_validator(2, "BLOCK_MxBLOCK_N"));
   sim_cmd->add_option("--calib", sa->calib, "Calibration JSON (default: calib/h200.json)");
-  sim_cmd->add_option("--order", sa->order, "Tile order")->capture_default_str()->check(enum_validator<schedule::OrderKind>());
+  sim_cmd->add_option("--order", sa->order, "Tile order")
+      ->capture_default_str()
+      ->check(enum_validator<schedule::OrderKind>());
   sim_cmd->add_option("--trace", sa->trace, "Write a Chrome/Perfetto trace JSON of the timeline");
   sim_cmd->add_option("--svg", sa->svg, "Write an SVG picture of the timeline");
   sim_cmd->add_option("--timeline", sa->timeline, "Which timeline --trace/--svg show")
-      ->capture_default_str()->check(CLI::IsMember({"fused", "kernel-level", "sequential"}));
+      ->capture_default_str()
+      ->check(CLI::IsMember({"fused", "kernel-level", "sequential"}));
   sim_cmd->add_flag("--dynamic", sa->dynamic, "Workers take the next tile (atomic counter) instead of a static stride");
   sim_cmd->callback([sa] { run_simulate(*sa); });
 
   auto* tune_cmd = app.add_subcommand("tune", "Choose algorithm, split, backend and tile order by simulation");
   auto ta = std::make_shared<TuneArgs>();
-  tune_cmd->add_option("--collective", ta->collective, "Collective")->capture_default_str()->check(enum_validator<plan::Collective>());
-  tune_cmd->add_option("--gemm", ta->gemm, "Per-rank GEMM MxNxK (M gathered / reduced along)")->required()->check(sizes_validator(3, "MxNxK"));
-  tune_cmd->add_option("--tile", ta->tile, "Tile BLOCK_MxBLOCK_N")->capture_default_str()->check(sizes_validator(2, "BLOCK_MxBLOCK_N"));
+  tune_cmd->add_option("--collective", ta->collective, "Collective")
+      ->capture_default_str()
+      ->check(enum_validator<plan::Collective>());
+  tune_cmd->add_option("--gemm", ta->gemm, "Per-rank GEMM MxNxK (M gathered / reduced along)")
+      ->required()
+      ->check(sizes_validator(3, "MxNxK"));
+  tune_cmd->add_option("--tile", ta->tile, "Tile BLOCK_MxBLOCK_N")
+      ->capture_default_str()
+      ->check(sizes_validator(2, "BLOCK_MxBLOCK_N"));
   tune_cmd->add_option("--world", ta->world, "World size")->required()->check(CLI::Range(1, 1024));
   tune_cmd->add_option("--calib", ta->calib, "Calibration JSON (default: calib/h200.json)");
-  tune_cmd->add_option("--min-gain", ta->min_gain, "Fraction overlap must gain over sequential")->capture_default_str()->check(CLI::Range(0.0, 1.0));
-  tune_cmd->add_option("--min-saving-us", ta->min_saving_us, "Microseconds overlap must save over sequential")->capture_default_str()->check(CLI::Range(0.0, 1e9));
+  tune_cmd->add_option("--min-gain", ta->min_gain, "Fraction overlap must gain over sequential")
+      ->capture_default_str()
+      ->check(CLI::Range(0.0, 1.0));
+  tune_cmd->add_option("--min-saving-us", ta->min_saving_us, "Microseconds overlap must save over sequential")
+      ->capture_default_str()
+      ->check(CLI::Range(0.0, 1e9));
   tune_cmd->add_option("--reduce", ta->reduce, "GEMM+RS/AR: reduce-add chunks, the staged epilogue plans, or both")
-      ->capture_default_str()->check(CLI::IsMember({"chunks", "epilogue", "auto"}));
-  tune_cmd->add_flag("--no-kernel-level", ta->no_kernel_level,
-                     "Leave kernel-level overlap out, as the op contexts (AgGemm, GemmRs, GemmAr) do: they run fused or sequential");
-  tune_cmd->add_option("--mode", ta->mode, "auto decides; fused / sequential / kernel-level: the best candidate of that mode")
-      ->capture_default_str()->check(CLI::IsMember({"auto", "fused", "sequential", "kernel-level"}));
+      ->capture_default_str()
+      ->check(CLI::IsMember({"chunks", "epilogue", "auto"}));
+  tune_cmd->add_flag(
+      "--no-kernel-level", ta->no_kernel_level,
+      "Leave kernel-level overlap out, as the op contexts (AgGemm, GemmRs, GemmAr) do: they run fused or sequential");
+  tune_cmd
+      ->add_option("--mode", ta->mode,
+                   "auto decides; fused / sequential / kernel-level: the best candidate of that mode")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"auto", "fused", "sequential", "kernel-level"}));
   add_topology_options(*tune_cmd, ta->topology);
   tune_cmd->add_option("--top", ta->top, "Candidates to list")->capture_default_str()->check(CLI::Range(0, 1000));
   tune_cmd->callback([ta] { run_tune(*ta); });

@@ -27,7 +27,7 @@ struct TransformArgs {
   std::string plan;
   std::string output;
   std::string describe;
-  std::string check;                 // problems.py:function for the checking mode
+  std::string check;  // problems.py:function for the checking mode
 };
 
 std::vector<std::string> kernel_names(const std::vector<std::string>& given) {
@@ -48,13 +48,15 @@ std::vector<std::string> kernel_names(const std::vector<std::string>& given) {
 int run_check(const TransformArgs& args, const std::vector<std::string>& names) {
   std::string joined;
   for (const auto& n : names) joined += (joined.empty() ? "" : ",") + n;
-  std::vector<std::string> argv{demo_python(), "-m", "syncopate.check", args.input, "--kernel", joined,
-                                "--problem", args.check};
+  std::vector<std::string> argv{demo_python(), "-m",   "syncopate.check", args.input,
+                                "--kernel",    joined, "--problem",       args.check};
   if (!args.plan.empty()) argv.insert(argv.end(), {"--plan", args.plan});
   const int status = run_process(argv, false);
   if (status < 0)
-    throw UserError(fmt::format("--check: cannot run {} -m syncopate.check; set SYNCOPATE_PYTHON to a python "
-                                "with syncopate, torch and triton installed", argv[0]));
+    throw UserError(
+        fmt::format("--check: cannot run {} -m syncopate.check; set SYNCOPATE_PYTHON to a python "
+                    "with syncopate, torch and triton installed",
+                    argv[0]));
   return status;
 }
 
@@ -91,9 +93,9 @@ int run_transform(const TransformArgs& args) {
 
 void register_transform_commands(CLI::App& app) {
   auto args = std::make_shared<TransformArgs>();
-  auto* cmd = app.add_subcommand(
-      "transform", "Rewrite an annotated local Triton kernel into the overlapped kernel "
-                   "(docs/ANNOTATIONS.md)");
+  auto* cmd = app.add_subcommand("transform",
+                                 "Rewrite an annotated local Triton kernel into the overlapped kernel "
+                                 "(docs/ANNOTATIONS.md)");
   cmd->add_option("kernel_file", args->input, "Python file holding the @triton.jit kernel")->required();
   cmd->add_option("--kernel,-k", args->kernels,
                   "name of the kernel function; repeat it or separate names with commas to rewrite several "

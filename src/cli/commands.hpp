@@ -7,9 +7,9 @@ namespace syncopate::cli {
 
 // Exit codes shared by every subcommand.
 inline constexpr int kExitOk = 0;
-inline constexpr int kExitInvalid = 1;  // the input is wrong (bad plan, bad kernel, ...)
-inline constexpr int kExitUsage = 2;    // bad command-line arguments
-inline constexpr int kExitInternal = 3; // a bug in syncopate
+inline constexpr int kExitInvalid = 1;   // the input is wrong (bad plan, bad kernel, ...)
+inline constexpr int kExitUsage = 2;     // bad command-line arguments
+inline constexpr int kExitInternal = 3;  // a bug in syncopate
 
 void register_plan_commands(CLI::App& app);       // plan, verify, show
 void register_lower_commands(CLI::App& app);      // lower, schedule

@@ -48,8 +48,7 @@ class Library {
 
 std::string driver_error(const Library& lib, int code) {
   const char* text = nullptr;
-  if (auto fn = reinterpret_cast<CuGetErrorString>(lib.symbol("cuGetErrorString")); fn != nullptr)
-    fn(code, &text);
+  if (auto fn = reinterpret_cast<CuGetErrorString>(lib.symbol("cuGetErrorString")); fn != nullptr) fn(code, &text);
   return text != nullptr ? fmt::format("CUDA error {}: {}", code, text) : fmt::format("CUDA error {}", code);
 }
 
@@ -102,7 +101,8 @@ GpuCount count_cuda_gpus() {
   auto count = reinterpret_cast<CuDeviceGetCount>(lib.symbol("cuDeviceGetCount"));
   if (init == nullptr || count == nullptr)
     return {0, fmt::format("{} lacks cuInit/cuDeviceGetCount: not a CUDA driver", name)};
-  if (const int rc = init(0); rc != 0) return {0, fmt::format("the CUDA driver did not start: {}", driver_error(lib, rc))};
+  if (const int rc = init(0); rc != 0)
+    return {0, fmt::format("the CUDA driver did not start: {}", driver_error(lib, rc))};
   int n = 0;
   if (const int rc = count(&n); rc != 0) return {0, fmt::format("cuDeviceGetCount failed: {}", driver_error(lib, rc))};
   if (n == 0) return {0, "the CUDA driver reports no device"};
@@ -120,8 +120,10 @@ std::string demo_python() {
 int run_gpu_demo(const GpuDemoRequest& request) {
   const GpuCount gpus = count_cuda_gpus();
   if (gpus.count == 0) {
-    fmt::print("GPU: none found ({}); the GPU half (the fused AG+GEMM against sequential NCCL + torch.mm on "
-               "real GPUs) runs where GPUs are.\n", gpus.why_none);
+    fmt::print(
+        "GPU: none found ({}); the GPU half (the fused AG+GEMM against sequential NCCL + torch.mm on "
+        "real GPUs) runs where GPUs are.\n",
+        gpus.why_none);
     return 0;
   }
   const std::string python = demo_python();
@@ -129,8 +131,10 @@ int run_gpu_demo(const GpuDemoRequest& request) {
              gpus.count, python);
   const int probe = run_process({python, "-c", "import syncopate._core, syncopate.demo, torch, triton"}, true);
   if (probe < 0) {
-    fmt::print(stderr, "error: cannot run {} ({}); set SYNCOPATE_PYTHON to a python with syncopate, torch and "
-               "triton installed\n", python, std::strerror(errno));
+    fmt::print(stderr,
+               "error: cannot run {} ({}); set SYNCOPATE_PYTHON to a python with syncopate, torch and "
+               "triton installed\n",
+               python, std::strerror(errno));
     return 1;
   }
   if (probe != 0) {
@@ -142,8 +146,15 @@ int run_gpu_demo(const GpuDemoRequest& request) {
                python, python, source_tree().string());
     return 1;
   }
-  std::vector<std::string> argv{python, "-m", "syncopate.demo", "--m", std::to_string(request.m), "--k",
-                                std::to_string(request.k), "--n", std::to_string(request.n)};
+  std::vector<std::string> argv{python,
+                                "-m",
+                                "syncopate.demo",
+                                "--m",
+                                std::to_string(request.m),
+                                "--k",
+                                std::to_string(request.k),
+                                "--n",
+                                std::to_string(request.n)};
   if (!request.calib.empty()) {
     argv.emplace_back("--calib");
     argv.push_back(request.calib.string());

@@ -25,8 +25,8 @@ fs::path find_repo_file(std::string_view relative, std::string_view option) {
     if (fs::is_regular_file(p, ec)) return p;
   std::string places;
   for (const auto& p : tried) places += fmt::format("\n  {}", p.string());
-  throw UserError(fmt::format("{}: file-not-found: {} was not found; pass {} FILE. Tried:{}", option,
-                              relative, option, places));
+  throw UserError(
+      fmt::format("{}: file-not-found: {} was not found; pass {} FILE. Tried:{}", option, relative, option, places));
 }
 
 }  // namespace syncopate::cli

@@ -26,8 +26,7 @@ constexpr std::size_t kMaxQuotedChars = 48;  // longer strings/numbers are cut i
 bool is_identifier(std::string_view key) {
   if (key.empty()) return false;
   for (char c : key) {
-    const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-                    c == '_' || c == '-';
+    const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' || c == '-';
     if (!ok) return false;
   }
   return true;
@@ -68,8 +67,12 @@ class DuplicateKeyGuard {
         break;
       }
       case json::parse_event_t::object_end:
-      case json::parse_event_t::array_end: frames_.pop_back(); break;
-      case json::parse_event_t::value: enter_value(); break;
+      case json::parse_event_t::array_end:
+        frames_.pop_back();
+        break;
+      case json::parse_event_t::value:
+        enter_value();
+        break;
     }
     return true;
   }
@@ -119,18 +122,24 @@ std::string path_join(std::string_view parent, std::string_view key) {
 
 std::string describe(const json& value) {
   switch (value.type()) {
-    case json::value_t::null: return "null";
-    case json::value_t::boolean: return value.get<bool>() ? "true" : "false";
-    case json::value_t::string: return json_quoted(value.get_ref<const std::string&>());
+    case json::value_t::null:
+      return "null";
+    case json::value_t::boolean:
+      return value.get<bool>() ? "true" : "false";
+    case json::value_t::string:
+      return json_quoted(value.get_ref<const std::string&>());
     case json::value_t::number_integer:
     case json::value_t::number_unsigned:
-    case json::value_t::number_float: return value.dump();
+    case json::value_t::number_float:
+      return value.dump();
     case json::value_t::array:
       return fmt::format("an array of {} {}", value.size(), plural(value.size(), "element", "elements"));
     case json::value_t::object:
       return fmt::format("an object with {} {}", value.size(), plural(value.size(), "key", "keys"));
-    case json::value_t::binary: return "binary data";
-    case json::value_t::discarded: return "a discarded value";
+    case json::value_t::binary:
+      return "binary data";
+    case json::value_t::discarded:
+      return "a discarded value";
   }
   return "an unknown value";
 }
@@ -158,7 +167,8 @@ int JsonNode::as_int() const {
                         ? value_->get<std::uint64_t>() <= static_cast<std::uint64_t>(std::numeric_limits<int>::max())
                         : value_->get<std::int64_t>() >= std::numeric_limits<int>::min() &&
                               value_->get<std::int64_t>() <= std::numeric_limits<int>::max();
-  if (!fits) fail(fmt::format("an integer in [{}, {}]", std::numeric_limits<int>::min(), std::numeric_limits<int>::max()));
+  if (!fits)
+    fail(fmt::format("an integer in [{}, {}]", std::numeric_limits<int>::min(), std::numeric_limits<int>::max()));
   return static_cast<int>(value_->get<std::int64_t>());
 }
 
@@ -186,9 +196,11 @@ std::vector<std::int64_t> JsonNode::as_int64_list() const {
   out.reserve(value_->size());
   for (std::size_t i = 0; i < value_->size(); ++i) {
     const json& v = (*value_)[i];
-    if (v.is_number_unsigned() && v.get<std::uint64_t>() <= static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max()))
+    if (v.is_number_unsigned() &&
+        v.get<std::uint64_t>() <= static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max()))
       out.push_back(static_cast<std::int64_t>(v.get<std::uint64_t>()));
-    else out.push_back(JsonNode(v, fmt::format("{}[{}]", path_, i), source_, errors_).as_int64());
+    else
+      out.push_back(JsonNode(v, fmt::format("{}[{}]", path_, i), source_, errors_).as_int64());
   }
   return out;
 }
@@ -201,7 +213,8 @@ std::vector<int> JsonNode::as_int_list() const {
     const json& v = (*value_)[i];
     if (v.is_number_unsigned() && v.get<std::uint64_t>() <= static_cast<std::uint64_t>(std::numeric_limits<int>::max()))
       out.push_back(static_cast<int>(v.get<std::uint64_t>()));
-    else out.push_back(JsonNode(v, fmt::format("{}[{}]", path_, i), source_, errors_).as_int());
+    else
+      out.push_back(JsonNode(v, fmt::format("{}[{}]", path_, i), source_, errors_).as_int());
   }
   return out;
 }
@@ -236,8 +249,8 @@ void ObjectReader::finish() const {
     if (std::find(keys_.begin(), keys_.end(), key) != keys_.end()) continue;
     std::string accepted;
     for (auto k : keys_) accepted += (accepted.empty() ? "" : ", ") + std::string(k);
-    raise(node_.errors(), fmt::format("{}: {}: expected one of the {} keys ({}), got an unknown key",
-                                      node_.source(), path_join(node_.path(), key), what_, accepted));
+    raise(node_.errors(), fmt::format("{}: {}: expected one of the {} keys ({}), got an unknown key", node_.source(),
+                                      path_join(node_.path(), key), what_, accepted));
   }
 }
 

@@ -18,15 +18,13 @@ namespace syncopate::lower {
 namespace {
 
 [[noreturn]] void unverified(int chunk, const std::string& rule, const std::string& detail) {
-  throw UserError(fmt::format("chunks[{}]: {}: {} (lower() needs a verified plan)", chunk, rule,
-                              detail));
+  throw UserError(fmt::format("chunks[{}]: {}: {} (lower() needs a verified plan)", chunk, rule, detail));
 }
 
 // The checks lowering relies on to index safely; the verifier makes them (and many more).
 void check_plan_shape(const plan::CommPlan& plan) {
   if (plan.world_size < 1)
-    throw UserError(fmt::format("world_size: bad-world-size: {} (lower() needs a verified plan)",
-                                plan.world_size));
+    throw UserError(fmt::format("world_size: bad-world-size: {} (lower() needs a verified plan)", plan.world_size));
   for (std::size_t i = 0; i < plan.chunks.size(); ++i) {
     const auto& c = plan.chunks[i];
     const int id = static_cast<int>(i);
@@ -40,16 +38,15 @@ void check_plan_shape(const plan::CommPlan& plan) {
         unverified(id, "unknown-tensor", fmt::format("tensor \"{}\" is not in the plan", *name));
       if (box->offset.size() != it->second.shape.size() || box->extent.size() != it->second.shape.size())
         unverified(id, "box-rank-mismatch",
-                   fmt::format("box of \"{}\" has {} dims, the tensor has {}", *name,
-                               box->offset.size(), it->second.shape.size()));
+                   fmt::format("box of \"{}\" has {} dims, the tensor has {}", *name, box->offset.size(),
+                               it->second.shape.size()));
     }
   }
 }
 
 // Linear ids of every tile of `rank` whose region under a `role` access of `tensor` meets `box`.
-std::vector<int> tiles_for(const plan::CommPlan& plan, const TileGrid& grid,
-                           const std::vector<TileAccess>& accesses, AccessRole role,
-                           const std::string& tensor, const plan::Box& box, int rank) {
+std::vector<int> tiles_for(const plan::CommPlan& plan, const TileGrid& grid, const std::vector<TileAccess>& accesses,
+                           AccessRole role, const std::string& tensor, const plan::Box& box, int rank) {
   std::vector<int> tiles;
   for (const auto& access : accesses) {
     if (access.role != role || access.tensor != tensor) continue;

@@ -14,8 +14,8 @@ namespace syncopate::lower {
 namespace {
 
 std::string describe(const TileAccess& a) {
-  return fmt::format("access {{tensor \"{}\", {}, m_dim {}, n_dim {}{}}}", a.tensor,
-                     plan::to_string(a.role), a.m_dim, a.n_dim, a.m_local_shard ? ", m_local_shard" : "");
+  return fmt::format("access {{tensor \"{}\", {}, m_dim {}, n_dim {}{}}}", a.tensor, plan::to_string(a.role), a.m_dim,
+                     a.n_dim, a.m_local_shard ? ", m_local_shard" : "");
 }
 
 // Grid rows [begin, end) that index an m_local_shard tensor on `rank` (shard extent `extent`).
@@ -38,15 +38,14 @@ TileSpan span_touching(std::int64_t lo, std::int64_t len, std::int64_t block, st
 
 void validate_grid(const TileGrid& grid) {
   if (grid.m <= 0 || grid.n <= 0)
-    throw UserError(fmt::format("tile grid: empty-gemm: M x N must be positive, got {} x {}",
-                                grid.m, grid.n));
+    throw UserError(fmt::format("tile grid: empty-gemm: M x N must be positive, got {} x {}", grid.m, grid.n));
   if (grid.block_m <= 0 || grid.block_n <= 0)
-    throw UserError(fmt::format("tile grid: bad-tile: BLOCK_M x BLOCK_N must be positive, got {} x {}",
-                                grid.block_m, grid.block_n));
+    throw UserError(fmt::format("tile grid: bad-tile: BLOCK_M x BLOCK_N must be positive, got {} x {}", grid.block_m,
+                                grid.block_n));
   // Tile ids are int32 in signal tables and tile orders (a kernel indexes them).
   if (grid.count() > std::numeric_limits<std::int32_t>::max())
-    throw UserError(fmt::format("tile grid: too-many-tiles: {} x {} tiles do not fit in int32",
-                                grid.tiles_m(), grid.tiles_n()));
+    throw UserError(
+        fmt::format("tile grid: too-many-tiles: {} x {} tiles do not fit in int32", grid.tiles_m(), grid.tiles_n()));
 }
 
 void validate_access(const plan::CommPlan& plan, const TileGrid& grid, const TileAccess& access) {
@@ -54,46 +53,47 @@ void validate_access(const plan::CommPlan& plan, const TileGrid& grid, const Til
   if (it == plan.tensors.end()) {
     std::string known;
     for (const auto& [name, spec] : plan.tensors) known += (known.empty() ? "\"" : ", \"") + name + "\"";
-    throw UserError(fmt::format("{}: unknown-tensor: the plan has no tensor \"{}\" (it has {})",
-                                describe(access), access.tensor, known.empty() ? "none" : known));
+    throw UserError(fmt::format("{}: unknown-tensor: the plan has no tensor \"{}\" (it has {})", describe(access),
+                                access.tensor, known.empty() ? "none" : known));
   }
   const auto rank = static_cast<int>(it->second.shape.size());
   for (const auto& [name, dim] : {std::pair{"m_dim", access.m_dim}, std::pair{"n_dim", access.n_dim}}) {
     if (dim < -1 || dim >= rank)
-      throw UserError(fmt::format("{}: dim-out-of-range: {} is {} but tensor \"{}\" has {} dims "
-                                  "(use -1 for none)",
-                                  describe(access), name, dim, access.tensor, rank));
+      throw UserError(
+          fmt::format("{}: dim-out-of-range: {} is {} but tensor \"{}\" has {} dims "
+                      "(use -1 for none)",
+                      describe(access), name, dim, access.tensor, rank));
   }
   if (access.m_dim >= 0 && access.m_dim == access.n_dim)
-    throw UserError(fmt::format("{}: same-dim: m_dim and n_dim both index dim {}", describe(access),
-                                access.m_dim));
+    throw UserError(fmt::format("{}: same-dim: m_dim and n_dim both index dim {}", describe(access), access.m_dim));
   const auto& shape = it->second.shape;
   if (access.m_local_shard) {
     if (access.m_dim < 0)
-      throw UserError(fmt::format("{}: shard-without-m-dim: m_local_shard needs the tensor dim that "
-                                  "holds this rank's rows (m_dim is -1)",
-                                  describe(access)));
+      throw UserError(
+          fmt::format("{}: shard-without-m-dim: m_local_shard needs the tensor dim that "
+                      "holds this rank's rows (m_dim is -1)",
+                      describe(access)));
     const std::int64_t extent = shape[access.m_dim];
     if (extent * plan.world_size != grid.m)
-      throw UserError(fmt::format("{}: shard-mismatch: tensor \"{}\" has extent {} on m_dim {}, so "
-                                  "{} ranks' shards cover {} rows, but the GEMM has M = {} (M must be "
-                                  "world_size x the shard extent)",
-                                  describe(access), access.tensor, extent, access.m_dim,
-                                  plan.world_size, extent * plan.world_size, grid.m));
+      throw UserError(fmt::format(
+          "{}: shard-mismatch: tensor \"{}\" has extent {} on m_dim {}, so "
+          "{} ranks' shards cover {} rows, but the GEMM has M = {} (M must be "
+          "world_size x the shard extent)",
+          describe(access), access.tensor, extent, access.m_dim, plan.world_size, extent * plan.world_size, grid.m));
   } else if (access.m_dim >= 0 && shape[access.m_dim] != grid.m)
-    throw UserError(fmt::format("{}: grid-mismatch: tensor \"{}\" has extent {} on m_dim {} but "
-                                "the GEMM has M = {}",
-                                describe(access), access.tensor, shape[access.m_dim], access.m_dim,
-                                grid.m));
+    throw UserError(
+        fmt::format("{}: grid-mismatch: tensor \"{}\" has extent {} on m_dim {} but "
+                    "the GEMM has M = {}",
+                    describe(access), access.tensor, shape[access.m_dim], access.m_dim, grid.m));
   if (access.n_dim >= 0 && shape[access.n_dim] != grid.n)
-    throw UserError(fmt::format("{}: grid-mismatch: tensor \"{}\" has extent {} on n_dim {} but "
-                                "the GEMM has N = {}",
-                                describe(access), access.tensor, shape[access.n_dim], access.n_dim,
-                                grid.n));
+    throw UserError(
+        fmt::format("{}: grid-mismatch: tensor \"{}\" has extent {} on n_dim {} but "
+                    "the GEMM has N = {}",
+                    describe(access), access.tensor, shape[access.n_dim], access.n_dim, grid.n));
 }
 
-plan::Box tile_region(const TileGrid& grid, const TileAccess& access,
-                      const std::vector<std::int64_t>& tensor_shape, std::int64_t tile, int rank) {
+plan::Box tile_region(const TileGrid& grid, const TileAccess& access, const std::vector<std::int64_t>& tensor_shape,
+                      std::int64_t tile, int rank) {
   plan::Box box;
   box.offset.assign(tensor_shape.size(), 0);
   box.extent = tensor_shape;
@@ -117,8 +117,8 @@ plan::Box tile_region(const TileGrid& grid, const TileAccess& access,
   return box;
 }
 
-TileRect tiles_touching(const TileGrid& grid, const TileAccess& access,
-                        const std::vector<std::int64_t>& tensor_shape, const plan::Box& box, int rank) {
+TileRect tiles_touching(const TileGrid& grid, const TileAccess& access, const std::vector<std::int64_t>& tensor_shape,
+                        const plan::Box& box, int rank) {
   for (auto e : box.extent)
     if (e <= 0) return {};
   TileRect rect{{0, grid.tiles_m()}, {0, grid.tiles_n()}};
@@ -135,8 +135,7 @@ TileRect tiles_touching(const TileGrid& grid, const TileAccess& access,
     rect.rows = span_touching(lo, len, grid.block_m, grid.tiles_m());
   }
   if (access.n_dim >= 0)
-    rect.cols = span_touching(box.offset.at(access.n_dim), box.extent.at(access.n_dim),
-                              grid.block_n, grid.tiles_n());
+    rect.cols = span_touching(box.offset.at(access.n_dim), box.extent.at(access.n_dim), grid.block_n, grid.tiles_n());
   return rect;
 }
 

@@ -10,8 +10,8 @@ namespace syncopate::plan {
 namespace {
 
 // Compressed adjacency: for each node, the neighbours in [offsets[v], offsets[v+1]).
-void build_csr(int n, const std::vector<DependencyEdge>& edges, bool forward,
-               std::vector<int>& offsets, std::vector<int>& targets) {
+void build_csr(int n, const std::vector<DependencyEdge>& edges, bool forward, std::vector<int>& offsets,
+               std::vector<int>& targets) {
   offsets.assign(static_cast<std::size_t>(n) + 1, 0);
   for (const auto& e : edges) ++offsets[static_cast<std::size_t>(forward ? e.from : e.to) + 1];
   for (int v = 0; v < n; ++v) offsets[v + 1] += offsets[v];
@@ -86,8 +86,7 @@ DependencyGraph::DependencyGraph(const CommPlan& plan) {
     return a.from != b.from ? a.from < b.from : a.to < b.to;
   });
   for (const auto& e : raw)
-    if (edges_.empty() || edges_.back().from != e.from || edges_.back().to != e.to)
-      edges_.push_back(e);
+    if (edges_.empty() || edges_.back().from != e.from || edges_.back().to != e.to) edges_.push_back(e);
   build_csr(n, edges_, true, succ_offsets_, succ_);
   build_csr(n, edges_, false, pred_offsets_, pred_);
 }

@@ -67,38 +67,42 @@ class Exporter {
   void check() {
     const auto& c = plan_.collective;
     if (c.kind == Collective::custom || c.staged())
-      throw UserError(fmt::format("export to MSCCL XML: a {}{} plan has no MSCCL collective", c.staged() ? "staged " : "",
-                                  to_string(c.kind)));
+      throw UserError(fmt::format("export to MSCCL XML: a {}{} plan has no MSCCL collective",
+                                  c.staged() ? "staged " : "", to_string(c.kind)));
     verify_or_throw(plan_, "export to MSCCL XML");
     for (const Chunk& ch : plan_.chunks)
       if (ch.runtime_rows)
-        throw UserError(fmt::format("export to MSCCL XML: chunk {} carries a run-time number of rows "
-                                    "(runtime_rows); MSCCL chunks have fixed sizes",
-                                    ch.id));
+        throw UserError(
+            fmt::format("export to MSCCL XML: chunk {} carries a run-time number of rows "
+                        "(runtime_rows); MSCCL chunks have fixed sizes",
+                        ch.id));
     const auto& shape = plan_.tensors.at(c.tensor).shape;
     std::int64_t unit = shape[c.dim];
     for (const Chunk& ch : plan_.chunks) {
       if (ch.backend == Backend::nccl)
-        throw UserError(fmt::format("export to MSCCL XML: chunk {} is an NCCL chunk (listed by both ranks); export a "
-                                    "copy-engine or sm-copy plan",
-                                    ch.id));
+        throw UserError(
+            fmt::format("export to MSCCL XML: chunk {} is an NCCL chunk (listed by both ranks); export a "
+                        "copy-engine or sm-copy plan",
+                        ch.id));
       for (const Box* b : {&ch.box, &ch.dst_box})
         for (std::size_t d = 0; d < shape.size(); ++d) {
           if (static_cast<int>(d) == c.dim) {
             unit = std::gcd(unit, std::gcd(b->offset[d], b->extent[d]));
           } else if (b->offset[d] != 0 || b->extent[d] != shape[d]) {
-            throw UserError(fmt::format("export to MSCCL XML: chunk {} cuts dim {}; MSCCL chunks cut only the "
-                                        "collective's dim {}",
-                                        ch.id, d, c.dim));
+            throw UserError(
+                fmt::format("export to MSCCL XML: chunk {} cuts dim {}; MSCCL chunks cut only the "
+                            "collective's dim {}",
+                            ch.id, d, c.dim));
           }
         }
     }
     unit_ = unit;
     n_ = shape[c.dim] / unit;
     if (c.kind != Collective::all_reduce && n_ % w_ != 0)
-      throw UserError(fmt::format("export to MSCCL XML: the chunks fall on a grid of {} pieces along dim {}, which "
-                                  "does not give each of {} ranks the same number",
-                                  n_, c.dim, w_));
+      throw UserError(
+          fmt::format("export to MSCCL XML: the chunks fall on a grid of {} pieces along dim {}, which "
+                      "does not give each of {} ranks the same number",
+                      n_, c.dim, w_));
   }
 
   char buffer_of(const std::string& tensor) const {
@@ -130,8 +134,8 @@ class Exporter {
     const char sb = buffer_of(c.tensor), db = buffer_of(c.dst_tensor);
     const std::int64_t so = index_of(c.box), doff = index_of(c.dst_box), n = count_of(c.box);
     if (c.src == c.dst) {
-      const int s = add_step(rank, tb(rank, -1, -1, 2 * stream),
-                             {c.op == ChunkOp::copy ? "cpy" : "re", sb, db, so, doff, n});
+      const int s =
+          add_step(rank, tb(rank, -1, -1, 2 * stream), {c.op == ChunkOp::copy ? "cpy" : "re", sb, db, so, doff, n});
       step_of_[id] = {s, s};
       landing_[id] = s;
       return;
@@ -168,9 +172,10 @@ class Exporter {
       } else if (dep.dst == steps_[other_step].rank) {
         depend(other_step, on);
       } else {
-        throw UserError(fmt::format("export to MSCCL XML: chunk {} ({} -> {}) depends on chunk {}, which lands on rank "
-                                    "{}; MSCCL steps depend only on steps of their own GPU",
-                                    id, c.src, c.dst, d, dep.dst));
+        throw UserError(
+            fmt::format("export to MSCCL XML: chunk {} ({} -> {}) depends on chunk {}, which lands on rank "
+                        "{}; MSCCL steps depend only on steps of their own GPU",
+                        id, c.src, c.dst, d, dep.dst));
       }
     }
   }

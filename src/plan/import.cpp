@@ -23,10 +23,11 @@ constexpr std::uintmax_t kMaxImportFileBytes = std::uintmax_t{1} << 30;
 
 void check_options(const ImportOptions& o) {
   if (o.backend == Backend::nccl)
-    throw ShapeError(fmt::format("{}: backend nccl: an imported plan issues each chunk from one side (copies pushed "
-                                 "by their source, reduce-adds pulled by their destination), and NCCL needs both "
-                                 "sides in streams of matching numbers; import with copy-engine or sm-copy",
-                                 o.source));
+    throw ShapeError(
+        fmt::format("{}: backend nccl: an imported plan issues each chunk from one side (copies pushed "
+                    "by their source, reduce-adds pulled by their destination), and NCCL needs both "
+                    "sides in streams of matching numbers; import with copy-engine or sm-copy",
+                    o.source));
 }
 
 // Chunk ids a violation mentions: its own and every "chunk N" of its detail (cycles, races).
@@ -116,9 +117,15 @@ ImportedPlan import_plan(std::string_view text, ImportFormat format, const Impor
   check_options(options);
   import_detail::SourceProgram program;
   switch (format) {
-    case ImportFormat::msccl_xml: program = import_detail::read_msccl_xml(text, options); break;
-    case ImportFormat::mscclpp_json: program = import_detail::read_mscclpp_json(text, options); break;
-    case ImportFormat::sendrecv: program = import_detail::read_sendrecv(text, options); break;
+    case ImportFormat::msccl_xml:
+      program = import_detail::read_msccl_xml(text, options);
+      break;
+    case ImportFormat::mscclpp_json:
+      program = import_detail::read_mscclpp_json(text, options);
+      break;
+    case ImportFormat::sendrecv:
+      program = import_detail::read_sendrecv(text, options);
+      break;
   }
   ImportedPlan imported = import_detail::build_imported_plan(std::move(program), options);
   const VerifyReport report = verify(imported.plan);

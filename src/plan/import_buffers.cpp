@@ -25,19 +25,20 @@ ChunkBuffers::ChunkBuffers(Collective kind, int world, std::int64_t chunks_per_l
     : kind_(kind), world_(world), n_(chunks_per_loop), o_(options) {
   const auto& shape = options.shape;
   if (shape.empty())
-    throw ShapeError(fmt::format("{}: the op's tensor shape is needed to map {} chunks onto boxes (--shape)",
-                                 options.source, n_));
+    throw ShapeError(
+        fmt::format("{}: the op's tensor shape is needed to map {} chunks onto boxes (--shape)", options.source, n_));
   for (auto s : shape)
     if (s < 1) throw ShapeError(fmt::format("{}: shape {} has a size below 1", options.source, fmt::join(shape, "x")));
   if (options.dim < 0 || options.dim >= static_cast<int>(shape.size()))
-    throw ShapeError(fmt::format("{}: dim {} is out of range for shape {}", options.source, options.dim,
-                                 fmt::join(shape, "x")));
+    throw ShapeError(
+        fmt::format("{}: dim {} is out of range for shape {}", options.source, options.dim, fmt::join(shape, "x")));
   if (options.tensor.empty() || options.tensor == options.scratch ||
-      (kind == Collective::all_to_all && (options.output.empty() || options.output == options.tensor ||
-                                          options.output == options.scratch)))
-    throw ShapeError(fmt::format("{}: the tensor, output and scratch names must be distinct and not empty (got "
-                                 "\"{}\", \"{}\", \"{}\")",
-                                 options.source, options.tensor, options.output, options.scratch));
+      (kind == Collective::all_to_all &&
+       (options.output.empty() || options.output == options.tensor || options.output == options.scratch)))
+    throw ShapeError(
+        fmt::format("{}: the tensor, output and scratch names must be distinct and not empty (got "
+                    "\"{}\", \"{}\", \"{}\")",
+                    options.source, options.tensor, options.output, options.scratch));
   if (world < 1) refuse(options.source, element, fmt::format("{} GPUs: a plan needs at least one", world));
   if (n_ < 1) refuse(options.source, element, fmt::format("{} chunks per loop: the buffers need at least one", n_));
   const bool per_rank = kind != Collective::all_reduce;
@@ -48,9 +49,10 @@ ChunkBuffers::ChunkBuffers(Collective kind, int world, std::int64_t chunks_per_l
                        n_, world, to_string(kind)));
   const std::int64_t size = shape[options.dim];
   if (size % n_ != 0)
-    throw ShapeError(fmt::format("{}: dim {} of shape {} has {} elements, not a multiple of the {} chunks per loop "
-                                 "(the format's chunks are equal)",
-                                 options.source, options.dim, fmt::join(shape, "x"), size, n_));
+    throw ShapeError(
+        fmt::format("{}: dim {} of shape {} has {} elements, not a multiple of the {} chunks per loop "
+                    "(the format's chunks are equal)",
+                    options.source, options.dim, fmt::join(shape, "x"), size, n_));
   unit_ = size / n_;
   input_.assign(world, 0);
   output_.assign(world, 0);
@@ -60,9 +62,12 @@ ChunkBuffers::ChunkBuffers(Collective kind, int world, std::int64_t chunks_per_l
 std::int64_t ChunkBuffers::capacity(char buffer) const {
   const std::int64_t per_rank = n_ / world_;
   switch (kind_) {
-    case Collective::all_gather: return buffer == 'i' ? per_rank : n_;
-    case Collective::reduce_scatter: return buffer == 'o' ? per_rank : n_;
-    default: return n_;
+    case Collective::all_gather:
+      return buffer == 'i' ? per_rank : n_;
+    case Collective::reduce_scatter:
+      return buffer == 'o' ? per_rank : n_;
+    default:
+      return n_;
   }
 }
 
@@ -88,8 +93,8 @@ Place ChunkBuffers::place(int rank, char buffer, std::int64_t index, std::int64_
   if (count < 1) refuse(o_.source, element, fmt::format("count {}: a transfer moves at least one chunk", count));
   if (index < 0 || index > declared - count)
     refuse(o_.source, element,
-           fmt::format("chunks {}..{} of the {} buffer: GPU {} declares {} {} chunks", index, index + count - 1,
-                       name, rank, declared, name));
+           fmt::format("chunks {}..{} of the {} buffer: GPU {} declares {} {} chunks", index, index + count - 1, name,
+                       rank, declared, name));
   std::int64_t first = index;  // in chunks of the tensor
   std::string tensor = o_.tensor;
   const std::int64_t per_rank = n_ / world_;

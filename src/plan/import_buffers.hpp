@@ -49,7 +49,7 @@ class ChunkBuffers {
   int world_;
   std::int64_t n_;
   const ImportOptions& o_;
-  std::int64_t unit_ = 1;  // elements along dim per chunk
+  std::int64_t unit_ = 1;                               // elements along dim per chunk
   std::vector<std::int64_t> input_, output_, scratch_;  // declared, by rank
 };
 

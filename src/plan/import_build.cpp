@@ -161,7 +161,8 @@ class Builder {
       actions.push_back(partner);
     }
     actions_of_chunk_.push_back(std::move(actions));
-    issuers_.push_back({refs_[issuer].rank, refs_[issuer].lane, p_.lanes[refs_[issuer].rank][refs_[issuer].lane].group});
+    issuers_.push_back(
+        {refs_[issuer].rank, refs_[issuer].lane, p_.lanes[refs_[issuer].rank][refs_[issuer].lane].group});
     origins_.push_back(origin);
     deps_.emplace_back();
     chunks_.push_back(std::move(c));
@@ -181,27 +182,71 @@ class Builder {
           const Action& r = at(recv);
           // Copies are pushed by their source, reduce-adds pulled by their destination.
           if ((r.op == ChunkOp::copy) != (x.kind == ActionKind::send)) break;
-          c = Chunk{-1, s.place.tensor, s.place.box, r.place.tensor, r.place.box, refs_[send].rank,
-                    refs_[recv].rank, o_.backend, r.op, 0, {}, kNoGroup};
+          c = Chunk{-1,
+                    s.place.tensor,
+                    s.place.box,
+                    r.place.tensor,
+                    r.place.box,
+                    refs_[send].rank,
+                    refs_[recv].rank,
+                    o_.backend,
+                    r.op,
+                    0,
+                    {},
+                    kNoGroup};
           add_chunk(a, partner_[a], std::move(c), s.element + " -> " + r.element);
           break;
         }
         case ActionKind::put:
-          add_chunk(a, -1, Chunk{-1, x.place.tensor, x.place.box, x.other.tensor, x.other.box, rank, x.peer,
-                                 o_.backend, x.op, 0, {}, kNoGroup},
+          add_chunk(a, -1,
+                    Chunk{-1,
+                          x.place.tensor,
+                          x.place.box,
+                          x.other.tensor,
+                          x.other.box,
+                          rank,
+                          x.peer,
+                          o_.backend,
+                          x.op,
+                          0,
+                          {},
+                          kNoGroup},
                     x.element);
           break;
         case ActionKind::get:
-          add_chunk(a, -1, Chunk{-1, x.other.tensor, x.other.box, x.place.tensor, x.place.box, x.peer, rank,
-                                 o_.backend, x.op, 0, {}, kNoGroup},
+          add_chunk(a, -1,
+                    Chunk{-1,
+                          x.other.tensor,
+                          x.other.box,
+                          x.place.tensor,
+                          x.place.box,
+                          x.peer,
+                          rank,
+                          o_.backend,
+                          x.op,
+                          0,
+                          {},
+                          kNoGroup},
                     x.element);
           break;
         case ActionKind::local:
-          add_chunk(a, -1, Chunk{-1, x.place.tensor, x.place.box, x.other.tensor, x.other.box, rank, rank,
-                                 o_.backend, x.op, 0, {}, kNoGroup},
+          add_chunk(a, -1,
+                    Chunk{-1,
+                          x.place.tensor,
+                          x.place.box,
+                          x.other.tensor,
+                          x.other.box,
+                          rank,
+                          rank,
+                          o_.backend,
+                          x.op,
+                          0,
+                          {},
+                          kNoGroup},
                     x.element);
           break;
-        default: break;
+        default:
+          break;
       }
     }
   }
@@ -313,8 +358,8 @@ class Builder {
           todo.push_back(b);
           const Action& w = at(b);
           const Place* written = w.kind == ActionKind::recv || w.kind == ActionKind::get ? &w.place
-                                 : w.kind == ActionKind::local                            ? &w.other
-                                                                                          : nullptr;
+                                 : w.kind == ActionKind::local                           ? &w.other
+                                                                                         : nullptr;
           if (written != nullptr && refs_[b].rank == rank && chunk_of_[b] != chunk_of_[s] &&
               written->tensor == send.place.tensor && written->box.overlaps(send.place.box))
             unite(deps_[chunk_of_[b]], {chunk_of_[s]});

@@ -46,14 +46,14 @@ enum class ActionKind { send, recv, put, get, local, signal, wait, barrier, nop 
 
 struct Action {
   ActionKind kind = ActionKind::nop;
-  std::string element;  // "file:12: algo/gpu[1]/tb[0]/step[3]": where the source says this
-  int peer = -1;        // send, recv, put, get, signal, wait
-  int channel = 0;      // send/recv and signal/wait pair per (from, to, channel)
-  Place place;          // send: what leaves; recv: where it lands; put/get: the local side; local: source
-  Place other;          // put: where it lands on peer; get: what it reads on peer; local: destination
-  ChunkOp op = ChunkOp::copy;     // recv, put, get, local
-  std::vector<ActionRef> after;   // same rank
-  std::vector<ActionRef> barrier; // barrier: the other members
+  std::string element;             // "file:12: algo/gpu[1]/tb[0]/step[3]": where the source says this
+  int peer = -1;                   // send, recv, put, get, signal, wait
+  int channel = 0;                 // send/recv and signal/wait pair per (from, to, channel)
+  Place place;                     // send: what leaves; recv: where it lands; put/get: the local side; local: source
+  Place other;                     // put: where it lands on peer; get: what it reads on peer; local: destination
+  ChunkOp op = ChunkOp::copy;      // recv, put, get, local
+  std::vector<ActionRef> after;    // same rank
+  std::vector<ActionRef> barrier;  // barrier: the other members
 };
 
 struct Lane {

@@ -46,9 +46,7 @@ struct RawTb {
 };
 
 // How many actions each step type becomes (so a dependency on a step can name its last one).
-int actions_of(std::string_view type) {
-  return type == "rcs" || type == "rrs" || type == "rrcs" ? 2 : 1;
-}
+int actions_of(std::string_view type) { return type == "rcs" || type == "rrs" || type == "rrcs" ? 2 : 1; }
 
 class XmlReader {
  public:
@@ -78,7 +76,8 @@ class XmlReader {
       refuse(o_.source, where(algo, "algo"),
              "an in-place alltoall overwrites the input it still sends from; the IR's all-to-all writes a separate "
              "output tensor");
-    if (ngpus < 1 || ngpus > 1024) refuse(o_.source, where(algo, "algo"), fmt::format("ngpus {} is out of 1..1024", ngpus));
+    if (ngpus < 1 || ngpus > 1024)
+      refuse(o_.source, where(algo, "algo"), fmt::format("ngpus {} is out of 1..1024", ngpus));
     ChunkBuffers buffers(kind, ngpus, int_attr(algo, "algo", "nchunksperloop"), o_, where(algo, "algo"));
 
     std::vector<std::vector<RawTb>> gpus(static_cast<std::size_t>(ngpus));
@@ -90,9 +89,10 @@ class XmlReader {
       check_attrs(gpu, path, {"id", "i_chunks", "o_chunks", "s_chunks"});
       const int id = int_attr(gpu, path, "id");
       if (id < 0 || id >= ngpus || seen[id])
-        refuse(o_.source, where(gpu, path),
-               fmt::format("id {} is {}", id, id < 0 || id >= ngpus ? fmt::format("out of 0..{}", ngpus - 1)
-                                                                    : std::string("given twice")));
+        refuse(
+            o_.source, where(gpu, path),
+            fmt::format("id {} is {}", id,
+                        id < 0 || id >= ngpus ? fmt::format("out of 0..{}", ngpus - 1) : std::string("given twice")));
       seen[id] = true;
       buffers.declare(id, int_attr(gpu, path, "i_chunks"), int_attr(gpu, path, "o_chunks"),
                       int_attr(gpu, path, "s_chunks"), where(gpu, path));
@@ -115,12 +115,14 @@ class XmlReader {
     return {line, offset - line_starts_[line - 1] + 1};
   }
   std::string where(pugi::xml_node node, std::string_view path) const {
-    return fmt::format("{} (line {})", path, line_col(static_cast<std::size_t>(std::max<std::ptrdiff_t>(node.offset_debug(), 0))).first);
+    return fmt::format("{} (line {})", path,
+                       line_col(static_cast<std::size_t>(std::max<std::ptrdiff_t>(node.offset_debug(), 0))).first);
   }
 
   void expect_name(pugi::xml_node node, std::string_view name, std::string_view parent, const std::string& path) {
     if (node.type() != pugi::node_element)
-      refuse(o_.source, where(node, path), fmt::format("<{}> holds text; it may hold only <{}> elements", parent, name));
+      refuse(o_.source, where(node, path),
+             fmt::format("<{}> holds text; it may hold only <{}> elements", parent, name));
     if (std::string_view(node.name()) != name) {
       const bool new_format = std::string_view(node.name()) == "op";
       refuse(o_.source, where(node, path),
@@ -161,11 +163,13 @@ class XmlReader {
       const std::string path = fmt::format("{}/tb[{}]", gpu_path, position++);
       expect_name(tb, "tb", "gpu", path);
       check_attrs(tb, path, {"id", "send", "recv", "chan"});
-      RawTb raw{where(tb, path), int_attr(tb, path, "send"), int_attr(tb, path, "recv"), int_attr(tb, path, "chan"), {}};
+      RawTb raw{
+          where(tb, path), int_attr(tb, path, "send"), int_attr(tb, path, "recv"), int_attr(tb, path, "chan"), {}};
       const int tb_id = int_attr(tb, path, "id");
       for (int peer : {raw.send, raw.recv})
         if (peer != -1 && (peer < 0 || peer >= ngpus || peer == id))
-          refuse(o_.source, raw.element, fmt::format("peer {} is neither -1 nor another GPU of 0..{}", peer, ngpus - 1));
+          refuse(o_.source, raw.element,
+                 fmt::format("peer {} is neither -1 nor another GPU of 0..{}", peer, ngpus - 1));
       if (raw.chan < 0) refuse(o_.source, raw.element, fmt::format("chan {} is negative", raw.chan));
       if (raw.send >= 0 && !sends.insert({raw.send, raw.chan}).second)
         refuse(o_.source, raw.element,
@@ -296,15 +300,17 @@ class XmlReader {
       if (type != "rrc") need_peer(tb.send, "send");
       Place src = buffer_place(s, gpu, buffers, "srcbuf", "srcoff");
       if (type != "rrs")
-        same(src, buffer_place(s, gpu, buffers, "dstbuf", "dstoff"),
-             fmt::format("a \"{}\" step whose srcbuf/srcoff and dstbuf/dstoff name different chunks: msccl-tools writes "
-                         "the sender's place as the source while the executor reads it as a local operand, so the "
-                         "sum it stores is ambiguous; the IR adds what arrives into the chunks it lands on",
-                         type));
+        same(
+            src, buffer_place(s, gpu, buffers, "dstbuf", "dstoff"),
+            fmt::format("a \"{}\" step whose srcbuf/srcoff and dstbuf/dstoff name different chunks: msccl-tools writes "
+                        "the sender's place as the source while the executor reads it as a local operand, so the "
+                        "sum it stores is ambiguous; the IR adds what arrives into the chunks it lands on",
+                        type));
       if (type == "rrs")
-        notes.push_back(fmt::format("{}: rrs: the sum is kept in {} on GPU {} before it is sent on (MSCCL sends it "
-                                    "without storing it)",
-                                    s.element, src.tensor, gpu));
+        notes.push_back(
+            fmt::format("{}: rrs: the sum is kept in {} on GPU {} before it is sent on (MSCCL sends it "
+                        "without storing it)",
+                        s.element, src.tensor, gpu));
       act(ActionKind::recv, tb.recv, src, ChunkOp::reduce_add);
       if (type != "rrc") act(ActionKind::send, tb.send, src);
     } else if (type == "cpy" || type == "re") {
@@ -314,9 +320,10 @@ class XmlReader {
       if (type == "re" && onto_itself)
         refuse(o_.source, s.element, "a \"re\" step adding chunks into themselves (doubling them) is no reduction");
       if (onto_itself) {
-        notes.push_back(fmt::format("{}: cpy onto the same chunks of {} (buffers the IR keeps in one tensor): an "
-                                    "ordering point only",
-                                    s.element, src.tensor));
+        notes.push_back(
+            fmt::format("{}: cpy onto the same chunks of {} (buffers the IR keeps in one tensor): an "
+                        "ordering point only",
+                        s.element, src.tensor));
         act(ActionKind::nop, -1, {});
       } else {
         act(ActionKind::local, -1, src, type == "re" ? ChunkOp::reduce_add : ChunkOp::copy, dst);

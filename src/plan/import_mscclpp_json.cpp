@@ -105,8 +105,8 @@ class PlanReader {
 
   Gpu read_gpu_header(const JsonNode& node, int r, int world, ChunkBuffers& buffers) {
     ObjectReader f(node, "gpu",
-                   {"id", "input_chunks", "output_chunks", "scratch_chunks", "channels", "remote_buffers",
-                    "semaphores", "threadblocks"});
+                   {"id", "input_chunks", "output_chunks", "scratch_chunks", "channels", "remote_buffers", "semaphores",
+                    "threadblocks"});
     if (f.required("id").as_int() != r) f.required("id").fail(fmt::format("{} (gpus[k] has id k)", r));
     buffers.declare(r, f.required("input_chunks").as_int64(), f.required("output_chunks").as_int64(),
                     f.required("scratch_chunks").as_int64(), node.path());
@@ -132,8 +132,9 @@ class PlanReader {
         bf.finish();
       }
     if (auto sems = f.optional("semaphores"); sems && !sems->elements().empty())
-      sems->fail("no semaphores (sem_acquire / sem_release order thread blocks through shared counters, which the "
-                 "importer does not map)");
+      sems->fail(
+          "no semaphores (sem_acquire / sem_release order thread blocks through shared counters, which the "
+          "importer does not map)");
     return gpu;
   }
 
@@ -148,9 +149,9 @@ class PlanReader {
     const auto tbs = gpu_node.child("threadblocks").elements();
     auto& lanes = program.lanes[r];
     lanes.resize(tbs.size());
-    for (Lane& lane : lanes) lane.group = 0;  // any two thread blocks may share a stream
+    for (Lane& lane : lanes) lane.group = 0;                      // any two thread blocks may share a stream
     std::map<int, std::vector<std::vector<ActionRef>>> barriers;  // id -> per lane, occurrences
-    std::map<int, std::pair<int, std::string>> barrier_size;     // id -> (num_threadblocks, element)
+    std::map<int, std::pair<int, std::string>> barrier_size;      // id -> (num_threadblocks, element)
     for (std::size_t t = 0; t < tbs.size(); ++t) {
       ObjectReader f(tbs[t], "thread block", {"id", "ops", "channels", "remote_buffer_refs"});
       if (f.required("id").as_int() != static_cast<int>(t)) f.required("id").fail(fmt::format("{} (in order)", t));
@@ -273,8 +274,8 @@ void PlanReader::reduce_into(const std::vector<Ref>& srcs, const Ref& dst, const
 void PlanReader::read_op(const JsonNode& node, int r, const Gpu& gpu, const Tb& tb, const ChunkBuffers& buffers,
                          Lane& lane) {
   ObjectReader f(node, "operation",
-                 {"name", "src_buff", "dst_buff", "channel_ids", "channel_type", "reduce_op", "tbg_info",
-                  "barrier_id", "num_threadblocks", "semaphore_ids", "iter_context", "ops"});
+                 {"name", "src_buff", "dst_buff", "channel_ids", "channel_type", "reduce_op", "tbg_info", "barrier_id",
+                  "num_threadblocks", "semaphore_ids", "iter_context", "ops"});
   const std::string name = f.required("name").as_string();
   const std::string element = node.path();
   auto fail = [&](std::string_view why) { refuse(o_.source, element, fmt::format("operation \"{}\": {}", name, why)); };
@@ -342,7 +343,8 @@ void PlanReader::read_op(const JsonNode& node, int r, const Gpu& gpu, const Tb& 
     local_only(dsts, 0, dsts.size());
     for (std::size_t i = 0; i < srcs.size(); ++i) {
       if (!srcs[i].remote) fail("a local buffer where a remote one belongs");
-      lane.actions.push_back({ActionKind::get, element, srcs[i].peer, 0, dsts[i].place, srcs[i].place, ChunkOp::copy, {}, {}});
+      lane.actions.push_back(
+          {ActionKind::get, element, srcs[i].peer, 0, dsts[i].place, srcs[i].place, ChunkOp::copy, {}, {}});
     }
   } else if (name == "copy") {
     if (srcs.size() != dsts.size() || srcs.empty()) fail("needs one destination per source");

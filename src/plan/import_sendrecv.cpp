@@ -21,9 +21,9 @@
 namespace syncopate::plan::import_detail {
 namespace {
 
+using detail::as_enum;
 using detail::JsonNode;
 using detail::ObjectReader;
-using detail::as_enum;
 
 constexpr std::string_view kFormat = "syncopate-sendrecv";
 constexpr int kVersion = 1;
@@ -33,11 +33,11 @@ class SendRecvReader {
   SendRecvReader(std::string_view text, const ImportOptions& o) : text_(text), o_(o) {}
 
   SourceProgram read() {
-    if (!o_.shape.empty() || o_.tensor != "x" || o_.output != "y" || o_.scratch != "scratch" || o_.dim != 0 ||
-        o_.dtype)
-      throw ShapeError(fmt::format("{}: a send/recv list names its tensors, shapes, dtypes and dim itself; the tensor, "
-                                   "shape, dtype, dim and scratch options do not apply to it",
-                                   o_.source));
+    if (!o_.shape.empty() || o_.tensor != "x" || o_.output != "y" || o_.scratch != "scratch" || o_.dim != 0 || o_.dtype)
+      throw ShapeError(
+          fmt::format("{}: a send/recv list names its tensors, shapes, dtypes and dim itself; the tensor, "
+                      "shape, dtype, dim and scratch options do not apply to it",
+                      o_.source));
     const nlohmann::json doc = detail::parse_json_source(text_, o_.source);
     const JsonNode root(doc, "", o_.source);
     ObjectReader top(root, "send/recv list", {"format", "version", "world_size", "collective", "tensors", "ranks"});
@@ -109,7 +109,8 @@ class SendRecvReader {
     lanes.resize(streams.size());
     for (std::size_t s = 0; s < streams.size(); ++s) lanes[s].group = static_cast<int>(s);
     for (std::size_t s = 0; s < streams.size(); ++s)
-      for (const JsonNode& item : streams[s].elements()) lanes[s].actions.push_back(read_item(item, r, streams, program));
+      for (const JsonNode& item : streams[s].elements())
+        lanes[s].actions.push_back(read_item(item, r, streams, program));
   }
 
   Action read_item(const JsonNode& node, int r, const std::vector<JsonNode>& streams, const SourceProgram& program) {

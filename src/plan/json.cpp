@@ -26,9 +26,9 @@ namespace {
 // the text, so a larger input is refused before it can exhaust memory.
 constexpr std::size_t kMaxPlanFileBytes = std::size_t{1} << 30;
 
+using detail::as_enum;
 using detail::JsonNode;
 using detail::ObjectReader;
-using detail::as_enum;
 using nlohmann::json;
 
 // ---------------------------------------------------------------- reading
@@ -131,8 +131,7 @@ CommPlan read_plan(const JsonNode& root_node) {
   // Absent: all ranks on one node. Ranges (one entry per rank, ids >= 0) are the verifier's.
   if (auto v = root.optional("nodes")) {
     for (std::int64_t node : v->as_int64_list()) {
-      if (node < 0 || node > std::numeric_limits<int>::max())
-        v->fail("a list of node ids >= 0, one per rank");
+      if (node < 0 || node > std::numeric_limits<int>::max()) v->fail("a list of node ids >= 0, one per rank");
       plan.nodes.push_back(static_cast<int>(node));
     }
   }
@@ -150,8 +149,10 @@ CommPlan read_plan(const JsonNode& root_node) {
 std::string printable(std::string_view text) {
   std::string out;
   for (unsigned char c : text) {
-    if (c >= 0x20 && c < 0x7f) out += static_cast<char>(c);
-    else out += fmt::format("\\x{:02x}", c);
+    if (c >= 0x20 && c < 0x7f)
+      out += static_cast<char>(c);
+    else
+      out += fmt::format("\\x{:02x}", c);
   }
   return out;
 }
@@ -161,13 +162,16 @@ std::string printable(std::string_view text) {
   const std::size_t at = std::min<std::size_t>(e.byte == 0 ? 0 : e.byte - 1, text.size());
   std::size_t line = 1, column = 1;
   for (std::size_t i = 0; i < at; ++i) {
-    if (text[i] == '\n') ++line, column = 1;
-    else ++column;
+    if (text[i] == '\n')
+      ++line, column = 1;
+    else
+      ++column;
   }
   std::string detail = e.what();
   // Drop nlohmann's "[json.exception.parse_error.101] parse error at line 1, column 2: " prefix.
   if (auto colon = detail.find(": ", detail.find(']')); colon != std::string::npos) detail = detail.substr(colon + 2);
-  throw PlanParseError(fmt::format("{}:{}:{}: invalid JSON at byte offset {}: {}", source, line, column, at, printable(detail)));
+  throw PlanParseError(
+      fmt::format("{}:{}:{}: invalid JSON at byte offset {}: {}", source, line, column, at, printable(detail)));
 }
 
 // ---------------------------------------------------------------- writing
@@ -211,7 +215,8 @@ std::string rank_json(const RankProgram& program) {
 }
 
 std::string chunk_json(const Chunk& chunk) {
-  std::string out = fmt::format(R"({{"id":{},"tensor":{},"box":{},)", chunk.id, quote(chunk.tensor), box_json(chunk.box));
+  std::string out =
+      fmt::format(R"({{"id":{},"tensor":{},"box":{},)", chunk.id, quote(chunk.tensor), box_json(chunk.box));
   // The common case (same tensor and box on both sides) stays short; the reader fills them in.
   if (chunk.dst_tensor != chunk.tensor) out += fmt::format(R"("dst_tensor":{},)", quote(chunk.dst_tensor));
   if (chunk.dst_box != chunk.box) out += fmt::format(R"("dst_box":{},)", box_json(chunk.dst_box));
@@ -273,8 +278,8 @@ CommPlan load_plan(const std::filesystem::path& path) {
   while (in.read(block.data(), static_cast<std::streamsize>(block.size())) || in.gcount() > 0) {
     text.append(block.data(), static_cast<std::size_t>(in.gcount()));
     if (text.size() > kMaxPlanFileBytes)
-      throw PlanParseError(fmt::format("{}: expected a plan file of at most {} bytes, got a larger one", name,
-                                       kMaxPlanFileBytes));
+      throw PlanParseError(
+          fmt::format("{}: expected a plan file of at most {} bytes, got a larger one", name, kMaxPlanFileBytes));
   }
   if (in.bad()) throw PlanParseError(fmt::format("{}: cannot read the plan file: {}", name, std::strerror(errno)));
   return parse_plan(text, name);
@@ -287,8 +292,7 @@ std::string plan_to_json(const CommPlan& plan, int indent) {
   out += fmt::format("{}\"version\":{}{},{}", pad, space, plan.version, newline);
   out += fmt::format("{}\"collective\":{}{},{}", pad, space, collective_json(plan.collective), newline);
   out += fmt::format("{}\"world_size\":{}{},{}", pad, space, plan.world_size, newline);
-  if (!plan.nodes.empty())
-    out += fmt::format("{}\"nodes\":{}[{}],{}", pad, space, fmt::join(plan.nodes, ","), newline);
+  if (!plan.nodes.empty()) out += fmt::format("{}\"nodes\":{}[{}],{}", pad, space, fmt::join(plan.nodes, ","), newline);
   out += fmt::format("{}\"tensors\":{}{},{}", pad, space, tensors_json(plan.tensors), newline);
   append_list(out, pad, newline, "ranks", plan.ranks, rank_json);
   out += fmt::format(",{}", newline);

@@ -42,8 +42,9 @@ CommPlan make_moe_dispatch_plan(const MoeDispatchOptions& o) {
     throw ShapeError(fmt::format("MoE dispatch plan: {} ranks x {} experts x capacity {} rows overflow a tensor",
                                  o.world_size, o.local_experts, o.capacity));
   if (o.backend == Backend::nccl)
-    throw UserError("MoE dispatch plan: backend nccl is not supported: an NCCL send needs its size on the host, "
-                    "and these chunks' row counts are known only on the device (use copy-engine or sm-copy)");
+    throw UserError(
+        "MoE dispatch plan: backend nccl is not supported: an NCCL send needs its size on the host, "
+        "and these chunks' row counts are known only on the device (use copy-engine or sm-copy)");
   const int w = o.world_size, experts = o.local_experts;
   CommPlan plan;
   plan.world_size = w;

@@ -39,7 +39,8 @@ struct Layout {
     per_node = static_cast<int>(rank_at.front().size());  // equal sizes: checked by make_plan
   }
   int at(int node, int local) const {
-    return rank_at[static_cast<std::size_t>(ring_rank(node, 0, nodes))][static_cast<std::size_t>(ring_rank(local, 0, per_node))];
+    return rank_at[static_cast<std::size_t>(ring_rank(node, 0, nodes))]
+                  [static_cast<std::size_t>(ring_rank(local, 0, per_node))];
   }
 };
 
@@ -61,20 +62,30 @@ using PieceIds = std::vector<std::map<int, std::vector<int>>>;
 class Hierarchy {
  public:
   Hierarchy(PlanBuilder& b, const PieceGeometry& g)
-      : b_(b), g_(g), lay_(b.options().nodes), algorithm_(b.options().algorithm),
+      : b_(b),
+        g_(g),
+        lay_(b.options().nodes),
+        algorithm_(b.options().algorithm),
         inter_stream_(algorithm_ == Algorithm::bidir ? 2 : 1) {}
 
   void run() {
     switch (b_.options().collective) {
-      case Collective::all_gather: all_gather(nullptr); break;
-      case Collective::reduce_scatter: reduce_scatter(); break;
+      case Collective::all_gather:
+        all_gather(nullptr);
+        break;
+      case Collective::reduce_scatter:
+        reduce_scatter();
+        break;
       case Collective::all_reduce: {
         const LandingChunks landed = reduce_scatter();
         all_gather(&landed);
         break;
       }
-      case Collective::all_to_all: all_to_all(); break;
-      case Collective::custom: break;  // refused by make_plan
+      case Collective::all_to_all:
+        all_to_all();
+        break;
+      case Collective::custom:
+        break;  // refused by make_plan
     }
   }
 
@@ -131,10 +142,10 @@ class Hierarchy {
               // Rank l forwards at step s the piece of local rank l - s*step.
               const int shard = shard_of(n, p, l - s * dirs[di].step);
               const int dst = lay_.at(n, l + dirs[di].step);
-              auto deps = s == 0 ? first_deps(r, shard, k)
-                                 : std::vector<int>{last[di][static_cast<std::size_t>(k) * w + r]};
-              now[di][static_cast<std::size_t>(k) * w + dst] = b_.add(
-                  {g_.box(shard, k), g_.box(shard, k), r, dst, ChunkOp::copy, dirs[di].stream, std::move(deps)});
+              auto deps =
+                  s == 0 ? first_deps(r, shard, k) : std::vector<int>{last[di][static_cast<std::size_t>(k) * w + r]};
+              now[di][static_cast<std::size_t>(k) * w + dst] =
+                  b_.add({g_.box(shard, k), g_.box(shard, k), r, dst, ChunkOp::copy, dirs[di].stream, std::move(deps)});
             }
           }
         last = std::move(now);
@@ -178,8 +189,7 @@ class Hierarchy {
               const int shard = shard_of(n, p, owner_local);
               const int dst_local = ring_rank(l, dirs[di].step, gg);
               const int dst = lay_.at(n, dst_local);
-              auto deps = s == 0 ? std::vector<int>{}
-                                 : std::vector<int>{last[di][static_cast<std::size_t>(k) * w + r]};
+              auto deps = s == 0 ? std::vector<int>{} : std::vector<int>{last[di][static_cast<std::size_t>(k) * w + r]};
               const int id = b_.add(
                   {g_.box(shard, k), g_.box(shard, k), r, dst, ChunkOp::reduce_add, dirs[di].stream, std::move(deps)});
               now[di][static_cast<std::size_t>(k) * w + dst] = id;
@@ -224,8 +234,10 @@ class Hierarchy {
     for (int i = 0; i < rounds; ++i) {
       std::vector<int> now(received.size(), -1);
       std::vector<std::pair<int, int>> peers;  // (offset, stream)
-      if (i == 0) peers = {{0, 0}};
-      else if (algorithm_ != Algorithm::bidir) peers = {{i, 0}};
+      if (i == 0)
+        peers = {{0, 0}};
+      else if (algorithm_ != Algorithm::bidir)
+        peers = {{i, 0}};
       else {
         if (i <= gg / 2) peers.push_back({i, 0});
         if (i <= (gg - 1) / 2) peers.push_back({-i, 1});
@@ -279,7 +291,12 @@ class Hierarchy {
             const int target_local = ring_rank(l, d, gg);
             const int place = lay_.at(n, target_local);
             const int sender = lay_.at(n, l);
-            PlanBuilder::Move move{g_.box(place, k), g_.box(sender, k), r, lay_.at(m, target_local), ChunkOp::copy, 0,
+            PlanBuilder::Move move{g_.box(place, k),
+                                   g_.box(sender, k),
+                                   r,
+                                   lay_.at(m, target_local),
+                                   ChunkOp::copy,
+                                   0,
                                    {relayed[static_cast<std::size_t>(r)].at(key(place, k))}};
             move.from = relay;
             b_.add(std::move(move), true);

@@ -30,9 +30,7 @@ struct Direction {
   int stream = 0;
   int hops = 0;
 };
-std::vector<Direction> bidir_directions(int world) {
-  return {{+1, 0, world / 2}, {-1, 1, (world - 1) / 2}};
-}
+std::vector<Direction> bidir_directions(int world) { return {{+1, 0, world / 2}, {-1, 1, (world - 1) / 2}}; }
 
 std::vector<int> ready_deps(const LandingChunks* ready, const PieceGeometry& g, int shard, int sub) {
   if (ready == nullptr) return {};
@@ -156,17 +154,26 @@ LandingChunks scatter_bidir(PlanBuilder& b, const PieceGeometry& g) {
 
 void add_all_gather(PlanBuilder& builder, const PieceGeometry& geometry, const LandingChunks* ready) {
   switch (builder.options().algorithm) {
-    case Algorithm::ring: gather_ring(builder, geometry, ready); break;
-    case Algorithm::direct: gather_direct(builder, geometry, ready); break;
-    case Algorithm::bidir: gather_bidir(builder, geometry, ready); break;
+    case Algorithm::ring:
+      gather_ring(builder, geometry, ready);
+      break;
+    case Algorithm::direct:
+      gather_direct(builder, geometry, ready);
+      break;
+    case Algorithm::bidir:
+      gather_bidir(builder, geometry, ready);
+      break;
   }
 }
 
 LandingChunks add_reduce_scatter(PlanBuilder& builder, const PieceGeometry& geometry) {
   switch (builder.options().algorithm) {
-    case Algorithm::ring: return scatter_ring(builder, geometry);
-    case Algorithm::direct: return scatter_direct(builder, geometry);
-    case Algorithm::bidir: return scatter_bidir(builder, geometry);
+    case Algorithm::ring:
+      return scatter_ring(builder, geometry);
+    case Algorithm::direct:
+      return scatter_direct(builder, geometry);
+    case Algorithm::bidir:
+      return scatter_bidir(builder, geometry);
   }
   return {};
 }

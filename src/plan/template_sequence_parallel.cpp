@@ -17,8 +17,8 @@ std::string shape_text(const std::vector<std::int64_t>& shape) { return fmt::for
 
 void check_world(int world) {
   if (world < 1 || world > kMaxWorldSize)
-    throw ShapeError(fmt::format("world_size {} is out of range: templates make plans for 1 to {} ranks", world,
-                                 kMaxWorldSize));
+    throw ShapeError(
+        fmt::format("world_size {} is out of range: templates make plans for 1 to {} ranks", world, kMaxWorldSize));
 }
 
 void check_shape(const std::vector<std::int64_t>& shape) {
@@ -43,13 +43,15 @@ CommPlan make_ulysses_plan(const UlyssesOptions& o) {
   check_world(o.world_size);
   check_shape(o.shape);
   if (o.shape.size() != 4)
-    throw ShapeError(fmt::format("Ulysses: shape {} has {} dimensions; q, k and v are [Z, H, S_loc, D] (batch, heads, "
-                                 "this rank's positions, head dim)",
-                                 shape_text(o.shape), o.shape.size()));
+    throw ShapeError(
+        fmt::format("Ulysses: shape {} has {} dimensions; q, k and v are [Z, H, S_loc, D] (batch, heads, "
+                    "this rank's positions, head dim)",
+                    shape_text(o.shape), o.shape.size()));
   if (o.shape[1] % o.world_size != 0)
-    throw ShapeError(fmt::format("Ulysses: {} heads (dim 1 of shape {}) cannot be shared by {} ranks: the world "
-                                 "size must divide the head count (for GQA, the K/V head count too)",
-                                 o.shape[1], shape_text(o.shape), o.world_size));
+    throw ShapeError(
+        fmt::format("Ulysses: {} heads (dim 1 of shape {}) cannot be shared by {} ranks: the world "
+                    "size must divide the head count (for GQA, the K/V head count too)",
+                    o.shape[1], shape_text(o.shape), o.world_size));
   TemplateOptions t;
   t.collective = Collective::all_to_all;
   t.algorithm = o.algorithm;

@@ -33,25 +33,29 @@ std::string shape_text(const std::vector<std::int64_t>& shape) { return fmt::for
 void check_staging(const TemplateOptions& o) {
   const auto coll = to_string(o.collective);
   if (o.collective != Collective::reduce_scatter && o.collective != Collective::all_reduce)
-    throw ShapeError(fmt::format("staging \"{}\": only a reduce-scatter or an all-reduce can stage its partials, "
-                                 "not {}",
-                                 o.staging, coll));
+    throw ShapeError(
+        fmt::format("staging \"{}\": only a reduce-scatter or an all-reduce can stage its partials, "
+                    "not {}",
+                    o.staging, coll));
   if (o.algorithm != Algorithm::direct)
-    throw ShapeError(fmt::format("staging \"{}\": algorithm {} is not supported; a staged reduction is direct "
-                                 "(each partial copied once, straight to its owner)",
-                                 o.staging, to_string(o.algorithm)));
+    throw ShapeError(
+        fmt::format("staging \"{}\": algorithm {} is not supported; a staged reduction is direct "
+                    "(each partial copied once, straight to its owner)",
+                    o.staging, to_string(o.algorithm)));
   if (o.staging == o.tensor)
-    throw ShapeError(fmt::format("staging \"{}\" must be named apart from the input tensor \"{}\"", o.staging,
-                                 o.tensor));
+    throw ShapeError(
+        fmt::format("staging \"{}\" must be named apart from the input tensor \"{}\"", o.staging, o.tensor));
   if (o.dim == 0 || o.shape[0] != 1)
-    throw ShapeError(fmt::format("staging \"{}\": shape {} with dim {}: the input needs a unit dim 0 (the staging "
-                                 "tensor's slot index) and a scatter dim after it, e.g. [1, M, N] with dim 1",
-                                 o.staging, shape_text(o.shape), o.dim));
+    throw ShapeError(
+        fmt::format("staging \"{}\": shape {} with dim {}: the input needs a unit dim 0 (the staging "
+                    "tensor's slot index) and a scatter dim after it, e.g. [1, M, N] with dim 1",
+                    o.staging, shape_text(o.shape), o.dim));
   const std::int64_t size = o.shape[o.dim];
   if (size % o.world_size != 0)
-    throw ShapeError(fmt::format("staging \"{}\": dim {} of size {} is not divisible by world size {} (the staging "
-                                 "slots must be equal)",
-                                 o.staging, o.dim, size, o.world_size));
+    throw ShapeError(
+        fmt::format("staging \"{}\": dim {} of size {} is not divisible by world size {} (the staging "
+                    "slots must be equal)",
+                    o.staging, o.dim, size, o.world_size));
 }
 
 // The topology: one node id per rank; a flat plan across nodes only over NCCL; a hierarchical
@@ -59,35 +63,39 @@ void check_staging(const TemplateOptions& o) {
 void check_topology(const TemplateOptions& o) {
   if (o.nodes.empty()) return;
   if (static_cast<int>(o.nodes.size()) != o.world_size)
-    throw ShapeError(fmt::format("nodes gives {} node ids for world size {}: give one per rank", o.nodes.size(),
-                                 o.world_size));
+    throw ShapeError(
+        fmt::format("nodes gives {} node ids for world size {}: give one per rank", o.nodes.size(), o.world_size));
   for (std::size_t r = 0; r < o.nodes.size(); ++r)
     if (o.nodes[r] < 0) throw ShapeError(fmt::format("nodes: rank {} is on node {}, node ids are >= 0", r, o.nodes[r]));
   if (node_count(o.nodes) == 1) return;
   if (o.flat) {
     if (o.backend != Backend::nccl)
-      throw ShapeError(fmt::format("a flat plan across {} nodes needs backend nccl: {} reaches only the GPUs of its "
-                                   "own node (or make the hierarchical plan)",
-                                   node_count(o.nodes), to_string(o.backend)));
+      throw ShapeError(
+          fmt::format("a flat plan across {} nodes needs backend nccl: {} reaches only the GPUs of its "
+                      "own node (or make the hierarchical plan)",
+                      node_count(o.nodes), to_string(o.backend)));
     return;
   }
   if (!o.staging.empty())
-    throw ShapeError(fmt::format("staging \"{}\": a staged plan across {} nodes is not hierarchical; make it flat "
-                                 "with backend nccl",
-                                 o.staging, node_count(o.nodes)));
+    throw ShapeError(
+        fmt::format("staging \"{}\": a staged plan across {} nodes is not hierarchical; make it flat "
+                    "with backend nccl",
+                    o.staging, node_count(o.nodes)));
   std::map<int, int> size_of;
   for (int node : o.nodes) ++size_of[node];
   const auto [first_node, first_size] = *size_of.begin();
   for (const auto& [node, size] : size_of)
     if (size != first_size)
-      throw ShapeError(fmt::format("nodes of uneven size: node {} has {} ranks but node {} has {}; hierarchical plans "
-                                   "are rail-aligned (local rank i of each node talks to local rank i of the others), "
-                                   "so every node needs the same number of ranks: make a flat NCCL plan instead",
-                                   first_node, first_size, node, size));
+      throw ShapeError(
+          fmt::format("nodes of uneven size: node {} has {} ranks but node {} has {}; hierarchical plans "
+                      "are rail-aligned (local rank i of each node talks to local rank i of the others), "
+                      "so every node needs the same number of ranks: make a flat NCCL plan instead",
+                      first_node, first_size, node, size));
   if (o.collective == Collective::all_to_all && (o.output == o.tensor + "_relay"))
-    throw ShapeError(fmt::format("all-to-all output \"{}\" is the name of the hierarchical plan's relay tensor; "
-                                 "name it differently",
-                                 o.output));
+    throw ShapeError(
+        fmt::format("all-to-all output \"{}\" is the name of the hierarchical plan's relay tensor; "
+                    "name it differently",
+                    o.output));
 }
 
 // An all-gather from an input tensor: its shard shape must be one for every rank.
@@ -98,13 +106,15 @@ void check_input(const TemplateOptions& o) {
   if (o.input == o.tensor)
     throw ShapeError(fmt::format("input \"{}\" is the gathered tensor's name; name it differently", o.input));
   if (hierarchical(o))
-    throw ShapeError(fmt::format("input \"{}\": a hierarchical all-gather does not take an input tensor yet; "
-                                 "put the shard in place before the plan runs",
-                                 o.input));
+    throw ShapeError(
+        fmt::format("input \"{}\": a hierarchical all-gather does not take an input tensor yet; "
+                    "put the shard in place before the plan runs",
+                    o.input));
   if (o.shape[o.dim] % o.world_size != 0)
-    throw ShapeError(fmt::format("input \"{}\": dim {} of size {} is not divisible by world size {} (the input "
-                                 "holds one shard, the same shape on every rank)",
-                                 o.input, o.dim, o.shape[o.dim], o.world_size));
+    throw ShapeError(
+        fmt::format("input \"{}\": dim {} of size {} is not divisible by world size {} (the input "
+                    "holds one shard, the same shape on every rank)",
+                    o.input, o.dim, o.shape[o.dim], o.world_size));
 }
 
 void check_options(const TemplateOptions& o) {
@@ -134,11 +144,12 @@ void check_options(const TemplateOptions& o) {
       throw ShapeError(fmt::format("all-to-all needs an output tensor named apart from the input \"{}\", got \"{}\"",
                                    o.tensor, o.output));
     if (size % w != 0)
-      throw ShapeError(fmt::format("all-to-all: dim {} of size {} is not divisible by world size {} (blocks must be equal)",
-                                   o.dim, size, w));
+      throw ShapeError(fmt::format(
+          "all-to-all: dim {} of size {} is not divisible by world size {} (blocks must be equal)", o.dim, size, w));
     if (size / w < o.split)
-      throw ShapeError(fmt::format("dim {} of size {} cannot be cut into {} blocks x {} sub-chunks = {} non-empty pieces",
-                                   o.dim, size, w, o.split, w * o.split));
+      throw ShapeError(
+          fmt::format("dim {} of size {} cannot be cut into {} blocks x {} sub-chunks = {} non-empty pieces", o.dim,
+                      size, w, o.split, w * o.split));
   } else if (size < w * o.split) {  // the smallest shard has size / w elements along dim
     throw ShapeError(fmt::format("dim {} of size {} cannot be cut into {} ranks x {} sub-chunks = {} non-empty pieces",
                                  o.dim, size, w, o.split, w * o.split));
@@ -147,7 +158,7 @@ void check_options(const TemplateOptions& o) {
   const std::int64_t per_phase = o.collective == Collective::all_to_all ? w * w * o.split : w * (w - 1) * o.split;
   std::int64_t chunks = o.collective == Collective::all_reduce ? 2 * per_phase : per_phase;
   if (!o.input.empty()) chunks += w * o.split;  // the local placements
-  if (hierarchical(o)) chunks *= 2;  // a bound: all-to-all relays blocks once more
+  if (hierarchical(o)) chunks *= 2;             // a bound: all-to-all relays blocks once more
   if (chunks > kMaxChunks)
     throw ShapeError(fmt::format("world size {} x split {} would make {} chunks, more than the limit of {}", w, o.split,
                                  chunks, kMaxChunks));
@@ -248,9 +259,10 @@ int node_count(const std::vector<int>& nodes) {
 
 std::vector<int> consecutive_nodes(int world_size, int node_count) {
   if (node_count < 1 || world_size < 1 || world_size % node_count != 0)
-    throw ShapeError(fmt::format("{} nodes cannot hold world size {} in equal parts (the world size must be a "
-                                 "multiple of the node count)",
-                                 node_count, world_size));
+    throw ShapeError(
+        fmt::format("{} nodes cannot hold world size {} in equal parts (the world size must be a "
+                    "multiple of the node count)",
+                    node_count, world_size));
   std::vector<int> nodes(static_cast<std::size_t>(world_size));
   for (int r = 0; r < world_size; ++r) nodes[static_cast<std::size_t>(r)] = r / (world_size / node_count);
   return nodes;
@@ -292,8 +304,11 @@ CommPlan make_plan(const TemplateOptions& options) {
       detail::add_all_gather(builder, geometry, &landed);
       break;
     }
-    case Collective::all_to_all: detail::add_all_to_all(builder, geometry); break;
-    case Collective::custom: break;  // refused by check_options
+    case Collective::all_to_all:
+      detail::add_all_to_all(builder, geometry);
+      break;
+    case Collective::custom:
+      break;  // refused by check_options
   }
   return builder.take();
 }

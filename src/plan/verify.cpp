@@ -36,10 +36,14 @@ namespace syncopate::plan {
 
 std::string_view to_string(RuleGroup group) {
   switch (group) {
-    case RuleGroup::well_formed: return "well-formed";
-    case RuleGroup::coverage: return "coverage";
-    case RuleGroup::ordering: return "ordering";
-    case RuleGroup::deadlock: return "deadlock";
+    case RuleGroup::well_formed:
+      return "well-formed";
+    case RuleGroup::coverage:
+      return "coverage";
+    case RuleGroup::ordering:
+      return "ordering";
+    case RuleGroup::deadlock:
+      return "deadlock";
   }
   return "?";
 }
@@ -83,16 +87,13 @@ VerifyReport verify(const CommPlan& plan) {
 void verify_or_throw(const CommPlan& plan, std::string_view plan_name) {
   const VerifyReport report = verify(plan);
   if (report.ok()) return;
-  throw PlanVerifyError(fmt::format("{}: plan is not safe ({} violation{}):\n{}", plan_name,
-                                    report.violations.size(),
-                                    report.violations.size() == 1 ? "" : "s",
-                                    report.format(plan_name)));
+  throw PlanVerifyError(fmt::format("{}: plan is not safe ({} violation{}):\n{}", plan_name, report.violations.size(),
+                                    report.violations.size() == 1 ? "" : "s", report.format(plan_name)));
 }
 
 namespace verify_detail {
 
-void ViolationSink::add(RuleGroup group, std::string rule, int rank, int chunk,
-                        std::string detail) {
+void ViolationSink::add(RuleGroup group, std::string rule, int rank, int chunk, std::string detail) {
   ++seen_;
   auto it = per_rule_.find(rule);
   if (it == per_rule_.end()) it = per_rule_.emplace(rule, std::pair{group, 0LL}).first;
@@ -109,9 +110,9 @@ void ViolationSink::finish() {
   for (const auto& [rule, entry] : per_rule_) {
     const auto [group, total] = entry;
     if (total > kMaxPerRule) {
-      out_.push_back({group, rule, -1, -1,
-                      fmt::format("{} more violations of this rule not listed ({} in all)",
-                                  total - kMaxPerRule, total)});
+      out_.push_back(
+          {group, rule, -1, -1,
+           fmt::format("{} more violations of this rule not listed ({} in all)", total - kMaxPerRule, total)});
     }
   }
   per_rule_.clear();
@@ -157,12 +158,9 @@ Box intersect(const Box& a, const Box& b) {
   return out;
 }
 
-std::string describe_route(const Chunk& chunk) {
-  return fmt::format("{} -> {}", chunk.src, chunk.dst);
-}
+std::string describe_route(const Chunk& chunk) { return fmt::format("{} -> {}", chunk.src, chunk.dst); }
 
-GraphFacts::GraphFacts(const CommPlan& plan)
-    : graph(plan), components(graph.strongly_connected_components()) {
+GraphFacts::GraphFacts(const CommPlan& plan) : graph(plan), components(graph.strongly_connected_components()) {
   component_of.assign(static_cast<std::size_t>(graph.size()), -1);
   for (std::size_t c = 0; c < components.size(); ++c)
     for (int chunk : components[c]) component_of[chunk] = static_cast<int>(c);
@@ -173,8 +171,7 @@ GraphFacts::GraphFacts(const CommPlan& plan)
     replay_order = std::move(*order);
     return;
   }
-  for (const auto& component : components)
-    replay_order.insert(replay_order.end(), component.begin(), component.end());
+  for (const auto& component : components) replay_order.insert(replay_order.end(), component.begin(), component.end());
 }
 
 }  // namespace verify_detail

@@ -45,7 +45,7 @@ std::int64_t replay_visits(const CommPlan& plan, const PlanGrid& grid) {
 
 struct RankTensorState {
   std::vector<int> value;
-  std::vector<int> deliveries;   // copies into the cell
+  std::vector<int> deliveries;  // copies into the cell
   std::vector<int> first_writer;
   std::vector<int> last_writer;
 };
@@ -76,16 +76,18 @@ void grow(Box& bounds, const Box& cell) {
 
 class CoverageReplay {
  public:
-  CoverageReplay(const CommPlan& plan, const GraphFacts& facts, PlanGrid grid,
-                 ViolationSink& sink)
-      : plan_(plan), facts_(facts), grid_(std::move(grid)), sink_(sink),
-        coll_(plan.collective), world_(plan.world_size) {}
+  CoverageReplay(const CommPlan& plan, const GraphFacts& facts, PlanGrid grid, ViolationSink& sink)
+      : plan_(plan),
+        facts_(facts),
+        grid_(std::move(grid)),
+        sink_(sink),
+        coll_(plan.collective),
+        world_(plan.world_size) {}
 
   void run() {
     coll_tensor_ = grid_.tensor_index.at(coll_.tensor);
     staged_ = coll_.staged();
-    if (coll_.kind == Collective::all_to_all || staged_)
-      output_tensor_ = grid_.tensor_index.at(coll_.output);
+    if (coll_.kind == Collective::all_to_all || staged_) output_tensor_ = grid_.tensor_index.at(coll_.output);
     if (coll_.gathers_from_input()) input_tensor_ = grid_.tensor_index.at(coll_.input);
     dims_ = static_cast<int>(plan_.tensors.at(coll_.tensor).shape.size());
     shard_size_ = plan_.tensors.at(coll_.tensor).shape[static_cast<std::size_t>(coll_.dim)];
@@ -96,8 +98,7 @@ class CoverageReplay {
 
  private:
   RankTensorState& state(int rank, int tensor) {
-    return states_[static_cast<std::size_t>(rank) * grid_.tensors.size() +
-                   static_cast<std::size_t>(tensor)];
+    return states_[static_cast<std::size_t>(rank) * grid_.tensors.size() + static_cast<std::size_t>(tensor)];
   }
   // Which shard (block) of the collective dim a cell lies in; cells never straddle shards.
   int shard_of(const Box& cell) const {
@@ -105,7 +106,10 @@ class CoverageReplay {
     int lo = 0, hi = world_ - 1;
     while (lo < hi) {  // last shard whose begin <= coordinate
       const int mid = (lo + hi + 1) / 2;
-      if (even_split(shard_size_, world_, mid).begin <= begin) lo = mid; else hi = mid - 1;
+      if (even_split(shard_size_, world_, mid).begin <= begin)
+        lo = mid;
+      else
+        hi = mid - 1;
     }
     return lo;
   }
@@ -156,8 +160,7 @@ class CoverageReplay {
     const auto dst_cells = grid_.tensors[to].cells_of(chunk.dst_box);
     if (src_cells.size() != dst_cells.size()) return;  // cannot happen: cuts are carried
     std::vector<std::int64_t> delta(chunk.box.offset.size());
-    for (std::size_t d = 0; d < delta.size(); ++d)
-      delta[d] = chunk.dst_box.offset[d] - chunk.box.offset[d];
+    for (std::size_t d = 0; d < delta.size(); ++d) delta[d] = chunk.dst_box.offset[d] - chunk.box.offset[d];
     // Read everything first: a chunk may read and write overlapping cells of one rank.
     const auto& src_state = state(chunk.src, from);
     std::vector<int> sent(src_cells.size());
@@ -190,8 +193,8 @@ class CoverageReplay {
       sink_.add(kGroup, "own-shard-overwritten", chunk.dst, chunk.id,
                 fmt::format("chunk {} ({}) writes {} on rank {}, the all-gather's input: rank {}'s own shard, "
                             "which its local chunk and the others read",
-                            chunk.id, describe_route(chunk), describe_box(chunk.dst_tensor, chunk.dst_box),
-                            chunk.dst, chunk.dst));
+                            chunk.id, describe_route(chunk), describe_box(chunk.dst_tensor, chunk.dst_box), chunk.dst,
+                            chunk.dst));
       return;
     }
     if (to != coll_tensor_) return;
@@ -202,15 +205,13 @@ class CoverageReplay {
       sink_.add(kGroup, "own-shard-overwritten", chunk.dst, chunk.id,
                 fmt::format("chunk {} ({}) writes {} on rank {}, inside shard {} ({}), which is "
                             "rank {}'s own input",
-                            chunk.id, describe_route(chunk),
-                            describe_box(coll_.tensor, intersect(own, chunk.dst_box)), chunk.dst,
-                            chunk.dst, describe_box(coll_.tensor, own), chunk.dst));
+                            chunk.id, describe_route(chunk), describe_box(coll_.tensor, intersect(own, chunk.dst_box)),
+                            chunk.dst, chunk.dst, describe_box(coll_.tensor, own), chunk.dst));
     } else if (coll_.kind == Collective::all_to_all) {
       sink_.add(kGroup, "own-shard-overwritten", chunk.dst, chunk.id,
                 fmt::format("chunk {} ({}) writes {} on rank {}, which is all-to-all input; "
                             "results belong in '{}'",
-                            chunk.id, describe_route(chunk),
-                            describe_box(chunk.dst_tensor, chunk.dst_box), chunk.dst,
+                            chunk.id, describe_route(chunk), describe_box(chunk.dst_tensor, chunk.dst_box), chunk.dst,
                             coll_.output));
     }
   }
@@ -223,24 +224,21 @@ class CoverageReplay {
       sink_.add(kGroup, "own-shard-overwritten", chunk.dst, chunk.id,
                 fmt::format("chunk {} ({}) writes {} on rank {}, inside shard {} ({}), which rank "
                             "{}'s consumer reduces and writes itself",
-                            chunk.id, describe_route(chunk),
-                            describe_box(coll_.tensor, intersect(own, chunk.dst_box)), chunk.dst,
-                            chunk.dst, describe_box(coll_.tensor, own), chunk.dst));
+                            chunk.id, describe_route(chunk), describe_box(coll_.tensor, intersect(own, chunk.dst_box)),
+                            chunk.dst, chunk.dst, describe_box(coll_.tensor, own), chunk.dst));
     } else if (to == coll_tensor_) {
       sink_.add(kGroup, "own-shard-overwritten", chunk.dst, chunk.id,
                 fmt::format("chunk {} ({}) writes {} on rank {}: in a staged reduce-scatter '{}' "
                             "holds the partials the others read and the consumer's result; "
                             "partials belong in '{}'",
-                            chunk.id, describe_route(chunk),
-                            describe_box(chunk.dst_tensor, chunk.dst_box), chunk.dst,
+                            chunk.id, describe_route(chunk), describe_box(chunk.dst_tensor, chunk.dst_box), chunk.dst,
                             coll_.tensor, coll_.output));
     } else if (to == output_tensor_ && chunk.dst_box.offset[0] <= chunk.dst &&
                chunk.dst < chunk.dst_box.offset[0] + chunk.dst_box.extent[0]) {
       sink_.add(kGroup, "own-shard-overwritten", chunk.dst, chunk.id,
                 fmt::format("chunk {} ({}) writes {} on rank {}, inside slot {}: a rank's own "
                             "partial never goes through its staging tensor",
-                            chunk.id, describe_route(chunk),
-                            describe_box(chunk.dst_tensor, chunk.dst_box), chunk.dst,
+                            chunk.id, describe_route(chunk), describe_box(chunk.dst_tensor, chunk.dst_box), chunk.dst,
                             chunk.dst));
     }
   }
@@ -287,11 +285,12 @@ class CoverageReplay {
         if (tensor != output_tensor_) return -1;
         // Block `shard` of the output on `rank` holds block `rank` of the input of rank `shard`.
         std::vector<std::int64_t> delta(static_cast<std::size_t>(dims_), 0);
-        delta[static_cast<std::size_t>(coll_.dim)] = even_split(shard_size_, world_, shard).begin -
-                                                     even_split(shard_size_, world_, rank).begin;
+        delta[static_cast<std::size_t>(coll_.dim)] =
+            even_split(shard_size_, world_, shard).begin - even_split(shard_size_, world_, rank).begin;
         return values_.shifted(values_.origin(coll_tensor_, dims_, shard), delta);
       }
-      case Collective::custom: return -1;
+      case Collective::custom:
+        return -1;
     }
     return -1;
   }
@@ -299,8 +298,7 @@ class CoverageReplay {
   int reduced() {
     if (reduced_ < 0) {
       reduced_ = values_.origin(coll_tensor_, dims_, 0);
-      for (int r = 1; r < world_; ++r)
-        reduced_ = values_.add(reduced_, values_.origin(coll_tensor_, dims_, r));
+      for (int r = 1; r < world_; ++r) reduced_ = values_.add(reduced_, values_.origin(coll_tensor_, dims_, r));
     }
     return reduced_;
   }
@@ -341,8 +339,7 @@ class CoverageReplay {
 
   std::string what_belongs(int rank, int tensor, int shard) const {
     if (staged_ && tensor == output_tensor_)
-      return fmt::format("staging slot {}: rank {}'s partial of shard {} of '{}'", shard, shard,
-                         rank, coll_.tensor);
+      return fmt::format("staging slot {}: rank {}'s partial of shard {} of '{}'", shard, shard, rank, coll_.tensor);
     if (staged_) return fmt::format("shard {}: rank {}'s reduced result", shard, shard);
     switch (coll_.kind) {
       case Collective::all_gather:
@@ -356,31 +353,27 @@ class CoverageReplay {
 
   void report_twice(int rank, int tensor, int shard, const Finding& f) {
     sink_.add(kGroup, "shard-delivered-twice", rank, f.chunk,
-              fmt::format("rank {} receives {} ({}) {} times: first by chunk {}, last by chunk {}",
-                          rank, describe_box(grid_.names[tensor], f.bounds),
-                          what_belongs(rank, tensor, shard), f.deliveries, f.first_writer, f.chunk));
+              fmt::format("rank {} receives {} ({}) {} times: first by chunk {}, last by chunk {}", rank,
+                          describe_box(grid_.names[tensor], f.bounds), what_belongs(rank, tensor, shard), f.deliveries,
+                          f.first_writer, f.chunk));
   }
 
   void report_wrong(int rank, int tensor, int shard, int value, const Finding& f) {
     const std::string region = describe_box(grid_.names[tensor], f.bounds);
     // A staged all-reduce's shard still holding the rank's own partial: nothing arrived.
-    const bool never_replaced = staged_ && tensor == coll_tensor_ &&
-                                value == values_.origin(coll_tensor_, dims_, rank);
+    const bool never_replaced = staged_ && tensor == coll_tensor_ && value == values_.origin(coll_tensor_, dims_, rank);
     if (value == ValueTable::kUndefined || never_replaced) {
-      sink_.add(kGroup, "missing-shard", rank, f.chunk,
-                fmt::format("rank {} never receives {} ({}){}", rank, region,
-                            what_belongs(rank, tensor, shard),
-                            f.chunk >= 0 && !never_replaced
-                                ? fmt::format("; chunk {} wrote undefined data there", f.chunk)
-                                : std::string()));
+      sink_.add(
+          kGroup, "missing-shard", rank, f.chunk,
+          fmt::format("rank {} never receives {} ({}){}", rank, region, what_belongs(rank, tensor, shard),
+                      f.chunk >= 0 && !never_replaced ? fmt::format("; chunk {} wrote undefined data there", f.chunk)
+                                                      : std::string()));
       return;
     }
     const SymbolicValue& v = values_.get(value);
-    const bool reduction = coll_.kind == Collective::reduce_scatter ||
-                           coll_.kind == Collective::all_reduce;
+    const bool reduction = coll_.kind == Collective::reduce_scatter || coll_.kind == Collective::all_reduce;
     const bool in_place = !staged_ && tensor == coll_tensor_ && v.tensor == coll_tensor_ &&
-                          std::all_of(v.shift.begin(), v.shift.end(),
-                                      [](std::int64_t s) { return s == 0; });
+                          std::all_of(v.shift.begin(), v.shift.end(), [](std::int64_t s) { return s == 0; });
     if (reduction && in_place) {
       std::vector<int> missing, doubled;
       std::vector<std::string> counts;
@@ -395,20 +388,19 @@ class CoverageReplay {
       }
       if (!missing.empty()) {
         sink_.add(kGroup, "contribution-missing", rank, f.chunk,
-                  fmt::format("{} on rank {} lacks the contribution of rank{} {} (it holds {})",
-                              region, rank, missing.size() == 1 ? "" : "s",
-                              fmt::join(missing, ", "), values_.describe(value, grid_.names)));
+                  fmt::format("{} on rank {} lacks the contribution of rank{} {} (it holds {})", region, rank,
+                              missing.size() == 1 ? "" : "s", fmt::join(missing, ", "),
+                              values_.describe(value, grid_.names)));
       }
       if (!doubled.empty()) {
         sink_.add(kGroup, "contribution-counted-twice", rank, f.chunk,
-                  fmt::format("{} on rank {} counts the contribution of {}", region, rank,
-                              fmt::join(counts, ", ")));
+                  fmt::format("{} on rank {} counts the contribution of {}", region, rank, fmt::join(counts, ", ")));
       }
       return;
     }
     sink_.add(kGroup, "wrong-data", rank, f.chunk,
-              fmt::format("{} on rank {} should hold {} but holds {}", region, rank,
-                          what_belongs(rank, tensor, shard), values_.describe(value, grid_.names)));
+              fmt::format("{} on rank {} should hold {} but holds {}", region, rank, what_belongs(rank, tensor, shard),
+                          values_.describe(value, grid_.names)));
   }
 
   const CommPlan& plan_;
@@ -420,7 +412,7 @@ class CoverageReplay {
   int coll_tensor_ = -1;
   int output_tensor_ = -1;
   int input_tensor_ = -1;  // an all-gather's input (comm_plan.hpp), or -1
-  bool staged_ = false;  // a reduce-scatter into a staging tensor (comm_plan.hpp)
+  bool staged_ = false;    // a reduce-scatter into a staging tensor (comm_plan.hpp)
   int dims_ = 0;
   std::int64_t shard_size_ = 0;
   int reduced_ = -1;
@@ -435,8 +427,7 @@ void check_coverage(const CommPlan& plan, const GraphFacts& facts, ViolationSink
   std::string why;
   auto grid = build_plan_grid(plan, kMaxCells, why);
   if (!grid) {
-    sink.add(kGroup, "coverage-too-complex", -1, -1,
-             fmt::format("cannot prove coverage: {}", why));
+    sink.add(kGroup, "coverage-too-complex", -1, -1, fmt::format("cannot prove coverage: {}", why));
     return;
   }
   if (replay_visits(plan, *grid) > kMaxCellVisits) {

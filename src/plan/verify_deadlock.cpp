@@ -27,8 +27,7 @@ std::vector<int> issuing_rank(const CommPlan& plan) {
       for (int id : stream) {
         const auto i = static_cast<std::size_t>(id);
         const auto& chunk = plan.chunks[i];
-        if (issuer[i] < 0 || (chunk.backend == Backend::nccl && program.rank == chunk.src))
-          issuer[i] = program.rank;
+        if (issuer[i] < 0 || (chunk.backend == Backend::nccl && program.rank == chunk.src)) issuer[i] = program.rank;
       }
   return issuer;
 }
@@ -38,8 +37,8 @@ std::string describe_hop(const CommPlan& plan, const DependencyGraph& graph, int
   if (edge == nullptr) return "?";
   if (edge->kind == EdgeKind::dep) return fmt::format("(chunk {} depends on {})", to, from);
   if (edge->kind == EdgeKind::group_dep)
-    return fmt::format("(issued in one NCCL group with chunk {} on rank {} stream {}, which depends on {})",
-                       edge->via, edge->rank, edge->stream, from);
+    return fmt::format("(issued in one NCCL group with chunk {} on rank {} stream {}, which depends on {})", edge->via,
+                       edge->rank, edge->stream, from);
   return fmt::format("(issued after {} on rank {} stream {})",
                      plan.chunks[static_cast<std::size_t>(from)].group == kNoGroup ? "it" : "its NCCL group",
                      edge->rank, edge->stream);
@@ -62,8 +61,8 @@ void check_cycles(const CommPlan& plan, const GraphFacts& facts, ViolationSink& 
         }
         const int id = cycle[i];
         const int next = cycle[(i + 1) % cycle.size()];
-        detail += fmt::format("chunk {} (rank {}, {}) -> {} ", id, issuer[id],
-                              describe_route(plan.chunks[id]), describe_hop(plan, facts.graph, id, next));
+        detail += fmt::format("chunk {} (rank {}, {}) -> {} ", id, issuer[id], describe_route(plan.chunks[id]),
+                              describe_hop(plan, facts.graph, id, next));
         detail += i + 1 == cycle.size() ? fmt::format("-> chunk {}", next) : "-> ";
       }
       if (component.size() > cycle.size())
@@ -74,8 +73,9 @@ void check_cycles(const CommPlan& plan, const GraphFacts& facts, ViolationSink& 
         ungrouped_nccl = ungrouped_nccl && c.backend == Backend::nccl && c.group == kNoGroup;
       }
       if (ungrouped_nccl)
-        detail += "; ungrouped NCCL sends and recvs on one stream complete one at a time: give each step's "
-                  "send and recv one group number so they are issued together";
+        detail +=
+            "; ungrouped NCCL sends and recvs on one stream complete one at a time: give each step's "
+            "send and recv one group number so they are issued together";
       return detail;
     });
   }
@@ -110,8 +110,7 @@ void check_nccl_order(const CommPlan& plan, ViolationSink& sink) {
     if (it == recvs.end()) continue;  // well-formed guarantees both sides; nothing to compare
     const auto& received = it->second;
     const auto diff = static_cast<std::size_t>(
-        std::mismatch(sent.begin(), sent.end(), received.begin(), received.end()).first -
-        sent.begin());
+        std::mismatch(sent.begin(), sent.end(), received.begin(), received.end()).first - sent.begin());
     if (diff == sent.size() && sent.size() == received.size()) continue;
     const int chunk = diff < sent.size() ? sent[diff] : received[diff];
     sink.add(kGroup, "nccl-order-mismatch", src, chunk,

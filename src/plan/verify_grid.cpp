@@ -80,8 +80,7 @@ std::vector<std::int64_t> TensorGrid::cells_of(const Box& box) const {
   }
 }
 
-std::optional<PlanGrid> build_plan_grid(const CommPlan& plan, std::int64_t max_cells,
-                                        std::string& why) {
+std::optional<PlanGrid> build_plan_grid(const CommPlan& plan, std::int64_t max_cells, std::string& why) {
   PlanGrid grid;
   CutSets cuts;
   for (const auto& [name, spec] : plan.tensors) {
@@ -152,9 +151,10 @@ std::optional<PlanGrid> build_plan_grid(const CommPlan& plan, std::int64_t max_c
       auto& target = cuts[static_cast<std::size_t>(side.other_tensor)][cut.dim];
       if (!target.insert(moved).second) continue;
       if (++total > kMaxCuts) {
-        why = fmt::format("the plan's boxes, carried across its moves, cut the tensors at more "
-                          "than {} places",
-                          kMaxCuts);
+        why = fmt::format(
+            "the plan's boxes, carried across its moves, cut the tensors at more "
+            "than {} places",
+            kMaxCuts);
         return std::nullopt;
       }
       if (!sides[static_cast<std::size_t>(side.other_tensor)][cut.dim].empty())
@@ -176,8 +176,8 @@ std::optional<PlanGrid> build_plan_grid(const CommPlan& plan, std::int64_t max_c
     g.cells = cells;
     grid.cells_per_rank += cells;
     if (grid.cells_per_rank > max_cells / std::max(plan.world_size, 1)) {
-      why = fmt::format("the plan's boxes cut its tensors into more than {} cells over {} ranks",
-                        max_cells, plan.world_size);
+      why = fmt::format("the plan's boxes cut its tensors into more than {} cells over {} ranks", max_cells,
+                        plan.world_size);
       return std::nullopt;
     }
     grid.tensors.push_back(std::move(g));

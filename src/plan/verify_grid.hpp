@@ -38,7 +38,6 @@ struct PlanGrid {
 // data to another place (a different tensor or offset), until nothing changes, so that a
 // chunk's source cells and destination cells correspond one to one. Returns nullopt and sets
 // `why` when the plan's boxes cut the tensors into more than `max_cells` cells over all ranks.
-std::optional<PlanGrid> build_plan_grid(const CommPlan& plan, std::int64_t max_cells,
-                                        std::string& why);
+std::optional<PlanGrid> build_plan_grid(const CommPlan& plan, std::int64_t max_cells, std::string& why);
 
 }  // namespace syncopate::plan::verify_detail

@@ -56,8 +56,7 @@ class GroupChecker {
     if (c.group == kNoGroup) return;
     if (c.group < 0) {
       sink_.add(kGroup, "group-out-of-range", c.src, id,
-                fmt::format("group {} is negative; a group number is >= 0 ({} means no group)", c.group,
-                            kNoGroup));
+                fmt::format("group {} is negative; a group number is >= 0 ({} means no group)", c.group, kNoGroup));
     } else if (c.backend != Backend::nccl) {
       sink_.add(kGroup, "group-not-nccl", c.src, id,
                 fmt::format("chunk {} ({}) is in group {} but uses the {} backend; only NCCL sends and "

@@ -69,8 +69,7 @@ struct GraphFacts {
 // For each pair (a, b): true when a path a ->* b or b ->* a exists (chunks of one component
 // count as ordered: their cycle is a deadlock, reported on its own). Uses 64-source bit masks
 // propagated over the condensed graph, so memory stays linear in the plan.
-std::vector<char> ordered_pairs(const GraphFacts& facts,
-                                const std::vector<std::pair<int, int>>& pairs);
+std::vector<char> ordered_pairs(const GraphFacts& facts, const std::vector<std::pair<int, int>>& pairs);
 
 // The rule groups. Each appends its violations; coverage, ordering and deadlock require a plan
 // that passed check_well_formed.

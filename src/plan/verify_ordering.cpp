@@ -49,8 +49,7 @@ std::size_t sweep_dim(const std::vector<Access>& accesses) {
     offsets.clear();
     for (const auto& a : accesses) offsets.push_back(a.box->offset[d]);
     std::sort(offsets.begin(), offsets.end());
-    const auto distinct =
-        static_cast<std::size_t>(std::unique(offsets.begin(), offsets.end()) - offsets.begin());
+    const auto distinct = static_cast<std::size_t>(std::unique(offsets.begin(), offsets.end()) - offsets.begin());
     if (distinct > best_distinct) {
       best = d;
       best_distinct = distinct;
@@ -95,15 +94,12 @@ class OrderingChecker {
  private:
   void collect(int rank, const std::string& tensor, std::vector<Access>& accesses) {
     const std::size_t d = sweep_dim(accesses);
-    std::sort(accesses.begin(), accesses.end(), [d](const Access& x, const Access& y) {
-      return x.box->offset[d] < y.box->offset[d];
-    });
+    std::sort(accesses.begin(), accesses.end(),
+              [d](const Access& x, const Access& y) { return x.box->offset[d] < y.box->offset[d]; });
     std::vector<const Access*> active;
     for (const auto& a : accesses) {
       const auto begin = a.box->offset[d];
-      std::erase_if(active, [&](const Access* b) {
-        return b->box->offset[d] + b->box->extent[d] <= begin;
-      });
+      std::erase_if(active, [&](const Access* b) { return b->box->offset[d] + b->box->extent[d] <= begin; });
       comparisons_ += active.size();
       if (comparisons_ > kMaxComparisons) {
         truncated_ = true;
@@ -125,8 +121,7 @@ class OrderingChecker {
       return;
     }
     if (a.write && b.write) {
-      candidates_.push_back({std::min(a.chunk, b.chunk), std::max(a.chunk, b.chunk), true, rank,
-                             &tensor});
+      candidates_.push_back({std::min(a.chunk, b.chunk), std::max(a.chunk, b.chunk), true, rank, &tensor});
     } else {
       const Access& reader = a.write ? b : a;
       const Access& writer = a.write ? a : b;
@@ -144,8 +139,8 @@ class OrderingChecker {
             "chunk {} ({}) sends {} from rank {}, but chunk {} ({}), which writes that region "
             "there, is not ordered with it (add {} to chunk {}'s deps to send what chunk {} "
             "writes, or {} to chunk {}'s deps to send what was there before it)",
-            first.id, describe_route(first), describe_box(*c.tensor, region), c.rank, second.id,
-            describe_route(second), second.id, first.id, second.id, first.id, second.id);
+            first.id, describe_route(first), describe_box(*c.tensor, region), c.rank, second.id, describe_route(second),
+            second.id, first.id, second.id, first.id, second.id);
       });
       return;
     }
@@ -154,8 +149,8 @@ class OrderingChecker {
       return fmt::format(
           "chunks {} ({}, {}) and {} ({}, {}) both write {} on rank {} and neither is ordered "
           "before the other (only two reduce-adds may overlap unordered)",
-          first.id, to_string(first.op), describe_route(first), second.id, to_string(second.op),
-          describe_route(second), describe_box(*c.tensor, region), c.rank);
+          first.id, to_string(first.op), describe_route(first), second.id, to_string(second.op), describe_route(second),
+          describe_box(*c.tensor, region), c.rank);
     });
   }
 

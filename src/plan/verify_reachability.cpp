@@ -11,8 +11,7 @@
 
 namespace syncopate::plan::verify_detail {
 
-std::vector<char> ordered_pairs(const GraphFacts& facts,
-                                const std::vector<std::pair<int, int>>& pairs) {
+std::vector<char> ordered_pairs(const GraphFacts& facts, const std::vector<std::pair<int, int>>& pairs) {
   std::vector<char> answer(pairs.size(), 0);
   struct Query {
     int from;  // component
@@ -32,8 +31,7 @@ std::vector<char> ordered_pairs(const GraphFacts& facts,
       queries.push_back({std::min(a, b), std::max(a, b), i});
     }
   }
-  std::sort(queries.begin(), queries.end(),
-            [](const Query& x, const Query& y) { return x.from < y.from; });
+  std::sort(queries.begin(), queries.end(), [](const Query& x, const Query& y) { return x.from < y.from; });
 
   std::vector<std::uint64_t> mask(facts.components.size(), 0);
   std::size_t q = 0;
@@ -65,10 +63,9 @@ std::vector<char> ordered_pairs(const GraphFacts& facts,
       mask[static_cast<std::size_t>(c)] = m;
     }
     for (std::size_t i = q; i < end; ++i) {
-      const auto bit = static_cast<std::size_t>(
-          std::lower_bound(sources.begin(), sources.end(), queries[i].from) - sources.begin());
-      answer[queries[i].index] =
-          (mask[static_cast<std::size_t>(queries[i].to)] >> bit) & 1 ? 1 : 0;
+      const auto bit =
+          static_cast<std::size_t>(std::lower_bound(sources.begin(), sources.end(), queries[i].from) - sources.begin());
+      answer[queries[i].index] = (mask[static_cast<std::size_t>(queries[i].to)] >> bit) & 1 ? 1 : 0;
     }
     q = end;
   }

@@ -56,9 +56,9 @@ void check_runtime_rows_form(const CommPlan& plan, ViolationSink& sink) {
     const RuntimeRows& rows = *chunk.runtime_rows;
     const int rank = chunk.dst >= 0 && chunk.dst < plan.world_size ? chunk.dst : -1;
     if (rows.dim < 0 || rows.dim >= static_cast<int>(chunk.box.extent.size()))
-      sink.add(RuleGroup::well_formed, "runtime-rows-dim", rank, chunk.id,
-               fmt::format("runtime_rows.dim is {} but the chunk's box has {} dims", rows.dim,
-                           chunk.box.extent.size()));
+      sink.add(
+          RuleGroup::well_formed, "runtime-rows-dim", rank, chunk.id,
+          fmt::format("runtime_rows.dim is {} but the chunk's box has {} dims", rows.dim, chunk.box.extent.size()));
     if (chunk.op != ChunkOp::copy)
       sink.add(RuleGroup::well_formed, "runtime-rows-op", rank, chunk.id,
                fmt::format("a {} chunk carries runtime_rows: only copies may move a run-time number of rows",
@@ -70,15 +70,15 @@ void check_runtime_rows_form(const CommPlan& plan, ViolationSink& sink) {
       continue;
     }
     const TensorSpec& spec = it->second;
-    const bool shape_ok = !spec.shape.empty() && std::all_of(spec.shape.begin(), spec.shape.end(),
-                                                            [](std::int64_t e) { return e > 0; });
+    const bool shape_ok =
+        !spec.shape.empty() && std::all_of(spec.shape.begin(), spec.shape.end(), [](std::int64_t e) { return e > 0; });
     if (spec.dtype != DType::i32)
       sink.add(RuleGroup::well_formed, "runtime-rows-counts", rank, chunk.id,
                fmt::format("runtime_rows.counts '{}' is {}: row counts are int32", rows.counts, to_string(spec.dtype)));
     if (shape_ok && (rows.index < 0 || rows.index >= spec.elements()))
       sink.add(RuleGroup::well_formed, "runtime-rows-counts", rank, chunk.id,
-               fmt::format("runtime_rows.index is {} but '{}' {} has {} elements", rows.index, rows.counts,
-                           spec.shape, spec.elements()));
+               fmt::format("runtime_rows.index is {} but '{}' {} has {} elements", rows.index, rows.counts, spec.shape,
+                           spec.elements()));
   }
 }
 
@@ -92,9 +92,8 @@ void check_runtime_rows_counts(const CommPlan& plan, const GraphFacts& facts, Vi
   std::vector<Reader> readers;
   for (const Chunk& chunk : plan.chunks)
     if (chunk.runtime_rows)
-      readers.push_back({&chunk, coordinates(plan.tensors.at(chunk.runtime_rows->counts).shape,
-                                             chunk.runtime_rows->index),
-                         {}});
+      readers.push_back(
+          {&chunk, coordinates(plan.tensors.at(chunk.runtime_rows->counts).shape, chunk.runtime_rows->index), {}});
   if (readers.empty()) return;
   // Writers by (rank, tensor), so each reader looks only at the chunks landing in its counts.
   std::map<std::pair<int, std::string>, std::vector<int>> writers_of;

@@ -52,7 +52,8 @@ void check_topology(const CommPlan& plan, ViolationSink& sink) {
   if (!ids_ok) return;
   const int chunks = static_cast<int>(plan.chunks.size());
   for (const Chunk& chunk : plan.chunks) {
-    const bool in_range = chunk.src >= 0 && chunk.src < plan.world_size && chunk.dst >= 0 && chunk.dst < plan.world_size;
+    const bool in_range =
+        chunk.src >= 0 && chunk.src < plan.world_size && chunk.dst >= 0 && chunk.dst < plan.world_size;
     if (!in_range) continue;  // rank-out-of-range says so
     check_deps(plan, chunk, chunks, sink);
     if (chunk.backend == Backend::nccl) continue;

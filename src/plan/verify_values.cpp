@@ -20,16 +20,14 @@ int ValueTable::intern(SymbolicValue value) {
 }
 
 int ValueTable::origin(int tensor, int dims, int rank) {
-  return intern({tensor, std::vector<std::int64_t>(static_cast<std::size_t>(dims), 0),
-                 {{rank, 1}}});
+  return intern({tensor, std::vector<std::int64_t>(static_cast<std::size_t>(dims), 0), {{rank, 1}}});
 }
 
 int ValueTable::shifted(int id, const std::vector<std::int64_t>& delta) {
   if (id == kUndefined || id == kMixed) return id;
   if (std::all_of(delta.begin(), delta.end(), [](std::int64_t d) { return d == 0; })) return id;
   SymbolicValue moved = get(id);
-  for (std::size_t d = 0; d < moved.shift.size() && d < delta.size(); ++d)
-    moved.shift[d] += delta[d];
+  for (std::size_t d = 0; d < moved.shift.size() && d < delta.size(); ++d) moved.shift[d] += delta[d];
   return intern(std::move(moved));
 }
 
@@ -50,12 +48,10 @@ int ValueTable::add(int a, int b) {
       if (j == y.contributions.size() ||
           (i < x.contributions.size() && x.contributions[i].first < y.contributions[j].first)) {
         sum.contributions.push_back(x.contributions[i++]);
-      } else if (i == x.contributions.size() ||
-                 y.contributions[j].first < x.contributions[i].first) {
+      } else if (i == x.contributions.size() || y.contributions[j].first < x.contributions[i].first) {
         sum.contributions.push_back(y.contributions[j++]);
       } else {
-        sum.contributions.push_back(
-            {x.contributions[i].first, x.contributions[i].second + y.contributions[j].second});
+        sum.contributions.push_back({x.contributions[i].first, x.contributions[i].second + y.contributions[j].second});
         ++i;
         ++j;
       }
@@ -76,8 +72,8 @@ std::string ValueTable::describe(int id, const std::vector<std::string>& tensor_
     ranks.push_back(rank);
     if (count > 1) repeated.push_back(fmt::format("rank {} {} times", rank, count));
   }
-  std::string out = fmt::format("'{}' of rank{} {}", tensor_names.at(v.tensor),
-                                ranks.size() == 1 ? "" : "s", fmt::join(ranks, ", "));
+  std::string out =
+      fmt::format("'{}' of rank{} {}", tensor_names.at(v.tensor), ranks.size() == 1 ? "" : "s", fmt::join(ranks, ", "));
   if (ranks.size() > 1 || !repeated.empty()) out = "the sum of " + out;
   if (!repeated.empty()) out += fmt::format(" ({})", fmt::join(repeated, ", "));
   if (std::any_of(v.shift.begin(), v.shift.end(), [](std::int64_t s) { return s != 0; }))

@@ -35,11 +35,9 @@ class WellFormedChecker {
   void check_header() {
     if (plan_.version != kPlanVersion)
       report("unsupported-version", -1, -1,
-             fmt::format("plan version is {}, this verifier reads version {}", plan_.version,
-                         kPlanVersion));
+             fmt::format("plan version is {}, this verifier reads version {}", plan_.version, kPlanVersion));
     if (plan_.world_size < 1)
-      report("world-size", -1, -1,
-             fmt::format("world_size is {}, it must be at least 1", plan_.world_size));
+      report("world-size", -1, -1, fmt::format("world_size is {}, it must be at least 1", plan_.world_size));
   }
 
   void check_tensors() {
@@ -52,14 +50,12 @@ class WellFormedChecker {
       for (std::size_t d = 0; d < spec.shape.size(); ++d) {
         if (spec.shape[d] < 1) {
           report("bad-tensor-shape", -1, -1,
-                 fmt::format("tensor '{}' dim {} has size {}, it must be at least 1", name, d,
-                             spec.shape[d]));
+                 fmt::format("tensor '{}' dim {} has size {}, it must be at least 1", name, d, spec.shape[d]));
           break;
         }
         if (__builtin_mul_overflow(elements, spec.shape[d], &elements)) {
           report("bad-tensor-shape", -1, -1,
-                 fmt::format("tensor '{}' shape {} has more elements than fit in 64 bits", name,
-                             spec.shape));
+                 fmt::format("tensor '{}' shape {} has more elements than fit in 64 bits", name, spec.shape));
           break;
         }
       }
@@ -83,8 +79,7 @@ class WellFormedChecker {
     const auto kind = to_string(c.kind);
     const TensorSpec* spec = tensor(c.tensor);
     if (spec == nullptr) {
-      report("collective-tensor", -1, -1,
-             fmt::format("{} names tensor '{}', which is not in tensors", kind, c.tensor));
+      report("collective-tensor", -1, -1, fmt::format("{} names tensor '{}', which is not in tensors", kind, c.tensor));
       return;
     }
     if (!tensor_usable(spec)) return;  // already reported as bad-tensor-shape
@@ -110,20 +105,17 @@ class WellFormedChecker {
     const TensorSpec* out = tensor(c.output);
     if (out == nullptr || c.output == c.tensor) {
       report("collective-output", -1, -1,
-             fmt::format("all-to-all output '{}' must be a tensor of the plan other than '{}'",
-                         c.output, c.tensor));
+             fmt::format("all-to-all output '{}' must be a tensor of the plan other than '{}'", c.output, c.tensor));
     } else if (out->shape != spec->shape || out->dtype != spec->dtype) {
       report("collective-output", -1, -1,
-             fmt::format("all-to-all output '{}' is {} {} but input '{}' is {} {}; they must match",
-                         c.output, to_string(out->dtype), out->shape, c.tensor,
-                         to_string(spec->dtype), spec->shape));
+             fmt::format("all-to-all output '{}' is {} {} but input '{}' is {} {}; they must match", c.output,
+                         to_string(out->dtype), out->shape, c.tensor, to_string(spec->dtype), spec->shape));
     }
     if (plan_.world_size >= 1 && spec->shape[c.dim] % plan_.world_size != 0) {
       report("collective-indivisible", -1, -1,
              fmt::format("all-to-all splits dim {} of '{}' (size {}) into {} equal blocks, but {} "
                          "is not a multiple of {}",
-                         c.dim, c.tensor, spec->shape[c.dim], plan_.world_size,
-                         spec->shape[c.dim], plan_.world_size));
+                         c.dim, c.tensor, spec->shape[c.dim], plan_.world_size, spec->shape[c.dim], plan_.world_size));
     }
   }
 
@@ -170,15 +162,14 @@ class WellFormedChecker {
     const TensorSpec* out = tensor(c.output);
     if (out == nullptr || c.output == c.tensor) {
       report("collective-output", -1, -1,
-             fmt::format("{} staging '{}' must be a tensor of the plan other than '{}'", kind,
-                         c.output, c.tensor));
+             fmt::format("{} staging '{}' must be a tensor of the plan other than '{}'", kind, c.output, c.tensor));
       return;
     }
     if (!tensor_usable(out)) return;  // already reported as bad-tensor-shape
     if (out->dtype != in.dtype) {
       report("collective-output", -1, -1,
-             fmt::format("{} staging '{}' is {} but input '{}' is {}; they must match", kind,
-                         c.output, to_string(out->dtype), c.tensor, to_string(in.dtype)));
+             fmt::format("{} staging '{}' is {} but input '{}' is {}; they must match", kind, c.output,
+                         to_string(out->dtype), c.tensor, to_string(in.dtype)));
     }
     if (c.dim == 0 || in.shape[0] != 1) {
       report("collective-output", -1, -1,
@@ -212,16 +203,14 @@ class WellFormedChecker {
     if (plan_.world_size < 1) return false;
     if (static_cast<long long>(plan_.ranks.size()) != plan_.world_size) {
       report("rank-count", -1, -1,
-             fmt::format("world_size is {} but ranks lists {} programs", plan_.world_size,
-                         plan_.ranks.size()));
+             fmt::format("world_size is {} but ranks lists {} programs", plan_.world_size, plan_.ranks.size()));
       return false;
     }
     bool ok = true;
     for (std::size_t r = 0; r < plan_.ranks.size(); ++r) {
       if (plan_.ranks[r].rank != static_cast<int>(r)) {
         report("rank-index", static_cast<int>(r), -1,
-               fmt::format("ranks[{}].rank is {}; entry r must describe rank r", r,
-                           plan_.ranks[r].rank));
+               fmt::format("ranks[{}].rank is {}; entry r must describe rank r", r, plan_.ranks[r].rank));
         ok = false;
       }
     }
@@ -229,42 +218,37 @@ class WellFormedChecker {
   }
 
   // Checks one side (source or destination) of a chunk's box; returns whether it is usable.
-  bool check_box(const Chunk& chunk, const char* side, int rank, const std::string& name,
-                 const Box& box) {
+  bool check_box(const Chunk& chunk, const char* side, int rank, const std::string& name, const Box& box) {
     const TensorSpec* spec = tensor(name);
     if (spec == nullptr) {
-      report("unknown-tensor", rank, chunk.id,
-             fmt::format("{} tensor '{}' is not in tensors", side, name));
+      report("unknown-tensor", rank, chunk.id, fmt::format("{} tensor '{}' is not in tensors", side, name));
       return false;
     }
     if (!tensor_usable(spec)) return false;
     const auto dims = spec->shape.size();
     if (box.offset.size() != dims || box.extent.size() != dims) {
       report("box-rank", rank, chunk.id,
-             fmt::format("{} box has {} offsets and {} extents but tensor '{}' has {} dims", side,
-                         box.offset.size(), box.extent.size(), name, dims));
+             fmt::format("{} box has {} offsets and {} extents but tensor '{}' has {} dims", side, box.offset.size(),
+                         box.extent.size(), name, dims));
       return false;
     }
     for (std::size_t d = 0; d < dims; ++d) {
       if (box.offset[d] < 0) {
         report("negative-offset", rank, chunk.id,
-               fmt::format("{} box {} has offset {} in dim {}", side, describe_box(name, box),
-                           box.offset[d], d));
+               fmt::format("{} box {} has offset {} in dim {}", side, describe_box(name, box), box.offset[d], d));
         return false;
       }
       if (box.extent[d] < 1) {
         report("non-positive-extent", rank, chunk.id,
-               fmt::format("{} box {} has extent {} in dim {}", side, describe_box(name, box),
-                           box.extent[d], d));
+               fmt::format("{} box {} has extent {} in dim {}", side, describe_box(name, box), box.extent[d], d));
         return false;
       }
       std::int64_t end = 0;
       const bool overflow = __builtin_add_overflow(box.offset[d], box.extent[d], &end);
       if (overflow || end > spec->shape[d]) {
         report("box-out-of-bounds", rank, chunk.id,
-               fmt::format("{} box {} ends at {} in dim {} but tensor '{}' has size {} there",
-                           side, describe_box(name, box),
-                           overflow ? std::string("more than 2^63") : fmt::to_string(end), d,
+               fmt::format("{} box {} ends at {} in dim {} but tensor '{}' has size {} there", side,
+                           describe_box(name, box), overflow ? std::string("more than 2^63") : fmt::to_string(end), d,
                            name, spec->shape[d]));
         return false;
       }
@@ -275,62 +259,52 @@ class WellFormedChecker {
   void check_chunk(const Chunk& chunk) {
     const int index = static_cast<int>(&chunk - plan_.chunks.data());
     if (chunk.id != index) {
-      report("chunk-id", -1, index,
-             fmt::format("chunks[{}] has id {}; ids must equal their index", index, chunk.id));
+      report("chunk-id", -1, index, fmt::format("chunks[{}] has id {}; ids must equal their index", index, chunk.id));
     }
     const int id = index;  // messages name the position, which is what tools index by
     const bool src_ok = rank_in_range(chunk.src);
     const bool dst_ok = rank_in_range(chunk.dst);
     if (!src_ok)
-      report("rank-out-of-range", -1, id,
-             fmt::format("src rank {} is outside 0..{}", chunk.src, plan_.world_size - 1));
+      report("rank-out-of-range", -1, id, fmt::format("src rank {} is outside 0..{}", chunk.src, plan_.world_size - 1));
     if (!dst_ok)
-      report("rank-out-of-range", -1, id,
-             fmt::format("dst rank {} is outside 0..{}", chunk.dst, plan_.world_size - 1));
+      report("rank-out-of-range", -1, id, fmt::format("dst rank {} is outside 0..{}", chunk.dst, plan_.world_size - 1));
     Chunk located = chunk;
     located.id = id;
-    const bool src_box = check_box(located, "source", src_ok ? chunk.src : -1, chunk.tensor,
-                                   chunk.box);
-    const bool dst_box = check_box(located, "destination", dst_ok ? chunk.dst : -1,
-                                   chunk.dst_tensor, chunk.dst_box);
+    const bool src_box = check_box(located, "source", src_ok ? chunk.src : -1, chunk.tensor, chunk.box);
+    const bool dst_box = check_box(located, "destination", dst_ok ? chunk.dst : -1, chunk.dst_tensor, chunk.dst_box);
     if (src_box && dst_box) {
       if (chunk.box.extent != chunk.dst_box.extent) {
         report("extent-mismatch", src_ok ? chunk.src : -1, id,
-               fmt::format("source {} and destination {} have different extents",
-                           describe_box(chunk.tensor, chunk.box),
+               fmt::format("source {} and destination {} have different extents", describe_box(chunk.tensor, chunk.box),
                            describe_box(chunk.dst_tensor, chunk.dst_box)));
       }
       const auto src_type = tensor(chunk.tensor)->dtype;
       const auto dst_type = tensor(chunk.dst_tensor)->dtype;
       if (src_type != dst_type) {
         report("dtype-mismatch", src_ok ? chunk.src : -1, id,
-               fmt::format("moves {} tensor '{}' into {} tensor '{}'", to_string(src_type),
-                           chunk.tensor, to_string(dst_type), chunk.dst_tensor));
+               fmt::format("moves {} tensor '{}' into {} tensor '{}'", to_string(src_type), chunk.tensor,
+                           to_string(dst_type), chunk.dst_tensor));
       }
     }
     for (int dep : chunk.deps) {
       if (dep < 0 || dep >= chunk_count()) {
         report("unknown-dep", src_ok ? chunk.src : -1, id,
-               fmt::format("depends on chunk {}, which does not exist (the plan has {} chunks)",
-                           dep, chunk_count()));
+               fmt::format("depends on chunk {}, which does not exist (the plan has {} chunks)", dep, chunk_count()));
       } else if (dep == id) {
         report("self-dep", src_ok ? chunk.src : -1, id, "depends on itself");
       }
     }
     const auto kind = plan_.collective.kind;
-    if (chunk.op == ChunkOp::reduce_add &&
-        (kind == Collective::all_gather || kind == Collective::all_to_all)) {
+    if (chunk.op == ChunkOp::reduce_add && (kind == Collective::all_gather || kind == Collective::all_to_all)) {
       report("op-not-allowed", dst_ok ? chunk.dst : -1, id,
              fmt::format("reduce-add into {} on rank {}: {} only moves data, it never adds",
-                         describe_box(chunk.dst_tensor, chunk.dst_box), chunk.dst,
-                         to_string(kind)));
+                         describe_box(chunk.dst_tensor, chunk.dst_box), chunk.dst, to_string(kind)));
     }
     if (chunk.op == ChunkOp::reduce_add && plan_.collective.staged()) {
       report("op-not-allowed", dst_ok ? chunk.dst : -1, id,
              fmt::format("reduce-add into {} on rank {}: a staged {} only copies partials into "
                          "staging slots (and results out); the consumer adds them",
-                         describe_box(chunk.dst_tensor, chunk.dst_box), chunk.dst,
-                         to_string(kind)));
+                         describe_box(chunk.dst_tensor, chunk.dst_box), chunk.dst, to_string(kind)));
     }
   }
 
@@ -346,8 +320,7 @@ class WellFormedChecker {
         for (int id : program.streams[s]) {
           if (id < 0 || id >= chunk_count()) {
             report("unknown-chunk-in-stream", program.rank, id,
-                   fmt::format("stream {} of rank {} lists chunk {}, which does not exist", s,
-                               program.rank, id));
+                   fmt::format("stream {} of rank {} lists chunk {}, which does not exist", s, program.rank, id));
             continue;
           }
           listings[id].push_back({program.rank, static_cast<int>(s)});
@@ -371,9 +344,9 @@ class WellFormedChecker {
                fmt::format("rank {} issues chunk {} ({}), but only its src or dst may", l.rank, id,
                            describe_route(chunk)));
       } else if (l.stream != chunk.stream) {
-        report("stream-mismatch", l.rank, id,
-               fmt::format("listed in stream {} of rank {} but its stream field is {}", l.stream,
-                           l.rank, chunk.stream));
+        report(
+            "stream-mismatch", l.rank, id,
+            fmt::format("listed in stream {} of rank {} but its stream field is {}", l.stream, l.rank, chunk.stream));
       }
     }
     auto listed_by = [&](int rank) {
@@ -383,19 +356,16 @@ class WellFormedChecker {
     };
     if (listed.empty()) {
       const bool stream_exists =
-          chunk.stream >= 0 &&
-          (chunk.stream < stream_count(chunk.src) || chunk.stream < stream_count(chunk.dst));
+          chunk.stream >= 0 && (chunk.stream < stream_count(chunk.src) || chunk.stream < stream_count(chunk.dst));
       if (!stream_exists) {
         report("stream-out-of-range", chunk.src, id,
                fmt::format("stream {} does not exist on rank {} ({} streams) nor on rank {} ({} "
                            "streams)",
-                           chunk.stream, chunk.src, stream_count(chunk.src), chunk.dst,
-                           stream_count(chunk.dst)));
+                           chunk.stream, chunk.src, stream_count(chunk.src), chunk.dst, stream_count(chunk.dst)));
       } else {
         report("chunk-not-issued", chunk.src, id,
-               fmt::format("chunk {} ({}) is in no issue list; list it in stream {} of {}", id,
-                           describe_route(chunk), chunk.stream,
-                           nccl ? "both its src and its dst" : "its src or its dst"));
+               fmt::format("chunk {} ({}) is in no issue list; list it in stream {} of {}", id, describe_route(chunk),
+                           chunk.stream, nccl ? "both its src and its dst" : "its src or its dst"));
       }
       return;
     }
@@ -404,8 +374,8 @@ class WellFormedChecker {
         report("chunk-issued-twice", listed[1].rank, id,
                fmt::format("chunk {} ({}, {}) is listed {} times (first by rank {}); a {} chunk "
                            "is issued once",
-                           id, describe_route(chunk), to_string(chunk.backend), listed.size(),
-                           listed[0].rank, to_string(chunk.backend)));
+                           id, describe_route(chunk), to_string(chunk.backend), listed.size(), listed[0].rank,
+                           to_string(chunk.backend)));
       }
       return;
     }
@@ -434,8 +404,6 @@ class WellFormedChecker {
 
 }  // namespace
 
-void check_well_formed(const CommPlan& plan, ViolationSink& sink) {
-  WellFormedChecker(plan, sink).run();
-}
+void check_well_formed(const CommPlan& plan, ViolationSink& sink) { WellFormedChecker(plan, sink).run(); }
 
 }  // namespace syncopate::plan::verify_detail

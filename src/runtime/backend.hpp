@@ -21,14 +21,14 @@ struct ChunkMove {
   const plan::Chunk* chunk = nullptr;
   StepRole role = StepRole::push;
   plan::DType dtype = plan::DType::bf16;
-  std::vector<Copy2D> copies;          // offsets relative to src / dst below
-  const std::byte* src = nullptr;      // source tensor on chunk->src
-  std::byte* dst = nullptr;            // destination tensor on chunk->dst
-  std::byte* staging_at_src = nullptr; // this chunk's staging area on chunk->src (or null)
-  std::byte* staging_at_dst = nullptr; // ... on chunk->dst (or null)
-  std::int32_t* landing = nullptr;     // landing slot on chunk->dst; null if the peer raises it
-  const std::int32_t* epoch = nullptr; // the raising rank's epoch word: the landing slot's value
-  bool atomic_add = false;             // reduce-add: another adder may touch the box meanwhile
+  std::vector<Copy2D> copies;           // offsets relative to src / dst below
+  const std::byte* src = nullptr;       // source tensor on chunk->src
+  std::byte* dst = nullptr;             // destination tensor on chunk->dst
+  std::byte* staging_at_src = nullptr;  // this chunk's staging area on chunk->src (or null)
+  std::byte* staging_at_dst = nullptr;  // ... on chunk->dst (or null)
+  std::int32_t* landing = nullptr;      // landing slot on chunk->dst; null if the peer raises it
+  const std::int32_t* epoch = nullptr;  // the raising rank's epoch word: the landing slot's value
+  bool atomic_add = false;              // reduce-add: another adder may touch the box meanwhile
 };
 
 struct BackendEnv {
@@ -56,8 +56,7 @@ void nccl_group_move(const std::vector<ChunkMove>& moves, const BackendEnv& env)
 // Shared by backends: pitched copies on the copy engine, and the landing raise: a one-thread
 // kernel that release-stores the epoch word's value (a stream memory write would bake the
 // value in at enqueue time, wrong on every replay of a captured graph).
-void copy_engine_copies(const std::byte* src, std::byte* dst, const std::vector<Copy2D>& copies,
-                        cudaStream_t stream);
+void copy_engine_copies(const std::byte* src, std::byte* dst, const std::vector<Copy2D>& copies, cudaStream_t stream);
 void raise_landing(const ChunkMove& move, const BackendEnv& env);
 
 }  // namespace syncopate::runtime::detail

@@ -11,8 +11,8 @@ namespace {
 
 std::byte* need(std::byte* staging, const ChunkMove& m, const char* backend) {
   if (staging == nullptr)
-    throw InternalError(fmt::format("chunk {}: {} backend needs a staging area the layout did not give",
-                                    m.chunk->id, backend));
+    throw InternalError(
+        fmt::format("chunk {}: {} backend needs a staging area the layout did not give", m.chunk->id, backend));
   return staging;
 }
 
@@ -53,8 +53,10 @@ void sm_copy_move(const ChunkMove& m, const BackendEnv& env) {
 // raises its own landing slot (after the group: the receive has completed by then).
 void nccl_check(const ChunkMove& m, const BackendEnv& env) {
   if (env.nccl == nullptr)
-    throw UserError(fmt::format("chunk {}: nccl-without-communicator: the plan uses the nccl backend "
-                                "but the executor was given no NCCL communicator", m.chunk->id));
+    throw UserError(
+        fmt::format("chunk {}: nccl-without-communicator: the plan uses the nccl backend "
+                    "but the executor was given no NCCL communicator",
+                    m.chunk->id));
   if (m.role != StepRole::nccl_send && m.role != StepRole::nccl_recv)
     throw InternalError(fmt::format("chunk {}: nccl backend given a {} step", m.chunk->id, to_string(m.role)));
 }
@@ -69,9 +71,8 @@ void nccl_before(const ChunkMove& m, const BackendEnv& env) {
 void nccl_post(const ChunkMove& m, const BackendEnv& env) {
   const std::int64_t bytes = total_bytes(m.copies);
   if (m.role == StepRole::nccl_send) {
-    const std::byte* from = src_contiguous(m.copies)
-                                ? m.src + (m.copies.empty() ? 0 : m.copies.front().src_offset)
-                                : m.staging_at_src;
+    const std::byte* from =
+        src_contiguous(m.copies) ? m.src + (m.copies.empty() ? 0 : m.copies.front().src_offset) : m.staging_at_src;
     env.nccl->send(from, bytes, m.chunk->dst, env.stream);
   } else {
     std::byte* into = recv_in_place(m) ? m.dst + (m.copies.empty() ? 0 : m.copies.front().dst_offset)
@@ -101,14 +102,12 @@ void nccl_move(const ChunkMove& m, const BackendEnv& env) {
 
 }  // namespace
 
-void copy_engine_copies(const std::byte* src, std::byte* dst, const std::vector<Copy2D>& copies,
-                        cudaStream_t stream) {
+void copy_engine_copies(const std::byte* src, std::byte* dst, const std::vector<Copy2D>& copies, cudaStream_t stream) {
   for (const auto& c : copies) {
     if (c.bytes() == 0) continue;
-    SY_CUDA_CHECK(cudaMemcpy2DAsync(dst + c.dst_offset, static_cast<std::size_t>(c.dst_pitch),
-                                    src + c.src_offset, static_cast<std::size_t>(c.src_pitch),
-                                    static_cast<std::size_t>(c.width), static_cast<std::size_t>(c.height),
-                                    cudaMemcpyDefault, stream));
+    SY_CUDA_CHECK(cudaMemcpy2DAsync(dst + c.dst_offset, static_cast<std::size_t>(c.dst_pitch), src + c.src_offset,
+                                    static_cast<std::size_t>(c.src_pitch), static_cast<std::size_t>(c.width),
+                                    static_cast<std::size_t>(c.height), cudaMemcpyDefault, stream));
   }
 }
 
@@ -153,9 +152,12 @@ void nccl_group_move(const std::vector<ChunkMove>& moves, const BackendEnv& env)
 
 const ChunkBackend& backend_for(plan::Backend kind) {
   switch (kind) {
-    case plan::Backend::copy_engine: return copy_engine_backend();
-    case plan::Backend::sm_copy: return sm_copy_backend();
-    case plan::Backend::nccl: return nccl_backend();
+    case plan::Backend::copy_engine:
+      return copy_engine_backend();
+    case plan::Backend::sm_copy:
+      return sm_copy_backend();
+    case plan::Backend::nccl:
+      return nccl_backend();
   }
   throw InternalError("unknown backend");
 }

@@ -17,20 +17,19 @@ std::vector<std::int64_t> row_major_strides(const std::vector<std::int64_t>& sha
 
 void check_box(const plan::Box& box, const std::vector<std::int64_t>& shape, const char* side) {
   if (box.offset.size() != shape.size() || box.extent.size() != shape.size())
-    throw UserError(fmt::format("{} box: box-rank-mismatch: box has {} dims, tensor has {}", side,
-                                box.offset.size(), shape.size()));
+    throw UserError(fmt::format("{} box: box-rank-mismatch: box has {} dims, tensor has {}", side, box.offset.size(),
+                                shape.size()));
   for (std::size_t d = 0; d < shape.size(); ++d) {
     if (box.offset[d] < 0 || box.extent[d] < 0 || box.offset[d] + box.extent[d] > shape[d])
-      throw UserError(fmt::format("{} box: box-out-of-bounds: dim {} covers [{}, {}) of {}", side, d,
-                                  box.offset[d], box.offset[d] + box.extent[d], shape[d]));
+      throw UserError(fmt::format("{} box: box-out-of-bounds: dim {} covers [{}, {}) of {}", side, d, box.offset[d],
+                                  box.offset[d] + box.extent[d], shape[d]));
   }
 }
 
 }  // namespace
 
 std::vector<Copy2D> box_copies(const plan::Box& src_box, const std::vector<std::int64_t>& src_shape,
-                               const plan::Box& dst_box, const std::vector<std::int64_t>& dst_shape,
-                               int elem_size) {
+                               const plan::Box& dst_box, const std::vector<std::int64_t>& dst_shape, int elem_size) {
   check_box(src_box, src_shape, "source");
   check_box(dst_box, dst_shape, "destination");
   if (src_box.extent != dst_box.extent)

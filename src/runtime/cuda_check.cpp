@@ -8,8 +8,8 @@
 namespace syncopate::runtime::detail {
 
 void throw_cuda(cudaError_t err, const char* expr, const char* file, int line) {
-  throw DeviceError(fmt::format("{}:{}: {} failed: {} ({})", file, line, expr, cudaGetErrorString(err),
-                                cudaGetErrorName(err)));
+  throw DeviceError(
+      fmt::format("{}:{}: {} failed: {} ({})", file, line, expr, cudaGetErrorString(err), cudaGetErrorName(err)));
 }
 
 }  // namespace syncopate::runtime::detail

@@ -13,11 +13,10 @@ namespace syncopate::runtime::detail {
 
 }  // namespace syncopate::runtime::detail
 
-#define SY_CUDA_CHECK(expr)                                                             \
-  do {                                                                                  \
-    const cudaError_t sy_err_ = (expr);                                                 \
-    if (sy_err_ != cudaSuccess)                                                         \
-      ::syncopate::runtime::detail::throw_cuda(sy_err_, #expr, __FILE__, __LINE__);     \
+#define SY_CUDA_CHECK(expr)                                                                                   \
+  do {                                                                                                        \
+    const cudaError_t sy_err_ = (expr);                                                                       \
+    if (sy_err_ != cudaSuccess) ::syncopate::runtime::detail::throw_cuda(sy_err_, #expr, __FILE__, __LINE__); \
   } while (0)
 
 // After a kernel launch: a bad launch configuration shows up here, not later.

@@ -69,9 +69,7 @@ __global__ void bounded_wait_kernel(WaitBatch batch, WaitRecord* record) {
   __threadfence_system();
 }
 
-__global__ void epoch_advance_kernel(std::int32_t* epoch) {
-  *epoch = next_epoch(*epoch);
-}
+__global__ void epoch_advance_kernel(std::int32_t* epoch) { *epoch = next_epoch(*epoch); }
 
 __global__ void signal_raise_kernel(std::int32_t* slot, const std::int32_t* epoch) {
   __threadfence_system();  // everything this stream wrote before is visible first
@@ -79,16 +77,14 @@ __global__ void signal_raise_kernel(std::int32_t* slot, const std::int32_t* epoc
 }
 
 template <class Unit>
-__global__ void copy_2d_kernel(const std::byte* src, std::byte* dst, std::int64_t units_per_row,
-                               std::int64_t rows, std::int64_t src_pitch, std::int64_t dst_pitch) {
+__global__ void copy_2d_kernel(const std::byte* src, std::byte* dst, std::int64_t units_per_row, std::int64_t rows,
+                               std::int64_t src_pitch, std::int64_t dst_pitch) {
   const std::int64_t total = units_per_row * rows;
   const std::int64_t step = static_cast<std::int64_t>(gridDim.x) * blockDim.x;
-  for (std::int64_t i = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; i < total;
-       i += step) {
+  for (std::int64_t i = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; i < total; i += step) {
     const std::int64_t row = i / units_per_row;
     const std::int64_t col = i - row * units_per_row;
-    reinterpret_cast<Unit*>(dst + row * dst_pitch)[col] =
-        reinterpret_cast<const Unit*>(src + row * src_pitch)[col];
+    reinterpret_cast<Unit*>(dst + row * dst_pitch)[col] = reinterpret_cast<const Unit*>(src + row * src_pitch)[col];
   }
 }
 
@@ -243,17 +239,15 @@ int blocks_for(std::int64_t work, int max_blocks) {
 // Widest unit (16, 8, 4, 2 or 1 bytes) that divides every address, width and pitch.
 int unit_bytes(const std::byte* src, std::byte* dst, const Copy2D& c) {
   const auto bits = reinterpret_cast<std::uintptr_t>(src + c.src_offset) |
-                    reinterpret_cast<std::uintptr_t>(dst + c.dst_offset) |
-                    static_cast<std::uintptr_t>(c.width) | static_cast<std::uintptr_t>(c.src_pitch) |
-                    static_cast<std::uintptr_t>(c.dst_pitch);
+                    reinterpret_cast<std::uintptr_t>(dst + c.dst_offset) | static_cast<std::uintptr_t>(c.width) |
+                    static_cast<std::uintptr_t>(c.src_pitch) | static_cast<std::uintptr_t>(c.dst_pitch);
   for (int u : {16, 8, 4, 2})
     if ((bits % u) == 0) return u;
   return 1;
 }
 
 template <class Unit>
-void launch_copy_units(cudaStream_t stream, const std::byte* src, std::byte* dst, const Copy2D& c,
-                       int max_blocks) {
+void launch_copy_units(cudaStream_t stream, const std::byte* src, std::byte* dst, const Copy2D& c, int max_blocks) {
   const std::int64_t units = c.width / static_cast<std::int64_t>(sizeof(Unit));
   copy_2d_kernel<Unit><<<blocks_for(units * c.height, max_blocks), kThreads, 0, stream>>>(
       src + c.src_offset, dst + c.dst_offset, units, c.height, c.src_pitch, c.dst_pitch);
@@ -261,8 +255,8 @@ void launch_copy_units(cudaStream_t stream, const std::byte* src, std::byte* dst
 }
 
 template <class T>
-void launch_add_typed(cudaStream_t stream, const std::byte* src, std::byte* dst, const Copy2D& c,
-                      int max_blocks, bool atomic) {
+void launch_add_typed(cudaStream_t stream, const std::byte* src, std::byte* dst, const Copy2D& c, int max_blocks,
+                      bool atomic) {
   AddArgs a;
   a.src = src + c.src_offset;
   a.dst = dst + c.dst_offset;
@@ -306,28 +300,36 @@ void launch_signal_raise(cudaStream_t stream, std::int32_t* slot, const std::int
   SY_CUDA_CHECK_LAUNCH();
 }
 
-void launch_copy_2d(cudaStream_t stream, const std::byte* src, std::byte* dst, const Copy2D& copy,
-                    int max_blocks) {
+void launch_copy_2d(cudaStream_t stream, const std::byte* src, std::byte* dst, const Copy2D& copy, int max_blocks) {
   if (copy.bytes() == 0) return;
   switch (unit_bytes(src, dst, copy)) {
-    case 16: return launch_copy_units<uint4>(stream, src, dst, copy, max_blocks);
-    case 8: return launch_copy_units<uint2>(stream, src, dst, copy, max_blocks);
-    case 4: return launch_copy_units<std::uint32_t>(stream, src, dst, copy, max_blocks);
-    case 2: return launch_copy_units<std::uint16_t>(stream, src, dst, copy, max_blocks);
-    default: return launch_copy_units<std::uint8_t>(stream, src, dst, copy, max_blocks);
+    case 16:
+      return launch_copy_units<uint4>(stream, src, dst, copy, max_blocks);
+    case 8:
+      return launch_copy_units<uint2>(stream, src, dst, copy, max_blocks);
+    case 4:
+      return launch_copy_units<std::uint32_t>(stream, src, dst, copy, max_blocks);
+    case 2:
+      return launch_copy_units<std::uint16_t>(stream, src, dst, copy, max_blocks);
+    default:
+      return launch_copy_units<std::uint8_t>(stream, src, dst, copy, max_blocks);
   }
 }
 
-void launch_add_2d(cudaStream_t stream, plan::DType dtype, const std::byte* src, std::byte* dst,
-                   const Copy2D& copy, int max_blocks, bool atomic) {
+void launch_add_2d(cudaStream_t stream, plan::DType dtype, const std::byte* src, std::byte* dst, const Copy2D& copy,
+                   int max_blocks, bool atomic) {
   if (copy.bytes() == 0) return;
   if (max_blocks < 1)
     throw UserError("reduce-add: bad-block-count: " + std::to_string(max_blocks) + " blocks (at least 1)");
   switch (dtype) {
-    case plan::DType::f32: return launch_add_typed<float>(stream, src, dst, copy, max_blocks, atomic);
-    case plan::DType::f16: return launch_add_typed<__half>(stream, src, dst, copy, max_blocks, atomic);
-    case plan::DType::bf16: return launch_add_typed<__nv_bfloat16>(stream, src, dst, copy, max_blocks, atomic);
-    case plan::DType::i32: return launch_add_typed<int>(stream, src, dst, copy, max_blocks, atomic);
+    case plan::DType::f32:
+      return launch_add_typed<float>(stream, src, dst, copy, max_blocks, atomic);
+    case plan::DType::f16:
+      return launch_add_typed<__half>(stream, src, dst, copy, max_blocks, atomic);
+    case plan::DType::bf16:
+      return launch_add_typed<__nv_bfloat16>(stream, src, dst, copy, max_blocks, atomic);
+    case plan::DType::i32:
+      return launch_add_typed<int>(stream, src, dst, copy, max_blocks, atomic);
     default:
       throw UserError("reduce-add: unsupported-dtype: " + std::string(plan::to_string(dtype)) +
                       " (f32, f16, bf16 and i32 can be added)");

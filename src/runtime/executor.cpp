@@ -35,13 +35,12 @@ struct RankExecutor::Impl {
   cudaEvent_t fork = nullptr;
   std::vector<cudaEvent_t> joins;
   std::unique_ptr<detail::NcclWatchdog> watchdog;  // when this rank sends or receives by NCCL
-  bool forked = false;      // fork() ran and issue_chunks() has not yet
-  std::int64_t calls = 0;   // eager issue_chunks() calls, to name an NCCL timeout
+  bool forked = false;                             // fork() ran and issue_chunks() has not yet
+  std::int64_t calls = 0;                          // eager issue_chunks() calls, to name an NCCL timeout
 };
 
-RankExecutor::RankExecutor(plan::CommPlan plan, std::vector<lower::SignalTable> tables,
-                           SymmetricHeap& heap, WaitMonitor& monitor, NcclComm* nccl,
-                           ExecutorOptions options)
+RankExecutor::RankExecutor(plan::CommPlan plan, std::vector<lower::SignalTable> tables, SymmetricHeap& heap,
+                           WaitMonitor& monitor, NcclComm* nccl, ExecutorOptions options)
     : plan_(std::move(plan)),
       tables_(std::move(tables)),
       heap_(heap),
@@ -67,12 +66,16 @@ RankExecutor::RankExecutor(plan::CommPlan plan, std::vector<lower::SignalTable> 
     for (const auto& step : steps) {
       const bool nccl_call = plan_.chunks[step.chunk].backend == plan::Backend::nccl && step.role != StepRole::local;
       if (nccl_call && nccl_ == nullptr)
-        throw UserError(fmt::format("rank {}, chunk {}: nccl-without-communicator: the chunk uses the "
-                                    "nccl backend but no NCCL communicator was given", r, step.chunk));
+        throw UserError(
+            fmt::format("rank {}, chunk {}: nccl-without-communicator: the chunk uses the "
+                        "nccl backend but no NCCL communicator was given",
+                        r, step.chunk));
       uses_nccl = uses_nccl || nccl_call;
       if (step.group != plan::kNoGroup && !nccl_call)
-        throw UserError(fmt::format("rank {}, chunk {}: group-not-nccl: only NCCL sends and recvs can be "
-                                    "grouped (verify the plan)", r, step.chunk));
+        throw UserError(
+            fmt::format("rank {}, chunk {}: group-not-nccl: only NCCL sends and recvs can be "
+                        "grouped (verify the plan)",
+                        r, step.chunk));
     }
   DeviceScope scope(heap_.device());
   warm_up_kernels();
@@ -115,13 +118,14 @@ std::int32_t* RankExecutor::control(int r) const {
 
 void RankExecutor::bind_source(const std::string& name, const void* address) {
   if (plan_.tensors.find(name) == plan_.tensors.end())
-    throw UserError(fmt::format("rank {}: unknown-tensor: bind_source(\"{}\"): the plan has no such tensor",
-                                heap_.rank(), name));
+    throw UserError(
+        fmt::format("rank {}: unknown-tensor: bind_source(\"{}\"): the plan has no such tensor", heap_.rank(), name));
   for (const auto& c : plan_.chunks)
     if (c.tensor == name && c.src != c.dst)
-      throw UserError(fmt::format("rank {}: unbindable-tensor: chunk {} reads \"{}\" on rank {} for rank {}; only a "
-                                  "tensor that local chunks alone read can live outside the heap",
-                                  heap_.rank(), c.id, name, c.src, c.dst));
+      throw UserError(
+          fmt::format("rank {}: unbindable-tensor: chunk {} reads \"{}\" on rank {} for rank {}; only a "
+                      "tensor that local chunks alone read can live outside the heap",
+                      heap_.rank(), c.id, name, c.src, c.dst));
   if (address == nullptr) {
     bound_sources_.erase(name);
   } else {
@@ -175,11 +179,12 @@ void RankExecutor::fork(cudaStream_t stream) {
     cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
     SY_CUDA_CHECK(cudaStreamIsCapturing(stream, &status));
     if (status != cudaStreamCaptureStatusNone)
-      throw UserError(fmt::format(
-          "rank {}: nccl-under-capture: this plan moves chunks with NCCL, whose calls are bounded by a "
-          "host watchdog that polls events of each call; a captured CUDA graph gives it none to poll, "
-          "so a lost peer would hang the replay. Capture plans with the copy-engine or sm-copy "
-          "backend, or run NCCL plans eagerly", heap_.rank()));
+      throw UserError(
+          fmt::format("rank {}: nccl-under-capture: this plan moves chunks with NCCL, whose calls are bounded by a "
+                      "host watchdog that polls events of each call; a captured CUDA graph gives it none to poll, "
+                      "so a lost peer would hang the replay. Capture plans with the copy-engine or sm-copy "
+                      "backend, or run NCCL plans eagerly",
+                      heap_.rank()));
   }
   SY_CUDA_CHECK(cudaEventRecord(impl_->fork, stream));
   for (cudaStream_t side : impl_->streams) SY_CUDA_CHECK(cudaStreamWaitEvent(side, impl_->fork, 0));
@@ -188,8 +193,10 @@ void RankExecutor::fork(cudaStream_t stream) {
 
 void RankExecutor::issue_chunks() {
   if (!impl_->forked)
-    throw UserError(fmt::format("rank {}: issue-before-fork: issue_chunks() needs fork() first (the side "
-                                "streams would not wait for this call's begin)", heap_.rank()));
+    throw UserError(
+        fmt::format("rank {}: issue-before-fork: issue_chunks() needs fork() first (the side "
+                    "streams would not wait for this call's begin)",
+                    heap_.rank()));
   impl_->forked = false;
   ++impl_->calls;
   DeviceScope scope(heap_.device());
@@ -257,7 +264,7 @@ detail::ChunkMove RankExecutor::make_move(const ChunkStep& step) const {
   if (reads) {
     const auto bound = bound_sources_.find(c.tensor);
     move.src = bound != bound_sources_.end() && c.src == heap_.rank() ? const_cast<std::byte*>(bound->second)
-                                                                        : tensor(c.src, c.tensor);
+                                                                      : tensor(c.src, c.tensor);
     if (staging >= 0) move.staging_at_src = heap_.base(c.src) + staging;
   }
   if (writes) {

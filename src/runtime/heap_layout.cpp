@@ -41,8 +41,8 @@ bool needs_staging(const plan::CommPlan& plan, const plan::Chunk& c) {
 
 HeapLayout make_heap_layout(const plan::CommPlan& plan, const std::vector<lower::SignalTable>& tables) {
   if (static_cast<int>(tables.size()) != plan.world_size)
-    throw UserError(fmt::format("heap layout: table-count-mismatch: {} signal tables for world_size {}",
-                                tables.size(), plan.world_size));
+    throw UserError(fmt::format("heap layout: table-count-mismatch: {} signal tables for world_size {}", tables.size(),
+                                plan.world_size));
   HeapLayout layout;
   std::int64_t at = 0;
   layout.control_offset = at;

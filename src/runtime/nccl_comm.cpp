@@ -21,7 +21,9 @@ namespace syncopate::runtime {
 namespace nccl_abi {
 using Result = int;  // ncclResult_t, 0 == ncclSuccess
 using Comm = void*;  // ncclComm_t
-struct UniqueId { char internal[128]; };
+struct UniqueId {
+  char internal[128];
+};
 constexpr int kUint8 = 1;  // ncclUint8
 }  // namespace nccl_abi
 
@@ -31,8 +33,7 @@ class NcclLibrary {
     const std::string path = settings::nccl_library();
     handle_ = dlopen(path.c_str(), RTLD_NOW | RTLD_GLOBAL);
     if (handle_ == nullptr)
-      throw DeviceError(fmt::format("nccl backend: cannot load {}: {} (set SYNCOPATE_NCCL_LIBRARY)",
-                                    path, dlerror()));
+      throw DeviceError(fmt::format("nccl backend: cannot load {}: {} (set SYNCOPATE_NCCL_LIBRARY)", path, dlerror()));
     get_unique_id = load<decltype(get_unique_id)>("ncclGetUniqueId");
     comm_init_rank = load<decltype(comm_init_rank)>("ncclCommInitRank");
     comm_init_all = load<decltype(comm_init_all)>("ncclCommInitAll");
@@ -114,8 +115,9 @@ void post_exchange(const NcclLibrary& lib, void* comm, int rank, int world, cons
   for (int p = 0; p < world; ++p) {
     if (p == rank) continue;
     lib.check(lib.send(b.send, kConnectBytes, nccl_abi::kUint8, p, comm, b.stream), "ncclSend (connect)");
-    lib.check(lib.recv(static_cast<char*>(b.recv) + kConnectBytes * p, kConnectBytes, nccl_abi::kUint8, p,
-                       comm, b.stream), "ncclRecv (connect)");
+    lib.check(
+        lib.recv(static_cast<char*>(b.recv) + kConnectBytes * p, kConnectBytes, nccl_abi::kUint8, p, comm, b.stream),
+        "ncclRecv (connect)");
   }
 }
 
@@ -136,8 +138,8 @@ NcclComm::NcclComm(std::shared_ptr<const NcclLibrary> lib, void* comm, int world
 NcclComm::NcclComm(const std::vector<std::uint8_t>& id, int world, int rank, int device)
     : lib_(std::make_shared<const NcclLibrary>()), world_(world), rank_(rank) {
   if (id.size() != sizeof(nccl_abi::UniqueId))
-    throw UserError(fmt::format("rank {}: nccl backend: bad-unique-id: {} bytes, expected {}", rank,
-                                id.size(), sizeof(nccl_abi::UniqueId)));
+    throw UserError(fmt::format("rank {}: nccl backend: bad-unique-id: {} bytes, expected {}", rank, id.size(),
+                                sizeof(nccl_abi::UniqueId)));
   nccl_abi::UniqueId uid{};
   std::memcpy(&uid, id.data(), sizeof(uid));
   int previous = 0;
@@ -160,8 +162,7 @@ NcclComm::NcclComm(const std::vector<std::uint8_t>& id, int world, int rank, int
 std::vector<std::unique_ptr<NcclComm>> NcclComm::init_all(const std::vector<int>& devices) {
   auto lib = std::make_shared<const NcclLibrary>();
   std::vector<nccl_abi::Comm> comms(devices.size(), nullptr);
-  lib->check(lib->comm_init_all(comms.data(), static_cast<int>(devices.size()), devices.data()),
-             "ncclCommInitAll");
+  lib->check(lib->comm_init_all(comms.data(), static_cast<int>(devices.size()), devices.data()), "ncclCommInitAll");
   const int world = static_cast<int>(devices.size());
   if (world > 1) {
     int previous = 0;
@@ -198,8 +199,8 @@ void NcclComm::abort(const std::string& why) {
 
 void NcclComm::check_usable() const {
   if (aborted())
-    throw DeviceError(fmt::format("rank {}: nccl backend: the communicator was aborted ({}); build a new one",
-                                  rank_, abort_reason_));
+    throw DeviceError(
+        fmt::format("rank {}: nccl backend: the communicator was aborted ({}); build a new one", rank_, abort_reason_));
 }
 
 void NcclComm::finalize_all(const std::vector<std::unique_ptr<NcclComm>>& comms) {
@@ -222,14 +223,12 @@ void NcclComm::finalize_all(const std::vector<std::unique_ptr<NcclComm>>& comms)
 
 void NcclComm::send(const void* data, std::int64_t bytes, int peer, cudaStream_t stream) {
   check_usable();
-  lib_->check(lib_->send(data, static_cast<std::size_t>(bytes), nccl_abi::kUint8, peer, comm_, stream),
-              "ncclSend");
+  lib_->check(lib_->send(data, static_cast<std::size_t>(bytes), nccl_abi::kUint8, peer, comm_, stream), "ncclSend");
 }
 
 void NcclComm::recv(void* data, std::int64_t bytes, int peer, cudaStream_t stream) {
   check_usable();
-  lib_->check(lib_->recv(data, static_cast<std::size_t>(bytes), nccl_abi::kUint8, peer, comm_, stream),
-              "ncclRecv");
+  lib_->check(lib_->recv(data, static_cast<std::size_t>(bytes), nccl_abi::kUint8, peer, comm_, stream), "ncclRecv");
 }
 
 void NcclComm::group_start() {

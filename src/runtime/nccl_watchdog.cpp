@@ -15,8 +15,7 @@ namespace {
 constexpr auto kPoll = std::chrono::microseconds(200);
 
 std::string describe_member(const NcclBatch::Member& m) {
-  return fmt::format("chunk {} ({} rank {})", m.chunk, m.role == StepRole::nccl_recv ? "recv from" : "send to",
-                     m.peer);
+  return fmt::format("chunk {} ({} rank {})", m.chunk, m.role == StepRole::nccl_recv ? "recv from" : "send to", m.peer);
 }
 
 // The member a timeout names: a recv waits for its peer's send, so it is the likelier culprit.
@@ -122,8 +121,8 @@ void NcclWatchdog::run() {
 std::string NcclWatchdog::report(const Entry& e) {
   const auto& m = named_member(e.batch);
   const auto bound_ms = std::chrono::duration_cast<std::chrono::milliseconds>(bound_).count();
-  const std::string why = fmt::format("rank {}: {} did not complete within {} ms of starting (call {})",
-                                      e.batch.rank, describe(e.batch), bound_ms, e.batch.call);
+  const std::string why = fmt::format("rank {}: {} did not complete within {} ms of starting (call {})", e.batch.rank,
+                                      describe(e.batch), bound_ms, e.batch.call);
   // Same record as a device wait's; the first timeout wins, so a device wait that already
   // reported (say, the landing wait of this very chunk) keeps its record.
   volatile WaitRecord* r = record_;

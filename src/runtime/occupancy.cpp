@@ -14,16 +14,16 @@ namespace {
 std::int64_t round_up(std::int64_t x, std::int64_t unit) { return (x + unit - 1) / unit * unit; }
 
 void require_positive(std::int64_t value, const char* field) {
-  if (value <= 0)
-    throw UserError(fmt::format("occupancy: {}: expected a number > 0, got {}", field, value));
+  if (value <= 0) throw UserError(fmt::format("occupancy: {}: expected a number > 0, got {}", field, value));
 }
 
 void check_inputs(const KernelResources& k, const SmLimits& l) {
   require_positive(k.threads_per_block, "kernel.threads_per_block");
   if (k.registers_per_thread < 0 || k.static_smem_bytes < 0 || k.dynamic_smem_bytes < 0)
-    throw UserError(fmt::format("occupancy: kernel: registers ({}), static ({}) and dynamic ({}) shared "
-                                "memory must not be negative", k.registers_per_thread, k.static_smem_bytes,
-                                k.dynamic_smem_bytes));
+    throw UserError(
+        fmt::format("occupancy: kernel: registers ({}), static ({}) and dynamic ({}) shared "
+                    "memory must not be negative",
+                    k.registers_per_thread, k.static_smem_bytes, k.dynamic_smem_bytes));
   require_positive(l.smem_per_sm, "limits.smem_per_sm");
   require_positive(l.smem_per_block_optin, "limits.smem_per_block_optin");
   require_positive(l.max_blocks_per_sm, "limits.max_blocks_per_sm");
@@ -83,10 +83,14 @@ Residency residency_with(const KernelResources& k, const SmLimits& l, std::int64
 
 const char* to_string(ResidencyLimit limit) {
   switch (limit) {
-    case ResidencyLimit::blocks: return "blocks per SM";
-    case ResidencyLimit::threads: return "threads per SM";
-    case ResidencyLimit::registers: return "registers";
-    case ResidencyLimit::shared_memory: return "shared memory";
+    case ResidencyLimit::blocks:
+      return "blocks per SM";
+    case ResidencyLimit::threads:
+      return "threads per SM";
+    case ResidencyLimit::registers:
+      return "registers";
+    case ResidencyLimit::shared_memory:
+      return "shared memory";
   }
   return "?";
 }
@@ -110,9 +114,10 @@ Shaping shape_for_residency(const KernelResources& kernel, const SmLimits& limit
     return s;
   }
   if (natural.blocks < target_blocks) {
-    s.reason = fmt::format("the kernel already fits only {} block(s) per SM (limited by {}); shaping can only "
-                           "lower residency, not raise it to {}", natural.blocks, to_string(natural.limit),
-                           target_blocks);
+    s.reason = fmt::format(
+        "the kernel already fits only {} block(s) per SM (limited by {}); shaping can only "
+        "lower residency, not raise it to {}",
+        natural.blocks, to_string(natural.limit), target_blocks);
     return s;
   }
   if (natural.blocks == target_blocks) {
@@ -123,9 +128,10 @@ Shaping shape_for_residency(const KernelResources& kernel, const SmLimits& limit
   const std::int64_t allocated = round_up(limits.smem_per_sm / (target_blocks + 1) + 1, limits.smem_granularity);
   const std::int64_t dynamic = allocated - limits.reserved_smem_per_block - kernel.static_smem_bytes;
   if (kernel.static_smem_bytes + dynamic > limits.smem_per_block_optin) {
-    s.reason = fmt::format("capping residency at {} needs {} bytes of shared memory per block, over the "
-                           "per-block maximum of {}", target_blocks, kernel.static_smem_bytes + dynamic,
-                           limits.smem_per_block_optin);
+    s.reason = fmt::format(
+        "capping residency at {} needs {} bytes of shared memory per block, over the "
+        "per-block maximum of {}",
+        target_blocks, kernel.static_smem_bytes + dynamic, limits.smem_per_block_optin);
     return s;
   }
   const Residency shaped = residency_with(kernel, limits, dynamic);

@@ -27,8 +27,8 @@ void load(Fn& fn, const char* name) {
   cudaDriverEntryPointQueryResult status{};
   SY_CUDA_CHECK(cudaGetDriverEntryPointByVersion(name, &p, kDriverAbi, cudaEnableDefault, &status));
   if (status != cudaDriverEntryPointSuccess || p == nullptr)
-    throw DeviceError(fmt::format("driver entry point {} (ABI {}) is not available: query result {}", name,
-                                  kDriverAbi, static_cast<int>(status)));
+    throw DeviceError(fmt::format("driver entry point {} (ABI {}) is not available: query result {}", name, kDriverAbi,
+                                  static_cast<int>(status)));
   fn = reinterpret_cast<Fn>(p);
 }
 
@@ -44,8 +44,7 @@ const OccupancyDriver& driver() {
 }
 
 void check_driver(CUresult r, const char* what) {
-  if (r != CUDA_SUCCESS)
-    throw DeviceError(fmt::format("{} failed: CUresult {}", what, static_cast<int>(r)));
+  if (r != CUDA_SUCCESS) throw DeviceError(fmt::format("{} failed: CUresult {}", what, static_cast<int>(r)));
 }
 
 CUfunction as_function(std::uintptr_t f) {

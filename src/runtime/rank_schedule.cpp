@@ -17,15 +17,17 @@ WaitRef slot_wait(const lower::SignalTable& table, WaitKind kind, int slot) {
 
 StepRole role_of(const plan::Chunk& c, int rank) {
   if (c.src != rank && c.dst != rank)
-    throw UserError(fmt::format("rank {}, chunk {}: issuer-not-endpoint: rank {} issues a chunk "
-                                "from rank {} to rank {}", rank, c.id, rank, c.src, c.dst));
+    throw UserError(
+        fmt::format("rank {}, chunk {}: issuer-not-endpoint: rank {} issues a chunk "
+                    "from rank {} to rank {}",
+                    rank, c.id, rank, c.src, c.dst));
   if (c.src == c.dst) return StepRole::local;
   if (c.backend == plan::Backend::nccl) return c.src == rank ? StepRole::nccl_send : StepRole::nccl_recv;
   return c.src == rank ? StepRole::push : StepRole::pull;
 }
 
-ChunkStep make_step(const plan::CommPlan& plan, const std::vector<lower::SignalTable>& tables,
-                    const plan::Chunk& c, int rank) {
+ChunkStep make_step(const plan::CommPlan& plan, const std::vector<lower::SignalTable>& tables, const plan::Chunk& c,
+                    int rank) {
   ChunkStep step{c.id, role_of(c, rank), {}, -1, c.group};
   const bool reads_src = step.role != StepRole::nccl_recv;
   const bool writes_dst = step.role != StepRole::nccl_send;
@@ -48,14 +50,12 @@ ChunkStep make_step(const plan::CommPlan& plan, const std::vector<lower::SignalT
     wait_deps(true);
     const int ready = tables[c.src].ready_slot_of_chunk.at(c.id);
     if (ready >= 0) step.waits.push_back(slot_wait(tables[c.src], WaitKind::ready, ready));
-    if (step.role == StepRole::pull)
-      step.waits.push_back({WaitKind::entry, c.src, kEntrySlot, 1, 0, -1});
+    if (step.role == StepRole::pull) step.waits.push_back({WaitKind::entry, c.src, kEntrySlot, 1, 0, -1});
   }
   if (writes_dst) {
     // A push must not land before the destination started this call: its buffer may still hold
     // the previous call's data being read, or (reduce-add) its own contribution not yet written.
-    if (step.role == StepRole::push)
-      step.waits.push_back({WaitKind::entry, c.dst, kEntrySlot, 1, 0, -1});
+    if (step.role == StepRole::push) step.waits.push_back({WaitKind::entry, c.dst, kEntrySlot, 1, 0, -1});
     const int dst_ready = tables[c.dst].dst_ready_slot_of_chunk.at(c.id);
     if (dst_ready >= 0) step.waits.push_back(slot_wait(tables[c.dst], WaitKind::dst_ready, dst_ready));
     step.landing_slot = tables[c.dst].landing_slot_of_chunk.at(c.id);
@@ -108,23 +108,34 @@ std::vector<bool> atomic_adds(const plan::CommPlan& plan) {
 
 std::string_view to_string(StepRole role) {
   switch (role) {
-    case StepRole::push: return "push";
-    case StepRole::pull: return "pull";
-    case StepRole::local: return "local";
-    case StepRole::nccl_send: return "nccl-send";
-    case StepRole::nccl_recv: return "nccl-recv";
+    case StepRole::push:
+      return "push";
+    case StepRole::pull:
+      return "pull";
+    case StepRole::local:
+      return "local";
+    case StepRole::nccl_send:
+      return "nccl-send";
+    case StepRole::nccl_recv:
+      return "nccl-recv";
   }
   return "?";
 }
 
 std::string_view to_string(WaitKind kind) {
   switch (kind) {
-    case WaitKind::landing: return "landing";
-    case WaitKind::ready: return "ready";
-    case WaitKind::dst_ready: return "dst-ready";
-    case WaitKind::entry: return "entry";
-    case WaitKind::exit: return "exit";
-    case WaitKind::nccl: return "nccl";
+    case WaitKind::landing:
+      return "landing";
+    case WaitKind::ready:
+      return "ready";
+    case WaitKind::dst_ready:
+      return "dst-ready";
+    case WaitKind::entry:
+      return "entry";
+    case WaitKind::exit:
+      return "exit";
+    case WaitKind::nccl:
+      return "nccl";
   }
   return "?";
 }
@@ -141,11 +152,10 @@ std::vector<StepBatch> step_batches(const std::vector<ChunkStep>& steps) {
   return out;
 }
 
-RankSchedule make_rank_schedule(const plan::CommPlan& plan,
-                                const std::vector<lower::SignalTable>& tables, int rank) {
+RankSchedule make_rank_schedule(const plan::CommPlan& plan, const std::vector<lower::SignalTable>& tables, int rank) {
   if (static_cast<int>(tables.size()) != plan.world_size)
-    throw UserError(fmt::format("rank {}: table-count-mismatch: {} signal tables for world_size {}",
-                                rank, tables.size(), plan.world_size));
+    throw UserError(fmt::format("rank {}: table-count-mismatch: {} signal tables for world_size {}", rank,
+                                tables.size(), plan.world_size));
   if (rank < 0 || rank >= plan.world_size || rank >= static_cast<int>(plan.ranks.size()))
     throw UserError(fmt::format("rank {}: rank-out-of-range: world_size {}", rank, plan.world_size));
   if (!plan.nodes.empty() && static_cast<int>(plan.nodes.size()) != plan.world_size)
@@ -153,8 +163,8 @@ RankSchedule make_rank_schedule(const plan::CommPlan& plan,
                                 plan.nodes.size(), plan.world_size));
   for (const auto& t : tables)
     if (t.landing_slot_of_chunk.size() != plan.chunks.size())
-      throw UserError(fmt::format("rank {}: table-chunk-mismatch: table has {} chunks, plan {}",
-                                  t.rank, t.landing_slot_of_chunk.size(), plan.chunks.size()));
+      throw UserError(fmt::format("rank {}: table-chunk-mismatch: table has {} chunks, plan {}", t.rank,
+                                  t.landing_slot_of_chunk.size(), plan.chunks.size()));
 
   RankSchedule schedule;
   schedule.rank = rank;
@@ -175,8 +185,7 @@ RankSchedule make_rank_schedule(const plan::CommPlan& plan,
   }
   const auto& own = tables[rank];
   for (const auto& s : own.slots)
-    if (s.kind == lower::SlotKind::landing)
-      schedule.landing_waits.push_back(slot_wait(own, WaitKind::landing, s.slot));
+    if (s.kind == lower::SlotKind::landing) schedule.landing_waits.push_back(slot_wait(own, WaitKind::landing, s.slot));
   return schedule;
 }
 

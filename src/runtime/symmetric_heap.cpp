@@ -71,11 +71,11 @@ std::vector<std::uint8_t> SymmetricHeap::export_handle() const {
 void SymmetricHeap::open_peers(const std::vector<std::vector<std::uint8_t>>& handles_by_rank,
                                const std::vector<int>& nodes) {
   if (static_cast<int>(handles_by_rank.size()) != world_)
-    throw UserError(fmt::format("rank {}: symmetric heap: handle-count-mismatch: {} handles for world {}",
-                                rank_, handles_by_rank.size(), world_));
+    throw UserError(fmt::format("rank {}: symmetric heap: handle-count-mismatch: {} handles for world {}", rank_,
+                                handles_by_rank.size(), world_));
   if (!nodes.empty() && static_cast<int>(nodes.size()) != world_)
-    throw UserError(fmt::format("rank {}: symmetric heap: nodes-count: {} node ids for world {}", rank_,
-                                nodes.size(), world_));
+    throw UserError(
+        fmt::format("rank {}: symmetric heap: nodes-count: {} node ids for world {}", rank_, nodes.size(), world_));
   if (connected_) throw UserError(fmt::format("rank {}: symmetric heap: already-connected", rank_));
   nodes_ = nodes;
   DeviceGuard guard(device_);
@@ -84,8 +84,10 @@ void SymmetricHeap::open_peers(const std::vector<std::vector<std::uint8_t>>& han
     if (!nodes_.empty() && nodes_[r] != nodes_[rank_]) continue;  // another host: NCCL only
     const auto& bytes = handles_by_rank[r];
     if (bytes.size() != sizeof(cudaIpcMemHandle_t))
-      throw UserError(fmt::format("rank {}: symmetric heap: bad-handle: handle of rank {} has {} bytes, "
-                                  "expected {}", rank_, r, bytes.size(), sizeof(cudaIpcMemHandle_t)));
+      throw UserError(
+          fmt::format("rank {}: symmetric heap: bad-handle: handle of rank {} has {} bytes, "
+                      "expected {}",
+                      rank_, r, bytes.size(), sizeof(cudaIpcMemHandle_t)));
     cudaIpcMemHandle_t handle{};
     std::memcpy(&handle, bytes.data(), sizeof(handle));
     void* p = nullptr;
@@ -100,11 +102,10 @@ void SymmetricHeap::connect_local(const std::vector<SymmetricHeap*>& heaps) {
   const int world = static_cast<int>(heaps.size());
   for (int r = 0; r < world; ++r) {
     if (heaps[r] == nullptr || heaps[r]->rank_ != r || heaps[r]->world_ != world)
-      throw UserError(fmt::format("symmetric heap: connect-local: heaps[{}] is not rank {} of world {}",
-                                  r, r, world));
+      throw UserError(fmt::format("symmetric heap: connect-local: heaps[{}] is not rank {} of world {}", r, r, world));
     if (heaps[r]->bytes_ != heaps[0]->bytes_)
-      throw UserError(fmt::format("symmetric heap: size-mismatch: rank {} has {} bytes, rank 0 {}", r,
-                                  heaps[r]->bytes_, heaps[0]->bytes_));
+      throw UserError(fmt::format("symmetric heap: size-mismatch: rank {} has {} bytes, rank 0 {}", r, heaps[r]->bytes_,
+                                  heaps[0]->bytes_));
   }
   for (int r = 0; r < world; ++r) {
     auto& heap = *heaps[r];
@@ -115,8 +116,8 @@ void SymmetricHeap::connect_local(const std::vector<SymmetricHeap*>& heaps) {
         int can = 0;
         SY_CUDA_CHECK(cudaDeviceCanAccessPeer(&can, heap.device_, peer_device));
         if (!can)
-          throw DeviceError(fmt::format("symmetric heap: device {} cannot access peer device {}",
-                                        heap.device_, peer_device));
+          throw DeviceError(
+              fmt::format("symmetric heap: device {} cannot access peer device {}", heap.device_, peer_device));
         const cudaError_t err = cudaDeviceEnablePeerAccess(peer_device, 0);
         if (err == cudaErrorPeerAccessAlreadyEnabled) {
           cudaGetLastError();  // clear the sticky "already enabled" state
@@ -132,15 +133,17 @@ void SymmetricHeap::connect_local(const std::vector<SymmetricHeap*>& heaps) {
 
 std::byte* SymmetricHeap::base(int r) const {
   if (r < 0 || r >= world_)
-    throw UserError(fmt::format("rank {}: symmetric heap: rank-out-of-range: peer {} of world {}",
-                                rank_, r, world_));
+    throw UserError(fmt::format("rank {}: symmetric heap: rank-out-of-range: peer {} of world {}", rank_, r, world_));
   if (!connected_)
-    throw UserError(fmt::format("rank {}: symmetric heap: not-connected: call open_peers() or "
-                                "connect_local() first", rank_));
+    throw UserError(
+        fmt::format("rank {}: symmetric heap: not-connected: call open_peers() or "
+                    "connect_local() first",
+                    rank_));
   if (!nodes_.empty() && nodes_[r] != nodes_[rank_])
-    throw UserError(fmt::format("rank {}: symmetric heap: peer-off-node: rank {} is on node {}, this rank on "
-                                "node {}; its heap is not mapped (only NCCL chunks reach other nodes)",
-                                rank_, r, nodes_[r], nodes_[rank_]));
+    throw UserError(
+        fmt::format("rank {}: symmetric heap: peer-off-node: rank {} is on node {}, this rank on "
+                    "node {}; its heap is not mapped (only NCCL chunks reach other nodes)",
+                    rank_, r, nodes_[r], nodes_[rank_]));
   return bases_[r];
 }
 
@@ -151,8 +154,7 @@ void SymmetricHeap::publish_bases() {
     SY_CUDA_CHECK(cudaMalloc(&p, sizeof(void*) * bases_.size()));
     device_bases_ = static_cast<void**>(p);
   }
-  SY_CUDA_CHECK(cudaMemcpy(device_bases_, bases_.data(), sizeof(void*) * bases_.size(),
-                           cudaMemcpyHostToDevice));
+  SY_CUDA_CHECK(cudaMemcpy(device_bases_, bases_.data(), sizeof(void*) * bases_.size(), cudaMemcpyHostToDevice));
   connected_ = true;
 }
 

@@ -16,11 +16,16 @@ std::string_view kind_name(std::int32_t kind) {
 
 std::string_view likely_cause(std::int32_t kind) {
   switch (static_cast<WaitKind>(kind)) {
-    case WaitKind::landing: return "the chunk never landed: its backend did not run, or a peer stopped";
-    case WaitKind::ready: return "the producer tiles of the chunk's source box never finished";
-    case WaitKind::dst_ready: return "the producer tiles of the chunk's destination box never finished";
-    case WaitKind::entry: return "the source rank never started this call";
-    case WaitKind::exit: return "a peer never finished the previous call";
+    case WaitKind::landing:
+      return "the chunk never landed: its backend did not run, or a peer stopped";
+    case WaitKind::ready:
+      return "the producer tiles of the chunk's source box never finished";
+    case WaitKind::dst_ready:
+      return "the producer tiles of the chunk's destination box never finished";
+    case WaitKind::entry:
+      return "the source rank never started this call";
+    case WaitKind::exit:
+      return "a peer never finished the previous call";
     case WaitKind::nccl:
       return "an NCCL send/recv never completed: its peer never posted the matching call, or stopped; "
              "the communicator was aborted";
@@ -36,10 +41,9 @@ std::string format_timeout(const WaitRecord& r) {
     return fmt::format("rank {}: wait timed out after {} ms: NCCL call (chunk {}) with rank {} did not complete ({})",
                        r.rank, r.bound_ns / 1'000'000, r.chunk, r.owner, likely_cause(r.kind));
   const std::string chunk = r.chunk >= 0 ? fmt::format(" (chunk {})", r.chunk) : std::string();
-  return fmt::format(
-      "rank {}: wait timed out after {} ms: {} slot {} on rank {}{} expected >= {}, seen {} ({})",
-      r.rank, r.bound_ns / 1'000'000, kind_name(r.kind), r.slot, r.owner, chunk, r.expected, r.seen,
-      likely_cause(r.kind));
+  return fmt::format("rank {}: wait timed out after {} ms: {} slot {} on rank {}{} expected >= {}, seen {} ({})",
+                     r.rank, r.bound_ns / 1'000'000, kind_name(r.kind), r.slot, r.owner, chunk, r.expected, r.seen,
+                     likely_cause(r.kind));
 }
 
 void throw_if_timed_out(const WaitRecord& record) {

@@ -20,9 +20,10 @@ namespace {
 double chunk_bytes(const plan::CommPlan& plan, const plan::Chunk& chunk) {
   const auto it = plan.tensors.find(chunk.tensor);
   if (it == plan.tensors.end())
-    throw UserError(fmt::format("chunks[{}]: unknown-tensor: tensor \"{}\" is not in the plan "
-                                "(estimate_arrival() needs a verified plan)",
-                                chunk.id, chunk.tensor));
+    throw UserError(
+        fmt::format("chunks[{}]: unknown-tensor: tensor \"{}\" is not in the plan "
+                    "(estimate_arrival() needs a verified plan)",
+                    chunk.id, chunk.tensor));
   return static_cast<double>(chunk.box.elements()) * plan::dtype_size(it->second.dtype);
 }
 
@@ -33,9 +34,10 @@ std::vector<double> estimate_arrival(const plan::CommPlan& plan) {
   const auto order = graph.topological_order();
   if (!order) {
     const auto cycle = graph.find_cycle();
-    throw UserError(fmt::format("chunks[{}]: deadlock/cycle: stream order and deps form the cycle "
-                                "{} (estimate_arrival() needs a verified plan)",
-                                cycle.empty() ? -1 : cycle.front(), fmt::join(cycle, " -> ")));
+    throw UserError(
+        fmt::format("chunks[{}]: deadlock/cycle: stream order and deps form the cycle "
+                    "{} (estimate_arrival() needs a verified plan)",
+                    cycle.empty() ? -1 : cycle.front(), fmt::join(cycle, " -> ")));
   }
   std::vector<double> arrival(plan.chunks.size(), 0.0);
   for (int c : *order) {

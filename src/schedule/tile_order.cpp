@@ -15,33 +15,32 @@
 namespace syncopate::schedule {
 namespace {
 
-void validate_inputs(const plan::CommPlan& plan, const lower::SignalTable& table,
-                     const lower::TileGrid& grid, const std::vector<double>& chunk_arrival,
-                     int group_m) {
+void validate_inputs(const plan::CommPlan& plan, const lower::SignalTable& table, const lower::TileGrid& grid,
+                     const std::vector<double>& chunk_arrival, int group_m) {
   lower::validate_grid(grid);
   const auto count = static_cast<std::size_t>(grid.count());
   if (table.tile_waits.size() != count || table.tile_notifies.size() != count)
-    throw UserError(fmt::format("rank {}: table-grid-mismatch: the signal table has {} tiles, the "
-                                "grid {} x {} with tiles {} x {} has {}",
-                                table.rank, table.tile_waits.size(), grid.m, grid.n, grid.block_m,
-                                grid.block_n, count));
+    throw UserError(
+        fmt::format("rank {}: table-grid-mismatch: the signal table has {} tiles, the "
+                    "grid {} x {} with tiles {} x {} has {}",
+                    table.rank, table.tile_waits.size(), grid.m, grid.n, grid.block_m, grid.block_n, count));
   if (chunk_arrival.size() != plan.chunks.size())
-    throw UserError(fmt::format("chunk_arrival: size-mismatch: {} values for {} chunks",
-                                chunk_arrival.size(), plan.chunks.size()));
+    throw UserError(
+        fmt::format("chunk_arrival: size-mismatch: {} values for {} chunks", chunk_arrival.size(), plan.chunks.size()));
   for (std::size_t c = 0; c < chunk_arrival.size(); ++c)
     if (!std::isfinite(chunk_arrival[c]))
       throw UserError(fmt::format("chunk_arrival[{}]: not-finite: {}", c, chunk_arrival[c]));
   if (group_m < 1) throw UserError(fmt::format("group_m: must be >= 1, got {}", group_m));
   for (const auto& slot : table.slots)
     if (slot.chunk < 0 || static_cast<std::size_t>(slot.chunk) >= plan.chunks.size())
-      throw UserError(fmt::format("rank {}, slot {}: unknown-chunk: chunk {} with {} chunks",
-                                  table.rank, slot.slot, slot.chunk, plan.chunks.size()));
+      throw UserError(fmt::format("rank {}, slot {}: unknown-chunk: chunk {} with {} chunks", table.rank, slot.slot,
+                                  slot.chunk, plan.chunks.size()));
   const auto check_lists = [&](const std::vector<std::vector<int>>& lists, const char* name) {
     for (std::size_t t = 0; t < lists.size(); ++t)
       for (int s : lists[t])
         if (s < 0 || static_cast<std::size_t>(s) >= table.slots.size())
-          throw UserError(fmt::format("rank {}, tile {}: {}: slot {} with {} slots", table.rank, t,
-                                      name, s, table.slots.size()));
+          throw UserError(
+              fmt::format("rank {}, tile {}: {}: slot {} with {} slots", table.rank, t, name, s, table.slots.size()));
   };
   check_lists(table.tile_waits, "bad-wait-slot");
   check_lists(table.tile_notifies, "bad-notify-slot");
@@ -77,8 +76,7 @@ class OrderBuilder {
 // Consumer side: local tiles (waiting on no chunk from another rank) first, then one group per
 // distinct predicted arrival of the last chunk waited on, earliest first.
 std::vector<int> consumer_order(const plan::CommPlan& plan, const lower::SignalTable& table,
-                                const lower::TileGrid& grid,
-                                const std::vector<double>& chunk_arrival, int group_m) {
+                                const lower::TileGrid& grid, const std::vector<double>& chunk_arrival, int group_m) {
   std::vector<int> local;
   std::map<double, std::vector<int>> by_arrival;  // ordered: earliest group first
   for (int t = 0; t < static_cast<int>(grid.count()); ++t) {
@@ -128,9 +126,8 @@ std::vector<int> producer_order(const lower::SignalTable& table, const lower::Ti
 // rank+1, rank+2, ..., so that at any moment the ranks feed different receivers), then by
 // predicted leaving time (ties: chunk id, slot); then tiles that neither wait nor ship; then the
 // waiting tiles by arrival as on the consumer side (the own box last, in sub-chunk order).
-std::vector<int> staged_order(const plan::CommPlan& plan, const lower::SignalTable& table,
-                              const lower::TileGrid& grid, const std::vector<double>& chunk_arrival,
-                              int group_m) {
+std::vector<int> staged_order(const plan::CommPlan& plan, const lower::SignalTable& table, const lower::TileGrid& grid,
+                              const std::vector<double>& chunk_arrival, int group_m) {
   const auto count = static_cast<std::size_t>(grid.count());
   std::vector<char> waits_remote(count, 0);
   for (std::size_t t = 0; t < count; ++t)
@@ -151,8 +148,7 @@ std::vector<int> staged_order(const plan::CommPlan& plan, const lower::SignalTab
     if (!tiles_of_slot[s].empty()) slots.push_back(s);
   std::stable_sort(slots.begin(), slots.end(), [&](int a, int b) {
     const int ca = table.slots[a].chunk, cb = table.slots[b].chunk;
-    return std::tuple{distance(a), chunk_arrival[ca], ca, a} <
-           std::tuple{distance(b), chunk_arrival[cb], cb, b};
+    return std::tuple{distance(a), chunk_arrival[ca], ca, a} < std::tuple{distance(b), chunk_arrival[cb], cb, b};
   });
   OrderBuilder order(grid, group_m);
   for (int s : slots) order.emit(tiles_of_slot[s]);
@@ -203,9 +199,8 @@ std::vector<int> group_m_order(const lower::TileGrid& grid, std::vector<int> til
   return tiles;
 }
 
-TileOrder make_tile_order(const plan::CommPlan& plan, const lower::SignalTable& table,
-                          const lower::TileGrid& grid, OrderKind kind,
-                          const std::vector<double>& chunk_arrival, int group_m) {
+TileOrder make_tile_order(const plan::CommPlan& plan, const lower::SignalTable& table, const lower::TileGrid& grid,
+                          OrderKind kind, const std::vector<double>& chunk_arrival, int group_m) {
   validate_inputs(plan, table, grid, chunk_arrival, group_m);
   TileOrder out{table.rank, kind, {}};
   std::vector<int> all(static_cast<std::size_t>(grid.count()));

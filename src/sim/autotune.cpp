@@ -17,8 +17,8 @@ namespace {
 
 constexpr double kInfinity = std::numeric_limits<double>::infinity();
 
-plan::TemplateOptions template_for(const TuneRequest& req, plan::Algorithm algorithm, int split,
-                                   plan::Backend backend, bool flat) {
+plan::TemplateOptions template_for(const TuneRequest& req, plan::Algorithm algorithm, int split, plan::Backend backend,
+                                   bool flat) {
   plan::TemplateOptions o;
   o.nodes = req.nodes;
   o.flat = flat;
@@ -31,8 +31,12 @@ plan::TemplateOptions template_for(const TuneRequest& req, plan::Algorithm algor
   o.backend = backend;
   switch (req.collective) {
     case plan::Collective::reduce_scatter:
-    case plan::Collective::all_reduce: o.shape = {req.gemm.m, req.gemm.n}; break;
-    default: o.shape = {req.gemm.m, req.gemm.k}; break;
+    case plan::Collective::all_reduce:
+      o.shape = {req.gemm.m, req.gemm.n};
+      break;
+    default:
+      o.shape = {req.gemm.m, req.gemm.k};
+      break;
   }
   return o;
 }
@@ -96,8 +100,8 @@ StagedSearch search_staged(const TuneRequest& req, const Calibration& calib, dou
           c.fused_us = simulate_fused(call, calib).total_us;
           c.sequential_us = simulate_sequential(call, calib).total_us;
         } catch (const UserError& e) {
-          const auto refusal = fmt::format("{} split {} {}: {}", plan::to_string(backend), split,
-                                           schedule::to_string(order), e.what());
+          const auto refusal =
+              fmt::format("{} split {} {}: {}", plan::to_string(backend), split, schedule::to_string(order), e.what());
           skipped.push_back("staged " + refusal);
           out.refusals.push_back(refusal);
           continue;
@@ -120,9 +124,12 @@ std::vector<bool> flat_choices(const TuneRequest& req) {
 
 std::string_view to_string(Decision decision) {
   switch (decision) {
-    case Decision::fused: return "fused";
-    case Decision::kernel_level: return "kernel-level";
-    case Decision::sequential: return "sequential";
+    case Decision::fused:
+      return "fused";
+    case Decision::kernel_level:
+      return "kernel-level";
+    case Decision::sequential:
+      return "sequential";
   }
   return "?";
 }
@@ -135,9 +142,12 @@ std::optional<Decision> parse_decision(std::string_view text) {
 
 std::string_view to_string(ReduceMode mode) {
   switch (mode) {
-    case ReduceMode::chunks: return "chunks";
-    case ReduceMode::epilogue: return "epilogue";
-    case ReduceMode::automatic: return "auto";
+    case ReduceMode::chunks:
+      return "chunks";
+    case ReduceMode::epilogue:
+      return "epilogue";
+    case ReduceMode::automatic:
+      return "auto";
   }
   return "?";
 }
@@ -159,46 +169,47 @@ TuneResult tune(const TuneRequest& req, const Calibration& calib) {
   const double gemm_alone = simulate_gemm_alone(req.gemm, req.world_size, calib).total_us;
   const bool several_nodes = plan::node_count(req.nodes) > 1;
   for (bool flat : flat_choices(req))
-  for (auto algorithm : req.algorithms)
-    for (int split : req.splits)
-      for (auto backend : req.backends) {
-        plan::CommPlan plan;
-        try {
-          plan = plan::make_plan(template_for(req, algorithm, split, backend, flat));
-        } catch (const UserError& e) {
-          result.skipped.push_back(fmt::format("{}{} split {} {}: {}",
-                                               several_nodes ? (flat ? "flat " : "hierarchical ") : "",
-                                               plan::to_string(algorithm), split, plan::to_string(backend), e.what()));
-          continue;
+    for (auto algorithm : req.algorithms)
+      for (int split : req.splits)
+        for (auto backend : req.backends) {
+          plan::CommPlan plan;
+          try {
+            plan = plan::make_plan(template_for(req, algorithm, split, backend, flat));
+          } catch (const UserError& e) {
+            result.skipped.push_back(
+                fmt::format("{}{} split {} {}: {}", several_nodes ? (flat ? "flat " : "hierarchical ") : "",
+                            plan::to_string(algorithm), split, plan::to_string(backend), e.what()));
+            continue;
+          }
+          FusedCall call = make_fused_call(plan, req.gemm, req.orders.front(), calib);
+          Candidate base;
+          base.algorithm = algorithm;
+          base.split = split;
+          base.backend = backend;
+          base.hierarchical = several_nodes && !flat;
+          base.gemm_alone_us = gemm_alone;
+          base.comm_alone_us = simulate_comm_alone(plan, calib).total_us;
+          base.floor_us = std::max(base.gemm_alone_us, base.comm_alone_us);
+          base.sequential_us = simulate_sequential(call, calib).total_us;
+          // syncopate.kernel_level runs its collective through NCCL only: other backends have no
+          // kernel-level implementation to choose.
+          base.kernel_level_us =
+              backend == plan::Backend::nccl ? simulate_kernel_level(call, calib).total_us : kInfinity;
+          for (std::size_t i = 0; i < req.orders.size(); ++i) {
+            if (i > 0) reorder(call, req.orders[i], calib);
+            Candidate c = base;
+            c.order = req.orders[i];
+            c.fused_us = simulate_fused(call, calib).total_us;
+            result.candidates.push_back(c);
+          }
         }
-        FusedCall call = make_fused_call(plan, req.gemm, req.orders.front(), calib);
-        Candidate base;
-        base.algorithm = algorithm;
-        base.split = split;
-        base.backend = backend;
-        base.hierarchical = several_nodes && !flat;
-        base.gemm_alone_us = gemm_alone;
-        base.comm_alone_us = simulate_comm_alone(plan, calib).total_us;
-        base.floor_us = std::max(base.gemm_alone_us, base.comm_alone_us);
-        base.sequential_us = simulate_sequential(call, calib).total_us;
-        // syncopate.kernel_level runs its collective through NCCL only: other backends have no
-        // kernel-level implementation to choose.
-        base.kernel_level_us = backend == plan::Backend::nccl ? simulate_kernel_level(call, calib).total_us
-                                                              : kInfinity;
-        for (std::size_t i = 0; i < req.orders.size(); ++i) {
-          if (i > 0) reorder(call, req.orders[i], calib);
-          Candidate c = base;
-          c.order = req.orders[i];
-          c.fused_us = simulate_fused(call, calib).total_us;
-          result.candidates.push_back(c);
-        }
-      }
   if (result.candidates.empty()) {
     // The first few refusals say why; the rest are usually the same rule at larger splits.
     const std::size_t shown = std::min<std::size_t>(result.skipped.size(), 3);
-    throw UserError(fmt::format("tune: no-candidate: no template could make a plan for this shape "
-                                "({} refused), e.g.:\n  {}", result.skipped.size(),
-                                fmt::join(result.skipped.begin(), result.skipped.begin() + shown, "\n  ")));
+    throw UserError(
+        fmt::format("tune: no-candidate: no template could make a plan for this shape "
+                    "({} refused), e.g.:\n  {}",
+                    result.skipped.size(), fmt::join(result.skipped.begin(), result.skipped.begin() + shown, "\n  ")));
   }
 
   // Sequential and kernel-level run the reduce-add plans (the staged partials need the fused
@@ -212,8 +223,9 @@ TuneResult tune(const TuneRequest& req, const Calibration& calib) {
   if (has_staged_plan(req.collective) && req.reduce != ReduceMode::chunks) {
     // The staged templates are single-node, as are the ops that run them.
     if (several_nodes && req.reduce == ReduceMode::epilogue)
-      throw UserError("tune: reduce='epilogue': several-nodes: the staged plans run on one node; use "
-                      "reduce='chunks' or 'auto'");
+      throw UserError(
+          "tune: reduce='epilogue': several-nodes: the staged plans run on one node; use "
+          "reduce='chunks' or 'auto'");
   }
   if (has_staged_plan(req.collective) && req.reduce != ReduceMode::chunks && !several_nodes) {
     auto staged = search_staged(req, calib, gemm_alone, result.skipped);
@@ -224,9 +236,10 @@ TuneResult tune(const TuneRequest& req, const Calibration& calib) {
           shown == 0 ? std::string()
                      : fmt::format("; the simulator refused {}",
                                    fmt::join(staged.refusals.begin(), staged.refusals.begin() + shown, "; "));
-      throw UserError(fmt::format("tune: reduce='epilogue': no-candidate: no staged plan of {} rows over {} ranks "
-                                  "with split in [{}] runs{}",
-                                  req.gemm.m, req.world_size, fmt::join(req.splits, ", "), why));
+      throw UserError(
+          fmt::format("tune: reduce='epilogue': no-candidate: no staged plan of {} rows over {} ranks "
+                      "with split in [{}] runs{}",
+                      req.gemm.m, req.world_size, fmt::join(req.splits, ", "), why));
     }
     if (best_staged != nullptr) {
       staged_note = req.reduce == ReduceMode::automatic
@@ -247,8 +260,8 @@ TuneResult tune(const TuneRequest& req, const Calibration& calib) {
   const double kl_saving = kl_runs ? seq - result.best_kernel_level.kernel_level_us : -kInfinity;
   // Overlap pays where it saves both the fraction and the absolute floor.
   const double required = std::max(req.min_gain * seq, req.min_saving_us);
-  const std::string fused_cost = fmt::format("{:.1f} us{}", result.best_fused.fused_us,
-                                             calib.host.modelled ? " (host path included)" : "");
+  const std::string fused_cost =
+      fmt::format("{:.1f} us{}", result.best_fused.fused_us, calib.host.modelled ? " (host path included)" : "");
   auto needs = [&](std::string_view what) {
     return fmt::format("{} needs >= {:g}% and >= {:g} us", what, 100 * req.min_gain, req.min_saving_us);
   };
@@ -263,28 +276,36 @@ TuneResult tune(const TuneRequest& req, const Calibration& calib) {
                                 fused_cost, seq, percent(fused_saving, seq), fused_saving, needs("fused"), staged_note);
   } else if (kl_saving >= required) {
     result.decision = Decision::kernel_level;
-    result.reason = fmt::format("kernel-level overlap ({:.1f} us) beats the best sequential ({:.1f} us) by "
-                                "{:.1f}% ({:.1f} us), and fused {} gains {:.1f}% ({:+.1f} us); {}{}",
-                                result.best_kernel_level.kernel_level_us, seq, percent(kl_saving, seq), kl_saving,
-                                fused_cost, percent(fused_saving, seq), fused_saving, needs("overlap"), staged_note);
+    result.reason = fmt::format(
+        "kernel-level overlap ({:.1f} us) beats the best sequential ({:.1f} us) by "
+        "{:.1f}% ({:.1f} us), and fused {} gains {:.1f}% ({:+.1f} us); {}{}",
+        result.best_kernel_level.kernel_level_us, seq, percent(kl_saving, seq), kl_saving, fused_cost,
+        percent(fused_saving, seq), fused_saving, needs("overlap"), staged_note);
   } else {
     result.decision = Decision::sequential;
-    const std::string kl = kl_runs ? fmt::format(" and kernel-level overlap {:.1f}% ({:+.1f} us)",
-                                                 percent(kl_saving, seq), kl_saving)
-                                   : std::string();
-    result.reason = fmt::format("overlap does not pay: the best fused {} gains {:.1f}% ({:+.1f} us){} over the "
-                                "best sequential ({:.1f} us); {}; fall back to sequential{}",
-                                fused_cost, percent(fused_saving, seq), fused_saving, kl, seq, needs(kl_runs ? "overlap" : "fused"), staged_note);
+    const std::string kl =
+        kl_runs ? fmt::format(" and kernel-level overlap {:.1f}% ({:+.1f} us)", percent(kl_saving, seq), kl_saving)
+                : std::string();
+    result.reason = fmt::format(
+        "overlap does not pay: the best fused {} gains {:.1f}% ({:+.1f} us){} over the "
+        "best sequential ({:.1f} us); {}; fall back to sequential{}",
+        fused_cost, percent(fused_saving, seq), fused_saving, kl, seq, needs(kl_runs ? "overlap" : "fused"),
+        staged_note);
   }
   switch (result.decision) {
-    case Decision::fused: result.chosen = result.best_fused; break;
+    case Decision::fused:
+      result.chosen = result.best_fused;
+      break;
     case Decision::kernel_level:
       if (!std::isfinite(result.best_kernel_level.kernel_level_us))
-        throw UserError("tune: mode='kernel-level': no candidate runs kernel-level (syncopate.kernel_level "
-                        "moves chunks with NCCL only; add backend nccl)");
+        throw UserError(
+            "tune: mode='kernel-level': no candidate runs kernel-level (syncopate.kernel_level "
+            "moves chunks with NCCL only; add backend nccl)");
       result.chosen = result.best_kernel_level;
       break;
-    case Decision::sequential: result.chosen = result.best_sequential; break;
+    case Decision::sequential:
+      result.chosen = result.best_sequential;
+      break;
   }
   return result;
 }

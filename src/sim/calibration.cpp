@@ -14,10 +14,10 @@
 namespace syncopate::sim {
 namespace {
 
-using nlohmann::json;
 using checked_json::ErrorClass;
 using checked_json::JsonNode;
 using checked_json::ObjectReader;
+using nlohmann::json;
 
 // A value of the document (the checked JSON reader's node, failing with CalibrationError) with
 // the calibration's number rules.
@@ -45,8 +45,7 @@ class Node {
     return value().get<double>();
   }
   double fraction() const {
-    if (!value().is_number() || value().get<double>() <= 0 || value().get<double>() > 1)
-      fail("a number in (0, 1]");
+    if (!value().is_number() || value().get<double>() <= 0 || value().get<double>() > 1) fail("a number in (0, 1]");
     return value().get<double>();
   }
   int integer(int min_value) const {
@@ -91,8 +90,8 @@ Object object(const Node& node, std::string_view what, std::initializer_list<std
 
 BackendModel read_backend(const Node& node) {
   auto o = object(node, "backend",
-                  {"bandwidth_gbps", "latency_us", "signal_latency_us", "concurrency", "sms",
-                   "compute_slowdown", "bandwidth_under_compute_gbps", "issue_us"});
+                  {"bandwidth_gbps", "latency_us", "signal_latency_us", "concurrency", "sms", "compute_slowdown",
+                   "bandwidth_under_compute_gbps", "issue_us"});
   BackendModel b;
   b.bandwidth_gbps = o.required("bandwidth_gbps").positive();
   b.latency_us = o.required("latency_us").non_negative();
@@ -121,10 +120,8 @@ double Calibration::link_bandwidth_under_compute_gbps(int src, int dst, plan::Ba
   return alone * (m.bandwidth_under_compute() / m.bandwidth_gbps);
 }
 
-double Calibration::tile_time_us(std::int64_t block_m, std::int64_t block_n, std::int64_t k,
-                                 plan::DType dtype) const {
-  const double flops = 2.0 * static_cast<double>(block_m) * static_cast<double>(block_n) *
-                       static_cast<double>(k);
+double Calibration::tile_time_us(std::int64_t block_m, std::int64_t block_n, std::int64_t k, plan::DType dtype) const {
+  const double flops = 2.0 * static_cast<double>(block_m) * static_cast<double>(block_n) * static_cast<double>(k);
   const bool fp8 = dtype == plan::DType::f8e4m3 || dtype == plan::DType::f8e5m2;
   const double peak = fp8 ? gemm.fp8_peak_tflops : gemm.peak_tflops;
   const double per_sm_flops_per_us = peak * 1e6 / sms * gemm.mma_efficiency;
@@ -135,13 +132,12 @@ Calibration parse_calibration(std::string_view json_text, std::string_view sourc
   const json doc = checked_json::parse_json_source(json_text, source, ErrorClass::calibration);
   const Node root(doc, "", source);
   auto top = object(root, "calibration",
-                    {"version", "device", "sources", "gpu", "gemm", "overheads", "host", "kernel_level",
-                     "reduce_add", "network", "backends", "links"});
+                    {"version", "device", "sources", "gpu", "gemm", "overheads", "host", "kernel_level", "reduce_add",
+                     "network", "backends", "links"});
   Calibration c;
   c.version = top.required("version").integer(1);
   if (c.version != kCalibrationVersion)
-    top.required("version").fail(fmt::format("version {} (the one this build reads)",
-                                             kCalibrationVersion));
+    top.required("version").fail(fmt::format("version {} (the one this build reads)", kCalibrationVersion));
   c.device = top.required("device").text();
   if (auto sources = top.optional("sources")) {
     // Free text saying where each number comes from: an object of strings, nothing else.
@@ -156,8 +152,7 @@ Calibration parse_calibration(std::string_view json_text, std::string_view sourc
   c.ingress_gbps = gpu.required("ingress_gbps").positive();
   c.local_copy_gbps = gpu.required("local_copy_gbps").positive();
 
-  auto gemm = object(top.required("gemm"), "gemm",
-                     {"peak_tflops", "mma_efficiency", "tile_overhead_us", "fp8"});
+  auto gemm = object(top.required("gemm"), "gemm", {"peak_tflops", "mma_efficiency", "tile_overhead_us", "fp8"});
   c.gemm.peak_tflops = gemm.required("peak_tflops").positive();
   c.gemm.mma_efficiency = gemm.required("mma_efficiency").fraction();
   c.gemm.tile_overhead_us = gemm.required("tile_overhead_us").non_negative();
@@ -176,12 +171,12 @@ Calibration parse_calibration(std::string_view json_text, std::string_view sourc
     // Removed, not ignored: the lump (100 / 300 / 700 us) was charged to every fused call, so a
     // file that still carries it was measured with it, and reading it without would predict
     // fused calls that much faster than the file's measurements (and tip the auto choice).
-    throw CalibrationError(fmt::format(
-        "{}: overheads.fused_call_us: removed: a per-collective lump is no longer read; the call "
-        "path is modelled by `host` (fused_call_us, after_launch_us, producer_after_launch_us), "
-        "the reduce-add step and the copy-out (docs/SIMULATOR.md): measure those "
-        "(bench/bench_call_path.py) and remove overheads.fused_call_us",
-        source));
+    throw CalibrationError(
+        fmt::format("{}: overheads.fused_call_us: removed: a per-collective lump is no longer read; the call "
+                    "path is modelled by `host` (fused_call_us, after_launch_us, producer_after_launch_us), "
+                    "the reduce-add step and the copy-out (docs/SIMULATOR.md): measure those "
+                    "(bench/bench_call_path.py) and remove overheads.fused_call_us",
+                    source));
   auto overheads = object(overheads_node, "overheads", {"launch_us", "sync_us"});
   c.launch_overhead_us = overheads.required("launch_us").non_negative();
   c.sync_overhead_us = overheads.required("sync_us").non_negative();
@@ -195,8 +190,8 @@ Calibration parse_calibration(std::string_view json_text, std::string_view sourc
     c.host.producer_after_launch_us = o.required("producer_after_launch_us").non_negative();
   }
   if (auto kl = top.optional("kernel_level")) {
-    auto o = object(*kl, "kernel_level", {"call_us", "collective_us", "gemm_us", "chunk_latency_us",
-                                  "carveout_slowdown"});
+    auto o =
+        object(*kl, "kernel_level", {"call_us", "collective_us", "gemm_us", "chunk_latency_us", "carveout_slowdown"});
     c.kernel_level.call_us = o.required("call_us").non_negative();
     c.kernel_level.collective_us = o.required("collective_us").non_negative();
     c.kernel_level.gemm_us = o.required("gemm_us").non_negative();
@@ -228,8 +223,7 @@ Calibration parse_calibration(std::string_view json_text, std::string_view sourc
   for (const auto& b : c.backends)
     if (b.sms >= c.sms)
       throw CalibrationError(fmt::format(
-          "{}: backends: a backend takes {} SMs, but gpu.sms is {}: nothing left for compute",
-          source, b.sms, c.sms));
+          "{}: backends: a backend takes {} SMs, but gpu.sms is {}: nothing left for compute", source, b.sms, c.sms));
 
   if (auto links = top.optional("links")) {
     if (!links->value().is_array()) links->fail("an array of links");
@@ -249,8 +243,7 @@ Calibration parse_calibration(std::string_view json_text, std::string_view sourc
 
 Calibration load_calibration(const std::filesystem::path& path) {
   std::ifstream in(path);
-  if (!in)
-    throw CalibrationError(fmt::format("{}: cannot open calibration file", path.string()));
+  if (!in) throw CalibrationError(fmt::format("{}: cannot open calibration file", path.string()));
   std::stringstream text;
   text << in.rdbuf();
   return parse_calibration(text.str(), path.filename().string());
@@ -260,33 +253,41 @@ std::string calibration_to_json(const Calibration& c, int indent) {
   json doc;
   doc["version"] = c.version;
   doc["device"] = c.device;
-  doc["gpu"] = {{"sms", c.sms}, {"egress_gbps", c.egress_gbps}, {"ingress_gbps", c.ingress_gbps},
+  doc["gpu"] = {{"sms", c.sms},
+                {"egress_gbps", c.egress_gbps},
+                {"ingress_gbps", c.ingress_gbps},
                 {"local_copy_gbps", c.local_copy_gbps}};
-  doc["gemm"] = {{"peak_tflops", c.gemm.peak_tflops}, {"mma_efficiency", c.gemm.mma_efficiency},
+  doc["gemm"] = {{"peak_tflops", c.gemm.peak_tflops},
+                 {"mma_efficiency", c.gemm.mma_efficiency},
                  {"tile_overhead_us", c.gemm.tile_overhead_us},
                  {"fp8", {{"peak_tflops", c.gemm.fp8_peak_tflops}, {"estimated", c.gemm.fp8_estimated}}}};
   doc["overheads"] = {{"launch_us", c.launch_overhead_us}, {"sync_us", c.sync_overhead_us}};
   if (c.host.modelled)
-    doc["host"] = {{"fused_call_us", c.host.fused_call_us}, {"after_launch_us", c.host.after_launch_us},
+    doc["host"] = {{"fused_call_us", c.host.fused_call_us},
+                   {"after_launch_us", c.host.after_launch_us},
                    {"producer_after_launch_us", c.host.producer_after_launch_us}};
   const auto& kl = c.kernel_level;
-  if (kl.call_us > 0 || kl.collective_us > 0 || kl.gemm_us > 0 || kl.chunk_latency_us > 0 ||
-      kl.carveout_slowdown != 1)
-    doc["kernel_level"] = {{"call_us", kl.call_us}, {"collective_us", kl.collective_us},
-                           {"gemm_us", kl.gemm_us}, {"chunk_latency_us", kl.chunk_latency_us},
+  if (kl.call_us > 0 || kl.collective_us > 0 || kl.gemm_us > 0 || kl.chunk_latency_us > 0 || kl.carveout_slowdown != 1)
+    doc["kernel_level"] = {{"call_us", kl.call_us},
+                           {"collective_us", kl.collective_us},
+                           {"gemm_us", kl.gemm_us},
+                           {"chunk_latency_us", kl.chunk_latency_us},
                            {"carveout_slowdown", kl.carveout_slowdown}};
   if (c.reduce_add.add_gbps > 0)
     doc["reduce_add"] = {{"add_gbps", c.reduce_add.add_gbps},
                          {"add_under_compute_gbps", c.reduce_add.add_under_compute_gbps}};
   if (c.network.modelled)
-    doc["network"] = {{"bandwidth_gbps", c.network.bandwidth_gbps}, {"latency_us", c.network.latency_us},
+    doc["network"] = {{"bandwidth_gbps", c.network.bandwidth_gbps},
+                      {"latency_us", c.network.latency_us},
                       {"estimated", c.network.estimated}};
   for (const auto& [b, name] : plan::EnumTable<plan::Backend>::entries) {
     const auto& m = c.backend(b);
-    doc["backends"][std::string(name)] = {
-        {"bandwidth_gbps", m.bandwidth_gbps}, {"latency_us", m.latency_us},
-        {"signal_latency_us", m.signal_latency_us}, {"concurrency", m.concurrency},
-        {"sms", m.sms}, {"compute_slowdown", m.compute_slowdown}};
+    doc["backends"][std::string(name)] = {{"bandwidth_gbps", m.bandwidth_gbps},
+                                          {"latency_us", m.latency_us},
+                                          {"signal_latency_us", m.signal_latency_us},
+                                          {"concurrency", m.concurrency},
+                                          {"sms", m.sms},
+                                          {"compute_slowdown", m.compute_slowdown}};
     if (m.bandwidth_under_compute_gbps > 0)
       doc["backends"][std::string(name)]["bandwidth_under_compute_gbps"] = m.bandwidth_under_compute_gbps;
     if (m.issue_us > 0) doc["backends"][std::string(name)]["issue_us"] = m.issue_us;
@@ -294,7 +295,8 @@ std::string calibration_to_json(const Calibration& c, int indent) {
   if (!c.links.empty()) {
     doc["links"] = json::array();
     for (const auto& l : c.links)
-      doc["links"].push_back({{"src", l.src}, {"dst", l.dst},
+      doc["links"].push_back({{"src", l.src},
+                              {"dst", l.dst},
                               {"backend", std::string(plan::to_string(l.backend))},
                               {"bandwidth_gbps", l.bandwidth_gbps}});
   }

@@ -31,12 +31,12 @@ struct Event {
 };
 
 struct ChunkState {
-  int pending = 0;              // `after` chunks not landed + gate tiles not finished
-  double after_landed = 0;      // last `after` arrival
-  double gate_open = 0;         // last gate tile end
+  int pending = 0;          // `after` chunks not landed + gate tiles not finished
+  double after_landed = 0;  // last `after` arrival
+  double gate_open = 0;     // last gate tile end
   bool landed = false;
-  double remaining = 0;         // bytes still to move while it flows
-  double rate = 0;              // bytes per microsecond
+  double remaining = 0;  // bytes still to move while it flows
+  double rate = 0;       // bytes per microsecond
 };
 
 struct RunningTile {
@@ -56,7 +56,7 @@ struct RankState {
   std::vector<int> kernel_pending;
   std::vector<std::vector<int>> kernel_gates;  // kernel -> chunks it gates
   std::vector<double> kernel_waits_landed;
-  std::size_t next_kernel = 0;   // the next kernel to launch
+  std::size_t next_kernel = 0;  // the next kernel to launch
   int active_kernel = -1;
   bool active_finished = true;
   double prev_end = 0;
@@ -67,7 +67,7 @@ struct RankState {
   double work_clock = 0;                 // microseconds of full-speed work done so far
   double rate = 1;                       // work clock speed (1 / slowdown)
   std::priority_queue<RunningTile, std::vector<RunningTile>, std::greater<>> running;
-  std::vector<TileTiming> timing;        // by tile id
+  std::vector<TileTiming> timing;  // by tile id
 };
 
 class Engine {
@@ -111,8 +111,7 @@ class Engine {
     for (std::size_t r = 0; r < in_.ranks.size(); ++r) {
       const auto& er = in_.ranks[r];
       auto& rs = ranks_[r];
-      if (er.workers < 1)
-        throw InternalError(fmt::format("simulator: rank {} has {} SM workers", r, er.workers));
+      if (er.workers < 1) throw InternalError(fmt::format("simulator: rank {} has {} SM workers", r, er.workers));
       timeline_.workers.push_back(er.workers);
       rs.tile_pending.assign(er.tile_count, 0);
       rs.tile_gates.assign(er.tile_count, {});
@@ -128,8 +127,7 @@ class Engine {
       for (std::size_t k = 0; k < er.kernels.size(); ++k) {
         rs.kernel_pending.push_back(static_cast<int>(er.kernels[k].waits.size()));
         rs.kernel_waits_landed.push_back(0);
-        for (int c : er.kernels[k].waits)
-          kernel_waiters_.at(c).emplace_back(static_cast<int>(r), static_cast<int>(k));
+        for (int c : er.kernels[k].waits) kernel_waiters_.at(c).emplace_back(static_cast<int>(r), static_cast<int>(k));
         for (int t : er.kernels[k].tiles) {
           if (t < 0 || t >= er.tile_count || seen[t]++)
             throw InternalError(fmt::format("simulator: rank {} lists tile {} twice or out of range", r, t));
@@ -150,8 +148,7 @@ class Engine {
   void schedule_ready(int c) {
     const auto& ch = in_.chunks[c];
     double t = std::max(ch.not_before_us, chunks_[c].after_landed);
-    if (!ch.gate_tiles.empty() || !ch.gate_kernels.empty())
-      t = std::max(t, chunks_[c].gate_open + ch.gate_delay_us);
+    if (!ch.gate_tiles.empty() || !ch.gate_kernels.empty()) t = std::max(t, chunks_[c].gate_open + ch.gate_delay_us);
     push(std::max(t, now_), EventKind::chunk_ready, c);
   }
   void release_one(int c) {
@@ -221,8 +218,7 @@ class Engine {
     const std::size_t k = rs.next_kernel;
     if (rs.kernel_pending[k] > 0) return;
     double start = rs.prev_end;
-    if (!kernels[k].waits.empty())
-      start = std::max(start, rs.kernel_waits_landed[k] + calib_.sync_overhead_us);
+    if (!kernels[k].waits.empty()) start = std::max(start, rs.kernel_waits_landed[k] + calib_.sync_overhead_us);
     start = std::max(start, kernels[k].not_before_us) + calib_.launch_overhead_us;
     ++rs.next_kernel;
     rs.active_finished = false;
@@ -255,8 +251,10 @@ class Engine {
     const int t = tiles[pos];
     auto& timing = rs.timing[t];
     timing = {r, t, w, rs.active_kernel, -1, now_, 0, 0};
-    if (rs.tile_pending[t] == 0) start_tile(r, w, t);
-    else rs.tile_spinner[t] = w;
+    if (rs.tile_pending[t] == 0)
+      start_tile(r, w, t);
+    else
+      rs.tile_spinner[t] = w;
   }
   void start_tile(int r, int w, int t) {
     auto& rs = ranks_[r];
@@ -273,8 +271,7 @@ class Engine {
       release_one(c);
     }
     claim(r, w);
-    if (++rs.tiles_done_in_kernel == in_.ranks[r].kernels[rs.active_kernel].tiles.size())
-      kernel_finished(r);
+    if (++rs.tiles_done_in_kernel == in_.ranks[r].kernels[rs.active_kernel].tiles.size()) kernel_finished(r);
   }
   void kernel_finished(int r) {
     auto& rs = ranks_[r];
@@ -332,16 +329,14 @@ class Engine {
       slowdown.at(ch.src) = std::max(slowdown.at(ch.src), s);
       slowdown.at(ch.dst) = std::max(slowdown.at(ch.dst), s);
     }
-    for (std::size_t r = 0; r < ranks_.size(); ++r)
-      ranks_[r].rate = in_.compute_slowdown ? 1.0 / slowdown[r] : 1.0;
+    for (std::size_t r = 0; r < ranks_.size(); ++r) ranks_[r].rate = in_.compute_slowdown ? 1.0 / slowdown[r] : 1.0;
   }
 
   double next_time() const {
     double t = events_.empty() ? kInf : events_.top().time;
     for (int c : flows_) t = std::min(t, now_ + chunks_[c].remaining / chunks_[c].rate);
     for (const auto& rs : ranks_)
-      if (!rs.running.empty())
-        t = std::min(t, now_ + (rs.running.top().virtual_end - rs.work_clock) / rs.rate);
+      if (!rs.running.empty()) t = std::min(t, now_ + (rs.running.top().virtual_end - rs.work_clock) / rs.rate);
     return t;
   }
 
@@ -381,9 +376,15 @@ class Engine {
         const Event e = events_.top();
         events_.pop();
         switch (e.kind) {
-          case EventKind::chunk_ready: on_ready(e.a); break;
-          case EventKind::chunk_landed: on_landed(e.a); break;
-          case EventKind::kernel_start: on_kernel_start(e.a, e.b); break;
+          case EventKind::chunk_ready:
+            on_ready(e.a);
+            break;
+          case EventKind::chunk_landed:
+            on_landed(e.a);
+            break;
+          case EventKind::kernel_start:
+            on_kernel_start(e.a, e.b);
+            break;
         }
       }
     }
@@ -393,10 +394,10 @@ class Engine {
     for (std::size_t c = 0; c < chunks_.size(); ++c) {
       if (chunks_[c].landed) continue;
       const auto& ch = in_.chunks[c];
-      throw UserError(fmt::format(
-          "simulate: rank {}, chunk {} ({} -> {}): deadlock: it never lands ({} of its stream "
-          "predecessors, deps and producer tiles never finished)",
-          ch.issuer, c, ch.src, ch.dst, chunks_[c].pending));
+      throw UserError(
+          fmt::format("simulate: rank {}, chunk {} ({} -> {}): deadlock: it never lands ({} of its stream "
+                      "predecessors, deps and producer tiles never finished)",
+                      ch.issuer, c, ch.src, ch.dst, chunks_[c].pending));
     }
     for (std::size_t r = 0; r < ranks_.size(); ++r)
       for (std::size_t t = 0; t < ranks_[r].tile_done.size(); ++t)
@@ -455,8 +456,6 @@ class Engine {
 
 }  // namespace
 
-Timeline run_engine(const EngineInput& input, const Calibration& calib) {
-  return Engine(input, calib).run();
-}
+Timeline run_engine(const EngineInput& input, const Calibration& calib) { return Engine(input, calib).run(); }
 
 }  // namespace syncopate::sim::detail

@@ -42,29 +42,29 @@ struct EngineChunk {
   int dst = 0;
   plan::Backend backend = plan::Backend::copy_engine;
   double bytes = 0;
-  int issuer = 0;                                // the GPU whose lanes it occupies
-  int stream = 0;                                // for the trace: its stream on the issuer
-  std::vector<int> after;                        // chunks that land before it starts
-  std::vector<std::pair<int, int>> gate_tiles;   // (rank, tile) that finish before it starts
-  std::vector<std::pair<int, int>> gate_kernels; // (rank, kernel) that finish before it starts
-  double gate_delay_us = 0;                      // after the last gate tile or kernel finishes
+  int issuer = 0;                                 // the GPU whose lanes it occupies
+  int stream = 0;                                 // for the trace: its stream on the issuer
+  std::vector<int> after;                         // chunks that land before it starts
+  std::vector<std::pair<int, int>> gate_tiles;    // (rank, tile) that finish before it starts
+  std::vector<std::pair<int, int>> gate_kernels;  // (rank, kernel) that finish before it starts
+  double gate_delay_us = 0;                       // after the last gate tile or kernel finishes
   double not_before_us = 0;
-  bool add_step = false;                         // a reduce-add added in place after its transfer
-  bool inter_node = false;                       // between nodes: over the network (calib.network)
+  bool add_step = false;    // a reduce-add added in place after its transfer
+  bool inter_node = false;  // between nodes: over the network (calib.network)
 };
 
 struct EngineKernel {
-  std::vector<int> tiles;  // tile ids in execution order
-  std::vector<int> waits;  // chunks that land before the kernel launches
+  std::vector<int> tiles;    // tile ids in execution order
+  std::vector<int> waits;    // chunks that land before the kernel launches
   double not_before_us = 0;  // when the host enqueues it (the launch overhead comes on top)
 };
 
 struct EngineRank {
   int workers = 1;
-  double tile_work_us = 0;                  // one tile's time at full speed
-  int tile_count = 0;                       // tile ids are 0 .. tile_count-1
-  std::vector<EngineKernel> kernels;        // together they hold every tile once
-  std::vector<std::vector<int>> tile_waits; // by tile id (may be empty: no per-tile waits)
+  double tile_work_us = 0;                   // one tile's time at full speed
+  int tile_count = 0;                        // tile ids are 0 .. tile_count-1
+  std::vector<EngineKernel> kernels;         // together they hold every tile once
+  std::vector<std::vector<int>> tile_waits;  // by tile id (may be empty: no per-tile waits)
 };
 
 struct EngineInput {

@@ -35,8 +35,10 @@ std::vector<lower::TileAccess> default_accesses(const plan::CommPlan& plan) {
           "writes its tensors; use a plan whose collective is all-gather, reduce-scatter, "
           "all-reduce or all-to-all");
   }
-  throw UserError(fmt::format("simulate: collective.dim: unsupported-dim: an all-gather along dim {} "
-                              "does not map onto GEMM tile rows (0) or columns (1)", spec.dim));
+  throw UserError(
+      fmt::format("simulate: collective.dim: unsupported-dim: an all-gather along dim {} "
+                  "does not map onto GEMM tile rows (0) or columns (1)",
+                  spec.dim));
 }
 
 void reorder(FusedCall& call, schedule::OrderKind order, const Calibration& calib, int group_m) {
@@ -48,8 +50,7 @@ void reorder(FusedCall& call, schedule::OrderKind order, const Calibration& cali
   for (const auto& table : call.tables)
     for (std::size_t c = 0; c < table.ready_slot_of_chunk.size() && c < produced.size(); ++c)
       if (table.ready_slot_of_chunk[c] >= 0) produced[c] = true;
-  for (std::size_t c = 0; c < when.size(); ++c)
-    when[c] = produced[c] ? comm.chunks[c].start : comm.chunks[c].arrival;
+  for (std::size_t c = 0; c < when.size(); ++c) when[c] = produced[c] ? comm.chunks[c].start : comm.chunks[c].arrival;
   call.orders.clear();
   const auto grid = call.gemm.grid();
   for (const auto& table : call.tables)
@@ -60,8 +61,8 @@ FusedCall make_fused_call(const plan::CommPlan& plan, const GemmShape& gemm,
                           const std::vector<lower::TileAccess>& accesses, schedule::OrderKind order,
                           const Calibration& calib, int group_m) {
   if (gemm.m < 1 || gemm.n < 1 || gemm.k < 1 || gemm.block_m < 1 || gemm.block_n < 1)
-    throw UserError(fmt::format("simulate: gemm: bad-shape: {}x{}x{} with tile {}x{} (every size must be >= 1)",
-                                gemm.m, gemm.n, gemm.k, gemm.block_m, gemm.block_n));
+    throw UserError(fmt::format("simulate: gemm: bad-shape: {}x{}x{} with tile {}x{} (every size must be >= 1)", gemm.m,
+                                gemm.n, gemm.k, gemm.block_m, gemm.block_n));
   FusedCall call;
   call.plan = plan;
   call.gemm = gemm;

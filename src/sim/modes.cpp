@@ -26,8 +26,7 @@ std::vector<int> issuers(const plan::CommPlan& plan) {
   for (const auto& rp : plan.ranks)
     for (const auto& stream : rp.streams)
       for (int c : stream)
-        if (c >= 0 && c < static_cast<int>(issuer.size()) &&
-            (issuer[c] < 0 || rp.rank == plan.chunks[c].src))
+        if (c >= 0 && c < static_cast<int>(issuer.size()) && (issuer[c] < 0 || rp.rank == plan.chunks[c].src))
           issuer[c] = rp.rank;
   for (std::size_t c = 0; c < issuer.size(); ++c)
     if (issuer[c] < 0) issuer[c] = plan.chunks[c].src;
@@ -46,11 +45,11 @@ std::vector<EngineChunk> base_chunks(const plan::CommPlan& plan, const Calibrati
     const auto& ch = plan.chunks[c];
     auto tensor = plan.tensors.find(ch.tensor);
     if (tensor == plan.tensors.end())
-      throw UserError(fmt::format("simulate: chunk {}: unknown-tensor: \"{}\" is not in the plan's tensors",
-                                  c, ch.tensor));
+      throw UserError(
+          fmt::format("simulate: chunk {}: unknown-tensor: \"{}\" is not in the plan's tensors", c, ch.tensor));
     if (ch.src < 0 || ch.src >= plan.world_size || ch.dst < 0 || ch.dst >= plan.world_size)
-      throw UserError(fmt::format("simulate: chunk {}: rank-out-of-range: {} -> {} in a world of {}", c,
-                                  ch.src, ch.dst, plan.world_size));
+      throw UserError(fmt::format("simulate: chunk {}: rank-out-of-range: {} -> {} in a world of {}", c, ch.src, ch.dst,
+                                  plan.world_size));
     auto& e = out[c];
     e.src = ch.src;
     e.dst = ch.dst;
@@ -60,9 +59,10 @@ std::vector<EngineChunk> base_chunks(const plan::CommPlan& plan, const Calibrati
     e.stream = ch.stream;
     e.inter_node = plan::node_of(plan, ch.src) != plan::node_of(plan, ch.dst);
     if (e.inter_node && !calib.network.modelled)
-      throw UserError(fmt::format("simulate: chunk {}: no-network-model: {} -> {} crosses nodes ({} -> {}) but the "
-                                  "calibration has no `network` section (per-GPU NIC bandwidth and latency)",
-                                  c, ch.src, ch.dst, plan::node_of(plan, ch.src), plan::node_of(plan, ch.dst)));
+      throw UserError(
+          fmt::format("simulate: chunk {}: no-network-model: {} -> {} crosses nodes ({} -> {}) but the "
+                      "calibration has no `network` section (per-GPU NIC bandwidth and latency)",
+                      c, ch.src, ch.dst, plan::node_of(plan, ch.src), plan::node_of(plan, ch.dst)));
     const auto preds = graph.predecessors(static_cast<int>(c));
     e.after.assign(preds.begin(), preds.end());
     e.not_before_us = calib.launch_overhead_us;
@@ -79,9 +79,10 @@ void check_call(const FusedCall& call) {
   for (int r = 0; r < world; ++r) {
     if (static_cast<std::int64_t>(call.tables[r].tile_waits.size()) != tiles ||
         static_cast<std::int64_t>(call.orders[r].tiles.size()) != tiles)
-      throw UserError(fmt::format("simulate: rank {}: the signal table or tile order does not fit the "
-                                  "{}x{} grid of {} tiles", r, call.gemm.grid().tiles_m(),
-                                  call.gemm.grid().tiles_n(), tiles));
+      throw UserError(
+          fmt::format("simulate: rank {}: the signal table or tile order does not fit the "
+                      "{}x{} grid of {} tiles",
+                      r, call.gemm.grid().tiles_m(), call.gemm.grid().tiles_n(), tiles));
   }
 }
 
@@ -153,8 +154,8 @@ std::vector<EngineKernel> arrival_kernels(const FusedCall& call, int rank, const
 Calibration shaped_calibration(const Calibration& calib, const KernelLevelShaping& shaping,
                                const plan::CommPlan& plan) {
   if (shaping.comm_sms < -1)
-    throw UserError(fmt::format("simulate: kernel_level.comm_sms: expected -1 (calibrated) or >= 0, got {}",
-                                shaping.comm_sms));
+    throw UserError(
+        fmt::format("simulate: kernel_level.comm_sms: expected -1 (calibrated) or >= 0, got {}", shaping.comm_sms));
   Calibration c = calib;
   // Each chunk is (part of) a collective call of its own: its fixed cost on the comm stream.
   for (auto& model : c.backends) model.latency_us += calib.kernel_level.chunk_latency_us;
@@ -181,12 +182,13 @@ Calibration shaped_calibration(const Calibration& calib, const KernelLevelShapin
 // Compute throughput of a shaped kernel relative to unshaped, or 0 when not shaped.
 double shaped_speed(const KernelLevelShaping& shaping) {
   if (shaping.natural_residency < 1 || shaping.residency < 0)
-    throw UserError(fmt::format("simulate: kernel_level: residency {} / natural_residency {}: expected "
-                                "residency >= 0 and natural_residency >= 1", shaping.residency,
-                                shaping.natural_residency));
+    throw UserError(
+        fmt::format("simulate: kernel_level: residency {} / natural_residency {}: expected "
+                    "residency >= 0 and natural_residency >= 1",
+                    shaping.residency, shaping.natural_residency));
   if (!(shaping.block_share > 0 && shaping.block_share <= 1))
-    throw UserError(fmt::format("simulate: kernel_level.block_share: expected a number in (0, 1], got {}",
-                                shaping.block_share));
+    throw UserError(
+        fmt::format("simulate: kernel_level.block_share: expected a number in (0, 1], got {}", shaping.block_share));
   if (shaping.residency == 0 || shaping.residency >= shaping.natural_residency) return 0;
   return std::min(1.0, shaping.residency * shaping.block_share);
 }
@@ -200,8 +202,8 @@ double shard_bytes(const plan::CommPlan& plan, int rank, bool whole) {
   const auto& shape = tensor->second.shape;
   double elements = static_cast<double>(tensor->second.elements());
   if (!whole && spec.dim >= 0 && spec.dim < static_cast<int>(shape.size()) && shape[spec.dim] > 0)
-    elements = elements / double(shape[spec.dim]) *
-               double(plan::even_split(shape[spec.dim], plan.world_size, rank).size);
+    elements =
+        elements / double(shape[spec.dim]) * double(plan::even_split(shape[spec.dim], plan.world_size, rank).size);
   return elements * plan::dtype_size(tensor->second.dtype);
 }
 
@@ -264,8 +266,7 @@ double result_bytes(const plan::CommPlan& plan, int rank) {
 }
 
 // How each rank's call ends, as a user times it (see RankEnd), and the call's total.
-void end_of_call(Timeline& timeline, const FusedCall& call, const Calibration& calib,
-                 const CallPath& path) {
+void end_of_call(Timeline& timeline, const FusedCall& call, const Calibration& calib, const CallPath& path) {
   const int world = call.plan.world_size;
   const bool producer = produces(call);
   std::vector<double> gpu_end(world, 0.0);
@@ -349,9 +350,9 @@ Timeline simulate_fused(const FusedCall& call, const Calibration& calib, const S
 // this rank, so a producer interleaves (a piece's GEMM, then the collective carrying it) and a
 // consumer makes all its collective calls first (nothing gates them), then launches its GEMMs.
 struct KernelLevelHost {
-  std::vector<double> chunk_enqueued;               // by chunk: its call on its issuer
-  std::vector<std::vector<double>> kernel_enqueued; // by rank, kernel: its launch
-  std::vector<double> host_return;                  // by rank: after the last operation
+  std::vector<double> chunk_enqueued;                // by chunk: its call on its issuer
+  std::vector<std::vector<double>> kernel_enqueued;  // by rank, kernel: its launch
+  std::vector<double> host_return;                   // by rank: after the last operation
 };
 
 KernelLevelHost kernel_level_host(const plan::CommPlan& plan, const std::vector<EngineChunk>& chunks,
@@ -393,11 +394,11 @@ Timeline simulate_kernel_level(const FusedCall& call, const Calibration& base_ca
   // A staged plan lands partials that only the fused kernel's epilogue sums: a library GEMM
   // beside a collective has no such epilogue, so kernel-level overlap is not a way to run it.
   if (call.plan.collective.staged())
-    throw UserError(fmt::format(
-        "simulate: kernel-level: staged-plan: the plan stages partials in \"{}\" for the fused "
-        "kernel's epilogue to sum; kernel-level overlap (a library GEMM beside the collective) has "
-        "no such epilogue. Simulate it fused, or use the reduce-add plan (no staging)",
-        call.plan.collective.output));
+    throw UserError(
+        fmt::format("simulate: kernel-level: staged-plan: the plan stages partials in \"{}\" for the fused "
+                    "kernel's epilogue to sum; kernel-level overlap (a library GEMM beside the collective) has "
+                    "no such epilogue. Simulate it fused, or use the reduce-add plan (no staging)",
+                    call.plan.collective.output));
   const Calibration calib = shaped_calibration(base_calib, options.kernel_level, call.plan);
   const double speed = shaped_speed(options.kernel_level);
   const int carveout = options.kernel_level.sm_carveout;
@@ -405,8 +406,9 @@ Timeline simulate_kernel_level(const FusedCall& call, const Calibration& base_ca
     throw UserError(fmt::format("simulate: kernel_level.sm_carveout: expected 0 (none) to {} SMs, got {}",
                                 calib.sms - 1, carveout));
   if (carveout > 0 && speed > 0)
-    throw UserError("simulate: kernel_level: sm_carveout with residency: a carveout is cuBLAS's way to "
-                    "leave SMs free, residency the Triton GEMM's; choose one");
+    throw UserError(
+        "simulate: kernel_level: sm_carveout with residency: a carveout is cuBLAS's way to "
+        "leave SMs free, residency the Triton GEMM's; choose one");
   const Timeline comm = simulate_comm_alone(call.plan, calib);
   EngineInput in;
   in.label = "kernel-level";

@@ -19,11 +19,20 @@ std::string escape(const std::string& text) {
   std::string out;
   for (char ch : text) {
     switch (ch) {
-      case '&': out += "&amp;"; break;
-      case '<': out += "&lt;"; break;
-      case '>': out += "&gt;"; break;
-      case '"': out += "&quot;"; break;
-      default: out += ch;
+      case '&':
+        out += "&amp;";
+        break;
+      case '<':
+        out += "&lt;";
+        break;
+      case '>':
+        out += "&gt;";
+        break;
+      case '"':
+        out += "&quot;";
+        break;
+      default:
+        out += ch;
     }
   }
   return out;
@@ -63,9 +72,8 @@ struct Lanes {
 
 Lanes pack(const Timeline& tl, std::vector<int> chunks) {
   Lanes out;
-  std::sort(chunks.begin(), chunks.end(), [&](int a, int b) {
-    return std::pair(tl.chunks[a].start, a) < std::pair(tl.chunks[b].start, b);
-  });
+  std::sort(chunks.begin(), chunks.end(),
+            [&](int a, int b) { return std::pair(tl.chunks[a].start, a) < std::pair(tl.chunks[b].start, b); });
   std::vector<double> lane_end;
   for (int c : chunks) {
     std::size_t lane = 0;
@@ -90,9 +98,8 @@ struct RankLayout {
 };
 
 std::map<int, int> number_by(const Timeline& tl, std::vector<int> chunks, double ChunkTiming::*when) {
-  std::sort(chunks.begin(), chunks.end(), [&](int a, int b) {
-    return std::pair(tl.chunks[a].*when, a) < std::pair(tl.chunks[b].*when, b);
-  });
+  std::sort(chunks.begin(), chunks.end(),
+            [&](int a, int b) { return std::pair(tl.chunks[a].*when, a) < std::pair(tl.chunks[b].*when, b); });
   std::map<int, int> out;
   for (std::size_t i = 0; i < chunks.size(); ++i) out[chunks[i]] = static_cast<int>(i) + 1;
   return out;
@@ -146,20 +153,19 @@ std::string svg_timeline(const Timeline& tl, const SvgOptions& options) {
       width, height, width, height);
   out += fmt::format("<rect width=\"{:.0f}\" height=\"{:.0f}\" fill=\"white\"/>\n", width, height);
   const std::string title = options.title.empty() ? tl.label : options.title;
-  out += fmt::format("<text x=\"{}\" y=\"20\" font-size=\"14\" font-weight=\"bold\">{}</text>\n", kLeft,
-                     escape(title));
-  out += fmt::format("<text x=\"{}\" y=\"36\" fill=\"#444\">total {:.1f} us, {} ranks</text>\n", kLeft,
-                     tl.total_us, tl.world_size);
+  out += fmt::format("<text x=\"{}\" y=\"20\" font-size=\"14\" font-weight=\"bold\">{}</text>\n", kLeft, escape(title));
+  out += fmt::format("<text x=\"{}\" y=\"36\" fill=\"#444\">total {:.1f} us, {} ranks</text>\n", kLeft, tl.total_us,
+                     tl.world_size);
 
   // Grid lines and the time axis.
   const double step = tick_step(span, 8);
   for (double t = 0; t <= span + 1e-9; t += step) {
-    out += fmt::format("<line x1=\"{0:.1f}\" x2=\"{0:.1f}\" y1=\"{1:.1f}\" y2=\"{2:.1f}\" stroke=\"#eee\"/>\n",
-                       x(t), kTop, axis_y);
-    out += fmt::format("<line x1=\"{0:.1f}\" x2=\"{0:.1f}\" y1=\"{1:.1f}\" y2=\"{2:.1f}\" stroke=\"#333\"/>\n",
-                       x(t), axis_y, axis_y + 5);
-    out += fmt::format("<text x=\"{:.1f}\" y=\"{:.1f}\" text-anchor=\"middle\">{}</text>\n", x(t),
-                       axis_y + 17, time_label(t, span));
+    out += fmt::format("<line x1=\"{0:.1f}\" x2=\"{0:.1f}\" y1=\"{1:.1f}\" y2=\"{2:.1f}\" stroke=\"#eee\"/>\n", x(t),
+                       kTop, axis_y);
+    out += fmt::format("<line x1=\"{0:.1f}\" x2=\"{0:.1f}\" y1=\"{1:.1f}\" y2=\"{2:.1f}\" stroke=\"#333\"/>\n", x(t),
+                       axis_y, axis_y + 5);
+    out += fmt::format("<text x=\"{:.1f}\" y=\"{:.1f}\" text-anchor=\"middle\">{}</text>\n", x(t), axis_y + 17,
+                       time_label(t, span));
   }
   out += fmt::format("<line x1=\"{}\" x2=\"{:.1f}\" y1=\"{:.1f}\" y2=\"{:.1f}\" stroke=\"#333\"/>\n", kLeft,
                      kLeft + plot_w, axis_y, axis_y);
@@ -170,15 +176,15 @@ std::string svg_timeline(const Timeline& tl, const SvgOptions& options) {
       const auto& c = tl.chunks[lanes.chunks[i]];
       const int g = group.at(c.chunk);
       const double ly = lanes.top + lanes.lane[i] * kLaneHeight;
-      out += fmt::format("<g><title>chunk {} {}->{} ({}, {:.0f} bytes): start {:.2f} us, bytes through "
-                         "{:.2f} us, landed {:.2f} us</title>", c.chunk, c.src, c.dst,
-                         plan::to_string(c.backend), c.bytes, c.start, c.transfer_end, c.arrival);
-      out += fmt::format("<rect x=\"{:.2f}\" y=\"{:.1f}\" width=\"{:.2f}\" height=\"{:.1f}\" fill=\"{}\"/>",
-                         x(c.start), ly, std::max(0.5, x(c.transfer_end) - x(c.start)), kLaneHeight - 2,
-                         group_colour(g));
+      out += fmt::format(
+          "<g><title>chunk {} {}->{} ({}, {:.0f} bytes): start {:.2f} us, bytes through "
+          "{:.2f} us, landed {:.2f} us</title>",
+          c.chunk, c.src, c.dst, plan::to_string(c.backend), c.bytes, c.start, c.transfer_end, c.arrival);
+      out += fmt::format("<rect x=\"{:.2f}\" y=\"{:.1f}\" width=\"{:.2f}\" height=\"{:.1f}\" fill=\"{}\"/>", x(c.start),
+                         ly, std::max(0.5, x(c.transfer_end) - x(c.start)), kLaneHeight - 2, group_colour(g));
       out += fmt::format("<rect x=\"{:.2f}\" y=\"{:.1f}\" width=\"{:.2f}\" height=\"{:.1f}\" fill=\"{}\"/></g>\n",
-                         x(c.transfer_end), ly, std::max(0.0, x(c.arrival) - x(c.transfer_end)),
-                         kLaneHeight - 2, group_colour(g, true));
+                         x(c.transfer_end), ly, std::max(0.0, x(c.arrival) - x(c.transfer_end)), kLaneHeight - 2,
+                         group_colour(g, true));
     }
   };
   for (int r = 0; r < tl.world_size; ++r) {
@@ -188,8 +194,10 @@ std::string svg_timeline(const Timeline& tl, const SvgOptions& options) {
     if (L.out.count > 0)
       out += fmt::format("<text x=\"6\" y=\"{:.1f}\" fill=\"#555\">chunks out</text>\n", L.out.top + 8);
     out += fmt::format("<text x=\"6\" y=\"{:.1f}\" fill=\"#555\">SM workers</text>\n", L.workers_top + 9);
-    out += fmt::format("<rect x=\"{}\" y=\"{:.1f}\" width=\"{:.1f}\" height=\"{:.1f}\" fill=\"none\" "
-                       "stroke=\"#ccc\"/>\n", kLeft, L.in.top - 1, plot_w, L.bottom - L.in.top + 2);
+    out += fmt::format(
+        "<rect x=\"{}\" y=\"{:.1f}\" width=\"{:.1f}\" height=\"{:.1f}\" fill=\"none\" "
+        "stroke=\"#ccc\"/>\n",
+        kLeft, L.in.top - 1, plot_w, L.bottom - L.in.top + 2);
     draw_chunks(L.in, L.in_group);
     draw_chunks(L.out, L.out_group);
   }
@@ -201,29 +209,36 @@ std::string svg_timeline(const Timeline& tl, const SvgOptions& options) {
       out += fmt::format("<rect x=\"{:.2f}\" y=\"{:.2f}\" width=\"{:.2f}\" height=\"{:.2f}\" fill=\"#ececec\"/>\n",
                          x(t.claimed), ty, x(t.start) - x(t.claimed), h);
     int g = 0;
-    if (auto in = L.in_group.find(t.group_chunk); in != L.in_group.end()) g = in->second;
-    else if (auto o = L.out_group.find(t.group_chunk); o != L.out_group.end()) g = o->second;
-    out += fmt::format("<rect x=\"{:.2f}\" y=\"{:.2f}\" width=\"{:.2f}\" height=\"{:.2f}\" fill=\"{}\" "
-                       "stroke=\"white\" stroke-width=\"{}\"><title>rank {} tile {} on worker {}: {:.2f}-{:.2f} us"
-                       "</title></rect>\n", x(t.start), ty, std::max(0.5, x(t.end) - x(t.start)), h,
-                       group_colour(g), row_h > 3 ? 0.5 : 0, t.rank, t.tile, t.worker, t.start, t.end);
+    if (auto in = L.in_group.find(t.group_chunk); in != L.in_group.end())
+      g = in->second;
+    else if (auto o = L.out_group.find(t.group_chunk); o != L.out_group.end())
+      g = o->second;
+    out += fmt::format(
+        "<rect x=\"{:.2f}\" y=\"{:.2f}\" width=\"{:.2f}\" height=\"{:.2f}\" fill=\"{}\" "
+        "stroke=\"white\" stroke-width=\"{}\"><title>rank {} tile {} on worker {}: {:.2f}-{:.2f} us"
+        "</title></rect>\n",
+        x(t.start), ty, std::max(0.5, x(t.end) - x(t.start)), h, group_colour(g), row_h > 3 ? 0.5 : 0, t.rank, t.tile,
+        t.worker, t.start, t.end);
   }
 
   // Legend.
   double lx = kLeft;
   auto swatch = [&](const std::string& fill, const std::string& text) {
-    out += fmt::format("<rect x=\"{:.1f}\" y=\"{:.1f}\" width=\"12\" height=\"10\" fill=\"{}\" stroke=\"#999\" "
-                       "stroke-width=\"0.5\"/><text x=\"{:.1f}\" y=\"{:.1f}\">{}</text>\n",
-                       lx, legend_y - 9, fill, lx + 16, legend_y, escape(text));
+    out += fmt::format(
+        "<rect x=\"{:.1f}\" y=\"{:.1f}\" width=\"12\" height=\"10\" fill=\"{}\" stroke=\"#999\" "
+        "stroke-width=\"0.5\"/><text x=\"{:.1f}\" y=\"{:.1f}\">{}</text>\n",
+        lx, legend_y - 9, fill, lx + 16, legend_y, escape(text));
     lx += 22 + 6.2 * static_cast<double>(text.size());
   };
   swatch(group_colour(0), "local work (no chunk)");
   swatch("#ececec", "worker spinning on a wait");
   for (int g = 1; g <= 5; ++g) swatch(group_colour(g), fmt::format("arrival group {}", g));
   swatch(group_colour(1, true), "latency after the bytes");
-  out += fmt::format("<text x=\"{}\" y=\"{:.1f}\" fill=\"#555\">Colour = the order in which chunks land on "
-                     "the rank (chunks in) or leave it (chunks out); a tile has the colour of the last "
-                     "chunk it waited for, or of the first it produces.</text>\n", kLeft, legend_y + 18);
+  out += fmt::format(
+      "<text x=\"{}\" y=\"{:.1f}\" fill=\"#555\">Colour = the order in which chunks land on "
+      "the rank (chunks in) or leave it (chunks out); a tile has the colour of the last "
+      "chunk it waited for, or of the first it produces.</text>\n",
+      kLeft, legend_y + 18);
   out += "</svg>\n";
   return out;
 }

@@ -25,10 +25,10 @@ void check_reserved_names(const Module& m) {
   for (const Token& t : m.tokens) {
     if (t.kind != TokenKind::name) continue;
     if (t.text == "syl" || t.text == "__syncopate__" || t.text.substr(0, 3) == "sy_")
-      throw TransformError(fmt::format(
-          "{}:{}:{}: name '{}': the names 'syl', 'sy_*' and '__syncopate__' are reserved for the "
-          "transformer's output (is this file transformed already?); rename it",
-          m.filename, t.line, t.col, t.text));
+      throw TransformError(
+          fmt::format("{}:{}:{}: name '{}': the names 'syl', 'sy_*' and '__syncopate__' are reserved for the "
+                      "transformer's output (is this file transformed already?); rename it",
+                      m.filename, t.line, t.col, t.text));
   }
 }
 
@@ -57,11 +57,17 @@ class Checker {
     for (std::size_t i = 0; i < a_.annotations.size(); ++i) {
       const Annotation& ann = a_.annotations[i];
       switch (ann.kind) {
-        case AnnotationKind::tile: open_tile(i); break;
-        case AnnotationKind::end: close_tile(ann); break;
+        case AnnotationKind::tile:
+          open_tile(i);
+          break;
+        case AnnotationKind::end:
+          close_tile(ann);
+          break;
         case AnnotationKind::consume:
         case AnnotationKind::produce:
-        case AnnotationKind::consume_block: access(i); break;
+        case AnnotationKind::consume_block:
+          access(i);
+          break;
       }
     }
     if (open_) {
@@ -70,10 +76,10 @@ class Checker {
     }
     if (a_.tiles.empty()) {
       const LogicalLine& def = m_.lines[a_.kernel.def_line];
-      throw TransformError(fmt::format(
-          "{}:{}:{}: kernel '{}': no '# @sy.tile' annotation; mark the statements that compute "
-          "the tile's program ids (see docs/ANNOTATIONS.md)",
-          m_.filename, def.line, def.col, a_.kernel.name));
+      throw TransformError(
+          fmt::format("{}:{}:{}: kernel '{}': no '# @sy.tile' annotation; mark the statements that compute "
+                      "the tile's program ids (see docs/ANNOTATIONS.md)",
+                      m_.filename, def.line, def.col, a_.kernel.name));
     }
   }
 
@@ -81,8 +87,7 @@ class Checker {
   // The statement an annotation marks: the next logical line, indented like the annotation.
   std::size_t marked_statement(const Annotation& ann) const {
     const std::size_t s = line_at_or_after(m_, ann.line + 1);
-    if (s >= a_.kernel.body_end)
-      ann.fail(m_.filename, "it marks no statement: the kernel ends after it");
+    if (s >= a_.kernel.body_end) ann.fail(m_.filename, "it marks no statement: the kernel ends after it");
     const LogicalLine& l = m_.lines[s];
     if (l.col != ann.col)
       ann.fail(m_.filename, fmt::format("it must be indented like the statement it marks (line {} "
@@ -117,7 +122,8 @@ class Checker {
       end.fail(m_.filename, fmt::format("'@sy.end' at column {} does not line up with the '@sy.tile' "
                                         "at line {}, column {}: indent it to column {}, on the line after "
                                         "the block's last statement (a tile block is statements of one "
-                                        "indentation level)", end.col, tile.line, tile.col, tile.col));
+                                        "indentation level)",
+                                        end.col, tile.line, tile.col, tile.col));
     TileBlock b;
     b.open = *open_;
     b.end_line = end.line;
@@ -129,23 +135,26 @@ class Checker {
     for (std::size_t s = b.first_stmt; s < b.end_stmt; ++s) {
       if (m_.lines[s].col < tile.col)
         tile.fail(m_.filename, fmt::format("the tile block leaves its indentation level at line {} "
-                                           "before '@sy.end'", m_.lines[s].line));
+                                           "before '@sy.end'",
+                                           m_.lines[s].line));
       auto names = bound_names(m_, m_.lines[s]);
       assigned.insert(names.begin(), names.end());
     }
-    if (b.end_stmt < a_.kernel.body_end &&
-        (m_.lines[b.end_stmt].col > tile.col ||
-         (m_.lines[b.end_stmt].col == tile.col && is_clause(m_.lines[b.end_stmt]))))
+    if (b.end_stmt < a_.kernel.body_end && (m_.lines[b.end_stmt].col > tile.col ||
+                                            (m_.lines[b.end_stmt].col == tile.col && is_clause(m_.lines[b.end_stmt]))))
       end.fail(m_.filename, fmt::format("'@sy.end' cuts a compound statement: line {} still belongs "
-                                        "to it", m_.lines[b.end_stmt].line));
+                                        "to it",
+                                        m_.lines[b.end_stmt].line));
     b.index_expr = tile.arg("index")->value;
     b.m = tile.arg("m")->value;
     if (const auto* n = tile.arg("n")) b.n = n->value;
     for (const char* key : {"m", "n"}) {
       const AnnotationArg* arg = tile.arg(key);
       if (arg != nullptr && !assigned.count(arg->value))
-        tile.fail(m_.filename, fmt::format("'{}' is not assigned in the tile block (lines {}-{})",
-                                           arg->value, tile.line + 1, end.line - 1), arg->col);
+        tile.fail(m_.filename,
+                  fmt::format("'{}' is not assigned in the tile block (lines {}-{})", arg->value, tile.line + 1,
+                              end.line - 1),
+                  arg->col);
     }
     check_index(tile, assigned);
     check_no_use_after(tile, b, assigned);
@@ -159,22 +168,26 @@ class Checker {
     for (const auto& name : expression_names(index->value, m_.filename)) {
       // The block's assignments disappear with it: a counter it advances would stop advancing.
       if (assigned.count(name))
-        tile.fail(m_.filename, fmt::format("index= uses '{}', which the tile block assigns and the "
-                                           "rewrite removes; use what the block starts from "
-                                           "(e.g. tl.program_id(0)), and in a loop advance the counter "
-                                           "outside the block (e.g. '{} += <step>' after '# @sy.end'), or "
-                                           "it stops advancing", name, name), index->col);
+        tile.fail(m_.filename,
+                  fmt::format("index= uses '{}', which the tile block assigns and the "
+                              "rewrite removes; use what the block starts from "
+                              "(e.g. tl.program_id(0)), and in a loop advance the counter "
+                              "outside the block (e.g. '{} += <step>' after '# @sy.end'), or "
+                              "it stops advancing",
+                              name, name),
+                  index->col);
       const bool param = std::find(params_.begin(), params_.end(), name) != params_.end();
       if (param || before.count(name) || globals_.count(name)) continue;
-      tile.fail(m_.filename, fmt::format("index= uses '{}', which is neither a parameter of kernel "
-                                         "'{}', nor a variable bound before line {}, nor a module-level name",
-                                         name, a_.kernel.name, tile.line), index->col);
+      tile.fail(m_.filename,
+                fmt::format("index= uses '{}', which is neither a parameter of kernel "
+                            "'{}', nor a variable bound before line {}, nor a module-level name",
+                            name, a_.kernel.name, tile.line),
+                index->col);
     }
   }
 
   // A variable the block assigns (other than m and n) disappears with the block.
-  void check_no_use_after(const Annotation& tile, const TileBlock& b,
-                          const std::set<std::string>& assigned) const {
+  void check_no_use_after(const Annotation& tile, const TileBlock& b, const std::set<std::string>& assigned) const {
     std::set<std::string> live = assigned;
     live.erase(b.m);
     live.erase(b.n);
@@ -186,10 +199,10 @@ class Checker {
         if (i > 0 && m_.tok(l, i - 1).is_op(".")) continue;
         if (i + 1 < l.code.size() && m_.tok(l, i + 1).is_op("=") && t.depth == m_.first(l).depth)
           continue;  // a plain re-assignment, not a use
-        throw TransformError(fmt::format(
-            "{}:{}:{}: {}: '{}' is assigned in the tile block and used here, but the block is "
-            "replaced by the tile-order lookup; move that assignment above the block",
-            m_.filename, t.line, t.col, tile.text, t.text));
+        throw TransformError(
+            fmt::format("{}:{}:{}: {}: '{}' is assigned in the tile block and used here, but the block is "
+                        "replaced by the tile-order lookup; move that assignment above the block",
+                        m_.filename, t.line, t.col, tile.text, t.text));
       }
       for (const auto& name : bound_names(m_, l)) live.erase(name);
     }
@@ -202,10 +215,12 @@ class Checker {
     const char* what = per_block ? "consume_block" : consume ? "consume" : "produce";
     if (open_)
       ann.fail(m_.filename, fmt::format("'@sy.{}' inside the tile block opened at line {}; place it "
-                                        "after '@sy.end'", what, a_.annotations[*open_].line));
+                                        "after '@sy.end'",
+                                        what, a_.annotations[*open_].line));
     if (a_.tiles.empty())
       ann.fail(m_.filename, fmt::format("'@sy.{}' has no '@sy.tile' annotation before it: the {} "
-                                        "needs the tile's id", what, consume ? "wait" : "notify"));
+                                        "needs the tile's id",
+                                        what, consume ? "wait" : "notify"));
     const TileBlock& tile = a_.tiles.back();
     const Annotation& tile_ann = a_.annotations[tile.open];
     const std::size_t stmt = marked_statement(ann);
@@ -216,18 +231,23 @@ class Checker {
                                           tile_ann.line, m_.lines[s].line));
     const AnnotationArg* param = ann.positional();
     if (std::find(params_.begin(), params_.end(), param->value) == params_.end())
-      ann.fail(m_.filename, fmt::format("'{}' is not a parameter of kernel '{}' (parameters: {})",
-                                        param->value, a_.kernel.name, join(params_)), param->col);
+      ann.fail(m_.filename,
+               fmt::format("'{}' is not a parameter of kernel '{}' (parameters: {})", param->value, a_.kernel.name,
+                           join(params_)),
+               param->col);
     const AnnotationArg* mv = ann.arg("m");
     const AnnotationArg* nv = ann.arg("n");
     if (mv && mv->value != tile.m)
-      ann.fail(m_.filename, fmt::format("m={} is not the tile's row coordinate m={} (line {})",
-                                        mv->value, tile.m, tile_ann.line), mv->col);
+      ann.fail(m_.filename,
+               fmt::format("m={} is not the tile's row coordinate m={} (line {})", mv->value, tile.m, tile_ann.line),
+               mv->col);
     if (nv && nv->value != tile.n)
-      ann.fail(m_.filename, tile.n.empty()
-                                ? fmt::format("n={} but the tile at line {} has no n coordinate", nv->value, tile_ann.line)
-                                : fmt::format("n={} is not the tile's column coordinate n={} (line {})",
-                                              nv->value, tile.n, tile_ann.line), nv->col);
+      ann.fail(m_.filename,
+               tile.n.empty()
+                   ? fmt::format("n={} but the tile at line {} has no n coordinate", nv->value, tile_ann.line)
+                   : fmt::format("n={} is not the tile's column coordinate n={} (line {})", nv->value, tile.n,
+                                 tile_ann.line),
+               nv->col);
     if (ann.arg("m_dim") && !mv) ann.fail(m_.filename, "'m_dim=' needs 'm='", ann.arg("m_dim")->col);
     if (ann.arg("n_dim") && !nv) ann.fail(m_.filename, "'n_dim=' needs 'n='", ann.arg("n_dim")->col);
     const AnnotationArg* shard = ann.arg("m_local_shard");
@@ -280,9 +300,11 @@ class Checker {
     for (const auto& name : expression_names(block->value, m_.filename)) {
       const bool param = std::find(params_.begin(), params_.end(), name) != params_.end();
       if (param || before.count(name) || globals_.count(name)) continue;
-      ann.fail(m_.filename, fmt::format("block= uses '{}', which is neither a parameter of kernel '{}', "
-                                        "nor a variable bound before line {}, nor a module-level name",
-                                        name, a_.kernel.name, ann.line + 1), block->col);
+      ann.fail(m_.filename,
+               fmt::format("block= uses '{}', which is neither a parameter of kernel '{}', "
+                           "nor a variable bound before line {}, nor a module-level name",
+                           name, a_.kernel.name, ann.line + 1),
+               block->col);
     }
   }
 
@@ -299,13 +321,12 @@ class Checker {
 
   static std::string tensor_name(const Annotation& ann, const std::string& param) {
     if (const auto* t = ann.arg("tensor")) {
-      if (t->is_string) return t->value.substr(t->value.find_first_of("\"'") + 1,
-                                              t->value.size() - t->value.find_first_of("\"'") - 2);
+      if (t->is_string)
+        return t->value.substr(t->value.find_first_of("\"'") + 1, t->value.size() - t->value.find_first_of("\"'") - 2);
       return t->value;
     }
     for (std::string_view suffix : {"_ptr", "_desc"})
-      if (param.size() > suffix.size() && param.ends_with(suffix))
-        return param.substr(0, param.size() - suffix.size());
+      if (param.size() > suffix.size() && param.ends_with(suffix)) return param.substr(0, param.size() - suffix.size());
     return param;
   }
 
@@ -316,13 +337,14 @@ class Checker {
       std::vector<std::string> names;
       for (const auto& [n, spec] : opt_.plan->tensors) names.push_back(n);
       ann.fail(m_.filename, fmt::format("tensor '{}' is not in the plan (tensors: {}); name it with "
-                                        "tensor=", acc.tensor, join(names)));
+                                        "tensor=",
+                                        acc.tensor, join(names)));
     }
     const int rank = static_cast<int>(it->second.shape.size());
     if (acc.m_dim >= rank || acc.n_dim >= rank)
       ann.fail(m_.filename, fmt::format("tensor '{}' has {} dimension{}, the annotation indexes "
-                                        "dimension {}", acc.tensor, rank, rank == 1 ? "" : "s",
-                                        std::max(acc.m_dim, acc.n_dim)));
+                                        "dimension {}",
+                                        acc.tensor, rank, rank == 1 ? "" : "s", std::max(acc.m_dim, acc.n_dim)));
   }
 
   const Module& m_;
@@ -342,8 +364,8 @@ KernelAnalysis analyze(const Module& m, std::string_view kernel_name, const Tran
   const LogicalLine& def = m.lines[a.kernel.def_line];
   // The kernel's comments run up to the next statement outside it; after its last statement,
   // only comments indented deeper than the def (e.g. a closing '# @sy.end') still belong to it.
-  const int next_outside = a.kernel.body_end < m.lines.size() ? m.lines[a.kernel.body_end].line
-                                                              : std::numeric_limits<int>::max();
+  const int next_outside =
+      a.kernel.body_end < m.lines.size() ? m.lines[a.kernel.body_end].line : std::numeric_limits<int>::max();
   for (std::size_t i = 0; i < m.tokens.size(); ++i) {
     const Token& t = m.tokens[i];
     if (t.kind != TokenKind::comment || !looks_like_annotation(t.text)) continue;
@@ -354,8 +376,7 @@ KernelAnalysis analyze(const Module& m, std::string_view kernel_name, const Tran
       ann.fail(m.filename, "an annotation must be inside the kernel's body, not in its signature");
     if (t.depth > 0)
       ann.fail(m.filename, "an annotation cannot sit inside brackets: it must precede a whole statement");
-    if (!t.first_on_line)
-      ann.fail(m.filename, "an annotation must be a comment on a line of its own");
+    if (!t.first_on_line) ann.fail(m.filename, "an annotation must be a comment on a line of its own");
     a.annotations.push_back(std::move(ann));
   }
   Checker(m, a, options).run();

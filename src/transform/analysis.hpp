@@ -14,8 +14,8 @@ namespace syncopate::transform::detail {
 
 // A `@sy.tile ... @sy.end` block: logical lines [first_stmt, end_stmt) are replaced.
 struct TileBlock {
-  std::size_t open = 0;    // index into KernelAnalysis::annotations
-  int end_line = 0;        // physical line of `# @sy.end`
+  std::size_t open = 0;  // index into KernelAnalysis::annotations
+  int end_line = 0;      // physical line of `# @sy.end`
   std::size_t first_stmt = 0, end_stmt = 0;
   std::string index_expr, m, n;  // n empty for row-wise kernels
 };
@@ -33,10 +33,10 @@ struct Site {
 // A `@sy.consume_block`: a wait before `site.stmt` on the chunks of one block, inside `loop`.
 struct BlockSite {
   Site site;
-  std::string block_expr;      // the block number, as written
-  std::string key;             // the tile's n coordinate selecting the table row, or "" (row 0)
-  bool arrival = false;        // order=arrival: the loop visits blocks in landing order
-  std::size_t loop = 0;        // the innermost enclosing `for` (logical line)
+  std::string block_expr;                   // the block number, as written
+  std::string key;                          // the tile's n coordinate selecting the table row, or "" (row 0)
+  bool arrival = false;                     // order=arrival: the loop visits blocks in landing order
+  std::size_t loop = 0;                     // the innermost enclosing `for` (logical line)
   std::string loop_var, start, stop, step;  // its `range(start, stop, step)` (arrival only)
 };
 
@@ -44,8 +44,8 @@ struct KernelAnalysis {
   Kernel kernel;
   std::vector<Annotation> annotations;  // in source order
   std::vector<TileBlock> tiles;
-  std::vector<Site> waits;     // consume: wait before `stmt`
-  std::vector<Site> notifies;  // produce: notify after `last_line`
+  std::vector<Site> waits;             // consume: wait before `stmt`
+  std::vector<Site> notifies;          // produce: notify after `last_line`
   std::vector<BlockSite> block_waits;  // consume_block: wait before `site.stmt`, in the loop
   std::vector<AnnotatedAccess> accesses;
 };

@@ -17,9 +17,9 @@ namespace {
 struct KindSpec {
   AnnotationKind kind;
   std::string_view name;
-  bool positional;                            // takes one positional kernel parameter
-  std::array<std::string_view, 6> keywords;   // allowed keywords ("" pads)
-  std::array<std::string_view, 2> required;   // required keywords ("" pads)
+  bool positional;                           // takes one positional kernel parameter
+  std::array<std::string_view, 6> keywords;  // allowed keywords ("" pads)
+  std::array<std::string_view, 2> required;  // required keywords ("" pads)
 };
 
 // The one table of annotation kinds; parsing and the "known kinds" message both read it.
@@ -65,8 +65,7 @@ const AnnotationArg* Annotation::positional() const {
 }
 
 void Annotation::fail(std::string_view filename, const std::string& rule, int at_col) const {
-  throw TransformError(
-      fmt::format("{}:{}:{}: {}: {}", filename, line, at_col > 0 ? at_col : col, text, rule));
+  throw TransformError(fmt::format("{}:{}:{}: {}: {}", filename, line, at_col > 0 ? at_col : col, text, rule));
 }
 
 bool looks_like_annotation(std::string_view comment) {
@@ -110,8 +109,7 @@ Annotation parse_annotation(const Module& m, std::size_t index) {
     } catch (const TransformError& e) {
       const std::string what = e.what();
       const auto at = what.find("python syntax: ");
-      a.fail(m.filename, "malformed annotation: " +
-                             (at == std::string::npos ? what : what.substr(at + 15)));
+      a.fail(m.filename, "malformed annotation: " + (at == std::string::npos ? what : what.substr(at + 15)));
     }
     // toks: '(' args ')' NEWLINE END; split the args on commas at depth 1.
     std::size_t close = 0;
@@ -130,8 +128,7 @@ Annotation parse_annotation(const Module& m, std::size_t index) {
       if (t == start) {
         if (t == close && a.args.empty() && t == 1) break;  // "()"
         if (t == close) break;                              // trailing comma
-        a.fail(m.filename, "malformed annotation: empty argument",
-               rest_col + static_cast<int>(toks[t].offset));
+        a.fail(m.filename, "malformed annotation: empty argument", rest_col + static_cast<int>(toks[t].offset));
       }
       AnnotationArg arg;
       std::size_t v = start;
@@ -161,11 +158,11 @@ Annotation parse_annotation(const Module& m, std::size_t index) {
     if (arg.key.empty()) {
       ++positional;
       if (!spec->positional || positional > 1)
-        a.fail(m.filename, fmt::format("'@sy.{}' takes {} positional argument{}", spec->name,
-                                       spec->positional ? "one" : "no", spec->positional ? "" : "s"),
+        a.fail(m.filename,
+               fmt::format("'@sy.{}' takes {} positional argument{}", spec->name, spec->positional ? "one" : "no",
+                           spec->positional ? "" : "s"),
                arg.col);
-      if (!arg.is_name)
-        a.fail(m.filename, fmt::format("'{}' must name a kernel parameter", arg.value), arg.col);
+      if (!arg.is_name) a.fail(m.filename, fmt::format("'{}' must name a kernel parameter", arg.value), arg.col);
       continue;
     }
     if (!contains(spec->keywords, arg.key))

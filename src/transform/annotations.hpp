@@ -24,7 +24,7 @@ struct AnnotationArg {
 
 struct Annotation {
   AnnotationKind kind = AnnotationKind::tile;
-  std::string text;   // "@sy.consume(a_ptr, m=pid_m)", for messages
+  std::string text;  // "@sy.consume(a_ptr, m=pid_m)", for messages
   std::size_t token = 0;
   int line = 0, col = 0;
   std::vector<AnnotationArg> args;

@@ -62,20 +62,22 @@ class BlockLoopChecker {
     const auto loops = flow_.enclosing_loops(b.site.stmt);
     const std::size_t tile_end = tile_end_before(b.site.stmt);
     if (loops.empty() || loops.front() < tile_end) {
-      const std::string where =
-          loops.empty() ? "outside any loop"
-                        : fmt::format("in the tile loop at line {} ('{}'), not in a loop over blocks",
-                                      line_of(loops.front()), header(loops.front()));
-      a.fail(m_.filename, fmt::format(
-          "it marks a statement {}: a per-block wait belongs inside the `for` loop over the "
-          "tensor's blocks (after the tile block), right above the first read of the block; a "
-          "wait for the whole tile before the loop is '@sy.consume'", where));
+      const std::string where = loops.empty()
+                                    ? "outside any loop"
+                                    : fmt::format("in the tile loop at line {} ('{}'), not in a loop over blocks",
+                                                  line_of(loops.front()), header(loops.front()));
+      a.fail(m_.filename,
+             fmt::format("it marks a statement {}: a per-block wait belongs inside the `for` loop over the "
+                         "tensor's blocks (after the tile block), right above the first read of the block; a "
+                         "wait for the whole tile before the loop is '@sy.consume'",
+                         where));
     }
     b.loop = loops.front();
     if (flow_.is_while(b.loop))
-      a.fail(m_.filename, fmt::format(
-          "the loop at line {} ('{}') is a while loop: a per-block wait needs a `for` loop whose "
-          "variable numbers the blocks", line_of(b.loop), header(b.loop)));
+      a.fail(m_.filename,
+             fmt::format("the loop at line {} ('{}') is a while loop: a per-block wait needs a `for` loop whose "
+                         "variable numbers the blocks",
+                         line_of(b.loop), header(b.loop)));
     const auto h = flow_.for_header(b.loop);
     bool follows = false;
     for (const auto& tok : tokenize(b.block_expr, m_.filename))
@@ -83,12 +85,13 @@ class BlockLoopChecker {
           std::find(h->targets.begin(), h->targets.end(), std::string(tok.text)) != h->targets.end())
         follows = true;
     if (!follows)
-      a.fail(m_.filename, fmt::format(
-          "block={} does not read the variable of the loop at line {} ('{}'): every iteration "
-          "would wait on the same block while reading another; number the block from the loop "
-          "variable (e.g. block={} // BLOCK_N)",
-          b.block_expr, line_of(b.loop), header(b.loop), h->targets.empty() ? "start_n" : h->targets.front()),
-          a.arg("block")->col);
+      a.fail(m_.filename,
+             fmt::format("block={} does not read the variable of the loop at line {} ('{}'): every iteration "
+                         "would wait on the same block while reading another; number the block from the loop "
+                         "variable (e.g. block={} // BLOCK_N)",
+                         b.block_expr, line_of(b.loop), header(b.loop),
+                         h->targets.empty() ? "start_n" : h->targets.front()),
+             a.arg("block")->col);
   }
 
   void check_arrival(BlockSite& b) {
@@ -96,12 +99,13 @@ class BlockLoopChecker {
     const auto h = flow_.for_header(b.loop);
     const auto r = flow_.range_args(b.loop);
     if (h->targets.size() != 1 || !r || !r->has_stop || r->is_static)
-      a.fail(m_.filename, fmt::format(
-          "order=arrival needs the loop at line {} ('{}') to be 'for <v> in range(<start>, <stop>[, "
-          "<step>])' or tl.range(...): the rewrite visits the same values of <v> in the order "
-          "the blocks land{}",
-          line_of(b.loop), header(b.loop),
-          r && r->is_static ? " (a static_range is unrolled at compile time, so it cannot be reordered)" : ""));
+      a.fail(m_.filename,
+             fmt::format(
+                 "order=arrival needs the loop at line {} ('{}') to be 'for <v> in range(<start>, <stop>[, "
+                 "<step>])' or tl.range(...): the rewrite visits the same values of <v> in the order "
+                 "the blocks land{}",
+                 line_of(b.loop), header(b.loop),
+                 r && r->is_static ? " (a static_range is unrolled at compile time, so it cannot be reordered)" : ""));
     b.loop_var = h->targets.front();
     b.start = r->start;
     b.stop = r->stop;
@@ -110,12 +114,12 @@ class BlockLoopChecker {
     const bool per_step = block == without_spaces(b.loop_var + "//" + b.step) ||
                           block == without_spaces("(" + b.loop_var + ")//" + b.step);
     if (!per_step && !(b.step == "1" && block == b.loop_var))
-      a.fail(m_.filename, fmt::format(
-          "with order=arrival, block= must be '{} // {}'{} (the loop variable over the loop's "
-          "step), got '{}': blocks are then numbered as the table of where each row's arrival "
-          "starts numbers them",
-          b.loop_var, b.step, b.step == "1" ? fmt::format(" or '{}'", b.loop_var) : "", b.block_expr),
-          a.arg("block")->col);
+      a.fail(m_.filename,
+             fmt::format("with order=arrival, block= must be '{} // {}'{} (the loop variable over the loop's "
+                         "step), got '{}': blocks are then numbered as the table of where each row's arrival "
+                         "starts numbers them",
+                         b.loop_var, b.step, b.step == "1" ? fmt::format(" or '{}'", b.loop_var) : "", b.block_expr),
+             a.arg("block")->col);
     // The loop's bounds and variable: the reorder computes from them at the top of each iteration.
     std::set<std::string> bounds;
     for (const std::string* e : {&b.start, &b.stop, &b.step})
@@ -126,10 +130,11 @@ class BlockLoopChecker {
     for (std::size_t s = b.loop + 1; s < end; ++s)
       for (const auto& v : flow_.assigned(s))
         if (bounds.count(v))
-          fail_line(s, a, fmt::format(
-              "'{}' is assigned inside the loop at line {} ('{}'), whose order=arrival visit "
-              "computes each iteration's block from the loop's variable and bounds; assign it "
-              "before the loop", v, line_of(b.loop), header(b.loop)));
+          fail_line(s, a,
+                    fmt::format("'{}' is assigned inside the loop at line {} ('{}'), whose order=arrival visit "
+                                "computes each iteration's block from the loop's variable and bounds; assign it "
+                                "before the loop",
+                                v, line_of(b.loop), header(b.loop)));
     // Pointers made from a block-consumed tensor and advanced each iteration follow the
     // iteration's place in the loop, not the block it now visits.
     for (const BlockSite& other : a_.block_waits) {
@@ -142,11 +147,12 @@ class BlockLoopChecker {
           bool carried = flow_.increment(s).has_value() && flow_.increment(s)->first == v;
           for (const auto& use : flow_.reads(s)) carried = carried || use.name == v;
           if (carried)
-            fail_line(s, a, fmt::format(
-                "'{}' (made from '{}') is advanced here each iteration, so with order=arrival it "
-                "would point at the block of the iteration's place in the loop, not at the block "
-                "visited; compute the block's address from the loop variable instead (e.g. "
-                "{} + {} * <stride>)", v, param, param, b.loop_var));
+            fail_line(s, a,
+                      fmt::format("'{}' (made from '{}') is advanced here each iteration, so with order=arrival it "
+                                  "would point at the block of the iteration's place in the loop, not at the block "
+                                  "visited; compute the block's address from the loop variable instead (e.g. "
+                                  "{} + {} * <stride>)",
+                                  v, param, param, b.loop_var));
         }
     }
   }
@@ -156,13 +162,14 @@ class BlockLoopChecker {
       if (&other == &b) break;
       if (other.loop != b.loop) continue;
       if (other.arrival != b.arrival || other.key != b.key)
-        ann(b).fail(m_.filename, fmt::format(
-            "the '@sy.consume_block' at line {} in the same loop asks for {}; the blocks of one "
-            "loop are visited in one order and read one table row: give every consume_block of "
-            "the loop the same order= and n=",
-            ann(other).line,
-            other.arrival != b.arrival ? fmt::format("order={}", other.arrival ? "arrival" : "source")
-                                       : fmt::format("n={}", other.key.empty() ? "<none>" : other.key)));
+        ann(b).fail(
+            m_.filename,
+            fmt::format("the '@sy.consume_block' at line {} in the same loop asks for {}; the blocks of one "
+                        "loop are visited in one order and read one table row: give every consume_block of "
+                        "the loop the same order= and n=",
+                        ann(other).line,
+                        other.arrival != b.arrival ? fmt::format("order={}", other.arrival ? "arrival" : "source")
+                                                   : fmt::format("n={}", other.key.empty() ? "<none>" : other.key)));
     }
   }
 

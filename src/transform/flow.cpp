@@ -15,8 +15,7 @@ constexpr std::array<std::string_view, 4> kStores{"store", "scatter", "_experime
                                                   "store_tensor_descriptor"};
 // Stores that complete asynchronously whatever they are called on.
 constexpr std::array<std::string_view, 4> kAsyncStores{"_experimental_descriptor_store", "store_tensor_descriptor",
-                                                       "async_tma_copy_local_to_global",
-                                                       "async_copy_local_to_global"};
+                                                       "async_tma_copy_local_to_global", "async_copy_local_to_global"};
 
 template <std::size_t N>
 bool in(const std::array<std::string_view, N>& list, std::string_view word) {
@@ -122,8 +121,8 @@ std::size_t KernelFlow::assignment_split(const LogicalLine& l, bool* augmented) 
     const Token& t = m_.tok(l, i);
     if (t.kind != TokenKind::op || t.depth != depth) continue;
     if (t.text == "=") split = i;
-    const bool aug = t.text.size() >= 2 && t.text.back() == '=' && t.text != "==" && t.text != "!=" &&
-                     t.text != "<=" && t.text != ">=" && t.text != ":=";
+    const bool aug = t.text.size() >= 2 && t.text.back() == '=' && t.text != "==" && t.text != "!=" && t.text != "<=" &&
+                     t.text != ">=" && t.text != ":=";
     if (aug) {
       *augmented = true;
       return i;
@@ -206,8 +205,7 @@ std::vector<NameUse> KernelFlow::value_reads(std::size_t s) const {
     if (i > 0 && m_.tok(l, i - 1).is_op(".")) continue;
     if (i + 1 < l.code.size() && m_.tok(l, i + 1).is_op("=") && t.depth > depth) continue;
     const std::size_t tok = l.code[i];
-    if (std::any_of(data.begin(), data.end(), [&](auto r) { return tok >= r.first && tok <= r.second; }))
-      continue;
+    if (std::any_of(data.begin(), data.end(), [&](auto r) { return tok >= r.first && tok <= r.second; })) continue;
     out.push_back({std::string(t.text), tok});
   }
   return out;
@@ -391,8 +389,7 @@ void KernelFlow::compute_helper_reads() {
   for (auto& [name, h] : helpers_) {
     auto& d = derived[name];
     for (const auto& p : h.function.params)
-      d.push_back(p.starred ? std::set<std::string>{}
-                            : derived_in(p.name, h.function.body_begin, h.function.body_end));
+      d.push_back(p.starred ? std::set<std::string>{} : derived_in(p.name, h.function.body_begin, h.function.body_end));
   }
   for (bool changed = true; changed;) {
     changed = false;

@@ -21,12 +21,12 @@ namespace syncopate::transform::detail {
 
 // `callee(...)` or `receiver.callee(...)` in a logical line; token indices are into Module::tokens.
 struct Call {
-  std::size_t name = 0;            // the callee's NAME token
-  std::string callee;              // its last name: "load", "store", "_grouped_pid"
-  std::string receiver;            // the plain name before '.', when there is one ("tl", "c_desc")
-  std::string root;                // the first name of a dotted callee ("tl" of tl.extra.cuda.f)
-  bool attribute = false;          // called as `<something>.callee(...)`
-  std::size_t open = 0, close = 0; // its brackets
+  std::size_t name = 0;             // the callee's NAME token
+  std::string callee;               // its last name: "load", "store", "_grouped_pid"
+  std::string receiver;             // the plain name before '.', when there is one ("tl", "c_desc")
+  std::string root;                 // the first name of a dotted callee ("tl" of tl.extra.cuda.f)
+  bool attribute = false;           // called as `<something>.callee(...)`
+  std::size_t open = 0, close = 0;  // its brackets
 };
 
 // What a call does to memory.
@@ -160,9 +160,9 @@ class KernelFlow {
   const Module& m_;
   const Kernel& k_;
   std::vector<std::optional<std::size_t>> parent_;
-  std::set<std::string> imports_;                     // names bound by top-level imports
-  std::set<std::string> foreign_imports_;             // ... of modules other than triton's
-  std::map<std::string, Helper> helpers_;             // module-level functions
+  std::set<std::string> imports_;          // names bound by top-level imports
+  std::set<std::string> foreign_imports_;  // ... of modules other than triton's
+  std::map<std::string, Helper> helpers_;  // module-level functions
 };
 
 // Every call of a logical line (tokens of `m`).

@@ -55,9 +55,10 @@ class Rewriter {
     for (const auto& t : a.tiles) replace_tile(a, t);
     for (const auto& w : a.waits) {
       const LogicalLine& l = m_.lines[w.stmt];
-      insert_before_line(l.line, indent_of(l.line) + fmt::format(
-          "syl.wait_tile(sy_signals, sy_wait_offsets, sy_wait_slots, sy_slot_writers, sy_tile, "
-          "sy_epoch, sy_wait_bound_ns, sy_rank, sy_error)"));
+      insert_before_line(
+          l.line, indent_of(l.line) +
+                      fmt::format("syl.wait_tile(sy_signals, sy_wait_offsets, sy_wait_slots, sy_slot_writers, sy_tile, "
+                                  "sy_epoch, sy_wait_bound_ns, sy_rank, sy_error)"));
     }
     // Arrival order first: the loop's variable is renumbered at the top of its body, before any
     // wait or read of the iteration (one renumbering per loop).
@@ -66,24 +67,28 @@ class Rewriter {
       if (!b.arrival || std::find(reordered.begin(), reordered.end(), b.loop) != reordered.end()) continue;
       reordered.push_back(b.loop);
       const LogicalLine& body = m_.lines[b.loop + 1];
-      insert_before_line(body.line, indent_of(body.line) + fmt::format(
-          "{} = syl.block_in_order({}, {}, {}, {}, sy_block_first, {})", b.loop_var, b.loop_var, b.start,
-          b.stop, b.step, b.key.empty() ? "0" : b.key));
+      insert_before_line(
+          body.line,
+          indent_of(body.line) + fmt::format("{} = syl.block_in_order({}, {}, {}, {}, sy_block_first, {})", b.loop_var,
+                                             b.loop_var, b.start, b.stop, b.step, b.key.empty() ? "0" : b.key));
     }
     for (const auto& b : a.block_waits) {
       const LogicalLine& l = m_.lines[b.site.stmt];
-      insert_before_line(l.line, indent_of(l.line) + fmt::format(
-          "syl.wait_block(sy_signals, sy_block_wait_offsets, sy_block_wait_slots, sy_slot_writers, {}, {}, "
-          "sy_blocks, sy_tile, sy_epoch, sy_wait_bound_ns, sy_rank, sy_error)",
-          b.key.empty() ? "0" : b.key, b.block_expr));
+      insert_before_line(
+          l.line,
+          indent_of(l.line) +
+              fmt::format(
+                  "syl.wait_block(sy_signals, sy_block_wait_offsets, sy_block_wait_slots, sy_slot_writers, {}, {}, "
+                  "sy_blocks, sy_tile, sy_epoch, sy_wait_bound_ns, sy_rank, sy_error)",
+                  b.key.empty() ? "0" : b.key, b.block_expr));
     }
     for (const auto& n : a.notifies) {
       const LogicalLine& l = m_.lines[n.stmt];
       // A TMA store completes asynchronously: wait for it before announcing the tile.
       if (n.store_wait)
         insert_after_line(n.last_line, indent_of(l.line) + "syl.tma_store_wait(sy_notify_offsets, sy_tile)");
-      insert_after_line(n.last_line, indent_of(l.line) +
-                                         "syl.notify_tile(sy_signals, sy_notify_offsets, sy_notify_slots, sy_tile)");
+      insert_after_line(n.last_line,
+                        indent_of(l.line) + "syl.notify_tile(sy_signals, sy_notify_offsets, sy_notify_slots, sy_tile)");
     }
   }
 
@@ -124,29 +129,30 @@ class Rewriter {
 
   std::string describe() const {
     if (all_.size() == 1)
-      return fmt::format("__syncopate__ = {{\"version\": {}, \"kernel\": \"{}\", \"params\": [{}], \"accesses\": [{}]}}",
-                         kOutputVersion, all_[0].kernel.name, param_list(all_[0]), accesses(all_[0]));
+      return fmt::format(
+          "__syncopate__ = {{\"version\": {}, \"kernel\": \"{}\", \"params\": [{}], \"accesses\": [{}]}}",
+          kOutputVersion, all_[0].kernel.name, param_list(all_[0]), accesses(all_[0]));
     std::string kernels;
     for (const auto& a : all_)
-      kernels += (kernels.empty() ? "" : ", ") +
-                 fmt::format("\"{}\": {{\"params\": [{}], \"accesses\": [{}]}}", a.kernel.name, param_list(a),
-                             accesses(a));
+      kernels += (kernels.empty() ? "" : ", ") + fmt::format("\"{}\": {{\"params\": [{}], \"accesses\": [{}]}}",
+                                                             a.kernel.name, param_list(a), accesses(a));
     return fmt::format("__syncopate__ = {{\"version\": {}, \"kernels\": {{{}}}}}", kOutputVersion, kernels);
   }
 
   static std::string accesses(const KernelAnalysis& a) {
     std::string accesses;
     for (const auto& acc : a.accesses)
-      accesses += (accesses.empty() ? "" : ", ") +
-                  fmt::format("{{\"tensor\": \"{}\", \"param\": \"{}\", \"role\": \"{}\", \"m_dim\": {}, \"n_dim\": {}{}",
-                              py_escaped(acc.access.tensor), acc.param,
-                              acc.access.role == lower::AccessRole::consume ? "consume" : "produce",
-                              acc.access.m_dim, acc.access.n_dim,
-                              // only when set, so kernels without it describe themselves as before
-                              acc.access.m_local_shard ? ", \"m_local_shard\": True" : "") +
-                  // per-block waits only, so other kernels describe themselves as before
-                  std::string(acc.per_block ? ", \"per_block\": True" : "") +
-                  std::string(acc.arrival_order ? ", \"order\": \"arrival\"" : "") + "}";
+      accesses +=
+          (accesses.empty() ? "" : ", ") +
+          fmt::format("{{\"tensor\": \"{}\", \"param\": \"{}\", \"role\": \"{}\", \"m_dim\": {}, \"n_dim\": {}{}",
+                      py_escaped(acc.access.tensor), acc.param,
+                      acc.access.role == lower::AccessRole::consume ? "consume" : "produce", acc.access.m_dim,
+                      acc.access.n_dim,
+                      // only when set, so kernels without it describe themselves as before
+                      acc.access.m_local_shard ? ", \"m_local_shard\": True" : "") +
+          // per-block waits only, so other kernels describe themselves as before
+          std::string(acc.per_block ? ", \"per_block\": True" : "") +
+          std::string(acc.arrival_order ? ", \"order\": \"arrival\"" : "") + "}";
     return accesses;
   }
 
@@ -209,7 +215,8 @@ class Rewriter {
     const std::string rest_indent = at == k.close_paren ? indent_of(def.line) : indent;
     const std::size_t erase = before.line == ins.line ? ins.offset - before_end : 0;
     const std::size_t offset = before.line == ins.line ? before_end : ins.offset;
-    edits_.push_back({offset, erase, std::string(comma ? "," : "") + eol_ + marked(indent + names) + eol_ + rest_indent});
+    edits_.push_back(
+        {offset, erase, std::string(comma ? "," : "") + eol_ + marked(indent + names) + eol_ + rest_indent});
   }
 
   void replace_tile(const KernelAnalysis& a, const TileBlock& t) {
@@ -220,8 +227,8 @@ class Rewriter {
       const auto first = text.find_first_not_of(" \t\f");
       if (first == std::string_view::npos || text[first] == '#') continue;  // blank or comment
       const auto body = text.substr(0, indent.size()) == indent ? text.substr(indent.size()) : text.substr(first);
-      edits_.push_back({line_start(line), text.size(),
-                        indent + std::string(kInsertedMark) + " was: " + std::string(body)});
+      edits_.push_back(
+          {line_start(line), text.size(), indent + std::string(kInsertedMark) + " was: " + std::string(body)});
     }
     insert_before_line(t.end_line, indent + fmt::format("sy_tile = syl.tile_at(sy_tile_order, {})", t.index_expr));
     if (t.n.empty())

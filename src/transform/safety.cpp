@@ -202,8 +202,8 @@ class SafetyChecker {
                           "equal the loop's tile counter '{}' (that needs '{} = {}' before the loop and "
                           "'{} += {}' {} the block); a counter that drifts from the loop's takes tiles "
                           "twice or never: use index={}",
-                          v, line_of(loop), header(loop), counter, v, before ? r.start + " - " + r.step : r.start,
-                          v, r.step, before ? "before" : "after", counter),
+                          v, line_of(loop), header(loop), counter, v, before ? r.start + " - " + r.step : r.start, v,
+                          r.step, before ? "before" : "after", counter),
               tile.arg("index")->col);
   }
 
@@ -269,15 +269,15 @@ class SafetyChecker {
       for (const std::string* coord : {&b.m, &b.n}) {
         if (coord->empty() || !assigned.count(*coord)) continue;
         const Annotation& tile = ann(b);
-        fail_at(token_of(s, *coord), tile,
-                fmt::format("'{}' is computed again here, outside the tile block (lines {}-{}): the rewrite "
-                            "takes the block's '{}' from the tile order, but this line still derives it from "
-                            "the tile's place in the original order, so what follows would work on another "
-                            "tile (an epilogue would store the result in the wrong place); make this "
-                            "recompute a tile block of its own ('# @sy.tile(index=<its counter>, m={}{})' "
-                            "above it, '# @sy.end' below it), or use the block's '{}'",
-                            *coord, tile.line + 1, b.end_line - 1, *coord, b.m, b.n.empty() ? "" : ", n=" + b.n,
-                            *coord));
+        fail_at(
+            token_of(s, *coord), tile,
+            fmt::format("'{}' is computed again here, outside the tile block (lines {}-{}): the rewrite "
+                        "takes the block's '{}' from the tile order, but this line still derives it from "
+                        "the tile's place in the original order, so what follows would work on another "
+                        "tile (an epilogue would store the result in the wrong place); make this "
+                        "recompute a tile block of its own ('# @sy.tile(index=<its counter>, m={}{})' "
+                        "above it, '# @sy.end' below it), or use the block's '{}'",
+                        *coord, tile.line + 1, b.end_line - 1, *coord, b.m, b.n.empty() ? "" : ", n=" + b.n, *coord));
       }
     }
   }
@@ -326,20 +326,21 @@ class SafetyChecker {
       if (auto inc = flow_.increment(s); inc && position.count(inc->first)) {
         // Advancing a counter (tile_id += NUM_SMS) is fine; its step must not be a position.
         bool step_reads = false;
-        for (const auto& u : flow_.reads(s)) step_reads = step_reads || (u.name != inc->first && position.count(u.name));
+        for (const auto& u : flow_.reads(s))
+          step_reads = step_reads || (u.name != inc->first && position.count(u.name));
         if (!step_reads) continue;
       }
       const auto use = reads_position(s);
       if (!use) continue;
       const TileBlock& b = tile_before(s);
-      fail_at(use->token, ann(b),
-              fmt::format("'{}' holds the tile's place in the original order (the program id or the loop "
-                          "counter that index={} reads), not the tile the order assigns: after the rewrite "
-                          "this line would work on another tile than {}{}; compute it from {}{} instead, "
-                          "or make this recompute a tile block of its own ('# @sy.tile(index=...)' ... "
-                          "'# @sy.end')",
-                          use->name, b.index_expr, b.m, b.n.empty() ? "" : "/" + b.n, b.m,
-                          b.n.empty() ? "" : "/" + b.n));
+      fail_at(
+          use->token, ann(b),
+          fmt::format("'{}' holds the tile's place in the original order (the program id or the loop "
+                      "counter that index={} reads), not the tile the order assigns: after the rewrite "
+                      "this line would work on another tile than {}{}; compute it from {}{} instead, "
+                      "or make this recompute a tile block of its own ('# @sy.tile(index=...)' ... "
+                      "'# @sy.end')",
+                      use->name, b.index_expr, b.m, b.n.empty() ? "" : "/" + b.n, b.m, b.n.empty() ? "" : "/" + b.n));
     }
   }
 
@@ -354,7 +355,9 @@ class SafetyChecker {
           "; '{}' is imported from another module{}, whose body the transformer does not read, so it counts "
           "as a read; define it in this file to have its reads followed",
           site.opaque_callee,
-          site.function.empty() ? "" : fmt::format(" (called in '{}' at {}:{}:{})", site.function, m_.filename, t.line, t.col));
+          site.function.empty()
+              ? ""
+              : fmt::format(" (called in '{}' at {}:{}:{})", site.function, m_.filename, t.line, t.col));
     return fmt::format(", which reads it in '{}' at {}:{}:{}", site.function, m_.filename, t.line, t.col);
   }
 
@@ -372,30 +375,28 @@ class SafetyChecker {
     }
     for (std::size_t s = a_.kernel.body_begin; s < a_.kernel.body_end; ++s) {
       if (tile_of(s)) continue;
-      const bool waited = std::any_of(covered.begin(), covered.end(),
-                                      [&](auto r) { return s >= r.first && s < r.second; });
+      const bool waited =
+          std::any_of(covered.begin(), covered.end(), [&](auto r) { return s >= r.first && s < r.second; });
       if (waited) continue;
       for (const Call& c : flow_.calls(s)) {
         const auto read = flow_.read_through(c, derived);
         if (!read) continue;
         const NameUse* use = &read->use;
         const Annotation& a = ann(*first);
-        const std::string through = (use->name == param ? "" : fmt::format(" through '{}'", use->name)) +
-                                    read_site_note(read->site);
+        const std::string through =
+            (use->name == param ? "" : fmt::format(" through '{}'", use->name)) + read_site_note(read->site);
         // Where the annotation should go: the statement holding this read, at the annotation's level.
         std::size_t at = s;
         while (flow_.parent(at) && flow_.parent(at) != flow_.parent(first->stmt)) at = *flow_.parent(at);
         const std::string fix =
-            flow_.parent(at) == flow_.parent(first->stmt) && at >= tile_before(first->stmt).end_stmt &&
-                    at < first->stmt
+            flow_.parent(at) == flow_.parent(first->stmt) && at >= tile_before(first->stmt).end_stmt && at < first->stmt
                 ? (a.kind == AnnotationKind::consume_block
                        ? fmt::format("move the annotation up to line {}, the first read of the block in the loop",
                                      line_of(at))
                        : fmt::format("move the annotation up to line {}, the first statement of the tile that "
                                      "reads '{}' (e.g. above the K loop, not below it)",
                                      line_of(at), param))
-                : fmt::format("read '{}' only after the annotation (the wait covers the rest of its block)",
-                              param);
+                : fmt::format("read '{}' only after the annotation (the wait covers the rest of its block)", param);
         fail_at(c.name, a,
                 fmt::format("'{}' is read here ({}{}) before the wait that this annotation inserts at line "
                             "{}: the tile could read a chunk that has not landed yet (right only when every "

@@ -13,15 +13,14 @@ namespace syncopate::transform::detail {
 namespace {
 
 constexpr std::array<std::string_view, 35> kKeywords{
-    "False", "None",  "True",   "and",    "as",       "assert", "async", "await",  "break",
-    "class", "continue", "def", "del",    "elif",     "else",   "except", "finally", "for",
-    "from",  "global", "if",    "import", "in",       "is",     "lambda", "nonlocal", "not",
-    "or",    "pass",  "raise",  "return", "try",      "while",  "with",  "yield"};
+    "False", "None",     "True",  "and",    "as",   "assert", "async",  "await",    "break",
+    "class", "continue", "def",   "del",    "elif", "else",   "except", "finally",  "for",
+    "from",  "global",   "if",    "import", "in",   "is",     "lambda", "nonlocal", "not",
+    "or",    "pass",     "raise", "return", "try",  "while",  "with",   "yield"};
 
 constexpr std::array<std::string_view, 24> kBuiltins{
-    "range", "len",   "min",   "max",       "abs",    "int",       "float", "bool",
-    "str",   "tuple", "list",  "dict",      "print",  "isinstance", "zip",  "enumerate",
-    "round", "sum",   "any",   "all",       "divmod", "pow",       "type",  "getattr"};
+    "range", "len",        "min", "max",       "abs",   "int", "float", "bool", "str",    "tuple", "list", "dict",
+    "print", "isinstance", "zip", "enumerate", "round", "sum", "any",   "all",  "divmod", "pow",   "type", "getattr"};
 
 bool preceded_by_dot(const Module& m, const LogicalLine& l, std::size_t i) {
   return i > 0 && m.tok(l, i - 1).is_op(".");
@@ -32,8 +31,7 @@ void collect_names(const Module& m, const LogicalLine& l, std::size_t from, std:
                    std::set<std::string>& out) {
   for (std::size_t i = from; i < to && i < l.code.size(); ++i) {
     const Token& t = m.tok(l, i);
-    if (t.kind == TokenKind::name && !is_keyword(t.text) && !preceded_by_dot(m, l, i))
-      out.emplace(t.text);
+    if (t.kind == TokenKind::name && !is_keyword(t.text) && !preceded_by_dot(m, l, i)) out.emplace(t.text);
   }
 }
 
@@ -52,9 +50,7 @@ void import_names(const Module& m, const LogicalLine& l, std::set<std::string>& 
     }
     std::string first(m.tok(l, i).text);
     std::size_t j = i + 1;
-    while (j < l.code.size() && !m.tok(l, j).is_op(",") && !m.tok(l, j).is_name("as") &&
-           !m.tok(l, j).is_op(")"))
-      ++j;
+    while (j < l.code.size() && !m.tok(l, j).is_op(",") && !m.tok(l, j).is_name("as") && !m.tok(l, j).is_op(")")) ++j;
     if (j < l.code.size() && m.tok(l, j).is_name("as") && j + 1 < l.code.size()) {
       out.emplace(m.tok(l, j + 1).text);
       j += 2;
@@ -103,8 +99,8 @@ Module read_module(std::string_view source, std::string_view filename) {
 }
 
 std::size_t line_at_or_after(const Module& m, int line) {
-  auto it = std::lower_bound(m.lines.begin(), m.lines.end(), line,
-                             [](const LogicalLine& l, int v) { return l.line < v; });
+  auto it =
+      std::lower_bound(m.lines.begin(), m.lines.end(), line, [](const LogicalLine& l, int v) { return l.line < v; });
   return static_cast<std::size_t>(it - m.lines.begin());
 }
 
@@ -114,8 +110,7 @@ bool is_jit_decorator(const Module& m, const LogicalLine& l) {
   // @triton.jit, @triton.jit(...), @jit, @jit(...)
   if (l.code.size() < 2 || !m.tok(l, 0).is_op("@")) return false;
   if (m.tok(l, 1).is_name("jit")) return true;
-  return l.code.size() >= 4 && m.tok(l, 1).is_name("triton") && m.tok(l, 2).is_op(".") &&
-         m.tok(l, 3).is_name("jit");
+  return l.code.size() >= 4 && m.tok(l, 1).is_name("triton") && m.tok(l, 2).is_op(".") && m.tok(l, 3).is_name("jit");
 }
 
 }  // namespace
@@ -201,9 +196,9 @@ Kernel find_kernel(const Module& m, std::string_view name) {
   if (defs.empty()) {
     std::string found;
     for (const auto& j : jitted) found += (found.empty() ? "" : ", ") + j;
-    throw TransformError(fmt::format(
-        "{}:1:1: kernel '{}': no function of that name in the file (@triton.jit functions: {})",
-        m.filename, name, found.empty() ? "none" : found));
+    throw TransformError(
+        fmt::format("{}:1:1: kernel '{}': no function of that name in the file (@triton.jit functions: {})", m.filename,
+                    name, found.empty() ? "none" : found));
   }
   if (defs.size() > 1)
     throw TransformError(fmt::format("{}: the name is defined twice (also at line {}); rename one",
@@ -253,8 +248,8 @@ std::set<std::string> bound_names(const Module& m, const LogicalLine& l) {
     const Token& t = m.tok(l, i);
     if (t.depth != depth || t.kind != TokenKind::op) continue;
     if (t.text == "=") last_eq = i;
-    if (t.text.size() >= 2 && t.text.back() == '=' && t.text != "==" && t.text != "!=" &&
-        t.text != "<=" && t.text != ">=" && t.text != "=" && i > 0)
+    if (t.text.size() >= 2 && t.text.back() == '=' && t.text != "==" && t.text != "!=" && t.text != "<=" &&
+        t.text != ">=" && t.text != "=" && i > 0)
       collect_names(m, l, 0, 1, out);
   }
   if (last_eq < l.code.size()) collect_names(m, l, 0, last_eq, out);

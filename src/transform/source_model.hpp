@@ -34,16 +34,16 @@ Module read_module(std::string_view source, std::string_view filename);
 
 struct Param {
   std::string name;
-  std::size_t token = 0;     // its NAME token
+  std::size_t token = 0;  // its NAME token
   bool has_default = false;
-  bool starred = false;      // *args, **kwargs, or a bare '*'
+  bool starred = false;  // *args, **kwargs, or a bare '*'
 };
 
 // A function defined in the module: its signature and body.
 struct Function {
   std::string name;
-  std::size_t def_line = 0;     // index into Module::lines
-  std::size_t open_paren = 0;   // token indices of the signature's brackets
+  std::size_t def_line = 0;    // index into Module::lines
+  std::size_t open_paren = 0;  // token indices of the signature's brackets
   std::size_t close_paren = 0;
   std::vector<Param> params;
   std::size_t body_begin = 0, body_end = 0;  // logical line indices [begin, end)

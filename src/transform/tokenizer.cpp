@@ -13,16 +13,26 @@ namespace syncopate::transform {
 
 std::string_view to_string(TokenKind kind) {
   switch (kind) {
-    case TokenKind::name: return "NAME";
-    case TokenKind::number: return "NUMBER";
-    case TokenKind::string: return "STRING";
-    case TokenKind::op: return "OP";
-    case TokenKind::comment: return "COMMENT";
-    case TokenKind::newline: return "NEWLINE";
-    case TokenKind::nl: return "NL";
-    case TokenKind::indent: return "INDENT";
-    case TokenKind::dedent: return "DEDENT";
-    case TokenKind::end: return "ENDMARKER";
+    case TokenKind::name:
+      return "NAME";
+    case TokenKind::number:
+      return "NUMBER";
+    case TokenKind::string:
+      return "STRING";
+    case TokenKind::op:
+      return "OP";
+    case TokenKind::comment:
+      return "COMMENT";
+    case TokenKind::newline:
+      return "NEWLINE";
+    case TokenKind::nl:
+      return "NL";
+    case TokenKind::indent:
+      return "INDENT";
+    case TokenKind::dedent:
+      return "DEDENT";
+    case TokenKind::end:
+      return "ENDMARKER";
   }
   return "?";
 }
@@ -33,17 +43,15 @@ bool is_ident_start(char c) {
   const auto u = static_cast<unsigned char>(c);
   return std::isalpha(u) || c == '_' || u >= 0x80;
 }
-bool is_ident_char(char c) {
-  return is_ident_start(c) || std::isdigit(static_cast<unsigned char>(c));
-}
+bool is_ident_char(char c) { return is_ident_start(c) || std::isdigit(static_cast<unsigned char>(c)); }
 
 // Lower-cased string prefixes Python accepts (t-strings of 3.14 included).
 bool is_string_prefix(std::string_view word) {
   if (word.empty() || word.size() > 2) return false;
   std::string lower;
   for (char c : word) lower += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  static constexpr std::array<std::string_view, 11> kPrefixes{"r", "u", "b", "f", "t", "br", "rb",
-                                                              "fr", "rf", "tr", "rt"};
+  static constexpr std::array<std::string_view, 11> kPrefixes{"r",  "u",  "b",  "f",  "t", "br",
+                                                              "rb", "fr", "rf", "tr", "rt"};
   for (auto p : kPrefixes)
     if (lower == p) return true;
   return false;
@@ -56,9 +64,8 @@ bool prefix_has(std::string_view prefix, char lower_letter) {
 }
 
 constexpr std::array<std::string_view, 5> kOps3{"**=", "//=", ">>=", "<<=", "..."};
-constexpr std::array<std::string_view, 19> kOps2{"**", "//", "<<", ">>", "<=", ">=", "==",
-                                                 "!=", "->", "+=", "-=", "*=", "/=", "%=",
-                                                 "&=", "|=", "^=", "@=", ":="};
+constexpr std::array<std::string_view, 19> kOps2{
+    "**", "//", "<<", ">>", "<=", ">=", "==", "!=", "->", "+=", "-=", "*=", "/=", "%=", "&=", "|=", "^=", "@=", ":="};
 constexpr std::string_view kOps1 = "+-*/%@&|^~<>()[]{},:;.=!";
 
 struct OpenBracket {
@@ -94,8 +101,7 @@ class Lexer {
       } else if (is_ident_start(c)) {
         name_or_string();
       } else if (std::isdigit(static_cast<unsigned char>(c)) ||
-                 (c == '.' && pos_ + 1 < src_.size() &&
-                  std::isdigit(static_cast<unsigned char>(src_[pos_ + 1])))) {
+                 (c == '.' && pos_ + 1 < src_.size() && std::isdigit(static_cast<unsigned char>(src_[pos_ + 1])))) {
         number();
       } else if (c == '"' || c == '\'') {
         string_literal(pos_, pos_);
@@ -132,8 +138,7 @@ class Lexer {
     t.end_line = line_;
     t.depth = static_cast<int>(brackets_.size());
     t.first_on_line = !physical_has_token_ && kind != TokenKind::indent && kind != TokenKind::dedent;
-    if (kind != TokenKind::indent && kind != TokenKind::dedent && kind != TokenKind::nl &&
-        kind != TokenKind::newline)
+    if (kind != TokenKind::indent && kind != TokenKind::dedent && kind != TokenKind::nl && kind != TokenKind::newline)
       physical_has_token_ = true;
     if (kind != TokenKind::comment && kind != TokenKind::nl && kind != TokenKind::newline &&
         kind != TokenKind::indent && kind != TokenKind::dedent && kind != TokenKind::end)
@@ -177,10 +182,8 @@ class Lexer {
         indents_.pop_back();
         emit(TokenKind::dedent, p, p, line_);
       }
-      if (width8 != indents_.back().first)
-        fail(line_, col, "unindent does not match any outer indentation level");
-      if (width1 != indents_.back().second)
-        fail(line_, col, "inconsistent use of tabs and spaces in indentation");
+      if (width8 != indents_.back().first) fail(line_, col, "unindent does not match any outer indentation level");
+      if (width1 != indents_.back().second) fail(line_, col, "inconsistent use of tabs and spaces in indentation");
     }
   }
 
@@ -259,8 +262,7 @@ class Lexer {
     const bool triple = quote + 2 < src_.size() && src_[quote + 1] == q && src_[quote + 2] == q;
     std::size_t p = quote + (triple ? 3 : 1);
     const auto unterminated = [&] {
-      fail(start_line, start_col,
-           triple ? "unterminated triple-quoted string literal" : "unterminated string literal");
+      fail(start_line, start_col, triple ? "unterminated triple-quoted string literal" : "unterminated string literal");
     };
     for (;;) {
       if (p >= src_.size()) unterminated();
@@ -301,8 +303,7 @@ class Lexer {
   std::size_t scan_replacement_field(std::size_t p, int start_line, int start_col, bool triple) {
     int depth = 0;
     for (;;) {
-      if (p >= src_.size())
-        fail(start_line, start_col, "f-string: expecting '}' before the end of the file");
+      if (p >= src_.size()) fail(start_line, start_col, "f-string: expecting '}' before the end of the file");
       const char c = src_[p];
       if (c == '{' || c == '(' || c == '[') {
         ++depth;
@@ -319,8 +320,7 @@ class Lexer {
       } else if (is_ident_start(c)) {
         std::size_t end = p;
         while (end < src_.size() && is_ident_char(src_[end])) ++end;
-        if (end < src_.size() && (src_[end] == '"' || src_[end] == '\'') &&
-            is_string_prefix(src_.substr(p, end - p)))
+        if (end < src_.size() && (src_[end] == '"' || src_[end] == '\'') && is_string_prefix(src_.substr(p, end - p)))
           p = scan_string(p, end, line_, col_of(p));
         else
           p = end;
@@ -352,8 +352,7 @@ class Lexer {
     const char c = src_[pos_];
     if (kOps1.find(c) == std::string_view::npos) {
       const auto u = static_cast<unsigned char>(c);
-      if (std::isprint(u))
-        fail(line_, col_of(pos_), fmt::format("invalid character '{}'", c));
+      if (std::isprint(u)) fail(line_, col_of(pos_), fmt::format("invalid character '{}'", c));
       fail(line_, col_of(pos_), fmt::format("invalid character (byte 0x{:02x})", static_cast<int>(u)));
     }
     if (c == '(' || c == '[' || c == '{') {
@@ -367,8 +366,7 @@ class Lexer {
       const auto open = brackets_.back();
       if (open.ch != want)
         fail(line_, col_of(pos_),
-             fmt::format("closing '{}' does not match '{}' opened at line {}:{}", c, open.ch,
-                         open.line, open.col));
+             fmt::format("closing '{}' does not match '{}' opened at line {}:{}", c, open.ch, open.line, open.col));
       brackets_.pop_back();
       emit(TokenKind::op, pos_, pos_ + 1, line_);
       out_.back().depth = static_cast<int>(brackets_.size());

@@ -76,8 +76,8 @@ std::vector<TransformResult> transform_kernels(std::string_view source, std::str
   return results;
 }
 
-TransformResult transform_kernel(std::string_view source, std::string_view filename,
-                                 std::string_view kernel_name, const TransformOptions& options) {
+TransformResult transform_kernel(std::string_view source, std::string_view filename, std::string_view kernel_name,
+                                 const TransformOptions& options) {
   return std::move(transform_kernels(source, filename, {std::string(kernel_name)}, options).front());
 }
 

@@ -31,8 +31,7 @@ int device_count() {
   return n;
 }
 
-LocalGroup::LocalGroup(const plan::CommPlan& plan, runtime::ExecutorOptions options)
-    : world_(plan.world_size) {
+LocalGroup::LocalGroup(const plan::CommPlan& plan, runtime::ExecutorOptions options) : world_(plan.world_size) {
   const int devices = device_count();
   if (devices < 1) throw std::runtime_error("no CUDA device");
   distinct_ = world_ <= devices;
@@ -44,8 +43,8 @@ LocalGroup::LocalGroup(const plan::CommPlan& plan, runtime::ExecutorOptions opti
   std::vector<int> device_of_rank;
   for (int r = 0; r < world_; ++r) {
     device_of_rank.push_back(r % devices);
-    heaps_.push_back(std::make_unique<runtime::SymmetricHeap>(r, world_, r % devices,
-                                                              static_cast<std::size_t>(layout.total_bytes)));
+    heaps_.push_back(
+        std::make_unique<runtime::SymmetricHeap>(r, world_, r % devices, static_cast<std::size_t>(layout.total_bytes)));
     raw.push_back(heaps_.back().get());
   }
   runtime::SymmetricHeap::connect_local(raw);
@@ -58,8 +57,8 @@ LocalGroup::LocalGroup(const plan::CommPlan& plan, runtime::ExecutorOptions opti
     cudaStream_t s = nullptr;
     check(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "cudaStreamCreate");
     streams_.push_back(s);
-    executors_.push_back(std::make_unique<runtime::RankExecutor>(
-        plan, tables, *heaps_[r], *monitor_, nccl_.empty() ? nullptr : nccl_[r].get(), options));
+    executors_.push_back(std::make_unique<runtime::RankExecutor>(plan, tables, *heaps_[r], *monitor_,
+                                                                 nccl_.empty() ? nullptr : nccl_[r].get(), options));
   }
 }
 
@@ -124,16 +123,17 @@ const float* LocalGroup::upload(int r, const std::vector<float>& values) {
 
 void LocalGroup::write(int r, const std::string& name, const std::vector<float>& values) {
   check(cudaSetDevice(heaps_[r]->device()), "cudaSetDevice");
-  check(cudaMemcpy(executors_[r]->tensor(r, name), values.data(), values.size() * sizeof(float),
-                   cudaMemcpyHostToDevice), "write");
+  check(
+      cudaMemcpy(executors_[r]->tensor(r, name), values.data(), values.size() * sizeof(float), cudaMemcpyHostToDevice),
+      "write");
 }
 
 std::vector<float> LocalGroup::read(int r, const std::string& name) {
   check(cudaSetDevice(heaps_[r]->device()), "cudaSetDevice");
   const auto& spec = executors_[r]->plan().tensors.at(name);
   std::vector<float> out(static_cast<std::size_t>(spec.elements()));
-  check(cudaMemcpy(out.data(), executors_[r]->tensor(r, name), out.size() * sizeof(float),
-                   cudaMemcpyDeviceToHost), "read");
+  check(cudaMemcpy(out.data(), executors_[r]->tensor(r, name), out.size() * sizeof(float), cudaMemcpyDeviceToHost),
+        "read");
   return out;
 }
 

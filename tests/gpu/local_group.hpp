@@ -58,7 +58,7 @@ class LocalGroup {
   std::vector<std::unique_ptr<runtime::RankExecutor>> executors_;
   std::vector<cudaStream_t> streams_;
   std::vector<std::pair<int, void*>> uploads_;  // (device, buffer)
-  std::unique_ptr<std::barrier<>> barrier_;      // of the running on_every_rank(), else null
+  std::unique_ptr<std::barrier<>> barrier_;     // of the running on_every_rank(), else null
 };
 
 }  // namespace syncopate::gpu_test

@@ -57,13 +57,13 @@ int test_world() {
 // tensor (if any), publish the entry counter, then a host barrier so that every rank's entry
 // write is enqueued before any rank enqueues a wait for it; fork the chunk steps, end, and a
 // second barrier so every exit write is enqueued before the next call's begin waits for it.
-void ordered_call(LocalGroup& g, int r, const void* input = nullptr, std::size_t bytes = 0,
-                  bool wait_landed = true) {
+void ordered_call(LocalGroup& g, int r, const void* input = nullptr, std::size_t bytes = 0, bool wait_landed = true) {
   auto& ex = g.executor(r);
   ex.begin(g.stream(r));
   if (input != nullptr)
-    EXPECT_EQ(cudaMemcpyAsync(ex.tensor(r, ex.plan().collective.tensor), input, bytes, cudaMemcpyDeviceToDevice,
-                              g.stream(r)), cudaSuccess);
+    EXPECT_EQ(
+        cudaMemcpyAsync(ex.tensor(r, ex.plan().collective.tensor), input, bytes, cudaMemcpyDeviceToDevice, g.stream(r)),
+        cudaSuccess);
   ex.publish(g.stream(r));
   g.barrier();
   ex.fork(g.stream(r));
@@ -113,7 +113,9 @@ int check_result(LocalGroup& g, const plan::CommPlan& p, int q, std::int64_t epo
     float want = 0;
     bool checked = true;
     switch (p.collective.kind) {
-      case Collective::all_gather: want = input_value(s, epoch, k); break;
+      case Collective::all_gather:
+        want = input_value(s, epoch, k);
+        break;
       case Collective::reduce_scatter:
         checked = s == q;
         for (int r = 0; r < w; ++r) want += input_value(r, epoch, k);
@@ -129,7 +131,8 @@ int check_result(LocalGroup& g, const plan::CommPlan& p, int q, std::int64_t epo
         want = input_value(s, epoch, src_k);
         break;
       }
-      default: checked = false;
+      default:
+        checked = false;
     }
     if (checked && out[k] != want) {
       if (wrong < 5)
@@ -173,8 +176,7 @@ plan::TemplateOptions case_options(Collective collective, Algorithm algorithm, B
 
 plan::CommPlan make_case_plan(const Case& c, int world) {
   auto o = case_options(c.collective, c.algorithm, c.backend, plan::DType::f32, c.split, c.dim, world);
-  const std::int64_t split_dim = c.collective == Collective::all_to_all ? 3 * world * c.split
-                                                                        : 3 * world * c.split + 1;
+  const std::int64_t split_dim = c.collective == Collective::all_to_all ? 3 * world * c.split : 3 * world * c.split + 1;
   o.shape = c.dim == 0 ? std::vector<std::int64_t>{split_dim, 37} : std::vector<std::int64_t>{7, split_dim};
   auto p = plan::make_plan(o);
   plan::verify_or_throw(p, case_name({c, 0}));
@@ -206,8 +208,8 @@ TEST_P(TemplatePlans, EveryRankGetsTheCollectiveResultForThreeEpochs) {
 std::vector<Case> all_cases() {
   std::vector<Case> out;
   for (auto backend : {Backend::copy_engine, Backend::sm_copy, Backend::nccl})
-    for (auto coll : {Collective::all_gather, Collective::reduce_scatter, Collective::all_reduce,
-                      Collective::all_to_all})
+    for (auto coll :
+         {Collective::all_gather, Collective::reduce_scatter, Collective::all_reduce, Collective::all_to_all})
       for (auto alg : {Algorithm::ring, Algorithm::direct, Algorithm::bidir}) {
         out.push_back({coll, alg, backend, 1, 0});
         out.push_back({coll, alg, backend, 2, 1});
@@ -360,8 +362,10 @@ TEST(NcclBoundedWait, nccl_PeerThatNeverSendsIsAbortedAfterTheBound) {
     // stop the process instead of hanging the GPU job.
     while (cudaStreamQuery(g.stream(r)) == cudaErrorNotReady) {
       if (std::chrono::steady_clock::now() - start > std::chrono::seconds(30)) {
-        std::fprintf(stderr, "FATAL: rank %d's stream is still busy 30 s after a 0.3 s bound: the NCCL "
-                     "watchdog did not end the hung recv\n", r);
+        std::fprintf(stderr,
+                     "FATAL: rank %d's stream is still busy 30 s after a 0.3 s bound: the NCCL "
+                     "watchdog did not end the hung recv\n",
+                     r);
         std::fflush(stderr);
         std::_Exit(3);
       }
@@ -458,8 +462,7 @@ std::vector<std::uint16_t> read16(LocalGroup& g, int r, const std::string& name)
   const auto& spec = g.executor(r).plan().tensors.at(name);
   std::vector<std::uint16_t> out(static_cast<std::size_t>(spec.elements()));
   EXPECT_EQ(cudaSetDevice(g.device(r)), cudaSuccess);
-  EXPECT_EQ(cudaMemcpy(out.data(), g.executor(r).tensor(r, name), out.size() * 2, cudaMemcpyDeviceToHost),
-            cudaSuccess);
+  EXPECT_EQ(cudaMemcpy(out.data(), g.executor(r).tensor(r, name), out.size() * 2, cudaMemcpyDeviceToHost), cudaSuccess);
   return out;
 }
 
@@ -658,17 +661,17 @@ TEST_P(AtomicAdds, TwoStreamsAddingIntoOneBoxLoseNothing) {
   EXPECT_EQ(wrong, 0);
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    AllBackends, AtomicAdds,
-    testing::Combine(testing::Values(Backend::copy_engine, Backend::sm_copy, Backend::nccl),
-                     testing::Values(plan::DType::bf16, plan::DType::f16, plan::DType::f32, plan::DType::i32)),
-    [](const testing::TestParamInfo<std::tuple<Backend, plan::DType>>& info) {
-      std::string s = fmt::format("{}_{}", plan::to_string(std::get<0>(info.param)),
-                                  plan::to_string(std::get<1>(info.param)));
-      for (auto& ch : s)
-        if (ch == '-') ch = '_';
-      return s;
-    });
+INSTANTIATE_TEST_SUITE_P(AllBackends, AtomicAdds,
+                         testing::Combine(testing::Values(Backend::copy_engine, Backend::sm_copy, Backend::nccl),
+                                          testing::Values(plan::DType::bf16, plan::DType::f16, plan::DType::f32,
+                                                          plan::DType::i32)),
+                         [](const testing::TestParamInfo<std::tuple<Backend, plan::DType>>& info) {
+                           std::string s = fmt::format("{}_{}", plan::to_string(std::get<0>(info.param)),
+                                                       plan::to_string(std::get<1>(info.param)));
+                           for (auto& ch : s)
+                             if (ch == '-') ch = '_';
+                           return s;
+                         });
 
 // Reduce-add bandwidth per backend, printed for the lead (never asserted: performance lives in
 // benchmarks). World 2, one GPU per rank: a direct reduce-scatter of a 2 x 32 MiB bf16 tensor
@@ -683,8 +686,9 @@ double seconds_per_call(const plan::CommPlan& p, int calls, int blocks) {
   std::vector<double> per_rank(2, 0.0);
   g.on_every_rank([&](int r) {
     auto& ex = g.executor(r);
-    ASSERT_EQ(cudaMemsetAsync(ex.tensor(r, p.collective.tensor), 0,
-                              p.tensors.at(p.collective.tensor).elements() * 2, g.stream(r)), cudaSuccess);
+    ASSERT_EQ(cudaMemsetAsync(ex.tensor(r, p.collective.tensor), 0, p.tensors.at(p.collective.tensor).elements() * 2,
+                              g.stream(r)),
+              cudaSuccess);
     for (int i = 0; i < 5; ++i) ex.run(g.stream(r));
     ASSERT_EQ(cudaStreamSynchronize(g.stream(r)), cudaSuccess);
     g.barrier();
@@ -718,8 +722,10 @@ TEST_P(ReduceAddBandwidth, PrintsGBsFor32MiBChunks) {
   const double add16 = gbs(Collective::reduce_scatter, 16);
   const double copy16 = gbs(Collective::all_gather, 16);
   const double add64 = gbs(Collective::reduce_scatter, 64);
-  std::printf("reduce-add bandwidth: %-11s 32 MiB reduce-add %7.1f GB/s (64 blocks: %7.1f), 32 MiB copy %7.1f GB/s, "
-              "add/copy %.2f\n", std::string(plan::to_string(backend)).c_str(), add16, add64, copy16, add16 / copy16);
+  std::printf(
+      "reduce-add bandwidth: %-11s 32 MiB reduce-add %7.1f GB/s (64 blocks: %7.1f), 32 MiB copy %7.1f GB/s, "
+      "add/copy %.2f\n",
+      std::string(plan::to_string(backend)).c_str(), add16, add64, copy16, add16 / copy16);
   std::fflush(stdout);
 }
 

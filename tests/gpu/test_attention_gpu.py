@@ -50,16 +50,19 @@ def _sdpa(q, k, v, causal, q_start=0):
     k, v = k.repeat_interleave(group, 1), v.repeat_interleave(group, 1)
     mask = None
     if causal:
-        mask = (torch.arange(q.shape[2], device=q.device)[:, None] + q_start) >= \
-            torch.arange(k.shape[2], device=q.device)[None, :]
+        mask = (torch.arange(q.shape[2], device=q.device)[:, None] + q_start) >= torch.arange(
+            k.shape[2], device=q.device
+        )[None, :]
     return torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask)
 
 
 def _qkv(h, h_kv, n_q, n_kv, d, dtype, seed=0):
     gen = torch.Generator(device=DEV).manual_seed(seed)
-    return (torch.randn(1, h, n_q, d, device=DEV, dtype=dtype, generator=gen),
-            torch.randn(1, h_kv, n_kv, d, device=DEV, dtype=dtype, generator=gen),
-            torch.randn(1, h_kv, n_kv, d, device=DEV, dtype=dtype, generator=gen))
+    return (
+        torch.randn(1, h, n_q, d, device=DEV, dtype=dtype, generator=gen),
+        torch.randn(1, h_kv, n_kv, d, device=DEV, dtype=dtype, generator=gen),
+        torch.randn(1, h_kv, n_kv, d, device=DEV, dtype=dtype, generator=gen),
+    )
 
 
 BM, BN = 64, 64
@@ -70,7 +73,11 @@ def _original(sy, q, k, v, causal, q_start=0):
     tiles = -(-q.shape[2] // BM) * q.shape[0] * q.shape[1]
     sy.attention.attention_fwd_kernel[(tiles,)](
         *sy.attention.attention_reference_args(q, k, v, o, q.shape[-1] ** -0.5, q_start),
-        HEAD_DIM=q.shape[-1], BLOCK_M=BM, BLOCK_N=BN, CAUSAL=causal)
+        HEAD_DIM=q.shape[-1],
+        BLOCK_M=BM,
+        BLOCK_N=BN,
+        CAUSAL=causal,
+    )
     return o
 
 
@@ -80,14 +87,25 @@ def _transformed(sy, q, k, v, causal, world, rank, signals, bound=2_000_000_000,
     tiles = -(-q.shape[2] // BM) * tiles_n
     order = list(range(tiles))
     random.Random(1).shuffle(order)
-    tables = sy.launch.TileTables.from_lists(order, tiles_n, [[]] * tiles, [[]] * tiles, [1] * world,
-                                             [100 + p for p in range(world)], rank=rank)
+    tables = sy.launch.TileTables.from_lists(
+        order, tiles_n, [[]] * tiles, [[]] * tiles, [1] * world, [100 + p for p in range(world)], rank=rank
+    )
     blocks = sy.block_tables.BlockTables.pieces_table(tiles_n, k.shape[2], BN, world, rank)
-    error = sy.launch.launch(sy.golden.attention_fwd_kernel, None, tables,
-                             *sy.attention.attention_reference_args(q, k, v, o, q.shape[-1] ** -0.5,
-                                                                    rank * q.shape[2]),
-                             signals=signals, epoch=1, wait_bound_ns=bound, blocks=blocks, sync=sync,
-                             HEAD_DIM=q.shape[-1], BLOCK_M=BM, BLOCK_N=BN, CAUSAL=causal)
+    error = sy.launch.launch(
+        sy.golden.attention_fwd_kernel,
+        None,
+        tables,
+        *sy.attention.attention_reference_args(q, k, v, o, q.shape[-1] ** -0.5, rank * q.shape[2]),
+        signals=signals,
+        epoch=1,
+        wait_bound_ns=bound,
+        blocks=blocks,
+        sync=sync,
+        HEAD_DIM=q.shape[-1],
+        BLOCK_M=BM,
+        BLOCK_N=BN,
+        CAUSAL=causal,
+    )
     return o, tables, error
 
 
@@ -165,9 +183,11 @@ def test_ops_at_world_one(dtype, causal):
 
     q, k, v = _qkv(8, 2, 1024, 1024, 128, dtype, seed=5)
     ref = _sdpa(q.float(), k.float(), v.float(), causal)
-    for name, op, kwargs in (("ulysses sdpa", ulysses_attention, {}),
-                             ("ulysses triton", ulysses_attention, {"compute": "triton"}),
-                             ("ring", ring_attention, {})):
+    for name, op, kwargs in (
+        ("ulysses sdpa", ulysses_attention, {}),
+        ("ulysses triton", ulysses_attention, {"compute": "triton"}),
+        ("ring", ring_attention, {}),
+    ):
         out = op(q, k, v, causal=causal, **kwargs)
         torch.testing.assert_close(out.float(), ref, rtol=2e-2, atol=2e-2, msg=lambda m: f"{name}: {m}")
 
@@ -192,13 +212,24 @@ def _bound_transformed(sy, q, k, v, causal, world, rank, signals):
     o = torch.empty_like(q)
     tiles_n = q.shape[0] * q.shape[1]
     tiles = -(-q.shape[2] // BM) * tiles_n
-    tables = sy.launch.TileTables.from_lists(list(range(tiles)), tiles_n, [[]] * tiles, [[]] * tiles, [1] * world,
-                                             rank=rank)
+    tables = sy.launch.TileTables.from_lists(
+        list(range(tiles)), tiles_n, [[]] * tiles, [[]] * tiles, [1] * world, rank=rank
+    )
     blocks = sy.block_tables.BlockTables.pieces_table(tiles_n, k.shape[2], BN, world, rank)
     kwargs = dict(tables.device_arrays(DEV), **blocks.device_arrays(DEV))
-    kwargs.update(sy_signals=signals, sy_tiles_n=tiles_n, sy_epoch=sy.launch.epoch_word(1, DEV),
-                  sy_wait_bound_ns=2_000_000_000, sy_rank=rank, sy_error=sy.launch.new_error_record(DEV),
-                  sy_blocks=blocks.blocks, HEAD_DIM=q.shape[-1], BLOCK_M=BM, BLOCK_N=BN, CAUSAL=causal)
+    kwargs.update(
+        sy_signals=signals,
+        sy_tiles_n=tiles_n,
+        sy_epoch=sy.launch.epoch_word(1, DEV),
+        sy_wait_bound_ns=2_000_000_000,
+        sy_rank=rank,
+        sy_error=sy.launch.new_error_record(DEV),
+        sy_blocks=blocks.blocks,
+        HEAD_DIM=q.shape[-1],
+        BLOCK_M=BM,
+        BLOCK_N=BN,
+        CAUSAL=causal,
+    )
     args = sy.attention.attention_reference_args(q, k, v, o, q.shape[-1] ** -0.5, rank * q.shape[2])
     sy.launch.unspecialize(sy.golden.attention_fwd_kernel)
     return lambda: sy.golden.attention_fwd_kernel[(tiles,)](*args, **kwargs)
@@ -210,6 +241,8 @@ def test_wait_overhead_with_nothing_to_wait_for(sy):
     signals = torch.ones(world, dtype=torch.int32, device=DEV)
     base = _time(lambda: _original(sy, q, k, v, False))
     fused = _time(_bound_transformed(sy, q, k, v, False, world, rank, signals))
-    print(f"\nattention S={s_loc} H=16 D=128 fp16: untransformed {base:.3f} ms, transformed {fused:.3f} ms, "
-          f"ratio {fused / base:.3f}")
+    print(
+        f"\nattention S={s_loc} H=16 D=128 fp16: untransformed {base:.3f} ms, transformed {fused:.3f} ms, "
+        f"ratio {fused / base:.3f}"
+    )
     assert fused / base <= 1.05

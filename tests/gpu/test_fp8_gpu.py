@@ -72,8 +72,10 @@ def test_split_k_fixup_matches_reference_every_call(block, split, layout, shape)
     assert int(counters.abs().sum()) == 0
 
 
-FP8_CONFIGS = [None,  # the model's choice
-               GemmConfig(64, 128, 128, 8, 4, 4, True, 1, 1.0)]
+FP8_CONFIGS = [
+    None,  # the model's choice
+    GemmConfig(64, 128, 128, 8, 4, 4, True, 1, 1.0),
+]
 
 
 @pytest.mark.skipif(not HAS_FP8, reason="this GPU has no FP8 tensor cores (capability < 8.9)")

@@ -80,7 +80,7 @@ def case(op, rank, world, *, z, h, h_kv, s_loc, d, dtype, causal, seed, mode="fu
 def cases(world, quick):
     rows = []
     for op in ("ulysses", "ring"):
-        for dtype in ((torch.bfloat16,) if quick else (torch.float16, torch.bfloat16)):
+        for dtype in (torch.bfloat16,) if quick else (torch.float16, torch.bfloat16):
             for causal in (False, True):
                 rows.append((op, dict(z=1, h=8, h_kv=2, s_loc=512, d=128, dtype=dtype, causal=causal)))
         rows.append((op, dict(z=2, h=4, h_kv=4, s_loc=256, d=64, dtype=torch.float16, causal=True)))
@@ -121,14 +121,37 @@ def withheld(op, rank, world, group):
     s_loc, h, d = 256, 4, 64
     cls = UlyssesAttention if op == "ulysses" else RingAttention
     if op == "ulysses":
-        plan = sy.make_plan("all-to-all", world_size=world, shape=[1, 3 * h, s_loc, d], dim=1, algorithm="direct",
-                            tensor="x", dtype="f16")
+        plan = sy.make_plan(
+            "all-to-all",
+            world_size=world,
+            shape=[1, 3 * h, s_loc, d],
+            dim=1,
+            algorithm="direct",
+            tensor="x",
+            dtype="f16",
+        )
     else:
-        plan = sy.make_plan("all-gather", world_size=world, shape=[2, 1, h, world * s_loc, d], dim=3,
-                            algorithm="ring", tensor="kv", dtype="f16")
+        plan = sy.make_plan(
+            "all-gather",
+            world_size=world,
+            shape=[2, 1, h, world * s_loc, d],
+            dim=3,
+            algorithm="ring",
+            tensor="kv",
+            dtype="f16",
+        )
     chunk = next(c.id for c in plan.chunks if c.dst == 0 and (c.src != c.dst or world == 1))
-    ctx = cls(group if world > 1 else None, z=1, h=h, h_kv=h, s_loc=s_loc, d=d, dtype=torch.float16,
-              wait_bound_ns=50_000_000, drop_chunk=chunk)
+    ctx = cls(
+        group if world > 1 else None,
+        z=1,
+        h=h,
+        h_kv=h,
+        s_loc=s_loc,
+        d=d,
+        dtype=torch.float16,
+        wait_bound_ns=50_000_000,
+        drop_chunk=chunk,
+    )
     dev = torch.device("cuda", torch.cuda.current_device())
     q, k, v = global_problem(7, 1, h, h, world * s_loc, d, torch.float16, dev)
     own = slice(rank * s_loc, (rank + 1) * s_loc)
@@ -157,14 +180,30 @@ def main():
     if rank == 0:
         print(f"== mode: {grp.mode}", flush=True)
     for i, (op, kw) in enumerate(cases(world, args.quick)):
-        name = f"{op} {str(kw['dtype'])[6:]} causal={kw['causal']} z={kw['z']} h={kw['h']} h_kv={kw['h_kv']} " \
-               f"s_loc={kw['s_loc']} d={kw['d']}"
+        name = (
+            f"{op} {str(kw['dtype'])[6:]} causal={kw['causal']} z={kw['z']} h={kw['h']} h_kv={kw['h_kv']} "
+            f"s_loc={kw['s_loc']} d={kw['d']}"
+        )
         res.run(name, lambda: case(op, rank, world, seed=i, **kw))
     if world == 1:
         for op in ("ulysses", "ring"):
-            res.run(f"{op} sequential (world 1)", lambda: case(op, rank, world, z=1, h=8, h_kv=2, s_loc=512, d=128,
-                                                               dtype=torch.float16, causal=True, seed=50,
-                                                               mode="sequential"))
+            res.run(
+                f"{op} sequential (world 1)",
+                lambda: case(
+                    op,
+                    rank,
+                    world,
+                    z=1,
+                    h=8,
+                    h_kv=2,
+                    s_loc=512,
+                    d=128,
+                    dtype=torch.float16,
+                    causal=True,
+                    seed=50,
+                    mode="sequential",
+                ),
+            )
     for op in ("ulysses", "ring"):
         res.run(f"{op} 200 calls", lambda: back_to_back(op, rank, world))
     for op in ("ulysses", "ring") if world > 1 else ("ulysses",):
@@ -172,8 +211,11 @@ def main():
         res.run(f"{op} withheld chunk", lambda: withheld(op, rank, world, grp.group))
     totals = grp.all_reduce_sum(torch.tensor([res.passed, res.failed], device="cuda"))
     if rank == 0:
-        print(f"SUMMARY world={world} passed={int(totals[0])} failed={int(totals[1])} "
-              f"device={torch.cuda.get_device_name()} mode={grp.mode}", flush=True)
+        print(
+            f"SUMMARY world={world} passed={int(totals[0])} failed={int(totals[1])} "
+            f"device={torch.cuda.get_device_name()} mode={grp.mode}",
+            flush=True,
+        )
     dist.barrier()
     dist.destroy_process_group()
     sys.exit(1 if int(totals[1]) else 0)

@@ -40,7 +40,7 @@ def fill_inputs(a, b, gen):
     """Fresh random values into the fixed operand buffers (what a graph's caller does)."""
     a.copy_(torch.randn(a.shape, generator=gen, device=a.device).to(a.dtype))
     k = b.shape[0]
-    b.copy_((torch.randn(b.shape, generator=gen, device=b.device) / k ** 0.5).to(b.dtype))
+    b.copy_((torch.randn(b.shape, generator=gen, device=b.device) / k**0.5).to(b.dtype))
 
 
 def check_one(ctx, op, a, b, out, world, rank):
@@ -55,8 +55,11 @@ def own_graph(res, name, op, backend, group, world, rank, calls, gen):
     if ctx.capture_refusal is not None:
         ctx(a, b, out=out)
         err = check_one(ctx, op, a, b, out, world, rank)
-        res.record(name, ctx.call_mode == "eager" and err < base.TOLERANCE[DTYPE],
-                   f"call_mode={ctx.call_mode} rel_err={err:.2e} (not capturable: runs eagerly)")
+        res.record(
+            name,
+            ctx.call_mode == "eager" and err < base.TOLERANCE[DTYPE],
+            f"call_mode={ctx.call_mode} rel_err={err:.2e} (not capturable: runs eagerly)",
+        )
         return
     worst = 0.0
     for _ in range(calls):
@@ -67,8 +70,12 @@ def own_graph(res, name, op, backend, group, world, rank, calls, gen):
         worst = max(worst, check_one(ctx, op, a, b, out, world, rank))
     ctx.check()
     ok = worst < base.TOLERANCE[DTYPE] and ctx.call_mode == "graph" and ctx.graphs.captures == 1
-    res.record(name, ok, f"calls={calls} worst_rel_err={worst:.2e} call_mode={ctx.call_mode} "
-                         f"captures={ctx.graphs.captures} {base.describe(ctx)}")
+    res.record(
+        name,
+        ok,
+        f"calls={calls} worst_rel_err={worst:.2e} call_mode={ctx.call_mode} "
+        f"captures={ctx.graphs.captures} {base.describe(ctx)}",
+    )
 
 
 def capture(ctx, a, b, out):
@@ -128,8 +135,11 @@ def interleaved(res, name, op, backend, group, world, rank, gen, rounds=6):
         worst = max(worst, check_one(ctx, op, a, b, out, world, rank))
     ctx.graphs.enabled = True
     ctx.check()
-    res.record(name, worst < base.TOLERANCE[DTYPE], f"calls={len(kinds)} (own-graph, user-graph, eager in turn) "
-                                                    f"worst_rel_err={worst:.2e}")
+    res.record(
+        name,
+        worst < base.TOLERANCE[DTYPE],
+        f"calls={len(kinds)} (own-graph, user-graph, eager in turn) worst_rel_err={worst:.2e}",
+    )
 
 
 def missing_chunk(res, name, op, backend, group, world, rank, gen):
@@ -142,17 +152,43 @@ def missing_chunk(res, name, op, backend, group, world, rank, gen):
 
     m, k, n = shape(op, world)
     if op.endswith("_epilogue"):
-        plan = staged_plan(world=world, m=m, n=n, split=1, dtype="bf16", backend=backend,
-                           collective="all-reduce" if op == "gemm_ar_epilogue" else "reduce-scatter")
+        plan = staged_plan(
+            world=world,
+            m=m,
+            n=n,
+            split=1,
+            dtype="bf16",
+            backend=backend,
+            collective="all-reduce" if op == "gemm_ar_epilogue" else "reduce-scatter",
+        )
     else:
-        coll, tensor, cols = {"ag_gemm": ("all-gather", "a", k), "gemm_rs": ("reduce-scatter", "c", n),
-                              "gemm_ar": ("all-reduce", "c", n)}[op]
-        plan = sy.make_plan(coll, world_size=world, shape=[m, cols], algorithm="direct", dtype="bf16",
-                            backend=backend, tensor=tensor)
-    dropped = next(c for c in plan.chunks if c.dst == 1 and c.src != c.dst
-                   and (not op.endswith("_epilogue") or c.dst_tensor == "p"))
-    ctx = base.make_ctx(op, group, m, k, n, DTYPE, backend, mode="fused", algorithm="direct", split=1,
-                        drop_chunk=dropped.id, wait_bound_ns=300_000_000)
+        coll, tensor, cols = {
+            "ag_gemm": ("all-gather", "a", k),
+            "gemm_rs": ("reduce-scatter", "c", n),
+            "gemm_ar": ("all-reduce", "c", n),
+        }[op]
+        plan = sy.make_plan(
+            coll, world_size=world, shape=[m, cols], algorithm="direct", dtype="bf16", backend=backend, tensor=tensor
+        )
+    dropped = next(
+        c
+        for c in plan.chunks
+        if c.dst == 1 and c.src != c.dst and (not op.endswith("_epilogue") or c.dst_tensor == "p")
+    )
+    ctx = base.make_ctx(
+        op,
+        group,
+        m,
+        k,
+        n,
+        DTYPE,
+        backend,
+        mode="fused",
+        algorithm="direct",
+        split=1,
+        drop_chunk=dropped.id,
+        wait_bound_ns=300_000_000,
+    )
     if ctx.capture_refusal is not None:
         return
     a, b = base.inputs(op, m, k, n, DTYPE, world, gen)
@@ -179,8 +215,12 @@ def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--calls", type=int, default=200)
     parser.add_argument("--results-file", default="")
-    parser.add_argument("--hang-dump-s", type=float, default=0,
-                        help="print every thread's Python stack after this many seconds (diagnosing a hang)")
+    parser.add_argument(
+        "--hang-dump-s",
+        type=float,
+        default=0,
+        help="print every thread's Python stack after this many seconds (diagnosing a hang)",
+    )
     args = parser.parse_args()
     if args.hang_dump_s > 0:
         import faulthandler
@@ -202,16 +242,20 @@ def main():
                     print(f"SKIP graphs {op} backend={backend}: {NCCL_SKIP_REASON}", flush=True)
                 continue
             tag = f"{op} backend={backend} world={world}"
-            for section, fn in (("own-graph", lambda n: own_graph(res, n, op, backend, group, world, rank, args.calls, gen)),
-                                ("user-graph", lambda n: user_graph(res, n, op, backend, group, world, rank, args.calls, gen)),
-                                ("interleaved", lambda n: interleaved(res, n, op, backend, group, world, rank, gen)),
-                                ("missing-chunk", lambda n: missing_chunk(res, n, op, backend, group, world, rank, gen))):
+            for section, fn in (
+                ("own-graph", lambda n: own_graph(res, n, op, backend, group, world, rank, args.calls, gen)),
+                ("user-graph", lambda n: user_graph(res, n, op, backend, group, world, rank, args.calls, gen)),
+                ("interleaved", lambda n: interleaved(res, n, op, backend, group, world, rank, gen)),
+                ("missing-chunk", lambda n: missing_chunk(res, n, op, backend, group, world, rank, gen)),
+            ):
                 name = f"graphs {section} {tag}"
                 base.guarded(res, name, lambda: fn(name))
     totals = group_info.all_reduce_sum(torch.tensor([res.passed, res.failed], device="cuda"))
     if rank == 0:
-        line = (f"SUMMARY graphs world={world} passed={int(totals[0])} failed={int(totals[1])} "
-                f"device={torch.cuda.get_device_name()} mode={group_info.mode}")
+        line = (
+            f"SUMMARY graphs world={world} passed={int(totals[0])} failed={int(totals[1])} "
+            f"device={torch.cuda.get_device_name()} mode={group_info.mode}"
+        )
         print(line, flush=True)
         if log:
             log.write(line + "\n")

@@ -34,14 +34,18 @@ M_PER_RANK, K, N = 256, 512, 768
 
 
 def step(s, kind, sb, so, db, do, cnt=1, depid=-1, deps=-1, hasdep=0):
-    return (f'<step s="{s}" type="{kind}" srcbuf="{sb}" srcoff="{so}" dstbuf="{db}" dstoff="{do}" cnt="{cnt}" '
-            f'depid="{depid}" deps="{deps}" hasdep="{hasdep}"/>')
+    return (
+        f'<step s="{s}" type="{kind}" srcbuf="{sb}" srcoff="{so}" dstbuf="{db}" dstoff="{do}" cnt="{cnt}" '
+        f'depid="{depid}" deps="{deps}" hasdep="{hasdep}"/>'
+    )
 
 
 def msccl_ring_allgather(world):
     """MSCCL XML: in-place ring all-gather, one thread block per GPU."""
-    lines = [f'<algo name="ring" proto="Simple" nchannels="1" nchunksperloop="{world}" ngpus="{world}" '
-             'coll="allgather" inplace="1">']
+    lines = [
+        f'<algo name="ring" proto="Simple" nchannels="1" nchunksperloop="{world}" ngpus="{world}" '
+        'coll="allgather" inplace="1">'
+    ]
     for r in range(world):
         lines.append(f'<gpu id="{r}" i_chunks="1" o_chunks="{world}" s_chunks="0">')
         lines.append(f'<tb id="0" send="{(r + 1) % world}" recv="{(r - 1) % world}" chan="0">')
@@ -55,8 +59,10 @@ def msccl_ring_allgather(world):
 
 def msccl_allpairs_reduce_scatter(world):
     """MSCCL XML: in-place all-pairs reduce-scatter; the adds into a GPU's chunk are chained."""
-    lines = [f'<algo name="allpairs" proto="Simple" nchannels="1" nchunksperloop="{world}" ngpus="{world}" '
-             'coll="reducescatter" inplace="1">']
+    lines = [
+        f'<algo name="allpairs" proto="Simple" nchannels="1" nchunksperloop="{world}" ngpus="{world}" '
+        'coll="reducescatter" inplace="1">'
+    ]
     for r in range(world):
         lines.append(f'<gpu id="{r}" i_chunks="{world}" o_chunks="1" s_chunks="0">')
         for t in range(world - 1):
@@ -72,6 +78,7 @@ def msccl_allpairs_reduce_scatter(world):
 
 def sendrecv_ring_allgather(world, rows, cols):
     """A send/recv list: the same ring, one stream per rank, tensor "a"."""
+
     def box(c):
         return [[c * rows, (c + 1) * rows], [0, cols]]
 
@@ -84,9 +91,16 @@ def sendrecv_ring_allgather(world, rows, cols):
             if k < world - 1:
                 items.append({"send": (r + 1) % world, "box": box(c)})
         ranks.append({"rank": r, "streams": [items]})
-    return json.dumps({"format": "syncopate-sendrecv", "version": 1, "world_size": world,
-                       "collective": {"kind": "all-gather", "tensor": "a", "dim": 0},
-                       "tensors": {"a": {"shape": [world * rows, cols], "dtype": "bf16"}}, "ranks": ranks})
+    return json.dumps(
+        {
+            "format": "syncopate-sendrecv",
+            "version": 1,
+            "world_size": world,
+            "collective": {"kind": "all-gather", "tensor": "a", "dim": 0},
+            "tensors": {"a": {"shape": [world * rows, cols], "dtype": "bf16"}},
+            "ranks": ranks,
+        }
+    )
 
 
 def plans(world):
@@ -96,29 +110,58 @@ def plans(world):
     m = M_PER_RANK * world
     out = []
     if world > 1:
-        out.append(("msccl ring all-gather", "ag_gemm",
-                    sy.import_plan(text=msccl_ring_allgather(world), format="msccl-xml", shape=[m, K], tensor="a",
-                                   source="ring.xml")))
-        out.append(("sendrecv ring all-gather", "ag_gemm",
-                    sy.import_plan(text=sendrecv_ring_allgather(world, M_PER_RANK, K), format="sendrecv",
-                                   source="ring.json")))
-        out.append(("msccl all-pairs reduce-scatter", "gemm_rs",
-                    sy.import_plan(text=msccl_allpairs_reduce_scatter(world), format="msccl-xml", shape=[m, N],
-                                   tensor="c", source="allpairs.xml")))
+        out.append(
+            (
+                "msccl ring all-gather",
+                "ag_gemm",
+                sy.import_plan(
+                    text=msccl_ring_allgather(world), format="msccl-xml", shape=[m, K], tensor="a", source="ring.xml"
+                ),
+            )
+        )
+        out.append(
+            (
+                "sendrecv ring all-gather",
+                "ag_gemm",
+                sy.import_plan(
+                    text=sendrecv_ring_allgather(world, M_PER_RANK, K), format="sendrecv", source="ring.json"
+                ),
+            )
+        )
+        out.append(
+            (
+                "msccl all-pairs reduce-scatter",
+                "gemm_rs",
+                sy.import_plan(
+                    text=msccl_allpairs_reduce_scatter(world),
+                    format="msccl-xml",
+                    shape=[m, N],
+                    tensor="c",
+                    source="allpairs.xml",
+                ),
+            )
+        )
     template = sy.make_plan("reduce-scatter", world_size=world, shape=[m, N], algorithm="ring", split=2, tensor="c")
-    out.append(("exported ring reduce-scatter", "gemm_rs",
-                sy.import_plan(text=sy.export_msccl_xml(template), format="msccl-xml", shape=[m, N], tensor="c",
-                               source="exported.xml")))
+    out.append(
+        (
+            "exported ring reduce-scatter",
+            "gemm_rs",
+            sy.import_plan(
+                text=sy.export_msccl_xml(template), format="msccl-xml", shape=[m, N], tensor="c", source="exported.xml"
+            ),
+        )
+    )
     return out
 
 
 def inputs(op, world, rank, seed, device):
     """Every rank's operands, from per-rank seeds: (this rank's a, b), and the fp32 reference."""
+
     def draw(r):
         g = torch.Generator(device="cpu").manual_seed(seed * 1000 + r)
         rows = M_PER_RANK if op == "ag_gemm" else M_PER_RANK * world
         a = torch.randn(rows, K, generator=g)
-        b = torch.randn(K, N, generator=g) / K ** 0.5
+        b = torch.randn(K, N, generator=g) / K**0.5
         return a.to(torch.bfloat16), b.to(torch.bfloat16)
 
     if op == "ag_gemm":
@@ -128,7 +171,7 @@ def inputs(op, world, rank, seed, device):
         return shards[rank].to(device), b.to(device), ref.to(device)
     parts = [draw(r) for r in range(world)]
     total = sum(a.float() @ b.float() for a, b in parts)
-    ref = total[rank * M_PER_RANK:(rank + 1) * M_PER_RANK]
+    ref = total[rank * M_PER_RANK : (rank + 1) * M_PER_RANK]
     a, b = parts[rank]
     return a.to(device), b.to(device), ref.to(device)
 
@@ -139,8 +182,18 @@ def run_case(group, world, rank, device, name, op, imported, backend, mode):
 
     cls = AgGemm if op == "ag_gemm" else GemmRs
     kw = {} if op == "ag_gemm" else {"reduce": "chunks"}
-    ctx = cls(group, m=M_PER_RANK * world, k=K, n=N, dtype=torch.bfloat16, device=device, backend=backend,
-              mode=mode, plan=imported.plan, **kw)
+    ctx = cls(
+        group,
+        m=M_PER_RANK * world,
+        k=K,
+        n=N,
+        dtype=torch.bfloat16,
+        device=device,
+        backend=backend,
+        mode=mode,
+        plan=imported.plan,
+        **kw,
+    )
     worst = 0.0
     for seed in range(3):
         a, b, ref = inputs(op, world, rank, seed, device)
@@ -148,8 +201,10 @@ def run_case(group, world, rank, device, name, op, imported, backend, mode):
         err = (torch.linalg.vector_norm(out.float() - ref) / torch.linalg.vector_norm(ref)).item()
         worst = max(worst, err if torch.isfinite(out).all() else float("inf"))
     ok = worst < TOLERANCE[torch.bfloat16] and ctx.algorithm == "given" and ctx.decision == mode
-    return ok, (f"rel_err={worst:.2e} decision={ctx.decision} backend={ctx.backend} "
-                f"predicted={ctx.predicted_us['fused']:.1f}us template={ctx.predicted_us['template_fused']:.1f}us")
+    return ok, (
+        f"rel_err={worst:.2e} decision={ctx.decision} backend={ctx.backend} "
+        f"predicted={ctx.predicted_us['fused']:.1f}us template={ctx.predicted_us['template_fused']:.1f}us"
+    )
 
 
 def main():
@@ -178,8 +233,11 @@ def main():
                 gpu_group.barrier()
     totals = gpu_group.all_reduce_sum(torch.tensor([passed, failed], device=device))
     if rank == 0:
-        print(f"SUMMARY world={world} passed={int(totals[0])} failed={int(totals[1])} "
-              f"device={torch.cuda.get_device_name()} gpus={torch.cuda.device_count()}", flush=True)
+        print(
+            f"SUMMARY world={world} passed={int(totals[0])} failed={int(totals[1])} "
+            f"device={torch.cuda.get_device_name()} gpus={torch.cuda.device_count()}",
+            flush=True,
+        )
     gpu_group.barrier()
     dist.destroy_process_group()
     sys.exit(1 if int(totals[1]) else 0)

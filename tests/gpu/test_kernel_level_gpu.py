@@ -21,8 +21,11 @@ import time
 import traceback
 from pathlib import Path
 
-for _name, _value in (("NCCL_NVLS_ENABLE", "0"), ("TORCH_SYMM_MEM_DISABLE_MULTICAST", "1"),
-                      ("NVSHMEM_DISABLE_NVLS", "1")):
+for _name, _value in (
+    ("NCCL_NVLS_ENABLE", "0"),
+    ("TORCH_SYMM_MEM_DISABLE_MULTICAST", "1"),
+    ("NVSHMEM_DISABLE_NVLS", "1"),
+):
     os.environ[_name] = _value
 os.environ.setdefault("SYNCOPATE_CALIBRATION", str(Path(__file__).resolve().parents[2] / "calib" / "h200.json"))
 
@@ -30,8 +33,12 @@ import torch  # noqa: E402
 import torch.distributed as dist  # noqa: E402
 
 OPS = ("ag_gemm", "gemm_rs")
-CONTROLS = {"plain": dict(priority=False), "priority": dict(priority=True),
-            "carveout": dict(priority=False, sm_carveout=16), "both": dict(priority=True, sm_carveout=16)}
+CONTROLS = {
+    "plain": dict(priority=False),
+    "priority": dict(priority=True),
+    "carveout": dict(priority=False, sm_carveout=16),
+    "both": dict(priority=True, sm_carveout=16),
+}
 GEMMS = ("cublas", "triton")
 DTYPES = (torch.float16, torch.bfloat16)
 TOLERANCE = {torch.float16: 4e-3, torch.bfloat16: 2.5e-2}
@@ -39,8 +46,7 @@ TOLERANCE = {torch.float16: 4e-3, torch.bfloat16: 2.5e-2}
 
 def shapes(world):
     """(M, K, N, what): for gemm_rs K is the local depth."""
-    return [(512 * world, 1024, 768, "multiples of every block"),
-            (255 * world, 328, 712, "multiple of no block")]
+    return [(512 * world, 1024, 768, "multiples of every block"), (255 * world, 328, 712, "multiple of no block")]
 
 
 def cases(world):
@@ -61,6 +67,7 @@ def inputs(op, m, k, n, dtype, world, rank, seed):
 
     def rand(g, *size):
         return torch.randn(*size, generator=g, device="cuda").to(dtype)
+
     if op == "ag_gemm":
         a, b = rand(gen, m // world, k), rand(shared, k, n)
         full = torch.empty((m, k), dtype=dtype, device="cuda")
@@ -84,7 +91,8 @@ def run_case(case, world, rank, seed):
         # The 64x128 block without warp specialisation (4 warps, 112 KiB) fits 2 per SM
         # unshaped, so residency 1 is real shaping.
         extra["gemm_config"] = dataclasses.replace(
-            next(c for c in CANDIDATES if (c.block_m, c.block_n) == (64, 128)), warp_specialize=False)
+            next(c for c in CANDIDATES if (c.block_m, c.block_n) == (64, 128)), warp_specialize=False
+        )
     cls = kernel_level.KernelLevelAgGemm if op == "ag_gemm" else kernel_level.KernelLevelGemmRs
     ctx = cls(None, m=m, k=k, n=n, dtype=dtype, chunks=3, gemm=gemm, **extra)
     errors = []
@@ -107,8 +115,11 @@ def run_case(case, world, rank, seed):
             return False, "no kernel was shaped"
         for s in shapings:
             if s["residency_driver"] != 1 or s["natural_driver"] < 2:
-                return False, f"occupancy: driver says {s['residency_driver']} padded / {s['natural_driver']} unpadded, " \
-                              f"expected 1 / >= 2 ({s})"
+                return (
+                    False,
+                    f"occupancy: driver says {s['residency_driver']} padded / {s['natural_driver']} unpadded, "
+                    f"expected 1 / >= 2 ({s})",
+                )
         note += f"; occupancy {shapings[0]['natural_driver']} -> 1 with +{shapings[0]['extra_shared']} B"
     return True, note
 
@@ -128,14 +139,20 @@ def check_priorities():
     stream = torch.cuda.Stream(priority=greatest)
     got = rt.stream_priority(stream.cuda_stream)
     if got != stream.priority or not got < least:
-        return False, (f"a greatest-priority torch stream reports {got} (driver) / {stream.priority} "
-                       f"(torch), expected one priority above the default {least}")
+        return False, (
+            f"a greatest-priority torch stream reports {got} (driver) / {stream.priority} "
+            f"(torch), expected one priority above the default {least}"
+        )
     for high in (True, False):
         backend = comm_group(None, high)._get_backend(torch.device("cuda"))
         if backend.options.is_high_priority_stream != high:
-            return False, f"comm group (priority={high}) has is_high_priority_stream={backend.options.is_high_priority_stream}"
-    return True, (f"priority range least={least} greatest={greatest}; torch streams reach {got}; "
-                  "comm groups' NCCL options match")
+            return (
+                False,
+                f"comm group (priority={high}) has is_high_priority_stream={backend.options.is_high_priority_stream}",
+            )
+    return True, (
+        f"priority range least={least} greatest={greatest}; torch streams reach {got}; comm groups' NCCL options match"
+    )
 
 
 def main():
@@ -157,8 +174,12 @@ def main():
     lines = []
     start = time.time()
     checks = [("priorities", check_priorities)] + [
-        (" ".join([c[0], c[1], c[2], str(c[3]).replace("torch.", ""), f"{c[4][0]}x{c[4][1]}x{c[4][2]}"]),
-         (lambda c=c, i=i: run_case(c, world, rank, seed=i + 1))) for i, c in enumerate(cases(world))]
+        (
+            " ".join([c[0], c[1], c[2], str(c[3]).replace("torch.", ""), f"{c[4][0]}x{c[4][1]}x{c[4][2]}"]),
+            (lambda c=c, i=i: run_case(c, world, rank, seed=i + 1)),
+        )
+        for i, c in enumerate(cases(world))
+    ]
     for name, fn in checks:
         try:
             ok, note = fn()

@@ -62,6 +62,7 @@ def rel_err(out, ref):
 
 # -- sequential dispatch + combine -------------------------------------------------------------------
 
+
 def skewed_routing(tokens, experts, top_k, gen, device):
     """Top-k ids per token: expert 0 in every token's choice (hot), expert E-1 never chosen."""
     logits = torch.randn(tokens, experts, generator=gen, device="cpu")
@@ -81,10 +82,10 @@ def run_sequential(res, group_obj, calls):
             continue
         local = experts // world
         wgen = torch.Generator().manual_seed(1234)  # the same full weights on every rank
-        w_up_all = (torch.randn(experts, hidden, inter, generator=wgen) / hidden ** 0.5)
-        w_down_all = (torch.randn(experts, inter, hidden, generator=wgen) / inter ** 0.5)
-        w_up = w_up_all[rank * local:(rank + 1) * local].to(device, torch.bfloat16)
-        w_down = w_down_all[rank * local:(rank + 1) * local].to(device, torch.bfloat16)
+        w_up_all = torch.randn(experts, hidden, inter, generator=wgen) / hidden**0.5
+        w_down_all = torch.randn(experts, inter, hidden, generator=wgen) / inter**0.5
+        w_up = w_up_all[rank * local : (rank + 1) * local].to(device, torch.bfloat16)
+        w_down = w_down_all[rank * local : (rank + 1) * local].to(device, torch.bfloat16)
         layer = MoeDispatchCombine(group_obj.group if world > 1 else None, num_experts=experts, top_k=top_k)
         worst, received_hot, received_cold = 0.0, 0, 0
         for call in range(calls):
@@ -109,8 +110,11 @@ def run_sequential(res, group_obj, calls):
                         ref[sel] += weights[sel, slot, None].float() * (up @ w_down_all[e].to(device))
             worst = max(worst, rel_err(y, ref))
         ok = worst < 3e-2 and (rank != world - 1 or received_cold == 0)
-        res.record(f"sequential experts={experts} top_k={top_k} world={world} calls={calls}", ok,
-                   f"worst_rel_err={worst:.2e} hot_rows={received_hot} cold_rows={received_cold}")
+        res.record(
+            f"sequential experts={experts} top_k={top_k} world={world} calls={calls}",
+            ok,
+            f"worst_rel_err={worst:.2e} hot_rows={received_hot} cold_rows={received_cold}",
+        )
 
 
 # -- grouped GEMM kernel --------------------------------------------------------------------------
@@ -125,7 +129,7 @@ def gemm_problem(device, seed=0):
     counts = torch.randint(0, CAPACITY + 1, (slots,), generator=gen, dtype=torch.int32)
     counts[0], counts[1], counts[slots - 1] = 0, CAPACITY, 129
     a = torch.randn(slots * CAPACITY, K, generator=gen).to(device, torch.bfloat16)
-    w = (torch.randn(EXPERTS, K, N, generator=gen) / K ** 0.5).to(device, torch.bfloat16)
+    w = (torch.randn(EXPERTS, K, N, generator=gen) / K**0.5).to(device, torch.bfloat16)
     return a, w, counts.to(device)
 
 
@@ -137,8 +141,8 @@ def check_slots(c, a, w, counts):
     for q, want in enumerate(moe_fused.reference(a, w, counts_host, CAPACITY)):
         rows = counts_host[q]
         if rows:
-            worst = max(worst, rel_err(c[q * CAPACITY:q * CAPACITY + rows], want))
-        if not torch.isnan(c[q * CAPACITY + rows:(q + 1) * CAPACITY].float()).all():
+            worst = max(worst, rel_err(c[q * CAPACITY : q * CAPACITY + rows], want))
+        if not torch.isnan(c[q * CAPACITY + rows : (q + 1) * CAPACITY].float()).all():
             return False, f"slot {q}: rows past its count {rows} were written"
     return worst < 2e-2, f"worst_rel_err={worst:.2e}"
 
@@ -182,8 +186,7 @@ def run_grouped_gemm(res, device, rank):
         signals = torch.zeros(slots, dtype=torch.int32, device=device)
         ones = torch.ones(slots, dtype=torch.int32, device=device)
         c = fresh_c()
-        args, meta = moe_fused.grouped_gemm_args(a_late, w, c, counts_late, CAPACITY, BLOCK_M, BLOCK_N, BLOCK_K,
-                                                 PROGS)
+        args, meta = moe_fused.grouped_gemm_args(a_late, w, c, counts_late, CAPACITY, BLOCK_M, BLOCK_N, BLOCK_K, PROGS)
         side = torch.cuda.Stream(device)
         torch.cuda._sleep(1000)  # load the sleep kernel before anything spins
         torch.cuda.synchronize()
@@ -194,9 +197,9 @@ def run_grouped_gemm(res, device, rank):
         with torch.cuda.stream(side):
             for q in arrival:  # count, then rows, then the signal: copy engine, in stream order
                 torch.cuda._sleep(2_000_000)
-                counts_late[q:q + 1].copy_(counts[q:q + 1])
-                a_late[q * CAPACITY:(q + 1) * CAPACITY].copy_(a[q * CAPACITY:(q + 1) * CAPACITY])
-                signals[q:q + 1].copy_(ones[q:q + 1])
+                counts_late[q : q + 1].copy_(counts[q : q + 1])
+                a_late[q * CAPACITY : (q + 1) * CAPACITY].copy_(a[q * CAPACITY : (q + 1) * CAPACITY])
+                signals[q : q + 1].copy_(ones[q : q + 1])
         launch(kernel, (PROGS,), tables, *args, signals=signals, epoch=1, wait_bound_ns=5_000_000_000, **meta)
         torch.cuda.synchronize()
         return check_slots(c, a, w, counts)
@@ -229,11 +232,10 @@ def run_fused(res, group_obj, calls):
     local = experts // world
     group = group_obj.group if world > 1 else None
     wgen = torch.Generator().manual_seed(99)
-    w_up = (torch.randn(experts, hidden, inter, generator=wgen) / hidden ** 0.5)[rank * local:(rank + 1) * local]
+    w_up = (torch.randn(experts, hidden, inter, generator=wgen) / hidden**0.5)[rank * local : (rank + 1) * local]
     w_up = w_up.to(device, torch.bfloat16).contiguous()
     for backend in ("copy-engine", "sm-copy"):
-        fused = MoeDispatchCombine(group, num_experts=experts, top_k=top_k, capacity=128, mode="fused",
-                                   backend=backend)
+        fused = MoeDispatchCombine(group, num_experts=experts, top_k=top_k, capacity=128, mode="fused", backend=backend)
         seq = MoeDispatchCombine(group, num_experts=experts, top_k=top_k, mode="sequential")
         worst, detail = 0.0, ""
         try:

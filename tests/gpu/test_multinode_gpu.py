@@ -43,8 +43,16 @@ def values(rank: int, rows: int, cols: int, device) -> torch.Tensor:
 
 def run_case(group, world, rank, device, nodes, coll, algorithm, split, backend):
     rows, cols = world * split * 4, 64
-    plan = sy.make_plan(coll, world_size=world, shape=[rows, cols], algorithm=algorithm, split=split,
-                        dtype="f32", backend=backend, nodes=nodes)
+    plan = sy.make_plan(
+        coll,
+        world_size=world,
+        shape=[rows, cols],
+        algorithm=algorithm,
+        split=split,
+        dtype="f32",
+        backend=backend,
+        nodes=nodes,
+    )
     assert list(plan.nodes) == nodes and sy.verify(plan).ok
     ws = PlanWorkspace(plan, group, device=device)
     x = ws.tensor("x", torch.float32)
@@ -110,12 +118,20 @@ def main():
     os.environ.setdefault("SYNCOPATE_NODES", "2")
     nodes = detect_nodes(list(range(world))) or [0] * world
     if rank == 0:
-        print(f"== mode: {gpu_group.mode}, nodes {nodes}, NCCL_P2P_DISABLE={os.environ.get('NCCL_P2P_DISABLE')} "
-              f"NCCL_SHM_DISABLE={os.environ.get('NCCL_SHM_DISABLE')}", flush=True)
+        print(
+            f"== mode: {gpu_group.mode}, nodes {nodes}, NCCL_P2P_DISABLE={os.environ.get('NCCL_P2P_DISABLE')} "
+            f"NCCL_SHM_DISABLE={os.environ.get('NCCL_SHM_DISABLE')}",
+            flush=True,
+        )
     cases = [("heap-topology", None, None, None)] if len(set(nodes)) > 1 else []
     if not gpu_group.shared and len(set(nodes)) > 1:
-        cases += [(c, a, s, b) for c in COLLECTIVES for a in ("ring", "direct", "bidir") for s in (1, 2)
-                  for b in ("copy-engine", "sm-copy")]
+        cases += [
+            (c, a, s, b)
+            for c in COLLECTIVES
+            for a in ("ring", "direct", "bidir")
+            for s in (1, 2)
+            for b in ("copy-engine", "sm-copy")
+        ]
     passed = failed = 0
     for coll, algorithm, split, backend in cases:
         name = coll if algorithm is None else f"{coll} {algorithm} split={split} inside={backend}"
@@ -128,16 +144,17 @@ def main():
             ok, detail = False, f"{type(exc).__name__}: {exc}"
             traceback.print_exc()
         passed, failed = passed + ok, failed + (not ok)
-        print(f"{'PASS' if ok else 'FAIL'} rank={rank} node={nodes[rank]} {name} world={world} "
-              f"{detail}", flush=True)
+        print(f"{'PASS' if ok else 'FAIL'} rank={rank} node={nodes[rank]} {name} world={world} {detail}", flush=True)
         gpu_group.barrier()
     if gpu_group.shared and rank == 0:
         print("SKIP hierarchical plans: ranks share a GPU and NCCL refuses two ranks on one device", flush=True)
     totals = gpu_group.all_reduce_sum(torch.tensor([passed, failed], device=device))
     if rank == 0:
-        print(f"SUMMARY world={world} nodes={len(set(nodes))} passed={int(totals[0])} "
-              f"failed={int(totals[1])} device={torch.cuda.get_device_name()} gpus={torch.cuda.device_count()}",
-              flush=True)
+        print(
+            f"SUMMARY world={world} nodes={len(set(nodes))} passed={int(totals[0])} "
+            f"failed={int(totals[1])} device={torch.cuda.get_device_name()} gpus={torch.cuda.device_count()}",
+            flush=True,
+        )
     gpu_group.barrier()
     dist.destroy_process_group()
     sys.exit(1 if int(totals[1]) else 0)

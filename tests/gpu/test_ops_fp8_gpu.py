@@ -33,8 +33,11 @@ def _inputs(op, m, k, n, world, layout, scales, seed):
     for _ in range(world):
         rows = m // world if op == "ag_gemm" else m
         a = (torch.randn(rows, k, generator=gen) * 2).to(E4M3)
-        b = (torch.randn(n, k, generator=gen) * 2).to(E4M3).t() if layout == "nk" else \
-            (torch.randn(k, n, generator=gen) * 2).to(E4M3)
+        b = (
+            (torch.randn(n, k, generator=gen) * 2).to(E4M3).t()
+            if layout == "nk"
+            else (torch.randn(k, n, generator=gen) * 2).to(E4M3)
+        )
         if scales == "tensor":
             sa, sb = torch.rand(1, generator=gen) + 0.25, torch.rand(1, generator=gen) + 0.25
         else:
@@ -55,7 +58,7 @@ def _reference(op, ranks, rank, world, m):
     total = sum(prod(*r) for r in ranks)
     if op == "gemm_rs":
         rows = m // world
-        return total[rank * rows:(rank + 1) * rows]
+        return total[rank * rows : (rank + 1) * rows]
     return total
 
 
@@ -73,8 +76,11 @@ def main():
     group = GpuGroup()
     rank, world, device = group.rank, group.world, group.device
     classes = {"ag_gemm": AgGemm, "gemm_rs": GemmRs, "gemm_ar": GemmAr}
-    backends = [b for b in ("copy-engine", "sm-copy") if group.backend_usable(b)] if group.shared else \
-        ["copy-engine", "sm-copy"]
+    backends = (
+        [b for b in ("copy-engine", "sm-copy") if group.backend_usable(b)]
+        if group.shared
+        else ["copy-engine", "sm-copy"]
+    )
     shapes = [(1024, 512, 512), (world * 200, 384, 272)]  # the second a multiple of no block
     if args.quick:  # one shape, the copy engine only (the chunk movers do not depend on the dtype)
         shapes = shapes[:1]
@@ -88,9 +94,20 @@ def main():
                     for m, k, n in shapes:
                         name = f"{op} {backend} {mode} {layout} {m}x{k}x{n}"
                         try:
-                            ctx = cls(group.group, m=m, k=k, n=n, dtype=E4M3, device=device, backend=backend,
-                                      mode=mode, b_layout=layout, algorithm="direct", split=1,
-                                      **({} if op == "ag_gemm" else {"reduce": "chunks"}))
+                            ctx = cls(
+                                group.group,
+                                m=m,
+                                k=k,
+                                n=n,
+                                dtype=E4M3,
+                                device=device,
+                                backend=backend,
+                                mode=mode,
+                                b_layout=layout,
+                                algorithm="direct",
+                                split=1,
+                                **({} if op == "ag_gemm" else {"reduce": "chunks"}),
+                            )
                             for scales in ("tensor", "row"):
                                 case += 1
                                 ranks = _inputs(op, m, k, n, world, layout, scales, seed=case)
@@ -102,14 +119,20 @@ def main():
                                 out = torch.full((rows, n), float("nan"), dtype=torch.bfloat16, device=device)
                                 ctx(a, b, out=out, scale_a=sa, scale_b=sb, check=True)
                                 torch.cuda.synchronize(device)
-                                err = ((out.double() - ref.double()).norm() / ref.double().norm()).item() \
-                                    if torch.isfinite(out).all() else float("inf")
+                                err = (
+                                    ((out.double() - ref.double()).norm() / ref.double().norm()).item()
+                                    if torch.isfinite(out).all()
+                                    else float("inf")
+                                )
                                 limit = 5e-3 if op == "ag_gemm" else 5e-3 * world
                                 ok = err < limit
                                 passed += ok
                                 failed += not ok
-                                print(f"{'PASS' if ok else 'FAIL'} rank {rank} {name} {scales}: err {err:.2e} "
-                                      f"(decision {ctx.decision}, kernel {ctx.kernel_name})", flush=True)
+                                print(
+                                    f"{'PASS' if ok else 'FAIL'} rank {rank} {name} {scales}: err {err:.2e} "
+                                    f"(decision {ctx.decision}, kernel {ctx.kernel_name})",
+                                    flush=True,
+                                )
                         except Exception:
                             failed += 1
                             print(f"FAIL rank {rank} {name}: {traceback.format_exc(limit=4)}", flush=True)

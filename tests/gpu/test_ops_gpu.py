@@ -62,9 +62,11 @@ TOLERANCE = {torch.float16: 4e-3, torch.bfloat16: 2.5e-2}
 
 def shapes(world):
     """(M, K, N, what); M is a multiple of the world size."""
-    return [(256 * world, 512, 768, "multiple of every block"),
-            (255 * world, 328, 712, "multiple of no block, TMA"),
-            (50 * world, 200, 700, "small M, N pitch not 16-byte aligned: pointer kernel")]
+    return [
+        (256 * world, 512, 768, "multiple of every block"),
+        (255 * world, 328, 712, "multiple of no block, TMA"),
+        (50 * world, 200, 700, "small M, N pitch not 16-byte aligned: pointer kernel"),
+    ]
 
 
 def auto_shapes(world):
@@ -78,11 +80,11 @@ def matrix_cases(world, quick):
     out = []
     for op in MATRIX_OPS:
         for backend in BACKENDS:
-            for mode in (("fused",) if op in EPILOGUE_OPS else MODES):
+            for mode in ("fused",) if op in EPILOGUE_OPS else MODES:
                 # --quick keeps the unaligned shapes; the epilogue also keeps the one it runs on.
                 quick_shapes = shapes(world)[:2] if op in EPILOGUE_OPS else shapes(world)[1:]
-                for shape in (quick_shapes if quick else shapes(world)):
-                    for dtype in ((torch.bfloat16,) if quick else DTYPES):
+                for shape in quick_shapes if quick else shapes(world):
+                    for dtype in (torch.bfloat16,) if quick else DTYPES:
                         for layout in LAYOUTS:
                             if quick and mode == "sequential" and layout == "nk":
                                 continue
@@ -150,9 +152,9 @@ def inputs(op, m, k, n, dtype, world, gen, layout="kn"):
     rows = m // world if op == "ag_gemm" else m
     a = torch.randn(rows, k, generator=gen, device=dev).to(dtype)
     if layout == "nk":  # an nn.Linear weight [N, K], passed as its transpose view
-        b = (torch.randn(n, k, generator=gen, device=dev) / k ** 0.5).to(dtype).t()
+        b = (torch.randn(n, k, generator=gen, device=dev) / k**0.5).to(dtype).t()
     else:
-        b = (torch.randn(k, n, generator=gen, device=dev) / k ** 0.5).to(dtype)
+        b = (torch.randn(k, n, generator=gen, device=dev) / k**0.5).to(dtype)
     return a, b
 
 
@@ -167,7 +169,7 @@ def reference(op, a, b, world, rank):
     partial = GROUP.all_reduce_sum(a.float() @ b.float())
     if op == "gemm_rs":
         rows = partial.shape[0] // world
-        return partial[rank * rows:(rank + 1) * rows]
+        return partial[rank * rows : (rank + 1) * rows]
     return partial
 
 
@@ -185,13 +187,14 @@ def out_buffer(op, m, n, world, dtype):
 
 
 def describe(ctx):
-    return (f"decision={ctx.decision} origin={ctx.kernel_origin} kernel={ctx.kernel_name} "
-            f"backend={ctx.backend} algorithm={ctx.algorithm} split={ctx.split} order={ctx.tile_order} "
-            f"gemm={ctx.gemm_config} reduce={getattr(ctx, 'reduce', '-')}")
+    return (
+        f"decision={ctx.decision} origin={ctx.kernel_origin} kernel={ctx.kernel_name} "
+        f"backend={ctx.backend} algorithm={ctx.algorithm} split={ctx.split} order={ctx.tile_order} "
+        f"gemm={ctx.gemm_config} reduce={getattr(ctx, 'reduce', '-')}"
+    )
 
 
-def check_calls(res, name, ctx, op, m, k, n, dtype, world, rank, gen, layout, calls=3, expect=None,
-                expect_reduce=None):
+def check_calls(res, name, ctx, op, m, k, n, dtype, world, rank, gen, layout, calls=3, expect=None, expect_reduce=None):
     """`calls` checked calls on poisoned buffers; records the worst relative error."""
     worst = 0.0
     for _ in range(calls):
@@ -236,15 +239,41 @@ def run_matrix(res, group, world, rank, quick):
         def case():
             if op in EPILOGUE_OPS and not epilogue_applies(m, world):
                 epilogue_refused_by_name(res, name, op, group, m, k, n, dtype, backend, layout)
-                ctx = make_ctx(op, group, m, k, n, dtype, backend, mode=mode, b_layout=layout,
-                               algorithm="direct", split=1, reduce="auto")
-                check_calls(res, name, ctx, op, m, k, n, dtype, world, rank, gen, layout, expect=mode,
-                            expect_reduce="chunks")
+                ctx = make_ctx(
+                    op,
+                    group,
+                    m,
+                    k,
+                    n,
+                    dtype,
+                    backend,
+                    mode=mode,
+                    b_layout=layout,
+                    algorithm="direct",
+                    split=1,
+                    reduce="auto",
+                )
+                check_calls(
+                    res, name, ctx, op, m, k, n, dtype, world, rank, gen, layout, expect=mode, expect_reduce="chunks"
+                )
                 return
-            ctx = make_ctx(op, group, m, k, n, dtype, backend, mode=mode, b_layout=layout,
-                           algorithm="direct", split=1)
-            check_calls(res, name, ctx, op, m, k, n, dtype, world, rank, gen, layout, expect=mode,
-                        expect_reduce="epilogue" if op in EPILOGUE_OPS else None)
+            ctx = make_ctx(op, group, m, k, n, dtype, backend, mode=mode, b_layout=layout, algorithm="direct", split=1)
+            check_calls(
+                res,
+                name,
+                ctx,
+                op,
+                m,
+                k,
+                n,
+                dtype,
+                world,
+                rank,
+                gen,
+                layout,
+                expect=mode,
+                expect_reduce="epilogue" if op in EPILOGUE_OPS else None,
+            )
 
         guarded(res, name, case)
 
@@ -255,10 +284,12 @@ def epilogue_refused_by_name(res, name, op, group, m, k, n, dtype, backend, layo
     from syncopate.errors import UserError
 
     try:
-        make_ctx(op, group, m, k, n, dtype, backend, mode="fused", b_layout=layout, algorithm="direct",
-                 split=1)
-        res.record(name + " (refusal)", False, "reduce='epilogue' was accepted for a shard that is not a "
-                                               "multiple of every BLOCK_M")
+        make_ctx(op, group, m, k, n, dtype, backend, mode="fused", b_layout=layout, algorithm="direct", split=1)
+        res.record(
+            name + " (refusal)",
+            False,
+            "reduce='epilogue' was accepted for a shard that is not a multiple of every BLOCK_M",
+        )
     except UserError as exc:
         ok = "reduce='epilogue' cannot run here" in str(exc)
         res.record(name + " (refusal)", ok, f"error={str(exc)!r}")
@@ -272,10 +303,25 @@ def run_algorithms(res, group, world, rank, quick):
         name = f"{op} algorithm={algorithm} split={split} backend=copy-engine mode=fused M={m} K={k} N={n} bf16"
 
         def case():
-            ctx = make_ctx(op, group, m, k, n, torch.bfloat16, "copy-engine", mode="fused",
-                           algorithm=algorithm, split=split)
-            check_calls(res, name, ctx, op, m, k, n, torch.bfloat16, world, rank, gen, "kn", expect="fused",
-                        expect_reduce="epilogue" if op in EPILOGUE_OPS else None)
+            ctx = make_ctx(
+                op, group, m, k, n, torch.bfloat16, "copy-engine", mode="fused", algorithm=algorithm, split=split
+            )
+            check_calls(
+                res,
+                name,
+                ctx,
+                op,
+                m,
+                k,
+                n,
+                torch.bfloat16,
+                world,
+                rank,
+                gen,
+                "kn",
+                expect="fused",
+                expect_reduce="epilogue" if op in EPILOGUE_OPS else None,
+            )
 
         guarded(res, name, case)
 
@@ -285,15 +331,18 @@ def run_auto(res, group, world, rank, quick):
     gen.manual_seed(555 + rank)
     cases = auto_shapes(world)
     for op in OPS:
-        for (m, k, n, what) in (cases[2:] if quick else cases):
+        for m, k, n, what in cases[2:] if quick else cases:
             name = f"{op} auto M={m} K={k} N={n} bf16 ({what})"
 
             def case():
                 ctx = make_ctx(op, group, m, k, n, torch.bfloat16, "auto")
                 check_calls(res, name, ctx, op, m, k, n, torch.bfloat16, world, rank, gen, "kn", calls=2)
                 if rank == 0:
-                    print(f"  auto: {name}: {ctx.reason}; predicted_us="
-                          f"{ {key: round(v, 1) for key, v in ctx.predicted_us.items()} }", flush=True)
+                    print(
+                        f"  auto: {name}: {ctx.reason}; predicted_us="
+                        f"{ {key: round(v, 1) for key, v in ctx.predicted_us.items()} }",
+                        flush=True,
+                    )
 
             guarded(res, name, case)
 
@@ -327,8 +376,8 @@ def run_back_to_back(res, group, world, rank, quick, calls=200):
     dtype = torch.bfloat16
     for op in MATRIX_OPS:
         m, k, n, _ = shapes(world)[0 if op in EPILOGUE_OPS else 1]
-        for backend in (("copy-engine",) if quick else BACKENDS):
-            for mode in (("fused",) if quick or op in EPILOGUE_OPS else MODES):
+        for backend in ("copy-engine",) if quick else BACKENDS:
+            for mode in ("fused",) if quick or op in EPILOGUE_OPS else MODES:
                 name = f"back-to-back calls={calls} {op} backend={backend} mode={mode} M={m} K={k} N={n}"
 
                 def case():
@@ -345,8 +394,11 @@ def run_back_to_back(res, group, world, rank, quick, calls=200):
                     elapsed = time.perf_counter() - start
                     worst = max(rel_error(o, reference(op, a, b, world, rank)) for (a, b), o in zip(ins, outs))
                     staged_ok = op not in EPILOGUE_OPS or ctx.reduce == "epilogue"
-                    res.record(name, worst < TOLERANCE[dtype] and ctx.decision == mode and staged_ok,
-                               f"worst_rel_err={worst:.2e} wall={elapsed:.2f}s {describe(ctx)}")
+                    res.record(
+                        name,
+                        worst < TOLERANCE[dtype] and ctx.decision == mode and staged_ok,
+                        f"worst_rel_err={worst:.2e} wall={elapsed:.2f}s {describe(ctx)}",
+                    )
 
                 guarded(res, name, case)
 
@@ -361,24 +413,54 @@ def run_missing_chunk(res, group, world, rank, quick):
     for op in ("ag_gemm", "gemm_rs") + EPILOGUE_OPS:
         m, k, n, _ = shapes(world)[0 if op in EPILOGUE_OPS else 1]  # the matrix's shapes: kernels compiled
         for backend in BACKENDS:
-            for mode in (("fused",) if quick or op in EPILOGUE_OPS else MODES):
+            for mode in ("fused",) if quick or op in EPILOGUE_OPS else MODES:
                 coll, tensor = ("all-gather", "a") if op == "ag_gemm" else ("reduce-scatter", "c")
                 if op in EPILOGUE_OPS:
-                    plan = staged_plan(world=world, m=m, n=n, split=1, dtype="bf16", backend=backend,
-                                       collective="all-reduce" if op == "gemm_ar_epilogue" else "reduce-scatter")
+                    plan = staged_plan(
+                        world=world,
+                        m=m,
+                        n=n,
+                        split=1,
+                        dtype="bf16",
+                        backend=backend,
+                        collective="all-reduce" if op == "gemm_ar_epilogue" else "reduce-scatter",
+                    )
                 else:
-                    plan = sy.make_plan(coll, world_size=world, shape=[m, k if op == "ag_gemm" else n],
-                                        algorithm="direct", dtype="bf16", backend=backend, tensor=tensor,
-                                        input=AG_INPUT if op == "ag_gemm" else "")
+                    plan = sy.make_plan(
+                        coll,
+                        world_size=world,
+                        shape=[m, k if op == "ag_gemm" else n],
+                        algorithm="direct",
+                        dtype="bf16",
+                        backend=backend,
+                        tensor=tensor,
+                    )
                 # Staged plans: a staging chunk (into p), which rank 1's own tiles wait for.
-                dropped = next(c for c in plan.chunks if c.dst == 1 and c.src != c.dst
-                               and (op not in EPILOGUE_OPS or c.dst_tensor == "p"))
-                name = (f"missing-chunk {op} backend={backend} mode={mode} chunk={dropped.id} "
-                        f"({dropped.src}->{dropped.dst})")
+                dropped = next(
+                    c
+                    for c in plan.chunks
+                    if c.dst == 1 and c.src != c.dst and (op not in EPILOGUE_OPS or c.dst_tensor == "p")
+                )
+                name = (
+                    f"missing-chunk {op} backend={backend} mode={mode} chunk={dropped.id} "
+                    f"({dropped.src}->{dropped.dst})"
+                )
 
                 def case():
-                    ctx = make_ctx(op, group, m, k, n, torch.bfloat16, backend, mode=mode, algorithm="direct",
-                                   split=1, drop_chunk=dropped.id, wait_bound_ns=300_000_000)
+                    ctx = make_ctx(
+                        op,
+                        group,
+                        m,
+                        k,
+                        n,
+                        torch.bfloat16,
+                        backend,
+                        mode=mode,
+                        algorithm="direct",
+                        split=1,
+                        drop_chunk=dropped.id,
+                        wait_bound_ns=300_000_000,
+                    )
                     a, b = inputs(op, m, k, n, torch.bfloat16, world, torch.Generator(device="cuda"))
                     try:
                         ctx(a, b, check=True)
@@ -402,7 +484,7 @@ def list_cases(world, quick):
         print(f"matrix {op} {backend} {mode} M={m} K={k} N={n} {str(dtype)[6:]} b={layout} ({what})")
     for op, alg, split in algorithm_cases(quick):
         print(f"algorithms {op} {alg} split={split}")
-    for (m, k, n, what) in (auto_shapes(world)[2:] if quick else auto_shapes(world)):
+    for m, k, n, what in auto_shapes(world)[2:] if quick else auto_shapes(world):
         print(f"auto x3 ops M={m} K={k} N={n} ({what})")
     print(f"matrix cases: {len(matrix_cases(world, quick))}")
 
@@ -412,8 +494,13 @@ def main():
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--results-file", default="")
     parser.add_argument("--only", default=",".join(SECTIONS), help=f"comma-separated, of {SECTIONS}")
-    parser.add_argument("--list", type=int, metavar="WORLD", default=0,
-                        help="print the cases for this world size and exit (no GPU needed)")
+    parser.add_argument(
+        "--list",
+        type=int,
+        metavar="WORLD",
+        default=0,
+        help="print the cases for this world size and exit (no GPU needed)",
+    )
     args = parser.parse_args()
     parts = args.only.split(",")
     unknown = [p for p in parts if p not in SECTIONS]
@@ -451,8 +538,10 @@ def main():
                 print(f"== section {section}: {time.perf_counter() - start:.1f}s", flush=True)
     totals = GROUP.all_reduce_sum(torch.tensor([res.passed, res.failed], device="cuda"))
     if rank == 0:
-        line = (f"SUMMARY world={world} passed={int(totals[0])} failed={int(totals[1])} "
-                f"device={torch.cuda.get_device_name()} mode={GROUP.mode}")
+        line = (
+            f"SUMMARY world={world} passed={int(totals[0])} failed={int(totals[1])} "
+            f"device={torch.cuda.get_device_name()} mode={GROUP.mode}"
+        )
         print(line, flush=True)
         if log:
             log.write(line + "\n")

@@ -51,8 +51,10 @@ def sy():
 
     # Tensor descriptors made on the device (ag_gemm_tma) need scratch memory from an allocator.
     triton.set_allocator(lambda size, align, stream: torch.empty(size, dtype=torch.int8, device="cuda"))
-    return types.SimpleNamespace(launch=importlib.import_module("syncopate.launch"),
-                                 cases=importlib.import_module("syncopate.kernels.examples.cases"))
+    return types.SimpleNamespace(
+        launch=importlib.import_module("syncopate.launch"),
+        cases=importlib.import_module("syncopate.kernels.examples.cases"),
+    )
 
 
 def _check(result):
@@ -64,14 +66,26 @@ def _check(result):
 
 def _write_value(stream, tensor, index, value):
     addr = tensor.data_ptr() + index * tensor.element_size()
-    _check(driver.cuStreamWriteValue32(driver.CUstream(stream.cuda_stream), driver.CUdeviceptr(addr),
-                                       value, driver.CUstreamWriteValue_flags.CU_STREAM_WRITE_VALUE_DEFAULT))
+    _check(
+        driver.cuStreamWriteValue32(
+            driver.CUstream(stream.cuda_stream),
+            driver.CUdeviceptr(addr),
+            value,
+            driver.CUstreamWriteValue_flags.CU_STREAM_WRITE_VALUE_DEFAULT,
+        )
+    )
 
 
 def _wait_value(stream, tensor, index, value):
     addr = tensor.data_ptr() + index * tensor.element_size()
-    _check(driver.cuStreamWaitValue32(driver.CUstream(stream.cuda_stream), driver.CUdeviceptr(addr),
-                                      value, driver.CUstreamWaitValue_flags.CU_STREAM_WAIT_VALUE_GEQ))
+    _check(
+        driver.cuStreamWaitValue32(
+            driver.CUstream(stream.cuda_stream),
+            driver.CUdeviceptr(addr),
+            value,
+            driver.CUstreamWaitValue_flags.CU_STREAM_WAIT_VALUE_GEQ,
+        )
+    )
 
 
 def _setup(sy, name, seed):
@@ -87,9 +101,15 @@ def _setup(sy, name, seed):
     prob = case.make(device, torch.Generator().manual_seed(seed))
     lists = sy.cases.row_shard_slots(prob, case.role, WORLD)
     order = sy.cases.shuffled_order(prob.tiles_m * prob.tiles_n, seed + 101)
-    tables = sy.launch.TileTables.from_lists(order, prob.tiles_n, lists.tile_waits, lists.tile_notifies,
-                                             lists.slot_writers, [CHUNK_BASE + s for s in range(WORLD)],
-                                             rank=0)
+    tables = sy.launch.TileTables.from_lists(
+        order,
+        prob.tiles_n,
+        lists.tile_waits,
+        lists.tile_notifies,
+        lists.slot_writers,
+        [CHUNK_BASE + s for s in range(WORLD)],
+        rank=0,
+    )
     return case, transformed, ref, prob, tables
 
 
@@ -99,8 +119,9 @@ def _even(size, parts, index):
     return begin, base + (1 if index < rem else 0)
 
 
-def _run_consumer(sy, case, transformed, prob, tables, epoch, signals, source, rng, skip_slot=None,
-                  bound_ns=2_000_000_000):
+def _run_consumer(
+    sy, case, transformed, prob, tables, epoch, signals, source, rng, skip_slot=None, bound_ns=2_000_000_000
+):
     """One call: poison the input, launch, deliver shards late and shuffled, then sync."""
     main = torch.cuda.current_stream()
     side = torch.cuda.Stream()
@@ -114,9 +135,19 @@ def _run_consumer(sy, case, transformed, prob, tables, epoch, signals, source, r
     error = sy.launch.new_error_record(dst.device)
     torch.cuda.synchronize()
     start = time.monotonic()
-    sy.launch.launch(transformed, prob.grid_transformed, tables, *prob.args, signals=signals,
-                     epoch=epoch, wait_bound_ns=bound_ns, error=error, sync=False,
-                     device_arrays=arrays, **prob.meta)
+    sy.launch.launch(
+        transformed,
+        prob.grid_transformed,
+        tables,
+        *prob.args,
+        signals=signals,
+        epoch=epoch,
+        wait_bound_ns=bound_ns,
+        error=error,
+        sync=False,
+        device_arrays=arrays,
+        **prob.meta,
+    )
     slots = list(range(WORLD))
     rng.shuffle(slots)
     for slot in slots:
@@ -125,7 +156,7 @@ def _run_consumer(sy, case, transformed, prob, tables, epoch, signals, source, r
             continue
         b, n = _even(prob.rows, WORLD, slot)
         with torch.cuda.stream(side):
-            dst[b:b + n].copy_(source[b:b + n], non_blocking=True)
+            dst[b : b + n].copy_(source[b : b + n], non_blocking=True)
         _write_value(side, signals, slot, epoch * tables.slot_writers[slot])
     torch.cuda.synchronize()
     elapsed = time.monotonic() - start
@@ -157,8 +188,9 @@ def test_chunk_that_never_arrives_ends_the_kernel(sy, name):
     error, _ = _run_consumer(sy, case, transformed, prob, tables, 1, signals, source, rng)  # warm-up
     sy.launch.check_error(error, tables, case.kernel)
     bound_ns = 200_000_000
-    error, elapsed = _run_consumer(sy, case, transformed, prob, tables, 2, signals, source, rng,
-                                   skip_slot=2, bound_ns=bound_ns)
+    error, elapsed = _run_consumer(
+        sy, case, transformed, prob, tables, 2, signals, source, rng, skip_slot=2, bound_ns=bound_ns
+    )
     with pytest.raises(sy.launch.WaitTimeoutError) as info:
         sy.launch.check_error(error, tables, case.kernel)
     message = str(info.value)
@@ -180,22 +212,41 @@ def test_producer_chunks_leave_after_their_tiles(sy):
     error = sy.launch.new_error_record(signals.device)
     # Warm-up (epoch 1) with no stream waiting: a stream blocked in cuStreamWaitValue32 while the
     # first launch loads its module would deadlock the load (it waits for the device).
-    sy.launch.launch(transformed, prob.grid_transformed, tables, *prob.args, signals=signals,
-                     epoch=1, error=error, device_arrays=arrays, **prob.meta)
+    sy.launch.launch(
+        transformed,
+        prob.grid_transformed,
+        tables,
+        *prob.args,
+        signals=signals,
+        epoch=1,
+        error=error,
+        device_arrays=arrays,
+        **prob.meta,
+    )
     assert signals.tolist() == writers
     for epoch in (2, 3):
         c = prob.tensors["c"]
         c.fill_(float("nan"))
         out.fill_(float("nan"))
-        sy.launch.launch(transformed, prob.grid_transformed, tables, *prob.args, signals=signals,
-                         epoch=epoch, error=error, sync=False, device_arrays=arrays, **prob.meta)
+        sy.launch.launch(
+            transformed,
+            prob.grid_transformed,
+            tables,
+            *prob.args,
+            signals=signals,
+            epoch=epoch,
+            error=error,
+            sync=False,
+            device_arrays=arrays,
+            **prob.meta,
+        )
         slots = list(range(WORLD))
         rng.shuffle(slots)
         for slot in slots:  # each shard leaves once its tiles are written and announced
             b, n = _even(prob.rows, WORLD, slot)
             _wait_value(side, signals, slot, epoch * writers[slot])
             with torch.cuda.stream(side):
-                out[b:b + n].copy_(c[b:b + n], non_blocking=True)
+                out[b : b + n].copy_(c[b : b + n], non_blocking=True)
         torch.cuda.synchronize()
         sy.launch.check_error(error, tables, case.kernel)
         assert signals.tolist() == [epoch * w for w in writers]

@@ -28,8 +28,7 @@ def add_one(x_ptr, n, BLOCK: tl.constexpr):
 
 
 def main() -> int:
-    src = ASTSource(add_one, signature={"x_ptr": "*fp32", "n": "i32", "BLOCK": "constexpr"},
-                    constexprs={"BLOCK": 128})
+    src = ASTSource(add_one, signature={"x_ptr": "*fp32", "n": "i32", "BLOCK": "constexpr"}, constexprs={"BLOCK": 128})
     compiled = triton.compile(src, target=GPUTarget("cuda", 90, 32))
     print(json.dumps({"hash": compiled.hash, "metadata_group": compiled.metadata_group}))
     return 0

@@ -24,8 +24,10 @@ from triton.backends.compiler import GPUTarget  # noqa: E402
 from triton.compiler import ASTSource  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
-FILES = {"original": ROOT / "python" / "syncopate" / "kernels" / "attention.py",
-         "transformed": ROOT / "tests" / "golden" / "transform" / "attention.py"}
+FILES = {
+    "original": ROOT / "python" / "syncopate" / "kernels" / "attention.py",
+    "transformed": ROOT / "tests" / "golden" / "transform" / "attention.py",
+}
 INT64_POINTERS = {"sy_error"}
 
 
@@ -59,14 +61,12 @@ def main() -> int:
     kernels = {which: load(f"attention_{which}", path).attention_fwd_kernel for which, path in FILES.items()}
     # Three variants keep the test under half a minute on two cores: the original once, the
     # transformed at both head dims, causal and not.
-    for which, head_dim, causal in (("original", 128, True), ("transformed", 64, False),
-                                    ("transformed", 128, True)):
+    for which, head_dim, causal in (("original", 128, True), ("transformed", 64, False), ("transformed", 128, True)):
         kernel = kernels[which]
         sig, constexprs = signature(kernel, head_dim, causal)
         row = {"kernel": which, "head_dim": head_dim, "causal": causal, "ok": True, "error": ""}
         try:
-            triton.compile(ASTSource(kernel, signature=sig, constexprs=constexprs),
-                           target=GPUTarget("cuda", 90, 32))
+            triton.compile(ASTSource(kernel, signature=sig, constexprs=constexprs), target=GPUTarget("cuda", 90, 32))
         except Exception as e:  # reported, the test shows it
             row.update(ok=False, error=f"{type(e).__name__}: {e}"[:2000])
             failed += 1

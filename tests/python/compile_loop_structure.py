@@ -35,10 +35,20 @@ gemm_module = importlib.import_module("syncopate.kernels.gemm")
 gemm_reduce_module = importlib.import_module("syncopate.kernels.gemm_reduce")
 
 # Types of the parameters the transformer adds (docs/ANNOTATIONS.md); the bound is int64 ns.
-ADDED = {"sy_signals": "*i32", "sy_tile_order": "*i32", "sy_tiles_n": "i32", "sy_wait_offsets": "*i32",
-         "sy_wait_slots": "*i32", "sy_notify_offsets": "*i32", "sy_notify_slots": "*i32",
-         "sy_slot_writers": "*i32", "sy_epoch": "*i32", "sy_wait_bound_ns": "i64", "sy_rank": "i32",
-         "sy_error": "*i64"}
+ADDED = {
+    "sy_signals": "*i32",
+    "sy_tile_order": "*i32",
+    "sy_tiles_n": "i32",
+    "sy_wait_offsets": "*i32",
+    "sy_wait_slots": "*i32",
+    "sy_notify_offsets": "*i32",
+    "sy_notify_slots": "*i32",
+    "sy_slot_writers": "*i32",
+    "sy_epoch": "*i32",
+    "sy_wait_bound_ns": "i64",
+    "sy_rank": "i32",
+    "sy_error": "*i64",
+}
 DOT = re.compile(r"\b(tt\.dot|ttng\.warp_group_dot|ttng\.tc_gen5_mma)\b")
 
 
@@ -97,14 +107,24 @@ def compile_kernel(kernel, pointers, values, capability: int, num_warps: int, nu
         else:
             signature[name] = "i32"
     attrs = {(i,): [["tt.divisibility", 16]] for i, n in enumerate(names) if signature[n].startswith("*")}
-    compiled = triton.compile(ASTSource(kernel, signature, constexprs, attrs),
-                              target=GPUTarget("cuda", capability, 32),
-                              options=dict(num_warps=num_warps, num_stages=num_stages))
+    compiled = triton.compile(
+        ASTSource(kernel, signature, constexprs, attrs),
+        target=GPUTarget("cuda", capability, 32),
+        options=dict(num_warps=num_warps, num_stages=num_stages),
+    )
     return compiled.asm["ttgir"]
 
 
-GEMM_VALUES = dict(B_IS_NK=False, BLOCK_M=128, BLOCK_N=256, BLOCK_K=64, GROUP_M=8, EPILOGUE_SPLIT=2,
-                   FLATTEN=True, C_STORE_POINTERS=False)
+GEMM_VALUES = dict(
+    B_IS_NK=False,
+    BLOCK_M=128,
+    BLOCK_N=256,
+    BLOCK_K=64,
+    GROUP_M=8,
+    EPILOGUE_SPLIT=2,
+    FLATTEN=True,
+    C_STORE_POINTERS=False,
+)
 REDUCE_VALUES = dict(NUM_SLOTS=4, B_IS_NK=False, BLOCK_M=128, BLOCK_N=128, BLOCK_K=64, GROUP_M=8, FLATTEN=True)
 KERNELS = {
     "gemm_tma_kernel": (gemm_module, ("a_ptr", "b_ptr", "c_ptr"), GEMM_VALUES),
@@ -168,14 +188,20 @@ def main(argv) -> int:
         if name == "gemm_tma_kernel" and warps == 4:
             values.update(BLOCK_N=128, EPILOGUE_SPLIT=1)
         row = dict(kernel=name, form=form, sm=capability, warp_specialize=ws, num_warps=warps)
-        kernel = (getattr(module, name) if form == "original" else
-                  transformed(module, name, plain_loops=form == "transformed-language"))
+        kernel = (
+            getattr(module, name)
+            if form == "original"
+            else transformed(module, name, plain_loops=form == "transformed-language")
+        )
         result, diagnostics = captured_stderr(lambda: compile_kernel(kernel, pointers, values, capability, warps, 3))
         if isinstance(result, Exception):
             row.update(compiled=False, error=failure(result, diagnostics))
         else:
-            row.update(compiled=True, dot_loop_depths=dot_loop_depths(result),
-                       warp_specialized="ttg.warp_specialize(" in result)
+            row.update(
+                compiled=True,
+                dot_loop_depths=dot_loop_depths(result),
+                warp_specialized="ttg.warp_specialize(" in result,
+            )
         print(json.dumps(row), flush=True)
     return 0
 

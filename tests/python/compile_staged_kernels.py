@@ -26,9 +26,16 @@ POINTERS = ("a_ptr", "b_ptr", "c_ptr", "p_ptr", "out_ptr")
 
 
 def compile_variant(config, b_is_nk, slots, dtype="bf16"):
-    values = dict(NUM_SLOTS=slots, B_IS_NK=b_is_nk, BLOCK_M=config.block_m, BLOCK_N=config.block_n,
-                  BLOCK_K=config.block_k, GROUP_M=config.group_m, WARP_SPECIALIZE=config.warp_specialize,
-                  FLATTEN=config.flatten)
+    values = dict(
+        NUM_SLOTS=slots,
+        B_IS_NK=b_is_nk,
+        BLOCK_M=config.block_m,
+        BLOCK_N=config.block_n,
+        BLOCK_K=config.block_k,
+        GROUP_M=config.group_m,
+        WARP_SPECIALIZE=config.warp_specialize,
+        FLATTEN=config.flatten,
+    )
     kernel = transformed_kernel(STAGED_KERNEL, STAGED_MODULE)
     unknown = set(values) - {p.name for p in kernel.params}
     if unknown:
@@ -48,9 +55,12 @@ def variants():
 
 def main() -> int:
     return compile_each(
-        (f"{STAGED_KERNEL} {config.name} b={'nk' if b_is_nk else 'kn'} slots={slots}",
-         lambda c=config, b=b_is_nk, s=slots: compile_variant(c, b, s))
-        for config, b_is_nk, slots in variants())
+        (
+            f"{STAGED_KERNEL} {config.name} b={'nk' if b_is_nk else 'kn'} slots={slots}",
+            lambda c=config, b=b_is_nk, s=slots: compile_variant(c, b, s),
+        )
+        for config, b_is_nk, slots in variants()
+    )
 
 
 if __name__ == "__main__":

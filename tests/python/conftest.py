@@ -35,6 +35,7 @@ from order_plugin import pytest_addoption, pytest_configure  # noqa: E402,F401  
 
 # -- fixtures ----------------------------------------------------------------------------------
 
+
 @pytest.fixture(scope="session")
 def run_compile_script():
     """run(script, *args, timeout=s, cache_dir=None): runs a compile script of this directory
@@ -61,8 +62,9 @@ def run_compile_script():
     def run(script: str, *args: str, timeout: float, cache_dir: Path | None = None) -> subprocess.CompletedProcess:
         """cache_dir: Triton's cache for this run (default: the one this process would use)."""
         child_env = dict(env, TRITON_CACHE_DIR=str(cache_dir)) if cache_dir is not None else env
-        return subprocess.run([sys.executable, str(HERE / script), *args], env=child_env, capture_output=True,
-                              text=True, timeout=timeout)
+        return subprocess.run(
+            [sys.executable, str(HERE / script), *args], env=child_env, capture_output=True, text=True, timeout=timeout
+        )
 
     return run
 

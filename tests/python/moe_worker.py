@@ -31,8 +31,9 @@ def run(rank: int, world: int, port: int, out_dir: str) -> None:
         for size, how in CASES:
             args = moe_layer.parse_args(["--size", size, "--routing", how, "--device", "cpu", "--tokens", "24"])
             try:
-                report = moe_layer.run_layer(moe_layer.SIZES[size], args, rank, world, dist.group.WORLD,
-                                             moe_layer.torch.device("cpu"))
+                report = moe_layer.run_layer(
+                    moe_layer.SIZES[size], args, rank, world, dist.group.WORLD, moe_layer.torch.device("cpu")
+                )
                 results[f"{size} {how}"] = report["worst"]
                 if how == "skewed":  # expert 1 takes a row from every token of every rank
                     results[f"{size} {how} expert 1 rows"] = report["steps"][0]["rows_per_expert"]

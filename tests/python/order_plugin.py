@@ -24,14 +24,22 @@ import pytest
 
 def pytest_addoption(parser):
     group = parser.getgroup("syncopate test order")
-    group.addoption("--test-order", default="file", metavar="ORDER",
-                    help="file (default), reverse, or random[:SEED] (modules shuffled, then the tests "
-                         "in each module; the seed is printed in the header and the summary)")
-    group.addoption("--outcomes-out", metavar="PATH",
-                    help="write {test id: passed|failed|skipped|...} as JSON to PATH at the end")
-    group.addoption("--outcomes-compare", metavar="PATH",
-                    help="fail the run if any test's outcome differs from the one recorded in PATH "
-                         "(by --outcomes-out in a run with another order)")
+    group.addoption(
+        "--test-order",
+        default="file",
+        metavar="ORDER",
+        help="file (default), reverse, or random[:SEED] (modules shuffled, then the tests "
+        "in each module; the seed is printed in the header and the summary)",
+    )
+    group.addoption(
+        "--outcomes-out", metavar="PATH", help="write {test id: passed|failed|skipped|...} as JSON to PATH at the end"
+    )
+    group.addoption(
+        "--outcomes-compare",
+        metavar="PATH",
+        help="fail the run if any test's outcome differs from the one recorded in PATH "
+        "(by --outcomes-out in a run with another order)",
+    )
 
 
 class OrderOption:
@@ -109,9 +117,11 @@ class OutcomeRecord:
         recorded = self.config.getoption("--outcomes-compare")
         if recorded:
             before = json.loads(Path(recorded).read_text())
-            self.differences = [(t, before.get(t, "not run"), self.outcomes.get(t, "not run"))
-                                for t in sorted(set(before) | set(self.outcomes))
-                                if before.get(t) != self.outcomes.get(t)]
+            self.differences = [
+                (t, before.get(t, "not run"), self.outcomes.get(t, "not run"))
+                for t in sorted(set(before) | set(self.outcomes))
+                if before.get(t) != self.outcomes.get(t)
+            ]
             if self.differences and session.exitstatus == 0:
                 session.exitstatus = 1
 

@@ -11,6 +11,5 @@ def test_attention_kernels_compile_for_sm90(run_compile_script, tmp_path):
     rows = [json.loads(line) for line in run.stdout.splitlines() if line.startswith("{")]
     assert len(rows) == 3, run.stdout + run.stderr
     failed = [r for r in rows if not r["ok"]]
-    assert not failed, "\n".join(f"{r['kernel']} d={r['head_dim']} causal={r['causal']}: {r['error']}"
-                                 for r in failed)
+    assert not failed, "\n".join(f"{r['kernel']} d={r['head_dim']} causal={r['causal']}: {r['error']}" for r in failed)
     assert run.returncode == 0, run.stderr

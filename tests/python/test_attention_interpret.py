@@ -72,8 +72,8 @@ class LateRun:
     def __init__(self, signals, land, piece_len, block, rank, withheld=None, slot_of=None):
         self.signals, self.land, self.slot_of = signals, land, slot_of
         self.piece_len, self.block, self.rank, self.withheld = piece_len, block, rank, withheld
-        self.landed = []          # pieces, in landing order
-        self.visits = {}          # tile -> blocks waited on, in order
+        self.landed = []  # pieces, in landing order
+        self.visits = {}  # tile -> blocks waited on, in order
 
     def on_block(self, key, block, tile):
         self.visits.setdefault(tile, []).append(block)
@@ -98,11 +98,35 @@ _sites_wait_block = None  # syncopate.language.wait_block, set by the fixture
 
 
 @triton.jit
-def _hooked_wait_block(signals_ptr, block_offsets_ptr, block_slots_ptr, slot_writers_ptr, key, block, blocks,
-                       tile, epoch_ptr, bound_ns, rank, error_ptr):
+def _hooked_wait_block(
+    signals_ptr,
+    block_offsets_ptr,
+    block_slots_ptr,
+    slot_writers_ptr,
+    key,
+    block,
+    blocks,
+    tile,
+    epoch_ptr,
+    bound_ns,
+    rank,
+    error_ptr,
+):
     _on_block(key, block, tile)
-    _sites_wait_block(signals_ptr, block_offsets_ptr, block_slots_ptr, slot_writers_ptr, key, block, blocks,
-                      tile, epoch_ptr, bound_ns, rank, error_ptr)
+    _sites_wait_block(
+        signals_ptr,
+        block_offsets_ptr,
+        block_slots_ptr,
+        slot_writers_ptr,
+        key,
+        block,
+        blocks,
+        tile,
+        epoch_ptr,
+        bound_ns,
+        rank,
+        error_ptr,
+    )
 
 
 @pytest.fixture(scope="module")
@@ -128,8 +152,7 @@ def sy(tmp_path_factory):
 
     def load(name, path, edit=lambda s: s):
         """The kernel file with `syl` bound to the hooks (and `edit` applied), as a module."""
-        source = edit(path.read_text()).replace("import syncopate.language as syl",
-                                                f"import {HOOKS} as syl")
+        source = edit(path.read_text()).replace("import syncopate.language as syl", f"import {HOOKS} as syl")
         target = folder / f"{name}.py"
         target.write_text(source)
         spec = importlib.util.spec_from_file_location(name, target)
@@ -168,9 +191,15 @@ def _tables(sy, tiles, tiles_n, world, piece_len, block, rank, seed):
     # ready slot, one increment per tile.
     order = torch.randperm(tiles, generator=torch.Generator().manual_seed(seed)).tolist()
     writers = [1] * world + [tiles]
-    tile_tables = sy.launch.TileTables.from_lists(order, tiles_n, [[] for _ in range(tiles)],
-                                                  [[world] for _ in range(tiles)], writers,
-                                                  [100 + p for p in range(world)] + [200], rank=rank)
+    tile_tables = sy.launch.TileTables.from_lists(
+        order,
+        tiles_n,
+        [[] for _ in range(tiles)],
+        [[world] for _ in range(tiles)],
+        writers,
+        [100 + p for p in range(world)] + [200],
+        rank=rank,
+    )
     blocks = sy.block_tables.BlockTables.pieces_table(tiles_n, world * piece_len, block, world, rank)
     return tile_tables, blocks
 
@@ -178,8 +207,8 @@ def _tables(sy, tiles, tiles_n, world, piece_len, block, rank, seed):
 CASES = [  # (heads, kv_heads, head_dim, causal, rank)
     (2, 2, 64, False, 2),
     (2, 2, 64, True, 2),
-    (4, 2, 64, True, 1),     # GQA: two query heads per K/V head
-    (2, 1, 128, False, 3),   # GQA, head dim 128
+    (4, 2, 64, True, 1),  # GQA: two query heads per K/V head
+    (2, 1, 128, False, 3),  # GQA, head dim 128
     (2, 2, 128, True, 0),
 ]
 
@@ -193,8 +222,20 @@ def _run(sy, kernel, q, k, v, world, piece_len, rank, causal, seed, signals, blo
     tiles = -(-q.shape[2] // block_m) * tiles_n
     tables, blocks = _tables(sy, tiles, tiles_n, world, piece_len, block, rank, seed)
     args = attention_reference_args(q, k, v, o, q.shape[-1] ** -0.5, q_start=rank * piece_len)
-    sy.launch.launch(kernel, None, tables, *args, signals=signals, epoch=1, wait_bound_ns=bound,
-                     blocks=blocks, HEAD_DIM=q.shape[-1], BLOCK_M=block_m, BLOCK_N=block, CAUSAL=causal)
+    sy.launch.launch(
+        kernel,
+        None,
+        tables,
+        *args,
+        signals=signals,
+        epoch=1,
+        wait_bound_ns=bound,
+        blocks=blocks,
+        HEAD_DIM=q.shape[-1],
+        BLOCK_M=block_m,
+        BLOCK_N=block,
+        CAUSAL=causal,
+    )
     return o, tables
 
 
@@ -204,8 +245,7 @@ def test_in_place_pieces_match_sdpa(sy, heads, kv_heads, head_dim, causal, rank)
     golden = sy.load("sy_test_attention_golden", GOLDEN)
     q, k, v = _problem(3, heads, kv_heads, head_dim, world, piece_len)
     signals = torch.tensor([1] * world + [0], dtype=torch.int32)
-    o, _ = _run(sy, golden.attention_fwd_kernel, q, k, v, world, piece_len, rank, causal, seed=5,
-                signals=signals)
+    o, _ = _run(sy, golden.attention_fwd_kernel, q, k, v, world, piece_len, rank, causal, seed=5, signals=signals)
     ref = _reference(q, k, v, rank * piece_len, causal)
     torch.testing.assert_close(o, ref, rtol=2e-5, atol=2e-5)
     assert signals[world].item() == (piece_len // 16) * heads, "every tile notifies the output slot once"
@@ -216,8 +256,12 @@ def test_in_place_pieces_match_sdpa(sy, heads, kv_heads, head_dim, causal, rank)
 
     o2 = torch.full_like(q, float("nan"))
     original.attention_fwd_kernel[((piece_len // 16) * heads,)](
-        *attention_reference_args(q, k, v, o2, head_dim ** -0.5, q_start=rank * piece_len),
-        HEAD_DIM=head_dim, BLOCK_M=16, BLOCK_N=16, CAUSAL=causal)
+        *attention_reference_args(q, k, v, o2, head_dim**-0.5, q_start=rank * piece_len),
+        HEAD_DIM=head_dim,
+        BLOCK_M=16,
+        BLOCK_N=16,
+        CAUSAL=causal,
+    )
     torch.testing.assert_close(o2, ref, rtol=2e-5, atol=2e-5)
 
 
@@ -231,6 +275,7 @@ def _late_run(sy, kernel, heads, kv_heads, head_dim, causal, rank, withheld=None
     v[:, :, own] = v_full[:, :, own]
     signals = torch.zeros(world + 1, dtype=torch.int32)
     signals[rank] = 1  # the own piece needs no chunk
+
     def land(p):
         rows = slice(p * piece_len, (p + 1) * piece_len)
         k[:, :, rows] = k_full[:, :, rows]
@@ -290,10 +335,17 @@ def test_launch_requires_block_tables(sy):
 
     tables = sy.launch.TileTables.from_lists([0, 1], 2, [[], []], [[], []], [1, 1])
     with pytest.raises(sy.launch.UserError, match="waits per block"):
-        sy.launch.launch(golden.attention_fwd_kernel, None, tables,
-                         *attention_reference_args(q, k, v, torch.empty_like(q), 0.125),
-                         signals=torch.ones(2, dtype=torch.int32), HEAD_DIM=64, BLOCK_M=16, BLOCK_N=16,
-                         CAUSAL=False)
+        sy.launch.launch(
+            golden.attention_fwd_kernel,
+            None,
+            tables,
+            *attention_reference_args(q, k, v, torch.empty_like(q), 0.125),
+            signals=torch.ones(2, dtype=torch.int32),
+            HEAD_DIM=64,
+            BLOCK_M=16,
+            BLOCK_N=16,
+            CAUSAL=False,
+        )
 
 
 def test_pieces_table_rows():
@@ -331,7 +383,7 @@ def _ulysses_run(sy, causal, rank, withheld_q=None, bound=50_000_000):
     kp_full, vp_full = _to_pieces(k_full, world), _to_pieces(v_full, world)
     k, v = torch.full_like(kp_full, float("nan")), torch.full_like(vp_full, float("nan"))
     for t, full, heads in ((k, kp_full, h_kv), (v, vp_full, h_kv)):
-        t[:, rank * heads:(rank + 1) * heads] = full[:, rank * heads:(rank + 1) * heads]
+        t[:, rank * heads : (rank + 1) * heads] = full[:, rank * heads : (rank + 1) * heads]
     o = torch.full_like(q, float("nan"))
     # Slots 0..W-1: K/V pieces, W..2W-1: Q pieces (already landed unless withheld), 2W: output.
     tiles_n = h
@@ -340,26 +392,37 @@ def _ulysses_run(sy, causal, rank, withheld_q=None, bound=50_000_000):
     waits = [[world + (t // tiles_n) * block // s_loc] for t in range(tiles)]
     writers = [1] * (2 * world) + [tiles]
     order = torch.randperm(tiles, generator=torch.Generator().manual_seed(2)).tolist()
-    tables = sy.launch.TileTables.from_lists(order, tiles_n, waits, [[2 * world]] * tiles, writers,
-                                             [100 + i for i in range(2 * world)] + [300], rank=rank)
+    tables = sy.launch.TileTables.from_lists(
+        order, tiles_n, waits, [[2 * world]] * tiles, writers, [100 + i for i in range(2 * world)] + [300], rank=rank
+    )
     blocks = sy.block_tables.BlockTables.pieces_table(tiles_n, world * s_loc, block, world, rank)
     signals = torch.zeros(2 * world + 1, dtype=torch.int32)
     signals[rank] = 1
-    signals[world:2 * world] = 1
+    signals[world : 2 * world] = 1
     if withheld_q is not None:
         signals[world + withheld_q] = 0
 
     def land(p):
         for t, full in ((k, kp_full), (v, vp_full)):
-            t[:, p * h_kv:(p + 1) * h_kv] = full[:, p * h_kv:(p + 1) * h_kv]
+            t[:, p * h_kv : (p + 1) * h_kv] = full[:, p * h_kv : (p + 1) * h_kv]
 
     run = LateRun(signals, land, s_loc, block, rank)
     RUN["current"] = run
     try:
-        sy.launch.launch(sy.load("sy_test_attention_golden", GOLDEN).attention_fwd_kernel, None, tables,
-                         *attention_piece_args(q, k, v, o, d ** -0.5, world), signals=signals, epoch=1,
-                         wait_bound_ns=bound, blocks=blocks, HEAD_DIM=d, BLOCK_M=block, BLOCK_N=block,
-                         CAUSAL=causal)
+        sy.launch.launch(
+            sy.load("sy_test_attention_golden", GOLDEN).attention_fwd_kernel,
+            None,
+            tables,
+            *attention_piece_args(q, k, v, o, d**-0.5, world),
+            signals=signals,
+            epoch=1,
+            wait_bound_ns=bound,
+            blocks=blocks,
+            HEAD_DIM=d,
+            BLOCK_M=block,
+            BLOCK_N=block,
+            CAUSAL=causal,
+        )
     finally:
         RUN["current"] = None
     return _from_pieces(o, world), _reference(q_full, k_full, v_full, 0, causal), run
@@ -386,8 +449,7 @@ def test_tables_from_a_ring_all_gather_plan(sy):
     from syncopate.kernels.attention import attention_reference_args
 
     world, rank, s_loc, block, h, d = 4, 2, 32, 16, 2, 64
-    plan = syncopate.make_plan("all-gather", world_size=world, shape=[1, h, world * s_loc, d], dim=2,
-                               algorithm="ring")
+    plan = syncopate.make_plan("all-gather", world_size=world, shape=[1, h, world * s_loc, d], dim=2, algorithm="ring")
     table = syncopate.lower(plan, syncopate.TileGrid(m=s_loc, n=h, block_m=block, block_n=1), [])[rank]
     blocks = sy.block_tables.BlockTables.from_plan(plan, table, "x", 2, block, rows=h)
     # Ring: rank 2 receives piece 1, then 0, then 3, in landing slots 0, 1, 2.
@@ -403,9 +465,15 @@ def test_tables_from_a_ring_all_gather_plan(sy):
     tiles = (s_loc // block) * h
     n_slots = len(table.slots)
     chunks = [sl.chunk for sl in table.slots]
-    tables = sy.launch.TileTables.from_lists(list(range(tiles)), h, [[] for _ in range(tiles)],
-                                             [[n_slots]] * tiles, [1] * n_slots + [tiles], chunks + [-1],
-                                             rank=rank)
+    tables = sy.launch.TileTables.from_lists(
+        list(range(tiles)),
+        h,
+        [[] for _ in range(tiles)],
+        [[n_slots]] * tiles,
+        [1] * n_slots + [tiles],
+        chunks + [-1],
+        rank=rank,
+    )
     signals = torch.zeros(n_slots + 1, dtype=torch.int32)
 
     def land(p):
@@ -416,9 +484,18 @@ def test_tables_from_a_ring_all_gather_plan(sy):
     RUN["current"] = run
     try:
         o = torch.full_like(q, float("nan"))
-        sy.launch.launch(sy.load("sy_test_attention_golden", GOLDEN).attention_fwd_kernel, None, tables,
-                         *attention_reference_args(q, k, v, o, d ** -0.5, rank * s_loc), signals=signals,
-                         blocks=blocks, HEAD_DIM=d, BLOCK_M=block, BLOCK_N=block, CAUSAL=False)
+        sy.launch.launch(
+            sy.load("sy_test_attention_golden", GOLDEN).attention_fwd_kernel,
+            None,
+            tables,
+            *attention_reference_args(q, k, v, o, d**-0.5, rank * s_loc),
+            signals=signals,
+            blocks=blocks,
+            HEAD_DIM=d,
+            BLOCK_M=block,
+            BLOCK_N=block,
+            CAUSAL=False,
+        )
     finally:
         RUN["current"] = None
     torch.testing.assert_close(o, _reference(q, k_full, v_full, rank * s_loc, False), rtol=2e-5, atol=2e-5)

@@ -22,16 +22,23 @@ def make_row(op="ag_gemm", m=8192, label="baseline", ms=None, auto="fused", pred
     """A row as bench_ops.py stores it; ms: {variant: time}, a string value = skipped."""
     variants = {}
     for name, value in (ms or {}).items():
-        variants[name] = {"skipped": value} if isinstance(value, str) else {"ms": value,
-                                                                             "rel_error": 1e-3}
+        variants[name] = {"skipped": value} if isinstance(value, str) else {"ms": value, "rel_error": 1e-3}
     syncopate = {}
     for name in ("syncopate_ce", "syncopate_sm", "syncopate_nccl", "syncopate_auto"):
         if name in variants:
             decision = auto if name == "syncopate_auto" else "fused"
-            syncopate[name] = {"decision": decision,
-                               "predicted_us": (predicted or {}).get(name, {})}
-    return {"op": op, "world": 2, "m": m, "k": 8192, "n": 8192, "b_layout": "kn",
-            "label": label, "variants": variants, "syncopate": syncopate}
+            syncopate[name] = {"decision": decision, "predicted_us": (predicted or {}).get(name, {})}
+    return {
+        "op": op,
+        "world": 2,
+        "m": m,
+        "k": 8192,
+        "n": 8192,
+        "b_layout": "kn",
+        "label": label,
+        "variants": variants,
+        "syncopate": syncopate,
+    }
 
 
 def checks_of(report, target):
@@ -39,10 +46,22 @@ def checks_of(report, target):
 
 
 def test_large_row_all_targets_met():
-    row = make_row(ms={"gemm": 1.0, "collective": 0.4, "sequential": 1.4, "async_tp": 1.3,
-                       "syncopate_ce": 1.05, "syncopate_sm": 1.2, "syncopate_auto": 1.06},
-                   predicted={"syncopate_ce": {"fused": 1000.0}, "syncopate_sm": {"fused": 1150.0},
-                              "syncopate_auto": {"fused": 1000.0, "sequential": 1400.0}})
+    row = make_row(
+        ms={
+            "gemm": 1.0,
+            "collective": 0.4,
+            "sequential": 1.4,
+            "async_tp": 1.3,
+            "syncopate_ce": 1.05,
+            "syncopate_sm": 1.2,
+            "syncopate_auto": 1.06,
+        },
+        predicted={
+            "syncopate_ce": {"fused": 1000.0},
+            "syncopate_sm": {"fused": 1150.0},
+            "syncopate_auto": {"fused": 1000.0, "sequential": 1400.0},
+        },
+    )
     report = targets.evaluate([row])
     floor = checks_of(report, "fused <= 1.10x floor")[0]
     assert floor["status"] == "met" and floor["value"] == pytest.approx(1.05)
@@ -57,9 +76,18 @@ def test_large_row_all_targets_met():
 
 
 def test_the_epilogue_variant_is_judged_when_it_is_the_best_fused():
-    row = make_row(op="gemm_rs", ms={"gemm": 1.0, "collective": 0.4, "sequential": 1.3, "async_tp": 1.4,
-                                     "syncopate_ce": 1.5, "syncopate_epilogue_ce": 1.08},
-                   predicted={"syncopate_ce": {"fused": 1450.0}})
+    row = make_row(
+        op="gemm_rs",
+        ms={
+            "gemm": 1.0,
+            "collective": 0.4,
+            "sequential": 1.3,
+            "async_tp": 1.4,
+            "syncopate_ce": 1.5,
+            "syncopate_epilogue_ce": 1.08,
+        },
+        predicted={"syncopate_ce": {"fused": 1450.0}},
+    )
     report = targets.evaluate([row])
     floor = checks_of(report, "fused <= 1.10x floor")[0]
     assert floor["status"] == "met" and floor["note"] == "syncopate_epilogue_ce"
@@ -68,9 +96,10 @@ def test_the_epilogue_variant_is_judged_when_it_is_the_best_fused():
 
 
 def test_misses_say_by_how_much():
-    row = make_row(ms={"gemm": 1.0, "collective": 0.4, "sequential": 1.2, "async_tp": 1.1,
-                       "syncopate_ce": 1.32},
-                   predicted={"syncopate_ce": {"fused": 1000.0}})
+    row = make_row(
+        ms={"gemm": 1.0, "collective": 0.4, "sequential": 1.2, "async_tp": 1.1, "syncopate_ce": 1.32},
+        predicted={"syncopate_ce": {"fused": 1000.0}},
+    )
     report = targets.evaluate([row])
     floor = checks_of(report, "fused <= 1.10x floor")[0]
     assert floor["status"] == "missed" and floor["missed_by"] == pytest.approx(1.32 / 1.10 - 1)
@@ -88,29 +117,41 @@ def test_misses_say_by_how_much():
 
 
 def test_missing_variants_are_not_measured_or_not_applicable():
-    row = make_row(op="gemm_ar", ms={"gemm": 1.0, "collective": 0.5, "sequential": 1.5,
-                                     "async_tp": "no fused matmul + all-reduce op",
-                                     "syncopate_ce": 1.1})
+    row = make_row(
+        op="gemm_ar",
+        ms={
+            "gemm": 1.0,
+            "collective": 0.5,
+            "sequential": 1.5,
+            "async_tp": "no fused matmul + all-reduce op",
+            "syncopate_ce": 1.1,
+        },
+    )
     report = targets.evaluate([row])
     assert checks_of(report, "fused faster than async_tp")[0]["status"] == "n/a"
-    row = make_row(ms={"gemm": 1.0, "collective": 0.5, "sequential": 1.5,
-                       "syncopate_ce": "context failed: X"})
+    row = make_row(ms={"gemm": 1.0, "collective": 0.5, "sequential": 1.5, "syncopate_ce": "context failed: X"})
     row["variants"]["syncopate_sm"] = {"failed": "relative error 0.5", "rel_error": 0.5}
     report = targets.evaluate([row])
     floor = checks_of(report, "fused <= 1.10x floor")[0]
     assert floor["status"] == "not measured"
     assert "syncopate_ce skipped: context failed: X" in floor["note"]
     assert "syncopate_sm failed: relative error 0.5" in floor["note"]
-    assert checks_of(report, "geomean speedup over sequential >= 1.25x")[0]["status"] == \
-        "not measured"
+    assert checks_of(report, "geomean speedup over sequential >= 1.25x")[0]["status"] == "not measured"
 
 
 def test_small_m_judges_auto_against_sequential():
-    met = make_row(m=1024, label="small-M", auto="sequential",
-                   ms={"gemm": 0.2, "collective": 0.08, "sequential": 0.3, "syncopate_auto": 0.305})
-    missed = make_row(m=512, label="decode", auto="fused",
-                      ms={"gemm": 0.1, "collective": 0.05, "sequential": 0.2,
-                          "syncopate_auto": 0.25})
+    met = make_row(
+        m=1024,
+        label="small-M",
+        auto="sequential",
+        ms={"gemm": 0.2, "collective": 0.08, "sequential": 0.3, "syncopate_auto": 0.305},
+    )
+    missed = make_row(
+        m=512,
+        label="decode",
+        auto="fused",
+        ms={"gemm": 0.1, "collective": 0.05, "sequential": 0.2, "syncopate_auto": 0.25},
+    )
     report = targets.evaluate([met, missed])
     small = checks_of(report, "auto <= 1.03x sequential")
     assert [c["status"] for c in small] == ["met", "missed"]
@@ -122,9 +163,17 @@ def test_small_m_judges_auto_against_sequential():
 
 
 def test_row_metrics():
-    row = make_row(ms={"gemm": 1.0, "collective": 0.5, "sequential": 1.5, "async_tp": 1.2,
-                       "syncopate_ce": 1.1, "syncopate_auto": 1.0},
-                   predicted={"syncopate_auto": {"fused": 900.0, "sequential": 1800.0}})
+    row = make_row(
+        ms={
+            "gemm": 1.0,
+            "collective": 0.5,
+            "sequential": 1.5,
+            "async_tp": 1.2,
+            "syncopate_ce": 1.1,
+            "syncopate_auto": 1.0,
+        },
+        predicted={"syncopate_auto": {"fused": 900.0, "sequential": 1800.0}},
+    )
     m = targets.row_metrics(row)
     assert m["floor_ms"] == 1.0
     assert m["ratio_to_floor"]["syncopate_ce"] == pytest.approx(1.1)
@@ -143,8 +192,7 @@ def test_row_selection():
     assert all((op == "ag_gemm") == (p.op == "ag_gemm") for p, op in rows)
     quick = shapes.select_rows(rows, quick=True)
     assert len(quick) == 12 and {p.label for p, _ in quick} == {"baseline"}
-    picked = shapes.select_rows(rows, labels=("70b", "8b w2 M4096"), row_slice=slice(1, None),
-                                max_rows=3)
+    picked = shapes.select_rows(rows, labels=("70b", "8b w2 M4096"), row_slice=slice(1, None), max_rows=3)
     assert len(picked) == 3
     assert all("70b" in p.label or "8b w2 M4096" in p.label for p, _ in picked)
     assert picked[0] == shapes.select_rows(rows, labels=("70b", "8b w2 M4096"))[1]
@@ -157,15 +205,18 @@ def test_row_selection():
 
 def test_options(capsys):
     import bench_ops
+
     args = bench_ops.parse_args(["--variants", "syncopate_auto,sequential,kl_other"])
     assert args.variants == ("gemm", "collective", "sequential", "syncopate_auto", "kl_other")
     assert args.samples == 20 and args.budget_s == 480
     args = bench_ops.parse_args(["--quick"])
     assert args.samples == 10 and args.budget_s == 200
-    for bad, message in ((["--variants", "nope"], "--variants: unknown ['nope']"),
-                         (["--ops", "gemm_xx"], "--ops: unknown ['gemm_xx']"),
-                         (["--rows", "5"], "--rows '5': expected i:j"),
-                         (["--max-rows", "0"], "--max-rows must be at least 1")):
+    for bad, message in (
+        (["--variants", "nope"], "--variants: unknown ['nope']"),
+        (["--ops", "gemm_xx"], "--ops: unknown ['gemm_xx']"),
+        (["--rows", "5"], "--rows '5': expected i:j"),
+        (["--max-rows", "0"], "--max-rows must be at least 1"),
+    ):
         with pytest.raises(SystemExit):
             bench_ops.parse_args(bad)
         assert message in capsys.readouterr().err
@@ -176,6 +227,7 @@ def test_options(capsys):
 
 def test_ablation_dry_run(capsys):
     import bench_ablation
+
     assert bench_ablation.main(["--dry-run", "--world", "2"]) == 0
     out = capsys.readouterr().out
     assert "4 shapes x 19 variants (12 fused contexts each)" in out
@@ -189,9 +241,25 @@ class FakeContext:
 
     fail_check = set()
 
-    def __init__(self, group, *, m, k, n, dtype, device, b_layout, backend="auto",
-                 mode="auto", algorithm="auto", split=None, tile_order="auto", reduce=None):
+    def __init__(
+        self,
+        group,
+        *,
+        m,
+        k,
+        n,
+        dtype,
+        device,
+        b_layout,
+        backend="auto",
+        mode="auto",
+        algorithm="auto",
+        split=None,
+        tile_order="auto",
+        reduce=None,
+    ):
         import torch.distributed as dist
+
         self.world = dist.get_world_size(group)
         self.m, self.k, self.n = m, k, n
         self.backend = "copy-engine" if backend == "auto" else backend
@@ -199,8 +267,7 @@ class FakeContext:
         self.algorithm, self.split, self.tile_order = "direct", split or 1, "arrival"
         self.gemm_config = "128x256x64_fake"
         self.kernel_origin = "transformer"
-        self.predicted_us = {"fused": 1.0, "sequential": 2.0, "floor": 1.0, "gemm": 1.0,
-                             "comm": 0.5}
+        self.predicted_us = {"fused": 1.0, "sequential": 2.0, "floor": 1.0, "gemm": 1.0, "comm": 0.5}
 
     def check(self):
         if self.backend in self.fail_check:
@@ -210,6 +277,7 @@ class FakeContext:
 class FakeAg(FakeContext):
     def __call__(self, a_shard, b, *, out, check):
         import torch.distributed as dist
+
         gathered = a_shard.new_empty((self.m, self.k))
         dist.all_gather_into_tensor(gathered, a_shard)
         out.copy_(gathered @ b)
@@ -218,12 +286,14 @@ class FakeAg(FakeContext):
 class FakeRs(FakeContext):
     def __call__(self, a, b, *, out, check):
         import torch.distributed as dist
+
         dist.reduce_scatter_tensor(out, a @ b)
 
 
 class FakeAr(FakeContext):
     def __call__(self, a, b, *, out, check):
         import torch.distributed as dist
+
         out.copy_(a @ b)
         dist.all_reduce(out)
 
@@ -262,20 +332,18 @@ def gloo_world1(monkeypatch):
 def test_bench_row_end_to_end_on_cpu(gloo_world1, op, tmp_path, capsys):
     import bench_ops
     import dist_timing
+
     FakeContext.fail_check = {"sm-copy"}  # a timed-out wait found after timing must fail it
     args = bench_ops.parse_args(["--samples", "2", "--warmup", "1", "--chunks", "2"])
-    problem = shapes.Problem("ag_gemm" if op == "ag_gemm" else "gemm_rs", 1, 64, 32, 48, "nk",
-                             "smoke")
+    problem = shapes.Problem("ag_gemm" if op == "ag_gemm" else "gemm_rs", 1, 64, 32, 48, "nk", "smoke")
     classes = {"ag_gemm": FakeAg, "gemm_rs": FakeRs, "gemm_ar": FakeAr}
     row = bench_ops.bench_row(problem, op, args, args.variants, classes, None, 0, 1)
     v = row["variants"]
-    for name in ("gemm", "collective", "sequential", "two_stream", "syncopate_ce",
-                 "syncopate_nccl", "syncopate_auto"):
+    for name in ("gemm", "collective", "sequential", "two_stream", "syncopate_ce", "syncopate_nccl", "syncopate_auto"):
         assert "ms" in v[name], (name, v[name])
     assert "skipped" in v["async_tp"]
     assert "WaitTimeoutError" in v["syncopate_sm"]["failed"]
-    assert all(("skipped" in v[n]) or ("failed" in v[n]) or ("ms" in v[n])
-               for n in bench_ops.KERNEL_LEVEL)
+    assert all(("skipped" in v[n]) or ("failed" in v[n]) or ("ms" in v[n]) for n in bench_ops.KERNEL_LEVEL)
     assert row["syncopate"]["syncopate_auto"]["gemm_config"] == "128x256x64_fake"
     assert row["floor_ms"] == 1.0 and row["best_fused"]["ms"] == 1.0
     assert row["predicted_vs_measured"]["syncopate_ce"]["predicted_ms"] == pytest.approx(0.001)
@@ -299,6 +367,7 @@ def test_variants_pass_reduce_to_the_ops_that_have_it(gloo_world1, op):
     ask for the staged epilogue, auto chooses; AG+GEMM has no reduce keyword (skip reason)."""
     import torch
     import syncopate_variants
+
     asked = []
 
     class Recording(FakeContext):
@@ -333,6 +402,7 @@ class FakeAblationAg(FakeAg):
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         import torch
+
         self.gemm = FakeLauncher()
         self.signals = torch.ones(4, dtype=torch.int32)
         self.config = None
@@ -342,6 +412,7 @@ class FakeAblationRs(FakeRs):
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         import torch
+
         self.gemm = FakeLauncher()
         self.signals = torch.ones(4, dtype=torch.int32)
         self.config = None
@@ -350,13 +421,22 @@ class FakeAblationRs(FakeRs):
 @pytest.mark.parametrize("op", ["ag_gemm", "gemm_rs"])
 def test_ablation_shape_end_to_end_on_cpu(gloo_world1, op, capsys):
     import bench_ablation
+
     FakeContext.fail_check = set()
     args = argparse_namespace(samples=2, warmup=1, chunks=2)
     classes = {"ag_gemm": FakeAblationAg, "gemm_rs": FakeAblationRs}
     result = bench_ablation.bench_shape(op, 64, 32, 48, args, classes, None, 0, 1, print)
     v = result["variants"]
-    for name in ("gemm", "collective", "sequential", "arrival/s1", "grouped/s4",
-                 "no_waits/arrival", "no_waits/row-major", "no_waits/grouped"):
+    for name in (
+        "gemm",
+        "collective",
+        "sequential",
+        "arrival/s1",
+        "grouped/s4",
+        "no_waits/arrival",
+        "no_waits/row-major",
+        "no_waits/grouped",
+    ):
         assert "ms" in v[name], (name, v[name])
     assert "local_gemm" in v  # Triton on the CPU: measured or failed, never missing
     assert set(result["syncopate"]) == set(bench_ablation.fused_names())
@@ -369,4 +449,5 @@ def test_ablation_shape_end_to_end_on_cpu(gloo_world1, op, capsys):
 
 def argparse_namespace(**kwargs):
     import argparse
+
     return argparse.Namespace(**kwargs)

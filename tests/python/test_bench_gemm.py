@@ -35,8 +35,9 @@ def test_small_m_candidates_split_only_blocks_that_leave_the_chip_idle():
     splits = {(c.block_m, c.block_n, c.split_k) for c in decode if c.split_k > 1}
     assert (128, 256, 8) in splits and (128, 256, 2) not in splits  # 40 items: under 0.75 waves
     assert all(c.split_fixup for c in decode if c.split_k > 1)  # two-launch split only with --sweep
-    assert any(not c.split_fixup for c in bench_gemm.small_m_candidates(256, 8192, 132, full_sweep=True)
-               if c.split_k > 1)
+    assert any(
+        not c.split_fixup for c in bench_gemm.small_m_candidates(256, 8192, 132, full_sweep=True) if c.split_k > 1
+    )
 
 
 def test_fp8_configs_fit_in_hopper_shared_memory():

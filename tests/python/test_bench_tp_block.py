@@ -21,8 +21,12 @@ def test_list_needs_no_gpu(capsys):
 
 def test_variants():
     assert bench_tp_block.parse_args([]).variant_names == ("torch_tp", "async_tp", "syncopate")
-    assert bench_tp_block.parse_args(["--compile", "--variants", "torch_tp,syncopate"]).variant_names == \
-        ("torch_tp", "syncopate", "torch_tp_compile", "syncopate_compile")
+    assert bench_tp_block.parse_args(["--compile", "--variants", "torch_tp,syncopate"]).variant_names == (
+        "torch_tp",
+        "syncopate",
+        "torch_tp_compile",
+        "syncopate_compile",
+    )
     assert bench_tp_block.parse_args(["--variants", "async_tp_compile"]).variant_names == ("async_tp_compile",)
     with pytest.raises(SystemExit):
         bench_tp_block.parse_args(["--variants", "megatron"])

@@ -49,6 +49,7 @@ class FakeGraphs:
         monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: fake.capturing)
         monkeypatch.setattr(torch.cuda, "current_stream", lambda: type("S", (), {"cuda_stream": 7})())
         import syncopate.runtime as rt
+
         monkeypatch.setattr(rt, "require_runtime", lambda: Launch())
 
     def enqueue(self, tag):
@@ -66,8 +67,12 @@ def test_the_first_call_per_address_set_runs_eagerly_and_is_captured_the_rest_re
     enqueued = [e for e in fake.log if e[0] == "enqueue"]
     # First use of an address set: the call itself eagerly (lazy initialisation outside any
     # capture), then its capture for the next calls.
-    assert enqueued == [("enqueue", "a", "eager"), ("enqueue", "a", "captured"),
-                        ("enqueue", "b", "eager"), ("enqueue", "b", "captured")]
+    assert enqueued == [
+        ("enqueue", "a", "eager"),
+        ("enqueue", "a", "captured"),
+        ("enqueue", "b", "eager"),
+        ("enqueue", "b", "captured"),
+    ]
     assert graphs.captures == 2
     launches = [e for e in fake.log if e[0] == "launch"]
     assert len(launches) == 3 and launches[0] == launches[1] == launches[2]
@@ -107,6 +112,8 @@ def test_a_context_that_cannot_be_captured_runs_eagerly_and_refuses_a_capture_by
     graphs.run((1,), fake.enqueue("x"))
     assert fake.log == [("enqueue", "x", "eager")]
     fake.capturing = True
-    with pytest.raises(UserError, match=r"^GemmRs: cannot be captured in a CUDA graph: its plan moves chunks with NCCL"):
+    with pytest.raises(
+        UserError, match=r"^GemmRs: cannot be captured in a CUDA graph: its plan moves chunks with NCCL"
+    ):
         graphs.run((1,), fake.enqueue("x"))
     assert len(fake.log) == 1, "nothing may be enqueued into a capture that would replay wrongly"

@@ -61,28 +61,75 @@ def cli():
 
 
 def _cli_choice(cli, collective, m, n, k, world, tile, reduce, *extra):
-    out = subprocess.run([str(cli), "tune", "--collective", collective, "--gemm", f"{m}x{n}x{k}",
-                          "--tile", f"{tile[0]}x{tile[1]}", "--world", str(world), "--calib", str(CALIB),
-                          "--reduce", reduce, "--top", "0", *extra],
-                         capture_output=True, text=True, timeout=120)
+    out = subprocess.run(
+        [
+            str(cli),
+            "tune",
+            "--collective",
+            collective,
+            "--gemm",
+            f"{m}x{n}x{k}",
+            "--tile",
+            f"{tile[0]}x{tile[1]}",
+            "--world",
+            str(world),
+            "--calib",
+            str(CALIB),
+            "--reduce",
+            reduce,
+            "--top",
+            "0",
+            *extra,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert out.returncode == 0, out.stderr
     choice = re.search(r"^choice: (\S+): (.*)$", out.stdout, re.M)
     runs = re.search(r"^runs: (\S+) (\S+) split (\d+) (\S+) (\S+) reduce (\S+)$", out.stdout, re.M)
     assert choice and runs, out.stdout
     decision, algorithm, split, backend, order, red = runs.groups()
     assert decision == choice.group(1)
-    return dict(decision=decision, algorithm=algorithm, split=int(split), backend=backend, tile_order=order,
-                reduce=red, reason=choice.group(2))
+    return dict(
+        decision=decision,
+        algorithm=algorithm,
+        split=int(split),
+        backend=backend,
+        tile_order=order,
+        reduce=red,
+        reason=choice.group(2),
+    )
 
 
 def _op_choice(collective, m, n, k, world, tile, reduce):
     # As OpContext.__init__ calls it with every option "auto" (GemmRs / GemmAr pass their reduce).
     extra = {} if collective == "all-gather" else dict(reduce=reduce)
-    c = choice_mod.choose(collective, m=m, n=n, k=k, world=world, dtype="bf16", block_m=tile[0],
-                          block_n=tile[1], backend="auto", algorithm="auto", split=None, tile_order="auto",
-                          mode="auto", **extra)
-    return dict(decision=c.decision, algorithm=c.algorithm, split=c.split, backend=c.backend,
-                tile_order=c.tile_order, reduce=c.reduce, reason=c.reason)
+    c = choice_mod.choose(
+        collective,
+        m=m,
+        n=n,
+        k=k,
+        world=world,
+        dtype="bf16",
+        block_m=tile[0],
+        block_n=tile[1],
+        backend="auto",
+        algorithm="auto",
+        split=None,
+        tile_order="auto",
+        mode="auto",
+        **extra,
+    )
+    return dict(
+        decision=c.decision,
+        algorithm=c.algorithm,
+        split=c.split,
+        backend=c.backend,
+        tile_order=c.tile_order,
+        reduce=c.reduce,
+        reason=c.reason,
+    )
 
 
 @pytest.fixture(autouse=True)
@@ -110,5 +157,10 @@ def test_sy_tune_shows_the_cli_decision_and_reason(cli):
         r = sy.tune(collective, sy.GemmShape(m, n, k, *tile), world, sy.calibration(str(CALIB)), reduce=reduce)
         shown = _cli_choice(cli, collective, m, n, k, world, tile, reduce)
         assert (r.decision, r.reason) == (shown["decision"], shown["reason"])
-        assert (r.chosen.algorithm, r.chosen.split, r.chosen.backend, r.chosen.order, r.chosen.reduce) == \
-            (shown["algorithm"], shown["split"], shown["backend"], shown["tile_order"], shown["reduce"])
+        assert (r.chosen.algorithm, r.chosen.split, r.chosen.backend, r.chosen.order, r.chosen.reduce) == (
+            shown["algorithm"],
+            shown["split"],
+            shown["backend"],
+            shown["tile_order"],
+            shown["reduce"],
+        )

@@ -27,8 +27,14 @@ def test_the_package_re_exports_the_bindings_by_name():
 
     bound = {name for name in dir(_core) if not name.startswith("_")}
     # The reserved-SMs table and block counts are the ops' (ops/common.py reads them), not API.
-    left_in_core = {"RankEnd", "TRANSFORM_INSERTED_MARK", "TRANSFORM_OUTPUT_VERSION", "reserved_sms",
-                    "SM_COPY_BLOCKS", "ADD_KERNEL_BLOCKS"}
+    left_in_core = {
+        "RankEnd",
+        "TRANSFORM_INSERTED_MARK",
+        "TRANSFORM_OUTPUT_VERSION",
+        "reserved_sms",
+        "SM_COPY_BLOCKS",
+        "ADD_KERNEL_BLOCKS",
+    }
     assert bound - left_in_core == bound & set(sy.__all__)
     assert all(hasattr(sy, name) for name in sy.__all__)
     assert not hasattr(sy, "layers")
@@ -70,7 +76,12 @@ def test_accessors_agree_with_json(ag_plan):
     for chunk, raw in zip(ag_plan.chunks, data["chunks"]):
         assert chunk == ag_plan.chunk(raw["id"])
         assert (chunk.id, chunk.tensor, chunk.src, chunk.dst) == (raw["id"], raw["tensor"], raw["src"], raw["dst"])
-        assert (chunk.backend, chunk.op, chunk.stream, chunk.deps) == (raw["backend"], raw["op"], raw["stream"], raw["deps"])
+        assert (chunk.backend, chunk.op, chunk.stream, chunk.deps) == (
+            raw["backend"],
+            raw["op"],
+            raw["stream"],
+            raw["deps"],
+        )
         assert chunk.box.offset == raw["box"]["offset"] and chunk.box.extent == raw["box"]["extent"]
         assert chunk.box.elements() == raw["box"]["extent"][0] * raw["box"]["extent"][1]
         dst_box = raw.get("dst_box", raw["box"])
@@ -112,8 +123,17 @@ def test_enum_spellings_with_underscores():
 
 
 def test_make_plan_options_reach_the_plan():
-    plan = sy.make_plan("all-to-all", world_size=3, shape=[4, 9], dim=1, tensor="a", output="b",
-                        algorithm="direct", backend="nccl", dtype="f32")
+    plan = sy.make_plan(
+        "all-to-all",
+        world_size=3,
+        shape=[4, 9],
+        dim=1,
+        tensor="a",
+        output="b",
+        algorithm="direct",
+        backend="nccl",
+        dtype="f32",
+    )
     assert plan.collective.kind == "all-to-all"
     assert (plan.collective.tensor, plan.collective.output, plan.collective.dim) == ("a", "b", 1)
     assert plan.tensors["a"].shape == [4, 9] and plan.tensors["a"].dtype == "f32"
@@ -167,8 +187,11 @@ def test_lower_all_gather_waits_match_brute_force(world, split, block_m):
         for tile in range(grid.count):
             row0 = (tile // grid.tiles_n) * block_m
             rows = min(block_m, m - row0)
-            want = sorted(table.landing_slot_of_chunk[c.id] for c in landing
-                          if rows_overlap(row0, rows, c.dst_box.offset[0], c.dst_box.extent[0]))
+            want = sorted(
+                table.landing_slot_of_chunk[c.id]
+                for c in landing
+                if rows_overlap(row0, rows, c.dst_box.offset[0], c.dst_box.extent[0])
+            )
             assert table.tile_waits[tile] == want, (table.rank, tile)
 
 
@@ -180,12 +203,14 @@ def test_signal_table_arrays_are_csr_of_the_lists():
     for table in tables:
         arrays = table.arrays()
         assert arrays.rank == table.rank and arrays.num_slots == len(table.slots)
-        for offsets, items, lists in ((arrays.wait_offsets, arrays.wait_slots, table.tile_waits),
-                                      (arrays.notify_offsets, arrays.notify_slots, table.tile_notifies)):
+        for offsets, items, lists in (
+            (arrays.wait_offsets, arrays.wait_slots, table.tile_waits),
+            (arrays.notify_offsets, arrays.notify_slots, table.tile_notifies),
+        ):
             assert offsets.dtype == np.int32 and items.dtype == np.int32
             assert len(offsets) == grid.count + 1 and offsets[0] == 0
             for t, expected in enumerate(lists):
-                assert items[offsets[t]:offsets[t + 1]].tolist() == expected
+                assert items[offsets[t] : offsets[t + 1]].tolist() == expected
         assert arrays.slot_writers.tolist() == [s.writers for s in table.slots]
         assert arrays.slot_chunk.tolist() == [s.chunk for s in table.slots]
         # A producer access gives ready slots written by the tiles covering each outgoing chunk.
@@ -265,8 +290,10 @@ def test_import_needs_neither_torch_nor_triton():
     import subprocess
     import sys
 
-    code = ("import sys, syncopate as sy; sy.make_plan('all-gather', world_size=2, shape=[4]); "
-            "print(sorted(m for m in ('torch', 'triton', 'syncopate._runtime') if m in sys.modules))")
+    code = (
+        "import sys, syncopate as sy; sy.make_plan('all-gather', world_size=2, shape=[4]); "
+        "print(sorted(m for m in ('torch', 'triton', 'syncopate._runtime') if m in sys.modules))"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd="/")
     assert out.stdout.strip() == "[]", out.stdout + out.stderr
 

@@ -52,7 +52,9 @@ def test_kernel_level_carveout_and_costs(h200, tmp_path):
     carved = sy.simulate(plan, gemm, h200, sm_carveout=16)
     assert carved.kernel_level_us > plain.kernel_level_us  # carveout_slowdown 1.04 per tile
     assert carved.fused_us == plain.fused_us and carved.sequential_us == plain.sequential_us
-    assert [e.host_return for e in plain.kernel_level.rank_ends] == [pytest.approx(130.0)] * 2  # 4 calls x 20 + 5 GEMMs x 10
+    assert [e.host_return for e in plain.kernel_level.rank_ends] == [
+        pytest.approx(130.0)
+    ] * 2  # 4 calls x 20 + 5 GEMMs x 10
     with pytest.raises(sy.UserError, match="sm_carveout"):
         sy.simulate(plan, gemm, h200, sm_carveout=h200.sms)
     data = json.loads(h200.to_json())
@@ -115,8 +117,9 @@ def test_the_call_path_starts_the_gemm_at_once(h200, ag_case):
     shard_bytes = 4096 // 4 * 1024 * 2  # x [4096, 1024] bf16 over 4 ranks
     launch = doc["host"]["fused_call_us"] + shard_bytes / (doc["gpu"]["local_copy_gbps"] * 1e3)
     for split in (1, 2, 4):
-        p = sy.simulate(sy.make_plan("all-gather", world_size=4, shape=[4096, 1024], split=split, tensor="x"),
-                        gemm, h200)
+        p = sy.simulate(
+            sy.make_plan("all-gather", world_size=4, shape=[4096, 1024], split=split, tensor="x"), gemm, h200
+        )
         assert [e.kernel_launch for e in p.fused.rank_ends] == [pytest.approx(launch)] * 4, split
         first_tile = min(t.start for t in p.fused.tiles if t.rank == 0)
         assert first_tile == pytest.approx(launch + doc["overheads"]["launch_us"]), split

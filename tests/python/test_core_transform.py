@@ -36,8 +36,7 @@ def test_only_marked_lines_are_new(example, kernel):
     replaced = [line for line in result.source.splitlines() if line.strip().startswith(mark + " was: ")]
     for line in replaced:  # a replaced line is kept, commented out, word for word
         assert line.replace(mark + " was: ", "", 1) in original, line
-    unmarked = [line for line in result.source.splitlines()
-                if line not in original and mark not in line]
+    unmarked = [line for line in result.source.splitlines() if line not in original and mark not in line]
     # The exceptions: the signature's last line gives its closing "):" to a line of its own,
     # after the appended parameters; a signature line holding a parameter with a default is split
     # at its commas, so that the appended parameters (which have none) come before it.

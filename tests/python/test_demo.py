@@ -21,15 +21,18 @@ def test_defaults_are_the_cli_demo_shape():
     assert args.iters >= 1 and args.warmup >= 0 and args.timeout > 0
 
 
-@pytest.mark.parametrize("argv, message", [
-    (["--m", "0"], "--m must be at least 1"),
-    (["--iters", "0"], "--iters must be at least 1"),
-    (["--warmup", "-1"], "--warmup must be at least 0"),
-    (["--world", "-2"], "--world must be positive"),
-    (["--timeout", "0"], "--timeout must be positive"),
-    (["--dtype", "fp8"], "invalid choice: 'fp8'"),
-    (["--k", "x"], "invalid int value: 'x'"),
-])
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--m", "0"], "--m must be at least 1"),
+        (["--iters", "0"], "--iters must be at least 1"),
+        (["--warmup", "-1"], "--warmup must be at least 0"),
+        (["--world", "-2"], "--world must be positive"),
+        (["--timeout", "0"], "--timeout must be positive"),
+        (["--dtype", "fp8"], "invalid choice: 'fp8'"),
+        (["--k", "x"], "invalid int value: 'x'"),
+    ],
+)
 def test_bad_arguments_exit_2_naming_the_flag(argv, message, capsys):
     with pytest.raises(SystemExit) as exit_info:
         demo.parse_args(argv)
@@ -38,8 +41,10 @@ def test_bad_arguments_exit_2_naming_the_flag(argv, message, capsys):
 
 
 def test_world_must_fit_the_gpus_and_divide_m():
-    assert demo.check_world(demo.parse_args(["--world", "4"]), gpus=2) == \
-        "--world 4: only 2 GPU(s) visible (one rank per GPU)"
+    assert (
+        demo.check_world(demo.parse_args(["--world", "4"]), gpus=2)
+        == "--world 4: only 2 GPU(s) visible (one rank per GPU)"
+    )
     assert "split evenly over 3 rank(s)" in demo.check_world(demo.parse_args(["--m", "8192"]), gpus=3)
     assert demo.check_world(demo.parse_args(["--m", "8190", "--world", "2"]), gpus=8) is None
 
@@ -54,6 +59,7 @@ def test_no_gpu_prints_one_line_and_exits_0(monkeypatch, capsys):
     assert "A 1024x8192" in out
     # NVLink multicast is off for every process the demo would start.
     import os
+
     assert {key: os.environ[key] for key in demo.MULTICAST_OFF} == demo.MULTICAST_OFF
 
 
@@ -78,8 +84,7 @@ def test_prediction_is_between_the_floor_and_sequential():
 
 
 def test_prediction_without_calibration_says_why():
-    assert demo.predict(1024, 1024, 1024, 2, "bf16", None) == {
-        "error": "no calibration found (pass --calib FILE)"}
+    assert demo.predict(1024, 1024, 1024, 2, "bf16", None) == {"error": "no calibration found (pass --calib FILE)"}
     assert "error" in demo.predict(1024, 1024, 1024, 2, "bf16", Path("/nonexistent/calib.json"))
 
 
@@ -103,13 +108,16 @@ def test_block_shape_from_the_ops_gemm_config():
 
     class Config:
         block_m, block_n = 64, 128
+
     assert demo.block_shape(Config()) == [64, 128]
     assert demo.block_shape("odd-name") == [128, 128]
 
 
 def _result(err_fused_rank1):
-    ranks = [{"rank": 0, "err_fused": 2e-3, "err_seq": 1e-3, "us_fused": 900.0, "us_seq": 1000.0},
-             {"rank": 1, "err_fused": err_fused_rank1, "err_seq": 1e-3, "us_fused": 950.0, "us_seq": 1100.0}]
+    ranks = [
+        {"rank": 0, "err_fused": 2e-3, "err_seq": 1e-3, "us_fused": 900.0, "us_seq": 1000.0},
+        {"rank": 1, "err_fused": err_fused_rank1, "err_seq": 1e-3, "us_fused": 950.0, "us_seq": 1100.0},
+    ]
     return {"ranks": ranks, "op": {"world": 2, "kernel_origin": "transformer", "backend": "copy-engine"}}
 
 

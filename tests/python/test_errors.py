@@ -60,6 +60,7 @@ def test_calibration_error_keeps_its_class_once_the_runtime_module_is_loaded():
     """Loading syncopate._runtime registers the package's translator again (nanobind shares
     translators between modules, newest first); CalibrationError must still arrive as itself,
     not as the UserError it derives from."""
+
     def raised():
         with pytest.raises(syncopate.UserError, match=r"^mine\.json: ") as info:
             syncopate.parse_calibration("{}", "mine.json")
@@ -114,5 +115,8 @@ def test_shape_error_from_templates():
 
 
 def test_user_error_from_enum_spelling():
-    with pytest.raises(syncopate.UserError, match=r"argument 'backend': unknown backend 'pcie'; expected one of: copy-engine, sm-copy, nccl"):
+    with pytest.raises(
+        syncopate.UserError,
+        match=r"argument 'backend': unknown backend 'pcie'; expected one of: copy-engine, sm-copy, nccl",
+    ):
         syncopate.make_plan("all-gather", world_size=2, shape=[8], backend="pcie")

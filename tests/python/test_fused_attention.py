@@ -32,6 +32,7 @@ os.environ["TRITON_INTERPRET"] = "1"
 torch = pytest.importorskip("torch")
 triton = pytest.importorskip("triton")
 import triton.language as tl  # noqa: E402,F401  (the hooked wait, a jit function of this module, needs it)
+
 pytest.importorskip("numpy")
 
 import syncopate as sy  # noqa: E402
@@ -47,11 +48,11 @@ class FakeWorld:
         self.world, self.landing = world, landing
         self.rng = random.Random(seed)
         self.barrier = threading.Barrier(world, timeout=120)
-        self.kernel_lock = threading.Lock()   # the interpreter patches triton.language per launch
+        self.kernel_lock = threading.Lock()  # the interpreter patches triton.language per launch
         self.land_lock = threading.RLock()
         self.local = threading.local()
-        self.spaces: dict = {}                # (index, rank) -> FakeWorkspace
-        self.order: dict = {}                 # rank -> [(ws index, source rank, chunk id)] as landed
+        self.spaces: dict = {}  # (index, rank) -> FakeWorkspace
+        self.order: dict = {}  # rank -> [(ws index, source rank, chunk id)] as landed
 
     @property
     def rank(self) -> int:
@@ -244,8 +245,10 @@ def fake_runtime(monkeypatch):
         for t in threads:
             t.join()
         _HOOK["world"] = None
-        first = next((e for e in errors if e is not None and not isinstance(e, threading.BrokenBarrierError)),
-                     next((e for e in errors if e is not None), None))
+        first = next(
+            (e for e in errors if e is not None and not isinstance(e, threading.BrokenBarrierError)),
+            next((e for e in errors if e is not None), None),
+        )
         if first is not None:
             raise first
         return results, fake
@@ -267,8 +270,7 @@ def _sdpa(q, k, v, causal):
     return torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask)
 
 
-def _run_op(fake_runtime, op, world, causal, *, h=4, h_kv=2, s_loc=32, d=16, z=1, landing="late", seed=0,
-            calls=2):
+def _run_op(fake_runtime, op, world, causal, *, h=4, h_kv=2, s_loc=32, d=16, z=1, landing="late", seed=0, calls=2):
     """Every rank calls the op `calls` times on its slice of one global problem; returns each
     call's output per rank, the references, and the world."""
     from syncopate.ops import ring_attention, ulysses_attention
@@ -309,14 +311,25 @@ RUNS = [case + ("late",) for case in CASES] + [case + ("early",) for case in CAS
 def test_fused_ops_match_sdpa(fake_runtime, op, world, causal, h, h_kv, landing):
     s_loc = 32
     # Two calls in a row (the epoch advances, the heap is refilled with NaN) at world 2.
-    results, refs, fake = _run_op(fake_runtime, op, world, causal, h=h, h_kv=h_kv, s_loc=s_loc,
-                                  landing=landing, seed=world, calls=2 if world == 2 else 1)
+    results, refs, fake = _run_op(
+        fake_runtime,
+        op,
+        world,
+        causal,
+        h=h,
+        h_kv=h_kv,
+        s_loc=s_loc,
+        landing=landing,
+        seed=world,
+        calls=2 if world == 2 else 1,
+    )
     for rank, outs in enumerate(results):
         own = slice(rank * s_loc, (rank + 1) * s_loc)
         for call, (out, ref) in enumerate(zip(outs, refs)):
             assert not torch.isnan(out).any(), f"rank {rank}, call {call}: a block was read before it landed"
-            torch.testing.assert_close(out.float(), ref[:, :, own], rtol=2e-2, atol=2e-2,
-                                       msg=lambda m: f"rank {rank}, call {call}: {m}")
+            torch.testing.assert_close(
+                out.float(), ref[:, :, own], rtol=2e-2, atol=2e-2, msg=lambda m: f"rank {rank}, call {call}: {m}"
+            )
 
 
 @pytest.mark.parametrize("op", ["ulysses", "ring"])
@@ -350,8 +363,20 @@ def test_without_the_waits_blocks_are_read_before_they_land(fake_runtime, monkey
 
 
 @triton.jit
-def _no_wait_block(signals_ptr, block_offsets_ptr, block_slots_ptr, slot_writers_ptr, key, block, blocks,
-                   tile, epoch_ptr, bound_ns, rank, error_ptr):
+def _no_wait_block(
+    signals_ptr,
+    block_offsets_ptr,
+    block_slots_ptr,
+    slot_writers_ptr,
+    key,
+    block,
+    blocks,
+    tile,
+    epoch_ptr,
+    bound_ns,
+    rank,
+    error_ptr,
+):
     pass
 
 
@@ -367,8 +392,18 @@ def test_a_withheld_chunk_is_named(fake_runtime, op, check):
     holder = {}
 
     def body(rank):
-        ctx = cls(None, z=1, h=h, h_kv=h, s_loc=s_loc, d=d, dtype=torch.float16, device="cpu",
-                  wait_bound_ns=20_000, drop_chunk=holder.setdefault("drop", _remote_chunk(cls, world, s_loc)))
+        ctx = cls(
+            None,
+            z=1,
+            h=h,
+            h_kv=h,
+            s_loc=s_loc,
+            d=d,
+            dtype=torch.float16,
+            device="cpu",
+            wait_bound_ns=20_000,
+            drop_chunk=holder.setdefault("drop", _remote_chunk(cls, world, s_loc)),
+        )
         own = slice(rank * s_loc, (rank + 1) * s_loc)
         mine = tuple(t[:, :, own].half() for t in (q, k, v))
         out = ctx(*mine, check=check)
@@ -387,11 +422,19 @@ def _remote_chunk(cls, world, s_loc):
     from syncopate.ops.fused_attention import UlyssesAttention
 
     if cls is UlyssesAttention:
-        plan = sy.make_plan("all-to-all", world_size=world, shape=[1, 6, s_loc, 16], dim=1,
-                            algorithm="direct", tensor="x", dtype="f16")
+        plan = sy.make_plan(
+            "all-to-all", world_size=world, shape=[1, 6, s_loc, 16], dim=1, algorithm="direct", tensor="x", dtype="f16"
+        )
     else:
-        plan = sy.make_plan("all-gather", world_size=world, shape=[2, 1, 2, world * s_loc, 16], dim=3,
-                            algorithm="ring", tensor="kv", dtype="f16")
+        plan = sy.make_plan(
+            "all-gather",
+            world_size=world,
+            shape=[2, 1, 2, world * s_loc, 16],
+            dim=3,
+            algorithm="ring",
+            tensor="kv",
+            dtype="f16",
+        )
     return next(c.id for c in plan.chunks if c.src != c.dst and c.dst == 0)
 
 
@@ -426,8 +469,11 @@ def test_bad_call_operands_are_refused_by_name(fake_runtime):
 
     def body(rank):
         ctx = RingAttention(None, z=1, h=4, h_kv=2, s_loc=32, d=16, dtype=torch.float16, device="cpu")
-        with pytest.raises(ShapeError, match=r"ring_attention: k has shape \[1, 2, 16, 16\]; this context expects "
-                                             r"\[1, 2, 32, 16\]"):
+        with pytest.raises(
+            ShapeError,
+            match=r"ring_attention: k has shape \[1, 2, 16, 16\]; this context expects "
+            r"\[1, 2, 32, 16\]",
+        ):
             ctx(q, k[:, :, :16], v)
         with pytest.raises(UserError, match=r"ring_attention: q is torch.bfloat16; this context expects torch.float16"):
             ctx(q.bfloat16(), k, v)
@@ -461,8 +507,16 @@ def test_ulysses_tiles_wait_only_for_their_heads_chunks():
     ctx.world, ctx.rank, ctx.z, ctx.h, ctx.h_kv, ctx.s_loc, ctx.d, ctx.block = world, rank, 1, h, h_kv, s_loc, d, 16
     ctx.hl, ctx.hkvl = h // world, h_kv // world
     ctx.g = ctx.hl + 2 * ctx.hkvl
-    ctx.plan = sy.make_plan("all-to-all", world_size=world, shape=[1, world * ctx.g, s_loc, d], dim=1,
-                            algorithm="direct", split=ctx.g, tensor="x", dtype="f16")
+    ctx.plan = sy.make_plan(
+        "all-to-all",
+        world_size=world,
+        shape=[1, world * ctx.g, s_loc, d],
+        dim=1,
+        algorithm="direct",
+        split=ctx.g,
+        tensor="x",
+        dtype="f16",
+    )
     table = sy.lower(ctx.plan, sy.TileGrid(1, 1, 1, 1), [])[rank]
     tile_waits, order, blocks = ctx.tables_for(table)
     chunk_of = {slot.chunk: i for i, slot in enumerate(table.slots)}
@@ -477,7 +531,7 @@ def test_ulysses_tiles_wait_only_for_their_heads_chunks():
         for j in range(blocks.blocks):
             p = j * 16 // s_loc
             row = i * blocks.blocks + j
-            got = sorted(head_of_slot[s] for s in blocks.slots[blocks.offsets[row]:blocks.offsets[row + 1]])
+            got = sorted(head_of_slot[s] for s in blocks.slots[blocks.offsets[row] : blocks.offsets[row + 1]])
             kv = i // group
             assert got == [p * ctx.g + ctx.hl + kv, p * ctx.g + ctx.hl + ctx.hkvl + kv], (i, j, got)
     pieces = [(t // tiles_n) * 16 // s_loc for t in order]

@@ -24,8 +24,10 @@ from triton.runtime import interpreter  # noqa: E402
 
 _REPO_PYTHON = Path(__file__).resolve().parents[2] / "python"
 _spec = importlib.util.spec_from_file_location(
-    "syncopate_fp8_kernels_under_test", _REPO_PYTHON / "syncopate" / "kernels" / "__init__.py",
-    submodule_search_locations=[str(_REPO_PYTHON / "syncopate" / "kernels")])
+    "syncopate_fp8_kernels_under_test",
+    _REPO_PYTHON / "syncopate" / "kernels" / "__init__.py",
+    submodule_search_locations=[str(_REPO_PYTHON / "syncopate" / "kernels")],
+)
 _kernels = importlib.util.module_from_spec(_spec)
 sys.modules[_spec.name] = _kernels
 _spec.loader.exec_module(_kernels)
@@ -147,7 +149,11 @@ def test_annotations_match_the_bf16_kernel():
     with a single statement after the produce (where the notify goes)."""
     source = (_REPO_PYTHON / "syncopate" / "kernels" / "gemm_fp8.py").read_text().splitlines()
     marks = [line.strip() for line in source if line.strip().startswith("# @sy.")]
-    assert marks == ["# @sy.tile(index=tile_id, m=pid_m, n=pid_n)", "# @sy.end",
-                     "# @sy.consume(a_ptr, m=pid_m)", "# @sy.produce(c_ptr, m=pid_m, n=pid_n)"]
+    assert marks == [
+        "# @sy.tile(index=tile_id, m=pid_m, n=pid_n)",
+        "# @sy.end",
+        "# @sy.consume(a_ptr, m=pid_m)",
+        "# @sy.produce(c_ptr, m=pid_m, n=pid_n)",
+    ]
     consume = next(i for i, line in enumerate(source) if line.strip() == marks[2])
     assert source[consume + 1].strip().startswith("for ")

@@ -32,8 +32,10 @@ import importlib  # noqa: E402
 import importlib.util  # noqa: E402
 
 _spec = importlib.util.spec_from_file_location(
-    "syncopate_kernels_under_test", _REPO_PYTHON / "syncopate" / "kernels" / "__init__.py",
-    submodule_search_locations=[str(_REPO_PYTHON / "syncopate" / "kernels")])
+    "syncopate_kernels_under_test",
+    _REPO_PYTHON / "syncopate" / "kernels" / "__init__.py",
+    submodule_search_locations=[str(_REPO_PYTHON / "syncopate" / "kernels")],
+)
 _kernels = importlib.util.module_from_spec(_spec)
 sys.modules[_spec.name] = _kernels
 _spec.loader.exec_module(_kernels)
@@ -145,8 +147,7 @@ def test_errors_name_the_problem():
     with pytest.raises(TypeError, match="bfloat16 or float16"):
         gemm_module.gemm(a.float(), torch.randn(16, 8))
     with pytest.raises(ValueError, match="out must be"):
-        gemm_module.gemm(a, torch.randn(16, 8).to(torch.bfloat16),
-                         out=torch.empty(8, 9, dtype=torch.bfloat16))
+        gemm_module.gemm(a, torch.randn(16, 8).to(torch.bfloat16), out=torch.empty(8, 9, dtype=torch.bfloat16))
 
 
 def test_empty_k_gives_zeros():
@@ -175,8 +176,7 @@ def test_annotations_follow_the_annotation_language():
     tiles = [i for i, line in enumerate(source) if line.strip().startswith("# @sy.tile(")]
     ends = [i for i, line in enumerate(source) if line.strip() == "# @sy.end"]
     consumes = [i for i, line in enumerate(source) if line.strip() == "# @sy.consume(a_ptr, m=pid_m)"]
-    produces = [i for i, line in enumerate(source)
-                if line.strip() == "# @sy.produce(c_ptr, m=pid_m, n=pid_n)"]
+    produces = [i for i, line in enumerate(source) if line.strip() == "# @sy.produce(c_ptr, m=pid_m, n=pid_n)"]
     assert len(tiles) == len(ends) == len(consumes) == len(produces) == 2
     for tile, end, consume, produce in zip(tiles, ends, consumes, produces):
         assert tile < end < consume < produce
@@ -210,8 +210,7 @@ def test_model_picks_the_big_block_when_the_chip_is_full():
 def test_model_splits_k_when_tiles_cannot_fill_the_chip():
     cfg = _kernel_configs.choose_config(128, 3072, 4096, 132, 2, _SMEM_H100)
     assert cfg.split_k > 1
-    no_split = _kernel_configs.choose_config(128, 3072, 4096, 132, 2, _SMEM_H100,
-                                             allow_split_k=False)
+    no_split = _kernel_configs.choose_config(128, 3072, 4096, 132, 2, _SMEM_H100, allow_split_k=False)
     assert no_split.split_k == 1
 
 
@@ -261,7 +260,6 @@ def test_model_offers_fixup_variants_only_when_asked():
     plain = _kernel_configs.candidate_configs(8192)
     with_fixup = _kernel_configs.candidate_configs(8192, fixup=True)
     assert not any(c.split_fixup for c in plain)
-    assert {c.name for c in with_fixup if c.split_fixup} == {
-        c.name + "f" for c in plain if c.split_k > 1}
+    assert {c.name for c in with_fixup if c.split_fixup} == {c.name + "f" for c in plain if c.split_k > 1}
     cfg = _kernel_configs.choose_config(128, 4096, 8192, 132, 2, _SMEM_H100, fixup=True)
     assert cfg.split_k > 1 and cfg.split_fixup  # cheaper per MB than the two-launch split

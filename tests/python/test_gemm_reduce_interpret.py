@@ -33,8 +33,9 @@ def _run(m, n, k, world, rank, dtype, b_is_nk, seed, shard_rows=None, num_progra
     p[rank] = float("nan")  # this rank's own slot: never written by the plan, never read
     c = torch.full((m, n), float("nan"), dtype=dtype)
     out = torch.full((shard_rows, n), float("nan"), dtype=dtype)
-    gemm_reduce_module.gemm_reduce(a, b, c, p, out, shard_begin=shard_begin, skip_slot=rank,
-                                   config=SMALL, num_programs=num_programs)
+    gemm_reduce_module.gemm_reduce(
+        a, b, c, p, out, shard_begin=shard_begin, skip_slot=rank, config=SMALL, num_programs=num_programs
+    )
     full = a.double() @ b.double()
     lo, hi = shard_begin, shard_begin + shard_rows
     others = [s for s in range(world) if s != rank]
@@ -51,11 +52,10 @@ def _close(got, ref):
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
 @pytest.mark.parametrize("b_is_nk", [False, True])
 @pytest.mark.parametrize("world,rank", [(1, 0), (2, 1), (3, 0), (3, 2), (4, 1)])
-@pytest.mark.parametrize("n,k", [(40, 56), (64, 24)])   # 40, 56, 24: not multiples of 32
+@pytest.mark.parametrize("n,k", [(40, 56), (64, 24)])  # 40, 56, 24: not multiples of 32
 def test_reduce_epilogue_matches_reference(dtype, b_is_nk, world, rank, n, k):
     m = 64 * world  # shard of 64 rows: two 32-row blocks, tiles never straddle
-    c, out, full, expected_out, lo, hi = _run(m, n, k, world, rank, dtype, b_is_nk,
-                                              seed=world * 10 + rank + n)
+    c, out, full, expected_out, lo, hi = _run(m, n, k, world, rank, dtype, b_is_nk, seed=world * 10 + rank + n)
     _close(out, expected_out)
     _close(torch.cat([c[:lo], c[hi:]]), torch.cat([full[:lo], full[hi:]]))
     assert torch.isnan(c[lo:hi]).all(), "the shard rows of c must not be written (they go to out)"
@@ -65,8 +65,9 @@ def test_reduce_epilogue_matches_reference(dtype, b_is_nk, world, rank, n, k):
 def test_a_tile_straddling_the_shard_edge_routes_each_row(world, rank, shard_rows):
     # Shards not a multiple of BLOCK_M = 32: one tile holds rows of two shards.
     m, n, k = shard_rows * world, 48, 40
-    c, out, full, expected_out, lo, hi = _run(m, n, k, world, rank, torch.float16, False,
-                                              seed=shard_rows, shard_rows=shard_rows, num_programs=2)
+    c, out, full, expected_out, lo, hi = _run(
+        m, n, k, world, rank, torch.float16, False, seed=shard_rows, shard_rows=shard_rows, num_programs=2
+    )
     _close(out, expected_out)
     if lo > 0 or hi < m:
         _close(torch.cat([c[:lo], c[hi:]]), torch.cat([full[:lo], full[hi:]]))
@@ -98,8 +99,15 @@ def test_bad_operands_are_named():
         run(a, b, c, p, out, shard_begin=0, skip_slot=2)
     a_odd, b_odd = _operands(64, 33, 32, torch.float16, False, seed=3)
     with pytest.raises(ValueError, match=r"TMA cannot describe"):
-        run(a_odd, b_odd, torch.zeros(64, 33).half(), torch.zeros(2, 32, 33).half(),
-            torch.zeros(32, 33).half(), shard_begin=0, skip_slot=0)
+        run(
+            a_odd,
+            b_odd,
+            torch.zeros(64, 33).half(),
+            torch.zeros(2, 32, 33).half(),
+            torch.zeros(32, 33).half(),
+            shard_begin=0,
+            skip_slot=0,
+        )
 
 
 def test_annotations_follow_the_annotation_language():
@@ -113,7 +121,7 @@ def test_annotations_follow_the_annotation_language():
     produce = next(i for i, ln in enumerate(stripped) if ln.startswith("# @sy.produce(c_ptr, m=pid_m, n=pid_n"))
     k_loop = next(i for i, ln in enumerate(stripped) if ln.startswith("acc = tma_k_loop("))  # the shared K loop
     assert tile < end < k_loop < consume < produce
-    assert "m_dim=1, n_dim=2, m_local_shard=True)" in stripped[consume]   # p holds this rank's rows only
+    assert "m_dim=1, n_dim=2, m_local_shard=True)" in stripped[consume]  # p holds this rank's rows only
     assert stripped[produce].endswith("m_dim=1, n_dim=2)")
     assert stripped[consume + 1].startswith("acc = _add_staged_partials(")
     assert stripped[produce + 1].startswith("_store_reduced_tile(")

@@ -17,8 +17,9 @@ def test_import_each_format_from_a_path():
     assert ring.plan.num_chunks == 12 and len(ring.origins) == 12
     assert ring.origins[0].startswith("algo/gpu[0]/tb[0]/step[0] (line 6) -> algo/gpu[1]")
     assert sy.verify(ring.plan).ok
-    ar = sy.import_plan(GOOD / "mscclpp-json" / "two_step_allreduce.json", format="mscclpp_json", shape=[2, 4],
-                        backend="sm-copy")
+    ar = sy.import_plan(
+        GOOD / "mscclpp-json" / "two_step_allreduce.json", format="mscclpp_json", shape=[2, 4], backend="sm-copy"
+    )
     assert {c.backend for c in ar.plan.chunks} == {"sm-copy"}
     a2a = sy.import_plan(GOOD / "sendrecv" / "alltoall.json", format="sendrecv")
     assert a2a.plan.collective.output == "y"
@@ -73,15 +74,17 @@ def ag_plan(world=4, m=1024, k=256, **kw):
 
 
 def check(plan, collective="all-gather", m=1024, k=256, n=512, world=4, dtype="bf16", backend="auto", reduce=None):
-    return user_plan.check_user_plan("AgGemm", plan, collective=collective, m=m, k=k, n=n, world=world,
-                                     dtype=dtype, backend=backend, reduce=reduce)
+    return user_plan.check_user_plan(
+        "AgGemm", plan, collective=collective, m=m, k=k, n=n, world=world, dtype=dtype, backend=backend, reduce=reduce
+    )
 
 
 def test_a_matching_plan_is_taken_with_its_backend():
     plan, backend = check(ag_plan(backend="sm-copy"))
     assert backend == "sm-copy"
-    ported = sy.import_plan(GOOD / "msccl-xml" / "ring_allgather.xml", format="msccl-xml", shape=[1024, 256],
-                            tensor="a")
+    ported = sy.import_plan(
+        GOOD / "msccl-xml" / "ring_allgather.xml", format="msccl-xml", shape=[1024, 256], tensor="a"
+    )
     plan, backend = check(ported)  # an ImportedPlan is taken as its plan
     assert backend == "copy-engine" and plan == ported.plan
 
@@ -93,17 +96,26 @@ def test_copy_engine_and_sm_copy_plans_run_on_each_other():
         check(ag_plan(), backend="nccl")
 
 
-@pytest.mark.parametrize("plan, kwargs, message", [
-    (lambda: sy.make_plan("reduce-scatter", world_size=4, shape=[1024, 256], tensor="a"), {},
-     "the plan is a reduce-scatter; this op runs a all-gather of tensor 'a'"),
-    (lambda: ag_plan(world=2), {}, "world size 2, the op's group has 4 ranks"),
-    (lambda: sy.make_plan("all-gather", world_size=4, shape=[1024, 256]), {},
-     "the plan's tensor is 'x'; this op's is 'a' \\(make or import the plan with tensor='a'\\)"),
-    (lambda: ag_plan(m=512), {}, "the plan's 'a' is \\[512, 256\\] along dim 0; this op needs \\[1024, 256\\]"),
-    (lambda: ag_plan(dtype="f16"), {}, "the plan's 'a' is f16; this op's dtype is bf16"),
-    (lambda: ag_plan(), {"reduce": "epilogue"}, "reduce='epilogue' runs the staged template plan"),
-    (lambda: "plan.json", {}, "plan must be a syncopate CommPlan"),
-])
+@pytest.mark.parametrize(
+    "plan, kwargs, message",
+    [
+        (
+            lambda: sy.make_plan("reduce-scatter", world_size=4, shape=[1024, 256], tensor="a"),
+            {},
+            "the plan is a reduce-scatter; this op runs a all-gather of tensor 'a'",
+        ),
+        (lambda: ag_plan(world=2), {}, "world size 2, the op's group has 4 ranks"),
+        (
+            lambda: sy.make_plan("all-gather", world_size=4, shape=[1024, 256]),
+            {},
+            "the plan's tensor is 'x'; this op's is 'a' \\(make or import the plan with tensor='a'\\)",
+        ),
+        (lambda: ag_plan(m=512), {}, "the plan's 'a' is \\[512, 256\\] along dim 0; this op needs \\[1024, 256\\]"),
+        (lambda: ag_plan(dtype="f16"), {}, "the plan's 'a' is f16; this op's dtype is bf16"),
+        (lambda: ag_plan(), {"reduce": "epilogue"}, "reduce='epilogue' runs the staged template plan"),
+        (lambda: "plan.json", {}, "plan must be a syncopate CommPlan"),
+    ],
+)
 def test_a_plan_that_does_not_match_is_refused(plan, kwargs, message):
     with pytest.raises(sy.UserError, match=message):
         check(plan(), **kwargs)
@@ -114,8 +126,9 @@ def test_mixed_backends_and_staged_plans_are_refused():
     data["chunks"][0]["backend"] = "sm-copy"
     with pytest.raises(sy.UserError, match="mixes backends"):
         check(sy.CommPlan.from_dict(data))
-    staged = sy.make_plan("reduce-scatter", world_size=4, shape=[1, 1024, 512], dim=1, algorithm="direct",
-                          tensor="c", staging="p")
+    staged = sy.make_plan(
+        "reduce-scatter", world_size=4, shape=[1, 1024, 512], dim=1, algorithm="direct", tensor="c", staging="p"
+    )
     with pytest.raises(sy.UserError, match="staged reduce-scatter"):
         check(staged, collective="reduce-scatter")
 
@@ -132,19 +145,47 @@ def test_the_simulator_times_a_given_plan_beside_the_templates():
 
     m, n, k, world = 8192, 8192, 8192, 4
     ported = sy.import_plan(GOOD / "msccl-xml" / "ring_allgather.xml", format="msccl-xml", shape=[m, k], tensor="a")
-    choice = user_plan.choice_for_plan("AgGemm", ported.plan, collective="all-gather", m=m, n=n, k=k, world=world,
-                                       dtype="bf16", block_m=128, block_n=256, backend="copy-engine",
-                                       tile_order="auto", mode="auto")
+    choice = user_plan.choice_for_plan(
+        "AgGemm",
+        ported.plan,
+        collective="all-gather",
+        m=m,
+        n=n,
+        k=k,
+        world=world,
+        dtype="bf16",
+        block_m=128,
+        block_n=256,
+        backend="copy-engine",
+        tile_order="auto",
+        mode="auto",
+    )
     assert choice.decision == "fused" and choice.algorithm == "given" and choice.tile_order == "arrival"
     p = choice.predicted_us
     assert p["floor"] <= p["fused"] and p["template_fused"] > 0
     # The ring imported is the ring template: the simulator gives it the template's time.
-    template = sy.simulate(sy.make_plan("all-gather", world_size=world, shape=[m, k], tensor="a"),
-                           sy.GemmShape(m, n, k, 128, 256), calibration(), order="arrival")
+    template = sy.simulate(
+        sy.make_plan("all-gather", world_size=world, shape=[m, k], tensor="a"),
+        sy.GemmShape(m, n, k, 128, 256),
+        calibration(),
+        order="arrival",
+    )
     assert p["fused"] == pytest.approx(template.fused_us, rel=1e-3)
     assert p["template_fused"] <= p["fused"] + 1e-6  # the best template is at least as fast as the ring
     assert "plan given: simulated fused" in choice.reason and "the best template's" in choice.reason
-    seq = user_plan.choice_for_plan("AgGemm", ported.plan, collective="all-gather", m=m, n=n, k=k, world=world,
-                                    dtype="bf16", block_m=128, block_n=256, backend="copy-engine",
-                                    tile_order="row-major", mode="sequential")
+    seq = user_plan.choice_for_plan(
+        "AgGemm",
+        ported.plan,
+        collective="all-gather",
+        m=m,
+        n=n,
+        k=k,
+        world=world,
+        dtype="bf16",
+        block_m=128,
+        block_n=256,
+        backend="copy-engine",
+        tile_order="row-major",
+        mode="sequential",
+    )
     assert seq.decision == "sequential" and seq.tile_order == "row-major"

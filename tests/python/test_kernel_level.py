@@ -37,6 +37,7 @@ def hopper_limits(rt):
 
 # -- occupancy arithmetic (the C++ is unit-tested in tests/unit/runtime/occupancy_test.cpp) ------
 
+
 def test_bindings_shape_a_two_block_kernel_to_one():
     rt = _runtime()
     kernel = rt.KernelResources(128, 128, 0, 114688)
@@ -58,6 +59,7 @@ def test_bindings_refuse_raising_residency_with_the_reason():
 
 
 # -- the padded Triton kernel ------------------------------------------------------------------
+
 
 @pytest.fixture(scope="module")
 def compiled_for_sm90(run_compile_script, tmp_path_factory):
@@ -95,12 +97,14 @@ def test_padded_kernel_refuses_bad_sizes(compiled_for_sm90):
     with pytest.raises(UserError, match="must be >= 0 bytes"):
         padded_kernel(compiled_for_sm90, -128)
     shared = compiled_for_sm90.metadata.shared
-    with pytest.raises(UserError, match=f"{shared} \\+ 232449 = {shared + 232449} bytes .* per-block maximum "
-                                        "of 232448"):
+    with pytest.raises(
+        UserError, match=f"{shared} \\+ 232449 = {shared + 232449} bytes .* per-block maximum of 232448"
+    ):
         padded_kernel(compiled_for_sm90, 232449, max_per_block=232448)
 
 
 # -- the simulator's kernel-level shaping model ------------------------------------------------
+
 
 def _predict(op="ag_gemm", backend="nccl", world=4, chunks=2, **shaping):
     calib = sy.calibration("h200")
@@ -108,8 +112,9 @@ def _predict(op="ag_gemm", backend="nccl", world=4, chunks=2, **shaping):
         plan = sy.make_plan("all-gather", world_size=world, shape=[8192, 8192], split=chunks, backend=backend)
     else:
         plan = sy.make_plan("reduce-scatter", world_size=world, shape=[8192, 8192], split=chunks, backend=backend)
-    return sy.simulate(plan, sy.GemmShape(8192, 8192 if op == "gemm_rs" else 2048, 2048 if op == "gemm_rs"
-                                          else 8192), calib, **shaping).kernel_level_us
+    return sy.simulate(
+        plan, sy.GemmShape(8192, 8192 if op == "gemm_rs" else 2048, 2048 if op == "gemm_rs" else 8192), calib, **shaping
+    ).kernel_level_us
 
 
 @pytest.mark.parametrize("op", ["ag_gemm", "gemm_rs"])
@@ -133,16 +138,19 @@ def test_shaping_never_pays_without_communication_kernels(op):
 @pytest.mark.parametrize("op", ["ag_gemm", "gemm_rs"])
 @pytest.mark.parametrize("backend", ["nccl", "sm-copy"])
 def test_more_resident_blocks_never_slow_a_shaped_kernel(op, backend):
-    times = [_predict(op, backend, kernel_level_residency=r, natural_residency=8, block_share=0.3)
-             for r in (1, 2, 3)]  # 0.3, 0.6, 0.9 of an SM
+    times = [
+        _predict(op, backend, kernel_level_residency=r, natural_residency=8, block_share=0.3) for r in (1, 2, 3)
+    ]  # 0.3, 0.6, 0.9 of an SM
     assert times[0] >= times[1] - 1e-6 >= times[2] - 2e-6
     assert times[0] > times[2]  # and the model is not flat
 
 
 @pytest.mark.parametrize("backend", ["nccl", "sm-copy"])
 def test_a_larger_block_share_never_slows_a_shaped_kernel(backend):
-    times = [_predict("ag_gemm", backend, kernel_level_residency=1, natural_residency=2, block_share=s)
-             for s in (0.5, 0.7, 0.9, 1.0)]
+    times = [
+        _predict("ag_gemm", backend, kernel_level_residency=1, natural_residency=2, block_share=s)
+        for s in (0.5, 0.7, 0.9, 1.0)
+    ]
     assert all(a >= b - 1e-6 for a, b in zip(times, times[1:]))
     assert times[0] > times[-1]
 
@@ -180,8 +188,9 @@ def test_choose_residency_follows_the_model():
     best, predicted = choose_residency("ag_gemm", world=4, m=8192, k=8192, n=2048, chunks=2, natural_residency=1)
     assert best is None and list(predicted) == [0]
     # Copy engine: communication takes no SMs, so shaping never wins.
-    best, predicted = choose_residency("ag_gemm", world=4, m=8192, k=8192, n=2048, chunks=2,
-                                       natural_residency=4, backend="copy-engine")
+    best, predicted = choose_residency(
+        "ag_gemm", world=4, m=8192, k=8192, n=2048, chunks=2, natural_residency=4, backend="copy-engine"
+    )
     assert best is None and set(predicted) == {0, 1, 2, 3}
     # The choice is the argmin of the predictions.
     best, predicted = choose_residency("gemm_rs", world=2, m=8192, k=4096, n=8192, chunks=2, natural_residency=3)
@@ -192,6 +201,7 @@ def test_choose_residency_follows_the_model():
 
 # -- the API's checks and helpers (no NCCL needed: they fail before any group is made) ---------
 
+
 def test_even_bounds_cover_the_range():
     from syncopate.kernel_level import even_bounds
 
@@ -199,14 +209,17 @@ def test_even_bounds_cover_the_range():
     assert even_bounds(8, 4) == [(0, 2), (2, 4), (4, 6), (6, 8)]
 
 
-@pytest.mark.parametrize("kwargs, message", [
-    (dict(gemm="cutlass"), "gemm='cutlass': expected one of"),
-    (dict(residency=1), "residency=1 needs gemm='triton'"),
-    (dict(dtype=torch.float32), "expected torch.float16 or torch.bfloat16"),
-    (dict(sm_carveout=-1), "sm_carveout=-1: expected None or >= 0"),
-    (dict(chunks=0), "chunks=0: expected 1 <= chunks <= m/world = 256"),
-    (dict(m=0), "m, k, n must be > 0"),
-])
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        (dict(gemm="cutlass"), "gemm='cutlass': expected one of"),
+        (dict(residency=1), "residency=1 needs gemm='triton'"),
+        (dict(dtype=torch.float32), "expected torch.float16 or torch.bfloat16"),
+        (dict(sm_carveout=-1), "sm_carveout=-1: expected None or >= 0"),
+        (dict(chunks=0), "chunks=0: expected 1 <= chunks <= m/world = 256"),
+        (dict(m=0), "m, k, n must be > 0"),
+    ],
+)
 def test_api_rejects_bad_arguments(single_rank_group, kwargs, message):
     from syncopate.kernel_level import KernelLevelAgGemm, KernelLevelGemmRs
 
@@ -223,14 +236,18 @@ def test_cublas_carveout_is_restored(monkeypatch):
     calls = []
     state = {"carveout": None, "library": "cublas"}
     monkeypatch.setattr(torch._C, "_get_sm_carveout_experimental", lambda: state["carveout"])
-    monkeypatch.setattr(torch._C, "_set_sm_carveout_experimental",
-                        lambda v: (calls.append(("carveout", v)), state.__setitem__("carveout", v)))
+    monkeypatch.setattr(
+        torch._C,
+        "_set_sm_carveout_experimental",
+        lambda v: (calls.append(("carveout", v)), state.__setitem__("carveout", v)),
+    )
 
     def library(backend=None):
         if backend is not None:
             calls.append(("library", backend))
             state["library"] = backend
         return state["library"]
+
     monkeypatch.setattr(torch.backends.cuda, "preferred_blas_library", library)
     with pytest.raises(RuntimeError, match="inside"):
         with kernel_level.cublas_sm_carveout(16):
@@ -243,8 +260,10 @@ def test_cublas_carveout_is_restored(monkeypatch):
     assert calls == []
 
 
-@pytest.mark.skipif(os.environ.get("TRITON_INTERPRET", "0") in ("", "0"),
-                    reason="runs the GEMM kernel in Triton's CPU interpreter (TRITON_INTERPRET=1)")
+@pytest.mark.skipif(
+    os.environ.get("TRITON_INTERPRET", "0") in ("", "0"),
+    reason="runs the GEMM kernel in Triton's CPU interpreter (TRITON_INTERPRET=1)",
+)
 def test_shaped_gemm_in_the_interpreter_computes_a_at_b(monkeypatch):
     from triton.runtime import interpreter
 
@@ -258,6 +277,7 @@ def test_shaped_gemm_in_the_interpreter_computes_a_at_b(monkeypatch):
     def patch_lang_tensor(tensor, scope):
         original_patch(tensor, scope)
         scope.set_attr(tensor, "__index__", lambda self: int(self.handle.data.reshape(-1)[0]))
+
     monkeypatch.setattr(interpreter, "_patch_lang_tensor", patch_lang_tensor)
 
     torch.manual_seed(0)

@@ -61,8 +61,9 @@ def test_ranks_over_gloo_match_float64(tmp_path):
     import torch.multiprocessing as mp
 
     world = 4
-    mp.start_processes(moe_worker.run, args=(world, _free_port(), str(tmp_path)), nprocs=world, join=True,
-                       start_method="spawn")
+    mp.start_processes(
+        moe_worker.run, args=(world, _free_port(), str(tmp_path)), nprocs=world, join=True, start_method="spawn"
+    )
     for rank in range(world):
         results = json.loads((tmp_path / f"rank{rank}.json").read_text())
         errors = {k: v for k, v in results.items() if isinstance(v, str)}
@@ -78,12 +79,14 @@ def test_ranks_over_gloo_match_float64(tmp_path):
 
 def test_bad_inputs_are_refused_by_name():
     with pytest.raises(ShapeError, match=r"num_experts=6 cannot be split evenly over"):
+
         class FourRanks:
             def size(self):
                 return 4
 
             def rank(self):
                 return 0
+
         MoeDispatchCombine(FourRanks(), num_experts=6, top_k=2)
     with pytest.raises(ShapeError, match=r"top_k=9 is more than num_experts=8"):
         MoeDispatchCombine(None, num_experts=8, top_k=9)

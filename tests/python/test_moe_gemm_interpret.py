@@ -70,9 +70,9 @@ def _tiles_n():
 def _check_against_reference(c, a, w, counts):
     for q, want in enumerate(moe_fused.reference(a, w, counts.tolist(), CAPACITY)):
         rows = int(counts[q])
-        got = c[q * CAPACITY:q * CAPACITY + rows]
+        got = c[q * CAPACITY : q * CAPACITY + rows]
         torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
-        assert torch.isnan(c[q * CAPACITY + rows:(q + 1) * CAPACITY]).all(), f"slot {q}: rows past its count written"
+        assert torch.isnan(c[q * CAPACITY + rows : (q + 1) * CAPACITY]).all(), f"slot {q}: rows past its count written"
 
 
 @pytest.mark.parametrize("seed", [0, 1])
@@ -112,7 +112,7 @@ def test_late_chunks_landed_by_a_thread_in_shuffled_order():
             time.sleep(0.02)
             stale[q] = counts[q]  # the counts chunk lands first (the rows chunk depends on it)
             at = q * CAPACITY
-            a[at:at + CAPACITY] = a_full[at:at + CAPACITY]
+            a[at : at + CAPACITY] = a_full[at : at + CAPACITY]
             signals[q] = 1  # then the rows chunk's landing signal
 
     c = torch.full_like(ref, float("nan"))
@@ -121,8 +121,16 @@ def test_late_chunks_landed_by_a_thread_in_shuffled_order():
     lander = threading.Thread(target=land)
     lander.start()
     try:
-        launch(moe_fused.transformed_kernel(), (PROGS,), tables, *args, signals=signals, epoch=1,
-               wait_bound_ns=20_000_000_000, **meta)
+        launch(
+            moe_fused.transformed_kernel(),
+            (PROGS,),
+            tables,
+            *args,
+            signals=signals,
+            epoch=1,
+            wait_bound_ns=20_000_000_000,
+            **meta,
+        )
     finally:
         lander.join()
     torch.testing.assert_close(c, ref, rtol=0, atol=0, equal_nan=True)
@@ -138,8 +146,16 @@ def test_withheld_chunk_is_named():
     args, meta = moe_fused.grouped_gemm_args(a, w, c, counts, CAPACITY, BLOCK_M, BLOCK_N, BLOCK_K, PROGS)
     chunk = moe_fused.rows_chunk_id(WORLD, EXPERTS, 1, RANK, 1)
     with pytest.raises(WaitTimeoutError) as info:
-        launch(moe_fused.transformed_kernel(), (PROGS,), tables, *args, signals=signals, epoch=1,
-               wait_bound_ns=20_000, **meta)
+        launch(
+            moe_fused.transformed_kernel(),
+            (PROGS,),
+            tables,
+            *args,
+            signals=signals,
+            epoch=1,
+            wait_bound_ns=20_000,
+            **meta,
+        )
     message = str(info.value)
     assert f"slot {withheld} (chunk {chunk})" in message, message
     assert "rank 1" in message
@@ -151,7 +167,7 @@ def test_local_first_order_starts_with_own_slots():
     per_source = EXPERTS * (CAPACITY // BLOCK_M) * 2
     first_slots = {(t // 2) // (CAPACITY // BLOCK_M) for t in order[:per_source]}
     assert first_slots == {RANK * EXPERTS + e for e in range(EXPERTS)}
-    next_slots = {(t // 2) // (CAPACITY // BLOCK_M) for t in order[per_source:2 * per_source]}
+    next_slots = {(t // 2) // (CAPACITY // BLOCK_M) for t in order[per_source : 2 * per_source]}
     assert next_slots == {(RANK - 1) % WORLD * EXPERTS + e for e in range(EXPERTS)}
 
 
@@ -159,15 +175,16 @@ def test_tables_equal_the_plans_lowering():
     _core = pytest.importorskip("syncopate._core")
     if not hasattr(_core, "make_moe_dispatch_plan"):
         pytest.fail("syncopate._core lacks make_moe_dispatch_plan: reinstall the package (pip install .)")
-    plan = _core.make_moe_dispatch_plan(world_size=WORLD, local_experts=EXPERTS, capacity=CAPACITY, hidden=K,
-                                        dtype="f32")
+    plan = _core.make_moe_dispatch_plan(
+        world_size=WORLD, local_experts=EXPERTS, capacity=CAPACITY, hidden=K, dtype="f32"
+    )
     assert _core.verify(plan).ok
     for rank in range(WORLD):
         ours = moe_fused.slot_tables(WORLD, EXPERTS, CAPACITY, BLOCK_M, _tiles_n(), rank)
         lowered = moe_fused.plan_tables(plan, WORLD, EXPERTS, CAPACITY, N, BLOCK_M, BLOCK_N, rank)
         for tile in range(ours.num_tiles):
-            mine = ours.wait_slots[ours.wait_offsets[tile]:ours.wait_offsets[tile + 1]]
-            theirs = lowered.wait_slots[lowered.wait_offsets[tile]:lowered.wait_offsets[tile + 1]]
+            mine = ours.wait_slots[ours.wait_offsets[tile] : ours.wait_offsets[tile + 1]]
+            theirs = lowered.wait_slots[lowered.wait_offsets[tile] : lowered.wait_offsets[tile + 1]]
             assert [ours.slot_chunks[s] for s in mine] == [lowered.slot_chunks[s] for s in theirs], (rank, tile)
         for q in range(WORLD * EXPERTS):
             assert _core.moe_rows_chunk(WORLD, EXPERTS, q // EXPERTS, rank, q % EXPERTS) == ours.slot_chunks[q]
@@ -190,8 +207,7 @@ class _OneRankFusedStandIn:
     def __call__(self, rows, dest, send_counts, w):
         self.x_send[dest] = rows
         h = torch.full((self.x_send.shape[0], self.n), float("nan"), dtype=rows.dtype)
-        args, meta = moe_fused.grouped_gemm_args(self.x_send, w, h, send_counts, self.capacity, self.block_m, 16,
-                                                 16, 2)
+        args, meta = moe_fused.grouped_gemm_args(self.x_send, w, h, send_counts, self.capacity, self.block_m, 16, 16, 2)
         moe_gemm.moe_grouped_gemm[(2,)](*args, **meta)
         return h, send_counts.clone()
 
@@ -200,25 +216,36 @@ def test_fused_dispatch_packing_matches_sequential(monkeypatch):
     from syncopate.ops import moe as moe_op
 
     monkeypatch.setattr(moe_fused, "MoeFusedDispatch", _OneRankFusedStandIn)
-    monkeypatch.setattr(moe_op.MoeDispatchCombine, "_choose",
-                        lambda self, x: ("sequential", "") if self.mode == "sequential" else ("fused", "stand-in"))
+    monkeypatch.setattr(
+        moe_op.MoeDispatchCombine,
+        "_choose",
+        lambda self, x: ("sequential", "") if self.mode == "sequential" else ("fused", "stand-in"),
+    )
     monkeypatch.setattr(moe_op, "FUSED_BLOCK_M", 16)
     gen = torch.Generator().manual_seed(4)
     tokens, experts, top_k, hidden, n = 24, 4, 2, 16, 16
     x = torch.randn(tokens, hidden, generator=gen)
-    ids = torch.stack([torch.zeros(tokens, dtype=torch.int64),  # expert 0 hot, expert 3 empty
-                       torch.randint(1, 3, (tokens,), generator=gen)], dim=1)
+    ids = torch.stack(
+        [
+            torch.zeros(tokens, dtype=torch.int64),  # expert 0 hot, expert 3 empty
+            torch.randint(1, 3, (tokens,), generator=gen),
+        ],
+        dim=1,
+    )
     w = torch.randn(experts, hidden, n, generator=gen)
     fused = moe_op.MoeDispatchCombine(None, num_experts=experts, top_k=top_k, capacity=32)
     h, layout = fused.dispatch_gemm(x, ids, w)
-    h_seq, layout_seq = moe_op.MoeDispatchCombine(None, num_experts=experts, top_k=top_k,
-                                                  mode="sequential").dispatch_gemm(x, ids, w)
+    h_seq, layout_seq = moe_op.MoeDispatchCombine(
+        None, num_experts=experts, top_k=top_k, mode="sequential"
+    ).dispatch_gemm(x, ids, w)
     assert fused.last_mode == "fused"
     assert layout.recv_counts == layout_seq.recv_counts and layout.rows_per_expert[3] == 0
     torch.testing.assert_close(h, h_seq, rtol=1e-5, atol=1e-5)
     weights = torch.rand(tokens, top_k, generator=gen)
-    torch.testing.assert_close(fused.combine_gemm(h, w.transpose(1, 2).contiguous(), layout, weights),
-                               fused.combine_gemm(h_seq, w.transpose(1, 2).contiguous(), layout_seq, weights))
+    torch.testing.assert_close(
+        fused.combine_gemm(h, w.transpose(1, 2).contiguous(), layout, weights),
+        fused.combine_gemm(h_seq, w.transpose(1, 2).contiguous(), layout_seq, weights),
+    )
 
 
 def test_simulator_predicts_the_dispatch_at_capacity():

@@ -32,9 +32,11 @@ LAYERS = [snn.ColumnParallelLinear, snn.RowParallelLinear]
 def world_of(monkeypatch):
     """Pretend the layers' group has `world` ranks, this one being `rank` (no collective runs:
     only the constructor's checks and shapes are looked at)."""
+
     def set_world(world, rank=0):
         monkeypatch.setattr(parallel_linear, "group_args", lambda who, group: ("tp", world))
         monkeypatch.setattr(parallel_linear, "_group_rank", lambda group: rank)
+
     return set_world
 
 
@@ -42,22 +44,29 @@ def world_of(monkeypatch):
 
 
 @pytest.mark.parametrize("cls", LAYERS)
-@pytest.mark.parametrize("name,value", [("in_features", 0), ("out_features", -8), ("in_features", 8.0),
-                                        ("out_features", True)])
+@pytest.mark.parametrize(
+    "name,value", [("in_features", 0), ("out_features", -8), ("in_features", 8.0), ("out_features", True)]
+)
 def test_features_must_be_positive_integers(cls, name, value):
     kwargs = dict(in_features=16, out_features=32)
     kwargs[name] = value
-    with pytest.raises(syncopate.UserError,
-                       match=rf"^{cls.__name__}: {name} must be a positive integer, got {value!r}"):
+    with pytest.raises(
+        syncopate.UserError, match=rf"^{cls.__name__}: {name} must be a positive integer, got {value!r}"
+    ):
         cls(**kwargs)
 
 
-@pytest.mark.parametrize("cls,name,features", [(snn.ColumnParallelLinear, "out_features", (16, 30)),
-                                               (snn.RowParallelLinear, "in_features", (30, 16))])
+@pytest.mark.parametrize(
+    "cls,name,features",
+    [(snn.ColumnParallelLinear, "out_features", (16, 30)), (snn.RowParallelLinear, "in_features", (30, 16))],
+)
 def test_split_features_must_divide_by_the_world_size(world_of, cls, name, features):
     world_of(4)
-    with pytest.raises(syncopate.ShapeError, match=rf"^{cls.__name__}: {name}=30 is not divisible by the "
-                                                   r"tensor-parallel world size 4"):
+    with pytest.raises(
+        syncopate.ShapeError,
+        match=rf"^{cls.__name__}: {name}=30 is not divisible by the "
+        r"tensor-parallel world size 4",
+    ):
         cls(*features)
     cls(*(f if f != 30 else 32 for f in features))  # 32 splits
 
@@ -65,8 +74,11 @@ def test_split_features_must_divide_by_the_world_size(world_of, cls, name, featu
 @pytest.mark.parametrize("cls", LAYERS)
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.int8])
 def test_dtype_must_be_one_the_ops_take(cls, dtype):
-    with pytest.raises(syncopate.UserError, match=rf"{cls.__name__}: dtype {dtype} is not supported; the fused "
-                                                  r"ops take torch.float16, torch.bfloat16"):
+    with pytest.raises(
+        syncopate.UserError,
+        match=rf"{cls.__name__}: dtype {dtype} is not supported; the fused "
+        r"ops take torch.float16, torch.bfloat16",
+    ):
         cls(16, 32, dtype=dtype)
 
 
@@ -79,8 +91,11 @@ def test_default_dtype_is_bf16_and_fp16_works(cls):
 @pytest.mark.parametrize("cls", LAYERS)
 def test_cpu_device_needs_the_interpreter(cls, monkeypatch):
     monkeypatch.setenv("TRITON_INTERPRET", "0")
-    with pytest.raises(syncopate.UserError, match=rf"{cls.__name__}: device cpu is not supported; the fused ops "
-                                                  r"run on CUDA devices"):
+    with pytest.raises(
+        syncopate.UserError,
+        match=rf"{cls.__name__}: device cpu is not supported; the fused ops "
+        r"run on CUDA devices",
+    ):
         cls(16, 32, device="cpu")
     assert cls(16, 32, device="meta").weight.device.type == "meta"  # deferred initialisation
 
@@ -92,8 +107,11 @@ def test_init_method_must_be_callable(cls):
 
 
 def test_group_must_be_a_process_group():
-    with pytest.raises(syncopate.UserError, match=r"ColumnParallelLinear: group must be a torch.distributed "
-                                                  r"ProcessGroup or None, got str"):
+    with pytest.raises(
+        syncopate.UserError,
+        match=r"ColumnParallelLinear: group must be a torch.distributed "
+        r"ProcessGroup or None, got str",
+    ):
         snn.ColumnParallelLinear(16, 32, group="tp")
 
 
@@ -101,8 +119,11 @@ def test_group_must_be_a_process_group():
 def test_input_checks(cls, good_in):
     layer = cls(16, 32)
     who = cls.__name__
-    with pytest.raises(syncopate.ShapeError, match=rf"{who}: input must be \[S.*, 16\] or \[S.*, batch, 16\] "
-                                                   r"\(sequence first\), got \[4, 12\]"):
+    with pytest.raises(
+        syncopate.ShapeError,
+        match=rf"{who}: input must be \[S.*, 16\] or \[S.*, batch, 16\] "
+        r"\(sequence first\), got \[4, 12\]",
+    ):
         layer(torch.randn(4, 12).to(BF16))
     with pytest.raises(syncopate.ShapeError, match=rf"{who}: input must be .* got \[16\]"):
         layer(torch.randn(16).to(BF16))
@@ -115,15 +136,21 @@ def test_input_checks(cls, good_in):
 def test_row_parallel_sequence_must_divide_by_the_world_size(world_of):
     world_of(2)
     layer = snn.RowParallelLinear(16, 32)
-    with pytest.raises(syncopate.ShapeError, match=r"RowParallelLinear: the sequence length 3 \(input dim 0\) is "
-                                                   r"not divisible by the tensor-parallel world size 2"):
+    with pytest.raises(
+        syncopate.ShapeError,
+        match=r"RowParallelLinear: the sequence length 3 \(input dim 0\) is "
+        r"not divisible by the tensor-parallel world size 2",
+    ):
         layer(torch.randn(3, 8).to(BF16))
 
 
 def test_load_full_checks_shapes():
     col = snn.ColumnParallelLinear(16, 32)
-    with pytest.raises(syncopate.ShapeError, match=r"ColumnParallelLinear.load_full: weight must be the full "
-                                                   r"\[32, 16\], got \[16, 32\]"):
+    with pytest.raises(
+        syncopate.ShapeError,
+        match=r"ColumnParallelLinear.load_full: weight must be the full "
+        r"\[32, 16\], got \[16, 32\]",
+    ):
         col.load_full(torch.zeros(16, 32))
     with pytest.raises(syncopate.UserError, match=r"layer has bias but bias=None was given"):
         col.load_full(torch.zeros(32, 16))
@@ -153,7 +180,7 @@ def test_shards_are_megatron_layout_with_linear_init(world_of, rank):
     row.load_full(full_w, full_b)
     mine = slice(8 * rank, 8 * (rank + 1))
     assert torch.equal(col.weight, full_w[mine]) and torch.equal(col.bias, full_b[mine])
-    assert torch.equal(row.weight, full_w[:, 16 * rank:16 * (rank + 1)]) and torch.equal(row.bias, full_b)
+    assert torch.equal(row.weight, full_w[:, 16 * rank : 16 * (rank + 1)]) and torch.equal(row.bias, full_b)
     assert "world_size=4, rank=" + str(rank) in repr(col)
 
 
@@ -188,8 +215,10 @@ def mlp_against_linear(sp: bool, shape):
     assert y.shape == x.shape and y.dtype == BF16
     gy = torch.randn(y.shape, generator=gen).to(BF16)
     y.backward(gy)
-    params = [p.detach().to(BF16).double().requires_grad_(True) for p in
-              (ref_up.weight, ref_up.bias, ref_down.weight, ref_down.bias)]
+    params = [
+        p.detach().to(BF16).double().requires_grad_(True)
+        for p in (ref_up.weight, ref_up.bias, ref_down.weight, ref_down.bias)
+    ]
     xr = x.detach().double().requires_grad_(True)
     yr = F.linear(F.silu(F.linear(xr, params[0], params[1])), params[2], params[3])
     yr.backward(gy.double())

@@ -208,7 +208,7 @@ def test_fake_backward_shapes(world):
     from torch._subclasses.fake_tensor import FakeTensorMode
 
     with FakeTensorMode():
-        x = fake(3, 32)                       # [S/w, H]
+        x = fake(3, 32)  # [S/w, H]
         w_up, w_down = fake(48, 32), fake(32, 48)
         h = torch.ops.syncopate.ag_gemm(x, w_up.t(), world, "tp")
         y = torch.ops.syncopate.gemm_rs(torch.relu(h), w_down.t(), world, "tp")
@@ -233,6 +233,7 @@ def test_compiled_training_step_traces_fused_ops_in_both_graphs(world):
         def compiler(gm, example_inputs):
             graphs[kind].extend(str(n.target) for n in gm.graph.nodes if n.op == "call_function")
             return make_boxed_func(gm.forward)
+
         return compiler
 
     def mlp(x, w_up, w_down):
@@ -241,8 +242,9 @@ def test_compiled_training_step_traces_fused_ops_in_both_graphs(world):
 
     torch._dynamo.reset()
     try:
-        compiled = torch.compile(mlp, fullgraph=True,
-                                 backend=aot_autograd(fw_compiler=recorder("fw"), bw_compiler=recorder("bw")))
+        compiled = torch.compile(
+            mlp, fullgraph=True, backend=aot_autograd(fw_compiler=recorder("fw"), bw_compiler=recorder("bw"))
+        )
         with FakeTensorMode():
             x, w_up, w_down = fake(2, 32), fake(48, 32), fake(32, 48)
             compiled(x, w_up, w_down).float().sum().backward()
@@ -250,8 +252,10 @@ def test_compiled_training_step_traces_fused_ops_in_both_graphs(world):
     finally:
         torch._dynamo.reset()
     assert named(graphs["fw"], "syncopate.") == ["syncopate.ag_gemm.default", "syncopate.gemm_rs.default"]
-    assert sorted(named(graphs["bw"], "syncopate.")) == ["syncopate.ag_gemm_gathered.default",
-                                                         "syncopate.gemm_rs.default"], graphs["bw"]
+    assert sorted(named(graphs["bw"], "syncopate.")) == [
+        "syncopate.ag_gemm_gathered.default",
+        "syncopate.gemm_rs.default",
+    ], graphs["bw"]
 
 
 # --- gradients at world 1, against float64 -----------------------------------------------------------
@@ -292,8 +296,9 @@ def test_gradients_at_world_one(op, dtype, layout):
 def test_gradients_through_the_fused_kernels(fused_contexts, op, layout):
     """Forward and both backward ops run the transformed GEMM (Triton's interpreter)."""
     check_gradients(op, BF16, layout, m=64, k=40, n=48)
-    assert fused_contexts and all(ctx.decision == "fused" and ctx.kernel_origin == "transformer"
-                                  for ctx in fused_contexts)
+    assert fused_contexts and all(
+        ctx.decision == "fused" and ctx.kernel_origin == "transformer" for ctx in fused_contexts
+    )
     # Forward, input gradient (the dual op: for ag_gemm a GEMM+RS and vice versa; gemm_ar's
     # backward is a plain matmul).
     kinds = [type(ctx).__name__ for ctx in fused_contexts]
@@ -308,8 +313,8 @@ def test_bf16_gradients_against_an_fp32_reference():
     """A two-layer tensor-parallel MLP at world 1 in bf16 vs the same in float32."""
     gen = torch.Generator().manual_seed(3)
     x = torch.randn(16, 32, generator=gen)
-    w_up = torch.randn(64, 32, generator=gen) / 32 ** 0.5
-    w_down = torch.randn(32, 64, generator=gen) / 64 ** 0.5
+    w_up = torch.randn(64, 32, generator=gen) / 32**0.5
+    w_down = torch.randn(32, 64, generator=gen) / 64**0.5
 
     def mlp(x, w_up, w_down, fused):
         if fused:
@@ -358,15 +363,19 @@ def test_public_ag_gemm_gathered_at_world_one():
 
 def test_no_group_is_one_rank_only():
     a, _, b = operands("ag_gemm", 8, 16, 24, BF16, "kn", requires_grad=False)
-    with pytest.raises(syncopate.UserError,
-                       match=r"world_size=2 with no process group \(group name '' means one rank\)"):
+    with pytest.raises(
+        syncopate.UserError, match=r"world_size=2 with no process group \(group name '' means one rank\)"
+    ):
         torch.ops.syncopate.ag_gemm(a, b, 2, custom_ops.NO_GROUP)
 
 
 def test_no_group_refused_while_torch_distributed_is_initialized(single_rank_group):
     a, _, b = operands("gemm_rs", 8, 16, 24, BF16, "kn", requires_grad=False)
-    with pytest.raises(syncopate.UserError, match=r"group name '' \(one rank without torch.distributed\) was "
-                                                  r"given while torch.distributed is initialized"):
+    with pytest.raises(
+        syncopate.UserError,
+        match=r"group name '' \(one rank without torch.distributed\) was "
+        r"given while torch.distributed is initialized",
+    ):
         torch.ops.syncopate.gemm_rs(a, b, 1, custom_ops.NO_GROUP)
 
 
@@ -380,8 +389,11 @@ def test_public_functions_use_the_default_group_once_initialized(single_rank_gro
 def test_cpu_operands_need_the_interpreter(monkeypatch):
     a, _, b = operands("ag_gemm", 8, 16, 24, BF16, "kn", requires_grad=False)
     monkeypatch.setenv("TRITON_INTERPRET", "0")
-    with pytest.raises(syncopate.UserError, match=r"must be on a CUDA device \(or the CPU under Triton's "
-                                                  r"interpreter, TRITON_INTERPRET=1\), got cpu"):
+    with pytest.raises(
+        syncopate.UserError,
+        match=r"must be on a CUDA device \(or the CPU under Triton's "
+        r"interpreter, TRITON_INTERPRET=1\), got cpu",
+    ):
         sops.ag_gemm(a, b)
 
 

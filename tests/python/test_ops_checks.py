@@ -84,7 +84,9 @@ def test_dtype_mismatch(fake_mode, op):
 @pytest.mark.parametrize("op", OPS)
 @pytest.mark.parametrize("dtype", [torch.float32, torch.int32, torch.float64])
 def test_unsupported_dtype(fake_mode, op, dtype):
-    with pytest.raises(syncopate.UserError, match=rf"dtype {dtype} is not supported; use one of torch.float16, torch.bfloat16"):
+    with pytest.raises(
+        syncopate.UserError, match=rf"dtype {dtype} is not supported; use one of torch.float16, torch.bfloat16"
+    ):
         call(op, cuda(8, 16, dtype=dtype), cuda(16, 32, dtype=dtype))
 
 
@@ -98,8 +100,11 @@ def test_device_mismatch(fake_mode, op):
 def test_cpu_operands_refused(fake_mode, op, monkeypatch):
     # The CPU is accepted only while Triton's interpreter is on (other test modules set it).
     monkeypatch.setenv("TRITON_INTERPRET", "0")
-    with pytest.raises(syncopate.UserError, match=r"must be on a CUDA device \(or the CPU under Triton's "
-                                                  r"interpreter, TRITON_INTERPRET=1\), got cpu"):
+    with pytest.raises(
+        syncopate.UserError,
+        match=r"must be on a CUDA device \(or the CPU under Triton's "
+        r"interpreter, TRITON_INTERPRET=1\), got cpu",
+    ):
         call(op, torch.empty(8, 16, dtype=BF16), torch.empty(16, 32, dtype=BF16))
 
 
@@ -120,7 +125,9 @@ def test_bad_world_size(fake_mode, op, world):
 @pytest.mark.parametrize("world", [3, 4, 5])
 def test_reduced_rows_must_divide_by_world(fake_mode, op, world):
     rows = 2 * world + 1
-    with pytest.raises(syncopate.ShapeError, match=rf"{op}: a has M={rows} rows.*world size {world}; M must be a multiple of {world}"):
+    with pytest.raises(
+        syncopate.ShapeError, match=rf"{op}: a has M={rows} rows.*world size {world}; M must be a multiple of {world}"
+    ):
         getattr(torch.ops.syncopate, op)(cuda(rows, 16), cuda(16, 32), world, "g")
 
 

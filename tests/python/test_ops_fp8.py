@@ -18,8 +18,7 @@ from pathlib import Path
 import pytest
 
 os.environ["TRITON_INTERPRET"] = "1"
-os.environ.setdefault("SYNCOPATE_CALIBRATION",
-                      str(Path(__file__).resolve().parents[2] / "calib" / "h200.json"))
+os.environ.setdefault("SYNCOPATE_CALIBRATION", str(Path(__file__).resolve().parents[2] / "calib" / "h200.json"))
 
 torch = pytest.importorskip("torch")
 pytest.importorskip("triton")
@@ -53,6 +52,7 @@ def _reference(a, b, sa, sb):
 
 # --- refusals by name ---------------------------------------------------------------------------
 
+
 def test_scales_are_checked_by_name():
     one = torch.ones(1)
     with pytest.raises(UserError, match=r"GemmRs: FP8 operands need scale_a .*it was not given"):
@@ -61,11 +61,17 @@ def test_scales_are_checked_by_name():
         ops_fp8.check_scales("AgGemm", one, None, 8, 16, CPU)
     with pytest.raises(UserError, match=r"scale_a must be a float32 tensor, got torch.bfloat16"):
         ops_fp8.check_scales("GemmAr", one.bfloat16(), one, 8, 16, CPU)
-    with pytest.raises(ShapeError, match=r"scale_a must have 1 element \(per tensor\) or 8 \(one per row of A: "
-                                         r"shape \[8\] or \[8, 1\]\), got shape \[1, 8\]"):
+    with pytest.raises(
+        ShapeError,
+        match=r"scale_a must have 1 element \(per tensor\) or 8 \(one per row of A: "
+        r"shape \[8\] or \[8, 1\]\), got shape \[1, 8\]",
+    ):
         ops_fp8.check_scales("GemmRs", torch.ones(1, 8), one, 8, 16, CPU)
-    with pytest.raises(ShapeError, match=r"scale_b must have 1 element \(per tensor\) or 16 \(one per column "
-                                         r"of B: shape \[16\] or \[1, 16\]\), got shape \[8\]"):
+    with pytest.raises(
+        ShapeError,
+        match=r"scale_b must have 1 element \(per tensor\) or 16 \(one per column "
+        r"of B: shape \[16\] or \[1, 16\]\), got shape \[8\]",
+    ):
         ops_fp8.check_scales("GemmRs", one, torch.ones(8), 8, 16, CPU)
     with pytest.raises(UserError, match=r"scale_b must be on meta, got cpu"):
         ops_fp8.check_scales("GemmRs", torch.ones(1, device="meta"), one, 8, 16, torch.device("meta"))
@@ -77,8 +83,11 @@ def test_scales_are_checked_by_name():
 def test_a_gpu_without_fp8_is_refused_by_name(cls, monkeypatch):
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (8, 0))
     monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: "NVIDIA A100-SXM4-80GB")
-    with pytest.raises(UserError, match=rf"{cls.__name__}: NVIDIA A100-SXM4-80GB \(compute capability 8.0\) "
-                                        r"has no FP8 tensor cores"):
+    with pytest.raises(
+        UserError,
+        match=rf"{cls.__name__}: NVIDIA A100-SXM4-80GB \(compute capability 8.0\) "
+        r"has no FP8 tensor cores",
+    ):
         cls(None, m=256, k=128, n=64, dtype=E4M3, device="cuda")
 
 
@@ -91,8 +100,15 @@ def test_fp8_row_pitches_must_be_16_byte_multiples(cls):
 
 
 def test_fp8_with_a_given_plan_is_refused():
-    plan = sy.make_plan("all-gather", world_size=1, shape=[64, 32], algorithm="direct", dtype="f8e4m3",
-                        backend="copy-engine", tensor="a")
+    plan = sy.make_plan(
+        "all-gather",
+        world_size=1,
+        shape=[64, 32],
+        algorithm="direct",
+        dtype="f8e4m3",
+        backend="copy-engine",
+        tensor="a",
+    )
     with pytest.raises(UserError, match=r"AgGemm: plan= with FP8 operands is not supported yet"):
         AgGemm(None, m=64, k=32, n=64, dtype=E4M3, device="cpu", plan=plan)
 
@@ -100,11 +116,23 @@ def test_fp8_with_a_given_plan_is_refused():
 @pytest.mark.parametrize("cls", [GemmRs, GemmAr])
 def test_fp8_staged_epilogue_is_refused_by_name(cls, cpu_runtime):
     with pytest.raises(UserError, match=r"reduce='epilogue' cannot run here: FP8 operands: the staged epilogue"):
-        cls(None, m=64, k=32, n=64, dtype=E4M3, device="cpu", mode="fused", reduce="epilogue",
-            backend="copy-engine", algorithm="direct", split=1)
+        cls(
+            None,
+            m=64,
+            k=32,
+            n=64,
+            dtype=E4M3,
+            device="cpu",
+            mode="fused",
+            reduce="epilogue",
+            backend="copy-engine",
+            algorithm="direct",
+            split=1,
+        )
 
 
 # --- the gathered row layout ----------------------------------------------------------------------
+
 
 def test_packed_rows_hold_a_then_its_scale_and_the_kernel_reads_them_in_place():
     from syncopate.kernels.configs import GemmConfig
@@ -129,14 +157,27 @@ def test_packed_rows_hold_a_then_its_scale_and_the_kernel_reads_them_in_place():
 
 # --- whole contexts at world 1 ------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("cls", CONTEXTS)
 @pytest.mark.parametrize("mode", ["fused", "sequential"])
 @pytest.mark.parametrize("scales", ["tensor", "row"])
 @pytest.mark.parametrize("layout", ["kn", "nk"])
 def test_fp8_context_at_world_one_matches_reference(cpu_runtime, cls, mode, scales, layout):
     m, k, n = 70, 48, 80
-    ctx = cls(None, m=m, k=k, n=n, dtype=E4M3, device="cpu", mode=mode, b_layout=layout,
-              backend="copy-engine", algorithm="direct", split=1, tile_order="row-major")
+    ctx = cls(
+        None,
+        m=m,
+        k=k,
+        n=n,
+        dtype=E4M3,
+        device="cpu",
+        mode=mode,
+        b_layout=layout,
+        backend="copy-engine",
+        algorithm="direct",
+        split=1,
+        tile_order="row-major",
+    )
     assert ctx.decision == mode and ctx.out_dtype == torch.bfloat16
     tensor = ctx.plan.tensors["a" if cls is AgGemm else "c"]
     if cls is AgGemm:  # e4m3 rows with their scales: K + 16 bytes each
@@ -166,8 +207,18 @@ def test_fp8_context_at_world_one_matches_reference(cpu_runtime, cls, mode, scal
 
 @pytest.mark.parametrize("cls", CONTEXTS)
 def test_scales_given_to_a_bf16_context_are_refused(cpu_runtime, cls):
-    ctx = cls(None, m=64, k=32, n=32, dtype=torch.float16, device="cpu", mode="sequential",
-              backend="copy-engine", algorithm="direct", split=1)
+    ctx = cls(
+        None,
+        m=64,
+        k=32,
+        n=32,
+        dtype=torch.float16,
+        device="cpu",
+        mode="sequential",
+        backend="copy-engine",
+        algorithm="direct",
+        split=1,
+    )
     a, b = torch.ones(64, 32, dtype=torch.float16), torch.ones(32, 32, dtype=torch.float16)
     with pytest.raises(UserError, match=r"scale_a / scale_b are for FP8 operands"):
         ctx(a, b, scale_a=torch.ones(1))
@@ -175,14 +226,26 @@ def test_scales_given_to_a_bf16_context_are_refused(cpu_runtime, cls):
 
 # --- the simulator ------------------------------------------------------------------------------
 
+
 def test_the_simulator_runs_fp8_gemms_at_the_fp8_rate():
     from syncopate.ops.choice import choose
 
     calib = sy.load_calibration(os.environ["SYNCOPATE_CALIBRATION"])
     assert calib.fp8_estimated and calib.fp8_peak_tflops == 2 * 790
     assert calib.tile_time_us(128, 256, 8192, "f8e4m3") < 0.6 * calib.tile_time_us(128, 256, 8192)
-    common = dict(m=8192, n=8192, k=8192, world=4, block_m=128, block_n=256, backend="copy-engine",
-                  algorithm="direct", split=1, tile_order="row-major", mode="fused")
+    common = dict(
+        m=8192,
+        n=8192,
+        k=8192,
+        world=4,
+        block_m=128,
+        block_n=256,
+        backend="copy-engine",
+        algorithm="direct",
+        split=1,
+        tile_order="row-major",
+        mode="fused",
+    )
     bf16 = choose("reduce-scatter", dtype="bf16", **common)
     fp8 = choose("reduce-scatter", dtype="bf16", gemm_dtype="f8e4m3", **common)
     assert fp8.predicted_us["gemm"] < 0.6 * bf16.predicted_us["gemm"]
@@ -195,10 +258,21 @@ def test_the_simulator_runs_fp8_gemms_at_the_fp8_rate():
 def test_fp8_kernel_scale_reads_are_checked_against_their_storage(cpu_runtime):
     """The AG kernel reads A's scales with the packed rows' pitch: a scale tensor too short for
     that (the bug the first GPU run hit in the warm-up: an illegal address) is refused."""
-    ctx = AgGemm(None, m=64, k=32, n=32, dtype=E4M3, device="cpu", mode="fused", backend="copy-engine",
-                 algorithm="direct", split=1)
+    ctx = AgGemm(
+        None,
+        m=64,
+        k=32,
+        n=32,
+        dtype=E4M3,
+        device="cpu",
+        mode="fused",
+        backend="copy-engine",
+        algorithm="direct",
+        split=1,
+    )
     assert ctx.gemm.stride_sa == (32 + ops_fp8.ROW_TAIL_BYTES) // 4
     ctx.gemm.check_scales(ctx.a_scales, ctx.sb)  # the heap's own views: fine
     from syncopate.errors import InternalError
+
     with pytest.raises(InternalError, match=r"would read 757 float32 of scale_a, whose storage holds 64"):
         ctx.gemm.check_scales(torch.ones(64, 1), ctx.sb)

@@ -13,8 +13,7 @@ import pytest
 # The interpreter is chosen when triton is first imported (see test_gemm_interpret.py).
 os.environ["TRITON_INTERPRET"] = "1"
 # The staged source package (docs/PYTHON.md, Tests) has no calib/; an installed one does.
-os.environ.setdefault("SYNCOPATE_CALIBRATION",
-                      str(Path(__file__).resolve().parents[2] / "calib" / "h200.json"))
+os.environ.setdefault("SYNCOPATE_CALIBRATION", str(Path(__file__).resolve().parents[2] / "calib" / "h200.json"))
 
 torch = pytest.importorskip("torch")
 pytest.importorskip("triton")
@@ -72,14 +71,17 @@ def test_old_sequential_keyword_is_gone():
 
 def test_detect_b_layout():
     assert detect_b_layout(torch.empty(48, 40)) == "kn"
-    assert detect_b_layout(torch.empty(40, 48).t()) == "nk"           # a Linear weight [N, K]
-    assert detect_b_layout(torch.empty(48, 80)[:, ::2]) is None        # strided columns
-    assert detect_b_layout(torch.empty(96, 40)[::2]) is None           # strided rows
+    assert detect_b_layout(torch.empty(40, 48).t()) == "nk"  # a Linear weight [N, K]
+    assert detect_b_layout(torch.empty(48, 80)[:, ::2]) is None  # strided columns
+    assert detect_b_layout(torch.empty(96, 40)[::2]) is None  # strided rows
 
 
 def test_layout_mismatch_names_both_layouts():
-    with pytest.raises(UserError, match=r"AgGemm: b has layout 'nk' but this context was built with "
-                                        r"b_layout='kn'; build a context with b_layout='nk'"):
+    with pytest.raises(
+        UserError,
+        match=r"AgGemm: b has layout 'nk' but this context was built with "
+        r"b_layout='kn'; build a context with b_layout='nk'",
+    ):
         check_b_layout("AgGemm", torch.empty(40, 48).t(), "kn")
     with pytest.raises(UserError, match=r"GemmRs: b has strides \(80, 2\), neither row-major"):
         check_b_layout("GemmRs", torch.empty(48, 80)[:, ::2], "nk")
@@ -99,8 +101,11 @@ def test_call_with_the_other_layout_is_refused_before_any_work(cls):
     ctx = _bare_context(cls, "kn")
     rows = ctx.shard_rows if cls is AgGemm else ctx.m
     a = torch.randn(rows, ctx.k, dtype=torch.float16)
-    with pytest.raises(UserError, match=rf"{cls.__name__}: b has layout 'nk' but this context was built "
-                                        r"with b_layout='kn'"):
+    with pytest.raises(
+        UserError,
+        match=rf"{cls.__name__}: b has layout 'nk' but this context was built "
+        r"with b_layout='kn'",
+    ):
         ctx(a, torch.randn(ctx.n, ctx.k, dtype=torch.float16).t())
     with pytest.raises(ShapeError, match=rf"{cls.__name__}: expected"):
         ctx(a, torch.randn(ctx.k + 1, ctx.n, dtype=torch.float16))
@@ -134,14 +139,17 @@ def _gemm_source():
 def test_transformed_kernel_waits_before_reading_a_and_notifies_after_storing_c(kernel):
     path, source = _gemm_source()
     out = sy.transform(source, path, kernel).source
-    body = out[out.index(f"def {kernel}("):]
-    body = body[:body.index("\n@triton.jit")] if "\n@triton.jit" in body else body
+    body = out[out.index(f"def {kernel}(") :]
+    body = body[: body.index("\n@triton.jit")] if "\n@triton.jit" in body else body
     lines = [ln.strip() for ln in body.splitlines()]
     wait = next(i for i, ln in enumerate(lines) if ln.startswith("syl.wait_tile("))
     notify = next(i for i, ln in enumerate(lines) if ln.startswith("syl.notify_tile("))
     # The TMA kernel reads A in its K loop helper, tma_k_loop(a_desc, ...): the call is the read.
-    first_a_read = next(i for i, ln in enumerate(lines)
-                        if "a_desc.load" in ln or "tl.load(a_ptr" in ln or ln.startswith("acc = tma_k_loop(a_desc"))
+    first_a_read = next(
+        i
+        for i, ln in enumerate(lines)
+        if "a_desc.load" in ln or "tl.load(a_ptr" in ln or ln.startswith("acc = tma_k_loop(a_desc")
+    )
     store = next(i for i, ln in enumerate(lines) if ln.startswith(("_store_c_tile(", "tl.store(c_ptrs")))
     assert wait < first_a_read < store < notify
     assert any(ln.startswith("sy_tile = syl.tile_at(sy_tile_order, tile_id)") for ln in lines)
@@ -152,8 +160,9 @@ def test_every_fused_kernel_variant_compiles_for_sm90(run_compile_script):
     Triton's bundled ptxas: no GPU needed (see compile_fused_kernels.py)."""
     run = run_compile_script("compile_fused_kernels.py", timeout=900)
     lines = [ln for ln in run.stdout.splitlines() if ln.startswith(("OK ", "FAIL "))]
-    assert run.returncode == 0 and lines and all(ln.startswith("OK ") for ln in lines), \
+    assert run.returncode == 0 and lines and all(ln.startswith("OK ") for ln in lines), (
         "\n".join(lines) + run.stderr[-3000:]
+    )
     assert len(lines) == 18 + 8  # bf16 variants, then the FP8 kernel (2 blocks x 2 layouts x 2 roles)
 
 
@@ -171,8 +180,11 @@ def test_transformer_rejection_raises_transform_error(monkeypatch, fresh_kernel_
         raise TransformError(f"{filename}:80:9: @sy.tile: the annotated block assigns no pid_m")
 
     monkeypatch.setattr(_core, "transform", broken)
-    with pytest.raises(TransformError, match=r"syncopate\.ops: the transformer rejected gemm_tma_kernel of "
-                                             r".*gemm\.py: .*gemm\.py:80:9: @sy\.tile"):
+    with pytest.raises(
+        TransformError,
+        match=r"syncopate\.ops: the transformer rejected gemm_tma_kernel of "
+        r".*gemm\.py: .*gemm\.py:80:9: @sy\.tile",
+    ):
         fused_gemm.transformed_kernel("gemm_tma_kernel")
 
 
@@ -183,16 +195,18 @@ def test_transformer_internal_failure_raises_internal_error(monkeypatch, fresh_k
         raise InternalError("lowering table overflow")
 
     monkeypatch.setattr(_core, "transform", broken)
-    with pytest.raises(InternalError, match=r"transforming gemm_pointer_kernel of .*gemm\.py failed: "
-                                            r"InternalError: lowering table overflow"):
+    with pytest.raises(
+        InternalError,
+        match=r"transforming gemm_pointer_kernel of .*gemm\.py failed: "
+        r"InternalError: lowering table overflow",
+    ):
         fused_gemm.transformed_kernel("gemm_pointer_kernel")
 
 
 def test_transformer_output_without_waits_raises(monkeypatch, fresh_kernel_cache):
     from syncopate import _core
 
-    monkeypatch.setattr(_core, "transform", lambda source, filename, kernel, **kw:
-                        type("R", (), {"source": source})())
+    monkeypatch.setattr(_core, "transform", lambda source, filename, kernel, **kw: type("R", (), {"source": source})())
     with pytest.raises(InternalError, match=r"output for gemm_tma_kernel .* has no waits"):
         fused_gemm.transformed_kernel("gemm_tma_kernel")
 
@@ -265,8 +279,18 @@ def test_auto_charges_the_calibrations_host_path(tmp_path, monkeypatch):
 
 
 def test_fixed_choices_are_kept_and_mode_overrides():
-    c = _choose("reduce-scatter", 64, 4096, 4096, 2, backend="nccl", algorithm="ring", split=2,
-                tile_order="row-major", mode="fused")
+    c = _choose(
+        "reduce-scatter",
+        64,
+        4096,
+        4096,
+        2,
+        backend="nccl",
+        algorithm="ring",
+        split=2,
+        tile_order="row-major",
+        mode="fused",
+    )
     assert (c.decision, c.backend, c.algorithm, c.split, c.tile_order) == ("fused", "nccl", "ring", 2, "row-major")
     c = _choose("all-gather", 8192, 8192, 8192, 4, mode="sequential", backend="sm-copy")
     assert (c.decision, c.backend) == ("sequential", "sm-copy")
@@ -281,10 +305,23 @@ def test_a_split_no_template_accepts_is_a_user_error():
 
 
 def _fused(plan, rank, m, n, k, accesses, layout, producer, bound_ns=2_000_000, order="arrival"):
-    return fused_gemm.FusedGemm(plan=plan, rank=rank, m=m, n=n, k=k, dtype=torch.float16, b_layout=layout,
-                                config=INTERPRETER_CONFIG, accesses=accesses, tile_order=order,
-                                device=torch.device("cpu"), backend="copy-engine", wait_bound_ns=bound_ns,
-                                producer=producer, num_programs=3)
+    return fused_gemm.FusedGemm(
+        plan=plan,
+        rank=rank,
+        m=m,
+        n=n,
+        k=k,
+        dtype=torch.float16,
+        b_layout=layout,
+        config=INTERPRETER_CONFIG,
+        accesses=accesses,
+        tile_order=order,
+        device=torch.device("cpu"),
+        backend="copy-engine",
+        wait_bound_ns=bound_ns,
+        producer=producer,
+        num_programs=3,
+    )
 
 
 def _b(k, n, layout, gen):
@@ -303,8 +340,9 @@ def _landed(g, epoch):
 @pytest.mark.parametrize("order", ["arrival", "row-major"])
 def test_fused_all_gather_gemm_matches_reference(n, kernel, layout, order):
     m, k, world, rank = 70, 40, 2, 1
-    plan = sy.make_plan("all-gather", world_size=world, shape=[m, k], algorithm="direct", dtype="f16",
-                        backend="copy-engine", tensor="a")
+    plan = sy.make_plan(
+        "all-gather", world_size=world, shape=[m, k], algorithm="direct", dtype="f16", backend="copy-engine", tensor="a"
+    )
     g = _fused(plan, rank, m, n, k, [("a", "consume", 0, -1)], layout, producer=False, order=order)
     assert g.kernel_name == kernel
     gen = torch.Generator().manual_seed(5)
@@ -319,18 +357,23 @@ def test_fused_all_gather_gemm_matches_reference(n, kernel, layout, order):
 
 def test_fused_gemm_waits_for_a_missing_chunk_then_names_it():
     m, n, k, world, rank = 64, 40, 48, 2, 0
-    plan = sy.make_plan("all-gather", world_size=world, shape=[m, k], algorithm="direct", dtype="f16",
-                        backend="copy-engine", tensor="a")
+    plan = sy.make_plan(
+        "all-gather", world_size=world, shape=[m, k], algorithm="direct", dtype="f16", backend="copy-engine", tensor="a"
+    )
     g = _fused(plan, rank, m, n, k, [("a", "consume", 0, -1)], "kn", producer=False, bound_ns=20_000)
     signals = _landed(g, 1)
     missing_slot = g.tables.wait_slots[0]
     signals[missing_slot] = 0
     chunk = g.tables.slot_chunks[missing_slot]
     gen = torch.Generator().manual_seed(1)
-    g.launch(torch.randn(m, k, generator=gen).half(), _b(k, n, "kn", gen), torch.empty(m, n).half(), signals,
-             epoch_word(1))
-    with pytest.raises(WaitTimeoutError, match=rf"rank {rank}: tile \d+ waited on slot {missing_slot} "
-                                               rf"\(chunk {chunk}\) for value >= 1 but saw 0"):
+    g.launch(
+        torch.randn(m, k, generator=gen).half(), _b(k, n, "kn", gen), torch.empty(m, n).half(), signals, epoch_word(1)
+    )
+    with pytest.raises(
+        WaitTimeoutError,
+        match=rf"rank {rank}: tile \d+ waited on slot {missing_slot} "
+        rf"\(chunk {chunk}\) for value >= 1 but saw 0",
+    ):
         g.check()
     g.check()  # the record was cleared
 
@@ -339,8 +382,9 @@ def test_fused_gemm_waits_for_a_missing_chunk_then_names_it():
 @pytest.mark.parametrize("layout", ["kn", "nk"])
 def test_fused_producer_stores_c_then_notifies_every_ready_slot(coll, layout):
     m, n, k, world, rank = 64, 72, 40, 2, 0
-    plan = sy.make_plan(coll, world_size=world, shape=[m, n], algorithm="direct", dtype="f16",
-                        backend="copy-engine", tensor="c")
+    plan = sy.make_plan(
+        coll, world_size=world, shape=[m, n], algorithm="direct", dtype="f16", backend="copy-engine", tensor="c"
+    )
     g = _fused(plan, rank, m, n, k, [("c", "produce", 0, 1)], layout, producer=True)
     assert g.kwargs["C_STORE_POINTERS"] is True
     gen = torch.Generator().manual_seed(9)
@@ -422,10 +466,27 @@ def cpu_runtime(monkeypatch):
 @pytest.mark.parametrize("layout", ["kn", "nk"])
 def test_context_at_world_one_runs_the_fused_kernel_or_torch(cpu_runtime, cls, mode, layout):
     m, k, n = 70, 40, 48
-    ctx = cls(None, m=m, k=k, n=n, dtype=torch.float16, device="cpu", mode=mode, b_layout=layout,
-              backend="copy-engine", algorithm="direct", split=1, tile_order="row-major")
-    assert (ctx.decision, ctx.backend, ctx.algorithm, ctx.split, ctx.tile_order) == \
-        (mode, "copy-engine", "direct", 1, "row-major")
+    ctx = cls(
+        None,
+        m=m,
+        k=k,
+        n=n,
+        dtype=torch.float16,
+        device="cpu",
+        mode=mode,
+        b_layout=layout,
+        backend="copy-engine",
+        algorithm="direct",
+        split=1,
+        tile_order="row-major",
+    )
+    assert (ctx.decision, ctx.backend, ctx.algorithm, ctx.split, ctx.tile_order) == (
+        mode,
+        "copy-engine",
+        "direct",
+        1,
+        "row-major",
+    )
     assert ctx.kernel_origin == ("transformer" if mode == "fused" else "sequential")
     assert ctx.gemm_config == INTERPRETER_CONFIG.name
     assert set(ctx.predicted_us) == {"fused", "sequential", "floor", "gemm", "comm"}
@@ -454,8 +515,19 @@ def test_a_call_stays_asynchronous_and_a_later_call_raises_an_earlier_timeout(cp
     kernel's record, or the runtime's, both read without synchronizing) is raised by the next
     call before it enqueues anything, naming the chunk, and the call after that runs again."""
     m, k, n = 70, 40, 48
-    ctx = AgGemm(None, m=m, k=k, n=n, dtype=torch.float16, device="cpu", mode="fused", backend="copy-engine",
-                 algorithm="direct", split=1, tile_order="row-major")
+    ctx = AgGemm(
+        None,
+        m=m,
+        k=k,
+        n=n,
+        dtype=torch.float16,
+        device="cpu",
+        mode="fused",
+        backend="copy-engine",
+        algorithm="direct",
+        split=1,
+        tile_order="row-major",
+    )
     gen = torch.Generator().manual_seed(4)
     a, b = torch.randn(m // 1, k, generator=gen).half(), _b(k, n, "kn", gen)
     ctx(a, b)
@@ -500,8 +572,20 @@ def test_a_fused_call_launches_the_gemm_before_the_host_issues_any_chunk(cpu_run
     kernel at once, and only then the chunks (their host work must not delay the kernel)."""
     m, k, n = 70, 40, 48
     kw = {} if reduce is None else {"reduce": reduce}
-    ctx = cls(None, m=m, k=k, n=n, dtype=torch.float16, device="cpu", mode="fused", backend="copy-engine",
-              algorithm="direct", split=1, tile_order="row-major", **kw)
+    ctx = cls(
+        None,
+        m=m,
+        k=k,
+        n=n,
+        dtype=torch.float16,
+        device="cpu",
+        mode="fused",
+        backend="copy-engine",
+        algorithm="direct",
+        split=1,
+        tile_order="row-major",
+        **kw,
+    )
     _log_kernel_launches(ctx)
     gen = torch.Generator().manual_seed(4)
     for _ in range(2):
@@ -543,7 +627,9 @@ def test_auto_fallback_runs_the_torch_collective_and_matmul(cpu_runtime, single_
     calls = []
     for name in ("all_gather_into_tensor", "reduce_scatter_tensor", "all_reduce"):
         real = getattr(dist, name)
-        monkeypatch.setattr(dist, name, lambda *a, _real=real, _name=name, **kw: (calls.append(_name), _real(*a, **kw))[1])
+        monkeypatch.setattr(
+            dist, name, lambda *a, _real=real, _name=name, **kw: (calls.append(_name), _real(*a, **kw))[1]
+        )
     m, k, n = 8, 40, 48  # 8 rows: the simulator never pays for overlap here
     ctx = cls(single_rank_group, m=m, k=k, n=n, dtype=torch.float16, device="cpu")
     assert (ctx.decision, ctx.sequential_path, ctx.ws, ctx.gemm) == ("sequential", "torch", None, None), ctx.reason
@@ -561,19 +647,36 @@ def test_check_reports_the_kernels_missing_chunk_first_and_the_runtimes_too(cpu_
     """One missing chunk can time out in the fused kernel (a tile waiting for it) and, as a
     consequence, in the runtime (a chunk waiting for that tile's ready slot): check() reads and
     clears both records and names the kernel's first (the chunk the tiles read: the cause)."""
-    ctx = GemmAr(None, m=64, k=40, n=48, dtype=torch.float16, device="cpu", mode="fused", backend="copy-engine",
-                 algorithm="direct", split=1, tile_order="row-major", reduce="chunks")
+    ctx = GemmAr(
+        None,
+        m=64,
+        k=40,
+        n=48,
+        dtype=torch.float16,
+        device="cpu",
+        mode="fused",
+        backend="copy-engine",
+        algorithm="direct",
+        split=1,
+        tile_order="row-major",
+        reduce="chunks",
+    )
 
     def runtime_timeout(synchronize=True):
         raise WaitTimeoutError("rank 1: ready slot 6 on rank 1 (chunk 7) expected >= 24, seen 0")
 
     def kernel_timeout():
-        raise WaitTimeoutError("fused gemm_tma_kernel: rank 1: tile 3 waited on slot 0 (chunk 1): chunk 1 never arrived")
+        raise WaitTimeoutError(
+            "fused gemm_tma_kernel: rank 1: tile 3 waited on slot 0 (chunk 1): chunk 1 never arrived"
+        )
 
     monkeypatch.setattr(ctx.ws, "check", runtime_timeout)
     monkeypatch.setattr(ctx.gemm, "check", kernel_timeout)
-    with pytest.raises(WaitTimeoutError, match=r"^fused gemm_tma_kernel: .*chunk 1 never arrived; also timed out: "
-                                               r"rank 1: ready slot 6 on rank 1 \(chunk 7\)"):
+    with pytest.raises(
+        WaitTimeoutError,
+        match=r"^fused gemm_tma_kernel: .*chunk 1 never arrived; also timed out: "
+        r"rank 1: ready slot 6 on rank 1 \(chunk 7\)",
+    ):
         ctx.check()
     monkeypatch.setattr(ctx.gemm, "check", lambda: None)
     with pytest.raises(WaitTimeoutError, match=r"^rank 1: ready slot 6 on rank 1 \(chunk 7\) expected >= 24, seen 0$"):
@@ -584,8 +687,19 @@ def test_ag_gemm_hands_out_the_gathered_a_before_the_heap_can_be_reused(cpu_runt
     """gathered_out (ag_gemm_gathered, the backward of GEMM+RS): filled from the heap after every
     chunk landed and before end() lets peers write the heap again."""
     m, k, n = 64, 40, 48
-    ctx = AgGemm(None, m=m, k=k, n=n, dtype=torch.float16, device="cpu", mode="fused", backend="copy-engine",
-                 algorithm="direct", split=1, tile_order="row-major")
+    ctx = AgGemm(
+        None,
+        m=m,
+        k=k,
+        n=n,
+        dtype=torch.float16,
+        device="cpu",
+        mode="fused",
+        backend="copy-engine",
+        algorithm="direct",
+        split=1,
+        tile_order="row-major",
+    )
     _log_kernel_launches(ctx)
     gen = torch.Generator().manual_seed(8)
     a, b = torch.randn(m, k, generator=gen).half(), _b(k, n, "kn", gen)

@@ -10,8 +10,7 @@ from pathlib import Path
 import pytest
 
 os.environ["TRITON_INTERPRET"] = "1"
-os.environ.setdefault("SYNCOPATE_CALIBRATION",
-                      str(Path(__file__).resolve().parents[2] / "calib" / "h200.json"))
+os.environ.setdefault("SYNCOPATE_CALIBRATION", str(Path(__file__).resolve().parents[2] / "calib" / "h200.json"))
 
 torch = pytest.importorskip("torch")
 pytest.importorskip("triton")
@@ -31,15 +30,20 @@ OP_OF = {AgGemm: ("all-gather", "a"), GemmRs: ("reduce-scatter", "c"), GemmAr: (
 
 def ring_xml(world):
     """MSCCL XML of an in-place ring all-gather (as msccl-tools writes it)."""
+
     def step(s, kind, off):
         buf, at = ("i", 0) if kind == "s" else ("o", off)
-        return (f'<step s="{s}" type="{kind}" srcbuf="{buf}" srcoff="{at}" dstbuf="o" dstoff="{off}" cnt="1" '
-                'depid="-1" deps="-1" hasdep="0"/>')
+        return (
+            f'<step s="{s}" type="{kind}" srcbuf="{buf}" srcoff="{at}" dstbuf="o" dstoff="{off}" cnt="1" '
+            'depid="-1" deps="-1" hasdep="0"/>'
+        )
 
     lines = [f'<algo name="ring" nchunksperloop="{world}" ngpus="{world}" coll="allgather" inplace="1">']
     for r in range(world):
-        lines.append(f'<gpu id="{r}" i_chunks="1" o_chunks="{world}" s_chunks="0">'
-                     f'<tb id="0" send="{(r + 1) % world}" recv="{(r - 1) % world}" chan="0">')
+        lines.append(
+            f'<gpu id="{r}" i_chunks="1" o_chunks="{world}" s_chunks="0">'
+            f'<tb id="0" send="{(r + 1) % world}" recv="{(r - 1) % world}" chan="0">'
+        )
         lines.append(step(0, "s", r))
         for k in range(1, world):
             lines.append(step(k, "rcs" if k < world - 1 else "r", (r - k) % world))
@@ -60,11 +64,15 @@ def test_a_plan_for_another_world_is_refused_before_any_gpu_work(cls):
 def test_a_given_plan_runs_at_world_one(cpu_runtime, cls, mode):
     m, k, n = 70, 40, 48
     collective, tensor = OP_OF[cls]
-    template = sy.make_plan(collective, world_size=1, shape=[m, k if cls is AgGemm else n], tensor=tensor,
-                            dtype="f16")
+    template = sy.make_plan(collective, world_size=1, shape=[m, k if cls is AgGemm else n], tensor=tensor, dtype="f16")
     # Through MSCCL XML and back: what a user porting a plan would hand over.
-    ported = sy.import_plan(text=sy.export_msccl_xml(template), format="msccl-xml", shape=list(template.tensors[tensor].shape),
-                            tensor=tensor, dtype="f16")
+    ported = sy.import_plan(
+        text=sy.export_msccl_xml(template),
+        format="msccl-xml",
+        shape=list(template.tensors[tensor].shape),
+        tensor=tensor,
+        dtype="f16",
+    )
     ctx = cls(None, m=m, k=k, n=n, dtype=torch.float16, device="cpu", mode=mode, plan=ported, tile_order="row-major")
     assert (ctx.decision, ctx.algorithm, ctx.backend, ctx.tile_order) == (mode, "given", "copy-engine", "row-major")
     assert ctx.plan == ported.plan
@@ -95,13 +103,31 @@ def test_an_imported_reduce_scatter_gates_its_chunks_on_the_producer_tiles():
     # A send/recv reduce-scatter of "c" [64, 72] on 2 ranks: each sends its partial of the other's
     # half, which the owner adds.
     rows = m // world
-    ranks = [{"rank": r, "streams": [[{"send": 1 - r, "box": [[(1 - r) * rows, (2 - r) * rows], [0, n]]},
-                                      {"recv": 1 - r, "box": [[r * rows, (r + 1) * rows], [0, n]], "reduce": True}]]}
-             for r in range(world)]
-    ported = sy.import_plan(text=json.dumps({
-        "format": "syncopate-sendrecv", "version": 1, "world_size": world,
-        "collective": {"kind": "reduce-scatter", "tensor": "c", "dim": 0},
-        "tensors": {"c": {"shape": [m, n], "dtype": "f16"}}, "ranks": ranks}), format="sendrecv")
+    ranks = [
+        {
+            "rank": r,
+            "streams": [
+                [
+                    {"send": 1 - r, "box": [[(1 - r) * rows, (2 - r) * rows], [0, n]]},
+                    {"recv": 1 - r, "box": [[r * rows, (r + 1) * rows], [0, n]], "reduce": True},
+                ]
+            ],
+        }
+        for r in range(world)
+    ]
+    ported = sy.import_plan(
+        text=json.dumps(
+            {
+                "format": "syncopate-sendrecv",
+                "version": 1,
+                "world_size": world,
+                "collective": {"kind": "reduce-scatter", "tensor": "c", "dim": 0},
+                "tensors": {"c": {"shape": [m, n], "dtype": "f16"}},
+                "ranks": ranks,
+            }
+        ),
+        format="sendrecv",
+    )
     assert [c.op for c in ported.plan.chunks] == ["reduce-add", "reduce-add"]
     g = _fused(ported.plan, rank, m, n, k, [("c", "produce", 0, 1)], "kn", producer=True)
     gen = torch.Generator().manual_seed(9)

@@ -17,8 +17,7 @@ from pathlib import Path
 import pytest
 
 os.environ["TRITON_INTERPRET"] = "1"
-os.environ.setdefault("SYNCOPATE_CALIBRATION",
-                      str(Path(__file__).resolve().parents[2] / "calib" / "h200.json"))
+os.environ.setdefault("SYNCOPATE_CALIBRATION", str(Path(__file__).resolve().parents[2] / "calib" / "h200.json"))
 
 torch = pytest.importorskip("torch")
 pytest.importorskip("triton")
@@ -92,8 +91,9 @@ def _operands(m, n, k, world, dtype, layout, seed):
     return a, b, p
 
 
-def _run_transformed(tables, a, b, p, world, rank, signals, epoch, bound_ns=2_000_000, num_programs=3,
-                     own_rows_in_c=False):
+def _run_transformed(
+    tables, a, b, p, world, rank, signals, epoch, bound_ns=2_000_000, num_programs=3, own_rows_in_c=False
+):
     """The transformed kernel as GemmRs's staged path launches it (out: a new tensor), or with
     own_rows_in_c as GemmAr's does (out: c's own box)."""
     m, k = a.shape
@@ -101,14 +101,44 @@ def _run_transformed(tables, a, b, p, world, rank, signals, epoch, bound_ns=2_00
     shard = m // world
     kernel = fused_gemm.transformed_kernel(staged_gemm.STAGED_KERNEL, staged_gemm.STAGED_MODULE)
     c = torch.full((m, n), float("nan"), dtype=a.dtype)
-    out = c[rank * shard:(rank + 1) * shard] if own_rows_in_c else torch.full((shard, n), float("nan"), dtype=a.dtype)
+    out = c[rank * shard : (rank + 1) * shard] if own_rows_in_c else torch.full((shard, n), float("nan"), dtype=a.dtype)
     b_is_nk = b.stride(0) == 1 and b.stride(1) != 1
     b_arg = b.t() if b_is_nk else b
-    error = launch(kernel, (num_programs,), tables, a, b_arg, c, p, out, m, n, k, k, b_arg.stride(0), n,
-                   shard * n, n, n, rank * shard, shard, rank, num_programs, signals=signals, epoch=epoch,
-                   wait_bound_ns=bound_ns, sync=False, NUM_SLOTS=world, B_IS_NK=b_is_nk,
-                   BLOCK_M=CFG.block_m, BLOCK_N=CFG.block_n, BLOCK_K=CFG.block_k, GROUP_M=CFG.group_m,
-                   WARP_SPECIALIZE=False, FLATTEN=True)
+    error = launch(
+        kernel,
+        (num_programs,),
+        tables,
+        a,
+        b_arg,
+        c,
+        p,
+        out,
+        m,
+        n,
+        k,
+        k,
+        b_arg.stride(0),
+        n,
+        shard * n,
+        n,
+        n,
+        rank * shard,
+        shard,
+        rank,
+        num_programs,
+        signals=signals,
+        epoch=epoch,
+        wait_bound_ns=bound_ns,
+        sync=False,
+        NUM_SLOTS=world,
+        B_IS_NK=b_is_nk,
+        BLOCK_M=CFG.block_m,
+        BLOCK_N=CFG.block_n,
+        BLOCK_K=CFG.block_k,
+        GROUP_M=CFG.group_m,
+        WARP_SPECIALIZE=False,
+        FLATTEN=True,
+    )
     return c, out, error
 
 
@@ -126,22 +156,22 @@ def _landed(tables, epoch):
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
 @pytest.mark.parametrize("layout", ["kn", "nk"])
 def test_own_tiles_add_the_staged_partials_and_others_notify(world, rank, split, dtype, layout):
-    m, n, k = 64 * world, 40, 48          # N, K not multiples of 32
+    m, n, k = 64 * world, 40, 48  # N, K not multiples of 32
     tables = hand_tables(m, n, world, rank, split)
     a, b, p = _operands(m, n, k, world, dtype, layout, seed=world * 7 + rank)
-    p[rank] = float("nan")                 # never written by the plan: must never be read
+    p[rank] = float("nan")  # never written by the plan: must never be read
     shard, lo = m // world, rank * (m // world)
     ref = a.double() @ b.double()
     for epoch in (1, 2):
         signals = _landed(tables, epoch)
         c, out, error = _run_transformed(tables, a, b, p, world, rank, signals, epoch)
         check_error(error, tables, "gemm_reduce_kernel")
-        expected = ref[lo:lo + shard] + sum(p[s].double() for s in range(world) if s != rank)
+        expected = ref[lo : lo + shard] + sum(p[s].double() for s in range(world) if s != rank)
         assert not torch.isnan(out).any()
         assert torch.allclose(out.double(), expected, rtol=2e-2, atol=5e-2)
-        rest = torch.cat([c[:lo], c[lo + shard:]])
-        assert torch.allclose(rest.double(), torch.cat([ref[:lo], ref[lo + shard:]]), rtol=2e-2, atol=2e-2)
-        assert torch.isnan(c[lo:lo + shard]).all(), "own rows go to out, never to the heap's c"
+        rest = torch.cat([c[:lo], c[lo + shard :]])
+        assert torch.allclose(rest.double(), torch.cat([ref[:lo], ref[lo + shard :]]), rtol=2e-2, atol=2e-2)
+        assert torch.isnan(c[lo : lo + shard]).all(), "own rows go to out, never to the heap's c"
         # Each ready slot rose by its writer count (every tile of the box notified once); the
         # landing slots were not touched.
         for slot, writers in enumerate(tables.slot_writers):
@@ -159,8 +189,11 @@ def test_a_missing_staged_chunk_times_out_and_is_named():
     signals[missing] = 0
     chunk = tables.slot_chunks[missing]
     _, _, error = _run_transformed(tables, a, b, p, world, rank, signals, 1, bound_ns=20_000)
-    with pytest.raises(WaitTimeoutError, match=rf"rank {rank}: tile \d+ waited on slot {missing} "
-                                               rf"\(chunk {chunk}\) for value >= 1 but saw 0"):
+    with pytest.raises(
+        WaitTimeoutError,
+        match=rf"rank {rank}: tile \d+ waited on slot {missing} "
+        rf"\(chunk {chunk}\) for value >= 1 but saw 0",
+    ):
         check_error(error, tables, "gemm_reduce_kernel")
 
 
@@ -185,7 +218,7 @@ def test_transformed_kernel_waits_after_the_k_loop_and_notifies_after_the_store(
 
     path = importlib.import_module(staged_gemm.STAGED_MODULE).__file__
     out = sy.transform(open(path, encoding="utf-8").read(), path, staged_gemm.STAGED_KERNEL).source
-    body = out[out.index(f"def {staged_gemm.STAGED_KERNEL}("):]
+    body = out[out.index(f"def {staged_gemm.STAGED_KERNEL}(") :]
     lines = [ln.strip() for ln in body.splitlines()]
     k_loop = next(i for i, ln in enumerate(lines) if ln.startswith("acc = tma_k_loop("))  # the shared K loop
     wait = next(i for i, ln in enumerate(lines) if ln.startswith("syl.wait_tile("))
@@ -194,9 +227,11 @@ def test_transformed_kernel_waits_after_the_k_loop_and_notifies_after_the_store(
     notify = next(i for i, ln in enumerate(lines) if ln.startswith("syl.notify_tile("))
     assert k_loop < wait < add < store < notify
     # The transformer's description of the accesses is what the op passes to the lowering.
-    described = out[out.index("__syncopate__ = "):].splitlines()[0]
-    assert '"tensor": "p", "param": "p_ptr", "role": "consume", "m_dim": 1, "n_dim": 2, "m_local_shard": true' \
-        in described.replace("True", "true"), described
+    described = out[out.index("__syncopate__ = ") :].splitlines()[0]
+    assert (
+        '"tensor": "p", "param": "p_ptr", "role": "consume", "m_dim": 1, "n_dim": 2, "m_local_shard": true'
+        in described.replace("True", "true")
+    ), described
     assert [tuple(a) for a in staged_gemm.STAGED_ACCESSES] == [("c", "produce", 1, 2), ("p", "consume", 1, 2, True)]
 
 
@@ -205,21 +240,25 @@ def test_every_staged_kernel_variant_compiles_for_sm90(run_compile_script):
     after the K loop) on the transformed kernel, through Triton's bundled ptxas (no GPU)."""
     run = run_compile_script("compile_staged_kernels.py", timeout=1500)
     lines = [ln for ln in run.stdout.splitlines() if ln.startswith(("OK ", "FAIL "))]
-    assert run.returncode == 0 and lines and all(ln.startswith("OK ") for ln in lines), \
+    assert run.returncode == 0 and lines and all(ln.startswith("OK ") for ln in lines), (
         "\n".join(lines) + run.stderr[-3000:]
+    )
     assert len(lines) == 5
 
 
 # --- which shapes the staged epilogue takes ----------------------------------------------------
 
 
-@pytest.mark.parametrize("m,n,k,world,why", [
-    (256, 64, 64, 2, None),
-    (256, 64, 64, 4, r"shard of 64 rows is not a multiple of the GEMM's BLOCK_M=128"),
-    (200, 64, 64, 2, r"shard of 100 rows is not a multiple"),
-    (255, 64, 64, 2, r"m=255 is not a multiple of the world size 2"),
-    (512, 60, 64, 2, r"TMA cannot describe the operands .*N=60"),
-])
+@pytest.mark.parametrize(
+    "m,n,k,world,why",
+    [
+        (256, 64, 64, 2, None),
+        (256, 64, 64, 4, r"shard of 64 rows is not a multiple of the GEMM's BLOCK_M=128"),
+        (200, 64, 64, 2, r"shard of 100 rows is not a multiple"),
+        (255, 64, 64, 2, r"m=255 is not a multiple of the world size 2"),
+        (512, 60, 64, 2, r"TMA cannot describe the operands .*N=60"),
+    ],
+)
 def test_staged_unsupported_says_why(m, n, k, world, why):
     got = staged_gemm.staged_unsupported(m, n, k, world, 128, torch.bfloat16)
     if why is None:
@@ -230,9 +269,21 @@ def test_staged_unsupported_says_why(m, n, k, world, why):
 
 def test_staged_gemm_refuses_an_unsupported_shape_by_name():
     with pytest.raises(UserError, match=r"StagedReduceGemm: the shard of 48 rows is not a multiple"):
-        staged_gemm.StagedReduceGemm(plan=None, rank=0, world=2, m=96, n=32, k=32, dtype=torch.float16,
-                                     b_layout="kn", config=CFG, tile_order="arrival",
-                                     device=torch.device("cpu"), wait_bound_ns=1, num_programs=1)
+        staged_gemm.StagedReduceGemm(
+            plan=None,
+            rank=0,
+            world=2,
+            m=96,
+            n=32,
+            k=32,
+            dtype=torch.float16,
+            b_layout="kn",
+            config=CFG,
+            tile_order="arrival",
+            device=torch.device("cpu"),
+            wait_bound_ns=1,
+            num_programs=1,
+        )
 
 
 # --- the lowering of R3's staged plan agrees with the hand-built tables ------------------------
@@ -243,15 +294,26 @@ def _staged_plan(world, m, n, split, backend="copy-engine"):
 
 
 def _gemm(plan, world, rank, m, n, k, layout="kn", order="arrival", bound_ns=2_000_000):
-    return staged_gemm.StagedReduceGemm(plan=plan, rank=rank, world=world, m=m, n=n, k=k, dtype=torch.float16,
-                                        b_layout=layout, config=CFG, tile_order=order,
-                                        device=torch.device("cpu"), wait_bound_ns=bound_ns, num_programs=3)
+    return staged_gemm.StagedReduceGemm(
+        plan=plan,
+        rank=rank,
+        world=world,
+        m=m,
+        n=n,
+        k=k,
+        dtype=torch.float16,
+        b_layout=layout,
+        config=CFG,
+        tile_order=order,
+        device=torch.device("cpu"),
+        wait_bound_ns=bound_ns,
+        num_programs=3,
+    )
 
 
 def _by_tile(tables, offsets, slots):
     """Per tile id, the set of chunks of its slots (slot numbering differs between tables)."""
-    return [sorted(tables.slot_chunks[s] for s in slots[offsets[t]:offsets[t + 1]])
-            for t in range(tables.num_tiles)]
+    return [sorted(tables.slot_chunks[s] for s in slots[offsets[t] : offsets[t + 1]]) for t in range(tables.num_tiles)]
 
 
 @pytest.mark.parametrize("world,split", [(2, 1), (2, 2), (3, 2), (4, 1), (4, 3)])
@@ -270,10 +332,12 @@ def test_lowered_staged_plan_waits_and_notifies_like_the_design(world, split):
             k0 = c.dst_box.offset[1]
             sub = next(i for i in range(split) if even_split(m // world, split, i)[0] == k0)
             ids[c.id] = (c.src * world + c.dst) * split + sub
-        assert [sorted(ids[c] for c in row) for row in got_waits] == \
-            _by_tile(want, want.wait_offsets, want.wait_slots), rank
-        assert [sorted(ids[c] for c in row) for row in got_notifies] == \
-            _by_tile(want, want.notify_offsets, want.notify_slots), rank
+        assert [sorted(ids[c] for c in row) for row in got_waits] == _by_tile(
+            want, want.wait_offsets, want.wait_slots
+        ), rank
+        assert [sorted(ids[c] for c in row) for row in got_notifies] == _by_tile(
+            want, want.notify_offsets, want.notify_slots
+        ), rank
         # Own box last in the tile order: every tile that waits comes after every tile that does not.
         waits = [bool(row) for row in got_waits]
         positions = [waits[t] for t in g.tables.tile_order]
@@ -296,10 +360,10 @@ def test_staged_gemm_from_the_lowering_matches_reference(world, rank, split, lay
         out = torch.full((shard, n), float("nan"), dtype=torch.float16)
         g.launch(a, b, c, signals, epoch_word(epoch), p, out)
         g.check()
-        expected = ref[lo:lo + shard] + sum(p[s].double() for s in range(world) if s != rank)
+        expected = ref[lo : lo + shard] + sum(p[s].double() for s in range(world) if s != rank)
         assert torch.allclose(out.double(), expected, rtol=2e-2, atol=5e-2)
         assert torch.allclose(c[:lo].double(), ref[:lo], rtol=2e-2, atol=2e-2)
-        assert torch.allclose(c[lo + shard:].double(), ref[lo + shard:], rtol=2e-2, atol=2e-2)
+        assert torch.allclose(c[lo + shard :].double(), ref[lo + shard :], rtol=2e-2, atol=2e-2)
         assert all(int(signals[s]) == epoch * w for s, w in enumerate(g.tables.slot_writers))
 
 
@@ -334,17 +398,23 @@ def _rs(m, k, n, cls=GemmRs, **kw):
 
 @pytest.mark.parametrize("cls", [GemmRs, GemmAr])  # GemmAr's staged path: test_ops_staged_ar.py
 def test_reduce_keyword_is_checked_before_any_work(cls):
-    with pytest.raises(UserError, match=rf"^{cls.__name__}: reduce='sum' is not one of "
-                                        r"\('auto', 'epilogue', 'chunks'\)"):
+    with pytest.raises(
+        UserError,
+        match=rf"^{cls.__name__}: reduce='sum' is not one of "
+        r"\('auto', 'epilogue', 'chunks'\)",
+    ):
         _rs(64, 32, 32, reduce="sum", cls=cls)
 
 
-@pytest.mark.parametrize("kw,why", [
-    (dict(m=70), r"the shard of 70 rows is not a multiple of the GEMM's BLOCK_M=32"),
-    (dict(algorithm="ring"), r"algorithm='ring' was given and the staged plan is direct only"),
-    (dict(mode="sequential"), r"mode='sequential' runs torch.matmul, then the plan's reduce-add chunks"),
-    (dict(n=44), r"TMA cannot describe the operands"),
-])
+@pytest.mark.parametrize(
+    "kw,why",
+    [
+        (dict(m=70), r"the shard of 70 rows is not a multiple of the GEMM's BLOCK_M=32"),
+        (dict(algorithm="ring"), r"algorithm='ring' was given and the staged plan is direct only"),
+        (dict(mode="sequential"), r"mode='sequential' runs torch.matmul, then the plan's reduce-add chunks"),
+        (dict(n=44), r"TMA cannot describe the operands"),
+    ],
+)
 @pytest.mark.parametrize("cls", [GemmRs, GemmAr])  # one ProducerGemm keyword, the same rules
 def test_epilogue_refused_by_name_and_auto_falls_back_saying_why(cpu_runtime, monkeypatch, cls, kw, why):
     monkeypatch.setenv(staged_gemm.AUTO_STAGED_ENV, "1")  # auto may take the epilogue: the shape refuses
@@ -366,8 +436,11 @@ def test_auto_leaves_the_epilogue_out_until_it_has_run_on_a_gpu(cpu_runtime, mon
     args = dict(m=64, k=40, n=48, mode="fused", backend="copy-engine", split=1, tile_order="row-major", cls=cls)
     ctx = _rs(reduce="auto", **args)
     assert ctx.reduce == "chunks" and ctx.kernel_name == "gemm_tma_kernel"
-    assert re.search(r"reduction by reduce-add chunks: the staged epilogue has not run on a GPU yet.*"
-                     r"SYNCOPATE_AUTO_STAGED=1", ctx.reason), ctx.reason
+    assert re.search(
+        r"reduction by reduce-add chunks: the staged epilogue has not run on a GPU yet.*"
+        r"SYNCOPATE_AUTO_STAGED=1",
+        ctx.reason,
+    ), ctx.reason
     assert _rs(**args).reduce == "chunks"  # the default is auto
     assert _rs(reduce="epilogue", **args).reduce == "epilogue"
     monkeypatch.setenv(staged_gemm.AUTO_STAGED_ENV, "1")
@@ -375,8 +448,7 @@ def test_auto_leaves_the_epilogue_out_until_it_has_run_on_a_gpu(cpu_runtime, mon
 
 
 def _choose(m, n, k, world, collective="reduce-scatter", **kw):
-    return choice_mod.choose(collective, m=m, n=n, k=k, world=world, dtype="bf16", block_m=128,
-                             block_n=256, **kw)
+    return choice_mod.choose(collective, m=m, n=n, k=k, world=world, dtype="bf16", block_m=128, block_n=256, **kw)
 
 
 @pytest.mark.parametrize("collective", ["reduce-scatter", "all-reduce"])
@@ -389,11 +461,16 @@ def test_choice_compares_the_epilogue_with_the_chunks(world, collective):
     assert "reduction in the epilogue" in both.reason and "reduce-add chunks" in both.reason
     # The staged prediction is the simulator's for the staged plan of this collective (GEMM+AR:
     # its copy-out of all of C included).
-    plan = staged_gemm.staged_plan(world=world, m=8192, n=8192, split=staged.split, dtype="bf16",
-                                   backend=staged.backend, collective=collective)
+    plan = staged_gemm.staged_plan(
+        world=world, m=8192, n=8192, split=staged.split, dtype="bf16", backend=staged.backend, collective=collective
+    )
     assert plan.collective.kind == collective
-    direct = sy.simulate(plan, sy.GemmShape(8192, 8192, 8192, 128, 256),
-                         choice_mod.cached_calibration(choice_mod.calibration_name()), order=staged.tile_order)
+    direct = sy.simulate(
+        plan,
+        sy.GemmShape(8192, 8192, 8192, 128, 256),
+        choice_mod.cached_calibration(choice_mod.calibration_name()),
+        order=staged.tile_order,
+    )
     assert staged.predicted_us["fused"] == pytest.approx(direct.fused_us)
     faster = min((staged, chunks), key=lambda c: c.predicted_us["fused"])
     assert both.reduce == faster.reduce
@@ -403,18 +480,45 @@ def test_choice_compares_the_epilogue_with_the_chunks(world, collective):
 
 
 def test_choice_other_collectives_ignore_reduce():
-    assert choice_mod.choose("all-gather", m=8192, n=8192, k=8192, world=2, dtype="bf16", block_m=128,
-                             block_n=256, mode="fused", reduce="auto").reduce == "chunks"
+    assert (
+        choice_mod.choose(
+            "all-gather",
+            m=8192,
+            n=8192,
+            k=8192,
+            world=2,
+            dtype="bf16",
+            block_m=128,
+            block_n=256,
+            mode="fused",
+            reduce="auto",
+        ).reduce
+        == "chunks"
+    )
 
 
 @pytest.mark.parametrize("cls", [GemmRs, GemmAr])
 @pytest.mark.parametrize("layout", ["kn", "nk"])
 def test_context_at_world_one_runs_the_staged_kernel(cpu_runtime, cls, layout):
     m, k, n = 64, 40, 48
-    ctx = _rs(m, k, n, mode="fused", reduce="epilogue", backend="copy-engine", split=1,
-              tile_order="row-major", b_layout=layout, cls=cls)
-    assert (ctx.decision, ctx.reduce, ctx.algorithm, ctx.kernel_name) == \
-        ("fused", "epilogue", "direct", staged_gemm.STAGED_KERNEL)
+    ctx = _rs(
+        m,
+        k,
+        n,
+        mode="fused",
+        reduce="epilogue",
+        backend="copy-engine",
+        split=1,
+        tile_order="row-major",
+        b_layout=layout,
+        cls=cls,
+    )
+    assert (ctx.decision, ctx.reduce, ctx.algorithm, ctx.kernel_name) == (
+        "fused",
+        "epilogue",
+        "direct",
+        staged_gemm.STAGED_KERNEL,
+    )
     assert ctx.plan.collective.kind == cls.collective and ctx.plan.collective.output == "p"
     assert ctx.plan.tensors["c"].shape == [1, m, n] and ctx.plan.tensors["p"].shape == [1, m, n]
     if cls is GemmAr:  # the own rows the kernel stores are the heap's C (at world 1, all of it)
@@ -442,13 +546,27 @@ def test_context_at_world_one_runs_the_staged_kernel(cpu_runtime, cls, layout):
 def test_a_staged_configuration_the_simulator_finds_deadlocked_is_refused(collective):
     # NCCL groups each rank's send and recv of a step; in row-major order rank 0's own tiles
     # come first and wait for the recv whose grouped send needs rank 0's later tiles.
-    with pytest.raises(UserError, match=r"reduce='epilogue': no-candidate: .*the simulator refused nccl split 1 "
-                                        r"row-major: .*deadlock"):
-        _choose(8192, 8192, 8192, 2, collective, mode="fused", reduce="epilogue", backend="nccl", split=1,
-                tile_order="row-major")
+    with pytest.raises(
+        UserError,
+        match=r"reduce='epilogue': no-candidate: .*the simulator refused nccl split 1 "
+        r"row-major: .*deadlock",
+    ):
+        _choose(
+            8192,
+            8192,
+            8192,
+            2,
+            collective,
+            mode="fused",
+            reduce="epilogue",
+            backend="nccl",
+            split=1,
+            tile_order="row-major",
+        )
     # auto never picks it: the reduce-add chunks run instead.
-    c = _choose(8192, 8192, 8192, 2, collective, mode="fused", reduce="auto", backend="nccl", split=1,
-                tile_order="row-major")
+    c = _choose(
+        8192, 8192, 8192, 2, collective, mode="fused", reduce="auto", backend="nccl", split=1, tile_order="row-major"
+    )
     assert c.reduce == "chunks"
 
 

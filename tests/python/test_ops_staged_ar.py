@@ -24,8 +24,7 @@ from pathlib import Path
 import pytest
 
 os.environ["TRITON_INTERPRET"] = "1"
-os.environ.setdefault("SYNCOPATE_CALIBRATION",
-                      str(Path(__file__).resolve().parents[2] / "calib" / "h200.json"))
+os.environ.setdefault("SYNCOPATE_CALIBRATION", str(Path(__file__).resolve().parents[2] / "calib" / "h200.json"))
 
 torch = pytest.importorskip("torch")
 pytest.importorskip("triton")
@@ -82,17 +81,21 @@ def hand_ar_tables(m, n, world, rank, split):
     keys = sorted({key for _, key in slots})
     tiles_n = -(-n // CFG.block_n)
     order = sorted(range(len(waits)), key=lambda t: bool(waits[t]))
-    tables = TileTables.from_lists(order, tiles_n, [sorted(index[s] for s in w) for w in waits],
-                                   [sorted(index[s] for s in nt) for nt in notifies],
-                                   [writers[s] for s in slots], [keys.index(key) for _, key in slots],
-                                   rank=rank)
+    tables = TileTables.from_lists(
+        order,
+        tiles_n,
+        [sorted(index[s] for s in w) for w in waits],
+        [sorted(index[s] for s in nt) for nt in notifies],
+        [writers[s] for s in slots],
+        [keys.index(key) for _, key in slots],
+        rank=rank,
+    )
     return tables, slots
 
 
 def _run_ar(tables, a, b, p, world, rank, signals, epoch, bound_ns=2_000_000):
     """The transformed kernel as GemmAr's staged path launches it: `out` is c's own box."""
-    c, _, error = _run_transformed(tables, a, b, p, world, rank, signals, epoch, bound_ns=bound_ns,
-                                   own_rows_in_c=True)
+    c, _, error = _run_transformed(tables, a, b, p, world, rank, signals, epoch, bound_ns=bound_ns, own_rows_in_c=True)
     return c, error
 
 
@@ -100,10 +103,10 @@ def _run_ar(tables, a, b, p, world, rank, signals, epoch, bound_ns=2_000_000):
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
 @pytest.mark.parametrize("layout", ["kn", "nk"])
 def test_own_tiles_store_the_sum_into_c_and_notify_the_gather_chunks(world, rank, split, dtype, layout):
-    m, n, k = 64 * world, 40, 48          # N, K not multiples of 32
+    m, n, k = 64 * world, 40, 48  # N, K not multiples of 32
     tables, slots = hand_ar_tables(m, n, world, rank, split)
     a, b, p = _operands(m, n, k, world, dtype, layout, seed=world * 11 + rank)
-    p[rank] = float("nan")                 # never written by the plan: must never be read
+    p[rank] = float("nan")  # never written by the plan: must never be read
     shard, lo = m // world, rank * (m // world)
     ref = a.double() @ b.double()
     gather_ready = [i for i, (kind, key) in enumerate(slots) if kind == "ready" and key[0] == "gather"]
@@ -113,10 +116,10 @@ def test_own_tiles_store_the_sum_into_c_and_notify_the_gather_chunks(world, rank
         c, error = _run_ar(tables, a, b, p, world, rank, signals, epoch)
         check_error(error, tables, "gemm_reduce_kernel")
         assert not torch.isnan(c).any(), "every row of c is stored: own box (sum) and the others (partials)"
-        expected = ref[lo:lo + shard] + sum(p[s].double() for s in range(world) if s != rank)
-        assert torch.allclose(c[lo:lo + shard].double(), expected, rtol=2e-2, atol=5e-2)
-        rest = torch.cat([c[:lo], c[lo + shard:]])
-        assert torch.allclose(rest.double(), torch.cat([ref[:lo], ref[lo + shard:]]), rtol=2e-2, atol=2e-2)
+        expected = ref[lo : lo + shard] + sum(p[s].double() for s in range(world) if s != rank)
+        assert torch.allclose(c[lo : lo + shard].double(), expected, rtol=2e-2, atol=5e-2)
+        rest = torch.cat([c[:lo], c[lo + shard :]])
+        assert torch.allclose(rest.double(), torch.cat([ref[:lo], ref[lo + shard :]]), rtol=2e-2, atol=2e-2)
         # Every ready and dst-ready slot rose by its writer count (one notify per writer tile);
         # the landing slots were not touched.
         for slot, (kind, key) in enumerate(slots):
@@ -133,8 +136,11 @@ def test_a_missing_staging_chunk_times_out_names_it_and_own_tiles_store_nothing_
     missing = tables.wait_slots[-1]
     signals[missing] = 0
     _, error = _run_ar(tables, a, b, p, world, rank, signals, 1, bound_ns=20_000)
-    with pytest.raises(WaitTimeoutError, match=rf"rank {rank}: tile \d+ waited on slot {missing} "
-                                               rf"\(chunk {tables.slot_chunks[missing]}\) for value >= 1 but saw 0"):
+    with pytest.raises(
+        WaitTimeoutError,
+        match=rf"rank {rank}: tile \d+ waited on slot {missing} "
+        rf"\(chunk {tables.slot_chunks[missing]}\) for value >= 1 but saw 0",
+    ):
         check_error(error, tables, "gemm_reduce_kernel")
 
 
@@ -150,8 +156,9 @@ def test_tiles_of_other_boxes_store_and_notify_without_any_landing():
     c, error = _run_ar(tables, a, b, p, world, rank, signals, 1, bound_ns=5_000)
     with pytest.raises(WaitTimeoutError):
         check_error(error, tables, "gemm_reduce_kernel")
-    partial_slots = [i for i, (kind, key) in enumerate(slots)
-                     if (kind, key[0]) in (("ready", "stage"), ("dst-ready", "gather"))]
+    partial_slots = [
+        i for i, (kind, key) in enumerate(slots) if (kind, key[0]) in (("ready", "stage"), ("dst-ready", "gather"))
+    ]
     assert len(partial_slots) == 2
     assert all(int(signals[s]) == tables.slot_writers[s] for s in partial_slots)
     assert torch.allclose(c[64:].double(), (a.double() @ b.double())[64:], rtol=2e-2, atol=2e-2)
@@ -161,8 +168,9 @@ def test_tiles_of_other_boxes_store_and_notify_without_any_landing():
 
 
 def _ar_plan(world, m, n, split, backend="copy-engine"):
-    return staged_gemm.staged_plan(world=world, m=m, n=n, split=split, dtype="f16", backend=backend,
-                                   collective="all-reduce")
+    return staged_gemm.staged_plan(
+        world=world, m=m, n=n, split=split, dtype="f16", backend=backend, collective="all-reduce"
+    )
 
 
 def _chunk_key(chunk, shard, split):
@@ -194,8 +202,9 @@ def test_lowered_staged_all_reduce_waits_and_notifies_like_the_design(world, spl
         assert {key: table.slots[keys.index(key)].writers for key in used} == want_writers, rank
         # The gathered boxes land on slots no tile waits for: the op's stream waits on them.
         gather_landings = {key for key in keys if key[0] == "landing" and key[1][0] == "gather"}
-        assert gather_landings == {("landing", ("gather", q, rank, k)) for q in range(world) if q != rank
-                                   for k in range(split)}
+        assert gather_landings == {
+            ("landing", ("gather", q, rank, k)) for q in range(world) if q != rank for k in range(split)
+        }
         # Own box last in the arrival order: every tile that waits comes after every tile that does not.
         order = sy.tile_order(plan, table, grid, "arrival", group_m=CFG.group_m).tiles
         waits = [bool(table.tile_waits[t]) for t in order]
@@ -203,13 +212,26 @@ def test_lowered_staged_all_reduce_waits_and_notifies_like_the_design(world, spl
 
 
 def _gemm(plan, world, rank, m, n, k, layout="kn", order="arrival", bound_ns=2_000_000):
-    return staged_gemm.StagedReduceGemm(plan=plan, rank=rank, world=world, m=m, n=n, k=k, dtype=torch.float16,
-                                        b_layout=layout, config=CFG, tile_order=order,
-                                        device=torch.device("cpu"), wait_bound_ns=bound_ns, num_programs=3)
+    return staged_gemm.StagedReduceGemm(
+        plan=plan,
+        rank=rank,
+        world=world,
+        m=m,
+        n=n,
+        k=k,
+        dtype=torch.float16,
+        b_layout=layout,
+        config=CFG,
+        tile_order=order,
+        device=torch.device("cpu"),
+        wait_bound_ns=bound_ns,
+        num_programs=3,
+    )
 
 
 def _run_chunk(chunk, heaps):
     """Moves one chunk's box between the emulated ranks' heaps ({rank: {tensor: tensor}})."""
+
     def box(tensor, b):
         return tensor[tuple(slice(o, o + e) for o, e in zip(b.offset, b.extent))]
 
@@ -231,13 +253,18 @@ def _emulate_all_reduce(world, m, n, k, split, layout):
         b = torch.randn(n, k, generator=gen).half().t() if layout == "nk" else torch.randn(k, n, generator=gen).half()
         ops.append((a, b))
     shard = m // world
-    heaps = {r: {"c": torch.full((1, m, n), float("nan"), dtype=torch.float16),
-                 "p": torch.full((world, shard, n), float("nan"), dtype=torch.float16)} for r in range(world)}
+    heaps = {
+        r: {
+            "c": torch.full((1, m, n), float("nan"), dtype=torch.float16),
+            "p": torch.full((world, shard, n), float("nan"), dtype=torch.float16),
+        }
+        for r in range(world)
+    }
 
     def run_kernels():
         for r, g in enumerate(gemms):
             c = heaps[r]["c"][0]
-            g.launch(*ops[r], c, _landed(g.tables, 1), epoch_word(1), heaps[r]["p"], c[r * shard:(r + 1) * shard])
+            g.launch(*ops[r], c, _landed(g.tables, 1), epoch_word(1), heaps[r]["p"], c[r * shard : (r + 1) * shard])
             g.check()
 
     # 1. The partial tiles store every other box (the own tiles, whose staging chunks have not
@@ -286,8 +313,9 @@ def _ar(m, k, n, **kw):
 
 def test_staged_plan_names_a_collective_without_a_template():
     with pytest.raises(UserError, match=r"staged_plan: collective 'all-gather' has no staged template"):
-        staged_gemm.staged_plan(world=2, m=64, n=8, split=1, dtype="f16", backend="copy-engine",
-                                collective="all-gather")
+        staged_gemm.staged_plan(
+            world=2, m=64, n=8, split=1, dtype="f16", backend="copy-engine", collective="all-gather"
+        )
 
 
 def test_ar_refuses_an_out_of_the_reduce_scatter_shape(cpu_runtime):

@@ -52,8 +52,14 @@ def suite(tmp_path):
 def pytest_in(directory, *args):
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(HERE), os.environ.get("PYTHONPATH", "")]))
     env.pop("PYTEST_ADDOPTS", None)
-    return subprocess.run([sys.executable, "-m", "pytest", "-p", "order_plugin", "-p", "no:cacheprovider",
-                           "-v", "-rs", *args], cwd=directory, env=env, capture_output=True, text=True, timeout=120)
+    return subprocess.run(
+        [sys.executable, "-m", "pytest", "-p", "order_plugin", "-p", "no:cacheprovider", "-v", "-rs", *args],
+        cwd=directory,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
 
 
 def ran(run):
@@ -67,8 +73,9 @@ def test_file_order_then_reverse_with_a_skip_that_depends_on_order(suite):
     assert "test order: file" in first.stdout
     assert ran(first) == ["test_a", "test_b", "test_c", "test_d", "test_e"]
     recorded = json.loads((suite / "first.json").read_text())
-    assert recorded == {f"test_{m}.py::test_{t}": "passed"
-                        for m, ts in (("first", "abc"), ("second", "de")) for t in ts}
+    assert recorded == {
+        f"test_{m}.py::test_{t}": "passed" for m, ts in (("first", "abc"), ("second", "de")) for t in ts
+    }
 
     again = pytest_in(suite, "--test-order", "reverse", "--outcomes-compare", "first.json")
     assert ran(again) == ["test_e", "test_d", "test_c", "test_b", "test_a"]

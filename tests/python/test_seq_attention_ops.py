@@ -52,8 +52,7 @@ def test_one_rank_equals_sdpa(causal, compute):
 
     q, k, v = _qkv(1)
     ref = _sdpa(q, k, v, causal)
-    torch.testing.assert_close(ulysses_attention(q, k, v, causal=causal, compute=compute), ref,
-                               rtol=2e-5, atol=2e-5)
+    torch.testing.assert_close(ulysses_attention(q, k, v, causal=causal, compute=compute), ref, rtol=2e-5, atol=2e-5)
     if compute == "sdpa":
         torch.testing.assert_close(ring_attention(q, k, v, causal=causal), ref, rtol=2e-5, atol=2e-5)
 
@@ -63,8 +62,9 @@ def test_one_rank_process_group(single_rank_group):
 
     q, k, v = _qkv(2, d=128)
     ref = _sdpa(q, k, v, True)
-    torch.testing.assert_close(ulysses_attention(q, k, v, causal=True, group=single_rank_group), ref,
-                               rtol=2e-5, atol=2e-5)
+    torch.testing.assert_close(
+        ulysses_attention(q, k, v, causal=True, group=single_rank_group), ref, rtol=2e-5, atol=2e-5
+    )
     torch.testing.assert_close(ring_attention(q, k, v, causal=True), ref, rtol=2e-5, atol=2e-5)
 
 
@@ -86,7 +86,7 @@ def test_ring_steps_over_pieces_in_arrival_order(causal, world):
                 computed.append(p)
                 yield p, k_all[:, :, cols], v_all[:, :, cols]
 
-        o = ring_steps(q_all[:, :, rows], pieces(), rank, world, causal=causal, scale=64 ** -0.5)
+        o = ring_steps(q_all[:, :, rows], pieces(), rank, world, causal=causal, scale=64**-0.5)
         ref = _sdpa(q_all[:, :, rows], k_all, v_all, causal, q_start=rank * s_loc)
         torch.testing.assert_close(o, ref, rtol=2e-5, atol=2e-5)
         assert computed[0] == rank
@@ -111,11 +111,14 @@ def _two_rank_worker(rank, world, path, out):
         q, k, v = (t[:, :, rows].contiguous() for t in (q_all, k_all, v_all))
         for causal in (False, True):
             ref = _sdpa(q, k_all, v_all, causal, q_start=rank * 8)
-            results = {"ulysses": ulysses_attention(q, k, v, causal=causal),
-                       "ring": ring_attention(q, k, v, causal=causal)}
+            results = {
+                "ulysses": ulysses_attention(q, k, v, causal=causal),
+                "ring": ring_attention(q, k, v, causal=causal),
+            }
             for name, o in results.items():
-                torch.testing.assert_close(o, ref, rtol=2e-5, atol=2e-5,
-                                           msg=lambda m: f"{name} causal={causal} rank {rank}: {m}")
+                torch.testing.assert_close(
+                    o, ref, rtol=2e-5, atol=2e-5, msg=lambda m: f"{name} causal={causal} rank {rank}: {m}"
+                )
         out.put((rank, "ok"))
     except Exception as e:  # reported to the parent
         out.put((rank, f"{type(e).__name__}: {e}"))
@@ -129,8 +132,7 @@ def test_two_gloo_ranks_equal_sdpa_on_the_gathered_sequence(tmp_path):
 
     ctx = mp.get_context("spawn")
     out = ctx.Queue()
-    procs = [ctx.Process(target=_two_rank_worker, args=(r, 2, str(tmp_path / "store"), out))
-             for r in range(2)]
+    procs = [ctx.Process(target=_two_rank_worker, args=(r, 2, str(tmp_path / "store"), out)) for r in range(2)]
     for p in procs:
         p.start()
     import queue

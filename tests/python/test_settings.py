@@ -43,12 +43,14 @@ def test_no_python_module_but_settings_reads_the_environment():
 
 
 def test_no_cpp_file_but_settings_hpp_calls_getenv():
-    callers = [f"{path.relative_to(ROOT)}:{number}"
-               for base in (ROOT / "src", ROOT / "include", ROOT / "python" / "bindings")
-               for path in sorted(base.rglob("*")) if path.suffix in (".cpp", ".hpp", ".cu", ".h")
-               and path != CPP_SETTINGS
-               for number, line in enumerate(path.read_text(errors="replace").splitlines(), 1)
-               if "getenv" in line]
+    callers = [
+        f"{path.relative_to(ROOT)}:{number}"
+        for base in (ROOT / "src", ROOT / "include", ROOT / "python" / "bindings")
+        for path in sorted(base.rglob("*"))
+        if path.suffix in (".cpp", ".hpp", ".cu", ".h") and path != CPP_SETTINGS
+        for number, line in enumerate(path.read_text(errors="replace").splitlines(), 1)
+        if "getenv" in line
+    ]
     assert callers == []
 
 

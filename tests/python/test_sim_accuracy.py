@@ -28,14 +28,12 @@ def subset(tmp_path: Path, keep) -> Path:
 
 
 def run(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, str(SCRIPT), *args], capture_output=True, text=True,
-                          cwd=REPO, timeout=600)
+    return subprocess.run([sys.executable, str(SCRIPT), *args], capture_output=True, text=True, cwd=REPO, timeout=600)
 
 
 def picked(row) -> bool:
     # One large and one small row of each op, auto fused and sequential among them.
-    return (row["m"], row["k"], row["n"]) in {(8192, 8192, 8192), (1024, 4096, 3072),
-                                              (1024, 4096, 4096)}
+    return (row["m"], row["k"], row["n"]) in {(8192, 8192, 8192), (1024, 4096, 3072), (1024, 4096, 4096)}
 
 
 def test_report_rows_and_summary(tmp_path):
@@ -52,13 +50,21 @@ def test_report_rows_and_summary(tmp_path):
     # One result per row and timed variant with a counterpart: the three fused backends, auto
     # and sequential, and the kernel-level variants of AG+GEMM and GEMM+RS, when each was measured.
     kl = ("kl_plain", "kl_priority", "kl_occupancy", "kl_both", "kl_triton", "kl_triton_shaped")
-    expected = sum(1 for r in rows for v in ("syncopate_ce", "syncopate_sm", "syncopate_nccl",
-                                             "syncopate_auto", "sequential", *kl)
-                   if isinstance(r["variants"].get(v), dict) and "ms" in r["variants"][v]
-                   and not (v in kl and r["op"] == "gemm_ar"))
+    expected = sum(
+        1
+        for r in rows
+        for v in ("syncopate_ce", "syncopate_sm", "syncopate_nccl", "syncopate_auto", "sequential", *kl)
+        if isinstance(r["variants"].get(v), dict)
+        and "ms" in r["variants"][v]
+        and not (v in kl and r["op"] == "gemm_ar")
+    )
     assert len(results) == expected
     assert {r["variant"] for r in results if r["kind"] == "kernel-level"} == {
-        "kl_plain", "kl_priority", "kl_occupancy", "kl_both"}  # what the recorded run timed
+        "kl_plain",
+        "kl_priority",
+        "kl_occupancy",
+        "kl_both",
+    }  # what the recorded run timed
     for res in results:
         row = rows[res["row"]]
         assert res["measured_us"] == pytest.approx(row["variants"][res["variant"]]["ms"] * 1000)
@@ -70,7 +76,10 @@ def test_report_rows_and_summary(tmp_path):
             recorded = row["syncopate"][res["variant"]]
             assert res["kind"] == "fused"
             assert (res["config"]["backend"], res["config"]["split"], res["config"]["order"]) == (
-                recorded["backend"], recorded["split"], recorded["tile_order"])
+                recorded["backend"],
+                recorded["split"],
+                recorded["tile_order"],
+            )
             assert recorded["gemm_config"].startswith(f"{res['config']['block_m']}x{res['config']['block_n']}x")
     for res in results:
         if res["kind"] == "kernel-level":  # bench/kernel_level_variants.py's configuration
@@ -91,7 +100,8 @@ def test_report_rows_and_summary(tmp_path):
     per_op = [s for s in report["summary_all"] if s["op"] != "all ops"]
     assert sum(s["n"] for s in per_op) == len(results)
     assert sum(s["n"] for s in report["summary_hold_out"] if s["op"] != "all ops") == sum(
-        1 for r in results if not r["held_in"])
+        1 for r in results if not r["held_in"]
+    )
     assert "Summary, all rows" in done.stdout and "hold-out" in done.stdout
 
 

@@ -1,6 +1,7 @@
 """Bindings of the staged GEMM+RS access (TileAccess.m_local_shard): the keyword, its repr, lowering
 of a hand-written staged plan through sy.lower, and PlanWorkspace's access tuples (4 or 5 items)
 through syncopate._runtime.prepare_plan (CPU only: nothing here touches a GPU)."""
+
 import json
 
 import pytest
@@ -20,22 +21,42 @@ def staged_plan_json(world=2, m=8, n=4, split=2):
             for d in range(1, world):
                 s = (r + d) % world
                 cid = len(chunks)
-                chunks.append({"id": cid, "tensor": "c", "box": {"offset": [0, r * ms + starts[k], 0],
-                                                                 "extent": [1, rows[k], n]},
-                               "dst_tensor": "p", "dst_box": {"offset": [s, starts[k], 0], "extent": [1, rows[k], n]},
-                               "src": s, "dst": r, "backend": "copy-engine", "op": "copy", "stream": d - 1,
-                               "deps": []})
+                chunks.append(
+                    {
+                        "id": cid,
+                        "tensor": "c",
+                        "box": {"offset": [0, r * ms + starts[k], 0], "extent": [1, rows[k], n]},
+                        "dst_tensor": "p",
+                        "dst_box": {"offset": [s, starts[k], 0], "extent": [1, rows[k], n]},
+                        "src": s,
+                        "dst": r,
+                        "backend": "copy-engine",
+                        "op": "copy",
+                        "stream": d - 1,
+                        "deps": [],
+                    }
+                )
                 streams[r][d - 1].append(cid)
-    return json.dumps({
-        "version": 1,
-        "collective": {"kind": "reduce-scatter", "tensor": "c", "output": "p", "dim": 1, "algorithm": "direct",
-                       "split": split},
-        "world_size": world,
-        "tensors": {"c": {"shape": [1, m, n], "dtype": "bf16", "layout": "row-major"},
-                    "p": {"shape": [world, ms, n], "dtype": "bf16", "layout": "row-major"}},
-        "ranks": [{"rank": r, "streams": streams[r]} for r in range(world)],
-        "chunks": chunks,
-    })
+    return json.dumps(
+        {
+            "version": 1,
+            "collective": {
+                "kind": "reduce-scatter",
+                "tensor": "c",
+                "output": "p",
+                "dim": 1,
+                "algorithm": "direct",
+                "split": split,
+            },
+            "world_size": world,
+            "tensors": {
+                "c": {"shape": [1, m, n], "dtype": "bf16", "layout": "row-major"},
+                "p": {"shape": [world, ms, n], "dtype": "bf16", "layout": "row-major"},
+            },
+            "ranks": [{"rank": r, "streams": streams[r]} for r in range(world)],
+            "chunks": chunks,
+        }
+    )
 
 
 def test_tile_access_shard_keyword_positional_and_repr():
@@ -57,7 +78,9 @@ def test_lower_staged_plan_own_box_waits_others_notify():
     plan = sy.parse_plan(staged_plan_json(), "staged.json")
     accesses = sy.default_accesses(plan)
     assert [(a.tensor, a.role, a.m_dim, a.n_dim, a.m_local_shard) for a in accesses] == [
-        ("c", "produce", 1, 2, False), ("p", "consume", 1, 2, True)]
+        ("c", "produce", 1, 2, False),
+        ("p", "consume", 1, 2, True),
+    ]
     tables = sy.lower(plan, sy.TileGrid(8, 4, 2, 4), accesses)
     # Chunks 0, 1: rank 1's partials of rows 0-1 / 2-3 into rank 0; chunks 2, 3: rank 0's of rows 4-5 / 6-7.
     chunks = [[[t.slots[s].chunk for s in w] for w in t.tile_waits] for t in tables]

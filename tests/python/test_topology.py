@@ -42,16 +42,19 @@ def test_keyword_overrides_the_environment():
     assert detect_nodes(range(4), nodes=1, environ=env) == []
 
 
-@pytest.mark.parametrize("kwargs, message", [
-    ({"nodes": 3}, "nodes=3: 3 nodes cannot hold 4 ranks in equal parts"),
-    ({"nodes": 0}, "nodes=0: a node count must be an integer >= 1"),
-    ({"nodes": [0, 1]}, "2 node ids for 4 ranks: give one per rank"),
-    ({"nodes": [0, -1, 1, 1]}, "rank 1 has node -1; node ids are integers >= 0"),
-    ({"environ": {"SYNCOPATE_NODES": "two"}}, "SYNCOPATE_NODES='two': expected a node count"),
-    ({"environ": {"SYNCOPATE_NODES": "0,1"}}, "SYNCOPATE_NODES='0,1': 2 node ids for 4 ranks"),
-    ({"environ": {"LOCAL_WORLD_SIZE": "x"}}, "LOCAL_WORLD_SIZE='x': expected a positive integer"),
-    ({"environ": {"WORLD_SIZE": "6", "LOCAL_WORLD_SIZE": "4"}}, "LOCAL_WORLD_SIZE=4 does not divide WORLD_SIZE=6"),
-])
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        ({"nodes": 3}, "nodes=3: 3 nodes cannot hold 4 ranks in equal parts"),
+        ({"nodes": 0}, "nodes=0: a node count must be an integer >= 1"),
+        ({"nodes": [0, 1]}, "2 node ids for 4 ranks: give one per rank"),
+        ({"nodes": [0, -1, 1, 1]}, "rank 1 has node -1; node ids are integers >= 0"),
+        ({"environ": {"SYNCOPATE_NODES": "two"}}, "SYNCOPATE_NODES='two': expected a node count"),
+        ({"environ": {"SYNCOPATE_NODES": "0,1"}}, "SYNCOPATE_NODES='0,1': 2 node ids for 4 ranks"),
+        ({"environ": {"LOCAL_WORLD_SIZE": "x"}}, "LOCAL_WORLD_SIZE='x': expected a positive integer"),
+        ({"environ": {"WORLD_SIZE": "6", "LOCAL_WORLD_SIZE": "4"}}, "LOCAL_WORLD_SIZE=4 does not divide WORLD_SIZE=6"),
+    ],
+)
 def test_bad_topologies_are_named(kwargs, message):
     kwargs.setdefault("environ", {})
     with pytest.raises(UserError, match=message.replace("(", r"\(").replace(")", r"\)").replace("[", r"\[")):
@@ -112,7 +115,8 @@ def test_flat_copy_engine_plan_across_nodes_is_refused():
 
 def test_tune_offers_hierarchical_and_flat_candidates():
     gemm = syncopate.GemmShape(4096, 1024, 1024, 128, 256)
-    result = syncopate.tune("all-gather", gemm, 4, syncopate.calibration("h200"), nodes=[0, 0, 1, 1], splits=[1],
-                            orders=["arrival"])
+    result = syncopate.tune(
+        "all-gather", gemm, 4, syncopate.calibration("h200"), nodes=[0, 0, 1, 1], splits=[1], orders=["arrival"]
+    )
     assert {c.hierarchical for c in result.candidates} == {True, False}
     assert all(c.backend == "nccl" for c in result.candidates if not c.hierarchical)

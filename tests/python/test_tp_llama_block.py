@@ -28,8 +28,17 @@ TINY = ["--device", "cpu", "--size", "tiny", "--seq", "16", "--batch", "2"]
 def assert_passed(report):
     assert report["passed"], report
     names = set(report["steps"][0]["errors"])
-    assert names == {"loss", "out", "x.grad", "attn_norm.grad", "qkv.grad", "o.grad", "mlp_norm.grad",
-                     "gate_up.grad", "down.grad"}
+    assert names == {
+        "loss",
+        "out",
+        "x.grad",
+        "attn_norm.grad",
+        "qkv.grad",
+        "o.grad",
+        "mlp_norm.grad",
+        "gate_up.grad",
+        "down.grad",
+    }
     assert report["worst"] <= report["tolerance"] == blk.TOLERANCE[torch.bfloat16]
 
 
@@ -54,8 +63,7 @@ def test_tiny_block_under_torch_compile():
     """fullgraph (a graph break would raise) with AOT autograd; each layer's op is one node."""
     report = blk.run(TINY + ["--steps", "1", "--compile", "--compile-backend", "aot_eager"])
     assert_passed(report)
-    assert report["trace"] == {"graphs": 1, "syncopate_ops": ["syncopate.ag_gemm",
-                                                              "syncopate.gemm_rs"]}
+    assert report["trace"] == {"graphs": 1, "syncopate_ops": ["syncopate.ag_gemm", "syncopate.gemm_rs"]}
 
 
 def test_a_wrong_gradient_fails_the_check(monkeypatch):

@@ -35,8 +35,7 @@ def _entry(rank, world, port, out_dir):
 def test_tensor_parallel_forward_and_backward(world, tmp_path):
     import torch.multiprocessing as mp
 
-    mp.start_processes(_entry, args=(world, free_port(), str(tmp_path)), nprocs=world, join=True,
-                       start_method="spawn")
+    mp.start_processes(_entry, args=(world, free_port(), str(tmp_path)), nprocs=world, join=True, start_method="spawn")
     for rank in range(world):
         results = json.loads((tmp_path / f"rank{rank}.json").read_text())
         errors = {k: v for k, v in results.items() if isinstance(v, str)}
@@ -45,6 +44,5 @@ def test_tensor_parallel_forward_and_backward(world, tmp_path):
         # without sequence parallelism; the block (tiny: 4 KV heads, so not at world 3) 9 tensors,
         # on syncopate.nn and on the benchmark's PyTorch TP layers.
         assert len(results) == 1 + 26 + 12 + (18 if world == 2 else 0), sorted(results)
-        bad = {k: v for k, v in results.items()
-               if v > TOLERANCE.get(k.split(" ")[0], DEFAULT_TOLERANCE)}
+        bad = {k: v for k, v in results.items() if v > TOLERANCE.get(k.split(" ")[0], DEFAULT_TOLERANCE)}
         assert not bad, f"rank {rank}: {bad}"

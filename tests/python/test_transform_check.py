@@ -53,9 +53,19 @@ def test_every_example_passes(case):
     assert report.runs >= 3 and report.chunks == 2
 
 
-@pytest.mark.parametrize("file,kernel,problem", SHIPPED,
-                         ids=["gemm_tma", "gemm_tma_pointer_stores", "gemm_pointer", "gemm_reduce",
-                              "gemm_fp8_tma", "gemm_fp8_tma_pointer_stores", "moe_grouped_gemm"])
+@pytest.mark.parametrize(
+    "file,kernel,problem",
+    SHIPPED,
+    ids=[
+        "gemm_tma",
+        "gemm_tma_pointer_stores",
+        "gemm_pointer",
+        "gemm_reduce",
+        "gemm_fp8_tma",
+        "gemm_fp8_tma_pointer_stores",
+        "moe_grouped_gemm",
+    ],
+)
 def test_every_shipped_kernel_passes(file, kernel, problem):
     report = sy.check_kernel(KERNELS / file, kernel, problem)
     assert report.ok, str(report)
@@ -86,12 +96,15 @@ def _kinds(report):
     return {f.kind for f in report.findings}
 
 
-@pytest.mark.parametrize("stem,after", [
-    ("ag_gemm_one_tile", "c = acc.to("),
-    ("ag_gemm_tma", "offs_m = pid_m * BLOCK_M"),
-    ("persistent_gemm", "c_ptrs = c_ptr"),
-    ("rmsnorm_rows", "w = tl.load(w_ptr"),
-])
+@pytest.mark.parametrize(
+    "stem,after",
+    [
+        ("ag_gemm_one_tile", "c = acc.to("),
+        ("ag_gemm_tma", "offs_m = pid_m * BLOCK_M"),
+        ("persistent_gemm", "c_ptrs = c_ptr"),
+        ("rmsnorm_rows", "w = tl.load(w_ptr"),
+    ],
+)
 def test_a_wait_moved_below_the_reads_is_caught_naming_tile_and_chunk(stem, after):
     original, transformed, problem = _planted(stem, lambda t: _move_line(t, "syl.wait_tile(", after))
     report = check.check_transformed(original, transformed, problem, orders=1)
@@ -100,18 +113,23 @@ def test_a_wait_moved_below_the_reads_is_caught_naming_tile_and_chunk(stem, afte
     assert late, str(report)
     assert {f.chunk for f in late} == {0, 1}, str(report)  # each chunk, when it is the late one
     first = late[0]
-    assert re.search(rf"tile {first.tile} \(row \d+, column \d+\) \(position \d+ of the order\) read chunk "
-                     rf"{first.chunk} \(\w+\[\d+:\d+\]\) before waiting for it \(its own wait landed it\)",
-                     first.message), first.message
+    assert re.search(
+        rf"tile {first.tile} \(row \d+, column \d+\) \(position \d+ of the order\) read chunk "
+        rf"{first.chunk} \(\w+\[\d+:\d+\]\) before waiting for it \(its own wait landed it\)",
+        first.message,
+    ), first.message
     assert "read-before-wait" in str(report) or "before waiting" in str(report)
 
 
 def test_a_missing_wait_is_caught():
     original, transformed, problem = _planted(
-        "ag_gemm_one_tile", lambda t: "".join(ln for ln in t.splitlines(keepends=True) if "syl.wait_tile(" not in ln))
+        "ag_gemm_one_tile", lambda t: "".join(ln for ln in t.splitlines(keepends=True) if "syl.wait_tile(" not in ln)
+    )
     report = check.check_transformed(original, transformed, problem, orders=1)
     assert "never-waited" in _kinds(report)
-    assert any(f.kind == "read-before-wait" and "it never waited for it" in f.message for f in report.findings), str(report)
+    assert any(f.kind == "read-before-wait" and "it never waited for it" in f.message for f in report.findings), str(
+        report
+    )
 
 
 def test_a_read_outside_the_wait_list_is_caught():
@@ -137,13 +155,16 @@ def test_a_read_outside_the_wait_list_is_caught():
 
 def test_a_notify_moved_above_the_store_is_caught_naming_tile_and_chunk():
     original, transformed, problem = _planted(
-        "gemm_rs_producer", lambda t: _move_line(t, "syl.notify_tile(", "tl.store(c_ptr + rm"))
+        "gemm_rs_producer", lambda t: _move_line(t, "syl.notify_tile(", "tl.store(c_ptr + rm")
+    )
     report = check.check_transformed(original, transformed, problem, orders=1)
     early = [f for f in report.findings if f.kind == "notify-before-store"]
     assert early, str(report)
-    assert re.search(rf"tile {early[0].tile} \(row \d+, column \d+\) \(position \d+ of the order\) notified chunk "
-                     rf"{early[0].chunk} \(c\[\d+:\d+\]\) before its store: c\[\d+:\d+, \d+:\d+\] not written yet",
-                     early[0].message), early[0].message
+    assert re.search(
+        rf"tile {early[0].tile} \(row \d+, column \d+\) \(position \d+ of the order\) notified chunk "
+        rf"{early[0].chunk} \(c\[\d+:\d+\]\) before its store: c\[\d+:\d+, \d+:\d+\] not written yet",
+        early[0].message,
+    ), early[0].message
     assert "chunk-incomplete" in _kinds(report)
 
 
@@ -156,7 +177,7 @@ def test_a_chunk_announced_before_all_its_tiles_stored_is_caught():
         tiles = p.tiles_m * p.tiles_n
         p.tile_waits = [[] for _ in range(tiles)]
         p.tile_notifies = [[0] for _ in range(tiles)]  # one chunk: all of c
-        p.slot_writers = [tiles - 1]                     # one notify short: completes too early
+        p.slot_writers = [tiles - 1]  # one notify short: completes too early
         p.chunks = [[check.Chunk("c", (slice(None),))]]
         return p
 
@@ -168,18 +189,22 @@ def test_a_chunk_announced_before_all_its_tiles_stored_is_caught():
 
 
 def test_an_epilogue_that_recomputes_the_tile_is_caught():
-    recompute = ("        pid_m, pid_n = grouped_tile(tile_id, num_pid_m, num_pid_n, GROUP_M)\n"
-                 "        offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)\n"
-                 "        offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)\n")
+    recompute = (
+        "        pid_m, pid_n = grouped_tile(tile_id, num_pid_m, num_pid_n, GROUP_M)\n"
+        "        offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)\n"
+        "        offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)\n"
+    )
     original, transformed, problem = _planted(
-        "persistent_gemm", lambda t: t.replace("        c_ptrs = c_ptr", recompute + "        c_ptrs = c_ptr", 1))
+        "persistent_gemm", lambda t: t.replace("        c_ptrs = c_ptr", recompute + "        c_ptrs = c_ptr", 1)
+    )
     report = check.check_transformed(original, transformed, problem, orders=1)
     assert _kinds(report) & {"wrong-result", "unwritten"}, str(report)
 
 
 def test_report_text_and_raise():
     original, transformed, problem = _planted(
-        "rmsnorm_rows", lambda t: _move_line(t, "syl.wait_tile(", "w = tl.load(w_ptr"))
+        "rmsnorm_rows", lambda t: _move_line(t, "syl.wait_tile(", "w = tl.load(w_ptr")
+    )
     report = check.check_transformed(original, transformed, problem, orders=1)
     text = str(report)
     assert text.startswith("FAILED: rmsnorm_kernel: ")
@@ -197,15 +222,34 @@ def test_a_kernel_not_loaded_for_checking_is_refused():
 
 def test_command_line_checks_several_kernels(tmp_path, capsys):
     problems = tmp_path / "problems.py"
-    problems.write_text("from syncopate.kernels import check_problems as cp\n"
-                        "def tma(gen):\n    return cp.gemm_tma(gen)\n"
-                        "def pointer(gen):\n    return cp.gemm_pointer(gen)\n")
+    problems.write_text(
+        "from syncopate.kernels import check_problems as cp\n"
+        "def tma(gen):\n    return cp.gemm_tma(gen)\n"
+        "def pointer(gen):\n    return cp.gemm_pointer(gen)\n"
+    )
     env = dict(os.environ, TRITON_INTERPRET="1")
-    done = subprocess.run([sys.executable, "-m", "syncopate.check", str(KERNELS / "gemm.py"), "--kernel",
-                           "gemm_tma_kernel,gemm_pointer_kernel", "--problem", f"{problems}:tma",
-                           "--problem", f"{problems}:pointer", "--orders", "1"], env=env, capture_output=True,
-                          text=True)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "syncopate.check",
+            str(KERNELS / "gemm.py"),
+            "--kernel",
+            "gemm_tma_kernel,gemm_pointer_kernel",
+            "--problem",
+            f"{problems}:tma",
+            "--problem",
+            f"{problems}:pointer",
+            "--orders",
+            "1",
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+    )
     assert done.returncode == 0, done.stderr + done.stdout
     assert done.stdout.count("ok: ") == 2, done.stdout
-    assert check.main([str(KERNELS / "gemm.py"), "--kernel", "gemm_tma_kernel", "--problem", f"{problems}:nothing"]) == 2
+    assert (
+        check.main([str(KERNELS / "gemm.py"), "--kernel", "gemm_tma_kernel", "--problem", f"{problems}:nothing"]) == 2
+    )
     assert "has no function 'nothing'" in capsys.readouterr().err

@@ -66,8 +66,9 @@ def test_golden_compiles_as_python(file, tmp_path):
 @pytest.mark.parametrize("file,kernel", _cases())
 def test_cli_output_matches_golden(cli, file, kernel, tmp_path):
     out = tmp_path / Path(file).name
-    result = _run(cli, "transform", EXAMPLES / file, "--kernel", kernel, "-o", out,
-                  "--describe", tmp_path / "describe.json")
+    result = _run(
+        cli, "transform", EXAMPLES / file, "--kernel", kernel, "-o", out, "--describe", tmp_path / "describe.json"
+    )
     assert result.returncode == 0, result.stderr
     # The CLI names the input by the path it was given; the golden was made from the same path
     # form by scripts/regen_golden_transform.sh, and file names do not appear in the output.
@@ -80,25 +81,27 @@ def test_cli_output_matches_golden(cli, file, kernel, tmp_path):
 
 def test_cli_error_names_file_line_and_rule(cli, tmp_path):
     src = tmp_path / "bad.py"
-    src.write_text("import triton\nimport triton.language as tl\n\n@triton.jit\n"
-                   "def k(x_ptr):\n"
-                   "    # @sy.tile(index=tl.program_id(0), m=pid_m)\n"
-                   "    pid_m = tl.program_id(0)\n"
-                   "    # @sy.end\n"
-                   "    # @sy.consume(y_ptr, m=pid_m)\n"
-                   "    x = tl.load(x_ptr)\n")
+    src.write_text(
+        "import triton\nimport triton.language as tl\n\n@triton.jit\n"
+        "def k(x_ptr):\n"
+        "    # @sy.tile(index=tl.program_id(0), m=pid_m)\n"
+        "    pid_m = tl.program_id(0)\n"
+        "    # @sy.end\n"
+        "    # @sy.consume(y_ptr, m=pid_m)\n"
+        "    x = tl.load(x_ptr)\n"
+    )
     result = _run(cli, "transform", src, "--kernel", "k", "-o", tmp_path / "out.py")
     assert result.returncode == 1
-    assert f"error: {src}:9:19: @sy.consume(y_ptr, m=pid_m): 'y_ptr' is not a parameter of kernel 'k'" \
-        in result.stderr
+    assert f"error: {src}:9:19: @sy.consume(y_ptr, m=pid_m): 'y_ptr' is not a parameter of kernel 'k'" in result.stderr
     assert not (tmp_path / "out.py").exists()
 
 
 def test_cli_unknown_kernel(cli):
     result = _run(cli, "transform", EXAMPLES / "rmsnorm_rows.py", "--kernel", "nope")
     assert result.returncode == 1
-    assert "kernel 'nope': no function of that name in the file (@triton.jit functions: rmsnorm_kernel)" \
-        in result.stderr
+    assert (
+        "kernel 'nope': no function of that name in the file (@triton.jit functions: rmsnorm_kernel)" in result.stderr
+    )
 
 
 def test_cli_missing_input_file(cli, tmp_path):
@@ -118,11 +121,19 @@ def test_cli_checks_tensors_against_a_plan(cli, tmp_path):
     }
     plan_path = tmp_path / "plan.json"
     plan_path.write_text(json.dumps(plan))
-    ok = _run(cli, "transform", EXAMPLES / "ag_gemm_one_tile.py", "--kernel", "matmul_kernel",
-              "--plan", plan_path, "-o", tmp_path / "ok.py")
+    ok = _run(
+        cli,
+        "transform",
+        EXAMPLES / "ag_gemm_one_tile.py",
+        "--kernel",
+        "matmul_kernel",
+        "--plan",
+        plan_path,
+        "-o",
+        tmp_path / "ok.py",
+    )
     assert ok.returncode == 0, ok.stderr
-    bad = _run(cli, "transform", EXAMPLES / "rmsnorm_rows.py", "--kernel", "rmsnorm_kernel",
-               "--plan", plan_path)
+    bad = _run(cli, "transform", EXAMPLES / "rmsnorm_rows.py", "--kernel", "rmsnorm_kernel", "--plan", plan_path)
     assert bad.returncode == 1
     assert "tensor 'x' is not in the plan (tensors: a); name it with tensor=" in bad.stderr
 
@@ -177,8 +188,7 @@ def test_cli_transforms_several_kernels_into_one_file(cli, tmp_path):
 
 def test_cli_plan_names_its_tensor_for_the_annotations(cli, tmp_path):
     plan = tmp_path / "plan.json"
-    r = _run(cli, "plan", "--collective", "all-gather", "--world", "2", "--shape", "64x32", "--tensor", "x",
-             "-o", plan)
+    r = _run(cli, "plan", "--collective", "all-gather", "--world", "2", "--shape", "64x32", "--tensor", "x", "-o", plan)
     assert r.returncode == 0, r.stderr
     assert json.loads(plan.read_text())["collective"]["tensor"] == "x"
     src = tmp_path / "two.py"
@@ -188,8 +198,22 @@ def test_cli_plan_names_its_tensor_for_the_annotations(cli, tmp_path):
     r = _run(cli, "transform", src, "--kernel", "shift", "--plan", plan)
     assert r.returncode == 1 and "tensor 'y' is not in the plan (tensors: x)" in r.stderr
     a2a = tmp_path / "a2a.json"
-    r = _run(cli, "plan", "--collective", "all-to-all", "--world", "2", "--shape", "64x32", "--tensor", "tokens",
-             "--output-tensor", "routed", "-o", a2a)
+    r = _run(
+        cli,
+        "plan",
+        "--collective",
+        "all-to-all",
+        "--world",
+        "2",
+        "--shape",
+        "64x32",
+        "--tensor",
+        "tokens",
+        "--output-tensor",
+        "routed",
+        "-o",
+        a2a,
+    )
     assert r.returncode == 0, r.stderr
     assert sorted(json.loads(a2a.read_text())["tensors"]) == ["routed", "tokens"]
 
@@ -216,11 +240,41 @@ def test_cli_check_runs_the_checking_mode(cli, tmp_path):
     problems = tmp_path / "problems.py"
     problems.write_text(_CHECK_PROBLEMS)
     env = dict(os.environ, SYNCOPATE_PYTHON=sys.executable, TRITON_INTERPRET="1")
-    ok = subprocess.run([str(cli), "transform", str(src), "--kernel", "scale", "-o", str(tmp_path / "o.py"),
-                         "--check", f"{problems}:rows"], capture_output=True, text=True, env=env, timeout=300)
+    ok = subprocess.run(
+        [
+            str(cli),
+            "transform",
+            str(src),
+            "--kernel",
+            "scale",
+            "-o",
+            str(tmp_path / "o.py"),
+            "--check",
+            f"{problems}:rows",
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+    )
     assert ok.returncode == 0, ok.stderr + ok.stdout
     assert "ok: scale:" in ok.stdout
-    bad = subprocess.run([str(cli), "transform", str(shifted), "--kernel", "scale", "-o", str(tmp_path / "s.py"),
-                          "--check", f"{problems}:rows"], capture_output=True, text=True, env=env, timeout=300)
+    bad = subprocess.run(
+        [
+            str(cli),
+            "transform",
+            str(shifted),
+            "--kernel",
+            "scale",
+            "-o",
+            str(tmp_path / "s.py"),
+            "--check",
+            f"{problems}:rows",
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+    )
     assert bad.returncode == 1, bad.stderr + bad.stdout
     assert "FAILED: scale:" in bad.stdout and "which is not in its wait list" in bad.stdout

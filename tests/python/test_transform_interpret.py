@@ -102,14 +102,22 @@ def test_transformed_matches_original(sy, name, seed):
     lists = sy.cases.row_shard_slots(prob, case.role, world)
     order = sy.cases.shuffled_order(prob.tiles_m * prob.tiles_n, seed + 17)
     assert order != sorted(order)
-    tables = sy.launch.TileTables.from_lists(order, prob.tiles_n, lists.tile_waits,
-                                             lists.tile_notifies, lists.slot_writers,
-                                             lists.slot_chunks, rank=1)
+    tables = sy.launch.TileTables.from_lists(
+        order, prob.tiles_n, lists.tile_waits, lists.tile_notifies, lists.slot_writers, lists.slot_chunks, rank=1
+    )
     # Consumer: every chunk has landed for this call. Producer: slots hold the last call's count.
     start = [epoch * w if case.role == "consume" else (epoch - 1) * w for w in lists.slot_writers]
     signals = torch.tensor(start, dtype=torch.int32)
-    sy.launch.launch(transformed, prob.grid_transformed, tables, *prob.args, signals=signals,
-                     epoch=epoch, wait_bound_ns=50_000_000, **prob.meta)
+    sy.launch.launch(
+        transformed,
+        prob.grid_transformed,
+        tables,
+        *prob.args,
+        signals=signals,
+        epoch=epoch,
+        wait_bound_ns=50_000_000,
+        **prob.meta,
+    )
     torch.testing.assert_close(prob.tensors[prob.output], ref.tensors[ref.output], rtol=0, atol=0)
     expected = [epoch * w for w in lists.slot_writers]
     assert signals.tolist() == expected
@@ -123,14 +131,28 @@ def test_missing_chunk_times_out_naming_it(sy, name):
     world = 4
     lists = sy.cases.row_shard_slots(prob, case.role, world)
     chunks = [100 + s for s in range(world)]  # chunk ids differ from slot ids on purpose
-    tables = sy.launch.TileTables.from_lists(sy.cases.shuffled_order(len(lists.tile_waits), 3),
-                                             prob.tiles_n, lists.tile_waits, lists.tile_notifies,
-                                             lists.slot_writers, chunks, rank=3)
+    tables = sy.launch.TileTables.from_lists(
+        sy.cases.shuffled_order(len(lists.tile_waits), 3),
+        prob.tiles_n,
+        lists.tile_waits,
+        lists.tile_notifies,
+        lists.slot_writers,
+        chunks,
+        rank=3,
+    )
     signals = torch.ones(world, dtype=torch.int32)
     signals[2] = 0  # chunk 102 never lands
     with pytest.raises(sy.launch.WaitTimeoutError) as info:
-        sy.launch.launch(transformed, prob.grid_transformed, tables, *prob.args, signals=signals,
-                         epoch=1, wait_bound_ns=20_000, **prob.meta)
+        sy.launch.launch(
+            transformed,
+            prob.grid_transformed,
+            tables,
+            *prob.args,
+            signals=signals,
+            epoch=1,
+            wait_bound_ns=20_000,
+            **prob.meta,
+        )
     message = str(info.value)
     assert "rank 3" in message
     assert "slot 2 (chunk 102)" in message
@@ -143,11 +165,11 @@ def test_launcher_rejects_untransformed_kernel(sy):
     original, _ = _load_pair(sy, case)
     prob = case.make(torch.device("cpu"), torch.Generator().manual_seed(0))
     lists = sy.cases.row_shard_slots(prob, "consume", 2)
-    tables = sy.launch.TileTables.from_lists(list(range(prob.tiles_m)), 1, lists.tile_waits,
-                                             lists.tile_notifies, lists.slot_writers)
+    tables = sy.launch.TileTables.from_lists(
+        list(range(prob.tiles_m)), 1, lists.tile_waits, lists.tile_notifies, lists.slot_writers
+    )
     with pytest.raises(sy.launch.UserError, match="was not written by `syncopate transform`"):
-        sy.launch.launch(original, None, tables, *prob.args,
-                         signals=torch.ones(2, dtype=torch.int32), **prob.meta)
+        sy.launch.launch(original, None, tables, *prob.args, signals=torch.ones(2, dtype=torch.int32), **prob.meta)
 
 
 def test_tables_reject_bad_order(sy):
@@ -158,13 +180,18 @@ def test_tables_reject_bad_order(sy):
 
 
 def test_tables_from_csr_arrays_match_from_lists(sy):
-    arrays = types.SimpleNamespace(rank=2, wait_offsets=[0, 1, 3, 3], wait_slots=[0, 0, 1],
-                                   notify_offsets=[0, 0, 0, 1], notify_slots=[2],
-                                   slot_writers=[1, 1, 3], slot_chunk=[7, 8, 9])
+    arrays = types.SimpleNamespace(
+        rank=2,
+        wait_offsets=[0, 1, 3, 3],
+        wait_slots=[0, 0, 1],
+        notify_offsets=[0, 0, 0, 1],
+        notify_slots=[2],
+        slot_writers=[1, 1, 3],
+        slot_chunk=[7, 8, 9],
+    )
     order = types.SimpleNamespace(tiles=[2, 0, 1])
     tables = sy.launch.TileTables.from_arrays(arrays, order, 1)
-    same = sy.launch.TileTables.from_lists([2, 0, 1], 1, [[0], [0, 1], []], [[], [], [2]], [1, 1, 3],
-                                           [7, 8, 9], rank=2)
+    same = sy.launch.TileTables.from_lists([2, 0, 1], 1, [[0], [0, 1], []], [[], [], [2]], [1, 1, 3], [7, 8, 9], rank=2)
     assert tables == same
     with pytest.raises(sy.launch.UserError, match="wait_offsets: 4 entries for 2 tiles"):
         sy.launch.TileTables.from_arrays(arrays, [1, 0], 1)
@@ -176,7 +203,7 @@ def test_two_kernels_transformed_into_one_module_launch_by_name(sy, tmp_path):
     _core = pytest.importorskip("syncopate._core")
     case = _case(sy, "rmsnorm_rows")
     source = (EXAMPLES / case.file).read_text()
-    second = source[source.index("@triton.jit"):].replace("def rmsnorm_kernel(", "def rmsnorm_kernel_b(")
+    second = source[source.index("@triton.jit") :].replace("def rmsnorm_kernel(", "def rmsnorm_kernel_b(")
     both = source + "\n\n" + second
     results = _core.transform_kernels(both, "both.py", ["rmsnorm_kernel", "rmsnorm_kernel_b"])
     path = tmp_path / "both_transformed.py"
@@ -191,8 +218,9 @@ def test_two_kernels_transformed_into_one_module_launch_by_name(sy, tmp_path):
         assert info["kernel"] == name and info["accesses"][0]["param"] == "x_ptr"
         prob = case.make(torch.device("cpu"), torch.Generator().manual_seed(3))
         lists = sy.cases.row_shard_slots(prob, "consume", 2)
-        tables = sy.launch.TileTables.from_lists(sy.cases.shuffled_order(prob.tiles_m, 5), 1, lists.tile_waits,
-                                                 lists.tile_notifies, lists.slot_writers)
+        tables = sy.launch.TileTables.from_lists(
+            sy.cases.shuffled_order(prob.tiles_m, 5), 1, lists.tile_waits, lists.tile_notifies, lists.slot_writers
+        )
         sy.launch.launch(kernel, None, tables, *prob.args, signals=torch.ones(2, dtype=torch.int32), **prob.meta)
         torch.testing.assert_close(prob.tensors["y"], ref.tensors["y"], rtol=0, atol=0)
     module.__syncopate__["kernels"].pop("rmsnorm_kernel_b")

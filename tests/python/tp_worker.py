@@ -102,6 +102,7 @@ def check_ops(rank: int, world: int) -> dict:
     gathered = _wait(gather_by_all_reduce(x_full[rows].clone(), world, dist.group.WORLD.group_name), world)
     out["gather_by_all_reduce"] = float((gathered != x_full).sum().item())  # exact, so 0 mismatches
     for layout in ("kn", "nk"):
+
         def weight(w_full_kn):  # [K, N] as the op takes it: contiguous, or a Linear weight's .t()
             w = w_full_kn.t().contiguous() if layout == "nk" else w_full_kn.contiguous()
             w = w.detach().requires_grad_(True)
@@ -186,9 +187,15 @@ def check_modules(rank: int, world: int) -> dict:
         y.backward(gy_full[rows] if sp else gy_full)
         if sp:
             snn.allreduce_sequence_parallel_grads(down)  # the replicated bias saw rank r's rows
-        ref = {n: p.detach().double().requires_grad_(True) for n, p in
-               (("up.w", ref_up.weight), ("up.b", ref_up.bias), ("down.w", ref_down.weight),
-                ("down.b", ref_down.bias))}
+        ref = {
+            n: p.detach().double().requires_grad_(True)
+            for n, p in (
+                ("up.w", ref_up.weight),
+                ("up.b", ref_up.bias),
+                ("down.w", ref_down.weight),
+                ("down.b", ref_down.bias),
+            )
+        }
         xr = x_full.double().requires_grad_(True)
         yr = F.linear(F.silu(F.linear(xr, ref["up.w"], ref["up.b"])), ref["down.w"], ref["down.b"])
         yr.backward(gy_full.double())
@@ -196,9 +203,9 @@ def check_modules(rank: int, world: int) -> dict:
         tag = "sp" if sp else "no-sp"
         out[f"mlp {tag} out"] = _rel(y, yr[rows] if sp else yr)
         out[f"mlp {tag} x.grad"] = _rel(x.grad, xr.grad[rows] if sp else xr.grad)
-        out[f"mlp {tag} up.w.grad"] = _rel(up.weight.grad, ref["up.w"].grad[rank * f:(rank + 1) * f])
-        out[f"mlp {tag} up.b.grad"] = _rel(up.bias.grad, ref["up.b"].grad[rank * f:(rank + 1) * f])
-        out[f"mlp {tag} down.w.grad"] = _rel(down.weight.grad, ref["down.w"].grad[:, rank * f:(rank + 1) * f])
+        out[f"mlp {tag} up.w.grad"] = _rel(up.weight.grad, ref["up.w"].grad[rank * f : (rank + 1) * f])
+        out[f"mlp {tag} up.b.grad"] = _rel(up.bias.grad, ref["up.b"].grad[rank * f : (rank + 1) * f])
+        out[f"mlp {tag} down.w.grad"] = _rel(down.weight.grad, ref["down.w"].grad[:, rank * f : (rank + 1) * f])
         out[f"mlp {tag} down.b.grad"] = _rel(down.bias.grad, ref["down.b"].grad)
     return out
 
@@ -221,10 +228,11 @@ def check_block(rank: int, world: int) -> dict:
     x_full, target = blk.inputs(cfg, seq, 2, 0, torch.bfloat16, "cpu")
     ref = blk.reference_step(cfg, full, x_full, target)
     out = {}
-    for tag, layers in (("block", {}), ("block-torch-tp", dict(column=tp_baselines.TorchColumn,
-                                                                  row=tp_baselines.TorchRow))):
-        block = blk.build(cfg, blk.parse_args(["--device", "cpu"]), rank, world, torch.device("cpu"), None,
-                          **layers)
+    for tag, layers in (
+        ("block", {}),
+        ("block-torch-tp", dict(column=tp_baselines.TorchColumn, row=tp_baselines.TorchRow)),
+    ):
+        block = blk.build(cfg, blk.parse_args(["--device", "cpu"]), rank, world, torch.device("cpu"), None, **layers)
         blk.load_shards(block, full, rank, world)
         runner = blk.Runner(block, x_full, target, rank, world)
         loss, y = runner.step()

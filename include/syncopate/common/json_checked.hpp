@@ -56,7 +56,6 @@ class JsonNode {
   JsonNode child(std::string_view key) const;
 
  private:
-
   const nlohmann::json* value_;
   std::string path_;
   std::string_view source_;

@@ -37,18 +37,18 @@ namespace syncopate::lower {
 enum class SlotKind { landing, ready, dst_ready };
 
 struct SignalSlot {
-  int slot = 0;          // index in this rank's slot array
+  int slot = 0;  // index in this rank's slot array
   SlotKind kind = SlotKind::landing;
-  int chunk = 0;         // chunk id this slot tracks
-  int writers = 1;       // increments per call
+  int chunk = 0;    // chunk id this slot tracks
+  int writers = 1;  // increments per call
 };
 
 struct SignalTable {
   int rank = 0;
   std::vector<SignalSlot> slots;
-  std::vector<int> landing_slot_of_chunk;  // by chunk id; -1 if the chunk does not land here
-  std::vector<int> ready_slot_of_chunk;    // by chunk id; -1 if no producer tile gates it here
-  std::vector<int> dst_ready_slot_of_chunk;  // by chunk id; -1 if no local tile writes its dst box
+  std::vector<int> landing_slot_of_chunk;       // by chunk id; -1 if the chunk does not land here
+  std::vector<int> ready_slot_of_chunk;         // by chunk id; -1 if no producer tile gates it here
+  std::vector<int> dst_ready_slot_of_chunk;     // by chunk id; -1 if no local tile writes its dst box
   std::vector<std::vector<int>> tile_waits;     // by tile id: landing slots to wait on
   std::vector<std::vector<int>> tile_notifies;  // by tile id: ready and dst-ready slots to increment
 

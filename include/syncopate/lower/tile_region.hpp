@@ -32,8 +32,8 @@ struct TileSpan {
 // m_local_shard access the rows are the tile's rows inside rank's shard, shifted by
 // -rank * E; a tile wholly outside the shard gets an empty box (extent 0 on m_dim). `rank` is
 // used only by m_local_shard accesses.
-plan::Box tile_region(const TileGrid& grid, const TileAccess& access,
-                      const std::vector<std::int64_t>& tensor_shape, std::int64_t tile, int rank);
+plan::Box tile_region(const TileGrid& grid, const TileAccess& access, const std::vector<std::int64_t>& tensor_shape,
+                      std::int64_t tile, int rank);
 
 // The tile rows and tile columns of rank `rank` whose region under `access` intersects `box` (a
 // box of the accessed tensor, whose shape is `tensor_shape`). An axis whose dim is -1 spans
@@ -44,7 +44,7 @@ struct TileRect {
   bool empty() const { return rows.empty() || cols.empty(); }
   std::int64_t count() const { return empty() ? 0 : (rows.end - rows.begin) * (cols.end - cols.begin); }
 };
-TileRect tiles_touching(const TileGrid& grid, const TileAccess& access,
-                        const std::vector<std::int64_t>& tensor_shape, const plan::Box& box, int rank);
+TileRect tiles_touching(const TileGrid& grid, const TileAccess& access, const std::vector<std::int64_t>& tensor_shape,
+                        const plan::Box& box, int rank);
 
 }  // namespace syncopate::lower

@@ -36,8 +36,8 @@ enum class AccessRole { consume, produce };
 struct TileAccess {
   std::string tensor;
   AccessRole role = AccessRole::consume;
-  int m_dim = 0;   // tensor dim indexed by the tile's row range, -1 if none
-  int n_dim = -1;  // tensor dim indexed by the tile's column range, -1 if none
+  int m_dim = 0;               // tensor dim indexed by the tile's row range, -1 if none
+  int n_dim = -1;              // tensor dim indexed by the tile's column range, -1 if none
   bool m_local_shard = false;  // m_dim holds this rank's shard of the grid rows (see above)
 };
 

@@ -26,9 +26,14 @@ struct EnumTable;  // specialised below: static constexpr std::array<std::pair<E
 template <>
 struct EnumTable<DType> {
   static constexpr std::string_view kind = "dtype";
-  static constexpr std::array<std::pair<DType, std::string_view>, 8> entries{{
-      {DType::f32, "f32"}, {DType::f16, "f16"}, {DType::bf16, "bf16"}, {DType::f8e4m3, "f8e4m3"},
-      {DType::f8e5m2, "f8e5m2"}, {DType::i8, "i8"}, {DType::i32, "i32"}, {DType::i64, "i64"}}};
+  static constexpr std::array<std::pair<DType, std::string_view>, 8> entries{{{DType::f32, "f32"},
+                                                                              {DType::f16, "f16"},
+                                                                              {DType::bf16, "bf16"},
+                                                                              {DType::f8e4m3, "f8e4m3"},
+                                                                              {DType::f8e5m2, "f8e5m2"},
+                                                                              {DType::i8, "i8"},
+                                                                              {DType::i32, "i32"},
+                                                                              {DType::i64, "i64"}}};
 };
 template <>
 struct EnumTable<Backend> {
@@ -46,8 +51,10 @@ template <>
 struct EnumTable<Collective> {
   static constexpr std::string_view kind = "collective";
   static constexpr std::array<std::pair<Collective, std::string_view>, 5> entries{
-      {{Collective::all_gather, "all-gather"}, {Collective::reduce_scatter, "reduce-scatter"},
-       {Collective::all_reduce, "all-reduce"}, {Collective::all_to_all, "all-to-all"},
+      {{Collective::all_gather, "all-gather"},
+       {Collective::reduce_scatter, "reduce-scatter"},
+       {Collective::all_reduce, "all-reduce"},
+       {Collective::all_to_all, "all-to-all"},
        {Collective::custom, "custom"}}};
 };
 template <>
@@ -84,14 +91,22 @@ std::string enum_choices() {
 
 constexpr int dtype_size(DType t) {
   switch (t) {
-    case DType::f32: return 4;
-    case DType::f16: return 2;
-    case DType::bf16: return 2;
-    case DType::f8e4m3: return 1;
-    case DType::f8e5m2: return 1;
-    case DType::i8: return 1;
-    case DType::i32: return 4;
-    case DType::i64: return 8;
+    case DType::f32:
+      return 4;
+    case DType::f16:
+      return 2;
+    case DType::bf16:
+      return 2;
+    case DType::f8e4m3:
+      return 1;
+    case DType::f8e5m2:
+      return 1;
+    case DType::i8:
+      return 1;
+    case DType::i32:
+      return 4;
+    case DType::i64:
+      return 8;
   }
   return 0;
 }

@@ -49,13 +49,13 @@ struct EnumTable<ImportFormat> {
 // How a chunk-based format (MSCCL, MSCCL++) lands on the op's tensor. The send/recv format
 // names its tensors itself and refuses these (they must stay at their defaults).
 struct ImportOptions {
-  std::string source = "<string>";   // names the input in messages
-  std::string tensor = "x";          // the collective's tensor
-  std::string output = "y";          // all-to-all: the output tensor
-  std::string scratch = "scratch";   // the scratch buffer's tensor (made only when used)
-  std::vector<std::int64_t> shape;   // of the full tensor; required for MSCCL and MSCCL++
-  int dim = 0;                       // the format's chunks cut this dimension
-  std::optional<DType> dtype;       // of the tensors (MSCCL, MSCCL++: bf16 when not given)
+  std::string source = "<string>";         // names the input in messages
+  std::string tensor = "x";                // the collective's tensor
+  std::string output = "y";                // all-to-all: the output tensor
+  std::string scratch = "scratch";         // the scratch buffer's tensor (made only when used)
+  std::vector<std::int64_t> shape;         // of the full tensor; required for MSCCL and MSCCL++
+  int dim = 0;                             // the format's chunks cut this dimension
+  std::optional<DType> dtype;              // of the tensors (MSCCL, MSCCL++: bf16 when not given)
   Backend backend = Backend::copy_engine;  // copy-engine or sm-copy (one side issues each chunk)
 };
 

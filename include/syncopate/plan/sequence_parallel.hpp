@@ -49,8 +49,8 @@ struct RingPassOptions {
   std::vector<std::int64_t> shape;  // one rank's piece, e.g. [Z, H_kv, S_loc, D]
   DType dtype = DType::bf16;
   Backend backend = Backend::copy_engine;
-  std::string tensor = "kv";        // [1, shape...]: each rank's own piece (never written)
-  std::string buffer = "kv_ring";   // [2, shape...]: the double buffer in the heap
+  std::string tensor = "kv";       // [1, shape...]: each rank's own piece (never written)
+  std::string buffer = "kv_ring";  // [2, shape...]: the double buffer in the heap
 };
 
 // The slot of the double buffer that step s lands in, and the piece it carries on rank r.

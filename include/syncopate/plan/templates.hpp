@@ -27,12 +27,12 @@ struct TemplateOptions {
   Collective collective = Collective::all_gather;
   Algorithm algorithm = Algorithm::ring;
   int world_size = 1;
-  int split = 1;                      // sub-chunks per shard along `dim`
-  std::vector<std::int64_t> shape;    // of the full (gathered / reduced) tensor
+  int split = 1;                    // sub-chunks per shard along `dim`
+  std::vector<std::int64_t> shape;  // of the full (gathered / reduced) tensor
   DType dtype = DType::bf16;
-  int dim = 0;                        // gather/scatter dimension
+  int dim = 0;  // gather/scatter dimension
   Backend backend = Backend::copy_engine;
-  std::string tensor = "x";           // tensor name ("x" in, "y" out for all-to-all)
+  std::string tensor = "x";  // tensor name ("x" in, "y" out for all-to-all)
   std::string output = "y";
   // Non-empty: a staged reduce-scatter or all-reduce (see above) into a staging tensor of
   // this name.

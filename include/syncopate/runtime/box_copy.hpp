@@ -32,8 +32,7 @@ struct Copy2D {
 // UserError when the boxes differ in rank or extent, or leave their tensors. An empty box
 // gives no copies.
 std::vector<Copy2D> box_copies(const plan::Box& src_box, const std::vector<std::int64_t>& src_shape,
-                               const plan::Box& dst_box, const std::vector<std::int64_t>& dst_shape,
-                               int elem_size);
+                               const plan::Box& dst_box, const std::vector<std::int64_t>& dst_shape, int elem_size);
 
 // Whole bytes the copies move.
 std::int64_t total_bytes(const std::vector<Copy2D>& copies);

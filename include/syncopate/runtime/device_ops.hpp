@@ -49,10 +49,9 @@ void launch_epoch_advance(cudaStream_t stream, std::int32_t* epoch);
 void launch_signal_raise(cudaStream_t stream, std::int32_t* slot, const std::int32_t* epoch);
 void launch_bounded_wait(cudaStream_t stream, const WaitBatch& batch, WaitRecord* record);
 // `src` and `dst` are the tensor (or staging) bases the copy's offsets are relative to.
-void launch_copy_2d(cudaStream_t stream, const std::byte* src, std::byte* dst, const Copy2D& copy,
-                    int max_blocks);
-void launch_add_2d(cudaStream_t stream, plan::DType dtype, const std::byte* src, std::byte* dst,
-                   const Copy2D& copy, int max_blocks, bool atomic);
+void launch_copy_2d(cudaStream_t stream, const std::byte* src, std::byte* dst, const Copy2D& copy, int max_blocks);
+void launch_add_2d(cudaStream_t stream, plan::DType dtype, const std::byte* src, std::byte* dst, const Copy2D& copy,
+                   int max_blocks, bool atomic);
 // Loads every kernel above on the current device. Throws DeviceError.
 void warm_up_kernels();
 

@@ -43,19 +43,19 @@ struct ChunkMove;  // backend.hpp
 
 struct ExecutorOptions {
   std::int64_t wait_bound_ns = 10'000'000'000;  // every wait gives up after this long
-  int drop_chunk = -1;       // test hook: this chunk is never moved, so its waiters time out
-  int drop_on_rank = -1;     // with drop_chunk: only this rank skips its part (an NCCL send whose
-                             // recv is still posted); -1: every rank
-  int sm_copy_blocks = 16;   // blocks of the SM-copy and add kernels
-  bool high_priority_streams = true;  // the plan's streams at the device's greatest priority
+  int drop_chunk = -1;                          // test hook: this chunk is never moved, so its waiters time out
+  int drop_on_rank = -1;                        // with drop_chunk: only this rank skips its part (an NCCL send whose
+                                                // recv is still posted); -1: every rank
+  int sm_copy_blocks = 16;                      // blocks of the SM-copy and add kernels
+  bool high_priority_streams = true;            // the plan's streams at the device's greatest priority
 };
 
 class RankExecutor {
  public:
   // Throws UserError when the heap is smaller than the layout, the tables do not match the
   // plan, or a chunk uses nccl and `nccl` is null.
-  RankExecutor(plan::CommPlan plan, std::vector<lower::SignalTable> tables, SymmetricHeap& heap,
-               WaitMonitor& monitor, NcclComm* nccl, ExecutorOptions options = {});
+  RankExecutor(plan::CommPlan plan, std::vector<lower::SignalTable> tables, SymmetricHeap& heap, WaitMonitor& monitor,
+               NcclComm* nccl, ExecutorOptions options = {});
   ~RankExecutor();
   RankExecutor(const RankExecutor&) = delete;
   RankExecutor& operator=(const RankExecutor&) = delete;
@@ -124,8 +124,7 @@ class RankExecutor {
   bool dropped(const ChunkStep& step) const;
   detail::ChunkMove make_move(const ChunkStep& step) const;
   // Issues the NCCL calls `issue` enqueues on `stream` under the watchdog (see above).
-  void watched(cudaStream_t stream, const std::vector<const ChunkStep*>& steps,
-               const std::function<void()>& issue);
+  void watched(cudaStream_t stream, const std::vector<const ChunkStep*>& steps, const std::function<void()>& issue);
 
   plan::CommPlan plan_;
   std::vector<lower::SignalTable> tables_;
@@ -136,7 +135,7 @@ class RankExecutor {
   HeapLayout layout_;
   RankSchedule schedule_;
   std::map<std::string, const std::byte*> bound_sources_;  // bind_source
-  std::unique_ptr<Impl> impl_;  // CUDA streams, events, driver entry points
+  std::unique_ptr<Impl> impl_;                             // CUDA streams, events, driver entry points
 };
 
 }  // namespace syncopate::runtime

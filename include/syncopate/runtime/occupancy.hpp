@@ -45,9 +45,9 @@ enum class ResidencyLimit { blocks, threads, registers, shared_memory };
 const char* to_string(ResidencyLimit limit);
 
 struct Residency {
-  int blocks = 0;                               // resident blocks per SM (0: cannot launch)
+  int blocks = 0;                                 // resident blocks per SM (0: cannot launch)
   ResidencyLimit limit = ResidencyLimit::blocks;  // the tightest limit
-  std::int64_t smem_per_block = 0;              // allocated: static + dynamic + reserved, rounded
+  std::int64_t smem_per_block = 0;                // allocated: static + dynamic + reserved, rounded
 };
 
 // Blocks of the kernel that fit on one SM at once. Throws UserError on a negative or zero

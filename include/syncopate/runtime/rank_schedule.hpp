@@ -4,8 +4,8 @@
 // Protocol of one call with epoch e (1, 2, ...; no reset between calls):
 //  begin   the rank waits until every peer of its node (CommPlan::nodes) has its exit counter
 //          at e - 1 (nobody still reads or writes buffers of the previous call; peers of other
-//          nodes are reached only by NCCL, whose recvs their receiver posts itself), then the caller puts its inputs in place and
-//          the rank sets its entry counter to e;
+//          nodes are reached only by NCCL, whose recvs their receiver posts itself), then the caller puts its inputs in
+//          place and the rank sets its entry counter to e;
 //  issue   per plan stream, in order, each chunk step waits for its WaitRefs and then moves the
 //          chunk; the rank that completes the landing raises the chunk's landing slot. A step
 //          that reads a peer's buffer (pull) waits for that peer's entry counter; one that
@@ -71,9 +71,9 @@ struct ChunkStep {
 
 struct RankSchedule {
   int rank = 0;
-  std::vector<WaitRef> begin_waits;                // peers' exit counters
-  std::vector<std::vector<ChunkStep>> streams;     // by plan stream index
-  std::vector<WaitRef> landing_waits;              // every chunk landing on this rank
+  std::vector<WaitRef> begin_waits;             // peers' exit counters
+  std::vector<std::vector<ChunkStep>> streams;  // by plan stream index
+  std::vector<WaitRef> landing_waits;           // every chunk landing on this rank
 };
 
 // Consecutive steps of one stream issued as one unit: [begin, end) positions. A step with no
@@ -94,7 +94,6 @@ std::vector<bool> atomic_adds(const plan::CommPlan& plan);
 
 // Throws UserError naming rank and chunk when a rank issues a chunk it is neither src nor dst
 // of, or the tables do not match the plan.
-RankSchedule make_rank_schedule(const plan::CommPlan& plan,
-                                const std::vector<lower::SignalTable>& tables, int rank);
+RankSchedule make_rank_schedule(const plan::CommPlan& plan, const std::vector<lower::SignalTable>& tables, int rank);
 
 }  // namespace syncopate::runtime

@@ -33,8 +33,7 @@ class SymmetricHeap {
   // other nodes only through NCCL, which sends from and receives into the local heap. Their
   // handles are not read (any bytes will do) and base() refuses them by name.
   // Throws UserError on a wrong count or size, DeviceError when CUDA refuses.
-  void open_peers(const std::vector<std::vector<std::uint8_t>>& handles_by_rank,
-                  const std::vector<int>& nodes = {});
+  void open_peers(const std::vector<std::vector<std::uint8_t>>& handles_by_rank, const std::vector<int>& nodes = {});
   // Same-process mode: heaps[r] is rank r's heap; enables peer access between their devices.
   static void connect_local(const std::vector<SymmetricHeap*>& heaps);
 
@@ -59,9 +58,9 @@ class SymmetricHeap {
   std::size_t bytes_ = 0;
   bool connected_ = false;
   std::byte* local_ = nullptr;
-  std::vector<std::byte*> bases_;          // by rank
-  std::vector<bool> opened_by_ipc_;        // by rank: close with cudaIpcCloseMemHandle
-  std::vector<int> nodes_;                 // by rank (empty: one node)
+  std::vector<std::byte*> bases_;    // by rank
+  std::vector<bool> opened_by_ipc_;  // by rank: close with cudaIpcCloseMemHandle
+  std::vector<int> nodes_;           // by rank (empty: one node)
   void** device_bases_ = nullptr;
 };
 

@@ -15,12 +15,12 @@ namespace syncopate::runtime {
 
 // Layout shared with device code: keep it plain, 8-byte aligned, no padding surprises.
 struct WaitRecord {
-  std::int32_t flag = 0;     // 0: nothing timed out; 1: the fields below describe a timeout
-  std::int32_t rank = -1;    // the rank that waited
-  std::int32_t owner = -1;   // the rank whose slot it read
+  std::int32_t flag = 0;    // 0: nothing timed out; 1: the fields below describe a timeout
+  std::int32_t rank = -1;   // the rank that waited
+  std::int32_t owner = -1;  // the rank whose slot it read
   std::int32_t slot = -1;
-  std::int32_t chunk = -1;   // the chunk the slot tracks, -1 for entry/exit counters
-  std::int32_t kind = 0;     // a WaitKind (rank_schedule.hpp)
+  std::int32_t chunk = -1;  // the chunk the slot tracks, -1 for entry/exit counters
+  std::int32_t kind = 0;    // a WaitKind (rank_schedule.hpp)
   std::int64_t expected = 0;
   std::int64_t seen = 0;
   std::int64_t bound_ns = 0;

@@ -59,9 +59,8 @@ std::vector<double> estimate_arrival(const plan::CommPlan& plan);
 
 // Throws UserError when the table does not fit the grid or the plan, chunk_arrival does not
 // have one finite value per chunk, or group_m < 1.
-TileOrder make_tile_order(const plan::CommPlan& plan, const lower::SignalTable& table,
-                          const lower::TileGrid& grid, OrderKind kind,
-                          const std::vector<double>& chunk_arrival, int group_m = 8);
+TileOrder make_tile_order(const plan::CommPlan& plan, const lower::SignalTable& table, const lower::TileGrid& grid,
+                          OrderKind kind, const std::vector<double>& chunk_arrival, int group_m = 8);
 
 // `tiles` (linear ids of `grid`) in group-M order: blocks of group_m of the distinct tile rows
 // present, column-major inside a block. With every tile of the grid this is Triton's

@@ -15,8 +15,7 @@ namespace syncopate::schedule {
 inline constexpr int kTileOrderJsonVersion = 1;
 
 // Every order must have the same kind; throws InternalError otherwise.
-std::string tile_orders_to_json(const std::vector<TileOrder>& orders, const lower::TileGrid& grid,
-                                int group_m, const std::vector<double>& chunk_arrival,
-                                int indent = 2);
+std::string tile_orders_to_json(const std::vector<TileOrder>& orders, const lower::TileGrid& grid, int group_m,
+                                const std::vector<double>& chunk_arrival, int indent = 2);
 
 }  // namespace syncopate::schedule

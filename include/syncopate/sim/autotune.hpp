@@ -86,17 +86,17 @@ struct Candidate {
   double sequential_us = 0;
   double comm_alone_us = 0;
   double gemm_alone_us = 0;
-  double floor_us = 0;    // max(GEMM alone, communication alone): perfect overlap
-  bool staged = false;    // the staged plan (reduction in the epilogue); kernel_level_us is inf
+  double floor_us = 0;  // max(GEMM alone, communication alone): perfect overlap
+  bool staged = false;  // the staged plan (reduction in the epilogue); kernel_level_us is inf
 };
 
 struct TuneResult {
-  Candidate best_fused;          // the fastest fused candidate of the reductions asked for
-  Candidate best_sequential;     // the reduce-add candidate whose collective-then-GEMM is fastest
+  Candidate best_fused;       // the fastest fused candidate of the reductions asked for
+  Candidate best_sequential;  // the reduce-add candidate whose collective-then-GEMM is fastest
   Candidate best_kernel_level;
   Decision decision = Decision::sequential;
-  Candidate chosen;              // what runs: best_fused, best_sequential or best_kernel_level
-  std::string reason;            // one sentence: why this decision
+  Candidate chosen;                   // what runs: best_fused, best_sequential or best_kernel_level
+  std::string reason;                 // one sentence: why this decision
   std::vector<Candidate> candidates;  // every one simulated, fastest fused first
   std::vector<std::string> skipped;   // candidates a template or the simulator refused, with why
 };

@@ -128,9 +128,9 @@ struct LinkOverride {
 // (in microseconds); tiles run in waves over the SMs, so wave quantisation falls out of the
 // simulation rather than being a formula.
 struct GemmModel {
-  double peak_tflops = 0;      // dense bf16 peak of the whole GPU
-  double mma_efficiency = 1;   // fraction of per-SM peak a tile's main loop reaches
-  double tile_overhead_us = 0; // prologue + epilogue (store) of one tile
+  double peak_tflops = 0;       // dense bf16 peak of the whole GPU
+  double mma_efficiency = 1;    // fraction of per-SM peak a tile's main loop reaches
+  double tile_overhead_us = 0;  // prologue + epilogue (store) of one tile
   // FP8 (e4m3 / e5m2 operands): the dense peak of the whole GPU, JSON gemm.fp8 {peak_tflops,
   // estimated}; absent: twice peak_tflops (Hopper's dense FP8 rate is twice its bf16 rate),
   // estimated. The same mma_efficiency and tile_overhead_us apply.
@@ -157,9 +157,7 @@ struct Calibration {
   std::array<BackendModel, 3> backends{};  // indexed by plan::Backend
   std::vector<LinkOverride> links;
 
-  const BackendModel& backend(plan::Backend b) const {
-    return backends.at(static_cast<std::size_t>(b));
-  }
+  const BackendModel& backend(plan::Backend b) const { return backends.at(static_cast<std::size_t>(b)); }
   // Bandwidth of the (src, dst) link for backend b, overrides first.
   double link_bandwidth_gbps(int src, int dst, plan::Backend b) const;
   // The same while a GEMM runs on src or dst: scaled by the backend's under-compute ratio.

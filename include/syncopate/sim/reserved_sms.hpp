@@ -27,9 +27,12 @@ enum class GemmRole { consumer, producer };
 // (producer; plus the add kernel's blocks), SM copy 20, NCCL 24.
 constexpr int reserved_sms(plan::Backend backend, GemmRole role) {
   switch (backend) {
-    case plan::Backend::copy_engine: return role == GemmRole::producer ? 12 : 4;
-    case plan::Backend::sm_copy: return 20;
-    case plan::Backend::nccl: return 24;
+    case plan::Backend::copy_engine:
+      return role == GemmRole::producer ? 12 : 4;
+    case plan::Backend::sm_copy:
+      return 20;
+    case plan::Backend::nccl:
+      return 24;
   }
   return 24;
 }

@@ -62,13 +62,13 @@ struct TileTiming {
 };
 
 struct Timeline {
-  std::string label;                 // "fused", "kernel-level", "sequential", ...
+  std::string label;  // "fused", "kernel-level", "sequential", ...
   int world_size = 0;
-  std::vector<int> workers;          // per rank: SM workers of its compute kernel
-  std::vector<ChunkTiming> chunks;   // by chunk id
-  std::vector<TileTiming> tiles;     // every tile of every rank, by (rank, position in order)
-  std::vector<RankEnd> rank_ends;    // fused and kernel-level: per rank, launch, copy-out, end
-  double total_us = 0;               // the last event on any rank
+  std::vector<int> workers;         // per rank: SM workers of its compute kernel
+  std::vector<ChunkTiming> chunks;  // by chunk id
+  std::vector<TileTiming> tiles;    // every tile of every rank, by (rank, position in order)
+  std::vector<RankEnd> rank_ends;   // fused and kernel-level: per rank, launch, copy-out, end
+  double total_us = 0;              // the last event on any rank
 };
 
 }  // namespace syncopate::sim

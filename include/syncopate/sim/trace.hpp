@@ -14,8 +14,8 @@ namespace syncopate::sim {
 std::string chrome_trace_json(const Timeline& timeline);
 
 struct SvgOptions {
-  int width = 1200;        // pixels
-  std::string title;       // printed on top; the timeline's label when empty
+  int width = 1200;   // pixels
+  std::string title;  // printed on top; the timeline's label when empty
 };
 
 // An SVG timeline, ranks stacked top to bottom, time left to right: per rank, the chunks

@@ -15,25 +15,25 @@
 namespace syncopate::transform {
 
 enum class TokenKind {
-  name,      // identifiers and keywords
+  name,  // identifiers and keywords
   number,
-  string,    // one whole literal, prefix and quotes included (an f-string too)
-  op,        // operators and delimiters
-  comment,   // '#' to the end of the line, without the newline
-  newline,   // end of a logical line
-  nl,        // a newline that ends no logical line (blank line, comment line, inside brackets)
+  string,   // one whole literal, prefix and quotes included (an f-string too)
+  op,       // operators and delimiters
+  comment,  // '#' to the end of the line, without the newline
+  newline,  // end of a logical line
+  nl,       // a newline that ends no logical line (blank line, comment line, inside brackets)
   indent,
   dedent,
-  end,       // end of input
+  end,  // end of input
 };
 
 struct Token {
   TokenKind kind = TokenKind::end;
-  std::string_view text;   // a view into the tokenized source
-  std::size_t offset = 0;  // byte offset of the first character
-  int line = 1, col = 1;   // 1-based position of the first character (col counts bytes)
-  int end_line = 1;        // line of the last character
-  int depth = 0;           // bracket depth before this token
+  std::string_view text;       // a view into the tokenized source
+  std::size_t offset = 0;      // byte offset of the first character
+  int line = 1, col = 1;       // 1-based position of the first character (col counts bytes)
+  int end_line = 1;            // line of the last character
+  int depth = 0;               // bracket depth before this token
   bool first_on_line = false;  // no other token (but indentation) precedes it on its line
 
   bool is(TokenKind k, std::string_view t) const { return kind == k && text == t; }

@@ -51,7 +51,7 @@ struct AnnotatedAccess {
 };
 
 struct TransformResult {
-  std::string source;                    // the transformed module
+  std::string source;  // the transformed module
   std::string kernel_name;
   std::vector<std::string> kernel_params;  // the user's parameters, in order
   std::vector<AddedParam> added_params;    // appended by the transformer, in order (with the
@@ -67,8 +67,8 @@ const std::vector<AddedParam>& block_params();
 
 // Transforms the `@triton.jit` function `kernel_name` of `source`. `filename` names the input in
 // errors. Throws TransformError "<filename>:<line>:<col>: <annotation or subject>: <rule>".
-TransformResult transform_kernel(std::string_view source, std::string_view filename,
-                                 std::string_view kernel_name, const TransformOptions& options = {});
+TransformResult transform_kernel(std::string_view source, std::string_view filename, std::string_view kernel_name,
+                                 const TransformOptions& options = {});
 
 // Transforms several `@triton.jit` functions of one file into one output: one import, each
 // kernel rewritten as transform_kernel would, and one `__syncopate__` dict describing them all

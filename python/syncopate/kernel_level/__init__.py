@@ -10,8 +10,24 @@ residency choice), shaped_gemm.py (the Triton GEMM at a target residency), shape
 (launching a compiled Triton kernel with extra dynamic shared memory).
 """
 
-from syncopate.kernel_level.overlap import (GEMMS, KernelLevelAgGemm, KernelLevelGemmRs, choose_residency,
-                                            comm_group, cublas_sm_carveout, even_bounds, sweep_residency)
+from syncopate.kernel_level.overlap import (
+    GEMMS,
+    KernelLevelAgGemm,
+    KernelLevelGemmRs,
+    choose_residency,
+    comm_group,
+    cublas_sm_carveout,
+    even_bounds,
+    sweep_residency,
+)
 
-__all__ = ["GEMMS", "KernelLevelAgGemm", "KernelLevelGemmRs", "choose_residency", "comm_group",
-           "cublas_sm_carveout", "even_bounds", "sweep_residency"]
+__all__ = [
+    "GEMMS",
+    "KernelLevelAgGemm",
+    "KernelLevelGemmRs",
+    "choose_residency",
+    "comm_group",
+    "cublas_sm_carveout",
+    "even_bounds",
+    "sweep_residency",
+]

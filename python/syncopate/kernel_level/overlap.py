@@ -87,9 +87,22 @@ def even_bounds(total: int, parts: int) -> list[tuple[int, int]]:
 class _KernelLevelOp:
     """What AG+GEMM and GEMM+RS share: arguments, the communication group, the GEMM runner."""
 
-    def __init__(self, group, *, m: int, k: int, n: int, dtype: torch.dtype, chunks: int = 4,
-                 priority: bool = True, residency: Optional[int] = None, sm_carveout: Optional[int] = None,
-                 gemm: str = "cublas", device: Optional[torch.device] = None, gemm_config=None):
+    def __init__(
+        self,
+        group,
+        *,
+        m: int,
+        k: int,
+        n: int,
+        dtype: torch.dtype,
+        chunks: int = 4,
+        priority: bool = True,
+        residency: Optional[int] = None,
+        sm_carveout: Optional[int] = None,
+        gemm: str = "cublas",
+        device: Optional[torch.device] = None,
+        gemm_config=None,
+    ):
         import torch.distributed as dist
 
         name = type(self).__name__
@@ -98,8 +111,10 @@ class _KernelLevelOp:
         if dtype not in (torch.float16, torch.bfloat16):
             raise UserError(f"{name}: dtype {dtype}: expected torch.float16 or torch.bfloat16")
         if residency is not None and gemm != "triton":
-            raise UserError(f"{name}: residency={residency} needs gemm='triton': a cuBLAS kernel's shared memory "
-                            "cannot be set from outside (use sm_carveout for cuBLAS; docs/KERNEL_LEVEL.md)")
+            raise UserError(
+                f"{name}: residency={residency} needs gemm='triton': a cuBLAS kernel's shared memory "
+                "cannot be set from outside (use sm_carveout for cuBLAS; docs/KERNEL_LEVEL.md)"
+            )
         if sm_carveout is not None and int(sm_carveout) < 0:
             raise UserError(f"{name}: sm_carveout={sm_carveout}: expected None or >= 0 SMs")
         self.group = group if group is not None else dist.group.WORLD
@@ -140,8 +155,10 @@ class _KernelLevelOp:
 
     def _check(self, name: str, t: torch.Tensor, shape: Sequence[int]) -> None:
         if tuple(t.shape) != tuple(shape) or t.dtype != self.dtype or t.device != self.device:
-            raise UserError(f"{type(self).__name__}: {name} must be {list(shape)} {self.dtype} on {self.device}, got "
-                            f"{list(t.shape)} {t.dtype} on {t.device}")
+            raise UserError(
+                f"{type(self).__name__}: {name} must be {list(shape)} {self.dtype} on {self.device}, got "
+                f"{list(t.shape)} {t.dtype} on {t.device}"
+            )
 
 
 class KernelLevelAgGemm(_KernelLevelOp):
@@ -150,8 +167,9 @@ class KernelLevelAgGemm(_KernelLevelOp):
     def __init__(self, group, **kwargs):
         super().__init__(group, **kwargs)
         # Piece c of every rank lands in gathered[c] ([w, piece, k]); the GEMM reads it there.
-        self.gathered = [torch.empty((self.world, hi - lo, self.k), dtype=self.dtype, device=self.device)
-                         for lo, hi in self.pieces]
+        self.gathered = [
+            torch.empty((self.world, hi - lo, self.k), dtype=self.dtype, device=self.device) for lo, hi in self.pieces
+        ]
 
     def __call__(self, a_shard: torch.Tensor, b: torch.Tensor, out: Optional[torch.Tensor] = None) -> torch.Tensor:
         import torch.distributed as dist
@@ -164,17 +182,18 @@ class KernelLevelAgGemm(_KernelLevelOp):
         a_shard = a_shard.contiguous()
         works = []
         for (lo, hi), staged in zip(self.pieces, self.gathered):  # the same order on every rank
-            works.append(dist.all_gather_into_tensor(staged.view(-1, self.k), a_shard[lo:hi], group=self.comm,
-                                                     async_op=True))
+            works.append(
+                dist.all_gather_into_tensor(staged.view(-1, self.k), a_shard[lo:hi], group=self.comm, async_op=True)
+            )
         own = self.rank * self.rows
         with self._gemm_context():
-            self._gemm(a_shard, b, out[own:own + self.rows])  # local rows first: no wait
+            self._gemm(a_shard, b, out[own : own + self.rows])  # local rows first: no wait
             for (lo, hi), staged, work in zip(self.pieces, self.gathered, works):
                 work.wait()  # the compute stream waits for this piece only
                 for src in range(self.world):
                     if src != self.rank:
                         base = src * self.rows
-                        self._gemm(staged[src], b, out[base + lo:base + hi])
+                        self._gemm(staged[src], b, out[base + lo : base + hi])
         return out
 
 
@@ -185,8 +204,9 @@ class KernelLevelGemmRs(_KernelLevelOp):
     def __init__(self, group, **kwargs):
         super().__init__(group, **kwargs)
         # Piece c's partial products for every destination ([w, piece, n]) before they leave.
-        self.partials = [torch.empty((self.world, hi - lo, self.n), dtype=self.dtype, device=self.device)
-                         for lo, hi in self.pieces]
+        self.partials = [
+            torch.empty((self.world, hi - lo, self.n), dtype=self.dtype, device=self.device) for lo, hi in self.pieces
+        ]
 
     def __call__(self, a: torch.Tensor, b_shard: torch.Tensor, out: Optional[torch.Tensor] = None) -> torch.Tensor:
         import torch.distributed as dist
@@ -204,17 +224,31 @@ class KernelLevelGemmRs(_KernelLevelOp):
             for (lo, hi), partial in zip(self.pieces, self.partials):
                 for dst in order:
                     base = dst * self.rows
-                    self._gemm(a[base + lo:base + hi], b_shard, partial[dst])
-                works.append(dist.reduce_scatter_tensor(out[lo:hi], partial.view(-1, self.n), group=self.comm,
-                                                        async_op=True))
+                    self._gemm(a[base + lo : base + hi], b_shard, partial[dst])
+                works.append(
+                    dist.reduce_scatter_tensor(out[lo:hi], partial.view(-1, self.n), group=self.comm, async_op=True)
+                )
         for work in works:
             work.wait()
         return out
 
 
-def choose_residency(op: str, *, world: int, m: int, k: int, n: int, chunks: int, natural_residency: int,
-                     calib=None, backend: str = "nccl", block_share: float = 0.9, comm_sms: int = -1,
-                     block_m: int = 128, block_n: int = 256) -> tuple[Optional[int], dict]:
+def choose_residency(
+    op: str,
+    *,
+    world: int,
+    m: int,
+    k: int,
+    n: int,
+    chunks: int,
+    natural_residency: int,
+    calib=None,
+    backend: str = "nccl",
+    block_share: float = 0.9,
+    comm_sms: int = -1,
+    block_m: int = 128,
+    block_n: int = 256,
+) -> tuple[Optional[int], dict]:
     """The simulator's choice of residency for kernel-level mode: None (do not shape) or a
     number of blocks per SM below natural_residency, and {residency or 0: predicted us}.
 
@@ -236,15 +270,26 @@ def choose_residency(op: str, *, world: int, m: int, k: int, n: int, chunks: int
     gemm = sy.GemmShape(m, n, k, block_m, block_n)
     predicted = {}
     for r in [0] + list(range(1, natural_residency)):
-        p = sy.simulate(plan, gemm, calib, kernel_level_residency=r, natural_residency=natural_residency,
-                        block_share=block_share, comm_sms=comm_sms)
+        p = sy.simulate(
+            plan,
+            gemm,
+            calib,
+            kernel_level_residency=r,
+            natural_residency=natural_residency,
+            block_share=block_share,
+            comm_sms=comm_sms,
+        )
         predicted[r] = p.kernel_level_us
     best = min(predicted, key=lambda r: (predicted[r], r != 0))
     return (None if best == 0 else best), predicted
 
 
-def sweep_residency(make_op: Callable[[Optional[int]], Callable[[], object]], residencies: Sequence[Optional[int]],
-                    samples: int = 10, warmup: int = 2) -> tuple[Optional[int], dict]:
+def sweep_residency(
+    make_op: Callable[[Optional[int]], Callable[[], object]],
+    residencies: Sequence[Optional[int]],
+    samples: int = 10,
+    warmup: int = 2,
+) -> tuple[Optional[int], dict]:
     """Measures kernel-level time per residency on the GPU: make_op(r) returns a callable that
     runs the op once (collective over the group). Returns (fastest residency, {r: median ms}),
     the time of each being the max over ranks of each rank's median."""

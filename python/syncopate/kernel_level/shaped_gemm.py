@@ -31,8 +31,13 @@ gemm_module = importlib.import_module("syncopate.kernels.gemm")
 class ShapedGemm:
     """C = A @ B with the persistent Triton GEMM at `residency` blocks per SM."""
 
-    def __init__(self, device: torch.device, residency: Optional[int] = None, sm_carveout: Optional[int] = None,
-                 config: Optional[GemmConfig] = None):
+    def __init__(
+        self,
+        device: torch.device,
+        residency: Optional[int] = None,
+        sm_carveout: Optional[int] = None,
+        config: Optional[GemmConfig] = None,
+    ):
         self.device = torch.device(device)
         if residency is not None and int(residency) < 1:
             raise UserError(f"residency: expected None or >= 1 block per SM, got {residency}")
@@ -58,25 +63,35 @@ class ShapedGemm:
         limits = rt.device_sm_limits(self.device.index)
         threads = int(compiled.packed_metadata[0]) * int(limits.warp_size)  # blockDim = 32 * num_warps
         own = rt.function_resources(int(compiled.function))
-        kernel = rt.KernelResources(threads, own.registers_per_thread, own.static_smem_bytes,
-                                    int(compiled.metadata.shared))
+        kernel = rt.KernelResources(
+            threads, own.registers_per_thread, own.static_smem_bytes, int(compiled.metadata.shared)
+        )
         shaping = rt.shape_for_residency(kernel, limits, self.residency)
         if not shaping.ok:
-            raise UserError(f"residency {self.residency} for {compiled.name} ({threads} threads, "
-                            f"{own.registers_per_thread} registers, {compiled.metadata.shared} B shared): "
-                            f"{shaping.reason}")
+            raise UserError(
+                f"residency {self.residency} for {compiled.name} ({threads} threads, "
+                f"{own.registers_per_thread} registers, {compiled.metadata.shared} B shared): "
+                f"{shaping.reason}"
+            )
         padded = padded_kernel(compiled, shaping.extra_dynamic_smem, limits.smem_per_block_optin)
         padded._init_handles()
         measured = rt.occupancy_blocks(int(padded.function), threads, int(padded.metadata.shared))
         natural = rt.occupancy_blocks(int(compiled.function), threads, int(compiled.metadata.shared))
         if measured != self.residency:
-            raise DeviceError(f"residency {self.residency} for {compiled.name}: the driver fits {measured} blocks per "
-                              f"SM with {padded.metadata.shared} B of shared memory (the model said "
-                              f"{shaping.blocks}; unpadded the driver says {natural})")
+            raise DeviceError(
+                f"residency {self.residency} for {compiled.name}: the driver fits {measured} blocks per "
+                f"SM with {padded.metadata.shared} B of shared memory (the model said "
+                f"{shaping.blocks}; unpadded the driver says {natural})"
+            )
         self.shapings[f"{compiled.name}/{compiled.hash[:8]}"] = {
-            "threads": threads, "registers": own.registers_per_thread, "shared": int(compiled.metadata.shared),
-            "extra_shared": int(shaping.extra_dynamic_smem), "natural_model": int(shaping.natural_blocks),
-            "natural_driver": natural, "residency_driver": measured}
+            "threads": threads,
+            "registers": own.registers_per_thread,
+            "shared": int(compiled.metadata.shared),
+            "extra_shared": int(shaping.extra_dynamic_smem),
+            "natural_model": int(shaping.natural_blocks),
+            "natural_driver": natural,
+            "residency_driver": measured,
+        }
         self._padded[id(compiled)] = (compiled, padded)
         return padded
 
@@ -84,8 +99,9 @@ class ShapedGemm:
         """Blocks per SM the unpadded kernel for this shape reaches (the driver's answer)."""
         from syncopate.runtime import require_runtime
 
-        fn, grid, args, kwargs = self._launch_args(a, b, torch.empty((a.shape[0], b.shape[1]), dtype=a.dtype,
-                                                                     device=a.device))
+        fn, grid, args, kwargs = self._launch_args(
+            a, b, torch.empty((a.shape[0], b.shape[1]), dtype=a.dtype, device=a.device)
+        )
         compiled, _ = compiled_for(fn, grid, *args, **kwargs)
         compiled._init_handles()
         rt = require_runtime()
@@ -105,15 +121,51 @@ class ShapedGemm:
         if all(gemm_module.tma_compatible(t) for t in (a_view, b_view, out)):
             if a.is_cuda:
                 gemm_module.ensure_descriptor_allocator()
-            return gemm_module.gemm_tma_kernel, grid, (
-                a_view, b_view, out, m, n, k, a_view.stride(0), b_view.stride(0), out.stride(0), grid[0]), dict(
-                B_IS_NK=b_is_nk, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k,
-                GROUP_M=cfg.group_m, EPILOGUE_SPLIT=cfg.epilogue_split, WARP_SPECIALIZE=cfg.warp_specialize,
-                FLATTEN=cfg.flatten, C_STORE_POINTERS=False, num_stages=cfg.num_stages, num_warps=cfg.num_warps)
-        return gemm_module.gemm_pointer_kernel, grid, (
-            a, b, out, m, n, k, a.stride(0), a.stride(1), b.stride(0), b.stride(1), out.stride(0), out.stride(1),
-            grid[0]), dict(BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k, GROUP_M=cfg.group_m,
-                           num_stages=cfg.num_stages, num_warps=cfg.num_warps)
+            return (
+                gemm_module.gemm_tma_kernel,
+                grid,
+                (a_view, b_view, out, m, n, k, a_view.stride(0), b_view.stride(0), out.stride(0), grid[0]),
+                dict(
+                    B_IS_NK=b_is_nk,
+                    BLOCK_M=cfg.block_m,
+                    BLOCK_N=cfg.block_n,
+                    BLOCK_K=cfg.block_k,
+                    GROUP_M=cfg.group_m,
+                    EPILOGUE_SPLIT=cfg.epilogue_split,
+                    WARP_SPECIALIZE=cfg.warp_specialize,
+                    FLATTEN=cfg.flatten,
+                    C_STORE_POINTERS=False,
+                    num_stages=cfg.num_stages,
+                    num_warps=cfg.num_warps,
+                ),
+            )
+        return (
+            gemm_module.gemm_pointer_kernel,
+            grid,
+            (
+                a,
+                b,
+                out,
+                m,
+                n,
+                k,
+                a.stride(0),
+                a.stride(1),
+                b.stride(0),
+                b.stride(1),
+                out.stride(0),
+                out.stride(1),
+                grid[0],
+            ),
+            dict(
+                BLOCK_M=cfg.block_m,
+                BLOCK_N=cfg.block_n,
+                BLOCK_K=cfg.block_k,
+                GROUP_M=cfg.group_m,
+                num_stages=cfg.num_stages,
+                num_warps=cfg.num_warps,
+            ),
+        )
 
     def __call__(self, a: torch.Tensor, b: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
         m, n = a.shape[0], b.shape[1]
@@ -128,8 +180,10 @@ class ShapedGemm:
             fn[grid](*args, **kwargs)
             return out
         if not a.is_cuda:
-            raise UserError(f"ShapedGemm: residency={self.residency} needs CUDA tensors (the interpreter has no "
-                            f"SMs to shape), got {a.device}")
+            raise UserError(
+                f"ShapedGemm: residency={self.residency} needs CUDA tensors (the interpreter has no "
+                f"SMs to shape), got {a.device}"
+            )
         compiled, bound = compiled_for(fn, grid, *args, **kwargs)
         launch_compiled(self._shape(compiled), grid, bound)
         return out

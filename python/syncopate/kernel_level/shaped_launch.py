@@ -31,8 +31,11 @@ from syncopate.errors import DeviceError, UserError
 
 def check_triton_internals(compiled: Any) -> None:
     """Raises DeviceError unless `compiled` has the fields this module relies on."""
-    missing = [name for name in ("metadata", "packed_metadata", "module", "function", "_run", "_init_handles")
-               if not hasattr(compiled, name)]
+    missing = [
+        name
+        for name in ("metadata", "packed_metadata", "module", "function", "_run", "_init_handles")
+        if not hasattr(compiled, name)
+    ]
     if not missing and not hasattr(compiled.metadata, "_replace"):
         missing.append("metadata._replace (a namedtuple)")
     if not missing and not hasattr(compiled.metadata, "shared"):
@@ -40,8 +43,10 @@ def check_triton_internals(compiled: Any) -> None:
     if missing:
         import triton
 
-        raise DeviceError(f"shaped launch: this Triton ({triton.__version__}) CompiledKernel lacks {missing}; "
-                          "syncopate.kernel_level.shaped_launch is written against Triton 3.6")
+        raise DeviceError(
+            f"shaped launch: this Triton ({triton.__version__}) CompiledKernel lacks {missing}; "
+            "syncopate.kernel_level.shaped_launch is written against Triton 3.6"
+        )
 
 
 def padded_kernel(compiled: Any, extra_bytes: int, max_per_block: int | None = None) -> Any:
@@ -59,15 +64,19 @@ def padded_kernel(compiled: Any, extra_bytes: int, max_per_block: int | None = N
         return compiled
     shared = int(compiled.metadata.shared) + extra
     if max_per_block is not None and shared > int(max_per_block):
-        raise UserError(f"shaped launch: {compiled.metadata.shared} + {extra} = {shared} bytes of shared memory "
-                        f"per block exceeds the device's per-block maximum of {int(max_per_block)}")
+        raise UserError(
+            f"shaped launch: {compiled.metadata.shared} + {extra} = {shared} bytes of shared memory "
+            f"per block exceeds the device's per-block maximum of {int(max_per_block)}"
+        )
     twin = copy.copy(compiled)
     twin.metadata = compiled.metadata._replace(shared=shared)
     packed = tuple(compiled.packed_metadata)
     # The NVIDIA backend packs (num_warps, num_ctas, shared); refuse any other layout.
     if len(packed) != 3 or packed[2] != compiled.metadata.shared:
-        raise DeviceError(f"shaped launch: packed metadata {packed} is not (num_warps, num_ctas, shared="
-                          f"{compiled.metadata.shared}); this Triton's launcher is not the one this module knows")
+        raise DeviceError(
+            f"shaped launch: packed metadata {packed} is not (num_warps, num_ctas, shared="
+            f"{compiled.metadata.shared}); this Triton's launcher is not the one this module knows"
+        )
     twin.packed_metadata = (packed[0], packed[1], shared)
     twin.module = None  # load a module of its own, with the larger size (see the module doc)
     twin.function = None
@@ -108,5 +117,15 @@ def launch_compiled(kernel: Any, grid: Any, bound_args: list) -> None:
     stream = driver.active.get_current_stream(device)
     g = tuple(grid) + (1, 1)
     launch_metadata = kernel.launch_metadata(grid, stream, *bound_args)  # None unless a hook is set
-    kernel.run(g[0], g[1], g[2], stream, kernel.function, kernel.packed_metadata, launch_metadata,
-               knobs.runtime.launch_enter_hook, knobs.runtime.launch_exit_hook, *bound_args)
+    kernel.run(
+        g[0],
+        g[1],
+        g[2],
+        stream,
+        kernel.function,
+        kernel.packed_metadata,
+        launch_metadata,
+        knobs.runtime.launch_enter_hook,
+        knobs.runtime.launch_exit_hook,
+        *bound_args,
+    )

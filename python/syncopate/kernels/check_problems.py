@@ -37,11 +37,29 @@ def _operands(gen: torch.Generator, m: int, n: int, k: int):
 def _tma_problem(gen: torch.Generator, c_store_pointers: bool) -> CheckProblem:
     m, n, k = 96, 56, 48  # rows and columns of 16-byte multiples (TMA), 56 not a block multiple
     a, b, c = _operands(gen, m, n, k)
-    meta = dict(B_IS_NK=False, BLOCK_M=_BM, BLOCK_N=_BN, BLOCK_K=_BK, GROUP_M=2, EPILOGUE_SPLIT=1,
-                WARP_SPECIALIZE=False, FLATTEN=True, C_STORE_POINTERS=c_store_pointers)
-    return CheckProblem({"a": a, "b": b, "c": c},
-                        (a, b, c, m, n, k, a.stride(0), b.stride(0), c.stride(0), _PROGRAMS), meta,
-                        (_PROGRAMS,), (_PROGRAMS,), _cdiv(m, _BM), _cdiv(n, _BN), _BM, _BN, outputs=("c",))
+    meta = dict(
+        B_IS_NK=False,
+        BLOCK_M=_BM,
+        BLOCK_N=_BN,
+        BLOCK_K=_BK,
+        GROUP_M=2,
+        EPILOGUE_SPLIT=1,
+        WARP_SPECIALIZE=False,
+        FLATTEN=True,
+        C_STORE_POINTERS=c_store_pointers,
+    )
+    return CheckProblem(
+        {"a": a, "b": b, "c": c},
+        (a, b, c, m, n, k, a.stride(0), b.stride(0), c.stride(0), _PROGRAMS),
+        meta,
+        (_PROGRAMS,),
+        (_PROGRAMS,),
+        _cdiv(m, _BM),
+        _cdiv(n, _BN),
+        _BM,
+        _BN,
+        outputs=("c",),
+    )
 
 
 def gemm_tma(gen: torch.Generator) -> CheckProblem:
@@ -59,10 +77,18 @@ def gemm_pointer(gen: torch.Generator) -> CheckProblem:
     m, n, k = 80, 40, 40
     a, b, c = _operands(gen, m, n, k)
     meta = dict(BLOCK_M=_BM, BLOCK_N=_BN, BLOCK_K=_BK, GROUP_M=2)
-    return CheckProblem({"a": a, "b": b, "c": c},
-                        (a, b, c, m, n, k, a.stride(0), a.stride(1), b.stride(0), b.stride(1),
-                         c.stride(0), c.stride(1), _PROGRAMS), meta,
-                        (_PROGRAMS,), (_PROGRAMS,), _cdiv(m, _BM), _cdiv(n, _BN), _BM, _BN, outputs=("c",))
+    return CheckProblem(
+        {"a": a, "b": b, "c": c},
+        (a, b, c, m, n, k, a.stride(0), a.stride(1), b.stride(0), b.stride(1), c.stride(0), c.stride(1), _PROGRAMS),
+        meta,
+        (_PROGRAMS,),
+        (_PROGRAMS,),
+        _cdiv(m, _BM),
+        _cdiv(n, _BN),
+        _BM,
+        _BN,
+        outputs=("c",),
+    )
 
 
 def gemm_reduce(gen: torch.Generator, world: int = 2, rank: int = 1) -> CheckProblem:
@@ -74,10 +100,36 @@ def gemm_reduce(gen: torch.Generator, world: int = 2, rank: int = 1) -> CheckPro
     p = torch.randn(world, shard, n, generator=gen).to(_DTYPE)
     out = torch.empty(shard, n, dtype=_DTYPE)
     begin = rank * shard
-    meta = dict(NUM_SLOTS=world, B_IS_NK=False, BLOCK_M=_BM, BLOCK_N=_BN, BLOCK_K=_BK, GROUP_M=2,
-                WARP_SPECIALIZE=False, FLATTEN=True)
-    args = (a, b, c, p, out, m, n, k, a.stride(0), b.stride(0), c.stride(0), p.stride(0), p.stride(1),
-            out.stride(0), begin, shard, rank, _PROGRAMS)
+    meta = dict(
+        NUM_SLOTS=world,
+        B_IS_NK=False,
+        BLOCK_M=_BM,
+        BLOCK_N=_BN,
+        BLOCK_K=_BK,
+        GROUP_M=2,
+        WARP_SPECIALIZE=False,
+        FLATTEN=True,
+    )
+    args = (
+        a,
+        b,
+        c,
+        p,
+        out,
+        m,
+        n,
+        k,
+        a.stride(0),
+        b.stride(0),
+        c.stride(0),
+        p.stride(0),
+        p.stride(1),
+        out.stride(0),
+        begin,
+        shard,
+        rank,
+        _PROGRAMS,
+    )
     tiles_m, tiles_n = _cdiv(m, _BM), _cdiv(n, _BN)
 
     def rows_of(tile):
@@ -102,11 +154,26 @@ def gemm_reduce(gen: torch.Generator, world: int = 2, rank: int = 1) -> CheckPro
     waits = [[s for s in range(world) if s != rank] if in_shard(t) else [] for t in range(num_tiles)]
     notifies = [[] if in_shard(t) else [world + rows_of(t)[0] // shard] for t in range(num_tiles)]
     writers = [1] * world + [sum(1 for row in notifies if world + q in row) for q in range(world)]
-    chunks = ([[Chunk("p", (s,))] for s in range(world)] +
-              [[Chunk("c", (slice(q * shard, (q + 1) * shard),))] for q in range(world)])
-    return CheckProblem({"a": a, "b": b, "c": c, "p": p, "out": out}, args, meta, (_PROGRAMS,), (_PROGRAMS,),
-                        tiles_m, tiles_n, _BM, _BN, outputs=("c", "out"), tile_regions=regions,
-                        tile_waits=waits, tile_notifies=notifies, slot_writers=writers, chunks=chunks)
+    chunks = [[Chunk("p", (s,))] for s in range(world)] + [
+        [Chunk("c", (slice(q * shard, (q + 1) * shard),))] for q in range(world)
+    ]
+    return CheckProblem(
+        {"a": a, "b": b, "c": c, "p": p, "out": out},
+        args,
+        meta,
+        (_PROGRAMS,),
+        (_PROGRAMS,),
+        tiles_m,
+        tiles_n,
+        _BM,
+        _BN,
+        outputs=("c", "out"),
+        tile_regions=regions,
+        tile_waits=waits,
+        tile_notifies=notifies,
+        slot_writers=writers,
+        chunks=chunks,
+    )
 
 
 def _fp8_problem(gen: torch.Generator, c_store_pointers: bool) -> CheckProblem:
@@ -117,11 +184,30 @@ def _fp8_problem(gen: torch.Generator, c_store_pointers: bool) -> CheckProblem:
     c = torch.empty(m, n, dtype=torch.bfloat16)
     scale_a = torch.rand(m, generator=gen) + 0.5
     scale_b = torch.rand(n, generator=gen) + 0.5
-    meta = dict(B_IS_NK=False, BLOCK_M=_BM, BLOCK_N=_BN, BLOCK_K=_BK, GROUP_M=2, EPILOGUE_SPLIT=1,
-                WARP_SPECIALIZE=False, FLATTEN=True, C_STORE_POINTERS=c_store_pointers)
+    meta = dict(
+        B_IS_NK=False,
+        BLOCK_M=_BM,
+        BLOCK_N=_BN,
+        BLOCK_K=_BK,
+        GROUP_M=2,
+        EPILOGUE_SPLIT=1,
+        WARP_SPECIALIZE=False,
+        FLATTEN=True,
+        C_STORE_POINTERS=c_store_pointers,
+    )
     args = (a, b, c, scale_a, scale_b, m, n, k, a.stride(0), b.stride(0), c.stride(0), 1, 1, _PROGRAMS)
-    return CheckProblem({"a": a, "b": b, "c": c}, args, meta, (_PROGRAMS,), (_PROGRAMS,),
-                        _cdiv(m, _BM), _cdiv(n, _BN), _BM, _BN, outputs=("c",))
+    return CheckProblem(
+        {"a": a, "b": b, "c": c},
+        args,
+        meta,
+        (_PROGRAMS,),
+        (_PROGRAMS,),
+        _cdiv(m, _BM),
+        _cdiv(n, _BN),
+        _BM,
+        _BN,
+        outputs=("c",),
+    )
 
 
 def gemm_fp8_tma(gen: torch.Generator) -> CheckProblem:
@@ -140,16 +226,32 @@ def moe_grouped_gemm(gen: torch.Generator, world: int = 2, rank: int = 1) -> Che
     slot, one full, the rest ragged) say how many rows of each a tile computes and stores."""
     experts, capacity, k, n = 2, 2 * _BM, 32, 48
     slots = world * experts
-    counts = torch.tensor([0, capacity, _BM + 5, 7][:slots] + [capacity // 2] * max(0, slots - 4),
-                          dtype=torch.int32)
+    counts = torch.tensor([0, capacity, _BM + 5, 7][:slots] + [capacity // 2] * max(0, slots - 4), dtype=torch.int32)
     a = torch.randn(slots * capacity, k, generator=gen).to(_DTYPE)
     w = torch.randn(experts, k, n, generator=gen).to(_DTYPE)
     c = torch.empty(slots * capacity, n, dtype=_DTYPE)
     per_slot, tiles_n = capacity // _BM, _cdiv(n, _BN)
     tiles_m = slots * per_slot
     meta = dict(BLOCK_M=_BM, BLOCK_N=_BN, BLOCK_K=_BK)
-    args = (a, w, c, counts, n, k, capacity, experts, tiles_m, a.stride(0), a.stride(1), w.stride(0), w.stride(1),
-            w.stride(2), c.stride(0), c.stride(1), _PROGRAMS)
+    args = (
+        a,
+        w,
+        c,
+        counts,
+        n,
+        k,
+        capacity,
+        experts,
+        tiles_m,
+        a.stride(0),
+        a.stride(1),
+        w.stride(0),
+        w.stride(1),
+        w.stride(2),
+        c.stride(0),
+        c.stride(1),
+        _PROGRAMS,
+    )
 
     def regions(tile):
         m, col = divmod(tile, tiles_n)
@@ -162,6 +264,20 @@ def moe_grouped_gemm(gen: torch.Generator, world: int = 2, rank: int = 1) -> Che
 
     waits = [[m // per_slot] for m in range(tiles_m) for _ in range(tiles_n)]
     chunks = [[Chunk("a", (slice(q * capacity, (q + 1) * capacity),))] for q in range(slots)]
-    return CheckProblem({"a": a, "w": w, "c": c, "counts": counts}, args, meta, (_PROGRAMS,), (_PROGRAMS,),
-                        tiles_m, tiles_n, _BM, _BN, outputs=("c",), tile_regions=regions, tile_waits=waits,
-                        tile_notifies=[[] for _ in waits], slot_writers=[1] * slots, chunks=chunks)
+    return CheckProblem(
+        {"a": a, "w": w, "c": c, "counts": counts},
+        args,
+        meta,
+        (_PROGRAMS,),
+        (_PROGRAMS,),
+        tiles_m,
+        tiles_n,
+        _BM,
+        _BN,
+        outputs=("c",),
+        tile_regions=regions,
+        tile_waits=waits,
+        tile_notifies=[[] for _ in waits],
+        slot_writers=[1] * slots,
+        chunks=chunks,
+    )

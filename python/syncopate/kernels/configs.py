@@ -46,8 +46,10 @@ class GemmConfig:
         ws = "ws" if self.warp_specialize else "nows"
         flat = "" if self.flatten else "_nf"
         split = f"_k{self.split_k}{'f' if self.split_fixup else ''}" if self.split_k > 1 else ""
-        return (f"{self.block_m}x{self.block_n}x{self.block_k}_s{self.num_stages}"
-                f"_w{self.num_warps}_g{self.group_m}_{ws}_e{self.epilogue_split}{flat}{split}")
+        return (
+            f"{self.block_m}x{self.block_n}x{self.block_k}_s{self.num_stages}"
+            f"_w{self.num_warps}_g{self.group_m}_{ws}_e{self.epilogue_split}{flat}{split}"
+        )
 
     def shared_memory_bytes(self, element_size: int) -> int:
         """Shared memory the pipeline and the epilogue need, to reject configs that won't fit."""
@@ -120,10 +122,17 @@ def candidate_configs(k: int, fixup: bool = False) -> list[GemmConfig]:
     return out
 
 
-def choose_config(m: int, n: int, k: int, num_sms: int, element_size: int,
-                  shared_memory_limit: int, allow_split_k: bool = True,
-                  candidates: tuple[GemmConfig, ...] | None = None,
-                  fixup: bool | None = None) -> GemmConfig:
+def choose_config(
+    m: int,
+    n: int,
+    k: int,
+    num_sms: int,
+    element_size: int,
+    shared_memory_limit: int,
+    allow_split_k: bool = True,
+    candidates: tuple[GemmConfig, ...] | None = None,
+    fixup: bool | None = None,
+) -> GemmConfig:
     """The candidate with the lowest estimated cost that fits in shared memory.
 
     allow_split_k=False for callers that need every tile final when its program finishes
@@ -141,7 +150,8 @@ def choose_config(m: int, n: int, k: int, num_sms: int, element_size: int,
     if not fitting:
         raise ValueError(
             f"choose_config: no GEMM config fits in {shared_memory_limit} bytes of shared memory "
-            f"(smallest needs {min(c.shared_memory_bytes(element_size) for c in pool)})")
+            f"(smallest needs {min(c.shared_memory_bytes(element_size) for c in pool)})"
+        )
     return min(fitting, key=lambda c: estimated_cost(c, m, n, k, num_sms))
 
 

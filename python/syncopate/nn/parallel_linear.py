@@ -65,27 +65,42 @@ def _default_device() -> torch.device:
 def _check_device(who: str, device: torch.device) -> None:
     # "meta": built without storage, materialised later (deferred initialisation).
     if device.type != "meta" and not device_supported(device):
-        raise UserError(f"{who}: device {device} is not supported; the fused ops run on CUDA devices "
-                        "(the CPU only under Triton's interpreter, TRITON_INTERPRET=1)")
+        raise UserError(
+            f"{who}: device {device} is not supported; the fused ops run on CUDA devices "
+            "(the CPU only under Triton's interpreter, TRITON_INTERPRET=1)"
+        )
 
 
 class _ParallelLinear(nn.Module):
     """What the two layers share: the group, the checks, the weight shard and its initialisation."""
 
-    def __init__(self, in_features: int, out_features: int, bias: bool, *, group, sequence_parallel: bool,
-                 dtype: Optional[torch.dtype], device, init_method: Optional[Callable[[torch.Tensor], None]]):
+    def __init__(
+        self,
+        in_features: int,
+        out_features: int,
+        bias: bool,
+        *,
+        group,
+        sequence_parallel: bool,
+        dtype: Optional[torch.dtype],
+        device,
+        init_method: Optional[Callable[[torch.Tensor], None]],
+    ):
         super().__init__()
         who = type(self).__name__
         _check_features(who, in_features=in_features, out_features=out_features)
         dtype = torch.bfloat16 if dtype is None else dtype
         if dtype not in SUPPORTED_DTYPES:
-            raise UserError(f"{who}: dtype {dtype} is not supported; the fused ops take "
-                            f"{', '.join(str(d) for d in SUPPORTED_DTYPES)}")
+            raise UserError(
+                f"{who}: dtype {dtype} is not supported; the fused ops take "
+                f"{', '.join(str(d) for d in SUPPORTED_DTYPES)}"
+            )
         device = _default_device() if device is None else torch.device(device)
         _check_device(who, device)
         if init_method is not None and not callable(init_method):
-            raise UserError(f"{who}: init_method must be callable (it is given the weight shard), "
-                            f"got {type(init_method).__name__}")
+            raise UserError(
+                f"{who}: init_method must be callable (it is given the weight shard), got {type(init_method).__name__}"
+            )
         group_name, world = group_args(who, group)
         self.group = group
         self.group_name = group_name
@@ -107,8 +122,10 @@ class _ParallelLinear(nn.Module):
 
     def _divisible(self, who: str, name: str, value: int) -> int:
         if value % self.world_size != 0:
-            raise ShapeError(f"{who}: {name}={value} is not divisible by the tensor-parallel world size "
-                             f"{self.world_size}; every rank holds {name} / {self.world_size}")
+            raise ShapeError(
+                f"{who}: {name}={value} is not divisible by the tensor-parallel world size "
+                f"{self.world_size}; every rank holds {name} / {self.world_size}"
+            )
         return value // self.world_size
 
     def reset_parameters(self) -> None:
@@ -128,17 +145,21 @@ class _ParallelLinear(nn.Module):
         if not isinstance(x, torch.Tensor):
             raise UserError(f"{who}: input must be a torch.Tensor, got {type(x).__name__}")
         if x.dim() not in (2, 3) or x.shape[-1] != features:
-            raise ShapeError(f"{who}: input must be [{what}, {features}] or [{what}, batch, {features}] "
-                             f"(sequence first), got {list(x.shape)}")
+            raise ShapeError(
+                f"{who}: input must be [{what}, {features}] or [{what}, batch, {features}] "
+                f"(sequence first), got {list(x.shape)}"
+            )
         if x.dtype != self.weight.dtype:
             raise UserError(f"{who}: input is {x.dtype} but the weight is {self.weight.dtype}; they must match")
         if x.device != self.weight.device:
             raise UserError(f"{who}: input is on {x.device} but the weight is on {self.weight.device}")
 
     def extra_repr(self) -> str:
-        return (f"in_features={self.in_features}, out_features={self.out_features}, "
-                f"bias={self.bias is not None}, world_size={self.world_size}, rank={self.rank}, "
-                f"sequence_parallel={self.sequence_parallel}")
+        return (
+            f"in_features={self.in_features}, out_features={self.out_features}, "
+            f"bias={self.bias is not None}, world_size={self.world_size}, rank={self.rank}, "
+            f"sequence_parallel={self.sequence_parallel}"
+        )
 
 
 class ColumnParallelLinear(_ParallelLinear):
@@ -149,11 +170,28 @@ class ColumnParallelLinear(_ParallelLinear):
     replicated -> y [S, (B,) out/w], a local GEMM whose input gradient is all-reduced.
     """
 
-    def __init__(self, in_features: int, out_features: int, bias: bool = True, *, group=None,
-                 sequence_parallel: bool = True, dtype: Optional[torch.dtype] = None, device=None,
-                 init_method: Optional[Callable[[torch.Tensor], None]] = None):
-        super().__init__(in_features, out_features, bias, group=group, sequence_parallel=sequence_parallel,
-                         dtype=dtype, device=device, init_method=init_method)
+    def __init__(
+        self,
+        in_features: int,
+        out_features: int,
+        bias: bool = True,
+        *,
+        group=None,
+        sequence_parallel: bool = True,
+        dtype: Optional[torch.dtype] = None,
+        device=None,
+        init_method: Optional[Callable[[torch.Tensor], None]] = None,
+    ):
+        super().__init__(
+            in_features,
+            out_features,
+            bias,
+            group=group,
+            sequence_parallel=sequence_parallel,
+            dtype=dtype,
+            device=device,
+            init_method=init_method,
+        )
 
     def _shard_features(self, who: str):
         self.out_per_rank = self._divisible(who, "out_features", self.out_features)
@@ -165,8 +203,7 @@ class ColumnParallelLinear(_ParallelLinear):
     def load_full(self, weight: torch.Tensor, bias: Optional[torch.Tensor] = None) -> None:
         """Copy this rank's shard of a full nn.Linear weight [out, in] (and bias [out])."""
         lo, hi = self.rank * self.out_per_rank, (self.rank + 1) * self.out_per_rank
-        _load(self, weight, (self.out_features, self.in_features), lambda w: w[lo:hi],
-              bias, lambda b: b[lo:hi])
+        _load(self, weight, (self.out_features, self.in_features), lambda w: w[lo:hi], bias, lambda b: b[lo:hi])
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         self._check_input(x, self.in_features, "S/w" if self.sequence_parallel else "S")
@@ -192,11 +229,28 @@ class RowParallelLinear(_ParallelLinear):
     the reduction.
     """
 
-    def __init__(self, in_features: int, out_features: int, bias: bool = True, *, group=None,
-                 sequence_parallel: bool = True, dtype: Optional[torch.dtype] = None, device=None,
-                 init_method: Optional[Callable[[torch.Tensor], None]] = None):
-        super().__init__(in_features, out_features, bias, group=group, sequence_parallel=sequence_parallel,
-                         dtype=dtype, device=device, init_method=init_method)
+    def __init__(
+        self,
+        in_features: int,
+        out_features: int,
+        bias: bool = True,
+        *,
+        group=None,
+        sequence_parallel: bool = True,
+        dtype: Optional[torch.dtype] = None,
+        device=None,
+        init_method: Optional[Callable[[torch.Tensor], None]] = None,
+    ):
+        super().__init__(
+            in_features,
+            out_features,
+            bias,
+            group=group,
+            sequence_parallel=sequence_parallel,
+            dtype=dtype,
+            device=device,
+            init_method=init_method,
+        )
         if self.bias is not None and self.sequence_parallel:
             self.bias.sequence_parallel = True  # its gradient covers this rank's positions only
 
@@ -216,9 +270,11 @@ class RowParallelLinear(_ParallelLinear):
         who = type(self).__name__
         self._check_input(x, self.in_per_rank, "S")
         if self.sequence_parallel and x.shape[0] % self.world_size != 0:
-            raise ShapeError(f"{who}: the sequence length {x.shape[0]} (input dim 0) is not divisible by the "
-                             f"tensor-parallel world size {self.world_size}; each rank keeps S / "
-                             f"{self.world_size} positions")
+            raise ShapeError(
+                f"{who}: the sequence length {x.shape[0]} (input dim 0) is not divisible by the "
+                f"tensor-parallel world size {self.world_size}; each rank keeps S / "
+                f"{self.world_size} positions"
+            )
         rows = x.reshape(-1, self.in_per_rank)
         if self.sequence_parallel:
             y = torch.ops.syncopate.gemm_rs(rows, self.weight.t(), self.world_size, self.group_name)
@@ -234,11 +290,14 @@ class RowParallelLinear(_ParallelLinear):
 def _load(module: _ParallelLinear, weight, full_shape, take_weight, bias, take_bias) -> None:
     who = type(module).__name__
     if tuple(weight.shape) != tuple(full_shape):
-        raise ShapeError(f"{who}.load_full: weight must be the full [{full_shape[0]}, {full_shape[1]}], "
-                         f"got {list(weight.shape)}")
+        raise ShapeError(
+            f"{who}.load_full: weight must be the full [{full_shape[0]}, {full_shape[1]}], got {list(weight.shape)}"
+        )
     if (bias is None) != (module.bias is None):
-        raise UserError(f"{who}.load_full: the layer {'has' if module.bias is not None else 'has no'} bias "
-                        f"but bias={'None' if bias is None else 'a tensor'} was given")
+        raise UserError(
+            f"{who}.load_full: the layer {'has' if module.bias is not None else 'has no'} bias "
+            f"but bias={'None' if bias is None else 'a tensor'} was given"
+        )
     with torch.no_grad():
         module.weight.copy_(take_weight(weight))
         if bias is not None:

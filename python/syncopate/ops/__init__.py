@@ -21,8 +21,17 @@ import types as _types
 from syncopate.ops.custom_ops import NO_GROUP, OP_NAMES, SUPPORTED_DTYPES, ag_gemm, ag_gemm_gathered, gemm_ar, gemm_rs
 from syncopate.ops.seq_attention import ring_attention, ulysses_attention
 
-__all__ = ["ag_gemm", "ag_gemm_gathered", "gemm_rs", "gemm_ar", "NO_GROUP", "OP_NAMES", "SUPPORTED_DTYPES",
-           "ulysses_attention", "ring_attention"]
+__all__ = [
+    "ag_gemm",
+    "ag_gemm_gathered",
+    "gemm_rs",
+    "gemm_ar",
+    "NO_GROUP",
+    "OP_NAMES",
+    "SUPPORTED_DTYPES",
+    "ulysses_attention",
+    "ring_attention",
+]
 
 
 class _OpsPackage(_types.ModuleType):

@@ -26,8 +26,15 @@ from typing import Optional
 import torch
 
 from syncopate.errors import UserError
-from syncopate.ops.common import (CHECK_EACH_CALL, SM_COPY_BLOCKS, check_out, context_for, default_backend, forward_operands,
-                                  refuse_gloo_capture)
+from syncopate.ops.common import (
+    CHECK_EACH_CALL,
+    SM_COPY_BLOCKS,
+    check_out,
+    context_for,
+    default_backend,
+    forward_operands,
+    refuse_gloo_capture,
+)
 from syncopate.ops.context import OpContext
 from syncopate.ops.fp8 import ROW_TAIL_BYTES, check_scales, pack_rows, packed_views, refuse_scales
 
@@ -49,29 +56,37 @@ class AgGemm(OpContext):
         # read the caller's shard in place. The op's own plans do not yet (see the docstring).
         self.input = "" if self.fp8 else self.plan.collective.input
         accesses = [("a", "consume", 0, -1)]
-        self.ws = PlanWorkspace(self.plan, self.group, grid=(self.m, self.n, self.config.block_m,
-                                                             self.config.block_n),
-                                accesses=accesses, device=self.device, wait_bound_ns=self.wait_bound_ns,
-                                drop_chunk=drop_chunk, sm_copy_blocks=SM_COPY_BLOCKS)
+        self.ws = PlanWorkspace(
+            self.plan,
+            self.group,
+            grid=(self.m, self.n, self.config.block_m, self.config.block_n),
+            accesses=accesses,
+            device=self.device,
+            wait_bound_ns=self.wait_bound_ns,
+            drop_chunk=drop_chunk,
+            sm_copy_blocks=SM_COPY_BLOCKS,
+        )
         self.signals = self.ws.signals()
         lo = self.rank * self.shard_rows
         if self.fp8:
             self._build_fp8_rows(self.ws.tensor("a", self.dtype))
         else:
             self.a_full = self.ws.tensor("a", self.dtype)
-            self.a_local = self.a_full[lo:lo + self.shard_rows]
+            self.a_local = self.a_full[lo : lo + self.shard_rows]
         self.a_input = self.ws.tensor(self.input, self.dtype) if self.input else None
         if self.decision == "fused":
             out = torch.empty((self.m, self.n), dtype=self.out_dtype, device=self.device)
             if self.fp8:
-                self.gemm = self._make_gemm(accesses, producer=False, a_pitch=self.k + ROW_TAIL_BYTES,
-                                            stride_sa=self.a_scales.stride(0))
+                self.gemm = self._make_gemm(
+                    accesses, producer=False, a_pitch=self.k + ROW_TAIL_BYTES, stride_sa=self.a_scales.stride(0)
+                )
                 # Scratch rows in the packed layout: the kernel reads A's scales with the packed
                 # pitch, so the warm-up's scales must live in rows of that pitch too.
                 scratch_a, scratch_scales = packed_views(torch.zeros_like(self.packed), self.k)
                 scratch_scales.fill_(1.0)
-                self.gemm.warm_up(scratch_a, self._scratch_b(), out, self.signals, scratch_scales,
-                                  torch.ones_like(self.sb))
+                self.gemm.warm_up(
+                    scratch_a, self._scratch_b(), out, self.signals, scratch_scales, torch.ones_like(self.sb)
+                )
             else:
                 self.gemm = self._make_gemm(accesses, producer=False)
                 self.gemm.warm_up(self.a_full, self._scratch_b(), out, self.signals)
@@ -82,7 +97,7 @@ class AgGemm(OpContext):
         lo = self.rank * self.shard_rows
         self.packed = packed
         self.a_full, self.a_scales = packed_views(packed, self.k)
-        self.packed_local = packed[lo:lo + self.shard_rows]
+        self.packed_local = packed[lo : lo + self.shard_rows]
         self.sb = torch.empty(self.n, dtype=torch.float32, device=self.device)
 
     def _build_fallback(self) -> None:
@@ -91,9 +106,17 @@ class AgGemm(OpContext):
             return
         self.a_full = torch.empty((self.m, self.k), dtype=self.dtype, device=self.device)
 
-    def __call__(self, a_shard: torch.Tensor, b: torch.Tensor, *, out: Optional[torch.Tensor] = None,
-                 gathered_out: Optional[torch.Tensor] = None, check: bool = CHECK_EACH_CALL,
-                 scale_a: Optional[torch.Tensor] = None, scale_b: Optional[torch.Tensor] = None) -> torch.Tensor:
+    def __call__(
+        self,
+        a_shard: torch.Tensor,
+        b: torch.Tensor,
+        *,
+        out: Optional[torch.Tensor] = None,
+        gathered_out: Optional[torch.Tensor] = None,
+        check: bool = CHECK_EACH_CALL,
+        scale_a: Optional[torch.Tensor] = None,
+        scale_b: Optional[torch.Tensor] = None,
+    ) -> torch.Tensor:
         """c = all_gather(a_shard) @ b, into `out` if given (else a new tensor). gathered_out: an
         [m, k] tensor that receives the gathered A too (the backward of GEMM+RS reads it; the
         heap's copy is overwritten by the next call). check: synchronize and raise a
@@ -103,8 +126,10 @@ class AgGemm(OpContext):
         if self.fp8:
             sa, sb = check_scales("AgGemm", scale_a, scale_b, self.shard_rows, self.n, self.device)
             if gathered_out is not None:
-                raise UserError("AgGemm: gathered_out is not supported with FP8 operands (the gathered rows "
-                                "carry their scales in the heap's own layout)")
+                raise UserError(
+                    "AgGemm: gathered_out is not supported with FP8 operands (the gathered rows "
+                    "carry their scales in the heap's own layout)"
+                )
             out = check_out(out, (self.m, self.n), self.out_dtype, self.device, "AgGemm")
             return self._call_fp8(a_shard, b, sa, sb, out, check)
         refuse_scales("AgGemm", self.dtype, scale_a, scale_b)
@@ -137,8 +162,9 @@ class AgGemm(OpContext):
             refuse_gloo_capture("AgGemm", self.group, self.device)
             pack_rows(self.packed_local, a_shard, sa)
             # Bytes, not e4m3: the rows carry their fp32 scales too.
-            dist.all_gather_into_tensor(self.packed.view(torch.uint8), self.packed_local.view(torch.uint8),
-                                        group=self.group)
+            dist.all_gather_into_tensor(
+                self.packed.view(torch.uint8), self.packed_local.view(torch.uint8), group=self.group
+            )
             self.sb.copy_(sb.expand(self.n))
             return gemm_fp8(self.a_full, b, self.a_scales, self.sb, out=out)
         key = ("fp8", a_shard.data_ptr(), b.data_ptr(), out.data_ptr(), sa.data_ptr(), sb.data_ptr())
@@ -164,8 +190,9 @@ class AgGemm(OpContext):
             ws.issue_chunks()
         ws.end()
 
-    def _enqueue(self, a_shard: torch.Tensor, b: torch.Tensor, out: torch.Tensor,
-                 gathered_out: Optional[torch.Tensor] = None) -> None:
+    def _enqueue(
+        self, a_shard: torch.Tensor, b: torch.Tensor, out: torch.Tensor, gathered_out: Optional[torch.Tensor] = None
+    ) -> None:
         """One call's device work on the current stream; the GEMM is launched before the host
         issues any chunk (its tiles wait for them on the device)."""
         ws = self.ws
@@ -200,6 +227,16 @@ def forward(a, b, *, group, gathered_out=None):
     m, k, n = a.shape[0] * world, a.shape[1], b.shape[1]
     a, b, layout = forward_operands(a, b)
     backend = default_backend()
-    ctx = context_for(AgGemm, group, (m, k, n, a.dtype, a.device, backend, layout),
-                      m=m, k=k, n=n, dtype=a.dtype, device=a.device, backend=backend, b_layout=layout)
+    ctx = context_for(
+        AgGemm,
+        group,
+        (m, k, n, a.dtype, a.device, backend, layout),
+        m=m,
+        k=k,
+        n=n,
+        dtype=a.dtype,
+        device=a.device,
+        backend=backend,
+        b_layout=layout,
+    )
     return ctx(a, b, gathered_out=gathered_out)

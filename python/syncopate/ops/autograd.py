@@ -73,7 +73,7 @@ def gather_by_all_reduce(x: torch.Tensor, world: int, group_name: str) -> torch.
     rank = dist.get_rank(group)
     rows = x.shape[0]
     padded = x.new_zeros((rows * world,) + tuple(x.shape[1:]))
-    padded[rank * rows:(rank + 1) * rows] = x
+    padded[rank * rows : (rank + 1) * rows] = x
     return torch.ops._c10d_functional.all_reduce(padded, "sum", group_name)
 
 

@@ -72,7 +72,7 @@ class CallGraphs:
 
     @property
     def mode(self) -> str:
-        """"graph" (calls replay this context's graphs) or "eager"."""
+        """ "graph" (calls replay this context's graphs) or "eager"."""
         return "graph" if self.enabled else "eager"
 
     def run(self, key: Hashable, enqueue: Callable[[], None]) -> None:

@@ -31,12 +31,12 @@ CALIBRATION_ENV = "SYNCOPATE_CALIBRATION"
 
 @dataclasses.dataclass(frozen=True)
 class OpChoice:
-    decision: str          # "fused" | "sequential"
+    decision: str  # "fused" | "sequential"
     backend: str
     algorithm: str
     split: int
     tile_order: str
-    predicted_us: dict     # fused, sequential, floor, gemm, comm (this configuration)
+    predicted_us: dict  # fused, sequential, floor, gemm, comm (this configuration)
     reason: str
     reduce: str = "chunks"  # reduce-scatter / all-reduce: "epilogue" when the staged plan runs fused
 
@@ -54,9 +54,11 @@ def calibration(name: Optional[str] = None):
     try:
         return sy.calibration(name)
     except UserError as exc:
-        raise UserError(f"syncopate.ops: cannot load the simulator calibration {name!r} ({exc}); "
-                        f"install the package (it ships calib/h200.json) or set {CALIBRATION_ENV} "
-                        "to a calibration .json file") from None
+        raise UserError(
+            f"syncopate.ops: cannot load the simulator calibration {name!r} ({exc}); "
+            f"install the package (it ships calib/h200.json) or set {CALIBRATION_ENV} "
+            "to a calibration .json file"
+        ) from None
 
 
 @functools.lru_cache(maxsize=None)
@@ -65,7 +67,7 @@ def cached_calibration(name: str):
 
 
 def _as_list(value):
-    """"auto" / None: None (tune's own lists, which `syncopate tune` uses too); a tuple: those
+    """ "auto" / None: None (tune's own lists, which `syncopate tune` uses too); a tuple: those
     (an op narrowing "auto"); else just `value`."""
     if isinstance(value, tuple):
         return list(value)
@@ -73,32 +75,87 @@ def _as_list(value):
 
 
 @functools.lru_cache(maxsize=256)
-def _choose_cached(collective, m, n, k, world, dtype, block_m, block_n, backend, algorithm, split,
-                   tile_order, mode, calib_name, reduce="chunks", gemm_dtype=None):
+def _choose_cached(
+    collective,
+    m,
+    n,
+    k,
+    world,
+    dtype,
+    block_m,
+    block_n,
+    backend,
+    algorithm,
+    split,
+    tile_order,
+    mode,
+    calib_name,
+    reduce="chunks",
+    gemm_dtype=None,
+):
     import syncopate as sy
 
     gemm = sy.GemmShape(m, n, k, block_m, block_n)
     gemm.dtype = gemm_dtype or dtype
-    result = sy.tune(collective, gemm, world, cached_calibration(calib_name),
-                     dtype=dtype, algorithms=_as_list(algorithm), splits=_as_list(split),
-                     backends=_as_list(backend), orders=_as_list(tile_order), reduce=reduce,
-                     kernel_level=False, mode=mode)
+    result = sy.tune(
+        collective,
+        gemm,
+        world,
+        cached_calibration(calib_name),
+        dtype=dtype,
+        algorithms=_as_list(algorithm),
+        splits=_as_list(split),
+        backends=_as_list(backend),
+        orders=_as_list(tile_order),
+        reduce=reduce,
+        kernel_level=False,
+        mode=mode,
+    )
     c = result.chosen
-    predicted = dict(fused=c.fused_us, sequential=c.sequential_us, floor=c.floor_us, gemm=c.gemm_alone_us,
-                     comm=c.comm_alone_us)
-    return OpChoice(result.decision, c.backend, c.algorithm, int(c.split), c.order, predicted, result.reason,
-                    c.reduce)
+    predicted = dict(
+        fused=c.fused_us, sequential=c.sequential_us, floor=c.floor_us, gemm=c.gemm_alone_us, comm=c.comm_alone_us
+    )
+    return OpChoice(result.decision, c.backend, c.algorithm, int(c.split), c.order, predicted, result.reason, c.reduce)
 
 
-def choose(collective: str, *, m: int, n: int, k: int, world: int, dtype: str, block_m: int,
-           block_n: int, backend: str = "auto", algorithm: str = "auto", split: Optional[int] = None,
-           tile_order: str = "auto", mode: str = "auto", reduce: str = "chunks",
-           gemm_dtype: Optional[str] = None) -> OpChoice:
+def choose(
+    collective: str,
+    *,
+    m: int,
+    n: int,
+    k: int,
+    world: int,
+    dtype: str,
+    block_m: int,
+    block_n: int,
+    backend: str = "auto",
+    algorithm: str = "auto",
+    split: Optional[int] = None,
+    tile_order: str = "auto",
+    mode: str = "auto",
+    reduce: str = "chunks",
+    gemm_dtype: Optional[str] = None,
+) -> OpChoice:
     """The configuration an op context runs with (see the module docstring). m, n, k: the GEMM
     every rank runs (all-gather: M is the gathered rows). dtype: the plan's (the bytes chunks
     move); gemm_dtype: the GEMM operands' where they differ (FP8 GEMM+RS reduces a bf16 C).
     Deterministic for equal arguments."""
     calib_name = calibration_name()
-    return _choose_cached(collective, int(m), int(n), int(k), int(world), dtype, int(block_m),
-                          int(block_n), backend, algorithm, split, tile_order, mode, calib_name, reduce,
-                          gemm_dtype)
+    return _choose_cached(
+        collective,
+        int(m),
+        int(n),
+        int(k),
+        int(world),
+        dtype,
+        int(block_m),
+        int(block_n),
+        backend,
+        algorithm,
+        split,
+        tile_order,
+        mode,
+        calib_name,
+        reduce,
+        gemm_dtype,
+    )

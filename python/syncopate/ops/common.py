@@ -52,11 +52,12 @@ def check_options(who: str, *, backend, algorithm, split, tile_order, mode, b_la
     if mode not in MODES:
         raise UserError(f"{who}: mode={mode!r} is not one of {MODES}")
     if b_layout not in B_LAYOUTS:
-        raise UserError(f"{who}: b_layout={b_layout!r} is not one of {B_LAYOUTS} "
-                        "(\"kn\": b is [K, N] row-major; \"nk\": b is weight.t() of a [N, K] weight)")
+        raise UserError(
+            f"{who}: b_layout={b_layout!r} is not one of {B_LAYOUTS} "
+            "(\"kn\": b is [K, N] row-major; \"nk\": b is weight.t() of a [N, K] weight)"
+        )
     if split is not None and (isinstance(split, bool) or not isinstance(split, int) or split < 1):
-        raise UserError(f"{who}: split must be None (the simulator chooses) or an integer >= 1, "
-                        f"got {split!r}")
+        raise UserError(f"{who}: split must be None (the simulator chooses) or an integer >= 1, got {split!r}")
 
 
 def check_dims(who: str, **dims) -> None:
@@ -66,7 +67,7 @@ def check_dims(who: str, **dims) -> None:
 
 
 def detect_b_layout(b: torch.Tensor) -> Optional[str]:
-    """"kn" when B [K, N] is contiguous, "nk" when it is the transpose view of a contiguous
+    """ "kn" when B [K, N] is contiguous, "nk" when it is the transpose view of a contiguous
     [N, K] tensor (an nn.Linear weight passed as weight.t()), None for any other strides (a
     strided view would change the kernel's specialisation from call to call)."""
     if b.is_contiguous():
@@ -82,11 +83,15 @@ def check_b_layout(who: str, b: torch.Tensor, expected: str) -> None:
     if layout == expected:
         return
     if layout is None:
-        raise UserError(f"{who}: b has strides {tuple(b.stride())}, neither row-major [K, N] (\"kn\") "
-                        "nor the transpose of a row-major [N, K] weight (\"nk\"); pass b.contiguous()")
-    raise UserError(f"{who}: b has layout {layout!r} but this context was built with "
-                    f"b_layout={expected!r}; build a context with b_layout={layout!r} (the kernel is "
-                    "compiled per layout before any call, so it cannot switch during one)")
+        raise UserError(
+            f"{who}: b has strides {tuple(b.stride())}, neither row-major [K, N] (\"kn\") "
+            "nor the transpose of a row-major [N, K] weight (\"nk\"); pass b.contiguous()"
+        )
+    raise UserError(
+        f"{who}: b has layout {layout!r} but this context was built with "
+        f"b_layout={expected!r}; build a context with b_layout={layout!r} (the kernel is "
+        "compiled per layout before any call, so it cannot switch during one)"
+    )
 
 
 def leading_stride_aligned(rows_elems: int, dtype: torch.dtype) -> bool:
@@ -98,18 +103,21 @@ def check_aligned(who: str, name: str, t: torch.Tensor) -> None:
     """The kernel is compiled for 16-byte aligned pointers; another alignment would make Triton
     compile a new variant during a call (while a peer may spin), so it is refused."""
     if t.data_ptr() % _TMA_ALIGN_BYTES != 0:
-        raise UserError(f"{who}: {name} starts at an address that is not 16-byte aligned; pass a "
-                        f"freshly allocated (or .clone()d) tensor")
+        raise UserError(
+            f"{who}: {name} starts at an address that is not 16-byte aligned; pass a "
+            f"freshly allocated (or .clone()d) tensor"
+        )
 
 
 def check_out(out, shape, dtype, device, who):
     """`out` if it fits (shape, dtype, device, contiguous, 16-byte aligned), a new tensor if None."""
     if out is None:
         return torch.empty(shape, dtype=dtype, device=device)
-    if (tuple(out.shape) != tuple(shape) or out.dtype != dtype or out.device != device
-            or not out.is_contiguous()):
-        raise UserError(f"{who}: out must be a contiguous {list(shape)} {dtype} tensor on {device}, got "
-                        f"{list(out.shape)} {out.dtype} on {out.device}")
+    if tuple(out.shape) != tuple(shape) or out.dtype != dtype or out.device != device or not out.is_contiguous():
+        raise UserError(
+            f"{who}: out must be a contiguous {list(shape)} {dtype} tensor on {device}, got "
+            f"{list(out.shape)} {out.dtype} on {out.device}"
+        )
     check_aligned(who, "out", out)
     return out
 
@@ -132,8 +140,10 @@ def ranks_sharing_a_device(group, device) -> Optional[tuple]:
 
     if group is None or dist.get_world_size(group) < 2:
         return None
-    mine = (socket.gethostname(), str(torch.cuda.get_device_properties(device).uuid)
-            if device.type == "cuda" else f"{device}")
+    mine = (
+        socket.gethostname(),
+        str(torch.cuda.get_device_properties(device).uuid) if device.type == "cuda" else f"{device}",
+    )
     everyone = [None] * dist.get_world_size(group)
     dist.all_gather_object(everyone, mine, group=group)
     seen = {}
@@ -153,10 +163,12 @@ def refuse_gloo_capture(who: str, group, device) -> None:
     import torch.distributed as dist
 
     if dist.get_backend(group) == "gloo":
-        raise UserError(f"{who}: cannot be captured in a CUDA graph: its collective runs over gloo (ranks "
-                        f"sharing a GPU), which copies through host memory outside the stream; capture "
-                        f"with an NCCL group, or a context whose chunks use the copy engine or SM copy "
-                        f"(mode='fused' or mode='sequential')")
+        raise UserError(
+            f"{who}: cannot be captured in a CUDA graph: its collective runs over gloo (ranks "
+            f"sharing a GPU), which copies through host memory outside the stream; capture "
+            f"with an NCCL group, or a context whose chunks use the copy engine or SM copy "
+            f"(mode='fused' or mode='sequential')"
+        )
 
 
 def barrier(group, device):

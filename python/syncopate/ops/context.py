@@ -13,8 +13,16 @@ from syncopate.errors import ShapeError, UserError, WaitTimeoutError
 from syncopate.ops.call_graphs import CallGraphs, capturing
 from syncopate.ops.choice import choose
 from syncopate.ops.fp8 import check_fp8_context, is_fp8, output_dtype
-from syncopate.ops.common import (BACKENDS, barrier, check_aligned, check_b_layout, check_dims, check_options,
-                                  group_rank_world, ranks_sharing_a_device)
+from syncopate.ops.common import (
+    BACKENDS,
+    barrier,
+    check_aligned,
+    check_b_layout,
+    check_dims,
+    check_options,
+    group_rank_world,
+    ranks_sharing_a_device,
+)
 from syncopate.ops.topology import check_single_node, group_nodes
 from syncopate.runtime import DEFAULT_WAIT_BOUND_NS, plan_dtype
 
@@ -39,16 +47,33 @@ class OpContext:
     # C); it decides the bytes a chunk moves (FP8 operands, bf16 results).
     plan_holds_operand = True
 
-    def __init__(self, group, *, m: int, k: int, n: int, dtype: torch.dtype,
-                 device: Optional[torch.device] = None, backend: str = "auto", algorithm: str = "auto",
-                 split: Optional[int] = None, tile_order: str = "auto", mode: str = "auto",
-                 b_layout: str = "kn", wait_bound_ns: int = DEFAULT_WAIT_BOUND_NS, drop_chunk: int = -1,
-                 graph: bool = True, plan=None, nodes=None):
+    def __init__(
+        self,
+        group,
+        *,
+        m: int,
+        k: int,
+        n: int,
+        dtype: torch.dtype,
+        device: Optional[torch.device] = None,
+        backend: str = "auto",
+        algorithm: str = "auto",
+        split: Optional[int] = None,
+        tile_order: str = "auto",
+        mode: str = "auto",
+        b_layout: str = "kn",
+        wait_bound_ns: int = DEFAULT_WAIT_BOUND_NS,
+        drop_chunk: int = -1,
+        graph: bool = True,
+        plan=None,
+        nodes=None,
+    ):
         who = type(self).__name__
         # Every argument is checked before any GPU work.
         check_dims(who, m=m, k=k, n=n)
-        check_options(who, backend=backend, algorithm=algorithm, split=split, tile_order=tile_order,
-                      mode=mode, b_layout=b_layout)
+        check_options(
+            who, backend=backend, algorithm=algorithm, split=split, tile_order=tile_order, mode=mode, b_layout=b_layout
+        )
         if dtype not in CONTEXT_DTYPES:
             raise UserError(f"{who}: dtype {dtype} is not supported; use one of {CONTEXT_DTYPES}")
         group, rank, world = group_rank_world(group)
@@ -85,42 +110,78 @@ class OpContext:
         # plan=: a plan the user brought (ops/user_plan.py) runs instead of a template.
         self._user_plan = None
         if plan is not None and self.fp8:
-            raise UserError(f"{who}: plan= with FP8 operands is not supported yet (the FP8 ops gather A's rows "
-                            "with their scales in a plan tensor of their own layout); leave plan unset")
+            raise UserError(
+                f"{who}: plan= with FP8 operands is not supported yet (the FP8 ops gather A's rows "
+                "with their scales in a plan tensor of their own layout); leave plan unset"
+            )
         if plan is not None:
             from syncopate.ops.user_plan import check_user_plan, choice_for_plan
 
             self._user_plan, backend = check_user_plan(
-                who, plan, collective=self.collective, m=m, k=k, n=n, world=world,
+                who,
+                plan,
+                collective=self.collective,
+                m=m,
+                k=k,
+                n=n,
+                world=world,
                 dtype=plan_dtype(self.plan_torch_dtype),
-                backend=backend, reduce=getattr(self, "_reduce_request", None))
+                backend=backend,
+                reduce=getattr(self, "_reduce_request", None),
+            )
             if backend == "nccl":
                 self._usable_backends(backend)  # refused by name where ranks share a GPU
-            choice = choice_for_plan(who, self._user_plan, collective=self.collective, m=m, n=n, k=k, world=world,
-                                     dtype=plan_dtype(self.plan_torch_dtype), block_m=self.config.block_m,
-                                     block_n=self.config.block_n, backend=backend, tile_order=tile_order, mode=mode)
+            choice = choice_for_plan(
+                who,
+                self._user_plan,
+                collective=self.collective,
+                m=m,
+                n=n,
+                k=k,
+                world=world,
+                dtype=plan_dtype(self.plan_torch_dtype),
+                block_m=self.config.block_m,
+                block_n=self.config.block_n,
+                backend=backend,
+                tile_order=tile_order,
+                mode=mode,
+            )
         else:
             backend = self._usable_backends(backend)
-            choice = choose(self.collective, m=m, n=n, k=k, world=world, dtype=plan_dtype(self.plan_torch_dtype),
-                            gemm_dtype=plan_dtype(dtype),
-                            block_m=self.config.block_m, block_n=self.config.block_n, backend=backend,
-                            algorithm=algorithm, split=split, tile_order=tile_order, mode=mode,
-                            **self._choice_options(mode=mode, algorithm=algorithm))
+            choice = choose(
+                self.collective,
+                m=m,
+                n=n,
+                k=k,
+                world=world,
+                dtype=plan_dtype(self.plan_torch_dtype),
+                gemm_dtype=plan_dtype(dtype),
+                block_m=self.config.block_m,
+                block_n=self.config.block_n,
+                backend=backend,
+                algorithm=algorithm,
+                split=split,
+                tile_order=tile_order,
+                mode=mode,
+                **self._choice_options(mode=mode, algorithm=algorithm),
+            )
         self.choice = choice
         self.gemm = None
         # Where "auto" decided that overlap does not pay, the call is exactly what the user would
         # run without Syncopate (NCCL collective + torch.matmul): no heap, no executor. An
         # explicit mode="sequential" keeps the executor's sequential path (every backend, bounded
         # waits), which the GPU tests exercise.
-        self.torch_fallback = mode == "auto" and choice.decision == "sequential" and \
-            (group is not None or world == 1)
+        self.torch_fallback = mode == "auto" and choice.decision == "sequential" and (group is not None or world == 1)
         self.ws = None
         if self.torch_fallback:
             self._build_fallback()
         else:
             self._build(drop_chunk)
-        self.graphs = CallGraphs(who, enabled=graph and not self.torch_fallback and self.device.type == "cuda",
-                                 refusal=self._capture_refusal())
+        self.graphs = CallGraphs(
+            who,
+            enabled=graph and not self.torch_fallback and self.device.type == "cuda",
+            refusal=self._capture_refusal(),
+        )
         # No rank may start a call (and spin) before every rank has loaded its kernels.
         barrier(group, self.device)
 
@@ -137,16 +198,20 @@ class OpContext:
             return backend
         r, s, gpu = shared
         if backend == "nccl":
-            raise UserError(f"{type(self).__name__}: backend='nccl' cannot run here: ranks {r} and {s} share "
-                            f"GPU {gpu} and NCCL refuses two ranks on one device; use 'copy-engine' or 'sm-copy'")
+            raise UserError(
+                f"{type(self).__name__}: backend='nccl' cannot run here: ranks {r} and {s} share "
+                f"GPU {gpu} and NCCL refuses two ranks on one device; use 'copy-engine' or 'sm-copy'"
+            )
         return tuple(b for b in BACKENDS if b != "nccl") if backend == "auto" else backend
 
     def _capture_refusal(self) -> Optional[str]:
         """Why this context's calls cannot be captured in a CUDA graph, or None."""
         if self.ws is not None and self.ws.nccl is not None:
-            return ("its plan moves chunks with NCCL, whose calls are bounded by a host watchdog that "
-                    "polls events of each call, which a replayed graph does not give (a lost peer would "
-                    "hang the replay); use backend='copy-engine' or 'sm-copy' to capture")
+            return (
+                "its plan moves chunks with NCCL, whose calls are bounded by a host watchdog that "
+                "polls events of each call, which a replayed graph does not give (a lost peer would "
+                "hang the replay); use backend='copy-engine' or 'sm-copy' to capture"
+            )
         return None
 
     def _run_call(self, key, enqueue, check: bool) -> None:
@@ -235,7 +300,7 @@ class OpContext:
 
     @property
     def kernel_origin(self) -> str:
-        """"transformer" (the fused GEMM is the transformer's output) or "sequential"."""
+        """ "transformer" (the fused GEMM is the transformer's output) or "sequential"."""
         return "sequential" if self.gemm is None else "transformer"
 
     @property
@@ -248,39 +313,74 @@ class OpContext:
 
         if self._user_plan is not None:
             return self._user_plan
-        return sy.make_plan(self.collective, world_size=self.world, shape=shape, algorithm=self.algorithm,
-                            split=self.split, dtype=plan_dtype(self.plan_torch_dtype), dim=0, backend=self.backend,
-                            tensor=tensor)
+        return sy.make_plan(
+            self.collective,
+            world_size=self.world,
+            shape=shape,
+            algorithm=self.algorithm,
+            split=self.split,
+            dtype=plan_dtype(self.plan_torch_dtype),
+            dim=0,
+            backend=self.backend,
+            tensor=tensor,
+        )
 
     def _make_gemm(self, accesses, producer: bool, a_pitch: Optional[int] = None, stride_sa: int = 1):
         from syncopate.ops.fused_gemm import Fp8FusedGemm, FusedGemm, persistent_programs
 
         if self.fp8:
-            return Fp8FusedGemm(plan=self.plan, rank=self.rank, m=self.m, n=self.n, k=self.k, b_layout=self.b_layout,
-                                config=self.config, accesses=accesses, tile_order=self.tile_order, device=self.device,
-                                wait_bound_ns=self.wait_bound_ns, producer=producer,
-                                num_programs=persistent_programs(self.device, self.backend, producer),
-                                a_pitch=self.k if a_pitch is None else a_pitch, stride_sa=stride_sa)
+            return Fp8FusedGemm(
+                plan=self.plan,
+                rank=self.rank,
+                m=self.m,
+                n=self.n,
+                k=self.k,
+                b_layout=self.b_layout,
+                config=self.config,
+                accesses=accesses,
+                tile_order=self.tile_order,
+                device=self.device,
+                wait_bound_ns=self.wait_bound_ns,
+                producer=producer,
+                num_programs=persistent_programs(self.device, self.backend, producer),
+                a_pitch=self.k if a_pitch is None else a_pitch,
+                stride_sa=stride_sa,
+            )
 
-        return FusedGemm(plan=self.plan, rank=self.rank, m=self.m, n=self.n, k=self.k, dtype=self.dtype,
-                         b_layout=self.b_layout, config=self.config, accesses=accesses,
-                         tile_order=self.tile_order, device=self.device, backend=self.backend,
-                         wait_bound_ns=self.wait_bound_ns, producer=producer,
-                         num_programs=persistent_programs(self.device, self.backend, producer))
+        return FusedGemm(
+            plan=self.plan,
+            rank=self.rank,
+            m=self.m,
+            n=self.n,
+            k=self.k,
+            dtype=self.dtype,
+            b_layout=self.b_layout,
+            config=self.config,
+            accesses=accesses,
+            tile_order=self.tile_order,
+            device=self.device,
+            backend=self.backend,
+            wait_bound_ns=self.wait_bound_ns,
+            producer=producer,
+            num_programs=persistent_programs(self.device, self.backend, producer),
+        )
 
     def _scratch_b(self) -> torch.Tensor:
         if self.b_layout == "nk":
             return torch.zeros((self.n, self.k), dtype=self.dtype, device=self.device).t()
         return torch.zeros((self.k, self.n), dtype=self.dtype, device=self.device)
 
-    def _check_operands(self, a: torch.Tensor, a_name: str, a_shape, b: torch.Tensor, b_name: str,
-                        a_to_kernel: bool) -> None:
+    def _check_operands(
+        self, a: torch.Tensor, a_name: str, a_shape, b: torch.Tensor, b_name: str, a_to_kernel: bool
+    ) -> None:
         """The per-call checks (attribute reads only). a_to_kernel: the fused GEMM reads `a`
         itself (GEMM+RS/AR), not a copy in the heap (AG+GEMM)."""
         who = type(self).__name__
         if tuple(a.shape) != tuple(a_shape) or tuple(b.shape) != (self.k, self.n):
-            raise ShapeError(f"{who}: expected {a_name} {list(a_shape)} and {b_name} [{self.k}, {self.n}], "
-                             f"got {list(a.shape)} and {list(b.shape)}")
+            raise ShapeError(
+                f"{who}: expected {a_name} {list(a_shape)} and {b_name} [{self.k}, {self.n}], "
+                f"got {list(a.shape)} and {list(b.shape)}"
+            )
         if a.dtype != self.dtype or b.dtype != self.dtype:
             raise UserError(f"{who}: operands must be {self.dtype}, got {a.dtype} and {b.dtype}")
         if a.device != self.device or b.device != self.device:

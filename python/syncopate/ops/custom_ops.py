@@ -50,16 +50,28 @@ from syncopate.errors import ShapeError, UserError
 from syncopate.ops.context import SUPPORTED_DTYPES
 from syncopate.settings import env
 
-__all__ = ["ag_gemm", "ag_gemm_gathered", "gemm_rs", "gemm_ar", "SUPPORTED_DTYPES", "OP_NAMES", "NO_GROUP",
-           "group_args"]
+__all__ = [
+    "ag_gemm",
+    "ag_gemm_gathered",
+    "gemm_rs",
+    "gemm_ar",
+    "SUPPORTED_DTYPES",
+    "OP_NAMES",
+    "NO_GROUP",
+    "group_args",
+]
 
 OP_NAMES = ("ag_gemm", "gemm_rs", "gemm_ar")
 # The group name of one rank without torch.distributed (process groups are never named "").
 NO_GROUP = ""
 
 # Argument names as the public functions spell them, for error messages.
-_ARG_NAMES = {"ag_gemm": ("a_shard", "b"), "ag_gemm_gathered": ("a_shard", "b"), "gemm_rs": ("a", "b_shard"),
-              "gemm_ar": ("a", "b_shard")}
+_ARG_NAMES = {
+    "ag_gemm": ("a_shard", "b"),
+    "ag_gemm_gathered": ("a_shard", "b"),
+    "gemm_rs": ("a", "b_shard"),
+    "gemm_ar": ("a", "b_shard"),
+}
 
 
 def _fmt_shape(t: torch.Tensor) -> str:
@@ -94,8 +106,10 @@ def _check_operands(op: str, a: torch.Tensor, b: torch.Tensor, world_size: int) 
     if a.device != b.device:
         raise UserError(f"{where}: {a_name} is on {a.device} but {b_name} is on {b.device}")
     if not device_supported(a.device):
-        raise UserError(f"{where}: the operands must be on a CUDA device (or the CPU under Triton's "
-                        f"interpreter, TRITON_INTERPRET=1), got {a.device}")
+        raise UserError(
+            f"{where}: the operands must be on a CUDA device (or the CPU under Triton's "
+            f"interpreter, TRITON_INTERPRET=1), got {a.device}"
+        )
 
 
 def interpreter_on() -> bool:
@@ -162,11 +176,15 @@ def _resolve_group(op: str, world_size: int, group_name: str):
     """The process group named `group_name` (checked against world_size), or _OneRank()."""
     if group_name == NO_GROUP:
         if world_size != 1:
-            raise UserError(f"syncopate.ops.{op}: world_size={world_size} with no process group (group name "
-                            f"{NO_GROUP!r} means one rank); pass the process group's name")
+            raise UserError(
+                f"syncopate.ops.{op}: world_size={world_size} with no process group (group name "
+                f"{NO_GROUP!r} means one rank); pass the process group's name"
+            )
         if _dist_ready():
-            raise UserError(f"syncopate.ops.{op}: group name {NO_GROUP!r} (one rank without torch.distributed) "
-                            "was given while torch.distributed is initialized; pass the process group's name")
+            raise UserError(
+                f"syncopate.ops.{op}: group name {NO_GROUP!r} (one rank without torch.distributed) "
+                "was given while torch.distributed is initialized; pass the process group's name"
+            )
         return _OneRank()
     if not _dist_ready():
         raise UserError(
@@ -181,8 +199,7 @@ def _resolve_group(op: str, world_size: int, group_name: str):
         raise UserError(f"syncopate.ops.{op}: no process group named {group_name!r}: {exc}") from None
     if group.size() != world_size:
         raise UserError(
-            f"syncopate.ops.{op}: world_size={world_size} but process group {group_name!r} has "
-            f"{group.size()} ranks"
+            f"syncopate.ops.{op}: world_size={world_size} but process group {group_name!r} has {group.size()} ranks"
         )
     return group
 
@@ -241,8 +258,9 @@ def _ag_gemm_fake(a_shard, b, world_size, group_name):
 
 
 @torch.library.custom_op("syncopate::ag_gemm_gathered", mutates_args=())
-def ag_gemm_gathered_op(a_shard: torch.Tensor, b: torch.Tensor, world_size: int,
-                         group_name: str) -> Tuple[torch.Tensor, torch.Tensor]:
+def ag_gemm_gathered_op(
+    a_shard: torch.Tensor, b: torch.Tensor, world_size: int, group_name: str
+) -> Tuple[torch.Tensor, torch.Tensor]:
     return _run_ag_gemm_gathered(a_shard, b, world_size, group_name)
 
 
@@ -285,34 +303,44 @@ def group_args(op: str, group) -> Tuple[str, int]:
     if group is None:
         group = dist.group.WORLD
     if not (dist.is_available() and isinstance(group, dist.ProcessGroup)):
-        raise UserError(f"syncopate.ops.{op}: group must be a torch.distributed ProcessGroup or None, "
-                        f"got {type(group).__name__}")
+        raise UserError(
+            f"syncopate.ops.{op}: group must be a torch.distributed ProcessGroup or None, got {type(group).__name__}"
+        )
     if not _dist_ready():
-        raise UserError(f"syncopate.ops.{op}: a process group was given but torch.distributed is not "
-                        f"initialized; call torch.distributed.init_process_group() first")
+        raise UserError(
+            f"syncopate.ops.{op}: a process group was given but torch.distributed is not "
+            f"initialized; call torch.distributed.init_process_group() first"
+        )
     return group.group_name, group.size()
 
 
-def ag_gemm(a_shard: torch.Tensor, b: torch.Tensor, group: Optional["torch.distributed.ProcessGroup"] = None) -> torch.Tensor:
+def ag_gemm(
+    a_shard: torch.Tensor, b: torch.Tensor, group: Optional["torch.distributed.ProcessGroup"] = None
+) -> torch.Tensor:
     """all_gather(a_shard, dim 0) @ b, overlapped: a_shard [M/w, K], b [K, N] -> [M, N]."""
     group_name, world_size = group_args("ag_gemm", group)
     return torch.ops.syncopate.ag_gemm(a_shard, b, world_size, group_name)
 
 
-def ag_gemm_gathered(a_shard: torch.Tensor, b: torch.Tensor,
-                     group: Optional["torch.distributed.ProcessGroup"] = None) -> Tuple[torch.Tensor, torch.Tensor]:
+def ag_gemm_gathered(
+    a_shard: torch.Tensor, b: torch.Tensor, group: Optional["torch.distributed.ProcessGroup"] = None
+) -> Tuple[torch.Tensor, torch.Tensor]:
     """(all_gather(a_shard) @ b, all_gather(a_shard)): [M, N] and [M, K]."""
     group_name, world_size = group_args("ag_gemm_gathered", group)
     return torch.ops.syncopate.ag_gemm_gathered(a_shard, b, world_size, group_name)
 
 
-def gemm_rs(a: torch.Tensor, b_shard: torch.Tensor, group: Optional["torch.distributed.ProcessGroup"] = None) -> torch.Tensor:
+def gemm_rs(
+    a: torch.Tensor, b_shard: torch.Tensor, group: Optional["torch.distributed.ProcessGroup"] = None
+) -> torch.Tensor:
     """reduce_scatter(a @ b_shard, dim 0), overlapped: a [M, K/w], b_shard [K/w, N] -> [M/w, N]."""
     group_name, world_size = group_args("gemm_rs", group)
     return torch.ops.syncopate.gemm_rs(a, b_shard, world_size, group_name)
 
 
-def gemm_ar(a: torch.Tensor, b_shard: torch.Tensor, group: Optional["torch.distributed.ProcessGroup"] = None) -> torch.Tensor:
+def gemm_ar(
+    a: torch.Tensor, b_shard: torch.Tensor, group: Optional["torch.distributed.ProcessGroup"] = None
+) -> torch.Tensor:
     """all_reduce(a @ b_shard), overlapped: a [M, K/w], b_shard [K/w, N] -> [M, N]."""
     group_name, world_size = group_args("gemm_ar", group)
     return torch.ops.syncopate.gemm_ar(a, b_shard, world_size, group_name)

@@ -53,16 +53,19 @@ def check_fp8_context(who: str, device: torch.device, k: int, n: int) -> None:
     except ValueError as exc:
         raise UserError(str(exc)) from None
     if k % 16 != 0 or n % 16 != 0:
-        raise ShapeError(f"{who}: FP8 needs k and n multiples of 16 (A's rows are k bytes, B's k or n bytes), "
-                         f"for 16-byte row pitches; got k={k}, n={n}")
+        raise ShapeError(
+            f"{who}: FP8 needs k and n multiples of 16 (A's rows are k bytes, B's k or n bytes), "
+            f"for 16-byte row pitches; got k={k}, n={n}"
+        )
 
 
 def check_scale(who: str, name: str, scale, length: int, what: str, shapes: tuple, device) -> torch.Tensor:
     """`scale` as a flat float32 view of 1 or `length` elements; UserError/ShapeError naming
     `name`, what it scales and the shapes accepted otherwise."""
     if scale is None:
-        raise UserError(f"{who}: FP8 operands need {name} (float32: one element per tensor, or one per "
-                        f"{what}); it was not given")
+        raise UserError(
+            f"{who}: FP8 operands need {name} (float32: one element per tensor, or one per {what}); it was not given"
+        )
     if not isinstance(scale, torch.Tensor) or scale.dtype != torch.float32:
         got = scale.dtype if isinstance(scale, torch.Tensor) else type(scale).__name__
         raise UserError(f"{who}: {name} must be a float32 tensor, got {got}")
@@ -71,8 +74,10 @@ def check_scale(who: str, name: str, scale, length: int, what: str, shapes: tupl
     if scale.numel() == 1:
         return scale.reshape(1)
     if tuple(scale.shape) not in shapes:
-        raise ShapeError(f"{who}: {name} must have 1 element (per tensor) or {length} (one per {what}: "
-                         f"shape {' or '.join(str(list(s)) for s in shapes)}), got shape {list(scale.shape)}")
+        raise ShapeError(
+            f"{who}: {name} must have 1 element (per tensor) or {length} (one per {what}: "
+            f"shape {' or '.join(str(list(s)) for s in shapes)}), got shape {list(scale.shape)}"
+        )
     return scale.reshape(length)
 
 
@@ -93,7 +98,7 @@ def packed_views(packed: torch.Tensor, k: int):
     """(A [rows, k] e4m3, scales [rows, 1] float32) of gathered rows laid out as k bytes of A, then
     the row's fp32 scale, then padding (packed: [rows, k + ROW_TAIL_BYTES] e4m3)."""
     a = packed[:, :k]
-    scales = packed[:, k:k + 4].view(torch.float32)
+    scales = packed[:, k : k + 4].view(torch.float32)
     return a, scales
 
 

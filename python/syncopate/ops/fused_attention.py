@@ -53,7 +53,7 @@ ALGORITHMS = ("direct", "ring", "bidir")  # of Ulysses' all-to-all
 def attention_block(s_loc: int, device: torch.device) -> int:
     """BLOCK_M = BLOCK_N of the fused kernel: 64 on a GPU (16 under the interpreter) or the
     largest smaller power of two >= 16 dividing S_loc; 0 if none does."""
-    for block in ((64, 32, 16) if device.type == "cuda" else (16,)):
+    for block in (64, 32, 16) if device.type == "cuda" else (16,):
         if s_loc % block == 0:
             return block
     return 0
@@ -71,8 +71,11 @@ class _Landing:
     """The chunks landing on one rank in one tensor, with their landing slots (SignalTable)."""
 
     def __init__(self, plan, table, rank: int, tensor: str):
-        self.chunks = [(c.dst_box, int(table.landing_slot_of_chunk[c.id])) for c in plan.chunks
-                       if c.dst == rank and c.dst_tensor == tensor and table.landing_slot_of_chunk[c.id] >= 0]
+        self.chunks = [
+            (c.dst_box, int(table.landing_slot_of_chunk[c.id]))
+            for c in plan.chunks
+            if c.dst == rank and c.dst_tensor == tensor and table.landing_slot_of_chunk[c.id] >= 0
+        ]
         self._cache: dict = {}
 
     def slots(self, lo, hi) -> list[int]:
@@ -88,10 +91,25 @@ class _FusedAttention:
 
     who = "attention"
 
-    def __init__(self, group, *, z: int, h: int, h_kv: int, s_loc: int, d: int, dtype: torch.dtype,
-                 device=None, causal: bool = False, sm_scale: Optional[float] = None,
-                 backend: str = "copy-engine", algorithm: str = "direct", split: int = 1,
-                 wait_bound_ns: Optional[int] = None, drop_chunk: int = -1):
+    def __init__(
+        self,
+        group,
+        *,
+        z: int,
+        h: int,
+        h_kv: int,
+        s_loc: int,
+        d: int,
+        dtype: torch.dtype,
+        device=None,
+        causal: bool = False,
+        sm_scale: Optional[float] = None,
+        backend: str = "copy-engine",
+        algorithm: str = "direct",
+        split: int = 1,
+        wait_bound_ns: Optional[int] = None,
+        drop_chunk: int = -1,
+    ):
         from syncopate.runtime import DEFAULT_WAIT_BOUND_NS
 
         who = self.who
@@ -99,11 +117,12 @@ class _FusedAttention:
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise UserError(f"{who}: {name} must be a positive integer, got {value!r}")
         if dtype not in SUPPORTED_DTYPES:
-            raise UserError(f"{who}: dtype {dtype} is not supported by the fused kernel; use one of "
-                            f"{SUPPORTED_DTYPES}")
+            raise UserError(f"{who}: dtype {dtype} is not supported by the fused kernel; use one of {SUPPORTED_DTYPES}")
         if backend not in BACKENDS:
-            raise UserError(f"{who}: backend={backend!r}: the fused attention runs the copy-engine backend only "
-                            "(its tiles spin on chunks, and an SM-driven backend could be starved of SMs)")
+            raise UserError(
+                f"{who}: backend={backend!r}: the fused attention runs the copy-engine backend only "
+                "(its tiles spin on chunks, and an SM-driven backend could be starved of SMs)"
+            )
         if algorithm not in ALGORITHMS:
             raise UserError(f"{who}: algorithm={algorithm!r} is not one of {ALGORITHMS}")
         if d < 16 or d & (d - 1):
@@ -114,12 +133,14 @@ class _FusedAttention:
         self.device = torch.device(device) if device is not None else torch.device("cuda", torch.cuda.current_device())
         self.block = attention_block(s_loc, self.device)
         if not self.block:
-            raise ShapeError(f"{who}: S_loc={s_loc} positions per rank is not a multiple of "
-                             f"{16 if self.device.type != 'cuda' else '16, 32 or 64'}: the kernel's K/V blocks must not "
-                             "straddle two ranks' pieces")
+            raise ShapeError(
+                f"{who}: S_loc={s_loc} positions per rank is not a multiple of "
+                f"{16 if self.device.type != 'cuda' else '16, 32 or 64'}: the kernel's K/V blocks must not "
+                "straddle two ranks' pieces"
+            )
         self.z, self.h, self.h_kv, self.s_loc, self.d = z, h, h_kv, s_loc, d
         self.dtype, self.causal = dtype, bool(causal)
-        self.sm_scale = d ** -0.5 if sm_scale is None else float(sm_scale)
+        self.sm_scale = d**-0.5 if sm_scale is None else float(sm_scale)
         self.backend, self.algorithm, self.split = backend, algorithm, split
         self.wait_bound_ns = DEFAULT_WAIT_BOUND_NS if wait_bound_ns is None else int(wait_bound_ns)
         self.drop_chunk = int(drop_chunk)
@@ -139,15 +160,31 @@ class _FusedAttention:
         import syncopate as sy
         from syncopate.runtime import plan_dtype
 
-        return sy.make_plan(collective, world_size=self.world, shape=list(shape), dim=dim,
-                            algorithm=algorithm or self.algorithm, split=self.split,
-                            dtype=plan_dtype(self.dtype), backend=self.backend, tensor=tensor, output=output)
+        return sy.make_plan(
+            collective,
+            world_size=self.world,
+            shape=list(shape),
+            dim=dim,
+            algorithm=algorithm or self.algorithm,
+            split=self.split,
+            dtype=plan_dtype(self.dtype),
+            backend=self.backend,
+            tensor=tensor,
+            output=output,
+        )
 
     def _workspace(self, plan, drop_chunk: int = -1):
         import syncopate.runtime as runtime
 
-        return runtime.PlanWorkspace(plan, self.group, grid=(1, 1, 1, 1), accesses=[], device=self.device,
-                                     wait_bound_ns=self.wait_bound_ns, drop_chunk=drop_chunk)
+        return runtime.PlanWorkspace(
+            plan,
+            self.group,
+            grid=(1, 1, 1, 1),
+            accesses=[],
+            device=self.device,
+            wait_bound_ns=self.wait_bound_ns,
+            drop_chunk=drop_chunk,
+        )
 
     def _table(self, plan):
         import syncopate as sy
@@ -159,25 +196,43 @@ class _FusedAttention:
         from syncopate.ops.fused_gemm import transformed_kernel
 
         self.kernel = transformed_kernel(KERNEL, KERNEL_MODULE)
-        self.tables = TileTables.from_lists(order, tiles_n, tile_waits, [[] for _ in order],
-                                            [s.writers for s in table.slots], [s.chunk for s in table.slots],
-                                            rank=self.rank)
+        self.tables = TileTables.from_lists(
+            order,
+            tiles_n,
+            tile_waits,
+            [[] for _ in order],
+            [s.writers for s in table.slots],
+            [s.chunk for s in table.slots],
+            rank=self.rank,
+        )
         self.blocks = blocks
         self.error = new_error_record(self.device)
         self.kwargs = dict(self.tables.device_arrays(self.device), **blocks.device_arrays(self.device))
-        self.kwargs.update(sy_tiles_n=tiles_n, sy_wait_bound_ns=self.wait_bound_ns, sy_rank=self.rank,
-                           sy_error=self.error, sy_blocks=blocks.blocks, HEAD_DIM=self.d, BLOCK_M=self.block,
-                           BLOCK_N=self.block, CAUSAL=self.causal)
+        self.kwargs.update(
+            sy_tiles_n=tiles_n,
+            sy_wait_bound_ns=self.wait_bound_ns,
+            sy_rank=self.rank,
+            sy_error=self.error,
+            sy_blocks=blocks.blocks,
+            HEAD_DIM=self.d,
+            BLOCK_M=self.block,
+            BLOCK_N=self.block,
+            CAUSAL=self.causal,
+        )
         if self.device.type == "cuda":
             self.kwargs.update(num_warps=4, num_stages=2)
         self.grid = (self.tables.num_tiles,)
-        missing = [p for p in transformed_info(self.kernel)["params"]
-                   if p not in self.kwargs and p not in ("sy_signals", "sy_epoch")]
+        missing = [
+            p
+            for p in transformed_info(self.kernel)["params"]
+            if p not in self.kwargs and p not in ("sy_signals", "sy_epoch")
+        ]
         if missing:
             from syncopate.errors import InternalError
 
-            raise InternalError(f"{self.who}: the transformed {KERNEL} expects parameters the op does not bind: "
-                                f"{missing}")
+            raise InternalError(
+                f"{self.who}: the transformed {KERNEL} expects parameters the op does not bind: {missing}"
+            )
 
     def _launch(self, args, signals, epoch) -> None:
         self.kernel[self.grid](*args, sy_signals=signals, sy_epoch=epoch, **self.kwargs)
@@ -188,8 +243,12 @@ class _FusedAttention:
         if self.device.type != "cuda":
             return
         kwargs = dict(self.kwargs, sy_error=new_error_record(self.device))
-        self.kernel[self.grid](*args, sy_signals=torch.zeros_like(signals), sy_epoch=epoch_word(0, self.device),
-                               **{k: v for k, v in kwargs.items()})
+        self.kernel[self.grid](
+            *args,
+            sy_signals=torch.zeros_like(signals),
+            sy_epoch=epoch_word(0, self.device),
+            **{k: v for k, v in kwargs.items()},
+        )
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
 
@@ -250,8 +309,10 @@ class UlyssesAttention(_FusedAttention):
     def _check_world(self) -> None:
         for name, heads in (("q", self.h), ("k/v", self.h_kv)):
             if heads % self.world:
-                raise ShapeError(f"{self.who}: {heads} {name} heads cannot be shared by {self.world} ranks: the world "
-                                 "size must divide the head count (plan/sequence_parallel.hpp)")
+                raise ShapeError(
+                    f"{self.who}: {heads} {name} heads cannot be shared by {self.world} ranks: the world "
+                    "size must divide the head count (plan/sequence_parallel.hpp)"
+                )
 
     def _build(self) -> None:
         w, z, s, d = self.world, self.z, self.s_loc, self.d
@@ -271,8 +332,10 @@ class UlyssesAttention(_FusedAttention):
         self._bind(table, tile_waits, order, z * self.hl, blocks)
         self._warm_up(self._args(), self.signals)
         # The call's copies too: no module may load while a peer's tiles spin (docs/RUNTIME.md).
-        zeros = [torch.zeros((z, heads, s, d), dtype=self.dtype, device=self.device)
-                 for heads in (self.h, self.h_kv, self.h_kv)]
+        zeros = [
+            torch.zeros((z, heads, s, d), dtype=self.dtype, device=self.device)
+            for heads in (self.h, self.h_kv, self.h_kv)
+        ]
         self._pack(*zeros)
         zeros[0].copy_(self.o_back)
 
@@ -307,9 +370,14 @@ class UlyssesAttention(_FusedAttention):
                 for j in range(blocks):
                     p, row = divmod(j * b, s)
                     k_head, v_head = p * g + hl + kv, p * g + hl + hkvl + kv
-                    row_waits.append(sorted(set(
-                        landing.slots([zi, k_head, row, 0], [zi + 1, k_head + 1, row + b, d])
-                        + landing.slots([zi, v_head, row, 0], [zi + 1, v_head + 1, row + b, d]))))
+                    row_waits.append(
+                        sorted(
+                            set(
+                                landing.slots([zi, k_head, row, 0], [zi + 1, k_head + 1, row + b, d])
+                                + landing.slots([zi, v_head, row, 0], [zi + 1, v_head + 1, row + b, d])
+                            )
+                        )
+                    )
                 waits.append(row_waits)
         first = ((self.rank + 1) * s - 1) // b  # the own piece's last block: it lands first
         return tile_waits, order, BlockTables.from_lists(blocks, waits, [first] * tiles_n, len(table.slots))
@@ -318,22 +386,38 @@ class UlyssesAttention(_FusedAttention):
         """The kernel's arguments over the heap: q, k, v of `y` read in place, o into `o_pieces`."""
         y, o = self.y, self.o_pieces
         hl, hkvl, g = self.hl, self.hkvl, self.g
-        q, k, v = y[:, :hl], y[:, hl:hl + hkvl], y[:, hl + hkvl:hl + 2 * hkvl]
+        q, k, v = y[:, :hl], y[:, hl : hl + hkvl], y[:, hl + hkvl : hl + 2 * hkvl]
 
         def strides(t, piece_heads):
             return t.stride(0), t.stride(1), piece_heads * t.stride(1), t.stride(2)
 
         n = self.world * self.s_loc
-        return (q, k, v, o, self.sm_scale, self.z, hl, hkvl, n, n, 0, self.s_loc,
-                *strides(q, g), *strides(k, g), *strides(v, g), *strides(o, hl))
+        return (
+            q,
+            k,
+            v,
+            o,
+            self.sm_scale,
+            self.z,
+            hl,
+            hkvl,
+            n,
+            n,
+            0,
+            self.s_loc,
+            *strides(q, g),
+            *strides(k, g),
+            *strides(v, g),
+            *strides(o, hl),
+        )
 
     def _pack(self, q, k, v) -> None:
         """Head group j of `x` <- [q, k, v heads of rank j's share] (what the all-to-all sends to j)."""
         w, z, s, d = self.world, self.z, self.s_loc, self.d
         x = self.x.view(z, w, self.g, s, d)
-        x[:, :, :self.hl].copy_(q.reshape(z, w, self.hl, s, d))
-        x[:, :, self.hl:self.hl + self.hkvl].copy_(k.reshape(z, w, self.hkvl, s, d))
-        x[:, :, self.hl + self.hkvl:].copy_(v.reshape(z, w, self.hkvl, s, d))
+        x[:, :, : self.hl].copy_(q.reshape(z, w, self.hl, s, d))
+        x[:, :, self.hl : self.hl + self.hkvl].copy_(k.reshape(z, w, self.hkvl, s, d))
+        x[:, :, self.hl + self.hkvl :].copy_(v.reshape(z, w, self.hkvl, s, d))
 
     @property
     def workspaces(self) -> list:
@@ -404,9 +488,36 @@ class RingAttention(_FusedAttention):
         kv = self.kv
         k, v = kv[0], kv[1]
         n = self.world * self.s_loc
-        return (q, k, v, o, self.sm_scale, self.z, self.h, self.h_kv, self.s_loc, n, self.rank * self.s_loc, n,
-                q.stride(0), q.stride(1), 0, q.stride(2), k.stride(0), k.stride(1), 0, k.stride(2),
-                v.stride(0), v.stride(1), 0, v.stride(2), o.stride(0), o.stride(1), 0, o.stride(2))
+        return (
+            q,
+            k,
+            v,
+            o,
+            self.sm_scale,
+            self.z,
+            self.h,
+            self.h_kv,
+            self.s_loc,
+            n,
+            self.rank * self.s_loc,
+            n,
+            q.stride(0),
+            q.stride(1),
+            0,
+            q.stride(2),
+            k.stride(0),
+            k.stride(1),
+            0,
+            k.stride(2),
+            v.stride(0),
+            v.stride(1),
+            0,
+            v.stride(2),
+            o.stride(0),
+            o.stride(1),
+            0,
+            o.stride(2),
+        )
 
     def __call__(self, q, k, v, *, out: Optional[torch.Tensor] = None, check: bool = False) -> torch.Tensor:
         self._check_inputs(q, k, v)

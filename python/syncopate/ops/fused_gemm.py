@@ -59,12 +59,15 @@ def transformed_kernel(kernel_name: str, module_name: str = GEMM_MODULE):
     except TransformError as exc:
         raise TransformError(f"syncopate.ops: the transformer rejected {kernel_name} of {path}: {exc}") from exc
     except Error as exc:
-        raise InternalError(f"syncopate.ops: transforming {kernel_name} of {path} failed: "
-                            f"{type(exc).__name__}: {exc}") from exc
+        raise InternalError(
+            f"syncopate.ops: transforming {kernel_name} of {path} failed: {type(exc).__name__}: {exc}"
+        ) from exc
     text = getattr(result, "source", None)
     if not isinstance(text, str) or "syl.wait_tile" not in text:
-        raise InternalError(f"syncopate.ops: the transformer's output for {kernel_name} of {path} has no "
-                            "waits (expected syl.wait_tile): the kernel's annotations did not apply")
+        raise InternalError(
+            f"syncopate.ops: the transformer's output for {kernel_name} of {path} has no "
+            "waits (expected syl.wait_tile): the kernel's annotations did not apply"
+        )
     # Triton reads a kernel's source through inspect, so the module needs a real file; named
     # inside syncopate.kernels so that gemm.py's relative imports resolve.
     out_path = os.path.join(tempfile.mkdtemp(prefix="syncopate-"), f"{kernel_name}_fused.py")
@@ -80,8 +83,9 @@ def transformed_kernel(kernel_name: str, module_name: str = GEMM_MODULE):
         transformed_info(kernel)
     except Exception as exc:  # noqa: BLE001 - any import failure is a bug of ours
         sys.modules.pop(name, None)
-        raise InternalError(f"syncopate.ops: the transformed {kernel_name} ({out_path}) does not load: "
-                            f"{type(exc).__name__}: {exc}") from exc
+        raise InternalError(
+            f"syncopate.ops: the transformed {kernel_name} ({out_path}) does not load: {type(exc).__name__}: {exc}"
+        ) from exc
     unspecialize(kernel)
     return kernel
 
@@ -125,20 +129,50 @@ class FusedGemm:
     that each tile's notify follows a completed store (a TMA store is asynchronous).
     """
 
-    def __init__(self, *, plan, rank: int, m: int, n: int, k: int, dtype: torch.dtype, b_layout: str,
-                 config, accesses, tile_order: str, device: torch.device, backend: str,
-                 wait_bound_ns: int, producer: bool, num_programs: int):
+    def __init__(
+        self,
+        *,
+        plan,
+        rank: int,
+        m: int,
+        n: int,
+        k: int,
+        dtype: torch.dtype,
+        b_layout: str,
+        config,
+        accesses,
+        tile_order: str,
+        device: torch.device,
+        backend: str,
+        wait_bound_ns: int,
+        producer: bool,
+        num_programs: int,
+    ):
         self.use_tma = tma_describable(m, n, k, dtype)
         self.kernel_name = TMA_KERNEL if self.use_tma else POINTER_KERNEL
         self.kernel = transformed_kernel(self.kernel_name)
-        self._bind(plan=plan, rank=rank, m=m, n=n, b_layout=b_layout, config=config, accesses=accesses,
-                   tile_order=tile_order, device=device, wait_bound_ns=wait_bound_ns,
-                   num_programs=num_programs)
+        self._bind(
+            plan=plan,
+            rank=rank,
+            m=m,
+            n=n,
+            b_layout=b_layout,
+            config=config,
+            accesses=accesses,
+            tile_order=tile_order,
+            device=device,
+            wait_bound_ns=wait_bound_ns,
+            num_programs=num_programs,
+        )
         cfg = config
         if self.use_tma:
-            self.kwargs.update(B_IS_NK=self.b_is_nk, EPILOGUE_SPLIT=cfg.epilogue_split,
-                               WARP_SPECIALIZE=cfg.warp_specialize, FLATTEN=cfg.flatten,
-                               C_STORE_POINTERS=bool(producer))
+            self.kwargs.update(
+                B_IS_NK=self.b_is_nk,
+                EPILOGUE_SPLIT=cfg.epilogue_split,
+                WARP_SPECIALIZE=cfg.warp_specialize,
+                FLATTEN=cfg.flatten,
+                C_STORE_POINTERS=bool(producer),
+            )
             b_pitch = k if self.b_is_nk else n
             self.scalars = (m, n, k, k, b_pitch, n, self.num_programs)
         else:
@@ -147,8 +181,9 @@ class FusedGemm:
             self.scalars = (m, n, k, k, 1, sbk, sbn, n, 1, self.num_programs)
         self._finish_binding()
 
-    def _bind(self, *, plan, rank, m, n, b_layout, config, accesses, tile_order, device, wait_bound_ns,
-              num_programs) -> None:
+    def _bind(
+        self, *, plan, rank, m, n, b_layout, config, accesses, tile_order, device, wait_bound_ns, num_programs
+    ) -> None:
         """Lowers the plan for this rank, orders its tiles and binds everything but the operands,
         the signals and the epoch word. accesses: (tensor,
         role, m_dim, n_dim[, m_local_shard]) tuples, as sy.TileAccess takes them."""
@@ -169,18 +204,29 @@ class FusedGemm:
         self.flag_on_host = _host_flag() if device.type == "cuda" else None
         self.wait_bound_ns = int(wait_bound_ns)
         self.kwargs = dict(self.tables.device_arrays(device))
-        self.kwargs.update(sy_tiles_n=self.tables.tiles_n, sy_wait_bound_ns=self.wait_bound_ns,
-                           sy_rank=self.tables.rank, sy_error=self.error)
-        self.kwargs.update(BLOCK_M=config.block_m, BLOCK_N=config.block_n, BLOCK_K=config.block_k,
-                           GROUP_M=config.group_m, num_stages=config.num_stages, num_warps=config.num_warps)
+        self.kwargs.update(
+            sy_tiles_n=self.tables.tiles_n,
+            sy_wait_bound_ns=self.wait_bound_ns,
+            sy_rank=self.tables.rank,
+            sy_error=self.error,
+        )
+        self.kwargs.update(
+            BLOCK_M=config.block_m,
+            BLOCK_N=config.block_n,
+            BLOCK_K=config.block_k,
+            GROUP_M=config.group_m,
+            num_stages=config.num_stages,
+            num_warps=config.num_warps,
+        )
 
     def _finish_binding(self) -> None:
         self.grid = (self.num_programs,)
         info = transformed_info(self.kernel)
         missing = [p for p in info["params"] if p not in self.kwargs and p not in ("sy_signals", "sy_epoch")]
         if missing:
-            raise InternalError(f"syncopate.ops: the fused {self.kernel_name} expects parameters the op "
-                                f"does not bind: {missing}")
+            raise InternalError(
+                f"syncopate.ops: the fused {self.kernel_name} expects parameters the op does not bind: {missing}"
+            )
         if self.use_tma and self.device.type == "cuda":
             _gemm_module().ensure_descriptor_allocator()
 
@@ -193,8 +239,12 @@ class FusedGemm:
         signals and a scratch epoch word holding 0 (every wait holds at once; notifies land in
         the scratch). operands: the kernel's pointer arguments after c, if any
         (StagedReduceGemm: p, out)."""
-        kwargs = dict(self.kwargs, sy_signals=torch.zeros_like(signals_like),
-                      sy_epoch=epoch_word(0, self.device), sy_error=new_error_record(self.device))
+        kwargs = dict(
+            self.kwargs,
+            sy_signals=torch.zeros_like(signals_like),
+            sy_epoch=epoch_word(0, self.device),
+            sy_error=new_error_record(self.device),
+        )
         self.kernel[self.grid](a, self._b_arg(b), c, *operands, *self.scalars, **kwargs)
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
@@ -242,18 +292,48 @@ class Fp8FusedGemm(FusedGemm):
     The launch takes (scale_a, scale_b) as its operands after c.
     """
 
-    def __init__(self, *, plan, rank: int, m: int, n: int, k: int, b_layout: str, config, accesses,
-                 tile_order: str, device: torch.device, wait_bound_ns: int, producer: bool, num_programs: int,
-                 a_pitch: int, stride_sa: int):
+    def __init__(
+        self,
+        *,
+        plan,
+        rank: int,
+        m: int,
+        n: int,
+        k: int,
+        b_layout: str,
+        config,
+        accesses,
+        tile_order: str,
+        device: torch.device,
+        wait_bound_ns: int,
+        producer: bool,
+        num_programs: int,
+        a_pitch: int,
+        stride_sa: int,
+    ):
         self.use_tma = True
         self.kernel_name = FP8_KERNEL
         self.kernel = transformed_kernel(FP8_KERNEL, FP8_MODULE)
-        self._bind(plan=plan, rank=rank, m=m, n=n, b_layout=b_layout, config=config, accesses=accesses,
-                   tile_order=tile_order, device=device, wait_bound_ns=wait_bound_ns,
-                   num_programs=num_programs)
-        self.kwargs.update(B_IS_NK=self.b_is_nk, EPILOGUE_SPLIT=config.epilogue_split,
-                           WARP_SPECIALIZE=config.warp_specialize, FLATTEN=config.flatten,
-                           C_STORE_POINTERS=bool(producer))
+        self._bind(
+            plan=plan,
+            rank=rank,
+            m=m,
+            n=n,
+            b_layout=b_layout,
+            config=config,
+            accesses=accesses,
+            tile_order=tile_order,
+            device=device,
+            wait_bound_ns=wait_bound_ns,
+            num_programs=num_programs,
+        )
+        self.kwargs.update(
+            B_IS_NK=self.b_is_nk,
+            EPILOGUE_SPLIT=config.epilogue_split,
+            WARP_SPECIALIZE=config.warp_specialize,
+            FLATTEN=config.flatten,
+            C_STORE_POINTERS=bool(producer),
+        )
         b_pitch = k if self.b_is_nk else n
         self.scalars = (m, n, k, a_pitch, b_pitch, n, stride_sa, 1, self.num_programs)
         self.m, self.n, self.stride_sa = m, n, stride_sa
@@ -266,8 +346,10 @@ class Fp8FusedGemm(FusedGemm):
         for name, t, count in (("scale_a", scale_a, (self.m - 1) * self.stride_sa + 1), ("scale_b", scale_b, self.n)):
             available = t.untyped_storage().nbytes() // 4 - t.storage_offset()
             if t.dtype != torch.float32 or available < count:
-                raise InternalError(f"syncopate.ops: the FP8 kernel would read {count} float32 of {name}, whose "
-                                    f"storage holds {available} ({t.dtype})")
+                raise InternalError(
+                    f"syncopate.ops: the FP8 kernel would read {count} float32 of {name}, whose "
+                    f"storage holds {available} ({t.dtype})"
+                )
 
     def warm_up(self, a, b, c, signals_like: torch.Tensor, *operands) -> None:
         self.check_scales(*operands)

@@ -35,8 +35,16 @@ import torch
 from syncopate.errors import UserError
 from syncopate.ops.context import OpContext
 from syncopate.ops.fp8 import check_scales, refuse_scales
-from syncopate.ops.common import (CHECK_EACH_CALL, PRODUCER_ADD_BLOCKS, SM_COPY_BLOCKS, check_out, context_for,
-                                  default_backend, forward_operands, refuse_gloo_capture)
+from syncopate.ops.common import (
+    CHECK_EACH_CALL,
+    PRODUCER_ADD_BLOCKS,
+    SM_COPY_BLOCKS,
+    check_out,
+    context_for,
+    default_backend,
+    forward_operands,
+    refuse_gloo_capture,
+)
 
 # GemmRs / GemmAr(reduce=...): where the partial sums are added.
 REDUCE_CHOICES = ("auto", "epilogue", "chunks")
@@ -62,9 +70,11 @@ class ProducerGemm(OpContext):
 
     def __init__(self, group, *, reduce: str = "auto", **kwargs):
         if reduce not in REDUCE_CHOICES:
-            raise UserError(f"{type(self).__name__}: reduce={reduce!r} is not one of {REDUCE_CHOICES} "
-                            "(\"epilogue\": add the staged partials in the GEMM's epilogue; \"chunks\": "
-                            "reduce-add chunks)")
+            raise UserError(
+                f"{type(self).__name__}: reduce={reduce!r} is not one of {REDUCE_CHOICES} "
+                "(\"epilogue\": add the staged partials in the GEMM's epilogue; \"chunks\": "
+                "reduce-add chunks)"
+            )
         self._reduce_request = reduce
         self._reduce_why = None
         super().__init__(group, **kwargs)
@@ -85,8 +95,10 @@ class ProducerGemm(OpContext):
         if self._reduce_request == "chunks":
             return "reduce='chunks' given"
         if self._reduce_request == "auto" and not staged_in_auto():
-            return (f"the staged epilogue has not run on a GPU yet, so auto leaves it out (set "
-                    f"{AUTO_STAGED_ENV}=1, or pass reduce='epilogue')")
+            return (
+                f"the staged epilogue has not run on a GPU yet, so auto leaves it out (set "
+                f"{AUTO_STAGED_ENV}=1, or pass reduce='epilogue')"
+            )
         if mode == "sequential":
             return "mode='sequential' runs torch.matmul, then the plan's reduce-add chunks"
         if algorithm not in ("auto", "direct"):
@@ -100,7 +112,7 @@ class ProducerGemm(OpContext):
 
     @property
     def reduce(self) -> str:
-        """"epilogue" when the staged fused kernel runs, else "chunks" (reduce-add chunks, or a
+        """ "epilogue" when the staged fused kernel runs, else "chunks" (reduce-add chunks, or a
         sequential path)."""
         return self.choice.reduce
 
@@ -119,11 +131,16 @@ class ProducerGemm(OpContext):
         self.plan = self._make_plan([self.m, self.n], "c")
         # Sequential: no kernel notifies, so no ready / dst-ready gates (landing slots only).
         accesses = [] if self.decision == "sequential" else [("c", "produce", 0, 1)]
-        self.ws = PlanWorkspace(self.plan, self.group, grid=(self.m, self.n, self.config.block_m,
-                                                             self.config.block_n),
-                                accesses=accesses, device=self.device, wait_bound_ns=self.wait_bound_ns,
-                                drop_chunk=drop_chunk,
-                                sm_copy_blocks=SM_COPY_BLOCKS if self.backend == "sm-copy" else PRODUCER_ADD_BLOCKS)
+        self.ws = PlanWorkspace(
+            self.plan,
+            self.group,
+            grid=(self.m, self.n, self.config.block_m, self.config.block_n),
+            accesses=accesses,
+            device=self.device,
+            wait_bound_ns=self.wait_bound_ns,
+            drop_chunk=drop_chunk,
+            sm_copy_blocks=SM_COPY_BLOCKS if self.backend == "sm-copy" else PRODUCER_ADD_BLOCKS,
+        )
         self.c = self.ws.tensor("c", self.out_dtype)
         self.signals = self.ws.signals()
         self.result = self._result_view()
@@ -133,9 +150,13 @@ class ProducerGemm(OpContext):
             a = torch.zeros((self.m, self.k), dtype=self.dtype, device=self.device)
             # Warm-up output goes to scratch, never into "c" (a peer's first call may add into it).
             scales = (torch.ones_like(self.sa), torch.ones_like(self.sb)) if self.fp8 else ()
-            self.gemm.warm_up(a, self._scratch_b(),
-                              torch.empty((self.m, self.n), dtype=self.out_dtype, device=self.device), self.signals,
-                              *scales)
+            self.gemm.warm_up(
+                a,
+                self._scratch_b(),
+                torch.empty((self.m, self.n), dtype=self.out_dtype, device=self.device),
+                self.signals,
+                *scales,
+            )
 
     def _build_scales(self) -> None:
         """FP8: per-row / per-column buffers the scales are copied into each call (the kernel's
@@ -176,11 +197,18 @@ class ProducerGemm(OpContext):
 
     def _result_view(self) -> torch.Tensor:
         lo = self.rank * self.shard_rows
-        return self.c[lo:lo + self.shard_rows]
+        return self.c[lo : lo + self.shard_rows]
 
-    def __call__(self, a: torch.Tensor, b_shard: torch.Tensor, *, out: Optional[torch.Tensor] = None,
-                 check: bool = CHECK_EACH_CALL, scale_a: Optional[torch.Tensor] = None,
-                 scale_b: Optional[torch.Tensor] = None) -> torch.Tensor:
+    def __call__(
+        self,
+        a: torch.Tensor,
+        b_shard: torch.Tensor,
+        *,
+        out: Optional[torch.Tensor] = None,
+        check: bool = CHECK_EACH_CALL,
+        scale_a: Optional[torch.Tensor] = None,
+        scale_b: Optional[torch.Tensor] = None,
+    ) -> torch.Tensor:
         """The op's result, copied into `out` if given (else a new tensor). check: synchronize and
         raise a WaitTimeoutError now (else errors surface at the next check()). scale_a / scale_b:
         the FP8 scales (ops/fp8.py: A's per tensor or per row of a, B's per tensor or per column);
@@ -201,8 +229,10 @@ class ProducerGemm(OpContext):
                 self.sa.copy_(sa.expand(self.m))
                 self.sb.copy_(sb.expand(self.n))
         else:
+
             def set_scales():
                 pass
+
         if self.torch_fallback:
             set_scales()
             return self._fallback_call(a, b_shard, out)
@@ -241,35 +271,64 @@ class ProducerGemm(OpContext):
         from syncopate.ops.staged_gemm import STAGED_ACCESSES, StagedReduceGemm, staged_plan
         from syncopate.runtime import PlanWorkspace, plan_dtype
 
-        self.plan = staged_plan(world=self.world, m=self.m, n=self.n, split=self.split,
-                                dtype=plan_dtype(self.dtype), backend=self.backend, collective=self.collective)
-        self.ws = PlanWorkspace(self.plan, self.group, grid=(self.m, self.n, self.config.block_m,
-                                                             self.config.block_n),
-                                accesses=STAGED_ACCESSES, device=self.device, wait_bound_ns=self.wait_bound_ns,
-                                drop_chunk=drop_chunk, sm_copy_blocks=SM_COPY_BLOCKS)
-        self.c = self.ws.tensor("c", self.dtype)[0]          # [M, N]: the row boxes of C
-        self.p = self.ws.tensor("p", self.dtype)             # [W, M / W, N]: staged partials
+        self.plan = staged_plan(
+            world=self.world,
+            m=self.m,
+            n=self.n,
+            split=self.split,
+            dtype=plan_dtype(self.dtype),
+            backend=self.backend,
+            collective=self.collective,
+        )
+        self.ws = PlanWorkspace(
+            self.plan,
+            self.group,
+            grid=(self.m, self.n, self.config.block_m, self.config.block_n),
+            accesses=STAGED_ACCESSES,
+            device=self.device,
+            wait_bound_ns=self.wait_bound_ns,
+            drop_chunk=drop_chunk,
+            sm_copy_blocks=SM_COPY_BLOCKS,
+        )
+        self.c = self.ws.tensor("c", self.dtype)[0]  # [M, N]: the row boxes of C
+        self.p = self.ws.tensor("p", self.dtype)  # [W, M / W, N]: staged partials
         self.signals = self.ws.signals()
         lo = self.rank * self.shard_rows
         # Where the own tiles store their reduced rows: `out` itself (reduce-scatter: None here),
         # or this rank's own box of the heap's C (all-reduce: the gather chunks push it from
         # there; the kernel's one annotated store statement covers these rows, so the notify
         # after it announces them to the gather chunks' ready slots).
-        self.own_rows = None if self.staged_writes_out else self.c[lo:lo + self.shard_rows]
+        self.own_rows = None if self.staged_writes_out else self.c[lo : lo + self.shard_rows]
         self.result = None if self.staged_writes_out else self._result_view()
         # No add kernel runs beside the GEMM: it leaves the backend only the SMs a consumer does.
-        self.gemm = StagedReduceGemm(plan=self.plan, rank=self.rank, world=self.world, m=self.m, n=self.n,
-                                     k=self.k, dtype=self.dtype, b_layout=self.b_layout, config=self.config,
-                                     tile_order=self.tile_order, device=self.device,
-                                     wait_bound_ns=self.wait_bound_ns,
-                                     num_programs=persistent_programs(self.device, self.backend, producer=False))
+        self.gemm = StagedReduceGemm(
+            plan=self.plan,
+            rank=self.rank,
+            world=self.world,
+            m=self.m,
+            n=self.n,
+            k=self.k,
+            dtype=self.dtype,
+            b_layout=self.b_layout,
+            config=self.config,
+            tile_order=self.tile_order,
+            device=self.device,
+            wait_bound_ns=self.wait_bound_ns,
+            num_programs=persistent_programs(self.device, self.backend, producer=False),
+        )
 
         def scratch(*shape):
             return torch.zeros(shape, dtype=self.dtype, device=self.device)
 
         # Warm-up reads and writes scratch only: a peer may pull from "c" once its first call runs.
-        self.gemm.warm_up(scratch(self.m, self.k), self._scratch_b(), scratch(self.m, self.n), self.signals,
-                          scratch(*self.p.shape), scratch(self.shard_rows, self.n))
+        self.gemm.warm_up(
+            scratch(self.m, self.k),
+            self._scratch_b(),
+            scratch(self.m, self.n),
+            self.signals,
+            scratch(*self.p.shape),
+            scratch(self.shard_rows, self.n),
+        )
 
     def _enqueue_staged(self, a: torch.Tensor, b_shard: torch.Tensor, out: torch.Tensor) -> None:
         """One call's device work on the staged path (operands and `out` checked). Why no chunk
@@ -279,8 +338,9 @@ class ProducerGemm(OpContext):
         ws.begin()
         ws.publish()
         ws.fork()
-        self.gemm.launch(a, b_shard, self.c, self.signals, ws.epoch_word, self.p,
-                         out if self.staged_writes_out else self.own_rows)
+        self.gemm.launch(
+            a, b_shard, self.c, self.signals, ws.epoch_word, self.p, out if self.staged_writes_out else self.own_rows
+        )
         ws.issue_chunks()
         if not self.staged_writes_out:
             ws.wait_landed()
@@ -307,6 +367,16 @@ def producer_forward(cls, a, b, group):
     m, k, n = a.shape[0], a.shape[1], b.shape[1]
     a, b, layout = forward_operands(a, b)
     backend = default_backend()
-    ctx = context_for(cls, group, (m, k, n, a.dtype, a.device, backend, layout),
-                      m=m, k=k, n=n, dtype=a.dtype, device=a.device, backend=backend, b_layout=layout)
+    ctx = context_for(
+        cls,
+        group,
+        (m, k, n, a.dtype, a.device, backend, layout),
+        m=m,
+        k=k,
+        n=n,
+        dtype=a.dtype,
+        device=a.device,
+        backend=backend,
+        b_layout=layout,
+    )
     return ctx(a, b)

@@ -82,14 +82,24 @@ class MoeDispatchCombine:
     mode: "auto", "fused" or "sequential" (the dispatch; see the module's docstring);
     backend: the fused dispatch's chunks, "copy-engine" or "sm-copy"."""
 
-    def __init__(self, group=None, *, num_experts: int, top_k: int, capacity: Optional[int] = None,
-                 mode: str = "auto", backend: str = "copy-engine"):
+    def __init__(
+        self,
+        group=None,
+        *,
+        num_experts: int,
+        top_k: int,
+        capacity: Optional[int] = None,
+        mode: str = "auto",
+        backend: str = "copy-engine",
+    ):
         who = "MoeDispatchCombine"
         if mode not in MODES:
             raise UserError(f"{who}: mode must be one of {MODES}, got {mode!r}")
         if backend not in ("copy-engine", "sm-copy"):
-            raise UserError(f"{who}: backend must be 'copy-engine' or 'sm-copy' (an NCCL send needs its size on "
-                            f"the host; the fused dispatch's row counts are known only on the device), got {backend!r}")
+            raise UserError(
+                f"{who}: backend must be 'copy-engine' or 'sm-copy' (an NCCL send needs its size on "
+                f"the host; the fused dispatch's row counts are known only on the device), got {backend!r}"
+            )
         self.group = group
         self.world = 1 if group is None else group.size()
         self.rank = 0 if group is None else group.rank()
@@ -109,7 +119,7 @@ class MoeDispatchCombine:
         self.mode = mode
         self.backend = backend
         self.last_mode = None  # what the last dispatch ran: "fused" or "sequential"
-        self.reason = ""       # why, for mode="auto"
+        self.reason = ""  # why, for mode="auto"
         self._fused = {}
 
     # -- dispatch -----------------------------------------------------------------------------------
@@ -144,8 +154,9 @@ class MoeDispatchCombine:
         if self.capacity is None:
             blockers.append("no capacity was given (the fused plan's chunks carry capacity-sized slots)")
         elif self.capacity % FUSED_BLOCK_M:
-            blockers.append(f"capacity {self.capacity} is not a multiple of {FUSED_BLOCK_M} (a tile must read one "
-                            f"slot)")
+            blockers.append(
+                f"capacity {self.capacity} is not a multiple of {FUSED_BLOCK_M} (a tile must read one slot)"
+            )
         if x.device.type != "cuda":
             blockers.append(f"x is on {x.device} (the fused path runs on CUDA)")
         else:
@@ -165,8 +176,10 @@ class MoeDispatchCombine:
             # Measured on nvidia-h100-x1 (bench/bench_moe.py, world 1): the fused dispatch took
             # 9.1 ms where the sequential one took 3.5 ms (Mixtral-like, balanced). Until it pays
             # (and the simulator models run-time counts), auto does not take it.
-            return "sequential", ("the fused dispatch is slower than the sequential one where measured "
-                                  "(bench/bench_moe.py); ask for mode='fused' to run it")
+            return "sequential", (
+                "the fused dispatch is slower than the sequential one where measured "
+                "(bench/bench_moe.py); ask for mode='fused' to run it"
+            )
         return "fused", "mode='fused'"
 
     def _dispatch_fused(self, x, rows, expert_of_row, send, send_counts, order, w_up):
@@ -175,28 +188,42 @@ class MoeDispatchCombine:
         key = (x.shape[1], w_up.shape[2], x.dtype, x.device)
         fused = self._fused.get(key)
         if fused is None:
-            fused = MoeFusedDispatch(self.group, local_experts=self.local_experts, capacity=self.capacity,
-                                     hidden=x.shape[1], out_features=w_up.shape[2], dtype=x.dtype,
-                                     device=x.device, backend=self.backend, block_m=FUSED_BLOCK_M)
+            fused = MoeFusedDispatch(
+                self.group,
+                local_experts=self.local_experts,
+                capacity=self.capacity,
+                hidden=x.shape[1],
+                out_features=w_up.shape[2],
+                dtype=x.dtype,
+                device=x.device,
+                backend=self.backend,
+                block_m=FUSED_BLOCK_M,
+            )
             self._fused[key] = fused
         flat_send = send.reshape(-1)
         starts = torch.cumsum(flat_send, 0) - flat_send
         within = torch.arange(rows.shape[0], device=x.device) - starts[expert_of_row]
         dest = expert_of_row * self.capacity + within  # slot (rank j, expert e) = global expert id
         h_slots, recv_dev = fused(rows, dest, flat_send.to(torch.int32), w_up)
-        recv_counts = tuple(tuple(int(v) for v in row)
-                            for row in recv_dev.view(self.world, self.local_experts).tolist())
+        recv_counts = tuple(
+            tuple(int(v) for v in row) for row in recv_dev.view(self.world, self.local_experts).tolist()
+        )
         self._check_capacity((), recv_counts)
         # The sequential layout: by local expert, then source rank.
-        index = [(s * self.local_experts + e) * self.capacity + i for e in range(self.local_experts)
-                 for s in range(self.world) for i in range(recv_counts[s][e])]
+        index = [
+            (s * self.local_experts + e) * self.capacity + i
+            for e in range(self.local_experts)
+            for s in range(self.world)
+            for i in range(recv_counts[s][e])
+        ]
         h = h_slots[torch.tensor(index, dtype=torch.int64, device=x.device)]
         regroup = _expert_major(recv_counts, x.device)
         return h, DispatchLayout(send_counts, recv_counts, order, regroup, x.shape[0], self.top_k)
 
     # -- combine ------------------------------------------------------------------------------------
-    def combine_gemm(self, h: torch.Tensor, w_down: torch.Tensor, layout: DispatchLayout,
-                     weights: torch.Tensor) -> torch.Tensor:
+    def combine_gemm(
+        self, h: torch.Tensor, w_down: torch.Tensor, layout: DispatchLayout, weights: torch.Tensor
+    ) -> torch.Tensor:
         """y [T, H]: each row of h multiplied by its expert's w_down [E/W, N', H], sent back to its
         token's rank and summed there with the routing weights [T, k]."""
         who = "MoeDispatchCombine.combine_gemm"
@@ -209,8 +236,9 @@ class MoeDispatchCombine:
         self._check_weight(who, "w_down", w_down, h.shape[1], h)
         if not isinstance(weights, torch.Tensor) or tuple(weights.shape) != (layout.num_tokens, layout.top_k):
             got = list(weights.shape) if isinstance(weights, torch.Tensor) else type(weights).__name__
-            raise ShapeError(f"{who}: weights must be [{layout.num_tokens}, {layout.top_k}] (tokens x top_k), "
-                             f"got {got}")
+            raise ShapeError(
+                f"{who}: weights must be [{layout.num_tokens}, {layout.top_k}] (tokens x top_k), got {got}"
+            )
         if not weights.is_floating_point():
             raise UserError(f"{who}: weights must be floating point, got {weights.dtype}")
         y = _per_expert_matmul(h, w_down, layout.rows_per_expert)
@@ -219,8 +247,9 @@ class MoeDispatchCombine:
         back = self._all_to_all(arrived, [sum(r) for r in layout.recv_counts], [sum(r) for r in layout.send_counts])
         scale = weights.reshape(-1)[layout.order].to(torch.float32)
         out = torch.zeros((layout.num_tokens, y.shape[1]), dtype=torch.float32, device=y.device)
-        out.index_add_(0, torch.div(layout.order, layout.top_k, rounding_mode="floor"),
-                       back.to(torch.float32) * scale[:, None])
+        out.index_add_(
+            0, torch.div(layout.order, layout.top_k, rounding_mode="floor"), back.to(torch.float32) * scale[:, None]
+        )
         return out.to(h.dtype)
 
     # -- the collectives ----------------------------------------------------------------------------
@@ -244,15 +273,18 @@ class MoeDispatchCombine:
         device = _collective_device(self.group)
         send = rows.contiguous() if rows.device.type == device.type else rows.to(device)
         out = send.new_empty((sum(recv_rows), rows.shape[1]))
-        dist.all_to_all_single(out, send, output_split_sizes=list(recv_rows),
-                               input_split_sizes=list(send_rows), group=self.group)
+        dist.all_to_all_single(
+            out, send, output_split_sizes=list(recv_rows), input_split_sizes=list(send_rows), group=self.group
+        )
         return out.to(rows.device)
 
     # -- checks -------------------------------------------------------------------------------------
     def _check_routing(self, who: str, x: torch.Tensor, expert_ids: torch.Tensor) -> None:
         if not isinstance(x, torch.Tensor) or x.dim() != 2:
-            raise ShapeError(f"{who}: x must be a [tokens, hidden] matrix, got "
-                             f"{list(x.shape) if isinstance(x, torch.Tensor) else type(x).__name__}")
+            raise ShapeError(
+                f"{who}: x must be a [tokens, hidden] matrix, got "
+                f"{list(x.shape) if isinstance(x, torch.Tensor) else type(x).__name__}"
+            )
         if not isinstance(expert_ids, torch.Tensor) or tuple(expert_ids.shape) != (x.shape[0], self.top_k):
             got = list(expert_ids.shape) if isinstance(expert_ids, torch.Tensor) else type(expert_ids).__name__
             raise ShapeError(f"{who}: expert_ids must be [{x.shape[0]}, {self.top_k}] (tokens x top_k), got {got}")
@@ -269,8 +301,10 @@ class MoeDispatchCombine:
     def _check_weight(self, who: str, name: str, w: torch.Tensor, rows: int, like: torch.Tensor) -> None:
         if not isinstance(w, torch.Tensor) or w.dim() != 3 or w.shape[0] != self.local_experts or w.shape[1] != rows:
             got = list(w.shape) if isinstance(w, torch.Tensor) else type(w).__name__
-            raise ShapeError(f"{who}: {name} must be [{self.local_experts}, {rows}, N] (this rank's experts, "
-                             f"rows = the input's columns), got {got}")
+            raise ShapeError(
+                f"{who}: {name} must be [{self.local_experts}, {rows}, N] (this rank's experts, "
+                f"rows = the input's columns), got {got}"
+            )
         if w.dtype != like.dtype or w.device != like.device:
             raise UserError(f"{who}: {name} is {w.dtype} on {w.device} but the input is {like.dtype} on {like.device}")
 
@@ -285,7 +319,8 @@ class MoeDispatchCombine:
                     raise ShapeError(
                         f"MoeDispatchCombine.dispatch_gemm: rank {self.rank} routes {rows} rows to expert "
                         f"{r * self.local_experts + e} (on rank {r}), over its capacity of {self.capacity} rows "
-                        f"per rank")
+                        f"per rank"
+                    )
         # What arrives here is what the senders checked; a sender with another capacity is a bug.
         for s, row in enumerate(recv_counts):
             for e, rows in enumerate(row):
@@ -293,7 +328,8 @@ class MoeDispatchCombine:
                     raise ShapeError(
                         f"MoeDispatchCombine.dispatch_gemm: rank {s} sent {rows} rows to expert "
                         f"{self.rank * self.local_experts + e} (on rank {self.rank}), over its capacity of "
-                        f"{self.capacity}")
+                        f"{self.capacity}"
+                    )
 
 
 def _collective_device(group) -> torch.device:
@@ -314,8 +350,12 @@ def _expert_major(recv_counts: tuple, device: torch.device) -> torch.Tensor:
         for rows in row:
             starts[-1].append(at)
             at += rows
-    index = [starts[s][e] + i for e in range(len(recv_counts[0])) for s in range(len(recv_counts))
-             for i in range(recv_counts[s][e])]
+    index = [
+        starts[s][e] + i
+        for e in range(len(recv_counts[0]))
+        for s in range(len(recv_counts))
+        for i in range(recv_counts[s][e])
+    ]
     return torch.tensor(index, dtype=torch.int64, device=device)
 
 
@@ -325,7 +365,7 @@ def _per_expert_matmul(rows: torch.Tensor, w: torch.Tensor, rows_per_expert: Seq
     at = 0
     for e, count in enumerate(rows_per_expert):
         if count:
-            torch.matmul(rows[at:at + count], w[e], out=out[at:at + count])
+            torch.matmul(rows[at : at + count], w[e], out=out[at : at + count])
         at += count
     return out
 

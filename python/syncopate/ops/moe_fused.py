@@ -38,12 +38,21 @@ def rows_chunk_id(world: int, experts: int, src: int, dst: int, expert: int) -> 
 
 def check_geometry(who: str, capacity: int, block_m: int) -> None:
     if block_m < 1 or capacity % block_m:
-        raise ShapeError(f"{who}: the capacity ({capacity} rows) must be a multiple of BLOCK_M={block_m}, so "
-                         f"that a tile reads one (source rank, expert) slot and waits for exactly its chunk")
+        raise ShapeError(
+            f"{who}: the capacity ({capacity} rows) must be a multiple of BLOCK_M={block_m}, so "
+            f"that a tile reads one (source rank, expert) slot and waits for exactly its chunk"
+        )
 
 
-def slot_tables(world: int, experts: int, capacity: int, block_m: int, tiles_n: int, rank: int,
-                order: Optional[Sequence[int]] = None) -> TileTables:
+def slot_tables(
+    world: int,
+    experts: int,
+    capacity: int,
+    block_m: int,
+    tiles_n: int,
+    rank: int,
+    order: Optional[Sequence[int]] = None,
+) -> TileTables:
     """Tile tables of the grouped GEMM on `rank`: tile (m, n) waits on landing slot q = m //
     (capacity / block_m), whose chunk is the rows chunk (q // E -> rank, q % E)."""
     check_geometry("slot_tables", capacity, block_m)
@@ -73,8 +82,17 @@ def local_first_order(world: int, experts: int, capacity: int, block_m: int, til
     return order
 
 
-def plan_tables(plan, world: int, experts: int, capacity: int, hidden_out: int, block_m: int, block_n: int,
-                rank: int, order: Optional[Sequence[int]] = None) -> TileTables:
+def plan_tables(
+    plan,
+    world: int,
+    experts: int,
+    capacity: int,
+    hidden_out: int,
+    block_m: int,
+    block_n: int,
+    rank: int,
+    order: Optional[Sequence[int]] = None,
+) -> TileTables:
     """The same tables from the plan by lowering (syncopate._core): the kernel's access is a
     consume of x_recv's rows (m_dim 0)."""
     from syncopate import _core
@@ -97,8 +115,17 @@ def transformed_kernel():
     return transform(KERNEL, KERNEL_MODULE)
 
 
-def grouped_gemm_args(a: torch.Tensor, w: torch.Tensor, c: torch.Tensor, counts: torch.Tensor, capacity: int,
-                      block_m: int, block_n: int, block_k: int, num_progs: int):
+def grouped_gemm_args(
+    a: torch.Tensor,
+    w: torch.Tensor,
+    c: torch.Tensor,
+    counts: torch.Tensor,
+    capacity: int,
+    block_m: int,
+    block_n: int,
+    block_k: int,
+    num_progs: int,
+):
     """(positional args, meta) of one launch of the grouped GEMM (original or transformed)."""
     who = "moe_grouped_gemm"
     check_geometry(who, capacity, block_m)
@@ -109,10 +136,27 @@ def grouped_gemm_args(a: torch.Tensor, w: torch.Tensor, c: torch.Tensor, counts:
         raise ShapeError(f"{who}: c must be [{a.shape[0]}, {n}], got {list(c.shape)}")
     slots = a.shape[0] // capacity
     if counts.dtype != torch.int32 or counts.numel() != slots:
-        raise ShapeError(f"{who}: counts must be int32 with one entry per slot ({slots}), got "
-                         f"{counts.dtype} {list(counts.shape)}")
-    args = (a, w, c, counts, n, k, capacity, experts, a.shape[0] // block_m,
-            a.stride(0), a.stride(1), w.stride(0), w.stride(1), w.stride(2), c.stride(0), c.stride(1))
+        raise ShapeError(
+            f"{who}: counts must be int32 with one entry per slot ({slots}), got {counts.dtype} {list(counts.shape)}"
+        )
+    args = (
+        a,
+        w,
+        c,
+        counts,
+        n,
+        k,
+        capacity,
+        experts,
+        a.shape[0] // block_m,
+        a.stride(0),
+        a.stride(1),
+        w.stride(0),
+        w.stride(1),
+        w.stride(2),
+        c.stride(0),
+        c.stride(1),
+    )
     meta = dict(NUM_PROGS=num_progs, BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k)
     return args, meta
 
@@ -123,7 +167,7 @@ def reference(a: torch.Tensor, w: torch.Tensor, counts: Sequence[int], capacity:
     out = []
     for q, rows in enumerate(int(v) for v in counts):
         at = q * capacity
-        out.append(a[at:at + rows].float() @ w[q % experts].float())
+        out.append(a[at : at + rows].float() @ w[q % experts].float())
     return out
 
 
@@ -139,9 +183,22 @@ class MoeFusedDispatch:
     in capacity slots (slot s * E + e: rows from rank s for local expert e) and this call's
     recv_counts (device int32 [W * E]); the slots' rows past their count are unspecified."""
 
-    def __init__(self, group, *, local_experts: int, capacity: int, hidden: int, out_features: int,
-                 dtype: torch.dtype, device: torch.device, backend: str = "copy-engine",
-                 block_m: int = 64, block_n: int = 128, block_k: int = 64, wait_bound_ns: int = 10_000_000_000):
+    def __init__(
+        self,
+        group,
+        *,
+        local_experts: int,
+        capacity: int,
+        hidden: int,
+        out_features: int,
+        dtype: torch.dtype,
+        device: torch.device,
+        backend: str = "copy-engine",
+        block_m: int = 64,
+        block_n: int = 128,
+        block_k: int = 64,
+        wait_bound_ns: int = 10_000_000_000,
+    ):
         from syncopate import _core
         from syncopate.runtime import PlanWorkspace
 
@@ -156,13 +213,23 @@ class MoeFusedDispatch:
         names = {torch.bfloat16: "bf16", torch.float16: "f16", torch.float32: "f32"}
         if dtype not in names:
             raise ShapeError(f"{who}: dtype must be bf16, fp16 or fp32, got {dtype}")
-        self.plan = _core.make_moe_dispatch_plan(world_size=self.world, local_experts=local_experts,
-                                                 capacity=capacity, hidden=hidden, dtype=names[dtype],
-                                                 backend=backend)
+        self.plan = _core.make_moe_dispatch_plan(
+            world_size=self.world,
+            local_experts=local_experts,
+            capacity=capacity,
+            hidden=hidden,
+            dtype=names[dtype],
+            backend=backend,
+        )
         rows = self.world * local_experts * capacity
-        self.ws = PlanWorkspace(self.plan, group, grid=(rows, out_features, block_m, block_n),
-                                accesses=[("x_recv", "consume", 0, -1)], device=device,
-                                wait_bound_ns=wait_bound_ns)
+        self.ws = PlanWorkspace(
+            self.plan,
+            group,
+            grid=(rows, out_features, block_m, block_n),
+            accesses=[("x_recv", "consume", 0, -1)],
+            device=device,
+            wait_bound_ns=wait_bound_ns,
+        )
         self.x_send = self.ws.tensor("x_send", dtype)
         self.x_recv = self.ws.tensor("x_recv", dtype)
         self.send_counts = self.ws.tensor("send_counts", torch.int32).view(-1)
@@ -171,8 +238,15 @@ class MoeFusedDispatch:
         t = self.ws.table()
         self.tiles_n = -(-out_features // block_n)
         order = local_first_order(self.world, local_experts, capacity, block_m, self.tiles_n, self.rank)
-        self.tables = TileTables.from_lists(order, self.tiles_n, t["tile_waits"], t["tile_notifies"],
-                                            t["slot_writers"], t["slot_chunks"], rank=self.rank)
+        self.tables = TileTables.from_lists(
+            order,
+            self.tiles_n,
+            t["tile_waits"],
+            t["tile_notifies"],
+            t["slot_writers"],
+            t["slot_chunks"],
+            rank=self.rank,
+        )
         self.device_arrays = self.tables.device_arrays(device)
         sms = torch.cuda.get_device_properties(device).multi_processor_count
         self.progs = max(1, min(self.tables.num_tiles, sms - 8))
@@ -183,11 +257,22 @@ class MoeFusedDispatch:
     def _launch(self, w, h, epoch):
         from syncopate.launch import launch
 
-        args, meta = grouped_gemm_args(self.x_recv, w, h, self.recv_counts, self.capacity, self.block_m,
-                                       self.block_n, self.block_k, self.progs)
-        self.error = launch(self.kernel, (self.progs,), self.tables, *args, signals=self.signals, epoch=epoch,
-                            wait_bound_ns=self.ws.wait_bound_ns, error=self.error, sync=False,
-                            device_arrays=self.device_arrays, **meta)
+        args, meta = grouped_gemm_args(
+            self.x_recv, w, h, self.recv_counts, self.capacity, self.block_m, self.block_n, self.block_k, self.progs
+        )
+        self.error = launch(
+            self.kernel,
+            (self.progs,),
+            self.tables,
+            *args,
+            signals=self.signals,
+            epoch=epoch,
+            wait_bound_ns=self.ws.wait_bound_ns,
+            error=self.error,
+            sync=False,
+            device_arrays=self.device_arrays,
+            **meta,
+        )
 
     def _warm_up(self):
         """Loads the kernel before any wait spins (epoch word 0: every wait holds at once)."""
@@ -223,9 +308,19 @@ class MoeFusedDispatch:
         return h, recv_counts
 
 
-def predict_at_capacity(world: int, local_experts: int, capacity: int, hidden: int, out_features: int, *,
-                        dtype: str = "bf16", backend: str = "copy-engine", block_m: int = 64, block_n: int = 128,
-                        calibration=None):
+def predict_at_capacity(
+    world: int,
+    local_experts: int,
+    capacity: int,
+    hidden: int,
+    out_features: int,
+    *,
+    dtype: str = "bf16",
+    backend: str = "copy-engine",
+    block_m: int = 64,
+    block_n: int = 128,
+    calibration=None,
+):
     """The simulator's prediction (fused, sequential; microseconds) of the fused dispatch with
     every slot full: each chunk moves `capacity` rows (as the copy engine does) and every tile
     computes. What the simulator does not model yet: tiles past a slot's count skipping, so for
@@ -235,8 +330,9 @@ def predict_at_capacity(world: int, local_experts: int, capacity: int, hidden: i
     from syncopate.ops.choice import cached_calibration, calibration_name
 
     check_geometry("predict_at_capacity", capacity, block_m)
-    plan = _core.make_moe_dispatch_plan(world_size=world, local_experts=local_experts, capacity=capacity,
-                                        hidden=hidden, dtype=dtype, backend=backend)
+    plan = _core.make_moe_dispatch_plan(
+        world_size=world, local_experts=local_experts, capacity=capacity, hidden=hidden, dtype=dtype, backend=backend
+    )
     gemm = sy.GemmShape(world * local_experts * capacity, out_features, hidden, block_m, block_n)
     calib = calibration if calibration is not None else cached_calibration(calibration_name())
     access = _core.TileAccess("x_recv", "consume", 0, -1, False)

@@ -62,8 +62,7 @@ def _check(who: str, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mode: st
         raise ShapeError(f"{who}: k {list(k.shape)} and v {list(v.shape)} differ")
     z, h, s, d = q.shape
     if k.shape[0] != z or k.shape[2] != s or k.shape[3] != d:
-        raise ShapeError(f"{who}: k/v {list(k.shape)} do not match q {list(q.shape)} in batch, positions "
-                         "or head dim")
+        raise ShapeError(f"{who}: k/v {list(k.shape)} do not match q {list(q.shape)} in batch, positions or head dim")
     if h % k.shape[1] != 0:
         raise ShapeError(f"{who}: {h} query heads are not a multiple of {k.shape[1]} K/V heads (GQA)")
     if not (q.dtype == k.dtype == v.dtype):
@@ -81,12 +80,22 @@ def fused_context(cls, q, k, v, *, causal: bool, group, sm_scale: Optional[float
     """The fused context of `cls` (ops/fused_attention.py) for these operands, made on first use."""
     group, _, _ = group_rank_world(group)  # None: the default group where torch.distributed runs
     z, h, s, d = q.shape
-    scale = d ** -0.5 if sm_scale is None else float(sm_scale)
+    scale = d**-0.5 if sm_scale is None else float(sm_scale)
     name = None if group is None else getattr(group, "group_name", id(group))
     key = (cls.__name__, name, z, h, k.shape[1], s, d, q.dtype, q.device, bool(causal), scale)
     if key not in _FUSED:
-        _FUSED[key] = cls(group, z=z, h=h, h_kv=k.shape[1], s_loc=s, d=d, dtype=q.dtype, device=q.device,
-                          causal=causal, sm_scale=scale)
+        _FUSED[key] = cls(
+            group,
+            z=z,
+            h=h,
+            h_kv=k.shape[1],
+            s_loc=s,
+            d=d,
+            dtype=q.dtype,
+            device=q.device,
+            causal=causal,
+            sm_scale=scale,
+        )
     return _FUSED[key]
 
 
@@ -99,8 +108,9 @@ def _causal_mask(n_q: int, n_kv: int, q_start: int, device) -> torch.Tensor:
     return (torch.arange(n_q, device=device)[:, None] + q_start) >= torch.arange(n_kv, device=device)[None, :]
 
 
-def local_attention(q, k, v, *, causal: bool = False, q_start: int = 0, sm_scale: Optional[float] = None,
-                    compute: str = "sdpa") -> torch.Tensor:
+def local_attention(
+    q, k, v, *, causal: bool = False, q_start: int = 0, sm_scale: Optional[float] = None, compute: str = "sdpa"
+) -> torch.Tensor:
     """Attention of q's rows (at positions q_start ..) over all of k, v (GQA allowed)."""
     scale = q.shape[-1] ** -0.5 if sm_scale is None else sm_scale
     if compute == "triton":
@@ -110,12 +120,18 @@ def local_attention(q, k, v, *, causal: bool = False, q_start: int = 0, sm_scale
         o = torch.empty_like(q)
         block = 16 if q.shape[2] <= 64 else 64
         tiles = -(-q.shape[2] // block) * q.shape[0] * q.shape[1]
-        attention_fwd_kernel[(tiles,)](*attention_reference_args(q, k, v, o, scale, q_start),
-                                       HEAD_DIM=q.shape[-1], BLOCK_M=block, BLOCK_N=block, CAUSAL=causal)
+        attention_fwd_kernel[(tiles,)](
+            *attention_reference_args(q, k, v, o, scale, q_start),
+            HEAD_DIM=q.shape[-1],
+            BLOCK_M=block,
+            BLOCK_N=block,
+            CAUSAL=causal,
+        )
         return o
     mask = _causal_mask(q.shape[2], k.shape[2], q_start, q.device) if causal else None
-    return torch.nn.functional.scaled_dot_product_attention(q, _expand_kv(q, k), _expand_kv(q, v),
-                                                            attn_mask=mask, scale=scale)
+    return torch.nn.functional.scaled_dot_product_attention(
+        q, _expand_kv(q, k), _expand_kv(q, v), attn_mask=mask, scale=scale
+    )
 
 
 def attention_with_lse(q, k, v, *, mask: Optional[torch.Tensor], scale: float):
@@ -129,8 +145,9 @@ def attention_with_lse(q, k, v, *, mask: Optional[torch.Tensor], scale: float):
     return torch.matmul(weights, _expand_kv(q, v).float()), lse
 
 
-def merge_partials(o: Optional[torch.Tensor], lse: Optional[torch.Tensor], o_step: torch.Tensor,
-                   lse_step: torch.Tensor):
+def merge_partials(
+    o: Optional[torch.Tensor], lse: Optional[torch.Tensor], o_step: torch.Tensor, lse_step: torch.Tensor
+):
     """The running (o, lse) with one more piece's (o_step, lse_step) merged in."""
     if o is None:
         return o_step, lse_step
@@ -162,16 +179,27 @@ def _ring_pieces(k, v, group, rank: int, world: int):
     held = torch.stack([k, v]).contiguous()
     spare = torch.empty_like(held)
     for step in range(1, world):
-        ops = [dist.P2POp(dist.isend, held, dist.get_global_rank(group, (rank + 1) % world), group),
-               dist.P2POp(dist.irecv, spare, dist.get_global_rank(group, (rank - 1) % world), group)]
+        ops = [
+            dist.P2POp(dist.isend, held, dist.get_global_rank(group, (rank + 1) % world), group),
+            dist.P2POp(dist.irecv, spare, dist.get_global_rank(group, (rank - 1) % world), group),
+        ]
         for request in dist.batch_isend_irecv(ops):
             request.wait()
         held, spare = spare, held
         yield (rank - step) % world, held[0], held[1]
 
 
-def ring_attention(q, k, v, *, causal: bool = False, group=None, sm_scale: Optional[float] = None,
-                   mode: str = "auto", compute: str = "sdpa") -> torch.Tensor:
+def ring_attention(
+    q,
+    k,
+    v,
+    *,
+    causal: bool = False,
+    group=None,
+    sm_scale: Optional[float] = None,
+    mode: str = "auto",
+    compute: str = "sdpa",
+) -> torch.Tensor:
     """Ring attention (see the module): this rank's rows of attention over the whole sequence."""
     _check("ring_attention", q, k, v, mode, compute)
     if mode == "fused":  # the transformed kernel, whatever `compute` says
@@ -179,8 +207,10 @@ def ring_attention(q, k, v, *, causal: bool = False, group=None, sm_scale: Optio
 
         return fused_context(RingAttention, q, k, v, causal=causal, group=group, sm_scale=sm_scale)(q, k, v)
     if compute == "triton":
-        raise UserError("ring_attention: compute='triton' needs the attention kernel's log-sum-exp, which it "
-                        "does not return yet; use compute='sdpa'")
+        raise UserError(
+            "ring_attention: compute='triton' needs the attention kernel's log-sum-exp, which it "
+            "does not return yet; use compute='sdpa'"
+        )
     group, rank, world = group_rank_world(group)
     scale = q.shape[-1] ** -0.5 if sm_scale is None else sm_scale
     if world == 1:
@@ -194,15 +224,26 @@ def _heads_to_ranks(x: torch.Tensor, world: int) -> torch.Tensor:
     return x.reshape(z, world, h // world, s, d).permute(1, 0, 2, 3, 4).contiguous()
 
 
-def ulysses_attention(q, k, v, *, causal: bool = False, group=None, sm_scale: Optional[float] = None,
-                      mode: str = "auto", compute: str = "sdpa") -> torch.Tensor:
+def ulysses_attention(
+    q,
+    k,
+    v,
+    *,
+    causal: bool = False,
+    group=None,
+    sm_scale: Optional[float] = None,
+    mode: str = "auto",
+    compute: str = "sdpa",
+) -> torch.Tensor:
     """Ulysses attention (see the module): this rank's rows of attention over the whole sequence."""
     _check("ulysses_attention", q, k, v, mode, compute)
     group, rank, world = group_rank_world(group)
     for name, heads in (("q", q.shape[1]), ("k/v", k.shape[1])):
         if heads % world != 0:
-            raise ShapeError(f"ulysses_attention: {heads} {name} heads cannot be shared by {world} ranks: the "
-                             "world size must divide the head count (plan/sequence_parallel.hpp)")
+            raise ShapeError(
+                f"ulysses_attention: {heads} {name} heads cannot be shared by {world} ranks: the "
+                "world size must divide the head count (plan/sequence_parallel.hpp)"
+            )
     if mode == "fused":
         from syncopate.ops.fused_attention import UlyssesAttention
 
@@ -218,8 +259,7 @@ def ulysses_attention(q, k, v, *, causal: bool = False, group=None, sm_scale: Op
         w, z, h, s, d = got.shape
         return got.permute(1, 2, 0, 3, 4).reshape(z, h, w * s, d)
 
-    o_heads = local_attention(exchange(q), exchange(k), exchange(v), causal=causal, sm_scale=sm_scale,
-                              compute=compute)
+    o_heads = local_attention(exchange(q), exchange(k), exchange(v), causal=causal, sm_scale=sm_scale, compute=compute)
     z, h, n, d = o_heads.shape
     s = n // world
     back = o_heads.reshape(z, h, world, s, d).permute(2, 0, 1, 3, 4).contiguous()  # piece r to rank r

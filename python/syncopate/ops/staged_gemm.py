@@ -39,23 +39,31 @@ def staged_unsupported(m: int, n: int, k: int, world: int, block_m: int, dtype: 
         return f"m={m} is not a multiple of the world size {world}"
     shard = m // world
     if shard % block_m != 0:
-        return (f"the shard of {shard} rows is not a multiple of the GEMM's BLOCK_M={block_m}, so a "
-                "tile would straddle two ranks' boxes")
+        return (
+            f"the shard of {shard} rows is not a multiple of the GEMM's BLOCK_M={block_m}, so a "
+            "tile would straddle two ranks' boxes"
+        )
     if not tma_describable(m, n, k, dtype):
-        return (f"TMA cannot describe the operands (a row pitch of K={k} or N={n} elements is not a "
-                "multiple of 16 bytes); the staged kernel has no pointer-load variant")
+        return (
+            f"TMA cannot describe the operands (a row pitch of K={k} or N={n} elements is not a "
+            "multiple of 16 bytes); the staged kernel has no pointer-load variant"
+        )
     return None
 
 
 def check_accesses_match(kernel, accesses) -> None:
     """InternalError unless the kernel's annotations (the transformer's __syncopate__ accesses)
     describe exactly `accesses`, which the lowering and the workspace use."""
-    described = {(a["tensor"], a["role"], a["m_dim"], a["n_dim"], bool(a.get("m_local_shard", False)))
-                 for a in transformed_info(kernel)["accesses"]}
+    described = {
+        (a["tensor"], a["role"], a["m_dim"], a["n_dim"], bool(a.get("m_local_shard", False)))
+        for a in transformed_info(kernel)["accesses"]
+    }
     given = {(t, role, md, nd, bool(rest[0]) if rest else False) for t, role, md, nd, *rest in accesses}
     if described != given:
-        raise InternalError(f"syncopate.ops: {STAGED_KERNEL}'s annotations describe the accesses "
-                            f"{sorted(described)}, the op lowers {sorted(given)}")
+        raise InternalError(
+            f"syncopate.ops: {STAGED_KERNEL}'s annotations describe the accesses "
+            f"{sorted(described)}, the op lowers {sorted(given)}"
+        )
 
 
 class StagedReduceGemm(FusedGemm):
@@ -65,9 +73,24 @@ class StagedReduceGemm(FusedGemm):
     caller's tensor (reduce-scatter) or c's own rows [rank * M/W, (rank + 1) * M/W) (all-reduce;
     the kernel's masks keep the two stores disjoint)."""
 
-    def __init__(self, *, plan, rank: int, world: int, m: int, n: int, k: int, dtype: torch.dtype,
-                 b_layout: str, config, tile_order: str, device: torch.device, wait_bound_ns: int,
-                 num_programs: int, accesses=STAGED_ACCESSES):
+    def __init__(
+        self,
+        *,
+        plan,
+        rank: int,
+        world: int,
+        m: int,
+        n: int,
+        k: int,
+        dtype: torch.dtype,
+        b_layout: str,
+        config,
+        tile_order: str,
+        device: torch.device,
+        wait_bound_ns: int,
+        num_programs: int,
+        accesses=STAGED_ACCESSES,
+    ):
         why = staged_unsupported(m, n, k, world, config.block_m, dtype)
         if why is not None:
             raise UserError(f"StagedReduceGemm: {why}")
@@ -75,18 +98,28 @@ class StagedReduceGemm(FusedGemm):
         self.kernel_name = STAGED_KERNEL
         self.kernel = transformed_kernel(STAGED_KERNEL, STAGED_MODULE)
         check_accesses_match(self.kernel, accesses)
-        self._bind(plan=plan, rank=rank, m=m, n=n, b_layout=b_layout, config=config, accesses=accesses,
-                   tile_order=tile_order, device=device, wait_bound_ns=wait_bound_ns,
-                   num_programs=num_programs)
+        self._bind(
+            plan=plan,
+            rank=rank,
+            m=m,
+            n=n,
+            b_layout=b_layout,
+            config=config,
+            accesses=accesses,
+            tile_order=tile_order,
+            device=device,
+            wait_bound_ns=wait_bound_ns,
+            num_programs=num_programs,
+        )
         shard = m // world
-        self.kwargs.update(NUM_SLOTS=world, B_IS_NK=self.b_is_nk, WARP_SPECIALIZE=config.warp_specialize,
-                           FLATTEN=config.flatten)
+        self.kwargs.update(
+            NUM_SLOTS=world, B_IS_NK=self.b_is_nk, WARP_SPECIALIZE=config.warp_specialize, FLATTEN=config.flatten
+        )
         b_pitch = k if self.b_is_nk else n
         # After the pointers a, b, c, p, out: M, N, K, stride_am, stride_b, stride_cm, stride_ps,
         # stride_pm, stride_om, shard_begin, shard_rows, skip_slot (this rank's own slot of p,
         # never written), num_programs.
-        self.scalars = (m, n, k, k, b_pitch, n, shard * n, n, n, rank * shard, shard, rank,
-                        self.num_programs)
+        self.scalars = (m, n, k, k, b_pitch, n, shard * n, n, n, rank * shard, shard, rank, self.num_programs)
         self._finish_binding()
 
 
@@ -104,15 +137,27 @@ def staged_in_auto() -> bool:
 STAGED_COLLECTIVES = ("reduce-scatter", "all-reduce")
 
 
-def staged_plan(*, world: int, m: int, n: int, split: int, dtype: str, backend: str,
-                collective: str = "reduce-scatter"):
+def staged_plan(
+    *, world: int, m: int, n: int, split: int, dtype: str, backend: str, collective: str = "reduce-scatter"
+):
     """The staged plan of C [M, N] (reduce-scatter, or all-reduce: the same staging chunks, then
     each owner pushes its reduced box to every other rank): tensor "c" [1, M, N] (dim 1),
     staging "p"."""
     import syncopate as sy
 
     if collective not in STAGED_COLLECTIVES:
-        raise UserError(f"staged_plan: collective {collective!r} has no staged template; use one of "
-                        f"{STAGED_COLLECTIVES}")
-    return sy.make_plan(collective, world_size=world, shape=[1, m, n], dim=1, algorithm="direct",
-                        split=split, dtype=dtype, backend=backend, tensor="c", staging="p")
+        raise UserError(
+            f"staged_plan: collective {collective!r} has no staged template; use one of {STAGED_COLLECTIVES}"
+        )
+    return sy.make_plan(
+        collective,
+        world_size=world,
+        shape=[1, m, n],
+        dim=1,
+        algorithm="direct",
+        split=split,
+        dtype=dtype,
+        backend=backend,
+        tensor="c",
+        staging="p",
+    )

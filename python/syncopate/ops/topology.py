@@ -27,8 +27,10 @@ def _consecutive(count: int, world: int, what: str) -> list:
     if isinstance(count, bool) or not isinstance(count, int) or count < 1:
         raise UserError(f"{what}: a node count must be an integer >= 1, got {count!r}")
     if world % count != 0:
-        raise UserError(f"{what}: {count} nodes cannot hold {world} ranks in equal parts "
-                        "(give one node id per rank for uneven nodes)")
+        raise UserError(
+            f"{what}: {count} nodes cannot hold {world} ranks in equal parts "
+            "(give one node id per rank for uneven nodes)"
+        )
     per_node = world // count
     return [r // per_node for r in range(world)]
 
@@ -49,8 +51,7 @@ def _parse_env_nodes(text: str, world: int) -> list:
     try:
         numbers = [int(part) for part in text.split(",")]
     except ValueError:
-        raise UserError(f"{what}: expected a node count (\"2\") or one node id per global rank "
-                        "(\"0,0,1,1\")") from None
+        raise UserError(f"{what}: expected a node count (\"2\") or one node id per global rank (\"0,0,1,1\")") from None
     if "," in text:
         return _per_rank(numbers, world, what)
     return _consecutive(numbers[0], world, what)
@@ -74,8 +75,9 @@ def _compact(nodes: Sequence[int]) -> list:
     return [] if len(set(nodes)) <= 1 else list(nodes)
 
 
-def detect_nodes(global_ranks: Sequence[int], *, nodes: NodesArg = None,
-                 environ: Optional[Mapping[str, str]] = None) -> list:
+def detect_nodes(
+    global_ranks: Sequence[int], *, nodes: NodesArg = None, environ: Optional[Mapping[str, str]] = None
+) -> list:
     """The node id of each rank of a group whose ranks are `global_ranks` (group rank i is global
     rank global_ranks[i]); [] when all share one node. `nodes` is the context's keyword (module
     docstring); `environ` defaults to os.environ. Raises UserError naming the source of a bad value."""
@@ -93,9 +95,11 @@ def detect_nodes(global_ranks: Sequence[int], *, nodes: NodesArg = None,
     local = _local_world_size(environ)
     if local is not None:
         if global_world % local != 0:
-            raise UserError(f"LOCAL_WORLD_SIZE={local} does not divide WORLD_SIZE={global_world}: torchrun "
-                            "with a different number of processes per node; set SYNCOPATE_NODES to one node id "
-                            "per global rank")
+            raise UserError(
+                f"LOCAL_WORLD_SIZE={local} does not divide WORLD_SIZE={global_world}: torchrun "
+                "with a different number of processes per node; set SYNCOPATE_NODES to one node id "
+                "per global rank"
+            )
         return _compact([g // local for g in global_ranks])
     return []
 
@@ -123,7 +127,9 @@ def check_single_node(who: str, nodes: Sequence[int]) -> None:
     for node in nodes:
         counts[node] = counts.get(node, 0) + 1
     layout = ", ".join(f"node {n}: {c} ranks" for n, c in sorted(counts.items()))
-    raise UserError(f"{who}: the group spans {node_count(nodes)} nodes ({layout}); the fused ops run within "
-                    "one node so far (docs/RUNTIME.md, \"Multi-node\": hierarchical plans, the heap and the "
-                    "executor support several nodes, the op contexts do not choose such plans yet). Use a "
-                    "group of one node's ranks, or torch.distributed across nodes")
+    raise UserError(
+        f"{who}: the group spans {node_count(nodes)} nodes ({layout}); the fused ops run within "
+        "one node so far (docs/RUNTIME.md, \"Multi-node\": hierarchical plans, the heap and the "
+        "executor support several nodes, the op contexts do not choose such plans yet). Use a "
+        "group of one node's ranks, or torch.distributed across nodes"
+    )

@@ -18,8 +18,7 @@
 namespace syncopate::testing {
 
 // Calls fn(index) for every element index of `box`.
-inline void for_each_element(const plan::Box& box,
-                             const std::function<void(const std::vector<std::int64_t>&)>& fn) {
+inline void for_each_element(const plan::Box& box, const std::function<void(const std::vector<std::int64_t>&)>& fn) {
   for (auto e : box.extent)
     if (e <= 0) return;
   std::vector<std::int64_t> idx = box.offset;
@@ -52,16 +51,15 @@ inline std::set<int> tiles_of_element(const lower::TileGrid& grid, const lower::
     for (std::int64_t tn = 0; tn < grid.tiles_n(); ++tn) {
       const bool row_ok = access.m_dim < 0 || (idx[access.m_dim] + shift >= tm * grid.block_m &&
                                                idx[access.m_dim] + shift < (tm + 1) * grid.block_m);
-      const bool col_ok = access.n_dim < 0 || (idx[access.n_dim] >= tn * grid.block_n &&
-                                               idx[access.n_dim] < (tn + 1) * grid.block_n);
+      const bool col_ok =
+          access.n_dim < 0 || (idx[access.n_dim] >= tn * grid.block_n && idx[access.n_dim] < (tn + 1) * grid.block_n);
       if (row_ok && col_ok) tiles.insert(static_cast<int>(tm * grid.tiles_n() + tn));
     }
   return tiles;
 }
 
-inline std::set<int> tiles_touching_box(const lower::TileGrid& grid,
-                                        const lower::TileAccess& access, const plan::Box& box,
-                                        std::int64_t shift = 0) {
+inline std::set<int> tiles_touching_box(const lower::TileGrid& grid, const lower::TileAccess& access,
+                                        const plan::Box& box, std::int64_t shift = 0) {
   std::set<int> tiles;
   for_each_element(box, [&](const std::vector<std::int64_t>& idx) {
     for (int t : tiles_of_element(grid, access, idx, shift)) tiles.insert(t);
@@ -70,14 +68,12 @@ inline std::set<int> tiles_touching_box(const lower::TileGrid& grid,
 }
 
 // Per tile of rank `rank`: chunks landing on `rank` in access.tensor at an element it reads.
-inline std::vector<std::set<int>> brute_waits(const plan::CommPlan& plan,
-                                              const lower::TileGrid& grid,
+inline std::vector<std::set<int>> brute_waits(const plan::CommPlan& plan, const lower::TileGrid& grid,
                                               const lower::TileAccess& access, int rank) {
   std::vector<std::set<int>> waits(static_cast<std::size_t>(grid.count()));
   for (const auto& c : plan.chunks) {
     if (c.dst != rank || c.dst_tensor != access.tensor) continue;
-    for (int t : tiles_touching_box(grid, access, c.dst_box, row_shift(plan, access, rank)))
-      waits[t].insert(c.id);
+    for (int t : tiles_touching_box(grid, access, c.dst_box, row_shift(plan, access, rank))) waits[t].insert(c.id);
   }
   return waits;
 }
@@ -97,13 +93,12 @@ using KindChunk = std::pair<lower::SlotKind, int>;
 
 // Per tile of `rank`: the (kind, chunk) pairs the tile must notify, element by element.
 inline std::vector<std::set<KindChunk>> brute_notifies(const plan::CommPlan& plan, const lower::TileGrid& grid,
-                                                const lower::TileAccess& access, int rank) {
+                                                       const lower::TileAccess& access, int rank) {
   std::vector<std::set<KindChunk>> out(static_cast<std::size_t>(grid.count()));
   const std::int64_t shift = row_shift(plan, access, rank);
   for (const auto& c : plan.chunks) {
     if (c.src == rank && c.tensor == access.tensor)
-      for (int t : tiles_touching_box(grid, access, c.box, shift))
-        out[t].insert({lower::SlotKind::ready, c.id});
+      for (int t : tiles_touching_box(grid, access, c.box, shift)) out[t].insert({lower::SlotKind::ready, c.id});
     if (c.dst == rank && c.dst_tensor == access.tensor)
       for (int t : tiles_touching_box(grid, access, c.dst_box, shift))
         out[t].insert({lower::SlotKind::dst_ready, c.id});
@@ -112,7 +107,7 @@ inline std::vector<std::set<KindChunk>> brute_notifies(const plan::CommPlan& pla
 }
 
 inline void expect_notifies_match_brute_force(const plan::CommPlan& plan, const lower::TileGrid& grid,
-                                const lower::TileAccess& access) {
+                                              const lower::TileAccess& access) {
   const auto tables = lower::lower(plan, grid, {access});
   for (const auto& table : tables) {
     SCOPED_TRACE(::testing::Message() << "rank " << table.rank);
@@ -134,8 +129,8 @@ inline void expect_notifies_match_brute_force(const plan::CommPlan& plan, const 
       const int owner = slot.kind == lower::SlotKind::ready ? c.src : c.dst;
       EXPECT_EQ(slot.writers,
                 static_cast<int>(tiles_touching_box(grid, access, box, row_shift(plan, access, owner)).size()));
-      const auto& by_chunk = slot.kind == lower::SlotKind::ready ? table.ready_slot_of_chunk
-                                                          : table.dst_ready_slot_of_chunk;
+      const auto& by_chunk =
+          slot.kind == lower::SlotKind::ready ? table.ready_slot_of_chunk : table.dst_ready_slot_of_chunk;
       EXPECT_EQ(by_chunk[slot.chunk], slot.slot);
     }
   }

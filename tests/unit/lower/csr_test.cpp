@@ -20,8 +20,7 @@ TEST(Csr, EmptyAndRaggedLists) {
 
 TEST(Csr, ArraysRoundTripTheTables) {
   const auto plan = testing::hand_direct_reduce_scatter(3, 7, 5);
-  const auto tables = lower(plan, {7, 5, 2, 3},
-                            {{"x", AccessRole::produce, 0, 1}, {"x", AccessRole::consume, 0, -1}});
+  const auto tables = lower(plan, {7, 5, 2, 3}, {{"x", AccessRole::produce, 0, 1}, {"x", AccessRole::consume, 0, -1}});
   for (const auto& table : tables) {
     const SignalTableArrays a = to_arrays(table);
     EXPECT_EQ(a.rank, table.rank);

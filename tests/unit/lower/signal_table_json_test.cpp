@@ -17,8 +17,7 @@ namespace {
 TEST(SignalTableJson, ReadsBackToTheTables) {
   const auto plan = testing::hand_direct_reduce_scatter(3, 7, 5);
   const TileGrid grid{7, 5, 2, 3};
-  const std::vector<TileAccess> accesses{{"x", AccessRole::produce, 0, 1},
-                                         {"x", AccessRole::consume, 0, -1}};
+  const std::vector<TileAccess> accesses{{"x", AccessRole::produce, 0, 1}, {"x", AccessRole::consume, 0, -1}};
   const auto tables = lower(plan, grid, accesses);
   const auto doc = nlohmann::json::parse(signal_tables_to_json(tables, grid, accesses));
   EXPECT_EQ(doc.at("version"), kSignalTableJsonVersion);

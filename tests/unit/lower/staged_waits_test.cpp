@@ -83,8 +83,7 @@ TEST(StagedWaits, MatchesBruteForceAtWorldsTwoToFour) {
       for (std::int64_t bm : {1, 2, 3, 4, 6, 8, 24})
         for (std::int64_t bn : {3, 5, 16}) {
           const std::int64_t m = 24, n = 10;  // Ms = 12, 8, 6: some BLOCK_M divide it, some not
-          SCOPED_TRACE(::testing::Message() << "world " << world << " split " << split << " tile "
-                                            << bm << "x" << bn);
+          SCOPED_TRACE(::testing::Message() << "world " << world << " split " << split << " tile " << bm << "x" << bn);
           const auto plan = testing::hand_staged_reduce_scatter(world, m, n, split);
           const TileGrid grid{m, n, bm, bn};
           const auto tables = lower(plan, grid, {kProduceC, kConsumeP});

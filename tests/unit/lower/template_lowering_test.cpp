@@ -18,8 +18,7 @@ TEST(TemplateLowering, EveryChunkHasExactlyOneLandingSlotOnItsDestination) {
     SCOPED_TRACE(tc.name);
     const plan::CommPlan plan = plan::make_plan(tc.options);
     const TileGrid grid{tc.options.shape[0], 6, 3, 4};
-    const auto tables = lower(plan, grid, {{testing::consumed_tensor(tc.options),
-                                            AccessRole::consume, 0, -1}});
+    const auto tables = lower(plan, grid, {{testing::consumed_tensor(tc.options), AccessRole::consume, 0, -1}});
     ASSERT_EQ(tables.size(), static_cast<std::size_t>(plan.world_size));
     std::vector<int> landings(plan.chunks.size(), 0);
     for (const auto& table : tables) {
@@ -37,8 +36,7 @@ TEST(TemplateLowering, EveryChunkHasExactlyOneLandingSlotOnItsDestination) {
           EXPECT_EQ(table.landing_slot_of_chunk[c], -1);
         }
     }
-    for (std::size_t c = 0; c < plan.chunks.size(); ++c)
-      EXPECT_EQ(landings[c], 1) << "chunk " << c;
+    for (std::size_t c = 0; c < plan.chunks.size(); ++c) EXPECT_EQ(landings[c], 1) << "chunk " << c;
   }
 }
 
@@ -69,7 +67,7 @@ TEST(ProducerNotifies, ReductionTemplatesMatchBruteForce) {
     SCOPED_TRACE(tc.name);
     const auto plan = plan::make_plan(tc.options);
     testing::expect_notifies_match_brute_force(plan, {tc.options.shape[0], 6, 3, 4},
-                               {tc.options.tensor, AccessRole::produce, 0, 1});
+                                               {tc.options.tensor, AccessRole::produce, 0, 1});
   }
 }
 

@@ -24,8 +24,8 @@ struct TemplateCase {
 // [rows, 6] tensor (rows uneven, except for all-to-all whose blocks must be equal).
 inline std::vector<TemplateCase> all_template_cases() {
   std::vector<TemplateCase> cases;
-  for (auto collective : {plan::Collective::all_gather, plan::Collective::reduce_scatter,
-                          plan::Collective::all_reduce, plan::Collective::all_to_all})
+  for (auto collective : {plan::Collective::all_gather, plan::Collective::reduce_scatter, plan::Collective::all_reduce,
+                          plan::Collective::all_to_all})
     for (auto algorithm : {plan::Algorithm::ring, plan::Algorithm::direct, plan::Algorithm::bidir})
       for (int world : {1, 2, 3, 4, 7, 8})
         for (int split : {1, 2, 4}) {
@@ -35,13 +35,12 @@ inline std::vector<TemplateCase> all_template_cases() {
           o.world_size = world;
           o.split = split;
           // all-to-all needs equal blocks (and sub-blocks); the others get an uneven row count.
-          const std::int64_t rows = collective == plan::Collective::all_to_all
-                                        ? std::int64_t{world} * world * split
-                                        : std::int64_t{world} * split * 2 + 1;
+          const std::int64_t rows = collective == plan::Collective::all_to_all ? std::int64_t{world} * world * split
+                                                                               : std::int64_t{world} * split * 2 + 1;
           o.shape = {rows, 6};
           o.dim = 0;
-          cases.push_back({o, fmt::format("{}/{}/w{}/s{}", plan::to_string(collective),
-                                          plan::to_string(algorithm), world, split)});
+          cases.push_back(
+              {o, fmt::format("{}/{}/w{}/s{}", plan::to_string(collective), plan::to_string(algorithm), world, split)});
         }
   return cases;
 }
@@ -59,15 +58,14 @@ class PlanBuilder {
     plan_.collective.kind = kind;
     for (int r = 0; r < world; ++r) plan_.ranks.push_back({r, {}});
   }
-  PlanBuilder& tensor(const std::string& name, std::vector<std::int64_t> shape,
-                      plan::DType dtype = plan::DType::bf16) {
+  PlanBuilder& tensor(const std::string& name, std::vector<std::int64_t> shape, plan::DType dtype = plan::DType::bf16) {
     plan_.tensors[name] = {std::move(shape), dtype, "row-major"};
     if (plan_.collective.tensor.empty()) plan_.collective.tensor = name;
     return *this;
   }
   // Moves `box` of `tensor` from src to the same box on dst; issued by src on `stream`.
-  int chunk(const std::string& tensor, plan::Box box, int src, int dst, int stream = 0,
-            std::vector<int> deps = {}, plan::ChunkOp op = plan::ChunkOp::copy) {
+  int chunk(const std::string& tensor, plan::Box box, int src, int dst, int stream = 0, std::vector<int> deps = {},
+            plan::ChunkOp op = plan::ChunkOp::copy) {
     plan::Chunk c;
     c.id = static_cast<int>(plan_.chunks.size());
     c.tensor = c.dst_tensor = tensor;
@@ -85,8 +83,8 @@ class PlanBuilder {
   }
   // Moves `box` of `tensor` on src into `dst_box` of `dst_tensor` on dst; issued by `issuer`
   // (src or dst) on `stream`.
-  int copy_into(const std::string& tensor, plan::Box box, const std::string& dst_tensor,
-                plan::Box dst_box, int src, int dst, int issuer, int stream) {
+  int copy_into(const std::string& tensor, plan::Box box, const std::string& dst_tensor, plan::Box dst_box, int src,
+                int dst, int issuer, int stream) {
     plan::Chunk c;
     c.id = static_cast<int>(plan_.chunks.size());
     c.tensor = tensor;
@@ -171,8 +169,8 @@ inline plan::CommPlan hand_staged_reduce_scatter(int world, std::int64_t m, std:
       for (int d = 1; d < world; ++d) {
         const int s = (r + d) % world;
         const auto rows = plan::even_split(ms, split, k);
-        b.copy_into("c", {{0, r * ms + rows.begin, 0}, {1, rows.size, n}}, "p",
-                    {{s, rows.begin, 0}, {1, rows.size, n}}, s, r, r, d - 1);
+        b.copy_into("c", {{0, r * ms + rows.begin, 0}, {1, rows.size, n}}, "p", {{s, rows.begin, 0}, {1, rows.size, n}},
+                    s, r, r, d - 1);
       }
   return b.plan();
 }

@@ -36,15 +36,13 @@ TEST(TileWaits, RowsMatchBruteForceForManyTileSizes) {
     for (std::int64_t bm : {1, 2, 3, 4, 6, 13, 16})
       for (std::int64_t bn : {2, 3, 7, 8})
         for (int n_dim : {-1, 1}) {
-          SCOPED_TRACE(::testing::Message() << "world " << world << " tile " << bm << "x" << bn
-                                            << " n_dim " << n_dim);
+          SCOPED_TRACE(::testing::Message() << "world " << world << " tile " << bm << "x" << bn << " n_dim " << n_dim);
           const TileGrid grid{13, 7, bm, bn};
           const TileAccess access{"x", AccessRole::consume, 0, n_dim};
           const auto tables = lower(plan, grid, {access});
           for (const auto& table : tables) {
             const auto expected = testing::brute_waits(plan, grid, access, table.rank);
-            EXPECT_EQ(testing::chunks_of(table, table.tile_waits), expected)
-                << "rank " << table.rank;
+            EXPECT_EQ(testing::chunks_of(table, table.tile_waits), expected) << "rank " << table.rank;
           }
         }
   }
@@ -59,8 +57,7 @@ TEST(TileWaits, ColumnsMatchBruteForce) {
       const TileAccess access{"x", AccessRole::consume, -1, 1};
       const auto tables = lower(plan, grid, {access});
       for (const auto& table : tables) {
-        EXPECT_EQ(testing::chunks_of(table, table.tile_waits),
-                  testing::brute_waits(plan, grid, access, table.rank))
+        EXPECT_EQ(testing::chunks_of(table, table.tile_waits), testing::brute_waits(plan, grid, access, table.rank))
             << "rank " << table.rank << " tile " << bm << "x" << bn;
         // A tile column waits on the same chunks on every tile row.
         for (std::int64_t t = 0; t < grid.count(); ++t)

@@ -33,8 +33,8 @@ inline std::set<int> brute_force_coverage(const CommPlan& plan, const std::vecto
   // memory[rank][tensor][row * cols + col], deliveries alike
   std::vector<std::vector<std::vector<Element>>> memory(
       w, std::vector<std::vector<Element>>(2, std::vector<Element>(rows * cols)));
-  std::vector<std::vector<std::vector<int>>> copies(
-      w, std::vector<std::vector<int>>(2, std::vector<int>(rows * cols, 0)));
+  std::vector<std::vector<std::vector<int>>> copies(w,
+                                                    std::vector<std::vector<int>>(2, std::vector<int>(rows * cols, 0)));
   auto shard = [&](std::int64_t row) {
     for (int k = w - 1; k >= 0; --k)
       if (even_split(rows, w, k).begin <= row) return k;
@@ -64,14 +64,12 @@ inline std::set<int> brute_force_coverage(const CommPlan& plan, const std::vecto
           ++copies[c.dst][to][row * cols + col];
         } else if (e.tensor == -1 || in.tensor == -1) {
           e = Element{};
-        } else if (e.tensor != in.tensor || e.origin_row != in.origin_row ||
-                   e.origin_col != in.origin_col) {
+        } else if (e.tensor != in.tensor || e.origin_row != in.origin_row || e.origin_col != in.origin_col) {
           e = Element{-2, 0, 0, {}};
         } else {
           for (const auto& [rank, count] : in.contributions) e.contributions[rank] += count;
         }
-        if (to == 0 && coll.kind == Collective::all_gather && shard(row) == c.dst)
-          broken.insert(c.dst);
+        if (to == 0 && coll.kind == Collective::all_gather && shard(row) == c.dst) broken.insert(c.dst);
         if (to == 0 && coll.kind == Collective::all_to_all) broken.insert(c.dst);
       }
   }
@@ -92,14 +90,14 @@ inline std::set<int> brute_force_coverage(const CommPlan& plan, const std::vecto
             if (k != r) continue;
             want = Element{0, i, j, everyone};
             break;
-          case Collective::all_reduce: want = Element{0, i, j, everyone}; break;
+          case Collective::all_reduce:
+            want = Element{0, i, j, everyone};
+            break;
           default:  // all-to-all: block k of y on r came from block r of x on k
             t = 1;
-            want = Element{0, i - even_split(rows, w, k).begin + even_split(rows, w, r).begin, j,
-                           {{k, 1}}};
+            want = Element{0, i - even_split(rows, w, k).begin + even_split(rows, w, r).begin, j, {{k, 1}}};
         }
-        if (!(memory[r][t][i * cols + j] == want) || copies[r][t][i * cols + j] > 1)
-          broken.insert(r);
+        if (!(memory[r][t][i * cols + j] == want) || copies[r][t][i * cols + j] > 1) broken.insert(r);
       }
   return broken;
 }
@@ -127,8 +125,7 @@ inline std::set<std::tuple<std::string, int, int>> brute_force_races(const CommP
       if (x.src == y.dst && x.tensor == y.dst_tensor && x.box.overlaps(y.dst_box))
         races.insert({"forward-race", x.src, a});
       const bool both_add = x.op == ChunkOp::reduce_add && y.op == ChunkOp::reduce_add;
-      if (a < b && !both_add && x.dst == y.dst && x.dst_tensor == y.dst_tensor &&
-          x.dst_box.overlaps(y.dst_box))
+      if (a < b && !both_add && x.dst == y.dst && x.dst_tensor == y.dst_tensor && x.dst_box.overlaps(y.dst_box))
         races.insert({"write-race", x.dst, b});
     }
   return races;

@@ -107,7 +107,8 @@ void duplicate_chunk(CommPlan& plan, int id) {
 }
 
 TEST(CoverageReplayNegative, EveryDroppedChunkIsMissedSomewhere) {
-  for (auto coll : {Collective::all_gather, Collective::reduce_scatter, Collective::all_reduce, Collective::all_to_all}) {
+  for (auto coll :
+       {Collective::all_gather, Collective::reduce_scatter, Collective::all_reduce, Collective::all_to_all}) {
     const CommPlan valid = small_plan(coll, Algorithm::ring);
     ASSERT_TRUE(replay_and_check(valid, 1).empty());
     for (int id = 0; id < static_cast<int>(valid.chunks.size()); ++id) {

@@ -67,12 +67,15 @@ RankState initial_state(const CommPlan& plan, int rank) {
         if (part_of(shape[spec.dim], w, coord_of(shape, spec.dim, i)) == rank) e.contributions[rank] = 1;
         break;
       case Collective::reduce_scatter:
-      case Collective::all_reduce: e.contributions[rank] = 1; break;
+      case Collective::all_reduce:
+        e.contributions[rank] = 1;
+        break;
       case Collective::all_to_all:
         e.origin_rank = rank;
         e.origin_index = i;
         break;
-      case Collective::custom: break;
+      case Collective::custom:
+        break;
     }
   }
   return state;
@@ -88,7 +91,9 @@ void find_races(const CommPlan& plan, const std::vector<std::vector<int>>& succe
       for (std::size_t w = 0; w < words; ++w) before[s][w] |= before[c][w];
       before[s][c / 64] |= std::uint64_t{1} << (c % 64);
     }
-  auto ordered = [&](int a, int b) { return (before[b][a / 64] >> (a % 64) & 1) || (before[a][b / 64] >> (b % 64) & 1); };
+  auto ordered = [&](int a, int b) {
+    return (before[b][a / 64] >> (a % 64) & 1) || (before[a][b / 64] >> (b % 64) & 1);
+  };
   for (int r = 0; r < plan.world_size; ++r)
     for (const auto& [name, elements] : result.ranks[r])
       for (std::size_t i = 0; i < elements.size(); ++i) {
@@ -98,8 +103,9 @@ void find_races(const CommPlan& plan, const std::vector<std::vector<int>>& succe
             const bool conflict = acc[a].second == 'c' || acc[b].second == 'c' || acc[a].second != acc[b].second;
             if (!conflict || acc[a].first == acc[b].first || ordered(acc[a].first, acc[b].first)) continue;
             if (result.problems.size() < 5)
-              result.problems.push_back(fmt::format("race on rank {} {}[{}]: chunks {} ({}) and {} ({}) are unordered", r,
-                                                    name, i, acc[a].first, acc[a].second, acc[b].first, acc[b].second));
+              result.problems.push_back(fmt::format("race on rank {} {}[{}]: chunks {} ({}) and {} ({}) are unordered",
+                                                    r, name, i, acc[a].first, acc[a].second, acc[b].first,
+                                                    acc[b].second));
           }
       }
 }
@@ -188,8 +194,10 @@ ReplayResult replay(const CommPlan& plan, unsigned seed) {
   const int ran = static_cast<int>(order.size());
   int listed = 0;
   for (int c = 0; c < n; ++c) listed += issued[c] ? 1 : 0;
-  if (ran != listed) result.problems.push_back(fmt::format("{} of {} issued chunks never run (deadlock)", listed - ran, listed));
-  else find_races(plan, successors, order, result);
+  if (ran != listed)
+    result.problems.push_back(fmt::format("{} of {} issued chunks never run (deadlock)", listed - ran, listed));
+  else
+    find_races(plan, successors, order, result);
   return result;
 }
 

@@ -66,8 +66,8 @@ TEST(MoeDispatchPlan, VerifiedAtWorldsOneToEight) {
       for (std::int64_t capacity : {1, 3})
         for (Backend backend : {Backend::copy_engine, Backend::sm_copy}) {
           const CommPlan plan = make_moe_dispatch_plan(options(world, experts, capacity, backend));
-          const auto where = fmt::format("world {} experts {} capacity {} {}", world, experts, capacity,
-                                         to_string(backend));
+          const auto where =
+              fmt::format("world {} experts {} capacity {} {}", world, experts, capacity, to_string(backend));
           const VerifyReport report = verify(plan);
           EXPECT_TRUE(report.ok()) << where << "\n" << report_text(report);
           ASSERT_EQ(plan.chunks.size(), static_cast<std::size_t>(world * world * (1 + experts))) << where;
@@ -106,12 +106,14 @@ TEST(MoeDispatchPlan, EveryRowsChunkReadsItsSendersCountInAnyOrder) {
       for (int call = 0; call < 4; ++call) {
         // send[r][j][e]: rows rank r routes to expert e of rank j (0 = an empty expert).
         std::uniform_int_distribution<int> count(0, static_cast<int>(capacity));
-        std::vector<std::vector<std::vector<int>>> send(world, std::vector<std::vector<int>>(world, std::vector<int>(experts)));
+        std::vector<std::vector<std::vector<int>>> send(
+            world, std::vector<std::vector<int>>(world, std::vector<int>(experts)));
         for (auto& a : send)
           for (auto& b : a)
             for (int& n : b) n = count(rng);
         // recv[j][s][e] as each rank holds it: last call's values (-1) until the counts chunk lands.
-        std::vector<std::vector<std::vector<int>>> recv(world, std::vector<std::vector<int>>(world, std::vector<int>(experts, -1)));
+        std::vector<std::vector<std::vector<int>>> recv(
+            world, std::vector<std::vector<int>>(world, std::vector<int>(experts, -1)));
         for (int c : random_order(plan, rng)) {
           const Chunk& chunk = plan.chunks[c];
           if (chunk.tensor == kMoeSendCounts) {

@@ -45,8 +45,7 @@ std::uint64_t env_number(const char* name, std::uint64_t fallback) {
 std::vector<std::string> seed_corpus() {
   std::vector<std::string> corpus;
   // Small template plans of every kind, so mutations hit every collective's rules.
-  for (auto kind : {Collective::all_gather, Collective::reduce_scatter, Collective::all_reduce,
-                    Collective::all_to_all})
+  for (auto kind : {Collective::all_gather, Collective::reduce_scatter, Collective::all_reduce, Collective::all_to_all})
     for (auto algo : {Algorithm::ring, Algorithm::direct, Algorithm::bidir}) {
       TemplateOptions o;
       o.collective = kind;
@@ -97,9 +96,7 @@ class Mutator {
  private:
   int pick(int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng_); }
   // A random index into something of `size` > 0 entries.
-  std::size_t index(std::size_t size) {
-    return std::uniform_int_distribution<std::size_t>(0, size - 1)(rng_);
-  }
+  std::size_t index(std::size_t size) { return std::uniform_int_distribution<std::size_t>(0, size - 1)(rng_); }
 
   static void collect(json& node, std::vector<json*>& out) {
     out.push_back(&node);
@@ -109,26 +106,41 @@ class Mutator {
 
   json extreme_number() {
     switch (pick(0, 8)) {
-      case 0: return 0;
-      case 1: return -1;
-      case 2: return std::numeric_limits<std::int64_t>::max();
-      case 3: return std::numeric_limits<std::int64_t>::min();
-      case 4: return std::numeric_limits<std::uint64_t>::max();
-      case 5: return 2147483648LL;
-      case 6: return 1e300;
-      case 7: return 0.5;
-      default: return pick(-3, 70);
+      case 0:
+        return 0;
+      case 1:
+        return -1;
+      case 2:
+        return std::numeric_limits<std::int64_t>::max();
+      case 3:
+        return std::numeric_limits<std::int64_t>::min();
+      case 4:
+        return std::numeric_limits<std::uint64_t>::max();
+      case 5:
+        return 2147483648LL;
+      case 6:
+        return 1e300;
+      case 7:
+        return 0.5;
+      default:
+        return pick(-3, 70);
     }
   }
 
   json other_type() {
     switch (pick(0, 5)) {
-      case 0: return nullptr;
-      case 1: return "x";
-      case 2: return true;
-      case 3: return json::array({1, 2});
-      case 4: return json::object({{"k", 1}});
-      default: return extreme_number();
+      case 0:
+        return nullptr;
+      case 1:
+        return "x";
+      case 2:
+        return true;
+      case 3:
+        return json::array({1, 2});
+      case 4:
+        return json::object({{"k", 1}});
+      default:
+        return extreme_number();
     }
   }
 
@@ -147,9 +159,12 @@ class Mutator {
         const int how = pick(0, 3);
         constexpr auto lo = std::numeric_limits<std::int64_t>::min();
         constexpr auto hi = std::numeric_limits<std::int64_t>::max();
-        if (how == 0) node = v == hi ? v : v + 1;
-        else if (how == 1) node = v == lo ? v : v - 1;
-        else node = how == 2 ? json(0) : extreme_number();
+        if (how == 0)
+          node = v == hi ? v : v + 1;
+        else if (how == 1)
+          node = v == lo ? v : v - 1;
+        else
+          node = how == 2 ? json(0) : extreme_number();
         return;
       }
     }
@@ -171,8 +186,7 @@ class Mutator {
         }
         break;
       case 3:  // duplicate an entry
-        if (node.is_array() && !node.empty() && node.size() < 4096)
-          node.push_back(node[index(node.size())]);
+        if (node.is_array() && !node.empty() && node.size() < 4096) node.push_back(node[index(node.size())]);
         break;
       case 4:  // shuffle
         if (node.is_array()) {
@@ -183,8 +197,8 @@ class Mutator {
         break;
       case 5:  // a string becomes another known or unknown name
         if (node.is_string()) {
-          static const char* names[] = {"x", "y", "z", "", "nccl", "copy", "reduce-add",
-                                        "custom", "all-to-all", "f32", "sm-copy"};
+          static const char* names[] = {"x",          "y",      "z",          "",    "nccl",   "copy",
+                                        "reduce-add", "custom", "all-to-all", "f32", "sm-copy"};
           node = names[pick(0, 10)];
         } else {
           node = other_type();
@@ -206,13 +220,18 @@ class Mutator {
     }
     const auto at = index(text.size());
     switch (pick(0, 3)) {
-      case 0: text.resize(at); break;  // truncate
-      case 1: text[at] = static_cast<char>(pick(0, 255)); break;
-      case 2:
-        text.insert(at, std::string(static_cast<std::size_t>(pick(1, 8)),
-                                    static_cast<char>(pick(0, 255))));
+      case 0:
+        text.resize(at);
+        break;  // truncate
+      case 1:
+        text[at] = static_cast<char>(pick(0, 255));
         break;
-      default: text.erase(at, static_cast<std::size_t>(pick(1, 16))); break;
+      case 2:
+        text.insert(at, std::string(static_cast<std::size_t>(pick(1, 8)), static_cast<char>(pick(0, 255))));
+        break;
+      default:
+        text.erase(at, static_cast<std::size_t>(pick(1, 16)));
+        break;
     }
   }
 
@@ -248,38 +267,40 @@ TEST(PlanFuzz, LoaderAndVerifierNeverCrashOnMutatedPlans) {
   std::vector<json> parsed;
   for (const auto& text : corpus) parsed.push_back(json::parse(text, nullptr, false));
   const std::uint64_t base = env_number(
-      "SYNCOPATE_FUZZ_SEED",
-      static_cast<std::uint64_t>(std::chrono::system_clock::now().time_since_epoch().count()));
+      "SYNCOPATE_FUZZ_SEED", static_cast<std::uint64_t>(std::chrono::system_clock::now().time_since_epoch().count()));
   const double seconds = static_cast<double>(env_number("SYNCOPATE_FUZZ_SECONDS", 20));
   const std::uint64_t max_iterations = env_number("SYNCOPATE_FUZZ_ITERATIONS", 1'000'000);
   const auto start = std::chrono::steady_clock::now();
   std::uint64_t iterations = 0, parse_errors = 0, verified = 0, violations = 0;
   for (; iterations < max_iterations; ++iterations) {
-    if (std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() > seconds)
-      break;
+    if (std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() > seconds) break;
     const std::uint64_t seed = base + iterations;
     std::mt19937_64 chooser(seed);
     const std::size_t pick = chooser() % corpus.size();
     const std::string text = Mutator(seed).mutate(corpus[pick], parsed[pick]);
     try {
       switch (run_one(text)) {
-        case Outcome::parse_error: ++parse_errors; break;
-        case Outcome::verified: ++verified; break;
-        case Outcome::violations: ++violations; break;
+        case Outcome::parse_error:
+          ++parse_errors;
+          break;
+        case Outcome::verified:
+          ++verified;
+          break;
+        case Outcome::violations:
+          ++violations;
+          break;
       }
     } catch (const std::exception& e) {
       FAIL() << "seed " << seed << " (replay: SYNCOPATE_FUZZ_SEED=" << seed
-             << " SYNCOPATE_FUZZ_ITERATIONS=1): unexpected exception: " << e.what()
-             << "\ninput (first 2000 bytes):\n"
+             << " SYNCOPATE_FUZZ_ITERATIONS=1): unexpected exception: " << e.what() << "\ninput (first 2000 bytes):\n"
              << text.substr(0, 2000);
     }
   }
   RecordProperty("iterations", static_cast<int>(iterations));
   RecordProperty("base_seed", fmt::to_string(base));
   std::printf("fuzz: base seed %s, %s inputs: %s parse errors, %s verified, %s with violations\n",
-              fmt::to_string(base).c_str(), fmt::to_string(iterations).c_str(),
-              fmt::to_string(parse_errors).c_str(), fmt::to_string(verified).c_str(),
-              fmt::to_string(violations).c_str());
+              fmt::to_string(base).c_str(), fmt::to_string(iterations).c_str(), fmt::to_string(parse_errors).c_str(),
+              fmt::to_string(verified).c_str(), fmt::to_string(violations).c_str());
   // The mutator must reach all three outcomes, or it is not testing the verifier at all.
   if (iterations >= 2000) {
     EXPECT_GT(parse_errors, 0u);

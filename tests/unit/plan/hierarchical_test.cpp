@@ -46,7 +46,8 @@ TemplateOptions options_for(const Case& c) {
 
 int local_rank(const CommPlan& plan, int rank) {
   int l = 0;
-  for (int r = 0; r < rank; ++r) l += plan.nodes[static_cast<std::size_t>(r)] == plan.nodes[static_cast<std::size_t>(rank)];
+  for (int r = 0; r < rank; ++r)
+    l += plan.nodes[static_cast<std::size_t>(r)] == plan.nodes[static_cast<std::size_t>(rank)];
   return l;
 }
 
@@ -213,9 +214,9 @@ TEST(HierarchicalTopology, VerifierRefusesEveryCrossNodeCopyChunk) {
     EXPECT_EQ(v.group, RuleGroup::well_formed);
     const Chunk& c = plan.chunks[static_cast<std::size_t>(v.chunk)];
     EXPECT_EQ(v.rank, c.src);
-    EXPECT_NE(v.detail.find(fmt::format("from rank {} on node {} to rank {} on node {}", c.src, c.src / 2, c.dst,
-                                        c.dst / 2)),
-              std::string::npos)
+    EXPECT_NE(
+        v.detail.find(fmt::format("from rank {} on node {} to rank {} on node {}", c.src, c.src / 2, c.dst, c.dst / 2)),
+        std::string::npos)
         << v.detail;
   }
   plan.nodes = {0, 0, 0, 0};  // one node named explicitly: fine

@@ -34,7 +34,9 @@ std::string mutate(const std::string& text, std::mt19937& rng) {
   auto pick = [&](std::size_t n) { return std::uniform_int_distribution<std::size_t>(0, n - 1)(rng); };
   std::string out;
   switch (pick(5)) {
-    case 0: lines.erase(lines.begin() + static_cast<std::ptrdiff_t>(pick(lines.size()))); break;
+    case 0:
+      lines.erase(lines.begin() + static_cast<std::ptrdiff_t>(pick(lines.size())));
+      break;
     case 1: {
       const std::size_t i = pick(lines.size());
       lines.insert(lines.begin() + static_cast<std::ptrdiff_t>(i), lines[i]);
@@ -45,7 +47,8 @@ std::string mutate(const std::string& text, std::mt19937& rng) {
       std::swap(lines[i], lines[i + 1]);
       break;
     }
-    default: break;
+    default:
+      break;
   }
   for (const auto& l : lines) out += l;
   std::vector<std::size_t> digits;
@@ -64,12 +67,18 @@ struct Input {
 
 TEST(ImportFuzz, EveryEditIsImportedAndVerifiedOrRefusedByName) {
   const std::vector<Input> inputs = {
-      {"msccl-xml", "ring_allgather.xml", {8, 2}},         {"msccl-xml", "hierarchical_allgather.xml", {4, 2}},
-      {"msccl-xml", "two_step_allreduce.xml", {4, 2}},     {"msccl-xml", "one_step_allreduce.xml", {4, 2}},
-      {"msccl-xml", "alltoall.xml", {3, 2}},               {"mscclpp-json", "ring_allgather.json", {8, 2}},
-      {"mscclpp-json", "two_step_allreduce.json", {2, 2}}, {"mscclpp-json", "alltoall.json", {3, 2}},
-      {"sendrecv", "ring_allgather.json", {}},             {"sendrecv", "hierarchical_allgather.json", {}},
-      {"sendrecv", "two_step_allreduce.json", {}},         {"sendrecv", "alltoall.json", {}},
+      {"msccl-xml", "ring_allgather.xml", {8, 2}},
+      {"msccl-xml", "hierarchical_allgather.xml", {4, 2}},
+      {"msccl-xml", "two_step_allreduce.xml", {4, 2}},
+      {"msccl-xml", "one_step_allreduce.xml", {4, 2}},
+      {"msccl-xml", "alltoall.xml", {3, 2}},
+      {"mscclpp-json", "ring_allgather.json", {8, 2}},
+      {"mscclpp-json", "two_step_allreduce.json", {2, 2}},
+      {"mscclpp-json", "alltoall.json", {3, 2}},
+      {"sendrecv", "ring_allgather.json", {}},
+      {"sendrecv", "hierarchical_allgather.json", {}},
+      {"sendrecv", "two_step_allreduce.json", {}},
+      {"sendrecv", "alltoall.json", {}},
   };
   std::mt19937 rng(20261124);
   int imported = 0, refused = 0;

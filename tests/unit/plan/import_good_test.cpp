@@ -42,7 +42,8 @@ void expect_replays(const CommPlan& plan) {
 }
 
 int count_op(const CommPlan& plan, ChunkOp op) {
-  return static_cast<int>(std::count_if(plan.chunks.begin(), plan.chunks.end(), [&](const Chunk& c) { return c.op == op; }));
+  return static_cast<int>(
+      std::count_if(plan.chunks.begin(), plan.chunks.end(), [&](const Chunk& c) { return c.op == op; }));
 }
 
 TEST(ImportMscclXml, RingAllGather) {
@@ -69,7 +70,7 @@ TEST(ImportMscclXml, RingAllGather) {
 TEST(ImportMscclXml, HierarchicalAllGatherKeepsItsCopiesAsOrderingPoints) {
   const ImportedPlan p = load(ImportFormat::msccl_xml, "hierarchical_allgather.xml", {4, 5});
   ASSERT_EQ(p.plan.chunks.size(), 8u);  // a swap in each node, then one 2-chunk swap across
-  ASSERT_EQ(p.notes.size(), 4u);  // each GPU's input -> output copy is the tensor onto itself
+  ASSERT_EQ(p.notes.size(), 4u);        // each GPU's input -> output copy is the tensor onto itself
   EXPECT_NE(p.notes[0].find("algo/gpu[0]/tb[0]/step[0]"), std::string::npos) << p.notes[0];
   int two_chunk = 0;
   for (const auto& c : p.plan.chunks) two_chunk += c.box.extent[0] == 2 ? 1 : 0;

@@ -141,8 +141,7 @@ std::vector<Case> all_cases() {
 
 std::string case_name(const ::testing::TestParamInfo<Case>& info) {
   const Case& c = info.param;
-  std::string name =
-      fmt::format("{}_{}_w{}_s{}", to_string(c.collective), to_string(c.algorithm), c.world, c.split);
+  std::string name = fmt::format("{}_{}_w{}_s{}", to_string(c.collective), to_string(c.algorithm), c.world, c.split);
   std::replace(name.begin(), name.end(), '-', '_');
   return name;
 }

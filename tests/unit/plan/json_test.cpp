@@ -48,17 +48,16 @@ TEST_P(EveryTemplateJson, RoundTripsLosslessly) {
       }
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Templates, EveryTemplateJson,
-    ::testing::Combine(::testing::Values(Collective::all_gather, Collective::reduce_scatter, Collective::all_reduce,
-                                         Collective::all_to_all),
-                       ::testing::Values(Algorithm::ring, Algorithm::direct, Algorithm::bidir)),
-    [](const auto& info) {
-      std::string name = std::string(to_string(std::get<0>(info.param))) + "_" +
-                         std::string(to_string(std::get<1>(info.param)));
-      std::replace(name.begin(), name.end(), '-', '_');
-      return name;
-    });
+INSTANTIATE_TEST_SUITE_P(Templates, EveryTemplateJson,
+                         ::testing::Combine(::testing::Values(Collective::all_gather, Collective::reduce_scatter,
+                                                              Collective::all_reduce, Collective::all_to_all),
+                                            ::testing::Values(Algorithm::ring, Algorithm::direct, Algorithm::bidir)),
+                         [](const auto& info) {
+                           std::string name = std::string(to_string(std::get<0>(info.param))) + "_" +
+                                              std::string(to_string(std::get<1>(info.param)));
+                           std::replace(name.begin(), name.end(), '-', '_');
+                           return name;
+                         });
 
 TEST(PlanJson, HandWrittenFieldsRoundTrip) {
   CommPlan plan;
@@ -130,7 +129,8 @@ TEST(PlanJsonErrors, WrongTypeDeepInAChunk) {
 TEST(PlanJsonErrors, MissingRequiredKey) {
   json doc = valid_document();
   doc["chunks"][3].erase("src");
-  EXPECT_EQ(document_error(doc), "plan.json: chunks[3].src: expected the required key of a chunk, got nothing (the key is missing)");
+  EXPECT_EQ(document_error(doc),
+            "plan.json: chunks[3].src: expected the required key of a chunk, got nothing (the key is missing)");
 }
 
 TEST(PlanJsonErrors, MisspeltChunkKeyIsRejected) {
@@ -153,8 +153,9 @@ TEST(PlanJsonErrors, NegativeOrNonIntegerGroupIsRejected) {
 TEST(PlanJsonErrors, MisspeltTopLevelKeyIsRejected) {
   json doc = valid_document();
   doc["world-size"] = 4;
-  EXPECT_EQ(document_error(doc), "plan.json: world-size: expected one of the plan keys (version, collective, world_size, nodes, "
-                              "tensors, ranks, chunks), got an unknown key");
+  EXPECT_EQ(document_error(doc),
+            "plan.json: world-size: expected one of the plan keys (version, collective, world_size, nodes, "
+            "tensors, ranks, chunks), got an unknown key");
 }
 
 TEST(PlanJsonErrors, UnsupportedVersionSaysWhichIsSupported) {
@@ -166,24 +167,28 @@ TEST(PlanJsonErrors, UnsupportedVersionSaysWhichIsSupported) {
   EXPECT_EQ(document_error(doc),
             R"(plan.json: version: expected a supported plan format version (this build reads version 1), got "1")");
   doc.erase("version");
-  EXPECT_EQ(document_error(doc), "plan.json: version: expected the required key of a plan, got nothing (the key is missing)");
+  EXPECT_EQ(document_error(doc),
+            "plan.json: version: expected the required key of a plan, got nothing (the key is missing)");
 }
 
 TEST(PlanJsonErrors, UnknownEnumSpellingsListTheChoices) {
   json doc = valid_document();
   doc["chunks"][2]["backend"] = "cuda";
-  EXPECT_EQ(document_error(doc), R"(plan.json: chunks[2].backend: expected one of copy-engine, sm-copy, nccl, got "cuda")");
+  EXPECT_EQ(document_error(doc),
+            R"(plan.json: chunks[2].backend: expected one of copy-engine, sm-copy, nccl, got "cuda")");
   doc = valid_document();
   doc["chunks"][5]["op"] = "reduce_add";
   EXPECT_EQ(document_error(doc), R"(plan.json: chunks[5].op: expected one of copy, reduce-add, got "reduce_add")");
   doc = valid_document();
   doc["collective"]["kind"] = "allgather";
-  EXPECT_EQ(document_error(doc), "plan.json: collective.kind: expected one of all-gather, reduce-scatter, all-reduce, "
-                              "all-to-all, custom, got \"allgather\"");
+  EXPECT_EQ(document_error(doc),
+            "plan.json: collective.kind: expected one of all-gather, reduce-scatter, all-reduce, "
+            "all-to-all, custom, got \"allgather\"");
   doc = valid_document();
   doc["tensors"]["x"]["dtype"] = "bfloat16";
-  EXPECT_EQ(document_error(doc),
-            R"(plan.json: tensors.x.dtype: expected one of f32, f16, bf16, f8e4m3, f8e5m2, i8, i32, i64, got "bfloat16")");
+  EXPECT_EQ(
+      document_error(doc),
+      R"(plan.json: tensors.x.dtype: expected one of f32, f16, bf16, f8e4m3, f8e5m2, i8, i32, i64, got "bfloat16")");
 }
 
 TEST(PlanJsonErrors, NonIntegersAndOverflowingIntegers) {
@@ -192,7 +197,8 @@ TEST(PlanJsonErrors, NonIntegersAndOverflowingIntegers) {
   EXPECT_EQ(document_error(doc), "plan.json: ranks[1].streams[0][2]: expected an integer, got -1.5");
   doc = valid_document();
   doc["chunks"][0]["src"] = 3000000000LL;
-  EXPECT_EQ(document_error(doc), "plan.json: chunks[0].src: expected an integer in [-2147483648, 2147483647], got 3000000000");
+  EXPECT_EQ(document_error(doc),
+            "plan.json: chunks[0].src: expected an integer in [-2147483648, 2147483647], got 3000000000");
   doc = valid_document();
   doc["chunks"][7]["deps"] = json::array({true});
   EXPECT_EQ(document_error(doc), "plan.json: chunks[7].deps[0]: expected an integer, got true");
@@ -205,7 +211,8 @@ TEST(PlanJsonErrors, HugeNumbersInTheText) {
   ASSERT_NE(at, std::string::npos);
   std::string big = text;
   big.replace(at, shape.size(), R"("shape":[18446744073709551615,5])");
-  EXPECT_EQ(parse_error(big), "plan.json: tensors.x.shape[0]: expected an integer that fits in 64 bits, got 18446744073709551615");
+  EXPECT_EQ(parse_error(big),
+            "plan.json: tensors.x.shape[0]: expected an integer that fits in 64 bits, got 18446744073709551615");
   big = text;
   big.replace(at, shape.size(), R"("shape":[1e30,5])");
   EXPECT_EQ(parse_error(big), "plan.json: tensors.x.shape[0]: expected an integer, got 1e+30");
@@ -224,7 +231,8 @@ TEST(PlanJsonErrors, WrongContainerTypes) {
   doc = valid_document();
   doc["tensors"] = json::array({1, 2});
   EXPECT_EQ(document_error(doc),
-            "plan.json: tensors: expected an object mapping tensor names to {shape, dtype, layout}, got an array of 2 elements");
+            "plan.json: tensors: expected an object mapping tensor names to {shape, dtype, layout}, got an array of 2 "
+            "elements");
   EXPECT_EQ(parse_error("[]"), "plan.json: (root): expected a plan object, got an array of 0 elements");
 }
 
@@ -235,15 +243,16 @@ TEST(PlanJsonErrors, RepeatedKeysAreRejectedNotSilentlyOverwritten) {
   ASSERT_NE(forward, plan.chunks.end());
   std::string text = valid_document().dump();
   text.insert(text.find(R"("deps":[6])"), R"("deps":[],)");  // would silently drop the dep on 6
-  EXPECT_EQ(parse_error(text), fmt::format("plan.json: chunks[{}].deps: expected each key once in an object, got it again",
-                                           forward->id));
+  EXPECT_EQ(parse_error(text),
+            fmt::format("plan.json: chunks[{}].deps: expected each key once in an object, got it again", forward->id));
 }
 
 TEST(PlanJsonErrors, OddTensorNamesAreQuotedInThePath) {
   json doc = valid_document();
   doc["tensors"]["a.b"] = {{"dtype", "f32"}};
-  EXPECT_EQ(document_error(doc),
-            R"(plan.json: tensors["a.b"].shape: expected the required key of a tensor, got nothing (the key is missing))");
+  EXPECT_EQ(
+      document_error(doc),
+      R"(plan.json: tensors["a.b"].shape: expected the required key of a tensor, got nothing (the key is missing))");
 }
 
 TEST(PlanJsonErrors, SyntaxErrorsGiveLineColumnAndByte) {
@@ -258,7 +267,8 @@ TEST(PlanJsonErrors, BinaryJunkAndBadUtf8AreSyntaxErrorsWithPrintableMessages) {
   const std::string message = parse_error(junk);
   EXPECT_NE(message.find("invalid JSON"), std::string::npos) << message;
   for (char c : message) EXPECT_TRUE(c >= 0x20 && c < 0x7f) << "unprintable byte in: " << message;
-  EXPECT_NE(parse_error("{\"version\":1,\"collective\":{\"kind\":\"\xc3\x28\"}}").find("invalid JSON"), std::string::npos);
+  EXPECT_NE(parse_error("{\"version\":1,\"collective\":{\"kind\":\"\xc3\x28\"}}").find("invalid JSON"),
+            std::string::npos);
 }
 
 TEST(PlanJsonErrors, DeepNestingIsRefusedWithoutRecursion) {

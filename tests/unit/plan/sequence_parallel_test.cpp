@@ -117,11 +117,11 @@ std::vector<std::string> follow_pieces(const CommPlan& plan, unsigned seed) {
     const int step = id / plan.world_size + 1;
     const int want = ring_pass_piece(c.dst, step, plan.world_size);
     if (carried != want)
-      problems.push_back(fmt::format("chunk {} (step {}, rank {} -> {}) carried piece {}, expected {}", id, step,
-                                     c.src, c.dst, carried, want));
+      problems.push_back(fmt::format("chunk {} (step {}, rank {} -> {}) carried piece {}, expected {}", id, step, c.src,
+                                     c.dst, carried, want));
     if (c.dst_box.offset[0] != ring_pass_slot(step))
-      problems.push_back(fmt::format("chunk {} lands in slot {}, expected {}", id, c.dst_box.offset[0],
-                                     ring_pass_slot(step)));
+      problems.push_back(
+          fmt::format("chunk {} lands in slot {}, expected {}", id, c.dst_box.offset[0], ring_pass_slot(step)));
     slot[{c.dst, c.dst_box.offset[0]}] = carried;
     ++done;
     for (int next : graph.successors(id))
@@ -208,8 +208,7 @@ TEST(RingPass, PlantedSingleBufferIsCaught) {
   }
   const VerifyReport report = verify(plan);
   EXPECT_FALSE(report.violations.empty());
-  EXPECT_TRUE(has_rule(report, "forward-race") || has_rule(report, "write-race"))
-      << report_text(report);
+  EXPECT_TRUE(has_rule(report, "forward-race") || has_rule(report, "write-race")) << report_text(report);
 }
 
 TEST(RingPass, RefusesBadOptionsByName) {
@@ -223,7 +222,8 @@ TEST(RingPass, RefusesBadOptionsByName) {
     make_ring_pass_plan(o);
     FAIL();
   } catch (const ShapeError& e) {
-    EXPECT_EQ(std::string(e.what()), "ring pass: the piece \"kv\" and the double buffer \"kv\" need two distinct names");
+    EXPECT_EQ(std::string(e.what()),
+              "ring pass: the piece \"kv\" and the double buffer \"kv\" need two distinct names");
   }
   o.buffer = "ring";
   o.shape = {4, 0};

@@ -243,24 +243,18 @@ void check_json_round_trips(const StagedCase& c) {
   EXPECT_EQ(parse_plan(plan_to_json(plan, -1)), plan);
 }
 
-TEST_P(StagedTemplate, Verifies) {
-  for_each_backend(check_verifies);
-}
+TEST_P(StagedTemplate, Verifies) { for_each_backend(check_verifies); }
 TEST_P(StagedTemplate, DeclaresTheInputAndTheStagingTensor) {
   for_each_backend(check_declares_the_input_and_the_staging_tensor);
 }
-TEST_P(StagedTemplate, MatchesTheOracleChunkList) {
-  for_each_backend(check_matches_the_oracle_chunk_list);
-}
+TEST_P(StagedTemplate, MatchesTheOracleChunkList) { for_each_backend(check_matches_the_oracle_chunk_list); }
 TEST_P(StagedTemplate, NcclGroupsPairEachSendWithItsRecv) {
   for_each_backend(check_nccl_groups_pair_each_send_with_its_recv);
 }
 TEST_P(StagedTemplate, ElementReplayFillsEverySlotOnceWithTheRightPartial) {
   for_each_backend(check_element_replay_fills_every_slot_once_with_the_right_partial);
 }
-TEST_P(StagedTemplate, JsonRoundTrips) {
-  for_each_backend(check_json_round_trips);
-}
+TEST_P(StagedTemplate, JsonRoundTrips) { for_each_backend(check_json_round_trips); }
 
 std::vector<StagedCase> staged_cases() {
   std::vector<StagedCase> cases;
@@ -271,8 +265,7 @@ std::vector<StagedCase> staged_cases() {
 }
 
 std::string staged_name(const ::testing::TestParamInfo<StagedCase>& info) {
-  std::string name =
-      fmt::format("{}_w{}_s{}", to_string(info.param.collective), info.param.world, info.param.split);
+  std::string name = fmt::format("{}_w{}_s{}", to_string(info.param.collective), info.param.world, info.param.split);
   std::replace(name.begin(), name.end(), '-', '_');
   return name;
 }
@@ -315,8 +308,8 @@ TEST(StagedTemplateShapes, RefusesWhatCannotBeStaged) {
   for (auto coll : {Collective::all_gather, Collective::all_to_all}) {
     TemplateOptions o = good;
     o.collective = coll;
-    expect_refused(o, fmt::format("only a reduce-scatter or an all-reduce can stage its partials, not {}",
-                                  to_string(coll)));
+    expect_refused(
+        o, fmt::format("only a reduce-scatter or an all-reduce can stage its partials, not {}", to_string(coll)));
   }
   TemplateOptions same = good;
   same.staging = "c";

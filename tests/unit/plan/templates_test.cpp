@@ -39,10 +39,14 @@ std::int64_t expected_chunks(const Case& c) {
   const std::int64_t w = c.world, s = c.split;
   switch (c.collective) {
     case Collective::all_gather:
-    case Collective::reduce_scatter: return w * (w - 1) * s;
-    case Collective::all_reduce: return 2 * w * (w - 1) * s;
-    case Collective::all_to_all: return w * w * s;
-    case Collective::custom: break;
+    case Collective::reduce_scatter:
+      return w * (w - 1) * s;
+    case Collective::all_reduce:
+      return 2 * w * (w - 1) * s;
+    case Collective::all_to_all:
+      return w * w * s;
+    case Collective::custom:
+      break;
   }
   return -1;
 }

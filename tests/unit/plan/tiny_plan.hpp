@@ -24,9 +24,8 @@ struct TinyPlan {
     for (int r = 0; r < world; ++r)
       plan.ranks.push_back({r, std::vector<std::vector<int>>(static_cast<std::size_t>(streams))});
   }
-  int add(int src, int dst, std::int64_t row, std::int64_t rows, ChunkOp op = ChunkOp::copy,
-          std::vector<int> deps = {}, int stream = 0, int issuer = -1,
-          Backend backend = Backend::copy_engine) {
+  int add(int src, int dst, std::int64_t row, std::int64_t rows, ChunkOp op = ChunkOp::copy, std::vector<int> deps = {},
+          int stream = 0, int issuer = -1, Backend backend = Backend::copy_engine) {
     Chunk c;
     c.id = static_cast<int>(plan.chunks.size());
     c.tensor = c.dst_tensor = "x";
@@ -53,8 +52,7 @@ inline TinyPlan ring_all_gather_3() {
   TinyPlan t(Collective::all_gather, 3, 6);
   for (int r = 0; r < 3; ++r) t.add(r, (r + 1) % 3, 2 * r, 2);  // chunks 0, 1, 2
   // Rank r forwards shard r-1, brought by chunk (r+2)%3.
-  for (int r = 0; r < 3; ++r)
-    t.add(r, (r + 1) % 3, 2 * ((r + 2) % 3), 2, ChunkOp::copy, {(r + 2) % 3});
+  for (int r = 0; r < 3; ++r) t.add(r, (r + 1) % 3, 2 * ((r + 2) % 3), 2, ChunkOp::copy, {(r + 2) % 3});
   return t;
 }
 

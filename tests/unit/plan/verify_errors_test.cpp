@@ -59,16 +59,19 @@ const BadPlan kBadPlans[] = {
     {"box-rank", "box-rank", kWF, 0, 0, "source box has 1 offsets and 1 extents but tensor 'x' has 2 dims"},
     {"negative-offset", "negative-offset", kWF, 2, 2, "source box x[-2:0, 0:4] has offset -2 in dim 0"},
     {"non-positive-extent", "non-positive-extent", kWF, 2, 4, "destination box x[0:2, 0:0] has extent 0 in dim 1"},
-    {"box-out-of-bounds", "box-out-of-bounds", kWF, 1, 4, "source box x[5:7, 0:4] ends at 7 in dim 0 but tensor 'x' has size 6"},
+    {"box-out-of-bounds", "box-out-of-bounds", kWF, 1, 4,
+     "source box x[5:7, 0:4] ends at 7 in dim 0 but tensor 'x' has size 6"},
     {"box-out-of-bounds-overflow", "box-out-of-bounds", kWF, 2, 1, "ends at more than 2^63 in dim 0"},
-    {"extent-mismatch", "extent-mismatch", kWF, 0, 2, "source x[2:4, 0:2] and destination y[0:1, 0:2] have different extents"},
+    {"extent-mismatch", "extent-mismatch", kWF, 0, 2,
+     "source x[2:4, 0:2] and destination y[0:1, 0:2] have different extents"},
     {"dtype-mismatch", "dtype-mismatch", kWF, 1, 3, "moves bf16 tensor 'x' into f32 tensor 'y'"},
     {"bad-tensor-shape", "bad-tensor-shape", kWF, -1, -1, "tensor 'x' dim 1 has size 0"},
     {"stream-mismatch", "stream-mismatch", kWF, 1, 4, "listed in stream 0 of rank 1 but its stream field is 1"},
     {"stream-out-of-range", "stream-out-of-range", kWF, 2, 5, "stream 3 does not exist on rank 2 (1 streams)"},
     {"chunk-not-issued", "chunk-not-issued", kWF, 0, 3, "chunk 3 (0 -> 1) is in no issue list"},
     {"chunk-issued-twice", "chunk-issued-twice", kWF, 2, 5, "is listed 2 times (first by rank 2)"},
-    {"issuer-not-endpoint", "issuer-not-endpoint", kWF, 2, 3, "rank 2 issues chunk 3 (0 -> 1), but only its src or dst may"},
+    {"issuer-not-endpoint", "issuer-not-endpoint", kWF, 2, 3,
+     "rank 2 issues chunk 3 (0 -> 1), but only its src or dst may"},
     {"nccl-unpaired", "nccl-unpaired", kWF, 1, 0, "NCCL chunk 0 (0 -> 1) has no recv in rank 1's streams"},
     {"unknown-dep", "unknown-dep", kWF, 1, 4, "depends on chunk 12, which does not exist (the plan has 6 chunks)"},
     {"self-dep", "self-dep", kWF, 0, 3, "depends on itself"},
@@ -77,40 +80,73 @@ const BadPlan kBadPlans[] = {
     {"collective-dim", "collective-dim", kWF, -1, -1, "all-gather dim is 2 but tensor 'x' has 2 dims"},
     {"collective-indivisible", "collective-indivisible", kWF, -1, -1, "5 is not a multiple of 2"},
     {"collective-output", "collective-output", kWF, -1, -1, "all-to-all output 'w' must be a tensor of the plan"},
-    {"op-not-allowed", "op-not-allowed", kWF, 1, 3, "reduce-add into x[4:6, 0:4] on rank 1: all-gather only moves data"},
+    {"op-not-allowed", "op-not-allowed", kWF, 1, 3,
+     "reduce-add into x[4:6, 0:4] on rank 1: all-gather only moves data"},
     // ---- topology (good/ag_ring3.json with nodes: copy-engine and SM-copy chunks between nodes)
-    {"cross-node-chunk", "cross-node-chunk", kWF, 1, 1, "chunk 1 (1 -> 2) is a copy-engine chunk from rank 1 on node 0 to rank 2 on node 1: copy-engine reaches only GPUs of its own node; a chunk between nodes must use backend nccl"},
-    {"cross-node-sm-copy", "cross-node-chunk", kWF, 2, 2, "chunk 2 (2 -> 0) is a sm-copy chunk from rank 2 on node 1 to rank 0 on node 0"},
+    {"cross-node-chunk", "cross-node-chunk", kWF, 1, 1,
+     "chunk 1 (1 -> 2) is a copy-engine chunk from rank 1 on node 0 to rank 2 on node 1: copy-engine reaches only GPUs "
+     "of its own node; a chunk between nodes must use backend nccl"},
+    {"cross-node-sm-copy", "cross-node-chunk", kWF, 2, 2,
+     "chunk 2 (2 -> 0) is a sm-copy chunk from rank 2 on node 1 to rank 0 on node 0"},
     {"nodes-count", "nodes-count", kWF, -1, -1, "nodes lists 2 node ids but world_size is 3"},
     // ---- coverage
     {"missing-shard", "missing-shard", kCov, 0, -1, "rank 0 never receives x[2:4, 0:4] (shard 1, owned by rank 1)"},
-    {"shard-delivered-twice", "shard-delivered-twice", kCov, 2, 6, "receives x[2:4, 0:4] (shard 1, owned by rank 1) 2 times: first by chunk 1, last by chunk 6"},
+    {"shard-delivered-twice", "shard-delivered-twice", kCov, 2, 6,
+     "receives x[2:4, 0:4] (shard 1, owned by rank 1) 2 times: first by chunk 1, last by chunk 6"},
     {"own-shard-overwritten", "own-shard-overwritten", kCov, 0, 6, "writes x[0:2, 0:4] on rank 0, inside shard 0"},
-    {"wrong-data", "wrong-data", kCov, 1, 2, "y[0:2, 0:2] on rank 1 should hold block 0, sent by rank 0 from its block 1 but holds 'x' of rank 0"},
-    {"contribution-missing", "contribution-missing", kCov, 2, 4, "x[4:6, 0:4] on rank 2 lacks the contribution of rank 1"},
-    {"contribution-counted-twice", "contribution-counted-twice", kCov, 1, 4, "x[2:4, 0:2] on rank 1 counts the contribution of rank 0 2 times"},
+    {"wrong-data", "wrong-data", kCov, 1, 2,
+     "y[0:2, 0:2] on rank 1 should hold block 0, sent by rank 0 from its block 1 but holds 'x' of rank 0"},
+    {"contribution-missing", "contribution-missing", kCov, 2, 4,
+     "x[4:6, 0:4] on rank 2 lacks the contribution of rank 1"},
+    {"contribution-counted-twice", "contribution-counted-twice", kCov, 1, 4,
+     "x[2:4, 0:2] on rank 1 counts the contribution of rank 0 2 times"},
     // ---- ordering
-    {"forward-race", "forward-race", kOrd, 1, 4, "chunk 4 (1 -> 2) sends x[0:2, 0:4] from rank 1, but chunk 0 (0 -> 1), which writes that region there, is not ordered with it (add 0 to chunk 4's deps to send what chunk 0 writes, or 4 to chunk 0's deps to send what was there before it)"},
-    {"write-race", "write-race", kOrd, 0, 4, "chunks 1 (reduce-add, 1 -> 0) and 4 (copy, 1 -> 0) both write x[0:1, 0:2] on rank 0"},
+    {"forward-race", "forward-race", kOrd, 1, 4,
+     "chunk 4 (1 -> 2) sends x[0:2, 0:4] from rank 1, but chunk 0 (0 -> 1), which writes that region there, is not "
+     "ordered with it (add 0 to chunk 4's deps to send what chunk 0 writes, or 4 to chunk 0's deps to send what was "
+     "there before it)"},
+    {"write-race", "write-race", kOrd, 0, 4,
+     "chunks 1 (reduce-add, 1 -> 0) and 4 (copy, 1 -> 0) both write x[0:1, 0:2] on rank 0"},
     // ---- deadlock
-    {"dependency-cycle", "dependency-cycle", kDead, 0, 0, "chunk 0 (rank 0, 0 -> 1) -> (chunk 1 depends on 0) -> chunk 1 (rank 1, 1 -> 0) -> (chunk 0 depends on 1) -> chunk 0"},
-    {"nccl-cross-pair-cycle", "dependency-cycle", kDead, 0, 0, "chunk 1 (rank 1, 1 -> 0) -> (issued after it on rank 1 stream 0) -> chunk 0"},
-    {"group-not-consecutive", "group-not-consecutive", kWF, 0, 1, "rank 0 stream 0 lists chunk 1 of NCCL group 0 at position 2, after chunk 2 (position 1) broke the group off"},
+    {"dependency-cycle", "dependency-cycle", kDead, 0, 0,
+     "chunk 0 (rank 0, 0 -> 1) -> (chunk 1 depends on 0) -> chunk 1 (rank 1, 1 -> 0) -> (chunk 0 depends on 1) -> "
+     "chunk 0"},
+    {"nccl-cross-pair-cycle", "dependency-cycle", kDead, 0, 0,
+     "chunk 1 (rank 1, 1 -> 0) -> (issued after it on rank 1 stream 0) -> chunk 0"},
+    {"group-not-consecutive", "group-not-consecutive", kWF, 0, 1,
+     "rank 0 stream 0 lists chunk 1 of NCCL group 0 at position 2, after chunk 2 (position 1) broke the group off"},
     {"group-not-nccl", "group-not-nccl", kWF, 1, 1, "chunk 1 (1 -> 0) is in group 3 but uses the copy-engine backend"},
-    {"nccl-order-mismatch", "nccl-order-mismatch", kDead, 0, 0, "rank 0 stream 0 sends chunks 0, 2 to rank 1 but rank 1 receives 2, 0"},
-    {"output-not-taken", "collective-output", kWF, -1, -1, "all-gather names output 'x', but only all-to-all (its output), reduce-scatter and all-reduce (their staging tensor) take one"},
+    {"nccl-order-mismatch", "nccl-order-mismatch", kDead, 0, 0,
+     "rank 0 stream 0 sends chunks 0, 2 to rank 1 but rank 1 receives 2, 0"},
+    {"output-not-taken", "collective-output", kWF, -1, -1,
+     "all-gather names output 'x', but only all-to-all (its output), reduce-scatter and all-reduce (their staging "
+     "tensor) take one"},
     // ---- staged reduce-scatter (good/rs_staged3.json, one problem each) and all-reduce
     // (good/ar_staged3.json: a result copied over a partial before it was staged)
-    {"staged-missing-slot", "missing-shard", kCov, 2, -1, "rank 2 never receives p[0:1, 0:2, 0:2] (staging slot 0: rank 0's partial of shard 2 of 'c')"},
-    {"staged-slot-delivered-twice", "shard-delivered-twice", kCov, 2, 6, "rank 2 receives p[0:1, 0:2, 0:2] (staging slot 0: rank 0's partial of shard 2 of 'c') 2 times: first by chunk 5, last by chunk 6"},
-    {"staged-wrong-rank", "wrong-data", kCov, 2, 5, "p[0:1, 0:2, 0:2] on rank 2 should hold staging slot 0: rank 0's partial of shard 2 of 'c' but holds 'c' of rank 1 moved by (0, -4, 0)"},
-    {"staged-wrong-box", "wrong-data", kCov, 2, 5, "should hold staging slot 0: rank 0's partial of shard 2 of 'c' but holds 'c' of rank 0 moved by (0, -2, 0)"},
-    {"staged-own-slot-written", "own-shard-overwritten", kCov, 2, 6, "writes p[2:3, 0:2, 0:2] on rank 2, inside slot 2"},
-    {"staged-input-written", "own-shard-overwritten", kCov, 0, 6, "writes c[0:1, 0:2, 0:2] on rank 0: in a staged reduce-scatter 'c' holds the partials"},
-    {"staged-reduce-add", "op-not-allowed", kWF, 2, 5, "a staged reduce-scatter only copies partials into staging slots"},
-    {"staged-bad-staging-shape", "collective-output", kWF, -1, -1, "reduce-scatter staging 'p' is [3, 3, 2] but must be [3, 2, 2]"},
-    {"staged-no-unit-dim", "collective-output", kWF, -1, -1, "the input needs a unit dim 0 (the staging tensor's slot index)"},
-    {"staged-result-before-staging", "forward-race", kOrd, 1, 3, "chunk 3 (1 -> 0) sends c[0:1, 0:2, 0:2] from rank 1, but chunk 6 (0 -> 1), which writes that region there, is not ordered with it (add 6 to chunk 3's deps to send what chunk 6 writes, or 3 to chunk 6's deps to send what was there before it)"},
+    {"staged-missing-slot", "missing-shard", kCov, 2, -1,
+     "rank 2 never receives p[0:1, 0:2, 0:2] (staging slot 0: rank 0's partial of shard 2 of 'c')"},
+    {"staged-slot-delivered-twice", "shard-delivered-twice", kCov, 2, 6,
+     "rank 2 receives p[0:1, 0:2, 0:2] (staging slot 0: rank 0's partial of shard 2 of 'c') 2 times: first by chunk 5, "
+     "last by chunk 6"},
+    {"staged-wrong-rank", "wrong-data", kCov, 2, 5,
+     "p[0:1, 0:2, 0:2] on rank 2 should hold staging slot 0: rank 0's partial of shard 2 of 'c' but holds 'c' of rank "
+     "1 moved by (0, -4, 0)"},
+    {"staged-wrong-box", "wrong-data", kCov, 2, 5,
+     "should hold staging slot 0: rank 0's partial of shard 2 of 'c' but holds 'c' of rank 0 moved by (0, -2, 0)"},
+    {"staged-own-slot-written", "own-shard-overwritten", kCov, 2, 6,
+     "writes p[2:3, 0:2, 0:2] on rank 2, inside slot 2"},
+    {"staged-input-written", "own-shard-overwritten", kCov, 0, 6,
+     "writes c[0:1, 0:2, 0:2] on rank 0: in a staged reduce-scatter 'c' holds the partials"},
+    {"staged-reduce-add", "op-not-allowed", kWF, 2, 5,
+     "a staged reduce-scatter only copies partials into staging slots"},
+    {"staged-bad-staging-shape", "collective-output", kWF, -1, -1,
+     "reduce-scatter staging 'p' is [3, 3, 2] but must be [3, 2, 2]"},
+    {"staged-no-unit-dim", "collective-output", kWF, -1, -1,
+     "the input needs a unit dim 0 (the staging tensor's slot index)"},
+    {"staged-result-before-staging", "forward-race", kOrd, 1, 3,
+     "chunk 3 (1 -> 0) sends c[0:1, 0:2, 0:2] from rank 1, but chunk 6 (0 -> 1), which writes that region there, is "
+     "not ordered with it (add 6 to chunk 3's deps to send what chunk 6 writes, or 3 to chunk 6's deps to send what "
+     "was there before it)"},
     {"staged-indivisible", "collective-indivisible", kWF, -1, -1, "into 3 equal slots, but 7 is not a multiple of 3"},
     // ---- refused by the loader, with the JSON path
     {"parse-truncated", "parse", kWF, -1, -1, "parse-truncated.json:9:22: invalid JSON"},
@@ -144,14 +180,11 @@ TEST_P(BadPlanFile, GetsTheExpectedMessage) {
   const CommPlan plan = load_plan(path);
   const VerifyReport report = verify(plan);
   const std::string name = path.filename().string();
-  const auto match = std::find_if(report.violations.begin(), report.violations.end(),
-                                  [&](const Violation& v) {
-                                    return v.rule == expect.rule && v.rank == expect.rank &&
-                                           v.chunk == expect.chunk;
-                                  });
+  const auto match = std::find_if(report.violations.begin(), report.violations.end(), [&](const Violation& v) {
+    return v.rule == expect.rule && v.rank == expect.rank && v.chunk == expect.chunk;
+  });
   ASSERT_NE(match, report.violations.end())
-      << "no " << expect.rule << " violation at rank " << expect.rank << ", chunk "
-      << expect.chunk << " in:\n"
+      << "no " << expect.rule << " violation at rank " << expect.rank << ", chunk " << expect.chunk << " in:\n"
       << describe(report, name);
   EXPECT_EQ(match->group, expect.group);
   EXPECT_NE(match->detail.find(expect.detail), std::string::npos) << match->format(name);
@@ -209,8 +242,7 @@ TEST(BadPlansInMemory, UnsupportedVersion) {
   const auto report = verify(plan);
   ASSERT_FALSE(report.ok());
   EXPECT_EQ(report.violations[0].rule, "unsupported-version");
-  EXPECT_NE(report.violations[0].detail.find("plan version is 7, this verifier reads version 1"),
-            std::string::npos);
+  EXPECT_NE(report.violations[0].detail.find("plan version is 7, this verifier reads version 1"), std::string::npos);
 }
 
 TEST(BadPlansInMemory, HugeWorldSizeDoesNotAllocatePerRank) {
@@ -311,8 +343,8 @@ TEST(UnsafePlansInMemory, AllToAllBlockInTheWrongPlace) {
   CommPlan plan = make_plan(o);
   ASSERT_TRUE(verify(plan).ok());
   // Find the chunk 0 -> 1 and make it send block 2 of rank 0's input instead of block 1.
-  auto it = std::find_if(plan.chunks.begin(), plan.chunks.end(),
-                         [](const Chunk& c) { return c.src == 0 && c.dst == 1; });
+  auto it =
+      std::find_if(plan.chunks.begin(), plan.chunks.end(), [](const Chunk& c) { return c.src == 0 && c.dst == 1; });
   ASSERT_NE(it, plan.chunks.end());
   it->box.offset[0] = 4;
   auto report = verify(plan);
@@ -331,12 +363,10 @@ TEST(UnsafePlansInMemory, AllToAllBlockInTheWrongPlace) {
   report = verify(plan);
   const Violation* missing = find_rule(report, "missing-shard");
   ASSERT_NE(missing, nullptr) << report.format("a2a");
-  EXPECT_NE(missing->detail.find("rank 1 never receives y[0:2, 0:2]"), std::string::npos)
-      << missing->detail;
+  EXPECT_NE(missing->detail.find("rank 1 never receives y[0:2, 0:2]"), std::string::npos) << missing->detail;
   const Violation* twice = find_rule(report, "shard-delivered-twice");
   ASSERT_NE(twice, nullptr) << report.format("a2a");
-  EXPECT_NE(twice->detail.find("y[4:6, 0:2] (block 2, sent by rank 2 from its block 1) 2 times"),
-            std::string::npos)
+  EXPECT_NE(twice->detail.find("y[4:6, 0:2] (block 2, sent by rank 2 from its block 1) 2 times"), std::string::npos)
       << twice->detail;
   EXPECT_NE(find_rule(report, "write-race"), nullptr);
 }
@@ -364,8 +394,7 @@ TEST(UnsafePlansInMemory, ManyRacesAreCappedWithASummary) {
   long races = std::count_if(report.violations.begin(), report.violations.end(),
                              [](const Violation& v) { return v.rule == "write-race"; });
   EXPECT_EQ(races, 501);
-  EXPECT_NE(report.violations.back().detail.find("280 more violations of this rule not listed"),
-            std::string::npos)
+  EXPECT_NE(report.violations.back().detail.find("280 more violations of this rule not listed"), std::string::npos)
       << report.violations.back().detail;
 }
 
@@ -380,12 +409,9 @@ TEST(UnsafePlansInMemory, HostileOverlapStaysBounded) {
   EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(), 30.0);
   EXPECT_LT(report.violations.size(), 2000u);
   const auto summary = std::find_if(report.violations.begin(), report.violations.end(),
-                                    [](const Violation& v) {
-                                      return v.rule == "write-race" && v.chunk < 0;
-                                    });
+                                    [](const Violation& v) { return v.rule == "write-race" && v.chunk < 0; });
   ASSERT_NE(summary, report.violations.end()) << report.format("hostile").substr(0, 2000);
-  EXPECT_NE(summary->detail.find("more violations of this rule not listed (979300 in all)"),
-            std::string::npos)
+  EXPECT_NE(summary->detail.find("more violations of this rule not listed (979300 in all)"), std::string::npos)
       << summary->detail;
 }
 
@@ -433,8 +459,7 @@ TEST(UnsafePlansInMemory, NcclOrderMismatchNamesBothOrders) {
   ASSERT_NE(v, nullptr) << report.format("t");
   EXPECT_EQ(v->rank, 0);
   EXPECT_EQ(v->chunk, 0);
-  EXPECT_NE(v->detail.find("rank 0 stream 0 sends chunks 0, 1 to rank 1 but rank 1 receives 1, 0"),
-            std::string::npos)
+  EXPECT_NE(v->detail.find("rank 0 stream 0 sends chunks 0, 1 to rank 1 but rank 1 receives 1, 0"), std::string::npos)
       << v->detail;
   EXPECT_NE(find_rule(report, "dependency-cycle"), nullptr);  // the rendezvous also deadlocks
 }

@@ -168,8 +168,8 @@ void expect_rule(const CommPlan& plan, const RuleCase& c) {
 
 TEST(GroupRules, OnlyNcclChunksBetweenTwoRanksJoinGroups) {
   TinyPlan t(Collective::custom, 2, 4);
-  t.add(0, 1, 0, 1);                                           // copy engine
-  t.add(1, 1, 1, 1, ChunkOp::copy, {}, 0, -1, kNccl);          // local NCCL copy
+  t.add(0, 1, 0, 1);                                   // copy engine
+  t.add(1, 1, 1, 1, ChunkOp::copy, {}, 0, -1, kNccl);  // local NCCL copy
   t.add(0, 1, 2, 1, ChunkOp::copy, {}, 0, -1, kNccl);
   for (auto& c : t.plan.chunks) c.group = 4;
   expect_rule(t.plan, {"group-not-nccl", 0, 0, "uses the copy-engine backend"});

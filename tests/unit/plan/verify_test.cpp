@@ -37,7 +37,7 @@ using testing_plans::TinyPlan;
 TEST(DependencyGraph, StreamOrderAndDepsGiveEdges) {
   TinyPlan t(Collective::custom, 2, 4);
   const int a = t.add(0, 1, 0, 1);
-  const int b = t.add(0, 1, 1, 1);             // after a on rank 0 stream 0
+  const int b = t.add(0, 1, 1, 1);  // after a on rank 0 stream 0
   const int c = t.add(1, 0, 2, 1, ChunkOp::copy, {a});
   const DependencyGraph g(t.plan);
   ASSERT_EQ(g.size(), 3);
@@ -86,10 +86,10 @@ TEST(DependencyGraph, TopologicalOrderRespectsEveryEdge) {
 
 TEST(DependencyGraph, FindCycleListsChunksInEdgeOrder) {
   TinyPlan t(Collective::custom, 3, 8);
-  t.add(0, 1, 0, 1);                         // 0: no part of the cycle
-  t.add(0, 1, 1, 1, ChunkOp::copy, {3});     // 1 waits for 3
-  t.add(1, 2, 2, 1, ChunkOp::copy, {1});     // 2 waits for 1
-  t.add(2, 0, 3, 1, ChunkOp::copy, {2});     // 3 waits for 2
+  t.add(0, 1, 0, 1);                      // 0: no part of the cycle
+  t.add(0, 1, 1, 1, ChunkOp::copy, {3});  // 1 waits for 3
+  t.add(1, 2, 2, 1, ChunkOp::copy, {1});  // 2 waits for 1
+  t.add(2, 0, 3, 1, ChunkOp::copy, {2});  // 3 waits for 2
   const DependencyGraph g(t.plan);
   EXPECT_FALSE(g.topological_order().has_value());
   EXPECT_EQ(g.find_cycle(), (std::vector{1, 2, 3}));
@@ -121,8 +121,7 @@ TEST(DependencyGraph, SkipsIdsOutOfRange) {
 
 TEST(Verify, EveryTemplateVerifies) {
   int checked = 0;
-  for (auto kind : {Collective::all_gather, Collective::reduce_scatter, Collective::all_reduce,
-                    Collective::all_to_all})
+  for (auto kind : {Collective::all_gather, Collective::reduce_scatter, Collective::all_reduce, Collective::all_to_all})
     for (auto algo : {Algorithm::ring, Algorithm::direct, Algorithm::bidir})
       for (int world : {1, 2, 3, 4, 5, 7, 8})
         for (int split : {1, 2, 4})
@@ -136,16 +135,13 @@ TEST(Verify, EveryTemplateVerifies) {
               o.backend = backend;
               o.dim = dim;
               // 3 elements per piece plus one extra for uneven shards (not for all-to-all).
-              const std::int64_t split_size =
-                  world * split * 3 + (kind == Collective::all_to_all ? 0 : 1);
-              o.shape = dim == 0 ? std::vector<std::int64_t>{split_size, 5}
-                                 : std::vector<std::int64_t>{5, split_size};
+              const std::int64_t split_size = world * split * 3 + (kind == Collective::all_to_all ? 0 : 1);
+              o.shape = dim == 0 ? std::vector<std::int64_t>{split_size, 5} : std::vector<std::int64_t>{5, split_size};
               const CommPlan plan = make_plan(o);
               const auto report = verify(plan);
-              EXPECT_TRUE(report.ok())
-                  << to_string(kind) << " " << to_string(algo) << " world " << world << " split "
-                  << split << " " << to_string(backend) << " dim " << dim << ":\n"
-                  << report.format("template");
+              EXPECT_TRUE(report.ok()) << to_string(kind) << " " << to_string(algo) << " world " << world << " split "
+                                       << split << " " << to_string(backend) << " dim " << dim << ":\n"
+                                       << report.format("template");
               ++checked;
             }
   EXPECT_EQ(checked, 4 * 3 * 7 * 3 * 2 * 2);
@@ -162,12 +158,10 @@ TEST(Verify, RealSizedPlanIsFast) {
   ASSERT_GT(plan.chunks.size(), 16000u);
   const auto start = std::chrono::steady_clock::now();
   const auto report = verify(plan);
-  const double seconds =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   EXPECT_TRUE(report.ok()) << report.format("ag64");
   // A few seconds in a Debug build; the bound leaves room for sanitizers and a busy machine.
-  EXPECT_LT(seconds, 30.0) << "verify took " << seconds << " s for " << plan.chunks.size()
-                           << " chunks";
+  EXPECT_LT(seconds, 30.0) << "verify took " << seconds << " s for " << plan.chunks.size() << " chunks";
   RecordProperty("verify_seconds", fmt::format("{:.2f}", seconds));
 }
 
@@ -193,11 +187,21 @@ TEST(Verify, CoverageAndRacesAgreeWithBruteForce) {
     for (int m = 0; m < mutations && !plan.chunks.empty(); ++m) {
       Chunk& c = plan.chunks[pick(0, static_cast<int>(plan.chunks.size()) - 1)];
       switch (pick(0, 5)) {
-        case 0: c.dst_box.offset[0] += pick(0, 1) ? 1 : -1; break;
-        case 5: c.deps.clear(); break;
-        case 1: c.box.offset[0] += pick(0, 1) ? 1 : -1; break;
-        case 2: c.dst = pick(0, o.world_size - 1); break;
-        case 3: c.op = c.op == ChunkOp::copy ? ChunkOp::reduce_add : ChunkOp::copy; break;
+        case 0:
+          c.dst_box.offset[0] += pick(0, 1) ? 1 : -1;
+          break;
+        case 5:
+          c.deps.clear();
+          break;
+        case 1:
+          c.box.offset[0] += pick(0, 1) ? 1 : -1;
+          break;
+        case 2:
+          c.dst = pick(0, o.world_size - 1);
+          break;
+        case 3:
+          c.op = c.op == ChunkOp::copy ? ChunkOp::reduce_add : ChunkOp::copy;
+          break;
         default: {
           Chunk again = c;
           again.id = static_cast<int>(plan.chunks.size());
@@ -211,17 +215,14 @@ TEST(Verify, CoverageAndRacesAgreeWithBruteForce) {
     }
     const auto report = verify(plan);
     const bool malformed = std::any_of(report.violations.begin(), report.violations.end(),
-                                       [](const Violation& v) {
-                                         return v.group == RuleGroup::well_formed;
-                                       });
+                                       [](const Violation& v) { return v.group == RuleGroup::well_formed; });
     const auto order = DependencyGraph(plan).topological_order();
     if (malformed || !order) continue;  // the brute force needs a well-formed, acyclic plan
     std::set<int> flagged;
     for (const auto& v : report.violations)
       if (v.group == RuleGroup::coverage) flagged.insert(v.rank);
     const auto expected = brute_force_coverage(plan, *order);
-    ASSERT_EQ(flagged, expected) << "sample " << sample << "\n"
-                                 << report.format("sample") << plan_to_json(plan);
+    ASSERT_EQ(flagged, expected) << "sample " << sample << "\n" << report.format("sample") << plan_to_json(plan);
     std::set<std::tuple<std::string, int, int>> races;
     for (const auto& v : report.violations)
       if (v.group == RuleGroup::ordering) races.insert({v.rule, v.rank, v.chunk});
@@ -231,8 +232,7 @@ TEST(Verify, CoverageAndRacesAgreeWithBruteForce) {
     ++compared;
     ++(expected.empty() ? intact : broken);
   }
-  std::printf("compared %d plans: %d intact, %d broken, %d with races\n", compared, intact,
-              broken, racy);
+  std::printf("compared %d plans: %d intact, %d broken, %d with races\n", compared, intact, broken, racy);
   EXPECT_GT(compared, 1000);
   EXPECT_GT(intact, 200);
   EXPECT_GT(broken, 200);
@@ -253,8 +253,7 @@ TEST(Verify, StagingThroughAnotherTensor) {
   t.plan.collective.dim = 1;  // shards are columns 0..2 and 2..4
   t.plan.tensors["stage"] = t.plan.tensors["x"];
   t.plan.tensors["scratch"] = TensorSpec{{8}, DType::bf16, "row-major"};
-  auto move = [&](int src, int dst, const char* from, const char* to, Box box,
-                  std::vector<int> deps) {
+  auto move = [&](int src, int dst, const char* from, const char* to, Box box, std::vector<int> deps) {
     Chunk c;
     c.id = static_cast<int>(t.plan.chunks.size());
     c.tensor = from;
@@ -310,14 +309,12 @@ TEST(Verify, UnorderedReduceAddsMayOverlapButCopiesMayNot) {
   ASSERT_NE(v, nullptr) << report.format("t");
   EXPECT_EQ(v->rank, 0);
   EXPECT_EQ(v->chunk, 1);
-  EXPECT_NE(v->detail.find("chunks 0 (reduce-add, 1 -> 0) and 1 (copy, 2 -> 0)"),
-            std::string::npos)
-      << v->detail;
+  EXPECT_NE(v->detail.find("chunks 0 (reduce-add, 1 -> 0) and 1 (copy, 2 -> 0)"), std::string::npos) << v->detail;
 }
 
 TEST(Verify, ReadingBeforeAnOrderedOverwriteIsFine) {
   TinyPlan t(Collective::custom, 2, 4, 2);
-  const int read = t.add(0, 1, 0, 2);  // rank 0 sends rows 0..2 away
+  const int read = t.add(0, 1, 0, 2);           // rank 0 sends rows 0..2 away
   t.add(1, 0, 0, 2, ChunkOp::copy, {read}, 1);  // then rank 1 overwrites them on rank 0
   EXPECT_TRUE(verify(t.plan).ok()) << verify(t.plan).format("t");
 
@@ -353,8 +350,7 @@ TEST(Verify, VerifyOrThrowRaisesPlanVerifyError) {
     FAIL() << "expected PlanVerifyError";
   } catch (const PlanVerifyError& e) {
     const std::string what = e.what();
-    EXPECT_NE(what.find("ring.json: rank 0: coverage/missing-shard"), std::string::npos)
-        << what;
+    EXPECT_NE(what.find("ring.json: rank 0: coverage/missing-shard"), std::string::npos) << what;
   }
 }
 

@@ -20,8 +20,8 @@ std::vector<std::pair<std::int64_t, std::int64_t>> bytes_moved(const std::vector
   return out;
 }
 
-std::vector<std::pair<std::int64_t, std::int64_t>> reference(const plan::Box& sb, const Shape& ss,
-                                                             const plan::Box& db, const Shape& ds, int es) {
+std::vector<std::pair<std::int64_t, std::int64_t>> reference(const plan::Box& sb, const Shape& ss, const plan::Box& db,
+                                                             const Shape& ds, int es) {
   std::vector<std::pair<std::int64_t, std::int64_t>> out;
   const std::size_t rank = ss.size();
   std::vector<std::int64_t> idx(rank, 0);

@@ -31,8 +31,7 @@ TEST(HeapLayout, RegionsAreAlignedDisjointAndInsideTheHeap) {
   std::vector<std::pair<std::int64_t, std::int64_t>> regions;
   regions.emplace_back(layout.control_offset, kControlSlots * 4);
   regions.emplace_back(layout.signals_offset, layout.num_signal_slots * 4);
-  for (const auto& [name, off] : layout.tensor_offsets)
-    regions.emplace_back(off, p.tensors.at(name).elements() * 2);
+  for (const auto& [name, off] : layout.tensor_offsets) regions.emplace_back(off, p.tensors.at(name).elements() * 2);
   for (const auto& c : p.chunks)
     if (layout.staging_offset_of_chunk[c.id] >= 0)
       regions.emplace_back(layout.staging_offset_of_chunk[c.id], c.box.elements() * 2);

@@ -127,8 +127,8 @@ TEST(Occupancy, BadInputNamesTheField) {
     resident_blocks(kernel(0, 32, 0), hopper());
     FAIL();
   } catch (const UserError& e) {
-    EXPECT_NE(std::string(e.what()).find("kernel.threads_per_block: expected a number > 0, got 0"),
-              std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("kernel.threads_per_block: expected a number > 0, got 0"), std::string::npos)
+        << e.what();
   }
   SmLimits bad = hopper();
   bad.smem_per_sm = 0;

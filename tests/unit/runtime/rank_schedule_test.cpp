@@ -51,8 +51,8 @@ struct EpochModel {
 // can never run (a deadlock in what the executor would issue).
 // stale_holds (if given) counts waits on landing slots that held although the slot was last
 // raised in an earlier call: the wait let its reader at data of the wrong call.
-bool replay(const plan::CommPlan& p, const std::vector<lower::SignalTable>& tables, int epochs,
-            EpochModel model = {}, int* stale_holds = nullptr) {
+bool replay(const plan::CommPlan& p, const std::vector<lower::SignalTable>& tables, int epochs, EpochModel model = {},
+            int* stale_holds = nullptr) {
   const int w = p.world_size;
   std::vector<RankSchedule> sched;
   for (int r = 0; r < w; ++r) sched.push_back(make_rank_schedule(p, tables, r));
@@ -75,8 +75,7 @@ bool replay(const plan::CommPlan& p, const std::vector<lower::SignalTable>& tabl
       if (!signal_reached(v, expected_value(epoch_of(r), wr.epoch_offset, wr.writers))) return false;
     }
     for (const auto& wr : waits)
-      if (wr.kind == WaitKind::landing && raised_in[wr.rank][wr.slot] != call && stale_holds != nullptr)
-        ++*stale_holds;
+      if (wr.kind == WaitKind::landing && raised_in[wr.rank][wr.slot] != call && stale_holds != nullptr) ++*stale_holds;
     return true;
   };
   for (int e = 1; e <= epochs; ++e) {
@@ -160,9 +159,8 @@ TEST(RankSchedule, EveryTemplatePlanCompletesOverSeveralEpochs) {
         for (int w : {1, 2, 3, 4})
           for (int split : {1, 2}) {
             const auto p = make(c, a, b, w, split);
-            EXPECT_TRUE(replay(p, landing_tables(p), 3))
-                << fmt::format("{} {} {} world {} split {}", plan::to_string(c), plan::to_string(a),
-                               plan::to_string(b), w, split);
+            EXPECT_TRUE(replay(p, landing_tables(p), 3)) << fmt::format(
+                "{} {} {} world {} split {}", plan::to_string(c), plan::to_string(a), plan::to_string(b), w, split);
           }
 }
 
@@ -179,7 +177,8 @@ TEST(RankSchedule, MultiNodePlansWaitOnlyWithinTheirNodeAndComplete) {
       for (const auto& steps : s.streams)
         for (const auto& step : steps) {
           for (const auto& w : step.waits)
-            EXPECT_TRUE(same_node(w)) << what << ": rank " << r << " chunk " << step.chunk << " waits on rank " << w.rank;
+            EXPECT_TRUE(same_node(w)) << what << ": rank " << r << " chunk " << step.chunk << " waits on rank "
+                                      << w.rank;
           // Each half waits for the deps landing on its node: the receiver of an NCCL chunk
           // between nodes for those on its side (a reduce-add into a box still being summed).
           const auto& c = p.chunks[static_cast<std::size_t>(step.chunk)];
@@ -189,13 +188,14 @@ TEST(RankSchedule, MultiNodePlansWaitOnlyWithinTheirNodeAndComplete) {
             const auto& dep = p.chunks[static_cast<std::size_t>(d)];
             if (plan::node_of(p, dep.dst) != plan::node_of(p, r)) continue;
             const int slot = tables[dep.dst].landing_slot_of_chunk.at(d);
-            EXPECT_TRUE(std::any_of(step.waits.begin(), step.waits.end(), [&](const WaitRef& w) {
-              return w.kind == WaitKind::landing && w.rank == dep.dst && w.slot == slot;
-            })) << what << ": rank " << r << " chunk " << c.id << " does not wait for dep " << d;
+            EXPECT_TRUE(std::any_of(
+                step.waits.begin(), step.waits.end(),
+                [&](const WaitRef& w) { return w.kind == WaitKind::landing && w.rank == dep.dst && w.slot == slot; }))
+                << what << ": rank " << r << " chunk " << c.id << " does not wait for dep " << d;
           }
         }
-      EXPECT_EQ(s.begin_waits.size(), static_cast<std::size_t>(
-                                          std::count(p.nodes.begin(), p.nodes.end(), plan::node_of(p, r)) - 1));
+      EXPECT_EQ(s.begin_waits.size(),
+                static_cast<std::size_t>(std::count(p.nodes.begin(), p.nodes.end(), plan::node_of(p, r)) - 1));
     }
     EXPECT_TRUE(replay(p, tables, 3)) << what;
   };
@@ -210,8 +210,8 @@ TEST(RankSchedule, MultiNodePlansWaitOnlyWithinTheirNodeAndComplete) {
         o.nodes = plan::consecutive_nodes(4, 2);
         o.split = 2;
         o.shape = {16, 8};
-        check(plan::make_plan(o), fmt::format("hierarchical {} {} {}", plan::to_string(c), plan::to_string(a),
-                                              plan::to_string(b)));
+        check(plan::make_plan(o),
+              fmt::format("hierarchical {} {} {}", plan::to_string(c), plan::to_string(a), plan::to_string(b)));
         if (b != Backend::nccl) continue;
         o.world_size = 6;
         o.nodes = {0, 0, 0, 1, 1, 2};
@@ -494,7 +494,8 @@ TEST(RankSchedule, RejectsAChunkIssuedByAThirdRank) {
     FAIL();
   } catch (const UserError& e) {
     EXPECT_NE(std::string(e.what()).find(fmt::format("rank 2, chunk {}: issuer-not-endpoint", moved)),
-              std::string::npos) << e.what();
+              std::string::npos)
+        << e.what();
   }
 }
 

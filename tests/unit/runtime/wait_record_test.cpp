@@ -42,9 +42,7 @@ TEST(WaitRecord, ControlCountersHaveNoChunk) {
   EXPECT_EQ(msg.find("chunk"), std::string::npos) << msg;
 }
 
-TEST(WaitRecord, NoFlagNoError) {
-  EXPECT_NO_THROW(throw_if_timed_out(WaitRecord{}));
-}
+TEST(WaitRecord, NoFlagNoError) { EXPECT_NO_THROW(throw_if_timed_out(WaitRecord{})); }
 
 TEST(WaitRecord, UnknownKindStillFormats) {
   WaitRecord r;

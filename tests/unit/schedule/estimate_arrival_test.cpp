@@ -14,11 +14,11 @@ namespace {
 
 TEST(EstimateArrival, HandComputedStreamsDepsAndBytes) {
   testing::PlanBuilder b(3);
-  b.tensor("x", {10, 4}, plan::DType::bf16);  // 2 bytes per element, 8 bytes per row
-  const int a = b.chunk("x", testing::rows_box(0, 2, 4), 0, 1, 0);        // 16 bytes: 0 -> 16
-  const int c = b.chunk("x", testing::rows_box(2, 3, 4), 0, 2, 0);        // after a: 16 -> 40
-  const int d = b.chunk("x", testing::rows_box(5, 1, 4), 0, 1, 1);        // own stream: 0 -> 8
-  const int e = b.chunk("x", testing::rows_box(0, 2, 4), 1, 2, 0, {a});   // after a: 16 -> 32
+  b.tensor("x", {10, 4}, plan::DType::bf16);                                // 2 bytes per element, 8 bytes per row
+  const int a = b.chunk("x", testing::rows_box(0, 2, 4), 0, 1, 0);          // 16 bytes: 0 -> 16
+  const int c = b.chunk("x", testing::rows_box(2, 3, 4), 0, 2, 0);          // after a: 16 -> 40
+  const int d = b.chunk("x", testing::rows_box(5, 1, 4), 0, 1, 1);          // own stream: 0 -> 8
+  const int e = b.chunk("x", testing::rows_box(0, 2, 4), 1, 2, 0, {a});     // after a: 16 -> 32
   const int f = b.chunk("x", testing::rows_box(6, 4, 4), 2, 0, 0, {c, e});  // after c: 40 -> 72
   const auto arrival = estimate_arrival(b.plan());
   ASSERT_EQ(arrival.size(), 5u);
@@ -42,8 +42,7 @@ TEST(EstimateArrival, LaterInStreamAndDeeperInDepsLandsLater) {
     }
     for (const auto& rank : plan.ranks)
       for (const auto& stream : rank.streams)
-        for (std::size_t i = 1; i < stream.size(); ++i)
-          EXPECT_GT(arrival[stream[i]], arrival[stream[i - 1]]);
+        for (std::size_t i = 1; i < stream.size(); ++i) EXPECT_GT(arrival[stream[i]], arrival[stream[i - 1]]);
   }
 }
 

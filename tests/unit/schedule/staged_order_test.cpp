@@ -19,8 +19,7 @@ using lower::AccessRole;
 using lower::TileAccess;
 using lower::TileGrid;
 
-const std::vector<TileAccess> kStaged{{"c", AccessRole::produce, 1, 2},
-                                      {"p", AccessRole::consume, 1, 2, true}};
+const std::vector<TileAccess> kStaged{{"c", AccessRole::produce, 1, 2}, {"p", AccessRole::consume, 1, 2, true}};
 
 // Consecutive runs of `key(tile)` along `order`.
 template <typename Key>

@@ -99,15 +99,13 @@ TEST(TileOrder, RowMajorAndGroupedMatchTheirDefinitions) {
 // local tiles first, then non-decreasing arrival of the last chunk waited on, and inside each
 // group of equal arrival whose tile rows are contiguous, Triton's order on those rows. Returns
 // how many groups that last check covered, so the caller can insist it ran.
-int expect_consumer_arrival_order(const plan::CommPlan& plan, const TileGrid& grid,
-                                   const TileAccess& access, const lower::SignalTable& table,
-                                   const std::vector<double>& arrival, int group_m) {
+int expect_consumer_arrival_order(const plan::CommPlan& plan, const TileGrid& grid, const TileAccess& access,
+                                  const lower::SignalTable& table, const std::vector<double>& arrival, int group_m) {
   const auto waits = testing::brute_waits(plan, grid, access, table.rank);
   const auto order = make_tile_order(plan, table, grid, OrderKind::arrival, arrival, group_m);
   EXPECT_TRUE(is_permutation_of_grid(order.tiles, grid.count()));
   const auto is_local = [&](int t) {
-    return std::none_of(waits[t].begin(), waits[t].end(),
-                        [&](int c) { return plan.chunks[c].src != table.rank; });
+    return std::none_of(waits[t].begin(), waits[t].end(), [&](int c) { return plan.chunks[c].src != table.rank; });
   };
   const auto last_arrival = [&](int t) {
     double last = 0;
@@ -188,8 +186,7 @@ TEST(TileOrder, RingAllGatherArrivalOrderIsRankRotated) {
     EXPECT_EQ(shard_sequence[table.rank].front(), table.rank) << "the local shard comes first";
   }
   for (int r = 1; r < 4; ++r)
-    for (int k = 0; k < 4; ++k)
-      EXPECT_EQ(shard_sequence[r][k], (shard_sequence[0][k] + r) % 4) << "rank " << r;
+    for (int k = 0; k < 4; ++k) EXPECT_EQ(shard_sequence[r][k], (shard_sequence[0][k] + r) % 4) << "rank " << r;
   // Ring: every later shard arrives one step later, so all four groups are distinct.
   EXPECT_EQ(std::set<int>(shard_sequence[0].begin(), shard_sequence[0].end()).size(), 4u);
 }

@@ -43,7 +43,8 @@ TEST(TuneFloor, TheAbsoluteSavingDecidesNextToTheFraction) {
   const auto short_of_it = tune(req, calib);
   EXPECT_EQ(short_of_it.decision, Decision::sequential) << short_of_it.reason;
   EXPECT_NE(short_of_it.reason.find("does not pay"), std::string::npos) << short_of_it.reason;
-  EXPECT_NE(short_of_it.reason.find(fmt::format(">= {:g} us", req.min_saving_us)), std::string::npos) << short_of_it.reason;
+  EXPECT_NE(short_of_it.reason.find(fmt::format(">= {:g} us", req.min_saving_us)), std::string::npos)
+      << short_of_it.reason;
   EXPECT_TRUE(same_configuration(short_of_it.chosen, short_of_it.best_sequential));
   req.min_saving_us = saving - 0.5;  // just within reach
   const auto within = tune(req, calib);

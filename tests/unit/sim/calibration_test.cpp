@@ -77,8 +77,10 @@ TEST_P(BadCalibration, NamesTheJsonPath) {
   const auto& bad = GetParam();
   auto doc = nlohmann::json::parse(testing::round_calibration_json());
   const nlohmann::json::json_pointer ptr(bad.json_pointer);
-  if (bad.value.is_null()) doc[ptr.parent_pointer()].erase(ptr.back());
-  else doc[ptr] = bad.value;
+  if (bad.value.is_null())
+    doc[ptr.parent_pointer()].erase(ptr.back());
+  else
+    doc[ptr] = bad.value;
   try {
     parse_calibration(doc.dump(), "bad.json");
     FAIL() << "accepted: " << bad.name;
@@ -99,13 +101,17 @@ INSTANTIATE_TEST_SUITE_P(
         BadCase{"efficiency above 1", "/gemm/mma_efficiency", 1.2, "gemm.mma_efficiency: expected a number in (0, 1]"},
         BadCase{"speed-up instead of slowdown", "/backends/copy-engine/compute_slowdown", 0.5,
                 "backends.copy-engine.compute_slowdown: expected a number >= 1"},
-        BadCase{"misspelt key", "/overheads/lunch_us", 3, "overheads.lunch_us: expected one of the overheads keys (launch_us, sync_us), got an unknown key"},
+        BadCase{"misspelt key", "/overheads/lunch_us", 3,
+                "overheads.lunch_us: expected one of the overheads keys (launch_us, sync_us), got an unknown key"},
         BadCase{"removed per-call lump", "/overheads/fused_call_us", nlohmann::json{{"all-gather", 100}},
-                "overheads.fused_call_us: removed: a per-collective lump is no longer read; the call path is modelled by `host`"},
-        BadCase{"missing backend", "/backends/sm-copy", nullptr, "backends.sm-copy: expected the required key of a backends, got nothing"},
+                "overheads.fused_call_us: removed: a per-collective lump is no longer read; the call path is modelled "
+                "by `host`"},
+        BadCase{"missing backend", "/backends/sm-copy", nullptr,
+                "backends.sm-copy: expected the required key of a backends, got nothing"},
         BadCase{"future version", "/version", 2, "version: expected version 1"},
         BadCase{"zero lanes", "/backends/nccl/concurrency", 0, "backends.nccl.concurrency: expected an integer >= 1"},
-        BadCase{"bad link backend", "/links", nlohmann::json::array({{{"src", 0}, {"dst", 1}, {"backend", "pigeon"}, {"bandwidth_gbps", 1}}}),
+        BadCase{"bad link backend", "/links",
+                nlohmann::json::array({{{"src", 0}, {"dst", 1}, {"backend", "pigeon"}, {"bandwidth_gbps", 1}}}),
                 "links[0].backend: expected one of copy-engine, sm-copy, nccl"},
         BadCase{"source note not text", "/sources/gpu.sms", 132, "sources[\"gpu.sms\"]: expected a string"},
         BadCase{"fp8 rate not a number", "/gemm/fp8", nlohmann::json{{"peak_tflops", "fast"}, {"estimated", true}},

@@ -97,11 +97,10 @@ TEST(GroupTimeline, MembersOnOneLinkShareItsBandwidth) {
 }
 
 // NCCL's own ring all-gather of A (8192 x 8192 bf16, 4 x H200) takes 0.389 ms
-// (measured on nvidia-h200 at world 4; calib/h200.json's sources note it). The plan's grouped ring (3 steps of one 32 MiB shard, as
-// NCCL's) with calib/h200.json must predict it within 15% (issue #7); ungrouped it was 1.70 ms.
-// Split plans are printed, not checked: each sub-chunk is a group of its own on the stream, so
-// they pay the per-call latency more often than NCCL's pipelined kernel, and no GPU has timed
-// them yet (the benchmark will).
+// (measured on nvidia-h200 at world 4; calib/h200.json's sources note it). The plan's grouped ring (3 steps of one 32
+// MiB shard, as NCCL's) with calib/h200.json must predict it within 15% (issue #7); ungrouped it was 1.70 ms. Split
+// plans are printed, not checked: each sub-chunk is a group of its own on the stream, so they pay the per-call latency
+// more often than NCCL's pipelined kernel, and no GPU has timed them yet (the benchmark will).
 TEST(GroupTimeline, H200NcclRingAllGatherIsNearTheMeasuredTime) {
   plan::TemplateOptions o;
   o.collective = plan::Collective::all_gather;
@@ -113,9 +112,10 @@ TEST(GroupTimeline, H200NcclRingAllGatherIsNearTheMeasuredTime) {
   for (int split : {1, 2, 4}) {
     o.split = split;
     const double predicted = simulate_comm_alone(plan::make_plan(o), calib).total_us;
-    std::printf("world 4 NCCL ring all-gather, split %d: predicted %.1f us, NCCL's all-gather measured %.1f us "
-                "(%+.1f%%)\n",
-                split, predicted, kMeasuredUs, 100.0 * (predicted / kMeasuredUs - 1.0));
+    std::printf(
+        "world 4 NCCL ring all-gather, split %d: predicted %.1f us, NCCL's all-gather measured %.1f us "
+        "(%+.1f%%)\n",
+        split, predicted, kMeasuredUs, 100.0 * (predicted / kMeasuredUs - 1.0));
     if (split == 1) EXPECT_NEAR(predicted / kMeasuredUs, 1.0, 0.15);
   }
   o.split = 1;

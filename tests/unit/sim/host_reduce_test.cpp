@@ -24,8 +24,7 @@ using testing::two_rank_producer;
 constexpr double kTol = 1e-6;
 
 // The round calibration with some fields set (JSON pointer -> value).
-Calibration with(std::initializer_list<std::pair<const char*, nlohmann::json>> edits,
-                 double bandwidth_gbps = 25.6) {
+Calibration with(std::initializer_list<std::pair<const char*, nlohmann::json>> edits, double bandwidth_gbps = 25.6) {
   auto doc = nlohmann::json::parse(round_calibration_json(1.0, 4, bandwidth_gbps));
   for (const auto& [pointer, value] : edits) doc[nlohmann::json::json_pointer(pointer)] = value;
   return parse_calibration(doc.dump(), "edited-round.json");
@@ -47,9 +46,9 @@ double first_tile_start(const Timeline& tl, int rank) {
 // (issue_us 4): it starts at 10.256 + 4 + 2 (launch) = 16.256, before the first tile. The call
 // ends no earlier than the host returns, fused_call_us + after_launch_us (not after the launch).
 TEST(HostPath, KernelStartsAtOnceAndChunksAfterTheirDispatch) {
-  const auto calib = with({{"/host", {{"fused_call_us", 10}, {"after_launch_us", 100},
-                                      {"producer_after_launch_us", 0}}},
-                           {"/backends/copy-engine/issue_us", 4}});
+  const auto calib =
+      with({{"/host", {{"fused_call_us", 10}, {"after_launch_us", 100}, {"producer_after_launch_us", 0}}},
+            {"/backends/copy-engine/issue_us", 4}});
   const auto tl = simulate_fused(two_rank_all_gather({0, 1, 2, 3}, {2, 3, 0, 1}), calib);
   for (int r = 0; r < 2; ++r) {
     EXPECT_NEAR(tl.rank_ends[r].kernel_launch, 10.256, kTol);
@@ -63,8 +62,8 @@ TEST(HostPath, KernelStartsAtOnceAndChunksAfterTheirDispatch) {
 // Charged once per call: a GEMM with 2x the tile time launches at the same time, and the
 // predicted time grows by the extra compute only.
 TEST(HostPath, ChargedOncePerCallNotPerTile) {
-  const auto calib = with({{"/host", {{"fused_call_us", 50}, {"after_launch_us", 0},
-                                      {"producer_after_launch_us", 0}}}});
+  const auto calib =
+      with({{"/host", {{"fused_call_us", 50}, {"after_launch_us", 0}, {"producer_after_launch_us", 0}}}});
   auto small = two_rank_all_gather({0, 1, 2, 3}, {2, 3, 0, 1});
   const auto base = simulate_fused(small, calib);
   EXPECT_NEAR(first_tile_start(base, 0), 52.256, kTol);
@@ -90,12 +89,11 @@ plan::CommPlan direct_all_gather(int split, std::int64_t rows = 1024) {
 // early as split 1 (under the old call path each chunk's host issue came first: 20 + 4 x 7).
 // The launch is fused_call_us + the local shard copy (512 x 1000 bf16 = 1.024 MB at 1000 GB/s).
 TEST(HostPath, MoreChunksDoNotDelayTheLaunch) {
-  auto calib = with({{"/host", {{"fused_call_us", 20}, {"after_launch_us", 0},
-                                {"producer_after_launch_us", 0}}},
+  auto calib = with({{"/host", {{"fused_call_us", 20}, {"after_launch_us", 0}, {"producer_after_launch_us", 0}}},
                      {"/backends/copy-engine/issue_us", 7}});
   auto launch = [&](int split) {
-    const auto call = make_fused_call(direct_all_gather(split), {1024, 256, 1000, 128, 128},
-                                      schedule::OrderKind::arrival, calib);
+    const auto call =
+        make_fused_call(direct_all_gather(split), {1024, 256, 1000, 128, 128}, schedule::OrderKind::arrival, calib);
     return simulate_fused(call, calib).rank_ends.at(0).kernel_launch;
   };
   EXPECT_NEAR(launch(1), 20 + 1.024, kTol);
@@ -107,8 +105,7 @@ TEST(HostPath, MoreChunksDoNotDelayTheLaunch) {
 // the split-4 plan's four chunks on rank 0's one stream start at launch + 2 (a chunk's
 // launch overhead) + k x 50. Streams are parallel: rank 1's chunks are staggered the same way.
 TEST(HostPath, ChunksAreStaggeredAlongTheirStreamByIssueUs) {
-  auto calib = with({{"/host", {{"fused_call_us", 20}, {"after_launch_us", 0},
-                                {"producer_after_launch_us", 0}}},
+  auto calib = with({{"/host", {{"fused_call_us", 20}, {"after_launch_us", 0}, {"producer_after_launch_us", 0}}},
                      {"/backends/copy-engine/issue_us", 50}},
                     1e6);
   const auto plan = direct_all_gather(4);
@@ -142,8 +139,7 @@ TEST(HostPath, StreamsAreDispatchedInParallel) {
     t.ready_slot_of_chunk.push_back(-1);
     t.dst_ready_slot_of_chunk.push_back(-1);
   }
-  const auto calib = with({{"/host", {{"fused_call_us", 10}, {"after_launch_us", 0},
-                                      {"producer_after_launch_us", 0}}},
+  const auto calib = with({{"/host", {{"fused_call_us", 10}, {"after_launch_us", 0}, {"producer_after_launch_us", 0}}},
                            {"/backends/copy-engine/issue_us", 30}});
   const auto tl = simulate_fused(call, calib);
   const double launch = tl.rank_ends[0].kernel_launch;
@@ -154,11 +150,11 @@ TEST(HostPath, StreamsAreDispatchedInParallel) {
 // AG+GEMM copies its own shard into the heap before the kernel: bytes / local_copy_gbps, which
 // grows with M / world; a GEMM+RS uses its operands in place (its copy-out comes at the end).
 TEST(HostPath, TheLocalShardCopyComesBeforeTheKernel) {
-  const auto calib = with({{"/host", {{"fused_call_us", 20}, {"after_launch_us", 0},
-                                      {"producer_after_launch_us", 0}}}});
+  const auto calib =
+      with({{"/host", {{"fused_call_us", 20}, {"after_launch_us", 0}, {"producer_after_launch_us", 0}}}});
   auto launch = [&](std::int64_t rows) {
-    const auto call = make_fused_call(direct_all_gather(1, rows), {rows, 256, 1000, 128, 128},
-                                      schedule::OrderKind::arrival, calib);
+    const auto call =
+        make_fused_call(direct_all_gather(1, rows), {rows, 256, 1000, 128, 128}, schedule::OrderKind::arrival, calib);
     return simulate_fused(call, calib).rank_ends.at(0).kernel_launch;
   };
   EXPECT_NEAR(launch(1024), 20 + 512 * 1000 * 2 / 1e6, kTol);
@@ -168,8 +164,7 @@ TEST(HostPath, TheLocalShardCopyComesBeforeTheKernel) {
   o.algorithm = plan::Algorithm::direct;
   o.world_size = 2;
   o.shape = {1024, 1000};
-  const auto rs = make_fused_call(plan::make_plan(o), {1024, 1000, 256, 128, 128},
-                                  schedule::OrderKind::arrival, calib);
+  const auto rs = make_fused_call(plan::make_plan(o), {1024, 1000, 256, 128, 128}, schedule::OrderKind::arrival, calib);
   EXPECT_NEAR(simulate_fused(rs, calib).rank_ends.at(0).kernel_launch, 20, kTol);
 }
 
@@ -186,12 +181,15 @@ TEST(UnderCompute, ALinkIsSlowerWhileAGemmRuns) {
   EXPECT_NEAR(slow.total_us, 33, kTol);
   // Communication alone has no GEMM: the full bandwidth.
   EXPECT_NEAR(simulate_comm_alone(call.plan, with({{"/backends/copy-engine/bandwidth_under_compute_gbps", 12.8}}))
-                  .chunks[0].arrival, 13, kTol);
+                  .chunks[0]
+                  .arrival,
+              13, kTol);
 }
 
 TEST(UnderCompute, AFasterCopyUnderComputeShortensTheCall) {
   const auto call = two_rank_all_gather({0, 1, 2, 3}, {2, 3, 0, 1});
-  const double slow = simulate_fused(call, with({{"/backends/copy-engine/bandwidth_under_compute_gbps", 6.4}})).total_us;
+  const double slow =
+      simulate_fused(call, with({{"/backends/copy-engine/bandwidth_under_compute_gbps", 6.4}})).total_us;
   const double fast = simulate_fused(call, with({{"/backends/copy-engine/bandwidth_under_compute_gbps", 20}})).total_us;
   EXPECT_LT(fast, slow);
 }
@@ -242,8 +240,8 @@ TEST(ReduceAdd, TheTailGrowsWithTheLastSubChunk) {
     o.world_size = 2;
     o.split = split;
     o.shape = {8192, 8192};
-    const auto call = make_fused_call(plan::make_plan(o), {8192, 8192, 4096, 128, 256},
-                                      schedule::OrderKind::arrival, calib);
+    const auto call =
+        make_fused_call(plan::make_plan(o), {8192, 8192, 4096, 128, 256}, schedule::OrderKind::arrival, calib);
     const auto tl = simulate_fused(call, calib);
     double last_tile = 0;
     for (const auto& t : tl.tiles)
@@ -268,8 +266,8 @@ TEST(CopyOut, AfterEveryLandingAndTheExitWait) {
     o.algorithm = plan::Algorithm::direct;
     o.world_size = 2;
     o.shape = {256, 1000};
-    const auto call = make_fused_call(plan::make_plan(o), {256, 1000, 500, 128, 128},
-                                      schedule::OrderKind::arrival, calib);
+    const auto call =
+        make_fused_call(plan::make_plan(o), {256, 1000, 500, 128, 128}, schedule::OrderKind::arrival, calib);
     const auto tl = simulate_fused(call, calib);
     const double bytes = kind == plan::Collective::reduce_scatter ? 256000 : 512000;
     for (const auto& e : tl.rank_ends) {
@@ -348,7 +346,8 @@ TEST(CalibrationHost, BadValuesNameTheirPath) {
     FAIL();
   } catch (const CalibrationError& e) {
     EXPECT_NE(std::string(e.what()).find("backends.copy-engine.bandwidth_under_compute_gbps: expected a number > 0"),
-              std::string::npos) << e.what();
+              std::string::npos)
+        << e.what();
   }
 }
 

@@ -29,8 +29,10 @@ constexpr double kTol = 1e-6;
 Calibration round_with_kernel_level(double collective_us, double gemm_us, double chunk_latency_us,
                                     double carveout_slowdown = 1.0) {
   auto doc = nlohmann::json::parse(round_calibration_json());
-  doc["kernel_level"] = {{"call_us", 0},           {"collective_us", collective_us},
-                         {"gemm_us", gemm_us},     {"chunk_latency_us", chunk_latency_us},
+  doc["kernel_level"] = {{"call_us", 0},
+                         {"collective_us", collective_us},
+                         {"gemm_us", gemm_us},
+                         {"chunk_latency_us", chunk_latency_us},
                          {"carveout_slowdown", carveout_slowdown}};
   return parse_calibration(doc.dump(), "round-kl.json");
 }
@@ -130,8 +132,8 @@ TEST(KernelLevelModel, OneKernelPerPieceAndSource) {
   o.shape = {8192, 8192};
   o.backend = plan::Backend::nccl;
   const auto calib = h200();
-  const auto call = make_fused_call(plan::make_plan(o), {8192, 2048, 8192, 128, 256},
-                                    schedule::OrderKind::arrival, calib);
+  const auto call =
+      make_fused_call(plan::make_plan(o), {8192, 2048, 8192, 128, 256}, schedule::OrderKind::arrival, calib);
   const auto tl = simulate_kernel_level(call, calib);
   std::set<int> kernels;
   for (const auto& t : tl.tiles)
@@ -180,8 +182,8 @@ TEST(KernelLevelModel, CalibrationSectionIsCheckedAndRoundTrips) {
   EXPECT_EQ(again.kernel_level.chunk_latency_us, 5);
   EXPECT_EQ(again.kernel_level.carveout_slowdown, 1.04);
   auto doc = nlohmann::json::parse(round_calibration_json());
-  doc["kernel_level"] = {{"call_us", 0}, {"collective_us", 1}, {"gemm_us", 1}, {"chunk_latency_us", 1},
-                         {"carveout_slowdown", 0.5}};
+  doc["kernel_level"] = {
+      {"call_us", 0}, {"collective_us", 1}, {"gemm_us", 1}, {"chunk_latency_us", 1}, {"carveout_slowdown", 0.5}};
   try {
     parse_calibration(doc.dump(), "bad.json");
     ADD_FAILURE() << "carveout_slowdown 0.5 was accepted";

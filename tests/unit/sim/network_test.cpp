@@ -27,8 +27,7 @@ std::string with_network(const std::string& network) {
 
 // 12.8 GB/s per NIC (a 256000-byte chunk: 20 us), 4 us latency.
 Calibration network_calibration() {
-  return parse_calibration(with_network(R"({"bandwidth_gbps": 12.8, "latency_us": 4, "estimated": true})"),
-                           "net.json");
+  return parse_calibration(with_network(R"({"bandwidth_gbps": 12.8, "latency_us": 4, "estimated": true})"), "net.json");
 }
 
 // `sends` NCCL chunks of 128 x 1000 bf16 (256000 bytes), each on a stream of its own.
@@ -43,8 +42,8 @@ plan::CommPlan nccl_plan(int world, const std::vector<std::pair<int, int>>& send
   for (int r = 0; r < world; ++r) p.ranks.push_back({r, std::vector<std::vector<int>>(streams)});
   for (std::size_t i = 0; i < sends.size(); ++i) {
     const auto [src, dst] = sends[i];
-    plan::Chunk c = rows_chunk(static_cast<int>(i), "x", 128 * static_cast<std::int64_t>(i), src, dst,
-                               static_cast<int>(i));
+    plan::Chunk c =
+        rows_chunk(static_cast<int>(i), "x", 128 * static_cast<std::int64_t>(i), src, dst, static_cast<int>(i));
     c.backend = plan::Backend::nccl;
     p.chunks.push_back(c);
     p.ranks[src].streams[i].push_back(c.id);
@@ -87,8 +86,7 @@ TEST(NetworkModel, APlanAcrossNodesNeedsTheNetworkSection) {
     simulate_comm_alone(nccl_plan(2, {{0, 1}}, {0, 1}), calib);
     FAIL() << "simulated a plan across nodes without a network model";
   } catch (const UserError& e) {
-    EXPECT_NE(std::string(e.what()).find("chunk 0: no-network-model: 0 -> 1 crosses nodes (0 -> 1)"),
-              std::string::npos)
+    EXPECT_NE(std::string(e.what()).find("chunk 0: no-network-model: 0 -> 1 crosses nodes (0 -> 1)"), std::string::npos)
         << e.what();
   }
   EXPECT_NO_THROW(simulate_comm_alone(nccl_plan(2, {{0, 1}}, {}), calib));  // one node: none needed
@@ -116,10 +114,12 @@ TEST(NetworkModel, SectionIsCheckedAndRoundTrips) {
   };
   refused(R"({"bandwidth_gbps": 0, "latency_us": 4, "estimated": true})",
           "net.json: network.bandwidth_gbps: expected a number > 0, got 0");
-  refused(R"({"bandwidth_gbps": 50, "latency_us": 4})", "net.json: network.estimated: expected the required key of a network");
+  refused(R"({"bandwidth_gbps": 50, "latency_us": 4})",
+          "net.json: network.estimated: expected the required key of a network");
   refused(R"({"bandwidth_gbps": 50, "latency_us": 4, "estimated": "yes"})",
           "network.estimated: expected true (numbers not measured yet) or false");
-  refused(R"({"bandwidth_gbps": 50, "latency_us": 4, "estimated": true, "nic": 1})", "network.nic: expected one of the network keys");
+  refused(R"({"bandwidth_gbps": 50, "latency_us": 4, "estimated": true, "nic": 1})",
+          "network.nic: expected one of the network keys");
 }
 
 TEST(NetworkModel, ShippedCalibrationMarksTheNetworkEstimated) {

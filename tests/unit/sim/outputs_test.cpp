@@ -17,7 +17,8 @@ Calibration h200() { return load_calibration(std::string(SYNCOPATE_SOURCE_DIR) +
 
 // Both on the 6-SM round device, whose fused GEMM has the two workers of the hand timelines.
 TEST(ChromeTrace, OneProcessPerRankAndEveryEvent) {
-  const auto tl = simulate_fused(testing::two_rank_all_gather({0, 1, 2, 3}, {0, 1, 2, 3}), testing::fused_round_calibration());
+  const auto tl =
+      simulate_fused(testing::two_rank_all_gather({0, 1, 2, 3}, {0, 1, 2, 3}), testing::fused_round_calibration());
   const auto doc = nlohmann::json::parse(chrome_trace_json(tl));
   int processes = 0, tiles = 0, chunks = 0, spins = 0;
   for (const auto& e : doc.at("traceEvents")) {
@@ -39,7 +40,8 @@ TEST(ChromeTrace, OneProcessPerRankAndEveryEvent) {
 }
 
 TEST(SvgTimeline, HasRanksLegendAxisAndOneBarPerTile) {
-  const auto tl = simulate_fused(testing::two_rank_all_gather({0, 1, 2, 3}, {2, 3, 0, 1}), testing::fused_round_calibration());
+  const auto tl =
+      simulate_fused(testing::two_rank_all_gather({0, 1, 2, 3}, {2, 3, 0, 1}), testing::fused_round_calibration());
   SvgOptions opt;
   opt.title = "hand <case> & test";
   const auto svg = svg_timeline(tl, opt);
@@ -59,8 +61,8 @@ TEST(SvgTimeline, HasRanksLegendAxisAndOneBarPerTile) {
   EXPECT_NE(svg.find("fill=\"#a9a9a9\""), std::string::npos);
 }
 
-// The shipped calibration without the call path: the schedules' own comparison. Sequential mode has no call path, so with it the fused candidate carries its
-// preamble and (AG+GEMM) the local shard copy that the others do not.
+// The shipped calibration without the call path: the schedules' own comparison. Sequential mode has no call path, so
+// with it the fused candidate carries its preamble and (AG+GEMM) the local shard copy that the others do not.
 Calibration h200_model_only() {
   auto c = h200();
   c.host = {};

@@ -35,8 +35,8 @@ struct Shape {
 };
 
 // The tensor a template needs for a GEMM of this shape (see autotune.hpp).
-plan::TemplateOptions options(plan::Collective coll, plan::Algorithm algo, int world, int split,
-                              plan::Backend backend, const Shape& s) {
+plan::TemplateOptions options(plan::Collective coll, plan::Algorithm algo, int world, int split, plan::Backend backend,
+                              const Shape& s) {
   plan::TemplateOptions o;
   o.collective = coll;
   o.algorithm = algo;
@@ -55,8 +55,8 @@ double max_slowdown(const Calibration& c) {
   return s;
 }
 
-void check_invariants(const FusedCall& call, const Calibration& calib, const Prediction& p,
-                      bool arrival_order, const std::string& what) {
+void check_invariants(const FusedCall& call, const Calibration& calib, const Prediction& p, bool arrival_order,
+                      const std::string& what) {
   const auto& tl = p.fused;
   // Inputs before outputs: every tile starts after the chunks it waits on land; every chunk
   // starts after its ready time, which is after its producer tiles end.
@@ -121,9 +121,9 @@ TEST(SimProperties, FusedBetweenFloorAndSumOverManyPlans) {
             } catch (const ShapeError&) {
               continue;  // e.g. a dimension too small to split that far
             }
-            const std::string what = fmt::format("{} {} world {} split {} {} gemm {}x{}x{}", plan::to_string(coll),
-                                                 plan::to_string(algo), world, split, plan::to_string(backend),
-                                                 s.m, s.n, s.k);
+            const std::string what =
+                fmt::format("{} {} world {} split {} {} gemm {}x{}x{}", plan::to_string(coll), plan::to_string(algo),
+                            world, split, plan::to_string(backend), s.m, s.n, s.k);
             const auto order = cases % 2 ? schedule::OrderKind::arrival : schedule::OrderKind::row_major;
             const auto call = make_fused_call(plan, {s.m, s.n, s.k, s.bm, s.bn}, order, calib);
             SimOptions opt;
@@ -151,9 +151,9 @@ TEST(SimProperties, HierarchicalPlansKeepTheInvariants) {
             auto o = options(coll, algo, nodes * per_node, split, backend, s);
             o.nodes = plan::consecutive_nodes(nodes * per_node, nodes);
             const auto plan = plan::make_plan(o);
-            const std::string what = fmt::format("hierarchical {} {} {}x{} split {} {}", plan::to_string(coll),
-                                                 plan::to_string(algo), nodes, per_node, split,
-                                                 plan::to_string(backend));
+            const std::string what =
+                fmt::format("hierarchical {} {} {}x{} split {} {}", plan::to_string(coll), plan::to_string(algo), nodes,
+                            per_node, split, plan::to_string(backend));
             const auto call = make_fused_call(plan, {s.m, s.n, s.k, s.bm, s.bn}, schedule::OrderKind::arrival, calib);
             check_invariants(call, calib, predict(call, calib), true, what);
             ++cases;
@@ -192,7 +192,8 @@ TEST(SimProperties, TheKernelLaunchesBeforeAnyChunkWhateverTheSplit) {
             }
             for (const auto& c : tl.chunks)
               EXPECT_GE(c.start, tl.rank_ends[c.issuer].kernel_launch + calib.backend(c.backend).issue_us +
-                                     calib.launch_overhead_us - 1e-6) << what << " chunk " << c.chunk;
+                                     calib.launch_overhead_us - 1e-6)
+                  << what << " chunk " << c.chunk;
             ++cases;
           }
   EXPECT_EQ(cases, 48);
@@ -202,8 +203,10 @@ TEST(SimProperties, Deterministic) {
   const auto calib = h200();
   const auto plan = plan::make_plan(options(plan::Collective::all_reduce, plan::Algorithm::bidir, 4, 2,
                                             plan::Backend::nccl, {2048, 1024, 4096, 128, 256}));
-  const auto a = predict(make_fused_call(plan, {2048, 1024, 4096, 128, 256}, schedule::OrderKind::arrival, calib), calib);
-  const auto b = predict(make_fused_call(plan, {2048, 1024, 4096, 128, 256}, schedule::OrderKind::arrival, calib), calib);
+  const auto a =
+      predict(make_fused_call(plan, {2048, 1024, 4096, 128, 256}, schedule::OrderKind::arrival, calib), calib);
+  const auto b =
+      predict(make_fused_call(plan, {2048, 1024, 4096, 128, 256}, schedule::OrderKind::arrival, calib), calib);
   EXPECT_EQ(chrome_trace_json(a.fused), chrome_trace_json(b.fused));
   EXPECT_EQ(svg_timeline(a.kernel_level), svg_timeline(b.kernel_level));
   EXPECT_EQ(a.sequential_us, b.sequential_us);
@@ -217,16 +220,17 @@ TEST(SimProperties, ArrivalOrderBeatsRowMajorByALargeFactor) {
   const auto calib = h200_schedule_only();
   const Shape s{8192, 2048, 8192, 128, 256};
   for (int world : {4, 8}) {
-    const auto plan = plan::make_plan(options(plan::Collective::all_gather, plan::Algorithm::ring, world, 1,
-                                              plan::Backend::copy_engine, s));
+    const auto plan = plan::make_plan(
+        options(plan::Collective::all_gather, plan::Algorithm::ring, world, 1, plan::Backend::copy_engine, s));
     auto call = make_fused_call(plan, {s.m, s.n, s.k, s.bm, s.bn}, schedule::OrderKind::arrival, calib);
     const double arrival = simulate_fused(call, calib).total_us;
     reorder(call, schedule::OrderKind::row_major, calib);
     const double row_major = simulate_fused(call, calib).total_us;
     const auto p = predict(call, calib);
-    std::printf("AG+GEMM world %d, GEMM 8192x2048x8192, copy-engine ring on H200: fused arrival %.1f us, "
-                "row-major %.1f us (%.2fx); floor %.1f us, sequential %.1f us\n",
-                world, arrival, row_major, row_major / arrival, p.floor_us, p.sequential_us);
+    std::printf(
+        "AG+GEMM world %d, GEMM 8192x2048x8192, copy-engine ring on H200: fused arrival %.1f us, "
+        "row-major %.1f us (%.2fx); floor %.1f us, sequential %.1f us\n",
+        world, arrival, row_major, row_major / arrival, p.floor_us, p.sequential_us);
     EXPECT_GT(row_major / arrival, 1.5) << "world " << world;
     // Arrival order is near the best a fused kernel can do: the floor, or the last shard's
     // landing plus the one wave of tiles that read it.

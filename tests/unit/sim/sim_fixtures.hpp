@@ -19,21 +19,22 @@
 
 namespace syncopate::sim::testing {
 
-inline std::string round_calibration_json(double slowdown = 1.0, int concurrency = 4,
-                                          double bandwidth_gbps = 25.6, int sms = 2) {
+inline std::string round_calibration_json(double slowdown = 1.0, int concurrency = 4, double bandwidth_gbps = 25.6,
+                                          int sms = 2) {
   return R"({
   "version": 1,
   "device": "hand-made test device",
   "sources": {"gemm.peak_tflops": "chosen so a 128x128x1000 tile takes 4 us of math"},
-  "gpu": {"sms": )" + std::to_string(sms) + R"(, "egress_gbps": 1000, "ingress_gbps": 1000, "local_copy_gbps": 1000},
-  "gemm": {"peak_tflops": )" + std::to_string(8.192 * sms) + R"(, "mma_efficiency": 1.0, "tile_overhead_us": 1},
+  "gpu": {"sms": )" +
+         std::to_string(sms) + R"(, "egress_gbps": 1000, "ingress_gbps": 1000, "local_copy_gbps": 1000},
+  "gemm": {"peak_tflops": )" +
+         std::to_string(8.192 * sms) + R"(, "mma_efficiency": 1.0, "tile_overhead_us": 1},
   "overheads": {"launch_us": 2, "sync_us": 3},
   "backends": {
     "copy-engine": {"bandwidth_gbps": )" +
          std::to_string(bandwidth_gbps) + R"(, "latency_us": 1, "signal_latency_us": 0,
                     "concurrency": )" +
-         std::to_string(concurrency) + R"(, "sms": 0, "compute_slowdown": )" +
-         std::to_string(slowdown) + R"(},
+         std::to_string(concurrency) + R"(, "sms": 0, "compute_slowdown": )" + std::to_string(slowdown) + R"(},
     "sm-copy": {"bandwidth_gbps": 25.6, "latency_us": 1, "signal_latency_us": 0,
                 "concurrency": 4, "sms": 1, "compute_slowdown": 1},
     "nccl": {"bandwidth_gbps": 25.6, "latency_us": 1, "signal_latency_us": 0,
@@ -42,20 +43,18 @@ inline std::string round_calibration_json(double slowdown = 1.0, int concurrency
 })";
 }
 
-inline Calibration round_calibration(double slowdown = 1.0, int concurrency = 4,
-                                     double bandwidth_gbps = 25.6, int sms = 2) {
+inline Calibration round_calibration(double slowdown = 1.0, int concurrency = 4, double bandwidth_gbps = 25.6,
+                                     int sms = 2) {
   return parse_calibration(round_calibration_json(slowdown, concurrency, bandwidth_gbps, sms), "round.json");
 }
 
 // The round device with 6 SMs: a fused copy-engine consumer keeps 2 workers (6 less the 4 it
 // leaves the wait/signal kernels), so the fused hand timelines can show two tiles side by side.
-inline Calibration fused_round_calibration(double slowdown = 1.0, int concurrency = 4,
-                                           double bandwidth_gbps = 25.6) {
+inline Calibration fused_round_calibration(double slowdown = 1.0, int concurrency = 4, double bandwidth_gbps = 25.6) {
   return round_calibration(slowdown, concurrency, bandwidth_gbps, 6);
 }
 
-inline plan::Chunk rows_chunk(int id, const std::string& tensor, std::int64_t row, int src, int dst,
-                              int stream = 0) {
+inline plan::Chunk rows_chunk(int id, const std::string& tensor, std::int64_t row, int src, int dst, int stream = 0) {
   plan::Chunk c;
   c.id = id;
   c.tensor = c.dst_tensor = tensor;
@@ -69,8 +68,7 @@ inline plan::Chunk rows_chunk(int id, const std::string& tensor, std::int64_t ro
 // AG+GEMM on 2 ranks: x is 256 x 1000, rank r owns rows [128r, 128r+128); chunk 0 carries rank
 // 0's rows to rank 1, chunk 1 rank 1's rows to rank 0. GEMM 256 x 256 x 1000, tiles 128x128:
 // tiles 0,1 read rows 0..127, tiles 2,3 rows 128..255.
-inline FusedCall two_rank_all_gather(const std::vector<int>& rank0_order,
-                                     const std::vector<int>& rank1_order) {
+inline FusedCall two_rank_all_gather(const std::vector<int>& rank0_order, const std::vector<int>& rank1_order) {
   FusedCall call;
   auto& p = call.plan;
   p.collective.kind = plan::Collective::all_gather;
@@ -95,8 +93,7 @@ inline FusedCall two_rank_all_gather(const std::vector<int>& rank0_order,
     t.tile_waits[first_remote_tile + 1] = {0};
     call.tables.push_back(t);
   }
-  call.orders = {{0, schedule::OrderKind::arrival, rank0_order},
-                 {1, schedule::OrderKind::arrival, rank1_order}};
+  call.orders = {{0, schedule::OrderKind::arrival, rank0_order}, {1, schedule::OrderKind::arrival, rank1_order}};
   return call;
 }
 
@@ -128,8 +125,7 @@ inline FusedCall two_rank_producer() {
   t1.tile_waits.assign(4, {});
   t1.tile_notifies.assign(4, {});
   call.tables = {t0, t1};
-  call.orders = {{0, schedule::OrderKind::arrival, {0, 1, 2, 3}},
-                 {1, schedule::OrderKind::arrival, {0, 1, 2, 3}}};
+  call.orders = {{0, schedule::OrderKind::arrival, {0, 1, 2, 3}}, {1, schedule::OrderKind::arrival, {0, 1, 2, 3}}};
   return call;
 }
 

@@ -91,8 +91,8 @@ TEST(StagedTimeline, OwnBoxLastAndAfterItsPartialsNoAdds) {
     // that gate chunks into one of at most W kernels, a cross-rank cycle; reported to the sim's
     // owner.)
     const double sequential = simulate_sequential(call, calib).total_us;
-    const double floor = std::max(simulate_gemm_alone(gemm, world, calib).total_us,
-                                  simulate_comm_alone(plan, calib).total_us);
+    const double floor =
+        std::max(simulate_gemm_alone(gemm, world, calib).total_us, simulate_comm_alone(plan, calib).total_us);
     EXPECT_LT(timeline.total_us, sequential);
     EXPECT_GE(timeline.total_us, floor);
   }
@@ -137,7 +137,7 @@ TEST(StagedTimeline, TemplatePlansReduceScatterAndAllReduce) {
             EXPECT_EQ(!call.tables[r].tile_waits[order[i]].empty(), own) << "rank " << r << " position " << i;
           }
           if (collective == plan::Collective::all_reduce)  // the gathered boxes land after the
-            for (const auto& c : plan.chunks)             // receiver's own partial was stored
+            for (const auto& c : plan.chunks)              // receiver's own partial was stored
               if (c.dst == r && c.dst_tensor == "c") EXPECT_GE(call.tables[r].dst_ready_slot_of_chunk[c.id], 0);
         }
       }
@@ -184,8 +184,8 @@ TEST(StagedTimeline, KernelLevelIsNotApplicableToStagedPlans) {
   o.split = 2;
   o.shape = {2 * 512, 1000};
   const auto plan = plan::make_plan(o);
-  const auto call = make_fused_call(plan, GemmShape{2 * 512, 1000, 1000, 128, 128},
-                                    schedule::OrderKind::arrival, calib);
+  const auto call =
+      make_fused_call(plan, GemmShape{2 * 512, 1000, 1000, 128, 128}, schedule::OrderKind::arrival, calib);
   EXPECT_FALSE(std::isinf(predict(call, calib).kernel_level_us));
 }
 

@@ -39,17 +39,21 @@ bool has(const std::string& hay, const std::string& needle) { return hay.find(ne
 // The loop body of a one-head attention-like kernel; `annotation` goes above the load of K.
 std::string kv_kernel(const std::string& annotation, const std::string& loop = "for start_n in range(0, N, BN):") {
   return "def k(q_ptr, k_ptr, o_ptr, N, BM: tl.constexpr, BN: tl.constexpr):\n"  // 6
-         "    # @sy.tile(index=tl.program_id(0), m=pid_m, n=pid_h)\n"           // 7
-         "    pid_m = tl.program_id(0) // 4\n"                                  // 8
-         "    pid_h = tl.program_id(0) % 4\n"                                   // 9
-         "    # @sy.end\n"                                                      // 10
-         "    rows = pid_m * BM + tl.arange(0, BM)\n"                           // 11
-         "    acc = tl.zeros((BM, BN), dtype=tl.float32)\n"                     // 12
-         "    " + loop + "\n"                                                   // 13
-         "        cols = start_n + tl.arange(0, BN)\n"                          // 14
-         "        " + annotation + "\n"                                         // 15
-         "        kb = tl.load(k_ptr + pid_h * N + cols)\n"                     // 16
-         "        acc += kb[None, :]\n"                                         // 17
+         "    # @sy.tile(index=tl.program_id(0), m=pid_m, n=pid_h)\n"            // 7
+         "    pid_m = tl.program_id(0) // 4\n"                                   // 8
+         "    pid_h = tl.program_id(0) % 4\n"                                    // 9
+         "    # @sy.end\n"                                                       // 10
+         "    rows = pid_m * BM + tl.arange(0, BM)\n"                            // 11
+         "    acc = tl.zeros((BM, BN), dtype=tl.float32)\n"                      // 12
+         "    " +
+         loop +
+         "\n"                                           // 13
+         "        cols = start_n + tl.arange(0, BN)\n"  // 14
+         "        " +
+         annotation +
+         "\n"                                                // 15
+         "        kb = tl.load(k_ptr + pid_h * N + cols)\n"  // 16
+         "        acc += kb[None, :]\n"                      // 17
          "    tl.store(o_ptr + rows[:, None] * BN + tl.arange(0, BN)[None, :], acc)\n";
 }
 
@@ -143,11 +147,11 @@ TEST(BlockWait, TwoTensorsOfOneLoopRenumberItOnce) {
 
 TEST(BlockWait, OutsideAnyLoopIsRefused) {
   const auto msg = error_of(
-      "def k(k_ptr, o_ptr, N, BN: tl.constexpr):\n"                          // 6
-      "    # @sy.tile(index=tl.program_id(0), m=pid_m)\n"                     // 7
-      "    pid_m = tl.program_id(0)\n"                                        // 8
-      "    # @sy.end\n"                                                       // 9
-      "    # @sy.consume_block(k_ptr, block=pid_m)\n"                         // 10
+      "def k(k_ptr, o_ptr, N, BN: tl.constexpr):\n"        // 6
+      "    # @sy.tile(index=tl.program_id(0), m=pid_m)\n"  // 7
+      "    pid_m = tl.program_id(0)\n"                     // 8
+      "    # @sy.end\n"                                    // 9
+      "    # @sy.consume_block(k_ptr, block=pid_m)\n"      // 10
       "    kb = tl.load(k_ptr + tl.arange(0, BN))\n"
       "    tl.store(o_ptr + tl.arange(0, BN), kb)\n");
   EXPECT_EQ(msg,
@@ -159,16 +163,17 @@ TEST(BlockWait, OutsideAnyLoopIsRefused) {
 
 TEST(BlockWait, InTheTileLoopIsRefused) {
   const auto msg = error_of(
-      "def k(k_ptr, o_ptr, T, BN: tl.constexpr):\n"                          // 6
-      "    for t in range(tl.program_id(0), T, 8):\n"                        // 7
-      "        # @sy.tile(index=t, m=pid_m)\n"                                // 8
-      "        pid_m = t\n"                                                   // 9
-      "        # @sy.end\n"                                                   // 10
-      "        # @sy.consume_block(k_ptr, block=t)\n"                         // 11
+      "def k(k_ptr, o_ptr, T, BN: tl.constexpr):\n"    // 6
+      "    for t in range(tl.program_id(0), T, 8):\n"  // 7
+      "        # @sy.tile(index=t, m=pid_m)\n"         // 8
+      "        pid_m = t\n"                            // 9
+      "        # @sy.end\n"                            // 10
+      "        # @sy.consume_block(k_ptr, block=t)\n"  // 11
       "        kb = tl.load(k_ptr + t * BN + tl.arange(0, BN))\n"
       "        tl.store(o_ptr + pid_m * BN + tl.arange(0, BN), kb)\n");
-  EXPECT_TRUE(has(msg, "k.py:11:9: @sy.consume_block(k_ptr, block=t): it marks a statement in the tile loop at "
-                       "line 7 ('for t in range(tl.program_id(0), T, 8)'), not in a loop over blocks"))
+  EXPECT_TRUE(has(msg,
+                  "k.py:11:9: @sy.consume_block(k_ptr, block=t): it marks a statement in the tile loop at "
+                  "line 7 ('for t in range(tl.program_id(0), T, 8)'), not in a loop over blocks"))
       << msg;
 }
 
@@ -183,47 +188,50 @@ TEST(BlockWait, BlockThatDoesNotFollowTheLoopIsRefused) {
 
 TEST(BlockWait, ReadOfTheBlockBeforeTheWaitIsRefused) {
   const std::string src =
-      "def k(k_ptr, o_ptr, N, BN: tl.constexpr):\n"                          // 6
-      "    # @sy.tile(index=tl.program_id(0), m=pid_m)\n"                     // 7
-      "    pid_m = tl.program_id(0)\n"                                        // 8
-      "    # @sy.end\n"                                                       // 9
-      "    acc = tl.zeros((BN,), dtype=tl.float32)\n"                         // 10
-      "    for j in range(0, N, BN):\n"                                       // 11
-      "        kb = tl.load(k_ptr + j + tl.arange(0, BN))\n"                  // 12
-      "        # @sy.consume_block(k_ptr, block=j // BN)\n"                   // 13
-      "        acc += kb\n"                                                   // 14
+      "def k(k_ptr, o_ptr, N, BN: tl.constexpr):\n"           // 6
+      "    # @sy.tile(index=tl.program_id(0), m=pid_m)\n"     // 7
+      "    pid_m = tl.program_id(0)\n"                        // 8
+      "    # @sy.end\n"                                       // 9
+      "    acc = tl.zeros((BN,), dtype=tl.float32)\n"         // 10
+      "    for j in range(0, N, BN):\n"                       // 11
+      "        kb = tl.load(k_ptr + j + tl.arange(0, BN))\n"  // 12
+      "        # @sy.consume_block(k_ptr, block=j // BN)\n"   // 13
+      "        acc += kb\n"                                   // 14
       "    tl.store(o_ptr + pid_m * BN + tl.arange(0, BN), acc)\n";
   const auto msg = error_of(src);
-  EXPECT_TRUE(has(msg, "k.py:12:17: @sy.consume_block(k_ptr, block=j // BN): 'k_ptr' is read here (load) before "
-                       "the wait that this annotation inserts at line 14"))
+  EXPECT_TRUE(has(msg,
+                  "k.py:12:17: @sy.consume_block(k_ptr, block=j // BN): 'k_ptr' is read here (load) before "
+                  "the wait that this annotation inserts at line 14"))
       << msg;
   EXPECT_TRUE(has(msg, "move the annotation up to line 12, the first read of the block in the loop")) << msg;
 }
 
 TEST(BlockWait, ReadAfterTheLoopIsRefused) {
   const std::string src =
-      "def k(k_ptr, o_ptr, N, BN: tl.constexpr):\n"                          // 6
-      "    # @sy.tile(index=tl.program_id(0), m=pid_m)\n"                     // 7
-      "    pid_m = tl.program_id(0)\n"                                        // 8
-      "    # @sy.end\n"                                                       // 9
-      "    acc = tl.zeros((BN,), dtype=tl.float32)\n"                         // 10
-      "    for j in range(0, N, BN):\n"                                       // 11
-      "        # @sy.consume_block(k_ptr, block=j // BN)\n"                   // 12
-      "        acc += tl.load(k_ptr + j + tl.arange(0, BN))\n"                // 13
-      "    last = tl.load(k_ptr + N - 1)\n"                                   // 14
+      "def k(k_ptr, o_ptr, N, BN: tl.constexpr):\n"             // 6
+      "    # @sy.tile(index=tl.program_id(0), m=pid_m)\n"       // 7
+      "    pid_m = tl.program_id(0)\n"                          // 8
+      "    # @sy.end\n"                                         // 9
+      "    acc = tl.zeros((BN,), dtype=tl.float32)\n"           // 10
+      "    for j in range(0, N, BN):\n"                         // 11
+      "        # @sy.consume_block(k_ptr, block=j // BN)\n"     // 12
+      "        acc += tl.load(k_ptr + j + tl.arange(0, BN))\n"  // 13
+      "    last = tl.load(k_ptr + N - 1)\n"                     // 14
       "    tl.store(o_ptr + pid_m * BN + tl.arange(0, BN), acc + last)\n";
   const auto msg = error_of(src);
-  EXPECT_TRUE(has(msg, "k.py:14:15: @sy.consume_block(k_ptr, block=j // BN): 'k_ptr' is read here (load) before "
-                       "the wait"))
+  EXPECT_TRUE(has(msg,
+                  "k.py:14:15: @sy.consume_block(k_ptr, block=j // BN): 'k_ptr' is read here (load) before "
+                  "the wait"))
       << msg;
 }
 
 TEST(BlockWait, ArrivalOrderNeedsARangeLoop) {
   const auto msg = error_of(kv_kernel("# @sy.consume_block(k_ptr, block=start_n // BN, n=pid_h, order=arrival)",
                                       "for start_n in tl.static_range(0, 64, BN):"));
-  EXPECT_TRUE(has(msg, "k.py:15:9: @sy.consume_block(k_ptr, block=start_n // BN, n=pid_h, order=arrival): "
-                       "order=arrival needs the loop at line 13 ('for start_n in tl.static_range(0, 64, BN)') to "
-                       "be 'for <v> in range(<start>, <stop>[, <step>])' or tl.range(...)"))
+  EXPECT_TRUE(has(msg,
+                  "k.py:15:9: @sy.consume_block(k_ptr, block=start_n // BN, n=pid_h, order=arrival): "
+                  "order=arrival needs the loop at line 13 ('for start_n in tl.static_range(0, 64, BN)') to "
+                  "be 'for <v> in range(<start>, <stop>[, <step>])' or tl.range(...)"))
       << msg;
   EXPECT_TRUE(has(msg, "a static_range is unrolled at compile time")) << msg;
 }
@@ -241,16 +249,16 @@ TEST(BlockWait, ArrivalOrderRefusesAnAdvancedPointer) {
   // Triton's tutorial advances block pointers; visited out of order they would point at the
   // iteration's place, not at the block.
   const std::string src =
-      "def k(k_ptr, o_ptr, N, BN: tl.constexpr):\n"                          // 6
-      "    # @sy.tile(index=tl.program_id(0), m=pid_m)\n"                     // 7
-      "    pid_m = tl.program_id(0)\n"                                        // 8
-      "    # @sy.end\n"                                                       // 9
-      "    acc = tl.zeros((BN,), dtype=tl.float32)\n"                         // 10
-      "    ks = k_ptr + tl.arange(0, BN)\n"                                   // 11
-      "    for j in range(0, N, BN):\n"                                       // 12
-      "        # @sy.consume_block(k_ptr, block=j // BN, order=arrival)\n"    // 13
-      "        acc += tl.load(ks)\n"                                          // 14
-      "        ks += BN\n"                                                    // 15
+      "def k(k_ptr, o_ptr, N, BN: tl.constexpr):\n"                         // 6
+      "    # @sy.tile(index=tl.program_id(0), m=pid_m)\n"                   // 7
+      "    pid_m = tl.program_id(0)\n"                                      // 8
+      "    # @sy.end\n"                                                     // 9
+      "    acc = tl.zeros((BN,), dtype=tl.float32)\n"                       // 10
+      "    ks = k_ptr + tl.arange(0, BN)\n"                                 // 11
+      "    for j in range(0, N, BN):\n"                                     // 12
+      "        # @sy.consume_block(k_ptr, block=j // BN, order=arrival)\n"  // 13
+      "        acc += tl.load(ks)\n"                                        // 14
+      "        ks += BN\n"                                                  // 15
       "    tl.store(o_ptr + pid_m * BN + tl.arange(0, BN), acc)\n";
   EXPECT_EQ(error_of(src),
             "k.py:15:9: @sy.consume_block(k_ptr, block=j // BN, order=arrival): 'ks' (made from 'k_ptr') is "
@@ -264,28 +272,31 @@ TEST(BlockWait, ArrivalOrderRefusesAnAdvancedPointer) {
 }
 
 TEST(BlockWait, ArrivalOrderRefusesBoundsAssignedInTheLoop) {
-  const auto msg = error_of(kv_kernel("# @sy.consume_block(k_ptr, block=start_n // BN, n=pid_h, order=arrival)\n"
-                                      "        N = N - 1"));
-  EXPECT_TRUE(has(msg, "k.py:16:9: @sy.consume_block(k_ptr, block=start_n // BN, n=pid_h, order=arrival): 'N' is "
-                       "assigned inside the loop at line 13"))
+  const auto msg =
+      error_of(kv_kernel("# @sy.consume_block(k_ptr, block=start_n // BN, n=pid_h, order=arrival)\n"
+                         "        N = N - 1"));
+  EXPECT_TRUE(has(msg,
+                  "k.py:16:9: @sy.consume_block(k_ptr, block=start_n // BN, n=pid_h, order=arrival): 'N' is "
+                  "assigned inside the loop at line 13"))
       << msg;
 }
 
 TEST(BlockWait, ConsumeBlocksOfOneLoopMustAgree) {
   const std::string src =
-      "def k(k_ptr, v_ptr, o_ptr, N, BN: tl.constexpr):\n"                   // 6
-      "    # @sy.tile(index=tl.program_id(0), m=pid_m)\n"                     // 7
-      "    pid_m = tl.program_id(0)\n"                                        // 8
-      "    # @sy.end\n"                                                       // 9
-      "    acc = tl.zeros((BN,), dtype=tl.float32)\n"                         // 10
-      "    for j in range(0, N, BN):\n"                                       // 11
-      "        # @sy.consume_block(k_ptr, block=j // BN, order=arrival)\n"    // 12
-      "        kb = tl.load(k_ptr + j + tl.arange(0, BN))\n"                  // 13
-      "        # @sy.consume_block(v_ptr, block=j // BN)\n"                   // 14
+      "def k(k_ptr, v_ptr, o_ptr, N, BN: tl.constexpr):\n"                  // 6
+      "    # @sy.tile(index=tl.program_id(0), m=pid_m)\n"                   // 7
+      "    pid_m = tl.program_id(0)\n"                                      // 8
+      "    # @sy.end\n"                                                     // 9
+      "    acc = tl.zeros((BN,), dtype=tl.float32)\n"                       // 10
+      "    for j in range(0, N, BN):\n"                                     // 11
+      "        # @sy.consume_block(k_ptr, block=j // BN, order=arrival)\n"  // 12
+      "        kb = tl.load(k_ptr + j + tl.arange(0, BN))\n"                // 13
+      "        # @sy.consume_block(v_ptr, block=j // BN)\n"                 // 14
       "        acc += kb * tl.load(v_ptr + j + tl.arange(0, BN))\n"
       "    tl.store(o_ptr + pid_m * BN + tl.arange(0, BN), acc)\n";
-  EXPECT_TRUE(has(error_of(src), "k.py:14:9: @sy.consume_block(v_ptr, block=j // BN): the '@sy.consume_block' at "
-                                 "line 12 in the same loop asks for order=arrival;"))
+  EXPECT_TRUE(has(error_of(src),
+                  "k.py:14:9: @sy.consume_block(v_ptr, block=j // BN): the '@sy.consume_block' at "
+                  "line 12 in the same loop asks for order=arrival;"))
       << error_of(src);
 }
 

@@ -78,11 +78,8 @@ TEST(Golden, UserLinesSurviveInOrder) {
       if (i >= def && i <= sig_end) continue;
       const auto first = in[i].find_first_not_of(' ');
       const std::string commented = first == std::string::npos ? "" : mark + " was: " + in[i].substr(first);
-      while (o < out.size() && out[o] != in[i] &&
-             !(first != std::string::npos && out[o].ends_with(commented)))
-        ++o;
-      ASSERT_LT(o, out.size()) << c.file << ": input line " << i + 1 << " is missing from the output: "
-                               << in[i];
+      while (o < out.size() && out[o] != in[i] && !(first != std::string::npos && out[o].ends_with(commented))) ++o;
+      ASSERT_LT(o, out.size()) << c.file << ": input line " << i + 1 << " is missing from the output: " << in[i];
       ++o;
     }
     std::size_t marked = 0;

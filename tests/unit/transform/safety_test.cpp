@@ -41,16 +41,16 @@ bool has(const std::string& hay, const std::string& needle) { return hay.find(ne
 
 TEST(Safety, ConsumeBelowTheLoopThatReadsTheTensor) {
   const auto msg = error_of(
-      "def k(x_ptr, y_ptr, N, BM: tl.constexpr, BN: tl.constexpr):\n"    // 6
-      "    # @sy.tile(index=tl.program_id(0), m=pid_m)\n"                    // 7
-      "    pid_m = tl.program_id(0)\n"                                       // 8
-      "    # @sy.end\n"                                                      // 9
-      "    rows = pid_m * BM + tl.arange(0, BM)\n"                           // 10
-      "    xs = x_ptr + rows[:, None] * N\n"                                 // 11
-      "    acc = tl.zeros((BM, BN), dtype=tl.float32)\n"                     // 12
-      "    for j in range(0, N, BN):\n"                                      // 13
-      "        acc += tl.load(xs + j + tl.arange(0, BN)[None, :])\n"         // 14
-      "    # @sy.consume(x_ptr, m=pid_m)\n"                                  // 15
+      "def k(x_ptr, y_ptr, N, BM: tl.constexpr, BN: tl.constexpr):\n"  // 6
+      "    # @sy.tile(index=tl.program_id(0), m=pid_m)\n"              // 7
+      "    pid_m = tl.program_id(0)\n"                                 // 8
+      "    # @sy.end\n"                                                // 9
+      "    rows = pid_m * BM + tl.arange(0, BM)\n"                     // 10
+      "    xs = x_ptr + rows[:, None] * N\n"                           // 11
+      "    acc = tl.zeros((BM, BN), dtype=tl.float32)\n"               // 12
+      "    for j in range(0, N, BN):\n"                                // 13
+      "        acc += tl.load(xs + j + tl.arange(0, BN)[None, :])\n"   // 14
+      "    # @sy.consume(x_ptr, m=pid_m)\n"                            // 15
       "    tl.store(y_ptr + rows[:, None] * N + tl.arange(0, BN)[None, :], acc * 2)\n");
   EXPECT_EQ(msg,
             "k.py:14:19: @sy.consume(x_ptr, m=pid_m): 'x_ptr' is read here (load through 'xs') before the "
@@ -64,15 +64,16 @@ TEST(Safety, ConsumedDescriptorLoadedBeforeTheWait) {
   const auto msg = error_of(
       "def k(x_ptr, y_ptr, M, K, BM: tl.constexpr, BK: tl.constexpr):\n"
       "    x_desc = tl.make_tensor_descriptor(x_ptr, shape=[M, K], strides=[K, 1], block_shape=[BM, BK])\n"
-      "    # @sy.tile(index=tl.program_id(0), m=pid_m)\n"   // 8
+      "    # @sy.tile(index=tl.program_id(0), m=pid_m)\n"  // 8
       "    pid_m = tl.program_id(0)\n"
       "    # @sy.end\n"
-      "    first = x_desc.load([pid_m * BM, 0])\n"          // 11
+      "    first = x_desc.load([pid_m * BM, 0])\n"  // 11
       "    # @sy.consume(x_ptr, m=pid_m)\n"
       "    rest = x_desc.load([pid_m * BM, BK])\n"
       "    tl.store(y_ptr + pid_m, tl.sum(first + rest))\n");
-  EXPECT_TRUE(has(msg, "k.py:11:20: @sy.consume(x_ptr, m=pid_m): 'x_ptr' is read here (load through "
-                       "'x_desc') before the wait that this annotation inserts at line 13"))
+  EXPECT_TRUE(has(msg,
+                  "k.py:11:20: @sy.consume(x_ptr, m=pid_m): 'x_ptr' is read here (load through "
+                  "'x_desc') before the wait that this annotation inserts at line 13"))
       << msg;
   EXPECT_TRUE(has(msg, "move the annotation up to line 11")) << msg;
 }
@@ -82,15 +83,16 @@ TEST(Safety, PersistentLoopReadsTheTensorBeforeItsTileBlock) {
   const auto msg = error_of(
       "def k(x_ptr, y_ptr, T, P: tl.constexpr, BM: tl.constexpr):\n"
       "    for t in tl.range(tl.program_id(0), T, P):\n"
-      "        head = tl.load(x_ptr + t * BM)\n"            // 8
+      "        head = tl.load(x_ptr + t * BM)\n"  // 8
       "        # @sy.tile(index=t, m=pid_m)\n"
       "        pid_m = t\n"
       "        # @sy.end\n"
       "        # @sy.consume(x_ptr, m=pid_m)\n"
       "        x = tl.load(x_ptr + pid_m * BM + tl.arange(0, BM))\n"
       "        tl.store(y_ptr + pid_m * BM + tl.arange(0, BM), x + head)\n");
-  EXPECT_TRUE(has(msg, "k.py:8:19: @sy.consume(x_ptr, m=pid_m): 'x_ptr' is read here (load) before the "
-                       "wait that this annotation inserts at line 13"))
+  EXPECT_TRUE(has(msg,
+                  "k.py:8:19: @sy.consume(x_ptr, m=pid_m): 'x_ptr' is read here (load) before the "
+                  "wait that this annotation inserts at line 13"))
       << msg;
   EXPECT_TRUE(has(msg, "read 'x_ptr' only after the annotation")) << msg;
 }
@@ -103,12 +105,13 @@ TEST(Safety, ReadAfterTheBranchThatHoldsTheWait) {
       "    # @sy.end\n"
       "    rows = pid_m * BM + tl.arange(0, BM)\n"
       "    if N > 0:\n"
-      "        # @sy.consume(x_ptr, m=pid_m)\n"             // 12
+      "        # @sy.consume(x_ptr, m=pid_m)\n"  // 12
       "        a = tl.load(x_ptr + rows)\n"
-      "    b = tl.load(x_ptr + rows + N)\n"                 // 14
+      "    b = tl.load(x_ptr + rows + N)\n"  // 14
       "    tl.store(y_ptr + rows, b)\n");
-  EXPECT_TRUE(has(msg, "k.py:14:12: @sy.consume(x_ptr, m=pid_m): 'x_ptr' is read here (load) before the "
-                       "wait that this annotation inserts at line 13"))
+  EXPECT_TRUE(has(msg,
+                  "k.py:14:12: @sy.consume(x_ptr, m=pid_m): 'x_ptr' is read here (load) before the "
+                  "wait that this annotation inserts at line 13"))
       << msg;
 }
 
@@ -118,7 +121,7 @@ TEST(Safety, HelperReadsTheTensorBeforeTheWait) {
       "    # @sy.tile(index=tl.program_id(0), m=pid_m)\n"
       "    pid_m = tl.program_id(0)\n"
       "    # @sy.end\n"
-      "    s = _row_sum(x_ptr, pid_m, BM)\n"                // 10
+      "    s = _row_sum(x_ptr, pid_m, BM)\n"  // 10
       "    # @sy.consume(x_ptr, m=pid_m)\n"
       "    tl.store(y_ptr + pid_m, s)\n"
       "\n"
@@ -126,8 +129,9 @@ TEST(Safety, HelperReadsTheTensorBeforeTheWait) {
       "@triton.jit\n"
       "def _row_sum(p, row, BM: tl.constexpr):\n"
       "    return tl.sum(tl.load(p + row * BM + tl.arange(0, BM)))\n");
-  EXPECT_TRUE(has(msg, "k.py:10:9: @sy.consume(x_ptr, m=pid_m): 'x_ptr' is read here (_row_sum, which reads "
-                       "it in '_row_sum' at k.py:17:22) before the wait"))
+  EXPECT_TRUE(has(msg,
+                  "k.py:10:9: @sy.consume(x_ptr, m=pid_m): 'x_ptr' is read here (_row_sum, which reads "
+                  "it in '_row_sum' at k.py:17:22) before the wait"))
       << msg;
 }
 
@@ -139,20 +143,21 @@ constexpr const char* kGroupedPid =
     "    return t // tiles_n, t % tiles_n\n";
 
 TEST(Safety, EpilogueRecomputesTheCoordinatesOutsideTheTileBlock) {
-  const auto msg = error_of(std::string(
-      "def k(a_ptr, c_ptr, M, N, NUM_SMS: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr):\n"
-      "    start = tl.program_id(0)\n"
-      "    tiles_n = tl.cdiv(N, BN)\n"
-      "    tc = start - NUM_SMS\n"
-      "    for t in tl.range(start, tl.cdiv(M, BM) * tiles_n, NUM_SMS, flatten=True):\n"
-      "        # @sy.tile(index=t, m=pm, n=pn)\n"             // 11
-      "        pm, pn = _pid(t, tiles_n)\n"
-      "        # @sy.end\n"
-      "        # @sy.consume(a_ptr, m=pm)\n"
-      "        x = tl.load(a_ptr + pm * BM + tl.arange(0, BM))\n"
-      "        tc += NUM_SMS\n"
-      "        pm, pn = _pid(tc, tiles_n)\n"                  // 17
-      "        tl.store(c_ptr + pm * BM + tl.arange(0, BM), x)\n") + kGroupedPid);
+  const auto msg =
+      error_of(std::string("def k(a_ptr, c_ptr, M, N, NUM_SMS: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr):\n"
+                           "    start = tl.program_id(0)\n"
+                           "    tiles_n = tl.cdiv(N, BN)\n"
+                           "    tc = start - NUM_SMS\n"
+                           "    for t in tl.range(start, tl.cdiv(M, BM) * tiles_n, NUM_SMS, flatten=True):\n"
+                           "        # @sy.tile(index=t, m=pm, n=pn)\n"  // 11
+                           "        pm, pn = _pid(t, tiles_n)\n"
+                           "        # @sy.end\n"
+                           "        # @sy.consume(a_ptr, m=pm)\n"
+                           "        x = tl.load(a_ptr + pm * BM + tl.arange(0, BM))\n"
+                           "        tc += NUM_SMS\n"
+                           "        pm, pn = _pid(tc, tiles_n)\n"  // 17
+                           "        tl.store(c_ptr + pm * BM + tl.arange(0, BM), x)\n") +
+               kGroupedPid);
   EXPECT_EQ(msg,
             "k.py:17:9: @sy.tile(index=t, m=pm, n=pn): 'pm' is computed again here, outside the tile block "
             "(lines 12-12): the rewrite takes the block's 'pm' from the tile order, but this line still "
@@ -171,11 +176,12 @@ TEST(Safety, EpilogueOffsetsFromTheLoopCounter) {
       "        # @sy.end\n"
       "        # @sy.consume(a_ptr, m=pm)\n"
       "        x = tl.load(a_ptr + pm * BM + tl.arange(0, BM))\n"
-      "        rows = t * BM + tl.arange(0, BM)\n"               // 13
+      "        rows = t * BM + tl.arange(0, BM)\n"  // 13
       "        tl.store(c_ptr + rows, x)\n");
-  EXPECT_TRUE(has(msg, "k.py:13:16: @sy.tile(index=t, m=pm): 't' holds the tile's place in the original "
-                       "order (the program id or the loop counter that index=t reads), not the tile the "
-                       "order assigns"))
+  EXPECT_TRUE(has(msg,
+                  "k.py:13:16: @sy.tile(index=t, m=pm): 't' holds the tile's place in the original "
+                  "order (the program id or the loop counter that index=t reads), not the tile the "
+                  "order assigns"))
       << msg;
 }
 
@@ -187,10 +193,11 @@ TEST(Safety, OneTileKernelReadsTheProgramIdAfterTheBlock) {
       "    # @sy.end\n"
       "    # @sy.consume(x_ptr, m=pid_m)\n"
       "    x = tl.load(x_ptr + pid_m * BM + tl.arange(0, BM))\n"
-      "    out = y_ptr + tl.program_id(0) * BM\n"            // 12
+      "    out = y_ptr + tl.program_id(0) * BM\n"  // 12
       "    tl.store(out + tl.arange(0, BM), x)\n");
-  EXPECT_TRUE(has(msg, "k.py:12:19: @sy.tile(index=tl.program_id(0), m=pid_m): 'tl.program_id(0)' holds "
-                       "the tile's place in the original order"))
+  EXPECT_TRUE(has(msg,
+                  "k.py:12:19: @sy.tile(index=tl.program_id(0), m=pid_m): 'tl.program_id(0)' holds "
+                  "the tile's place in the original order"))
       << msg;
 }
 
@@ -199,8 +206,8 @@ TEST(Safety, OneTileKernelReadsTheProgramIdAfterTheBlock) {
 TEST(Safety, ProgramIdIndexInsideThePersistentLoop) {
   const auto msg = error_of(
       "def k(a_ptr, c_ptr, M, NUM_PROGS: tl.constexpr, BM: tl.constexpr):\n"
-      "    for t in range(tl.program_id(0), tl.cdiv(M, BM), NUM_PROGS):\n"   // 7
-      "        # @sy.tile(index=tl.program_id(0), m=pm)\n"                   // 8
+      "    for t in range(tl.program_id(0), tl.cdiv(M, BM), NUM_PROGS):\n"  // 7
+      "        # @sy.tile(index=tl.program_id(0), m=pm)\n"                  // 8
       "        pm = t\n"
       "        # @sy.end\n"
       "        # @sy.consume(a_ptr, m=pm)\n"
@@ -220,38 +227,40 @@ TEST(Safety, WhileLoopIndexThatIsNotItsCounter) {
       "def k(a_ptr, T, P: tl.constexpr, BM: tl.constexpr):\n"
       "    pid = tl.program_id(0)\n"
       "    t = pid\n"
-      "    while t < T:\n"                                   // 9
-      "        # @sy.tile(index=pid, m=pm)\n"                // 10
+      "    while t < T:\n"                     // 9
+      "        # @sy.tile(index=pid, m=pm)\n"  // 10
       "        pm = t\n"
       "        # @sy.end\n"
       "        # @sy.consume(a_ptr, m=pm)\n"
       "        x = tl.load(a_ptr + pm * BM + tl.arange(0, BM))\n"
       "        t += P\n");
-  EXPECT_TRUE(has(msg, "k.py:10:26: @sy.tile(index=pid, m=pm): index=pid inside the loop at line 9 ('while "
-                       "t < T') does not change from one iteration to the next: every iteration would take "
-                       "the same tile of the order"))
+  EXPECT_TRUE(has(msg,
+                  "k.py:10:26: @sy.tile(index=pid, m=pm): index=pid inside the loop at line 9 ('while "
+                  "t < T') does not change from one iteration to the next: every iteration would take "
+                  "the same tile of the order"))
       << msg;
   EXPECT_TRUE(has(msg, "index=t ")) << msg;
 }
 
 TEST(Safety, SecondCounterThatDoesNotProvablyMatchTheLoop) {
   // The epilogue's counter starts one step late: it would name the next tile, not this one.
-  const auto msg = error_of(std::string(
-      "def k(a_ptr, c_ptr, M, N, NUM_SMS: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr):\n"
-      "    start = tl.program_id(0)\n"
-      "    tiles_n = tl.cdiv(N, BN)\n"
-      "    tc = start\n"
-      "    for t in tl.range(start, tl.cdiv(M, BM) * tiles_n, NUM_SMS, flatten=True):\n"  // 10
-      "        # @sy.tile(index=t, m=pm, n=pn)\n"
-      "        pm, pn = _pid(t, tiles_n)\n"
-      "        # @sy.end\n"
-      "        # @sy.consume(a_ptr, m=pm)\n"
-      "        x = tl.load(a_ptr + pm * BM + tl.arange(0, BM))\n"
-      "        tc += NUM_SMS\n"
-      "        # @sy.tile(index=tc, m=pm, n=pn)\n"                                        // 17
-      "        pm, pn = _pid(tc, tiles_n)\n"
-      "        # @sy.end\n"
-      "        tl.store(c_ptr + pm * BM + tl.arange(0, BM), x)\n") + kGroupedPid);
+  const auto msg =
+      error_of(std::string("def k(a_ptr, c_ptr, M, N, NUM_SMS: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr):\n"
+                           "    start = tl.program_id(0)\n"
+                           "    tiles_n = tl.cdiv(N, BN)\n"
+                           "    tc = start\n"
+                           "    for t in tl.range(start, tl.cdiv(M, BM) * tiles_n, NUM_SMS, flatten=True):\n"  // 10
+                           "        # @sy.tile(index=t, m=pm, n=pn)\n"
+                           "        pm, pn = _pid(t, tiles_n)\n"
+                           "        # @sy.end\n"
+                           "        # @sy.consume(a_ptr, m=pm)\n"
+                           "        x = tl.load(a_ptr + pm * BM + tl.arange(0, BM))\n"
+                           "        tc += NUM_SMS\n"
+                           "        # @sy.tile(index=tc, m=pm, n=pn)\n"  // 17
+                           "        pm, pn = _pid(tc, tiles_n)\n"
+                           "        # @sy.end\n"
+                           "        tl.store(c_ptr + pm * BM + tl.arange(0, BM), x)\n") +
+               kGroupedPid);
   EXPECT_EQ(msg,
             "k.py:17:26: @sy.tile(index=tc, m=pm, n=pn): index=tc is advanced by the loop at line 10 ('for "
             "t in tl.range(start, tl.cdiv(M, BM) * tiles_n, NUM_SMS, flatten=True)'), but it cannot be shown "
@@ -268,34 +277,36 @@ constexpr const char* kNextHelper =
     "    return t, t + step\n";
 
 TEST(Safety, TileBlockAdvancesTheIndexThroughAHelper) {
-  const auto msg = error_of(std::string(
-      "def k(a_ptr, T, P: tl.constexpr, BM: tl.constexpr):\n"
-      "    t = tl.program_id(0)\n"
-      "    for _ in range(tl.cdiv(T, P)):\n"
-      "        # @sy.tile(index=t, m=pm)\n"                 // 9
-      "        pm, t = _take(t, P)\n"
-      "        # @sy.end\n"
-      "        # @sy.consume(a_ptr, m=pm)\n"
-      "        x = tl.load(a_ptr + pm * BM + tl.arange(0, BM))\n") + kNextHelper);
-  EXPECT_TRUE(has(msg, "k.py:9:26: @sy.tile(index=t, m=pm): index= uses 't', which the tile block assigns "
-                       "and the rewrite removes;"))
+  const auto msg = error_of(std::string("def k(a_ptr, T, P: tl.constexpr, BM: tl.constexpr):\n"
+                                        "    t = tl.program_id(0)\n"
+                                        "    for _ in range(tl.cdiv(T, P)):\n"
+                                        "        # @sy.tile(index=t, m=pm)\n"  // 9
+                                        "        pm, t = _take(t, P)\n"
+                                        "        # @sy.end\n"
+                                        "        # @sy.consume(a_ptr, m=pm)\n"
+                                        "        x = tl.load(a_ptr + pm * BM + tl.arange(0, BM))\n") +
+                            kNextHelper);
+  EXPECT_TRUE(has(msg,
+                  "k.py:9:26: @sy.tile(index=t, m=pm): index= uses 't', which the tile block assigns "
+                  "and the rewrite removes;"))
       << msg;
-  EXPECT_TRUE(has(msg, "advance the counter outside the block (e.g. 't += <step>' after '# @sy.end'), or it "
-                       "stops advancing"))
+  EXPECT_TRUE(has(msg,
+                  "advance the counter outside the block (e.g. 't += <step>' after '# @sy.end'), or it "
+                  "stops advancing"))
       << msg;
 }
 
 TEST(Safety, TileBlockAdvancesTheWhileCounterThroughAHelper) {
-  const auto msg = error_of(std::string(
-      "def k(a_ptr, T, P: tl.constexpr, BM: tl.constexpr):\n"
-      "    t = tl.program_id(0)\n"
-      "    while t < T:\n"                                  // 8
-      "        cur = t\n"
-      "        # @sy.tile(index=cur, m=pm)\n"
-      "        pm, t = _take(cur, P)\n"                     // 11
-      "        # @sy.end\n"
-      "        # @sy.consume(a_ptr, m=pm)\n"
-      "        x = tl.load(a_ptr + pm * BM + tl.arange(0, BM))\n") + kNextHelper);
+  const auto msg = error_of(std::string("def k(a_ptr, T, P: tl.constexpr, BM: tl.constexpr):\n"
+                                        "    t = tl.program_id(0)\n"
+                                        "    while t < T:\n"  // 8
+                                        "        cur = t\n"
+                                        "        # @sy.tile(index=cur, m=pm)\n"
+                                        "        pm, t = _take(cur, P)\n"  // 11
+                                        "        # @sy.end\n"
+                                        "        # @sy.consume(a_ptr, m=pm)\n"
+                                        "        x = tl.load(a_ptr + pm * BM + tl.arange(0, BM))\n") +
+                            kNextHelper);
   EXPECT_EQ(msg,
             "k.py:8:11: @sy.tile(index=cur, m=pm): 't' is assigned in the tile block (line 11) and read "
             "again by the next iteration of the loop at line 8 (here): the rewrite replaces the block by the "
@@ -311,11 +322,11 @@ TEST(Safety, GroupedGemmOverSeveralProblems) {
       "def k(sizes_ptr, a_ptr, G, NUM_SM: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr):\n"
       "    tile_idx = tl.program_id(0)\n"
       "    last_end = 0\n"
-      "    for g in range(G):\n"                                            // 9
+      "    for g in range(G):\n"  // 9
       "        gn = tl.load(sizes_ptr + g)\n"
       "        num_tiles = tl.cdiv(gn, BN) * 4\n"
       "        while tile_idx >= last_end and tile_idx < last_end + num_tiles:\n"  // 12
-      "            # @sy.tile(index=tile_idx, m=tm)\n"                      // 13
+      "            # @sy.tile(index=tile_idx, m=tm)\n"                             // 13
       "            tm = (tile_idx - last_end) // tl.cdiv(gn, BN)\n"
       "            # @sy.end\n"
       "            # @sy.consume(a_ptr, m=tm)\n"
@@ -336,13 +347,14 @@ TEST(Safety, TileBlockReadsItsCoordinatesFromAProblemTable) {
       "def k(offsets_ptr, a_ptr, T, P: tl.constexpr, BM: tl.constexpr):\n"
       "    for t in tl.range(tl.program_id(0), T, P):\n"
       "        # @sy.tile(index=t, m=pm)\n"
-      "        first = tl.load(offsets_ptr + t)\n"           // 9
+      "        first = tl.load(offsets_ptr + t)\n"  // 9
       "        pm = first + t\n"
       "        # @sy.end\n"
       "        # @sy.consume(a_ptr, m=pm)\n"
       "        x = tl.load(a_ptr + pm * BM + tl.arange(0, BM))\n");
-  EXPECT_TRUE(has(msg, "k.py:9:20: @sy.tile(index=t, m=pm): the tile block reads memory here (load(...)): "
-                       "tile coordinates that come from data (a grouped GEMM's problem table, a tile map)"))
+  EXPECT_TRUE(has(msg,
+                  "k.py:9:20: @sy.tile(index=t, m=pm): the tile block reads memory here (load(...)): "
+                  "tile coordinates that come from data (a grouped GEMM's problem table, a tile map)"))
       << msg;
 }
 
@@ -356,7 +368,7 @@ TEST(Safety, ProduceAnnotationBelowTheStore) {
       "    # @sy.end\n"
       "    rows = pm * BM + tl.arange(0, BM)\n"
       "    tl.store(c_ptr + rows, tl.load(a_ptr + rows))\n"  // 11
-      "    # @sy.produce(c_ptr, m=pm)\n"                      // 12
+      "    # @sy.produce(c_ptr, m=pm)\n"                     // 12
       "    done = 1\n");
   EXPECT_EQ(msg,
             "k.py:12:5: @sy.produce(c_ptr, m=pm): the annotation sits below the store it announces (line 11): "
@@ -370,7 +382,7 @@ TEST(Safety, ProduceMarksAStatementThatStoresNothing) {
       "    # @sy.tile(index=tl.program_id(0), m=pm)\n"
       "    pm = tl.program_id(0)\n"
       "    # @sy.end\n"
-      "    # @sy.produce(c_ptr, m=pm)\n"                      // 10
+      "    # @sy.produce(c_ptr, m=pm)\n"  // 10
       "    rows = pm * BM + tl.arange(0, BM)\n"
       "    x = tl.load(a_ptr + rows)\n"
       "    tl.store(c_ptr + rows, x)\n");
@@ -388,8 +400,8 @@ TEST(Safety, StoreOfTheTileAfterItsNotify) {
       "    # @sy.end\n"
       "    c_rows = c_ptr + pm * BM + tl.arange(0, BM)\n"
       "    # @sy.produce(c_ptr, m=pm)\n"
-      "    tl.store(c_rows, 1.0)\n"                           // 12
-      "    tl.store(c_rows + M, 2.0)\n");                     // 13
+      "    tl.store(c_rows, 1.0)\n"        // 12
+      "    tl.store(c_rows + M, 2.0)\n");  // 13
   EXPECT_EQ(msg,
             "k.py:13:8: @sy.produce(c_ptr, m=pm): 'c_ptr' is stored again here, after the notify that this "
             "annotation inserts after line 12: the chunk would be announced before this store; put the "
@@ -401,7 +413,7 @@ TEST(Safety, MisalignedEndSaysHowToFixIt) {
       "def k(a_ptr, BM: tl.constexpr):\n"
       "    # @sy.tile(index=tl.program_id(0), m=pm)\n"
       "    pm = tl.program_id(0)\n"
-      "        # @sy.end\n"                                   // 9
+      "        # @sy.end\n"  // 9
       "    x = pm\n");
   EXPECT_EQ(msg,
             "k.py:9:9: @sy.end: '@sy.end' at column 9 does not line up with the '@sy.tile' at line 7, column "
@@ -412,22 +424,23 @@ TEST(Safety, MisalignedEndSaysHowToFixIt) {
 // --- the correct forms are accepted -------------------------------------------------------------------
 
 TEST(SafetyAccepts, EpilogueRecomputeWrappedInItsOwnTileBlock) {
-  const auto out = output_of(std::string(
-      "def k(a_ptr, c_ptr, M, N, NUM_SMS: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr):\n"
-      "    start = tl.program_id(0)\n"
-      "    tiles_n = tl.cdiv(N, BN)\n"
-      "    tc = start - NUM_SMS\n"
-      "    for t in tl.range(start, tl.cdiv(M, BM) * tiles_n, NUM_SMS, flatten=True):\n"
-      "        # @sy.tile(index=t, m=pm, n=pn)\n"
-      "        pm, pn = _pid(t, tiles_n)\n"
-      "        # @sy.end\n"
-      "        # @sy.consume(a_ptr, m=pm)\n"
-      "        x = tl.load(a_ptr + pm * BM + tl.arange(0, BM))\n"
-      "        tc += NUM_SMS\n"
-      "        # @sy.tile(index=tc, m=pm, n=pn)\n"
-      "        pm, pn = _pid(tc, tiles_n)\n"
-      "        # @sy.end\n"
-      "        tl.store(c_ptr + pm * BM + tl.arange(0, BM), x)\n") + kGroupedPid);
+  const auto out =
+      output_of(std::string("def k(a_ptr, c_ptr, M, N, NUM_SMS: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr):\n"
+                            "    start = tl.program_id(0)\n"
+                            "    tiles_n = tl.cdiv(N, BN)\n"
+                            "    tc = start - NUM_SMS\n"
+                            "    for t in tl.range(start, tl.cdiv(M, BM) * tiles_n, NUM_SMS, flatten=True):\n"
+                            "        # @sy.tile(index=t, m=pm, n=pn)\n"
+                            "        pm, pn = _pid(t, tiles_n)\n"
+                            "        # @sy.end\n"
+                            "        # @sy.consume(a_ptr, m=pm)\n"
+                            "        x = tl.load(a_ptr + pm * BM + tl.arange(0, BM))\n"
+                            "        tc += NUM_SMS\n"
+                            "        # @sy.tile(index=tc, m=pm, n=pn)\n"
+                            "        pm, pn = _pid(tc, tiles_n)\n"
+                            "        # @sy.end\n"
+                            "        tl.store(c_ptr + pm * BM + tl.arange(0, BM), x)\n") +
+                kGroupedPid);
   EXPECT_TRUE(has(out, "        sy_tile = syl.tile_at(sy_tile_order, t)  # [syncopate]\n")) << out;
   EXPECT_TRUE(has(out, "        sy_tile = syl.tile_at(sy_tile_order, tc)  # [syncopate]\n")) << out;
 }
@@ -488,7 +501,8 @@ TEST(SafetyAccepts, HelperThatMayStoreThroughTmaGetsAStoreWaitAndPlainStoresDoNo
       "    pm = tl.program_id(0)\n"
       "    # @sy.end\n"
       "    # @sy.produce(c_ptr, m=pm)\n"
-      "    _store(c_desc, c_ptr, tl.zeros((BM,), dtype=tl.float16), pm, BM, POINTERS)\n" + helper);
+      "    _store(c_desc, c_ptr, tl.zeros((BM,), dtype=tl.float16), pm, BM, POINTERS)\n" +
+      helper);
   EXPECT_TRUE(has(out, "    syl.tma_store_wait(sy_notify_offsets, sy_tile)  # [syncopate]\n")) << out;
   const auto plain = output_of(
       "def k(c_ptr, BM: tl.constexpr):\n"
@@ -505,29 +519,29 @@ TEST(SafetyAccepts, HelperThatMayStoreThroughTmaGetsAStoreWaitAndPlainStoresDoNo
 // A K loop written as a helper (the shape the shipped GEMMs use): the kernel's lines 6-18, the
 // helpers from line 21 on.
 const char* kLoopHelpers =
-    "\n\n@triton.jit\n"                                             // 19-20, 21
+    "\n\n@triton.jit\n"                                                      // 19-20, 21
     "def _k_loop(x_desc, w_desc, off_m, k_tiles, acc, BK: tl.constexpr):\n"  // 22
-    "    for ki in range(k_tiles):\n"                               // 23
-    "        acc += tl.sum(_tile(x_desc, off_m, ki * BK), axis=1)\n"  // 24
-    "        acc += tl.sum(w_desc.load([0, ki * BK]), axis=1)\n"    // 25
-    "    return acc\n"                                              // 26
-    "\n\n@triton.jit\n"                                             // 27-28, 29
-    "def _tile(desc, row, col):\n"                                  // 30
-    "    return desc.load([row, col])\n";                           // 31
+    "    for ki in range(k_tiles):\n"                                        // 23
+    "        acc += tl.sum(_tile(x_desc, off_m, ki * BK), axis=1)\n"         // 24
+    "        acc += tl.sum(w_desc.load([0, ki * BK]), axis=1)\n"             // 25
+    "    return acc\n"                                                       // 26
+    "\n\n@triton.jit\n"                                                      // 27-28, 29
+    "def _tile(desc, row, col):\n"                                           // 30
+    "    return desc.load([row, col])\n";                                    // 31
 
 std::string k_loop_kernel(const std::string& first_tile_statement) {
-  return "def k(x_ptr, w_ptr, y_ptr, M, K, BM: tl.constexpr, BK: tl.constexpr):\n"                      // 6
+  return "def k(x_ptr, w_ptr, y_ptr, M, K, BM: tl.constexpr, BK: tl.constexpr):\n"                              // 6
          "    x_desc = tl.make_tensor_descriptor(x_ptr, shape=[M, K], strides=[K, 1], block_shape=[BM, BK])\n"  // 7
          "    w_desc = tl.make_tensor_descriptor(w_ptr, shape=[M, K], strides=[K, 1], block_shape=[BM, BK])\n"  // 8
-         "    k_tiles = tl.cdiv(K, BK)\n"                                                                    // 9
-         "    # @sy.tile(index=tl.program_id(0), m=pid_m)\n"                                                // 10
-         "    pid_m = tl.program_id(0)\n"                                                                   // 11
-         "    # @sy.end\n"                                                                                  // 12
-         "    acc = tl.zeros((BM,), dtype=tl.float32)\n"                                                    // 13
-         + first_tile_statement +                                                                           // 14-15
-         "    tl.store(y_ptr + pid_m * BM + tl.arange(0, BM), acc)\n"                                       // 16
-         "    x = 0\n"                                                                                      // 17
-         "    x = 1\n";                                                                                     // 18
+         "    k_tiles = tl.cdiv(K, BK)\n"                                                                       // 9
+         "    # @sy.tile(index=tl.program_id(0), m=pid_m)\n"                                                    // 10
+         "    pid_m = tl.program_id(0)\n"                                                                       // 11
+         "    # @sy.end\n"                                                                                      // 12
+         "    acc = tl.zeros((BM,), dtype=tl.float32)\n"                                                        // 13
+         + first_tile_statement +                                                                               // 14-15
+         "    tl.store(y_ptr + pid_m * BM + tl.arange(0, BM), acc)\n"                                           // 16
+         "    x = 0\n"                                                                                          // 17
+         "    x = 1\n";                                                                                         // 18
 }
 
 TEST(SafetyHelpers, AHelperCalledUnderTheConsumeIsCoveredByItsWait) {
@@ -543,9 +557,10 @@ TEST(SafetyHelpers, AHelperThatReadsTheTensorBeforeTheWaitIsRefusedNamingTheRead
   const auto msg = error_of(k_loop_kernel("    acc = _k_loop(x_desc, w_desc, pid_m * BM, k_tiles, acc, BK)\n"
                                           "    # @sy.consume(x_ptr, m=pid_m)\n") +
                             kLoopHelpers);
-  EXPECT_TRUE(has(msg, "k.py:14:11: @sy.consume(x_ptr, m=pid_m): 'x_ptr' is read here (_k_loop through "
-                       "'x_desc', which reads it in '_tile' at k.py:31:17) before the wait that this "
-                       "annotation inserts at line 16"))
+  EXPECT_TRUE(has(msg,
+                  "k.py:14:11: @sy.consume(x_ptr, m=pid_m): 'x_ptr' is read here (_k_loop through "
+                  "'x_desc', which reads it in '_tile' at k.py:31:17) before the wait that this "
+                  "annotation inserts at line 16"))
       << msg;
   EXPECT_TRUE(has(msg, "move the annotation up to line 14")) << msg;
 }
@@ -566,8 +581,9 @@ TEST(SafetyHelpers, AHelperGivenTheTensorThatReadsOnlyAnotherParameterIsNoRead) 
   const auto msg = error_of(k_loop_kernel("    acc += _row_sum(w_ptr, w_desc=x_desc, row=pid_m * BM)\n"
                                           "    # @sy.consume(x_ptr, m=pid_m)\n") +
                             helpers);
-  EXPECT_TRUE(has(msg, "k.py:14:12: @sy.consume(x_ptr, m=pid_m): 'x_ptr' is read here (_row_sum through "
-                       "'x_desc', which reads it in '_row_sum' at k.py:36:26)"))
+  EXPECT_TRUE(has(msg,
+                  "k.py:14:12: @sy.consume(x_ptr, m=pid_m): 'x_ptr' is read here (_row_sum through "
+                  "'x_desc', which reads it in '_row_sum' at k.py:36:26)"))
       << msg;
 }
 
@@ -576,9 +592,10 @@ TEST(SafetyHelpers, AnImportedFunctionGivenTheTensorBeforeTheWaitCountsAsARead) 
   const auto msg = error_of(k_loop_kernel("    acc = k_loop(x_desc, w_desc, pid_m * BM, k_tiles, acc, BK)\n"
                                           "    # @sy.consume(x_ptr, m=pid_m)\n") +
                             imported);
-  EXPECT_TRUE(has(msg, "k.py:14:11: @sy.consume(x_ptr, m=pid_m): 'x_ptr' is read here (k_loop through "
-                       "'x_desc'; 'k_loop' is imported from another module, whose body the transformer does "
-                       "not read, so it counts as a read; define it in this file to have its reads followed)"))
+  EXPECT_TRUE(has(msg,
+                  "k.py:14:11: @sy.consume(x_ptr, m=pid_m): 'x_ptr' is read here (k_loop through "
+                  "'x_desc'; 'k_loop' is imported from another module, whose body the transformer does "
+                  "not read, so it counts as a read; define it in this file to have its reads followed)"))
       << msg;
   // Not given the consumed tensor, or called under the wait, it is no concern.
   EXPECT_EQ(error_of(k_loop_kernel("    acc += row_offsets(pid_m, BM)\n"

@@ -14,18 +14,20 @@ namespace syncopate::transform {
 namespace {
 
 std::string kernel(const std::string& consume) {
-  return "import triton\n"                                                   // 1
-         "import triton.language as tl\n"                                    // 2
-         "@triton.jit\n"                                                     // 3
-         "def k(c_ptr, p_ptr, N):\n"                                         // 4
-         "    # @sy.tile(index=tl.program_id(0), m=pid_m, n=pid_n)\n"       // 5
-         "    pid_m = tl.program_id(0) // N\n"                               // 6
-         "    pid_n = tl.program_id(0) % N\n"                                // 7
-         "    # @sy.end\n"                                                   // 8
-         "    " + consume + "\n"                                             // 9
-         "    x = tl.load(p_ptr + pid_m)\n"                                  // 10
-         "    # @sy.produce(c_ptr, m=pid_m, n=pid_n, m_dim=1, n_dim=2)\n"   // 11
-         "    tl.store(c_ptr + pid_m, x)\n";                                 // 12
+  return "import triton\n"                                             // 1
+         "import triton.language as tl\n"                              // 2
+         "@triton.jit\n"                                               // 3
+         "def k(c_ptr, p_ptr, N):\n"                                   // 4
+         "    # @sy.tile(index=tl.program_id(0), m=pid_m, n=pid_n)\n"  // 5
+         "    pid_m = tl.program_id(0) // N\n"                         // 6
+         "    pid_n = tl.program_id(0) % N\n"                          // 7
+         "    # @sy.end\n"                                             // 8
+         "    " +
+         consume +
+         "\n"                                                              // 9
+         "    x = tl.load(p_ptr + pid_m)\n"                                // 10
+         "    # @sy.produce(c_ptr, m=pid_m, n=pid_n, m_dim=1, n_dim=2)\n"  // 11
+         "    tl.store(c_ptr + pid_m, x)\n";                               // 12
 }
 
 std::string error_of(const std::string& src) {

@@ -89,8 +89,9 @@ TEST(Tokenizer, BackslashBeforeAnFStringBrace) {
 
 TEST(Tokenizer, ContinuationLinesInsideBracketsDoNotIndent) {
   // A method whose signature closes on a continuation line: the ')' line is not an indentation.
-  const auto t = tokens("class C:\n    def f(self, a,\n          b):\n        return a\n\n    def g(self):\n"
-                        "        return (1,\n  2)\n");
+  const auto t = tokens(
+      "class C:\n    def f(self, a,\n          b):\n        return a\n\n    def g(self):\n"
+      "        return (1,\n  2)\n");
   EXPECT_EQ(of_kind(t, TokenKind::indent).size(), 3u);
   EXPECT_EQ(of_kind(t, TokenKind::dedent).size(), 3u);
   EXPECT_EQ(of_kind(t, TokenKind::dedent)[0].line, 6);
@@ -159,8 +160,7 @@ TEST(TokenizerErrors, UnclosedBracketNamesTheOpening) {
 }
 
 TEST(TokenizerErrors, MismatchedClosingBracket) {
-  EXPECT_EQ(error_of("x = (1,\n 2]\n"),
-            "t.py:2:3: python syntax: closing ']' does not match '(' opened at line 1:5");
+  EXPECT_EQ(error_of("x = (1,\n 2]\n"), "t.py:2:3: python syntax: closing ']' does not match '(' opened at line 1:5");
 }
 
 TEST(TokenizerErrors, UnmatchedClosingBracket) {

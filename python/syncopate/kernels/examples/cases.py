@@ -38,16 +38,16 @@ def even_split(size: int, parts: int, index: int) -> tuple[int, int]:
 
 @dataclass
 class Problem:
-    tensors: dict           # name -> torch.Tensor
-    args: tuple             # the kernel's positional arguments
-    meta: dict              # constexpr keyword arguments
+    tensors: dict  # name -> torch.Tensor
+    args: tuple  # the kernel's positional arguments
+    meta: dict  # constexpr keyword arguments
     grid_original: tuple
     grid_transformed: tuple | None  # None: one program per tile
-    rows: int               # M of the tile grid
+    rows: int  # M of the tile grid
     block_m: int
     tiles_m: int
     tiles_n: int
-    output: str             # name of the tensor to compare
+    output: str  # name of the tensor to compare
     block_n: int | None = None  # columns of a tile (None: every column)
 
 
@@ -55,8 +55,8 @@ class Problem:
 class Case:
     file: str
     kernel: str
-    role: str               # "consume" or "produce"
-    tensor: str             # the communicated tensor (split into row shards, one chunk each)
+    role: str  # "consume" or "produce"
+    tensor: str  # the communicated tensor (split into row shards, one chunk each)
     make: Callable[[torch.device, torch.Generator], Problem]
 
 
@@ -81,11 +81,19 @@ def _ag_gemm_one_tile(device, gen) -> Problem:
     M, N, K, BM, BN, BK = 80 * s, 48 * s, 40 * s, 16, 16, 16
     a, b, c = _gemm_tensors(device, gen, M, N, K)
     tiles = _cdiv(M, BM) * _cdiv(N, BN)
-    return Problem({"a": a, "b": b, "c": c},
-                   (a, b, c, M, N, K, a.stride(0), a.stride(1), b.stride(0), b.stride(1),
-                    c.stride(0), c.stride(1)),
-                   dict(BLOCK_M=BM, BLOCK_N=BN, BLOCK_K=BK, GROUP_M=2), (tiles,), None, M, BM,
-                   _cdiv(M, BM), _cdiv(N, BN), "c", BN)
+    return Problem(
+        {"a": a, "b": b, "c": c},
+        (a, b, c, M, N, K, a.stride(0), a.stride(1), b.stride(0), b.stride(1), c.stride(0), c.stride(1)),
+        dict(BLOCK_M=BM, BLOCK_N=BN, BLOCK_K=BK, GROUP_M=2),
+        (tiles,),
+        None,
+        M,
+        BM,
+        _cdiv(M, BM),
+        _cdiv(N, BN),
+        "c",
+        BN,
+    )
 
 
 def _ag_gemm_tma(device, gen) -> Problem:
@@ -93,9 +101,19 @@ def _ag_gemm_tma(device, gen) -> Problem:
     M, N, K, BM, BN, BK = 80 * s, 48 * s, 40 * s, 16, 16, 16  # row strides: multiples of 16 bytes
     a, b, c = _gemm_tensors(device, gen, M, N, K)
     tiles = _cdiv(M, BM) * _cdiv(N, BN)
-    return Problem({"a": a, "b": b, "c": c}, (a, b, c, M, N, K),
-                   dict(BLOCK_M=BM, BLOCK_N=BN, BLOCK_K=BK), (tiles,), None, M, BM,
-                   _cdiv(M, BM), _cdiv(N, BN), "c", BN)
+    return Problem(
+        {"a": a, "b": b, "c": c},
+        (a, b, c, M, N, K),
+        dict(BLOCK_M=BM, BLOCK_N=BN, BLOCK_K=BK),
+        (tiles,),
+        None,
+        M,
+        BM,
+        _cdiv(M, BM),
+        _cdiv(N, BN),
+        "c",
+        BN,
+    )
 
 
 def _persistent_gemm(device, gen) -> Problem:
@@ -103,11 +121,19 @@ def _persistent_gemm(device, gen) -> Problem:
     M, N, K, BM, BN, BK = 72 * s, 40 * s, 48 * s, 16, 16, 16
     a, b, c = _gemm_tensors(device, gen, M, N, K)
     programs = 3 * s
-    return Problem({"a": a, "b": b, "c": c},
-                   (a, b, c, M, N, K, a.stride(0), a.stride(1), b.stride(0), b.stride(1),
-                    c.stride(0), c.stride(1)),
-                   dict(NUM_PROGS=programs, BLOCK_M=BM, BLOCK_N=BN, BLOCK_K=BK, GROUP_M=2),
-                   (programs,), (programs,), M, BM, _cdiv(M, BM), _cdiv(N, BN), "c", BN)
+    return Problem(
+        {"a": a, "b": b, "c": c},
+        (a, b, c, M, N, K, a.stride(0), a.stride(1), b.stride(0), b.stride(1), c.stride(0), c.stride(1)),
+        dict(NUM_PROGS=programs, BLOCK_M=BM, BLOCK_N=BN, BLOCK_K=BK, GROUP_M=2),
+        (programs,),
+        (programs,),
+        M,
+        BM,
+        _cdiv(M, BM),
+        _cdiv(N, BN),
+        "c",
+        BN,
+    )
 
 
 def _gemm_rs_producer(device, gen) -> Problem:
@@ -115,11 +141,19 @@ def _gemm_rs_producer(device, gen) -> Problem:
     M, N, K, BM, BN, BK = 64 * s, 48 * s, 24 * s, 16, 16, 16
     a, b, c = _gemm_tensors(device, gen, M, N, K)
     tiles = _cdiv(M, BM) * _cdiv(N, BN)
-    return Problem({"a": a, "b": b, "c": c},
-                   (a, b, c, M, N, K, a.stride(0), a.stride(1), b.stride(0), b.stride(1),
-                    c.stride(0), c.stride(1)),
-                   dict(BLOCK_M=BM, BLOCK_N=BN, BLOCK_K=BK), (tiles,), None, M, BM,
-                   _cdiv(M, BM), _cdiv(N, BN), "c", BN)
+    return Problem(
+        {"a": a, "b": b, "c": c},
+        (a, b, c, M, N, K, a.stride(0), a.stride(1), b.stride(0), b.stride(1), c.stride(0), c.stride(1)),
+        dict(BLOCK_M=BM, BLOCK_N=BN, BLOCK_K=BK),
+        (tiles,),
+        None,
+        M,
+        BM,
+        _cdiv(M, BM),
+        _cdiv(N, BN),
+        "c",
+        BN,
+    )
 
 
 def _rmsnorm_rows(device, gen) -> Problem:
@@ -128,10 +162,18 @@ def _rmsnorm_rows(device, gen) -> Problem:
     x = torch.randn(M, N, generator=gen).to(device)
     w = torch.randn(N, generator=gen).to(device)
     y = torch.full((M, N), float("nan"), device=device)
-    return Problem({"x": x, "w": w, "y": y},
-                   (x, w, y, M, N, x.stride(0), y.stride(0), 1e-6),
-                   dict(BLOCK_M=BM, BLOCK_N=BN), (_cdiv(M, BM),), None, M, BM, _cdiv(M, BM), 1,
-                   "y")
+    return Problem(
+        {"x": x, "w": w, "y": y},
+        (x, w, y, M, N, x.stride(0), y.stride(0), 1e-6),
+        dict(BLOCK_M=BM, BLOCK_N=BN),
+        (_cdiv(M, BM),),
+        None,
+        M,
+        BM,
+        _cdiv(M, BM),
+        1,
+        "y",
+    )
 
 
 CASES = [
@@ -177,8 +219,18 @@ def check_problem(case: Case) -> Callable:
 
     def make(gen: torch.Generator) -> CheckProblem:
         p = case.make(torch.device("cpu"), gen)
-        return CheckProblem(p.tensors, p.args, p.meta, p.grid_original, p.grid_transformed,
-                            p.tiles_m, p.tiles_n, p.block_m, p.block_n, outputs=(p.output,))
+        return CheckProblem(
+            p.tensors,
+            p.args,
+            p.meta,
+            p.grid_original,
+            p.grid_transformed,
+            p.tiles_m,
+            p.tiles_n,
+            p.block_m,
+            p.block_n,
+            outputs=(p.output,),
+        )
 
     return make
 
