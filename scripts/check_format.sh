@@ -7,14 +7,15 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
 RUFF="$ROOT/.venv/bin/ruff"
 mapfile -t cxx < <(git ls-files '*.cpp' '*.hpp' '*.cu' '*.cuh' '*.h')
+mapfile -t py < <(git ls-files '*.py')  # tracked files only: scratch files in a checkout are not checked
 if [[ "${1:-}" == --fix ]]; then
   clang-format -i "${cxx[@]}"
-  "$RUFF" format -q .
-  "$RUFF" check -q .
+  "$RUFF" format -q "${py[@]}"
+  "$RUFF" check -q "${py[@]}"
   exit 0
 fi
 status=0
 clang-format --dry-run --Werror "${cxx[@]}" || { echo "C++ not formatted: scripts/check_format.sh --fix" >&2; status=1; }
-"$RUFF" format -q --check . || { echo "Python not formatted: scripts/check_format.sh --fix" >&2; status=1; }
-"$RUFF" check -q . || status=1
+"$RUFF" format -q --check "${py[@]}" || { echo "Python not formatted: scripts/check_format.sh --fix" >&2; status=1; }
+"$RUFF" check -q "${py[@]}" || status=1
 exit $status

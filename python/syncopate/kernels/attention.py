@@ -31,40 +31,11 @@ import triton.language as tl
 
 
 @triton.jit
-def attention_fwd_kernel(
-    q_ptr,
-    k_ptr,
-    v_ptr,
-    o_ptr,
-    sm_scale,
-    Z,
-    H,
-    H_KV,
-    N_Q,
-    N_KV,
-    Q_START,
-    PIECE,
-    stride_qz,
-    stride_qh,
-    stride_qp,
-    stride_qm,
-    stride_kz,
-    stride_kh,
-    stride_kp,
-    stride_kn,
-    stride_vz,
-    stride_vh,
-    stride_vp,
-    stride_vn,
-    stride_oz,
-    stride_oh,
-    stride_op,
-    stride_om,
-    HEAD_DIM: tl.constexpr,
-    BLOCK_M: tl.constexpr,
-    BLOCK_N: tl.constexpr,
-    CAUSAL: tl.constexpr,
-):
+def attention_fwd_kernel(q_ptr, k_ptr, v_ptr, o_ptr, sm_scale, Z, H, H_KV, N_Q, N_KV, Q_START, PIECE,
+                         stride_qz, stride_qh, stride_qp, stride_qm, stride_kz, stride_kh, stride_kp, stride_kn,
+                         stride_vz, stride_vh, stride_vp, stride_vn, stride_oz, stride_oh, stride_op, stride_om,
+                         HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                         CAUSAL: tl.constexpr):
     # @sy.tile(index=tl.program_id(0), m=start_m, n=off_hz)
     pid = tl.program_id(0)
     start_m = pid // (Z * H)
@@ -94,11 +65,8 @@ def attention_fwd_kernel(
         piece_n = start_n // PIECE
         cols_n = start_n - piece_n * PIECE + tl.arange(0, BLOCK_N)
         # @sy.consume_block(k_ptr, block=start_n // BLOCK_N, n=off_hz, dim=2, order=arrival)
-        k = tl.load(
-            k_base + piece_n * stride_kp + cols_n[None, :] * stride_kn + offs_d[:, None],
-            mask=offs_n[None, :] < N_KV,
-            other=0.0,
-        )
+        k = tl.load(k_base + piece_n * stride_kp + cols_n[None, :] * stride_kn + offs_d[:, None],
+                    mask=offs_n[None, :] < N_KV, other=0.0)
         qk = tl.dot(q, k) * qk_scale
         visible = offs_n[None, :] < N_KV
         if CAUSAL:
@@ -111,11 +79,8 @@ def attention_fwd_kernel(
         l_i = l_i * alpha + tl.sum(p, 1)
         acc = acc * alpha[:, None]
         # @sy.consume_block(v_ptr, block=start_n // BLOCK_N, n=off_hz, dim=2, order=arrival)
-        v = tl.load(
-            v_base + piece_n * stride_vp + cols_n[:, None] * stride_vn + offs_d[None, :],
-            mask=offs_n[:, None] < N_KV,
-            other=0.0,
-        )
+        v = tl.load(v_base + piece_n * stride_vp + cols_n[:, None] * stride_vn + offs_d[None, :],
+                    mask=offs_n[:, None] < N_KV, other=0.0)
         acc = tl.dot(p.to(v.dtype), v, acc)
         m_i = m_new
     acc = acc / l_i[:, None]
@@ -128,36 +93,9 @@ def attention_reference_args(q, k, v, o, sm_scale: float, q_start: int = 0):
     """The kernel's positional arguments for plain layouts (one piece) with a contiguous last dim."""
     z, h, n_q, _ = q.shape
     piece = max(n_q, k.shape[2])
-    return (
-        q,
-        k,
-        v,
-        o,
-        sm_scale,
-        z,
-        h,
-        k.shape[1],
-        n_q,
-        k.shape[2],
-        q_start,
-        piece,
-        q.stride(0),
-        q.stride(1),
-        0,
-        q.stride(2),
-        k.stride(0),
-        k.stride(1),
-        0,
-        k.stride(2),
-        v.stride(0),
-        v.stride(1),
-        0,
-        v.stride(2),
-        o.stride(0),
-        o.stride(1),
-        0,
-        o.stride(2),
-    )
+    return (q, k, v, o, sm_scale, z, h, k.shape[1], n_q, k.shape[2], q_start, piece,
+            q.stride(0), q.stride(1), 0, q.stride(2), k.stride(0), k.stride(1), 0, k.stride(2),
+            v.stride(0), v.stride(1), 0, v.stride(2), o.stride(0), o.stride(1), 0, o.stride(2))
 
 
 def attention_piece_args(q, k, v, o, sm_scale: float, world: int):
@@ -170,21 +108,5 @@ def attention_piece_args(q, k, v, o, sm_scale: float, world: int):
     def strides(t, heads):
         return t.stride(0), t.stride(1), heads * t.stride(1), t.stride(2)
 
-    return (
-        q,
-        k,
-        v,
-        o,
-        sm_scale,
-        z,
-        h,
-        h_kv,
-        world * s_loc,
-        world * s_loc,
-        0,
-        s_loc,
-        *strides(q, h),
-        *strides(k, h_kv),
-        *strides(v, h_kv),
-        *strides(o, h),
-    )
+    return (q, k, v, o, sm_scale, z, h, h_kv, world * s_loc, world * s_loc, 0, s_loc,
+            *strides(q, h), *strides(k, h_kv), *strides(v, h_kv), *strides(o, h))

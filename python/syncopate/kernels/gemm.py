@@ -47,26 +47,18 @@ def grouped_tile(tile_id, num_pid_m, num_pid_n, GROUP_M: tl.constexpr):
 
 
 @triton.jit
-def operand_descriptors(
-    a_ptr,
-    b_ptr,
-    M,
-    N,
-    K,
-    stride_am,
-    stride_b,
-    B_IS_NK: tl.constexpr,
-    BLOCK_M: tl.constexpr,
-    BLOCK_N: tl.constexpr,
-    BLOCK_K: tl.constexpr,
-):
+def operand_descriptors(a_ptr, b_ptr, M, N, K, stride_am, stride_b, B_IS_NK: tl.constexpr,
+                        BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
     """The operand prologue of the TMA GEMMs: descriptors of A [M, K] and of B, stored [K, N] or,
     with B_IS_NK, [N, K] (a Linear weight)."""
-    a_desc = tl.make_tensor_descriptor(a_ptr, shape=[M, K], strides=[stride_am, 1], block_shape=[BLOCK_M, BLOCK_K])
+    a_desc = tl.make_tensor_descriptor(a_ptr, shape=[M, K], strides=[stride_am, 1],
+                                       block_shape=[BLOCK_M, BLOCK_K])
     if B_IS_NK:
-        b_desc = tl.make_tensor_descriptor(b_ptr, shape=[N, K], strides=[stride_b, 1], block_shape=[BLOCK_N, BLOCK_K])
+        b_desc = tl.make_tensor_descriptor(b_ptr, shape=[N, K], strides=[stride_b, 1],
+                                           block_shape=[BLOCK_N, BLOCK_K])
     else:
-        b_desc = tl.make_tensor_descriptor(b_ptr, shape=[K, N], strides=[stride_b, 1], block_shape=[BLOCK_K, BLOCK_N])
+        b_desc = tl.make_tensor_descriptor(b_ptr, shape=[K, N], strides=[stride_b, 1],
+                                           block_shape=[BLOCK_K, BLOCK_N])
     return a_desc, b_desc
 
 
@@ -79,18 +71,8 @@ def tile_grid(M, N, K, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl
 
 
 @triton.jit
-def tma_k_loop(
-    a_desc,
-    b_desc,
-    off_m,
-    off_n,
-    k_begin,
-    k_end,
-    B_IS_NK: tl.constexpr,
-    BLOCK_M: tl.constexpr,
-    BLOCK_N: tl.constexpr,
-    BLOCK_K: tl.constexpr,
-):
+def tma_k_loop(a_desc, b_desc, off_m, off_n, k_begin, k_end, B_IS_NK: tl.constexpr,
+               BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
     """The fp32 product of one tile over the K steps [k_begin, k_end): A's rows at off_m times
     B's columns at off_n, through the descriptors of `operand_descriptors`. Triton inlines it, so
     the loop pipelines (and flattens into a persistent tile loop) as if written in the kernel.
@@ -109,27 +91,17 @@ def tma_k_loop(
 
 
 @triton.jit
-def _store_c_tile(
-    c,
-    c_desc,
-    c_ptr,
-    off_m,
-    off_n,
-    M,
-    N,
-    stride_cm,
-    BLOCK_M: tl.constexpr,
-    BLOCK_N: tl.constexpr,
-    EPILOGUE_SPLIT: tl.constexpr,
-    C_STORE_POINTERS: tl.constexpr,
-):
+def _store_c_tile(c, c_desc, c_ptr, off_m, off_n, M, N, stride_cm, BLOCK_M: tl.constexpr,
+                  BLOCK_N: tl.constexpr, EPILOGUE_SPLIT: tl.constexpr,
+                  C_STORE_POINTERS: tl.constexpr):
     """Stores one C tile. One call, so that the produce annotation covers one statement."""
     if C_STORE_POINTERS:
         # A TMA store completes asynchronously; a notify after it could announce a tile that
         # has not landed yet. Plain stores are complete once the notify's barrier ends.
         rows = off_m + tl.arange(0, BLOCK_M)
         cols = off_n + tl.arange(0, BLOCK_N)
-        tl.store(c_ptr + rows[:, None] * stride_cm + cols[None, :], c, mask=(rows[:, None] < M) & (cols[None, :] < N))
+        tl.store(c_ptr + rows[:, None] * stride_cm + cols[None, :], c,
+                 mask=(rows[:, None] < M) & (cols[None, :] < N))
     elif EPILOGUE_SPLIT == 2:
         halves = tl.permute(tl.reshape(c, (BLOCK_M, 2, BLOCK_N // 2)), (0, 2, 1))
         c_left, c_right = tl.split(halves)
@@ -140,43 +112,26 @@ def _store_c_tile(
 
 
 @triton.jit
-def gemm_tma_kernel(
-    a_ptr,
-    b_ptr,
-    c_ptr,
-    M,
-    N,
-    K,
-    stride_am,
-    stride_b,
-    stride_cm,
-    num_programs,
-    B_IS_NK: tl.constexpr,
-    BLOCK_M: tl.constexpr,
-    BLOCK_N: tl.constexpr,
-    BLOCK_K: tl.constexpr,
-    GROUP_M: tl.constexpr,
-    EPILOGUE_SPLIT: tl.constexpr,
-    WARP_SPECIALIZE: tl.constexpr,
-    FLATTEN: tl.constexpr = True,
-    C_STORE_POINTERS: tl.constexpr = False,
-):
+def gemm_tma_kernel(a_ptr, b_ptr, c_ptr, M, N, K, stride_am, stride_b, stride_cm, num_programs,
+                    B_IS_NK: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                    BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr, EPILOGUE_SPLIT: tl.constexpr,
+                    WARP_SPECIALIZE: tl.constexpr, FLATTEN: tl.constexpr = True,
+                    C_STORE_POINTERS: tl.constexpr = False):
     """C[M,N] = A[M,K] @ B, B stored as [K,N] or, with B_IS_NK, as [N,K] (a Linear weight).
 
     C_STORE_POINTERS stores C with plain stores instead of TMA: the producer side of a fused
     op (GEMM+RS) needs each tile's store complete before it signals the tile.
     """
-    a_desc, b_desc = operand_descriptors(a_ptr, b_ptr, M, N, K, stride_am, stride_b, B_IS_NK, BLOCK_M, BLOCK_N, BLOCK_K)
-    c_desc = tl.make_tensor_descriptor(
-        c_ptr, shape=[M, N], strides=[stride_cm, 1], block_shape=[BLOCK_M, BLOCK_N // EPILOGUE_SPLIT]
-    )
+    a_desc, b_desc = operand_descriptors(a_ptr, b_ptr, M, N, K, stride_am, stride_b, B_IS_NK,
+                                         BLOCK_M, BLOCK_N, BLOCK_K)
+    c_desc = tl.make_tensor_descriptor(c_ptr, shape=[M, N], strides=[stride_cm, 1],
+                                       block_shape=[BLOCK_M, BLOCK_N // EPILOGUE_SPLIT])
     num_pid_m, num_pid_n, num_tiles, k_tiles = tile_grid(M, N, K, BLOCK_M, BLOCK_N, BLOCK_K)
 
     # Flattening the tile and K loops lets the pipeliner prefetch the next tile's first K-steps
     # during this tile's epilogue; warp specialisation gives the loads their own warp.
-    for tile_id in tl.range(
-        tl.program_id(0), num_tiles, num_programs, flatten=FLATTEN, warp_specialize=WARP_SPECIALIZE
-    ):
+    for tile_id in tl.range(tl.program_id(0), num_tiles, num_programs, flatten=FLATTEN,
+                            warp_specialize=WARP_SPECIALIZE):
         # @sy.tile(index=tile_id, m=pid_m, n=pid_n)
         pid_m, pid_n = grouped_tile(tile_id, num_pid_m, num_pid_n, GROUP_M)
         # @sy.end
@@ -186,31 +141,14 @@ def gemm_tma_kernel(
         acc = tma_k_loop(a_desc, b_desc, off_m, off_n, 0, k_tiles, B_IS_NK, BLOCK_M, BLOCK_N, BLOCK_K)
         c = acc.to(c_ptr.dtype.element_ty)
         # @sy.produce(c_ptr, m=pid_m, n=pid_n)
-        _store_c_tile(
-            c, c_desc, c_ptr, off_m, off_n, M, N, stride_cm, BLOCK_M, BLOCK_N, EPILOGUE_SPLIT, C_STORE_POINTERS
-        )
+        _store_c_tile(c, c_desc, c_ptr, off_m, off_n, M, N, stride_cm, BLOCK_M, BLOCK_N,
+                      EPILOGUE_SPLIT, C_STORE_POINTERS)
 
 
 @triton.jit
-def gemm_pointer_kernel(
-    a_ptr,
-    b_ptr,
-    c_ptr,
-    M,
-    N,
-    K,
-    stride_am,
-    stride_ak,
-    stride_bk,
-    stride_bn,
-    stride_cm,
-    stride_cn,
-    num_programs,
-    BLOCK_M: tl.constexpr,
-    BLOCK_N: tl.constexpr,
-    BLOCK_K: tl.constexpr,
-    GROUP_M: tl.constexpr,
-):
+def gemm_pointer_kernel(a_ptr, b_ptr, c_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn,
+                        stride_cm, stride_cn, num_programs, BLOCK_M: tl.constexpr,
+                        BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr):
     """C[M,N] = A[M,K] @ B[K,N] for any strides (B_IS_NK is just swapped B strides here)."""
     num_pid_m, num_pid_n, num_tiles, _ = tile_grid(M, N, K, BLOCK_M, BLOCK_N, BLOCK_K)
     for tile_id in range(tl.program_id(0), num_tiles, num_programs):
@@ -223,47 +161,29 @@ def gemm_pointer_kernel(
         # @sy.consume(a_ptr, m=pid_m)
         for off_k in range(0, K, BLOCK_K):
             ks = off_k + tl.arange(0, BLOCK_K)
-            a = tl.load(
-                a_ptr + rows[:, None] * stride_am + ks[None, :] * stride_ak,
-                mask=(rows[:, None] < M) & (ks[None, :] < K),
-                other=0.0,
-            )
-            b = tl.load(
-                b_ptr + ks[:, None] * stride_bk + cols[None, :] * stride_bn,
-                mask=(ks[:, None] < K) & (cols[None, :] < N),
-                other=0.0,
-            )
+            a = tl.load(a_ptr + rows[:, None] * stride_am + ks[None, :] * stride_ak,
+                        mask=(rows[:, None] < M) & (ks[None, :] < K), other=0.0)
+            b = tl.load(b_ptr + ks[:, None] * stride_bk + cols[None, :] * stride_bn,
+                        mask=(ks[:, None] < K) & (cols[None, :] < N), other=0.0)
             acc = tl.dot(a, b, acc)
         c_ptrs = c_ptr + rows[:, None] * stride_cm + cols[None, :] * stride_cn
         # @sy.produce(c_ptr, m=pid_m, n=pid_n)
-        tl.store(c_ptrs, acc.to(c_ptr.dtype.element_ty), mask=(rows[:, None] < M) & (cols[None, :] < N))
+        tl.store(c_ptrs, acc.to(c_ptr.dtype.element_ty),
+                 mask=(rows[:, None] < M) & (cols[None, :] < N))
 
 
 @triton.jit
-def gemm_split_k_kernel(
-    a_ptr,
-    b_ptr,
-    partial_ptr,
-    M,
-    N,
-    K,
-    stride_am,
-    stride_b,
-    num_programs,
-    SPLIT_K: tl.constexpr,
-    B_IS_NK: tl.constexpr,
-    BLOCK_M: tl.constexpr,
-    BLOCK_N: tl.constexpr,
-    BLOCK_K: tl.constexpr,
-    GROUP_M: tl.constexpr,
-):
+def gemm_split_k_kernel(a_ptr, b_ptr, partial_ptr, M, N, K, stride_am, stride_b, num_programs,
+                        SPLIT_K: tl.constexpr, B_IS_NK: tl.constexpr, BLOCK_M: tl.constexpr,
+                        BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr):
     """fp32 partial products: partial[s] = A[:, Ks] @ B[Ks, :] over the s-th slice of K.
 
     For shapes with too few output tiles to fill the chip (small M, decode): SPLIT_K programs
     share each tile, and `split_k_reduce_kernel` sums the slices. Not annotated for the
     transformer: a tile is final only after the reduction, which is a second launch.
     """
-    a_desc, b_desc = operand_descriptors(a_ptr, b_ptr, M, N, K, stride_am, stride_b, B_IS_NK, BLOCK_M, BLOCK_N, BLOCK_K)
+    a_desc, b_desc = operand_descriptors(a_ptr, b_ptr, M, N, K, stride_am, stride_b, B_IS_NK,
+                                         BLOCK_M, BLOCK_N, BLOCK_K)
     num_pid_m, num_pid_n, num_tiles, k_tiles = tile_grid(M, N, K, BLOCK_M, BLOCK_N, BLOCK_K)
     num_work = num_tiles * SPLIT_K
     k_tiles_per_split = tl.cdiv(k_tiles, SPLIT_K)
@@ -287,27 +207,11 @@ def gemm_split_k_kernel(
 
 
 @triton.jit
-def gemm_split_k_fixup_kernel(
-    a_ptr,
-    b_ptr,
-    c_ptr,
-    partial_ptr,
-    counter_ptr,
-    M,
-    N,
-    K,
-    stride_am,
-    stride_b,
-    stride_cm,
-    num_programs,
-    SPLIT_K: tl.constexpr,
-    B_IS_NK: tl.constexpr,
-    BLOCK_M: tl.constexpr,
-    BLOCK_N: tl.constexpr,
-    BLOCK_K: tl.constexpr,
-    GROUP_M: tl.constexpr,
-    FIXUP_ROWS: tl.constexpr = 32,
-):
+def gemm_split_k_fixup_kernel(a_ptr, b_ptr, c_ptr, partial_ptr, counter_ptr, M, N, K, stride_am,
+                              stride_b, stride_cm, num_programs, SPLIT_K: tl.constexpr,
+                              B_IS_NK: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                              BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
+                              FIXUP_ROWS: tl.constexpr = 32):
     """Split-K in one launch: the last program to finish a slice of a tile sums the tile.
 
     Work items are (tile, K slice) as in gemm_split_k_kernel. Each writes its fp32 partial to
@@ -320,7 +224,8 @@ def gemm_split_k_fixup_kernel(
     FIXUP_ROWS rows at a time: summing whole tiles in registers beside the accumulator spills
     for 128x256 blocks (255 registers and spill stores, checked with ptxas for sm_90a).
     """
-    a_desc, b_desc = operand_descriptors(a_ptr, b_ptr, M, N, K, stride_am, stride_b, B_IS_NK, BLOCK_M, BLOCK_N, BLOCK_K)
+    a_desc, b_desc = operand_descriptors(a_ptr, b_ptr, M, N, K, stride_am, stride_b, B_IS_NK, BLOCK_M, BLOCK_N,
+                                         BLOCK_K)
     num_pid_m, num_pid_n, num_tiles, k_tiles = tile_grid(M, N, K, BLOCK_M, BLOCK_N, BLOCK_K)
     num_work = num_tiles * SPLIT_K
     k_tiles_per_split = tl.cdiv(k_tiles, SPLIT_K)
@@ -348,18 +253,18 @@ def gemm_split_k_fixup_kernel(
             for r in tl.static_range(0, BLOCK_M, FIXUP_ROWS):
                 total = tl.zeros((FIXUP_ROWS, BLOCK_N), dtype=tl.float32)
                 for s in tl.static_range(SPLIT_K):
-                    total += tl.load(tile_base + s * (BLOCK_M * BLOCK_N) + r * BLOCK_N + part, cache_modifier=".cg")
+                    total += tl.load(tile_base + s * (BLOCK_M * BLOCK_N) + r * BLOCK_N + part,
+                                     cache_modifier=".cg")
                 part_rows = off_m + r + tl.arange(0, FIXUP_ROWS)
-                tl.store(
-                    c_ptr + part_rows[:, None] * stride_cm + cols[None, :],
-                    total.to(c_ptr.dtype.element_ty),
-                    mask=(part_rows[:, None] < M) & (cols[None, :] < N),
-                )
+                tl.store(c_ptr + part_rows[:, None] * stride_cm + cols[None, :],
+                         total.to(c_ptr.dtype.element_ty),
+                         mask=(part_rows[:, None] < M) & (cols[None, :] < N))
             tl.atomic_xchg(counter_ptr + tile_id, 0, sem="relaxed", scope="gpu")
 
 
 @triton.jit
-def split_k_reduce_kernel(partial_ptr, c_ptr, M, N, stride_cm, SPLIT_K: tl.constexpr, BLOCK: tl.constexpr):
+def split_k_reduce_kernel(partial_ptr, c_ptr, M, N, stride_cm, SPLIT_K: tl.constexpr,
+                          BLOCK: tl.constexpr):
     """C = sum over s of partial[s], cast to C's dtype."""
     offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
     mask = offs < M * N
@@ -381,35 +286,30 @@ def ensure_descriptor_allocator() -> None:
     # the allocator for at launch. Keep a caller's allocator if one is set; otherwise use
     # PyTorch's caching allocator, which makes the per-launch request nearly free.
     if isinstance(_allocation._allocator.get(), _allocation.NullAllocator):
-        triton.set_allocator(lambda size, alignment, stream: torch.empty(size, dtype=torch.int8, device="cuda"))
+        triton.set_allocator(
+            lambda size, alignment, stream: torch.empty(size, dtype=torch.int8, device="cuda"))
 
 
 def tma_compatible(t: torch.Tensor) -> bool:
     """A 2-D tensor TMA can describe: last dim contiguous, 16-byte base and leading stride."""
-    return (
-        t.stride(1) == 1
-        and t.data_ptr() % _TMA_ALIGN_BYTES == 0
-        and (t.stride(0) * t.element_size()) % _TMA_ALIGN_BYTES == 0
-    )
+    return (t.stride(1) == 1 and t.data_ptr() % _TMA_ALIGN_BYTES == 0
+            and (t.stride(0) * t.element_size()) % _TMA_ALIGN_BYTES == 0)
 
 
 def check_operands(a: torch.Tensor, b: torch.Tensor) -> None:
     if a.dim() != 2 or b.dim() != 2:
         raise ValueError(f"gemm: A and B must be 2-D, got A{tuple(a.shape)} B{tuple(b.shape)}")
     if a.shape[1] != b.shape[0]:
-        raise ValueError(
-            f"gemm: inner dimensions differ: A is {tuple(a.shape)} (K={a.shape[1]}),"
-            f" B is {tuple(b.shape)} (K={b.shape[0]})"
-        )
+        raise ValueError(f"gemm: inner dimensions differ: A is {tuple(a.shape)} (K={a.shape[1]}),"
+                         f" B is {tuple(b.shape)} (K={b.shape[0]})")
     if a.dtype not in SUPPORTED_DTYPES or b.dtype != a.dtype:
-        raise TypeError(f"gemm: A and B must both be bfloat16 or float16, got {a.dtype} and {b.dtype}")
+        raise TypeError(f"gemm: A and B must both be bfloat16 or float16, got {a.dtype} and "
+                        f"{b.dtype}")
     if a.device != b.device:
         raise ValueError(f"gemm: A is on {a.device} but B is on {b.device}")
     if not a.is_cuda and not interpreter_active():
-        raise ValueError(
-            f"gemm: tensors are on {a.device}; the kernel needs a CUDA device "
-            "(or TRITON_INTERPRET=1 for the CPU interpreter)"
-        )
+        raise ValueError(f"gemm: tensors are on {a.device}; the kernel needs a CUDA device "
+                         "(or TRITON_INTERPRET=1 for the CPU interpreter)")
 
 
 def device_limits(device: torch.device) -> tuple[int, int]:
@@ -419,34 +319,27 @@ def device_limits(device: torch.device) -> tuple[int, int]:
     return props.multi_processor_count, smem
 
 
-def select_config(
-    m: int, n: int, k: int, device: torch.device, dtype: torch.dtype, allow_split_k: bool = True
-) -> GemmConfig:
+def select_config(m: int, n: int, k: int, device: torch.device, dtype: torch.dtype,
+                  allow_split_k: bool = True) -> GemmConfig:
     """The configuration `gemm` uses for this shape on this device."""
     if device.type != "cuda":
         return INTERPRETER_CONFIG
     num_sms, smem = device_limits(device)
     # Triton itself keeps a little shared memory (barriers); leave it a margin.
-    return _memoized_choice(m, n, k, num_sms, torch.tensor([], dtype=dtype).element_size(), smem - 1024, allow_split_k)
+    return _memoized_choice(m, n, k, num_sms, torch.tensor([], dtype=dtype).element_size(),
+                            smem - 1024, allow_split_k)
 
 
 # choose_config is a pure function of its arguments; remembering its answers keeps the model
 # (a dozen candidates) off the per-call host path of small GEMMs.
 _memoized_choice = functools.lru_cache(maxsize=4096)(
-    lambda m, n, k, sms, elem, smem, split: choose_config(m, n, k, sms, elem, smem, allow_split_k=split)
-)
+    lambda m, n, k, sms, elem, smem, split: choose_config(m, n, k, sms, elem, smem,
+                                                         allow_split_k=split))
 
 
-def gemm(
-    a: torch.Tensor,
-    b: torch.Tensor,
-    *,
-    out: torch.Tensor | None = None,
-    config: GemmConfig | None = None,
-    num_programs: int | None = None,
-    force_pointer_kernel: bool = False,
-    c_store_pointers: bool = False,
-) -> torch.Tensor:
+def gemm(a: torch.Tensor, b: torch.Tensor, *, out: torch.Tensor | None = None,
+         config: GemmConfig | None = None, num_programs: int | None = None,
+         force_pointer_kernel: bool = False, c_store_pointers: bool = False) -> torch.Tensor:
     """C = A @ B in the input dtype with fp32 accumulation, like torch.mm.
 
     A is [M, K]; B is [K, N]. A Linear weight W stored [N, K] is passed as `W.t()`: its
@@ -460,16 +353,14 @@ def gemm(
     if out is None:
         out = torch.empty((m, n), dtype=a.dtype, device=a.device)
     elif out.shape != (m, n) or out.dtype != a.dtype or out.device != a.device:
-        raise ValueError(
-            f"gemm: out must be {m}x{n} {a.dtype} on {a.device}, got {tuple(out.shape)} {out.dtype} on {out.device}"
-        )
+        raise ValueError(f"gemm: out must be {m}x{n} {a.dtype} on {a.device}, got "
+                         f"{tuple(out.shape)} {out.dtype} on {out.device}")
     if m == 0 or n == 0:
         return out
     if k == 0:
         return out.zero_()
-    cfg = (
-        config if config is not None else select_config(m, n, k, a.device, a.dtype, allow_split_k=not c_store_pointers)
-    )
+    cfg = config if config is not None else select_config(m, n, k, a.device, a.dtype,
+                                                          allow_split_k=not c_store_pointers)
     tiles = triton.cdiv(m, cfg.block_m) * triton.cdiv(n, cfg.block_n)
     if num_programs is None:
         num_programs = device_limits(a.device)[0] if a.is_cuda else 4
@@ -478,7 +369,8 @@ def gemm(
     a_view = a if a.stride(1) == 1 else a.contiguous()
     b_is_nk = b.stride(1) != 1 and b.stride(0) == 1
     b_view = b.t() if b_is_nk else (b if b.stride(1) == 1 else b.contiguous())
-    use_tma = not force_pointer_kernel and tma_compatible(a_view) and tma_compatible(b_view) and tma_compatible(out)
+    use_tma = (not force_pointer_kernel and tma_compatible(a_view) and tma_compatible(b_view)
+               and tma_compatible(out))
     if use_tma and a.is_cuda:
         ensure_descriptor_allocator()
     if use_tma and cfg.split_k > 1 and cfg.split_fixup and not c_store_pointers:
@@ -487,83 +379,36 @@ def gemm(
         _split_k_gemm(a_view, b_view, out, b_is_nk, cfg, num_programs)
     elif use_tma:
         gemm_tma_kernel[(grid_size,)](
-            a_view,
-            b_view,
-            out,
-            m,
-            n,
-            k,
-            a_view.stride(0),
-            b_view.stride(0),
-            out.stride(0),
-            grid_size,
-            B_IS_NK=b_is_nk,
-            BLOCK_M=cfg.block_m,
-            BLOCK_N=cfg.block_n,
-            BLOCK_K=cfg.block_k,
-            GROUP_M=cfg.group_m,
-            EPILOGUE_SPLIT=cfg.epilogue_split,
-            WARP_SPECIALIZE=cfg.warp_specialize,
-            FLATTEN=cfg.flatten,
+            a_view, b_view, out, m, n, k, a_view.stride(0), b_view.stride(0), out.stride(0),
+            grid_size, B_IS_NK=b_is_nk, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n,
+            BLOCK_K=cfg.block_k, GROUP_M=cfg.group_m, EPILOGUE_SPLIT=cfg.epilogue_split,
+            WARP_SPECIALIZE=cfg.warp_specialize, FLATTEN=cfg.flatten,
             C_STORE_POINTERS=c_store_pointers,
             num_stages=cfg.num_stages,
-            num_warps=cfg.num_warps,
-        )
+            num_warps=cfg.num_warps)
     else:
         gemm_pointer_kernel[(grid_size,)](
-            a,
-            b,
-            out,
-            m,
-            n,
-            k,
-            a.stride(0),
-            a.stride(1),
-            b.stride(0),
-            b.stride(1),
-            out.stride(0),
-            out.stride(1),
-            grid_size,
-            BLOCK_M=cfg.block_m,
-            BLOCK_N=cfg.block_n,
-            BLOCK_K=cfg.block_k,
-            GROUP_M=cfg.group_m,
-            num_stages=cfg.num_stages,
-            num_warps=cfg.num_warps,
-        )
+            a, b, out, m, n, k, a.stride(0), a.stride(1), b.stride(0), b.stride(1),
+            out.stride(0), out.stride(1), grid_size, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n,
+            BLOCK_K=cfg.block_k, GROUP_M=cfg.group_m, num_stages=cfg.num_stages,
+            num_warps=cfg.num_warps)
     return out
 
 
-def _split_k_gemm(
-    a: torch.Tensor, b: torch.Tensor, out: torch.Tensor, b_is_nk: bool, cfg: GemmConfig, num_programs: int
-) -> None:
+def _split_k_gemm(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor, b_is_nk: bool,
+                  cfg: GemmConfig, num_programs: int) -> None:
     m, k = a.shape
     n = out.shape[1]
     partial = torch.empty((cfg.split_k, m, n), dtype=torch.float32, device=a.device)
     work = triton.cdiv(m, cfg.block_m) * triton.cdiv(n, cfg.block_n) * cfg.split_k
     gemm_split_k_kernel[(max(1, min(num_programs, work)),)](
-        a,
-        b,
-        partial,
-        m,
-        n,
-        k,
-        a.stride(0),
-        b.stride(0),
-        max(1, min(num_programs, work)),
-        SPLIT_K=cfg.split_k,
-        B_IS_NK=b_is_nk,
-        BLOCK_M=cfg.block_m,
-        BLOCK_N=cfg.block_n,
-        BLOCK_K=cfg.block_k,
-        GROUP_M=cfg.group_m,
-        num_stages=cfg.num_stages,
-        num_warps=cfg.num_warps,
-    )
+        a, b, partial, m, n, k, a.stride(0), b.stride(0), max(1, min(num_programs, work)),
+        SPLIT_K=cfg.split_k, B_IS_NK=b_is_nk, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n,
+        BLOCK_K=cfg.block_k, GROUP_M=cfg.group_m, num_stages=cfg.num_stages,
+        num_warps=cfg.num_warps)
     block = 1024
     split_k_reduce_kernel[(triton.cdiv(m * n, block),)](
-        partial, out, m, n, out.stride(0), SPLIT_K=cfg.split_k, BLOCK=block, num_warps=4
-    )
+        partial, out, m, n, out.stride(0), SPLIT_K=cfg.split_k, BLOCK=block, num_warps=4)
 
 
 # The fixup kernel's per-tile arrival counters, per (device, stream): zero between launches (the
@@ -587,36 +432,19 @@ def _counters(device: torch.device, tiles: int) -> torch.Tensor:
     return counters
 
 
-def _split_k_fixup_gemm(
-    a: torch.Tensor, b: torch.Tensor, out: torch.Tensor, b_is_nk: bool, cfg: GemmConfig, num_programs: int
-) -> None:
+def _split_k_fixup_gemm(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor, b_is_nk: bool,
+                        cfg: GemmConfig, num_programs: int) -> None:
     m, k = a.shape
     n = out.shape[1]
     tiles = triton.cdiv(m, cfg.block_m) * triton.cdiv(n, cfg.block_n)
-    partial = torch.empty((tiles, cfg.split_k, cfg.block_m, cfg.block_n), dtype=torch.float32, device=a.device)
+    partial = torch.empty((tiles, cfg.split_k, cfg.block_m, cfg.block_n), dtype=torch.float32,
+                          device=a.device)
     grid = max(1, min(num_programs, tiles * cfg.split_k))
     gemm_split_k_fixup_kernel[(grid,)](
-        a,
-        b,
-        out,
-        partial,
-        _counters(a.device, tiles),
-        m,
-        n,
-        k,
-        a.stride(0),
-        b.stride(0),
-        out.stride(0),
-        grid,
-        SPLIT_K=cfg.split_k,
-        B_IS_NK=b_is_nk,
-        BLOCK_M=cfg.block_m,
-        BLOCK_N=cfg.block_n,
-        BLOCK_K=cfg.block_k,
-        GROUP_M=cfg.group_m,
-        num_stages=cfg.num_stages,
-        num_warps=cfg.num_warps,
-    )
+        a, b, out, partial, _counters(a.device, tiles), m, n, k, a.stride(0), b.stride(0),
+        out.stride(0), grid, SPLIT_K=cfg.split_k, B_IS_NK=b_is_nk, BLOCK_M=cfg.block_m,
+        BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k, GROUP_M=cfg.group_m,
+        num_stages=cfg.num_stages, num_warps=cfg.num_warps)
 
 
 def linear(x: torch.Tensor, weight: torch.Tensor, *, out: torch.Tensor | None = None) -> torch.Tensor:

@@ -27,14 +27,8 @@ import triton
 import triton.language as tl
 
 from .configs import INTERPRETER_CONFIG, GemmConfig
-from .gemm import (
-    device_limits,
-    ensure_descriptor_allocator,
-    grouped_tile,
-    interpreter_active,
-    select_config,
-    tma_compatible,
-)
+from .gemm import (device_limits, ensure_descriptor_allocator, grouped_tile,
+                   interpreter_active, select_config, tma_compatible)
 
 FP8_DTYPE = torch.float8_e4m3fn
 OUT_DTYPE = torch.bfloat16
@@ -43,19 +37,8 @@ MIN_FP8_CAPABILITY = (8, 9)
 
 
 @triton.jit
-def _scale_tile(
-    acc,
-    scale_a_ptr,
-    stride_sa,
-    scale_b_ptr,
-    stride_sb,
-    off_m,
-    off_n,
-    M,
-    N,
-    BLOCK_M: tl.constexpr,
-    BLOCK_N: tl.constexpr,
-):
+def _scale_tile(acc, scale_a_ptr, stride_sa, scale_b_ptr, stride_sb, off_m, off_n, M, N,
+                BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
     """acc * scale_a[rows] (column vector) * scale_b[cols] (row vector); stride 0: one scale."""
     rows = off_m + tl.arange(0, BLOCK_M)
     cols = off_n + tl.arange(0, BLOCK_N)
@@ -65,27 +48,17 @@ def _scale_tile(
 
 
 @triton.jit
-def _store_fp8_c_tile(
-    c,
-    c_desc,
-    c_ptr,
-    off_m,
-    off_n,
-    M,
-    N,
-    stride_cm,
-    BLOCK_M: tl.constexpr,
-    BLOCK_N: tl.constexpr,
-    EPILOGUE_SPLIT: tl.constexpr,
-    C_STORE_POINTERS: tl.constexpr,
-):
+def _store_fp8_c_tile(c, c_desc, c_ptr, off_m, off_n, M, N, stride_cm, BLOCK_M: tl.constexpr,
+                      BLOCK_N: tl.constexpr, EPILOGUE_SPLIT: tl.constexpr,
+                      C_STORE_POINTERS: tl.constexpr):
     """gemm.py's _store_c_tile, here because the transformer follows a produce annotation into
     helpers of the kernel's own file only (it must see the store to place the notify after it)."""
     if C_STORE_POINTERS:
         # Plain stores: complete once the notify's barrier ends (a TMA store is asynchronous).
         rows = off_m + tl.arange(0, BLOCK_M)
         cols = off_n + tl.arange(0, BLOCK_N)
-        tl.store(c_ptr + rows[:, None] * stride_cm + cols[None, :], c, mask=(rows[:, None] < M) & (cols[None, :] < N))
+        tl.store(c_ptr + rows[:, None] * stride_cm + cols[None, :], c,
+                 mask=(rows[:, None] < M) & (cols[None, :] < N))
     elif EPILOGUE_SPLIT == 2:
         halves = tl.permute(tl.reshape(c, (BLOCK_M, 2, BLOCK_N // 2)), (0, 2, 1))
         c_left, c_right = tl.split(halves)
@@ -96,49 +69,31 @@ def _store_fp8_c_tile(
 
 
 @triton.jit
-def gemm_fp8_tma_kernel(
-    a_ptr,
-    b_ptr,
-    c_ptr,
-    scale_a_ptr,
-    scale_b_ptr,
-    M,
-    N,
-    K,
-    stride_am,
-    stride_b,
-    stride_cm,
-    stride_sa,
-    stride_sb,
-    num_programs,
-    B_IS_NK: tl.constexpr,
-    BLOCK_M: tl.constexpr,
-    BLOCK_N: tl.constexpr,
-    BLOCK_K: tl.constexpr,
-    GROUP_M: tl.constexpr,
-    EPILOGUE_SPLIT: tl.constexpr,
-    WARP_SPECIALIZE: tl.constexpr,
-    FLATTEN: tl.constexpr = True,
-    C_STORE_POINTERS: tl.constexpr = False,
-):
+def gemm_fp8_tma_kernel(a_ptr, b_ptr, c_ptr, scale_a_ptr, scale_b_ptr, M, N, K, stride_am, stride_b,
+                        stride_cm, stride_sa, stride_sb, num_programs, B_IS_NK: tl.constexpr,
+                        BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+                        GROUP_M: tl.constexpr, EPILOGUE_SPLIT: tl.constexpr,
+                        WARP_SPECIALIZE: tl.constexpr, FLATTEN: tl.constexpr = True,
+                        C_STORE_POINTERS: tl.constexpr = False):
     """C[M,N] (bf16) = (A[M,K] @ B) * scale_a * scale_b, A and B e4m3, B stored [K,N] or, with
     B_IS_NK, [N,K] (a Linear weight; the layout Hopper's FP8 tensor cores read natively)."""
-    a_desc = tl.make_tensor_descriptor(a_ptr, shape=[M, K], strides=[stride_am, 1], block_shape=[BLOCK_M, BLOCK_K])
+    a_desc = tl.make_tensor_descriptor(a_ptr, shape=[M, K], strides=[stride_am, 1],
+                                       block_shape=[BLOCK_M, BLOCK_K])
     if B_IS_NK:
-        b_desc = tl.make_tensor_descriptor(b_ptr, shape=[N, K], strides=[stride_b, 1], block_shape=[BLOCK_N, BLOCK_K])
+        b_desc = tl.make_tensor_descriptor(b_ptr, shape=[N, K], strides=[stride_b, 1],
+                                           block_shape=[BLOCK_N, BLOCK_K])
     else:
-        b_desc = tl.make_tensor_descriptor(b_ptr, shape=[K, N], strides=[stride_b, 1], block_shape=[BLOCK_K, BLOCK_N])
-    c_desc = tl.make_tensor_descriptor(
-        c_ptr, shape=[M, N], strides=[stride_cm, 1], block_shape=[BLOCK_M, BLOCK_N // EPILOGUE_SPLIT]
-    )
+        b_desc = tl.make_tensor_descriptor(b_ptr, shape=[K, N], strides=[stride_b, 1],
+                                           block_shape=[BLOCK_K, BLOCK_N])
+    c_desc = tl.make_tensor_descriptor(c_ptr, shape=[M, N], strides=[stride_cm, 1],
+                                       block_shape=[BLOCK_M, BLOCK_N // EPILOGUE_SPLIT])
     num_pid_m = tl.cdiv(M, BLOCK_M)
     num_pid_n = tl.cdiv(N, BLOCK_N)
     num_tiles = num_pid_m * num_pid_n
     k_tiles = tl.cdiv(K, BLOCK_K)
 
-    for tile_id in tl.range(
-        tl.program_id(0), num_tiles, num_programs, flatten=FLATTEN, warp_specialize=WARP_SPECIALIZE
-    ):
+    for tile_id in tl.range(tl.program_id(0), num_tiles, num_programs, flatten=FLATTEN,
+                            warp_specialize=WARP_SPECIALIZE):
         # @sy.tile(index=tile_id, m=pid_m, n=pid_n)
         pid_m, pid_n = grouped_tile(tile_id, num_pid_m, num_pid_n, GROUP_M)
         # @sy.end
@@ -155,12 +110,12 @@ def gemm_fp8_tma_kernel(
             else:
                 b = b_desc.load([off_k, off_n])
                 acc = tl.dot(a, b, acc)
-        acc = _scale_tile(acc, scale_a_ptr, stride_sa, scale_b_ptr, stride_sb, off_m, off_n, M, N, BLOCK_M, BLOCK_N)
+        acc = _scale_tile(acc, scale_a_ptr, stride_sa, scale_b_ptr, stride_sb, off_m, off_n, M, N,
+                          BLOCK_M, BLOCK_N)
         c = acc.to(c_ptr.dtype.element_ty)
         # @sy.produce(c_ptr, m=pid_m, n=pid_n)
-        _store_fp8_c_tile(
-            c, c_desc, c_ptr, off_m, off_n, M, N, stride_cm, BLOCK_M, BLOCK_N, EPILOGUE_SPLIT, C_STORE_POINTERS
-        )
+        _store_fp8_c_tile(c, c_desc, c_ptr, off_m, off_n, M, N, stride_cm, BLOCK_M, BLOCK_N,
+                          EPILOGUE_SPLIT, C_STORE_POINTERS)
 
 
 def scale_stride(scale: torch.Tensor, length: int, operand: str, per: str) -> int:
@@ -173,11 +128,9 @@ def scale_stride(scale: torch.Tensor, length: int, operand: str, per: str) -> in
         return 0
     shapes_ok = {(length,), (length, 1)} if operand == "a" else {(length,), (1, length)}
     if tuple(scale.shape) not in shapes_ok:
-        raise ValueError(
-            f"gemm_fp8: scale_{operand} must have 1 element (per tensor) or {length} "
-            f"(one per {per}: shape {sorted(shapes_ok)}), got shape "
-            f"{list(scale.shape)}"
-        )
+        raise ValueError(f"gemm_fp8: scale_{operand} must have 1 element (per tensor) or {length} "
+                         f"(one per {per}: shape {sorted(shapes_ok)}), got shape "
+                         f"{list(scale.shape)}")
     return scale.stride(0) if scale.dim() == 1 or operand == "a" else scale.stride(1)
 
 
@@ -187,11 +140,9 @@ def check_fp8_capability(device: torch.device, who: str = "gemm_fp8") -> None:
         return
     cap = torch.cuda.get_device_capability(device)
     if tuple(cap) < MIN_FP8_CAPABILITY:
-        raise ValueError(
-            f"{who}: {torch.cuda.get_device_name(device)} (compute capability "
-            f"{cap[0]}.{cap[1]}) has no FP8 tensor cores; FP8 needs 8.9 (Ada) or 9.0 "
-            "(Hopper) and later"
-        )
+        raise ValueError(f"{who}: {torch.cuda.get_device_name(device)} (compute capability "
+                         f"{cap[0]}.{cap[1]}) has no FP8 tensor cores; FP8 needs 8.9 (Ada) or 9.0 "
+                         "(Hopper) and later")
 
 
 def check_fp8_operands(a, b, scale_a, scale_b) -> tuple[int, int]:
@@ -199,27 +150,26 @@ def check_fp8_operands(a, b, scale_a, scale_b) -> tuple[int, int]:
     if a.dim() != 2 or b.dim() != 2:
         raise ValueError(f"gemm_fp8: A and B must be 2-D, got A{tuple(a.shape)} B{tuple(b.shape)}")
     if a.shape[1] != b.shape[0]:
-        raise ValueError(f"gemm_fp8: inner dimensions differ: A is {tuple(a.shape)}, B is {tuple(b.shape)}")
+        raise ValueError(f"gemm_fp8: inner dimensions differ: A is {tuple(a.shape)}, B is "
+                         f"{tuple(b.shape)}")
     if a.dtype != FP8_DTYPE or b.dtype != FP8_DTYPE:
         raise TypeError(f"gemm_fp8: A and B must both be {FP8_DTYPE}, got {a.dtype} and {b.dtype}")
     if scale_a is None or scale_b is None:
         missing = " and ".join(n for n, s in (("scale_a", scale_a), ("scale_b", scale_b)) if s is None)
-        raise ValueError(
-            f"gemm_fp8: FP8 operands need their scales: {missing} not given (a "
-            "float32 tensor of 1 element, or one per row of A / column of B)"
-        )
+        raise ValueError(f"gemm_fp8: FP8 operands need their scales: {missing} not given (a "
+                         "float32 tensor of 1 element, or one per row of A / column of B)")
     if any(t.device != a.device for t in (b, scale_a, scale_b)):
         raise ValueError("gemm_fp8: A, B and both scales must be on one device")
     if not a.is_cuda and not interpreter_active():
-        raise ValueError(
-            f"gemm_fp8: tensors are on {a.device}; the kernel needs a CUDA device "
-            "(or TRITON_INTERPRET=1 for the CPU interpreter)"
-        )
+        raise ValueError(f"gemm_fp8: tensors are on {a.device}; the kernel needs a CUDA device "
+                         "(or TRITON_INTERPRET=1 for the CPU interpreter)")
     check_fp8_capability(a.device)
-    return (scale_stride(scale_a, a.shape[0], "a", "row of A"), scale_stride(scale_b, b.shape[1], "b", "column of B"))
+    return (scale_stride(scale_a, a.shape[0], "a", "row of A"),
+            scale_stride(scale_b, b.shape[1], "b", "column of B"))
 
 
-def select_fp8_config(m: int, n: int, k: int, device: torch.device, allow_split_k: bool = False) -> GemmConfig:
+def select_fp8_config(m: int, n: int, k: int, device: torch.device,
+                      allow_split_k: bool = False) -> GemmConfig:
     """The block configuration for an FP8 GEMM: the bf16 model's choice at 1-byte elements
     (BLOCK_K doubled, so a K-step moves the same bytes and the MMA the same K-work per byte)."""
     if device.type != "cuda":
@@ -230,17 +180,9 @@ def select_fp8_config(m: int, n: int, k: int, device: torch.device, allow_split_
     return dataclasses.replace(cfg, block_k=2 * cfg.block_k)
 
 
-def gemm_fp8(
-    a: torch.Tensor,
-    b: torch.Tensor,
-    scale_a: torch.Tensor,
-    scale_b: torch.Tensor,
-    *,
-    out: torch.Tensor | None = None,
-    config: GemmConfig | None = None,
-    num_programs: int | None = None,
-    c_store_pointers: bool = False,
-) -> torch.Tensor:
+def gemm_fp8(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, scale_b: torch.Tensor, *,
+             out: torch.Tensor | None = None, config: GemmConfig | None = None,
+             num_programs: int | None = None, c_store_pointers: bool = False) -> torch.Tensor:
     """bf16 C = (A @ B) * scale_a * scale_b for e4m3 A [M, K] and B [K, N] (a weight stored
     [N, K] is passed as `W.t()`, read in place), fp32 accumulation; like torch._scaled_mm.
 
@@ -253,10 +195,8 @@ def gemm_fp8(
     if out is None:
         out = torch.empty((m, n), dtype=OUT_DTYPE, device=a.device)
     elif out.shape != (m, n) or out.dtype != OUT_DTYPE or out.device != a.device:
-        raise ValueError(
-            f"gemm_fp8: out must be {m}x{n} {OUT_DTYPE} on {a.device}, got "
-            f"{tuple(out.shape)} {out.dtype} on {out.device}"
-        )
+        raise ValueError(f"gemm_fp8: out must be {m}x{n} {OUT_DTYPE} on {a.device}, got "
+                         f"{tuple(out.shape)} {out.dtype} on {out.device}")
     if m == 0 or n == 0:
         return out
     if k == 0:
@@ -269,10 +209,8 @@ def gemm_fp8(
     b_view = b.t() if b_is_nk else (b if b.stride(1) == 1 else b.contiguous())
     for name, t in (("A", a_view), ("B", b_view), ("C", out)):
         if not tma_compatible(t):
-            raise ValueError(
-                f"gemm_fp8: TMA cannot describe {name} {tuple(t.shape)} with strides "
-                f"{t.stride()} (row pitch and base must be multiples of 16 bytes)"
-            )
+            raise ValueError(f"gemm_fp8: TMA cannot describe {name} {tuple(t.shape)} with strides "
+                             f"{t.stride()} (row pitch and base must be multiples of 16 bytes)")
     tiles = triton.cdiv(m, cfg.block_m) * triton.cdiv(n, cfg.block_n)
     if num_programs is None:
         num_programs = device_limits(a.device)[0] if a.is_cuda else 4
@@ -280,30 +218,10 @@ def gemm_fp8(
     if a.is_cuda:
         ensure_descriptor_allocator()
     gemm_fp8_tma_kernel[(grid_size,)](
-        a_view,
-        b_view,
-        out,
-        scale_a,
-        scale_b,
-        m,
-        n,
-        k,
-        a_view.stride(0),
-        b_view.stride(0),
-        out.stride(0),
-        stride_sa,
-        stride_sb,
-        grid_size,
-        B_IS_NK=b_is_nk,
-        BLOCK_M=cfg.block_m,
-        BLOCK_N=cfg.block_n,
-        BLOCK_K=cfg.block_k,
-        GROUP_M=cfg.group_m,
-        EPILOGUE_SPLIT=cfg.epilogue_split,
-        WARP_SPECIALIZE=cfg.warp_specialize,
-        FLATTEN=cfg.flatten,
-        C_STORE_POINTERS=c_store_pointers,
-        num_stages=cfg.num_stages,
-        num_warps=cfg.num_warps,
-    )
+        a_view, b_view, out, scale_a, scale_b, m, n, k, a_view.stride(0), b_view.stride(0),
+        out.stride(0), stride_sa, stride_sb, grid_size, B_IS_NK=b_is_nk, BLOCK_M=cfg.block_m,
+        BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k, GROUP_M=cfg.group_m,
+        EPILOGUE_SPLIT=cfg.epilogue_split, WARP_SPECIALIZE=cfg.warp_specialize,
+        FLATTEN=cfg.flatten, C_STORE_POINTERS=c_store_pointers, num_stages=cfg.num_stages,
+        num_warps=cfg.num_warps)
     return out

@@ -15,34 +15,15 @@ its rows' count, delivered before it, in recv_counts) and reads the count after 
 count is this call's; the tile order puts the local slots first. A tile past the count still
 waits for its chunk (it cannot know the count before it lands): it then returns at once.
 """
-
 import triton
 import triton.language as tl
 
 
 @triton.jit
-def moe_grouped_gemm(
-    a_ptr,
-    w_ptr,
-    c_ptr,
-    counts_ptr,
-    N,
-    K,
-    CAPACITY,
-    NUM_LOCAL_EXPERTS,
-    TILES_M,
-    stride_am,
-    stride_ak,
-    stride_we,
-    stride_wk,
-    stride_wn,
-    stride_cm,
-    stride_cn,
-    NUM_PROGS: tl.constexpr,
-    BLOCK_M: tl.constexpr,
-    BLOCK_N: tl.constexpr,
-    BLOCK_K: tl.constexpr,
-):
+def moe_grouped_gemm(a_ptr, w_ptr, c_ptr, counts_ptr, N, K, CAPACITY, NUM_LOCAL_EXPERTS, TILES_M,
+                     stride_am, stride_ak, stride_we, stride_wk, stride_wn, stride_cm, stride_cn,
+                     NUM_PROGS: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                     BLOCK_K: tl.constexpr):
     start_pid = tl.program_id(axis=0)
     num_pid_n = tl.cdiv(N, BLOCK_N)
     num_tiles = TILES_M * num_pid_n
@@ -68,16 +49,11 @@ def moe_grouped_gemm(
             acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
             for ki in range(k_tiles):
                 k0 = ki * BLOCK_K
-                a = tl.load(
-                    a_ptr + offs_m[:, None] * stride_am + (k0 + offs_k)[None, :] * stride_ak,
-                    mask=live[:, None] & ((k0 + offs_k)[None, :] < K),
-                    other=0.0,
-                )
-                b = tl.load(
-                    w_ptr + expert * stride_we + (k0 + offs_k)[:, None] * stride_wk + offs_n[None, :] * stride_wn,
-                    mask=((k0 + offs_k)[:, None] < K) & (offs_n[None, :] < N),
-                    other=0.0,
-                )
+                a = tl.load(a_ptr + offs_m[:, None] * stride_am + (k0 + offs_k)[None, :] * stride_ak,
+                            mask=live[:, None] & ((k0 + offs_k)[None, :] < K), other=0.0)
+                b = tl.load(w_ptr + expert * stride_we + (k0 + offs_k)[:, None] * stride_wk
+                            + offs_n[None, :] * stride_wn,
+                            mask=((k0 + offs_k)[:, None] < K) & (offs_n[None, :] < N), other=0.0)
                 acc = tl.dot(a, b, acc)
             c_ptrs = c_ptr + offs_m[:, None] * stride_cm + offs_n[None, :] * stride_cn
             tl.store(c_ptrs, acc.to(c_ptr.dtype.element_ty), mask=live[:, None] & (offs_n[None, :] < N))

@@ -4,30 +4,15 @@ Grouped ("swizzled") tile order, a K loop and masked edges, as in Triton's matmu
 tile block computes (pid_m, pid_n) from the program id; the transformer replaces it by a lookup
 into the arrival-ordered tile list, and waits for the tile's rows of A before the K loop.
 """
-
 import triton
 import triton.language as tl
 
 
 @triton.jit
-def matmul_kernel(
-    a_ptr,
-    b_ptr,
-    c_ptr,
-    M,
-    N,
-    K,
-    stride_am,
-    stride_ak,
-    stride_bk,
-    stride_bn,
-    stride_cm,
-    stride_cn,
-    BLOCK_M: tl.constexpr,
-    BLOCK_N: tl.constexpr,
-    BLOCK_K: tl.constexpr,
-    GROUP_M: tl.constexpr,
-):
+def matmul_kernel(a_ptr, b_ptr, c_ptr, M, N, K,
+                  stride_am, stride_ak, stride_bk, stride_bn, stride_cm, stride_cn,
+                  BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+                  GROUP_M: tl.constexpr):
     # @sy.tile(index=tl.program_id(0), m=pid_m, n=pid_n)
     pid = tl.program_id(axis=0)
     num_pid_m = tl.cdiv(M, BLOCK_M)

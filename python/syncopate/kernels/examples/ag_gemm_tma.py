@@ -4,17 +4,17 @@ The descriptors are made on the device before the tile block (they do not depend
 the K loop loads A and B tiles with `desc.load`. Transformed, the wait before the K loop also
 fences the async proxy (on Hopper and newer), so TMA loads see the chunk that just landed.
 """
-
 import triton
 import triton.language as tl
 
 
 @triton.jit
-def matmul_tma_kernel(
-    a_ptr, b_ptr, c_ptr, M, N, K, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr
-):
-    a_desc = tl.make_tensor_descriptor(a_ptr, shape=[M, K], strides=[K, 1], block_shape=[BLOCK_M, BLOCK_K])
-    b_desc = tl.make_tensor_descriptor(b_ptr, shape=[K, N], strides=[N, 1], block_shape=[BLOCK_K, BLOCK_N])
+def matmul_tma_kernel(a_ptr, b_ptr, c_ptr, M, N, K,
+                      BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+    a_desc = tl.make_tensor_descriptor(a_ptr, shape=[M, K], strides=[K, 1],
+                                       block_shape=[BLOCK_M, BLOCK_K])
+    b_desc = tl.make_tensor_descriptor(b_ptr, shape=[K, N], strides=[N, 1],
+                                       block_shape=[BLOCK_K, BLOCK_N])
     # @sy.tile(index=tl.program_id(0), m=pid_m, n=pid_n)
     pid_m = tl.program_id(0) // tl.cdiv(N, BLOCK_N)
     pid_n = tl.program_id(0) % tl.cdiv(N, BLOCK_N)
@@ -27,4 +27,5 @@ def matmul_tma_kernel(
         acc = tl.dot(a, b, acc)
     offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
     offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
-    tl.store(c_ptr + offs_m[:, None] * N + offs_n[None, :], acc, mask=(offs_m[:, None] < M) & (offs_n[None, :] < N))
+    tl.store(c_ptr + offs_m[:, None] * N + offs_n[None, :], acc,
+             mask=(offs_m[:, None] < M) & (offs_n[None, :] < N))

@@ -3,29 +3,17 @@
 Row-major tiles by default; transformed, the tiles run in the order their reduce-scatter chunks
 leave, and after each tile's store the ready slots of the chunks it completes are incremented.
 """
-
 import triton
 import triton.language as tl
 
 
 @triton.jit
-def matmul_rs_kernel(
-    a_ptr,
-    b_ptr,
-    c_ptr,
-    M,
-    N,
-    K,
-    stride_am,
-    stride_ak,
-    stride_bk,
-    stride_bn,
-    stride_cm,
-    stride_cn,
-    BLOCK_M: tl.constexpr,
-    BLOCK_N: tl.constexpr,
-    BLOCK_K: tl.constexpr,
-):
+def matmul_rs_kernel(a_ptr, b_ptr, c_ptr, M, N, K,
+                     stride_am, stride_ak,
+                     stride_bk, stride_bn,
+                     stride_cm, stride_cn,
+                     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+                     ):
     # @sy.tile(index=tl.program_id(0), m=pid_m, n=pid_n)
     pid_m = tl.program_id(0) // tl.cdiv(N, BLOCK_N)
     pid_n = tl.program_id(0) % tl.cdiv(N, BLOCK_N)
@@ -35,17 +23,13 @@ def matmul_rs_kernel(
     rk = tl.arange(0, BLOCK_K)
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
     for k0 in range(0, K, BLOCK_K):
-        a = tl.load(
-            a_ptr + rm[:, None] * stride_am + (k0 + rk)[None, :] * stride_ak,
-            mask=(rm[:, None] < M) & ((k0 + rk)[None, :] < K),
-            other=0.0,
-        )
-        b = tl.load(
-            b_ptr + (k0 + rk)[:, None] * stride_bk + rn[None, :] * stride_bn,
-            mask=((k0 + rk)[:, None] < K) & (rn[None, :] < N),
-            other=0.0,
-        )
+        a = tl.load(a_ptr + rm[:, None] * stride_am + (k0 + rk)[None, :] * stride_ak,
+                    mask=(rm[:, None] < M) & ((k0 + rk)[None, :] < K), other=0.0)
+        b = tl.load(b_ptr + (k0 + rk)[:, None] * stride_bk + rn[None, :] * stride_bn,
+                    mask=((k0 + rk)[:, None] < K) & (rn[None, :] < N), other=0.0)
         acc += tl.dot(a, b)
-    mask = (rm[:, None] < M) & (rn[None, :] < N)
+    mask = (rm[:, None] < M) & \
+           (rn[None, :] < N)
     # @sy.produce(c_ptr, m=pid_m, n=pid_n)
-    tl.store(c_ptr + rm[:, None] * stride_cm + rn[None, :] * stride_cn, acc.to(c_ptr.dtype.element_ty), mask=mask)
+    tl.store(c_ptr + rm[:, None] * stride_cm + rn[None, :] * stride_cn,
+             acc.to(c_ptr.dtype.element_ty), mask=mask)

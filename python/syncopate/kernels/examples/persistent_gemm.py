@@ -6,7 +6,6 @@ every program walks the tiles in the order their rows of A arrive. The grouped s
 library's (`syncopate.kernels.gemm.grouped_tile`): a helper imported from another module, called
 inside the tile block, which the rewrite replaces.
 """
-
 import triton
 import triton.language as tl
 
@@ -14,25 +13,10 @@ from syncopate.kernels.gemm import grouped_tile
 
 
 @triton.jit
-def matmul_persistent(
-    a_ptr,
-    b_ptr,
-    c_ptr,
-    M,
-    N,
-    K,
-    stride_am,
-    stride_ak,
-    stride_bk,
-    stride_bn,
-    stride_cm,
-    stride_cn,
-    NUM_PROGS: tl.constexpr,
-    BLOCK_M: tl.constexpr,
-    BLOCK_N: tl.constexpr,
-    BLOCK_K: tl.constexpr,
-    GROUP_M: tl.constexpr,
-):
+def matmul_persistent(a_ptr, b_ptr, c_ptr, M, N, K,
+                      stride_am, stride_ak, stride_bk, stride_bn, stride_cm, stride_cn,
+                      NUM_PROGS: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                      BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr):
     start_pid = tl.program_id(axis=0)
     num_pid_m = tl.cdiv(M, BLOCK_M)
     num_pid_n = tl.cdiv(N, BLOCK_N)
@@ -50,16 +34,11 @@ def matmul_persistent(
         # @sy.consume(a_ptr, m=pid_m)
         for ki in range(k_tiles):
             k0 = ki * BLOCK_K
-            a = tl.load(
-                a_ptr + offs_m[:, None] * stride_am + (k0 + offs_k)[None, :] * stride_ak,
-                mask=(offs_m[:, None] < M) & ((k0 + offs_k)[None, :] < K),
-                other=0.0,
-            )
-            b = tl.load(
-                b_ptr + (k0 + offs_k)[:, None] * stride_bk + offs_n[None, :] * stride_bn,
-                mask=((k0 + offs_k)[:, None] < K) & (offs_n[None, :] < N),
-                other=0.0,
-            )
+            a = tl.load(a_ptr + offs_m[:, None] * stride_am + (k0 + offs_k)[None, :] * stride_ak,
+                        mask=(offs_m[:, None] < M) & ((k0 + offs_k)[None, :] < K), other=0.0)
+            b = tl.load(b_ptr + (k0 + offs_k)[:, None] * stride_bk + offs_n[None, :] * stride_bn,
+                        mask=((k0 + offs_k)[:, None] < K) & (offs_n[None, :] < N), other=0.0)
             acc = tl.dot(a, b, acc)
         c_ptrs = c_ptr + offs_m[:, None] * stride_cm + offs_n[None, :] * stride_cn
-        tl.store(c_ptrs, acc.to(c_ptr.dtype.element_ty), mask=(offs_m[:, None] < M) & (offs_n[None, :] < N))
+        tl.store(c_ptrs, acc.to(c_ptr.dtype.element_ty),
+                 mask=(offs_m[:, None] < M) & (offs_n[None, :] < N))

@@ -4,13 +4,13 @@ A non-GEMM kernel: the tile grid is BLOCK_M rows by one column tile (sy_tiles_n 
 tile annotation names only `m`. Transformed, each program waits for the chunk holding its rows
 of x (e.g. an all-gather along rows, or an all-to-all of tokens) before reading them.
 """
-
 import triton
 import triton.language as tl
 
 
 @triton.jit
-def rmsnorm_kernel(x_ptr, w_ptr, y_ptr, M, N, stride_xm, stride_ym, eps, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+def rmsnorm_kernel(x_ptr, w_ptr, y_ptr, M, N, stride_xm, stride_ym, eps,
+                   BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
     '''One program normalises rows [row_block * BLOCK_M, ...) over the whole width N.
 
     A docstring may mention "# @sy.tile" without being an annotation: it is a string.
