@@ -15,6 +15,7 @@ Prints one line per case and `SUMMARY world=W passed=P failed=F`; exits 1 on any
 """
 
 import argparse
+import math
 import os
 import sys
 import traceback
@@ -77,13 +78,22 @@ def case(op, rank, world, *, z, h, h_kv, s_loc, d, dtype, causal, seed, mode="fu
     return f"rel_err={err:.1e}"
 
 
+def heads(world, h, h_kv):
+    """(h, h_kv) scaled up so that the world divides both (Ulysses' rule), keeping the GQA group
+    h / h_kv: e.g. (8, 2) stays at worlds 1 and 2, becomes (16, 4) at world 4, (24, 6) at world 3."""
+    grow = world // math.gcd(world, h_kv)
+    return h * grow, h_kv * grow
+
+
 def cases(world, quick):
     rows = []
+    gqa_h, gqa_kv = heads(world, 8, 2)
+    mha_h, _ = heads(world, 4, 4)
     for op in ("ulysses", "ring"):
         for dtype in (torch.bfloat16,) if quick else (torch.float16, torch.bfloat16):
             for causal in (False, True):
-                rows.append((op, dict(z=1, h=8, h_kv=2, s_loc=512, d=128, dtype=dtype, causal=causal)))
-        rows.append((op, dict(z=2, h=4, h_kv=4, s_loc=256, d=64, dtype=torch.float16, causal=True)))
+                rows.append((op, dict(z=1, h=gqa_h, h_kv=gqa_kv, s_loc=512, d=128, dtype=dtype, causal=causal)))
+        rows.append((op, dict(z=2, h=mha_h, h_kv=mha_h, s_loc=256, d=64, dtype=torch.float16, causal=True)))
     return rows
 
 
@@ -98,7 +108,7 @@ def back_to_back(op, rank, world, calls=200):
     kept = []
     for call in range(calls):
         if call % 20 == 0:
-            q, k, v = global_problem(100 + call, 1, 4, 2, world * s_loc, 64, torch.bfloat16, dev)
+            q, k, v = global_problem(100 + call, 1, *heads(world, 4, 2), world * s_loc, 64, torch.bfloat16, dev)
             mine = tuple(t[:, :, own].contiguous() for t in (q, k, v))
             out = fn(*mine, causal=True, mode="fused")
             kept.append((out, (q, k, v)))
@@ -118,7 +128,7 @@ def withheld(op, rank, world, group):
     from syncopate.errors import WaitTimeoutError
     from syncopate.ops.fused_attention import RingAttention, UlyssesAttention
 
-    s_loc, h, d = 256, 4, 64
+    (s_loc, d), (h, _) = (256, 64), heads(world, 4, 4)
     cls = UlyssesAttention if op == "ulysses" else RingAttention
     if op == "ulysses":
         plan = sy.make_plan(

@@ -117,7 +117,9 @@ TEST(StagedWaits, OwnBoxTilesOnlyWaitAndOtherTilesOnlyNotifyWhenBlocksDivideTheB
         EXPECT_EQ(table.tile_notifies[t].size(), own ? 0u : 1u);
         std::set<int> sources;
         for (int s : table.tile_waits[t]) sources.insert(plan.chunks[table.slots[s].chunk].src);
-        if (own) EXPECT_EQ(sources.size(), static_cast<std::size_t>(world - 1));
+        if (own) {
+          EXPECT_EQ(sources.size(), static_cast<std::size_t>(world - 1));
+        }
         EXPECT_FALSE(sources.count(table.rank));
       }
   }

@@ -84,7 +84,9 @@ TEST(ImportMscclXml, TwoStepAllReduce) {
   EXPECT_EQ(count_op(p.plan, ChunkOp::copy), 12);
   // The adds into a GPU's own chunk are pulled by that GPU (its thread blocks) and ordered.
   for (const auto& c : p.plan.chunks) {
-    if (c.op == ChunkOp::reduce_add) EXPECT_EQ(c.box.offset[0], c.dst);
+    if (c.op == ChunkOp::reduce_add) {
+      EXPECT_EQ(c.box.offset[0], c.dst);
+    }
   }
   expect_replays(p.plan);
 }
@@ -145,7 +147,9 @@ TEST(ImportMscclppJson, TwoStepAllReduceReadsThenPuts) {
   ASSERT_EQ(p.plan.chunks.size(), 4u);
   EXPECT_EQ(count_op(p.plan, ChunkOp::reduce_add), 2);  // rre: pulled adds
   for (const auto& c : p.plan.chunks) {
-    if (c.op == ChunkOp::reduce_add) EXPECT_EQ(c.box.offset[0], c.dst);
+    if (c.op == ChunkOp::reduce_add) {
+      EXPECT_EQ(c.box.offset[0], c.dst);
+    }
   }
   expect_replays(p.plan);
 }

@@ -116,7 +116,9 @@ TEST(GroupTimeline, H200NcclRingAllGatherIsNearTheMeasuredTime) {
         "world 4 NCCL ring all-gather, split %d: predicted %.1f us, NCCL's all-gather measured %.1f us "
         "(%+.1f%%)\n",
         split, predicted, kMeasuredUs, 100.0 * (predicted / kMeasuredUs - 1.0));
-    if (split == 1) EXPECT_NEAR(predicted / kMeasuredUs, 1.0, 0.15);
+    if (split == 1) {
+      EXPECT_NEAR(predicted / kMeasuredUs, 1.0, 0.15);
+    }
   }
   o.split = 1;
   auto ungrouped = plan::make_plan(o);

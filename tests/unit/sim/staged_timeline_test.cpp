@@ -83,7 +83,9 @@ TEST(StagedTimeline, OwnBoxLastAndAfterItsPartialsNoAdds) {
         ASSERT_GE(slot, 0) << "chunk " << c.id;
         for (std::int64_t t = 0; t < grid.count(); ++t)
           for (int s : call.tables[r].tile_notifies[t])
-            if (s == slot) EXPECT_GE(timeline.chunks[c.id].start + 1e-9, tile_end[t]) << "chunk " << c.id;
+            if (s == slot) {
+              EXPECT_GE(timeline.chunks[c.id].start + 1e-9, tile_end[t]) << "chunk " << c.id;
+            }
       }
     }
     // A sensible prediction: the fused call overlaps, so it is faster than GEMM then copies.
@@ -138,7 +140,9 @@ TEST(StagedTimeline, TemplatePlansReduceScatterAndAllReduce) {
           }
           if (collective == plan::Collective::all_reduce)  // the gathered boxes land after the
             for (const auto& c : plan.chunks)              // receiver's own partial was stored
-              if (c.dst == r && c.dst_tensor == "c") EXPECT_GE(call.tables[r].dst_ready_slot_of_chunk[c.id], 0);
+              if (c.dst == r && c.dst_tensor == "c") {
+                EXPECT_GE(call.tables[r].dst_ready_slot_of_chunk[c.id], 0);
+              }
         }
       }
 }

@@ -64,7 +64,9 @@ TEST(Rewrite, CrlfFileKeepsCrlf) {
       "    x = tl.load(x_ptr)\r\n";
   const auto out = run(src);
   for (std::size_t i = 0; i < out.size(); ++i)
-    if (out[i] == '\n') ASSERT_TRUE(i > 0 && out[i - 1] == '\r') << "bare LF at byte " << i << ":\n" << out;
+    if (out[i] == '\n') {
+      ASSERT_TRUE(i > 0 && out[i - 1] == '\r') << "bare LF at byte " << i << ":\n" << out;
+    }
   EXPECT_TRUE(contains(out, "    syl.wait_tile(")) << out;
 }
 
