@@ -8,7 +8,8 @@ and fused forms (mode="fused": at world 1 Ulysses packs q, k, v into the heap, m
 piece with one local chunk, runs the transformed kernel waiting on it, and copies the output back
 through the return all-to-all's local chunk; the ring copies its K/V piece into the heap and runs
 the transformed kernel with nothing to wait for: what the fused wiring costs where nothing
-overlaps). Timings on a shared GPU mean nothing.
+overlaps); the simulator's sequential and fused times for worlds 1-8 (sim/attention_model.hpp).
+Timings on a shared GPU mean nothing.
 
     python bench/bench_seq_attention.py [--heads 16] [--head-dim 128] [--seqs 8192,16384,...]
 
@@ -30,11 +31,16 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def timed(fn, reps, samples):
     """Median ms per call over `samples` samples of `reps` back-to-back calls (device events),
-    after two warm-up calls."""
-    for _ in range(2):
-        fn()
-    torch.cuda.synchronize()
+    after two warm-up calls. Calls over 20 ms are timed one per sample, 5 samples (the 128k rows
+    would otherwise take minutes each)."""
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    fn()
+    start.record()
+    fn()
+    end.record()
+    torch.cuda.synchronize()
+    if start.elapsed_time(end) > 20.0:
+        reps, samples = 1, min(samples, 5)
     times = []
     for _ in range(samples):
         start.record()
@@ -68,7 +74,11 @@ def main() -> int:
     import syncopate.block_tables as block_tables
     import syncopate.launch as launch
     from syncopate.kernels.attention import attention_fwd_kernel, attention_reference_args
+    from syncopate import _core
     from syncopate.ops import ring_attention, ulysses_attention
+    from syncopate.ops.choice import calibration
+
+    calib = calibration()
 
     spec = importlib.util.spec_from_file_location(
         "bench_attention_golden", ROOT / "tests" / "golden" / "transform" / "attention.py"
@@ -77,6 +87,9 @@ def main() -> int:
     spec.loader.exec_module(golden)
     dev, h, d, bm, bn = torch.device("cuda"), args.heads, args.head_dim, 128, 64
     rows = []
+    out_dir = Path(os.environ.get("OUT", ROOT / "bench" / "results"))
+    out_dir.mkdir(parents=True, exist_ok=True)
+    meta = {"device": torch.cuda.get_device_name(), "date": datetime.datetime.now(datetime.timezone.utc).isoformat()}
     for s in (int(x) for x in args.seqs.split(",")):
         q, k, v = (torch.randn(1, h, s, d, device=dev, dtype=torch.float16) for _ in range(3))
         o = torch.empty_like(q)
@@ -138,10 +151,40 @@ def main() -> int:
             ratio = times["transformed_nothing_to_wait"] / times["local_kernel"]
             print(f"S={s:>6} causal={causal!s:5} transformed / untransformed kernel: {ratio:.3f}", flush=True)
             rows.append({"seq": s, "causal": causal, "variant": "wait_overhead_ratio", "ratio": ratio})
-    out_dir = Path(os.environ.get("OUT", ROOT / "bench" / "results"))
-    out_dir.mkdir(parents=True, exist_ok=True)
-    meta = {"device": torch.cuda.get_device_name(), "date": datetime.datetime.now(datetime.timezone.utc).isoformat()}
-    (out_dir / "bench_seq_attention.json").write_text(json.dumps({**meta, "rows": rows}, indent=1))
+            # The simulator's rows (sim/attention_model.hpp, the shipped calibration): world 1 next to
+            # what ran, and worlds 2-8 (this sequence split over them) for the runs on several GPUs.
+            for world in (1, 2, 4, 8):
+                for kind in ("ulysses", "ring"):
+                    p = _core.predict_attention(
+                        kind,
+                        calib,
+                        world=world,
+                        batch=1,
+                        heads=h,
+                        kv_heads=h,
+                        seq_local=s // world,
+                        head_dim=d,
+                        causal=causal,
+                        elem_bytes=2,
+                    )
+                    rows.append(
+                        {
+                            "seq": s,
+                            "causal": causal,
+                            "variant": f"sim_{kind}",
+                            "world": world,
+                            "sequential_ms": p.sequential_us / 1e3,
+                            "fused_ms": p.fused_us / 1e3,
+                            "decision": p.decision,
+                        }
+                    )
+                    print(
+                        f"S={s:>6} causal={causal!s:5} simulator {kind:8} world {world}: sequential "
+                        f"{p.sequential_us / 1e3:8.3f} ms, fused {p.fused_us / 1e3:8.3f} ms -> {p.decision}",
+                        flush=True,
+                    )
+            # Written after every (S, causal): a run cut short keeps what it measured.
+            (out_dir / "bench_seq_attention.json").write_text(json.dumps({**meta, "rows": rows}, indent=1))
     return 0
 
 

@@ -18,6 +18,7 @@
 #include "bindings.hpp"
 #include "enum_arg.hpp"
 #include "error_translation.hpp"
+#include "syncopate/sim/attention_model.hpp"
 #include "syncopate/sim/autotune.hpp"
 #include "syncopate/sim/reserved_sms.hpp"
 #include "syncopate/sim/calibration.hpp"
@@ -280,12 +281,46 @@ void bind_tune(nb::module_& m) {
   m.attr("DEFAULT_MIN_SAVING_US") = sim::kDefaultMinSavingUs;
 }
 
+void bind_attention(nb::module_& m) {
+  nb::class_<sim::AttentionPrediction>(m, "AttentionPrediction",
+                                       "The simulator's times of one sequence-parallel attention call.")
+      .def_ro("sequential_us", &sim::AttentionPrediction::sequential_us)
+      .def_ro("fused_us", &sim::AttentionPrediction::fused_us)
+      .def_ro("compute_us", &sim::AttentionPrediction::compute_us)
+      .def_ro("comm_us", &sim::AttentionPrediction::comm_us)
+      .def_ro("decision", &sim::AttentionPrediction::decision)
+      .def_ro("reason", &sim::AttentionPrediction::reason)
+      .def("__repr__", [](const sim::AttentionPrediction& p) {
+        return "AttentionPrediction(" + p.decision + ": " + p.reason + ")";
+      });
+  m.def(
+      "predict_attention",
+      [](std::string_view kind, const sim::Calibration& calib, int world, std::int64_t batch, std::int64_t heads,
+         std::int64_t kv_heads, std::int64_t seq_local, std::int64_t head_dim, bool causal, int elem_bytes,
+         std::string_view backend) {
+        sim::SeqParallel k;
+        if (kind == "ulysses")
+          k = sim::SeqParallel::ulysses;
+        else if (kind == "ring")
+          k = sim::SeqParallel::ring;
+        else
+          throw UserError("predict_attention: kind '" + std::string(kind) + "', expected 'ulysses' or 'ring'");
+        sim::AttentionShape s{world, batch, heads, kv_heads, seq_local, head_dim, causal, elem_bytes};
+        return sim::predict_attention(k, s, calib, enum_arg<plan::Backend>(backend, "backend"));
+      },
+      "kind"_a, "calibration"_a, nb::kw_only(), "world"_a, "batch"_a, "heads"_a, "kv_heads"_a, "seq_local"_a,
+      "head_dim"_a, "causal"_a, "elem_bytes"_a = 2, "backend"_a = "copy-engine",
+      "Sequential and fused times of ulysses or ring attention on the slowest rank and the decision "
+      "mode=\"auto\" runs (sim/attention_model.hpp).");
+}
+
 }  // namespace
 
 void bind_sim(nb::module_& m) {
   bind_calibration(m);
   bind_timelines(m);
   bind_tune(m);
+  bind_attention(m);
 }
 
 }  // namespace syncopate::python

@@ -133,7 +133,7 @@ Calibration parse_calibration(std::string_view json_text, std::string_view sourc
   const Node root(doc, "", source);
   auto top = object(root, "calibration",
                     {"version", "device", "sources", "gpu", "gemm", "overheads", "host", "kernel_level", "reduce_add",
-                     "network", "backends", "links"});
+                     "network", "attention", "backends", "links"});
   Calibration c;
   c.version = top.required("version").integer(1);
   if (c.version != kCalibrationVersion)
@@ -213,6 +213,24 @@ Calibration parse_calibration(std::string_view json_text, std::string_view sourc
     c.network.estimated = estimated.value().get<bool>();
   }
 
+  if (auto att = top.optional("attention")) {
+    auto o = object(*att, "attention",
+                    {"library_tflops", "library_causal_tflops", "kernel_tflops", "kernel_causal_tflops",
+                     "wait_overhead", "wait_overhead_causal", "merge_gbps", "estimated"});
+    auto& a = c.attention;
+    a.modelled = true;
+    a.library_tflops = o.required("library_tflops").positive();
+    a.library_causal_tflops = o.required("library_causal_tflops").positive();
+    a.kernel_tflops = o.required("kernel_tflops").positive();
+    a.kernel_causal_tflops = o.required("kernel_causal_tflops").positive();
+    a.wait_overhead = o.required("wait_overhead").positive();
+    a.wait_overhead_causal = o.required("wait_overhead_causal").positive();
+    a.merge_gbps = o.required("merge_gbps").positive();
+    const Node estimated = o.required("estimated");
+    if (!estimated.value().is_boolean()) estimated.fail("true (numbers not measured yet) or false");
+    a.estimated = estimated.value().get<bool>();
+  }
+
   const Node backends_node = top.required("backends");
   std::vector<std::string_view> names;
   for (const auto& [b, name] : plan::EnumTable<plan::Backend>::entries) names.push_back(name);
@@ -280,6 +298,11 @@ std::string calibration_to_json(const Calibration& c, int indent) {
     doc["network"] = {{"bandwidth_gbps", c.network.bandwidth_gbps},
                       {"latency_us", c.network.latency_us},
                       {"estimated", c.network.estimated}};
+  if (const auto& a = c.attention; a.modelled)
+    doc["attention"] = {{"library_tflops", a.library_tflops}, {"library_causal_tflops", a.library_causal_tflops},
+                        {"kernel_tflops", a.kernel_tflops},   {"kernel_causal_tflops", a.kernel_causal_tflops},
+                        {"wait_overhead", a.wait_overhead},   {"wait_overhead_causal", a.wait_overhead_causal},
+                        {"merge_gbps", a.merge_gbps},         {"estimated", a.estimated}};
   for (const auto& [b, name] : plan::EnumTable<plan::Backend>::entries) {
     const auto& m = c.backend(b);
     doc["backends"][std::string(name)] = {{"bandwidth_gbps", m.bandwidth_gbps},

@@ -138,6 +138,21 @@ struct GemmModel {
   bool fp8_estimated = true;
 };
 
+// Sequence-parallel attention (sim/attention_model.hpp): measured rates of one GPU, fp16/bf16.
+// Rates count the FLOPs a kernel must do: 4 * batch * heads * S_q * S_kv * head_dim, half of
+// it for a causal square.
+struct AttentionModel {
+  bool modelled = false;             // the calibration has `attention`
+  double library_tflops = 0;         // torch SDPA (flash / cuDNN), non-causal
+  double library_causal_tflops = 0;  // the same, causal
+  double kernel_tflops = 0;          // Syncopate's attention kernel (kernels/attention.py)
+  double kernel_causal_tflops = 0;
+  double wait_overhead = 1;  // transformed / untransformed kernel, nothing to wait for
+  double wait_overhead_causal = 1;
+  double merge_gbps = 0;  // the sequential ring's per-step log-sum-exp merge (fp32 o)
+  bool estimated = true;
+};
+
 struct Calibration {
   int version = kCalibrationVersion;
   std::string device;             // free text: what was measured
@@ -154,6 +169,7 @@ struct Calibration {
   KernelLevelModel kernel_level;
   ReduceAddModel reduce_add;
   NetworkModel network;
+  AttentionModel attention;
   std::array<BackendModel, 3> backends{};  // indexed by plan::Backend
   std::vector<LinkOverride> links;
 

@@ -19,8 +19,10 @@ plan/sequence_parallel.hpp move data, so the fused form can replace it op for op
 `mode="fused"` runs the fused form instead (ops/fused_attention.py: the transformed
 `kernels/attention.py` reading K/V from the symmetric heap as the runtime executor lands them,
 waiting per block; one context per shapes, dtype, device, causality and scale, cached).
-`mode="auto"` runs the sequential form: the simulator has no attention model yet, so nothing
-predicts when the fused form pays (docs/SEQUENCE_PARALLEL.md).
+`mode="auto"` runs what the simulator picks (`choose_mode`: sim/attention_model.hpp, from the
+calibration's measured SDPA and kernel rates): the fused form only where it pays and the
+tensors are on a GPU. With today's kernel (about 2.3x slower than SDPA) that is sequential on
+every shape measured (docs/SEQUENCE_PARALLEL.md).
 
 `compute="sdpa"` (default) runs each attention with torch; `compute="triton"` with Syncopate's
 local attention kernel (`kernels/attention.py`, untransformed; Ulysses only: the ring steps need
@@ -29,6 +31,7 @@ the log-sum-exp, which that kernel does not return).
 
 from __future__ import annotations
 
+import functools
 from typing import Optional
 
 import torch
@@ -207,6 +210,35 @@ def _ring_pieces(k, v, group, rank: int, world: int):
         yield (rank - step) % world, held[0], held[1]
 
 
+@functools.lru_cache(maxsize=256)
+def _predicted(kind: str, world, batch, heads, kv_heads, seq_local, head_dim, causal, elem_bytes):
+    from syncopate import _core
+    from syncopate.ops.choice import calibration
+
+    return _core.predict_attention(
+        kind,
+        calibration(),
+        world=world,
+        batch=batch,
+        heads=heads,
+        kv_heads=kv_heads,
+        seq_local=seq_local,
+        head_dim=head_dim,
+        causal=causal,
+        elem_bytes=elem_bytes,
+    )
+
+
+def choose_mode(kind: str, q: torch.Tensor, k: torch.Tensor, world: int, causal: bool) -> str:
+    """mode="auto": "fused" where the simulator predicts that it pays (the same prediction at
+    every rank: it depends on shapes only) and q is on a GPU, else "sequential"."""
+    if not q.is_cuda:
+        return "sequential"
+    z, h, s_loc, d = q.shape
+    prediction = _predicted(kind, world, z, h, k.shape[1], s_loc, d, causal, q.element_size())
+    return prediction.decision
+
+
 def ring_attention(
     q,
     k,
@@ -220,6 +252,8 @@ def ring_attention(
 ) -> torch.Tensor:
     """Ring attention (see the module): this rank's rows of attention over the whole sequence."""
     _check("ring_attention", q, k, v, mode, compute)
+    if mode == "auto":
+        mode = choose_mode("ring", q, k, group_rank_world(group)[2], causal)
     if mode == "fused":  # the transformed kernel, whatever `compute` says
         from syncopate.ops.fused_attention import RingAttention
 
@@ -262,6 +296,8 @@ def ulysses_attention(
                 f"ulysses_attention: {heads} {name} heads cannot be shared by {world} ranks: the "
                 "world size must divide the head count (plan/sequence_parallel.hpp)"
             )
+    if mode == "auto":
+        mode = choose_mode("ulysses", q, k, world, causal)
     if mode == "fused":
         from syncopate.ops.fused_attention import UlyssesAttention
 
