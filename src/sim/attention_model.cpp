@@ -100,7 +100,7 @@ AttentionPrediction ring(const AttentionShape& s, const Calibration& c, plan::Ba
   // kernel ends no earlier than the last piece's arrival plus that piece's work.
   const double hop = exchange_us(c, backend, kv_piece, 1);
   const double total = own.kernel_us + (w - 1) * other.kernel_us;
-  const double kernel = std::max(total, (w - 1) * hop + other.kernel_us);
+  const double kernel = w == 1 ? total : std::max(total, (w - 1) * hop + other.kernel_us);
   p.fused_us = bytes_at(kv_piece, c.local_copy_gbps) + kernel + c.launch_overhead_us;
   return p;
 }

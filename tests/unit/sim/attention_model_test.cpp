@@ -38,6 +38,11 @@ TEST(AttentionModel, WorldOneIsTheMeasuredAttentionAndStaysSequential) {
     EXPECT_NEAR(r.sequential_us, p.sequential_us - 3 * c.launch_overhead_us, 2.0);
     EXPECT_EQ(r.decision, "sequential");
   }
+  // At world 1 the ring's fused kernel is the own piece alone: causal does half the FLOPs (at a
+  // lower rate and a larger wait overhead, so not half the time).
+  const auto ring_full = predict_attention(SeqParallel::ring, bench_row(1, false), c);
+  const auto ring_causal = predict_attention(SeqParallel::ring, bench_row(1, true), c);
+  EXPECT_LT(ring_causal.fused_us, 0.9 * ring_full.fused_us);
 }
 
 TEST(AttentionModel, RingSequentialPaysEachStepsExchangeAndMerge) {
