@@ -175,3 +175,37 @@ def test_tune_bad_arguments(h200):
         sy.tune("all-gather", gemm, 4, h200, backends=["pcie"])
     with pytest.raises(sy.UserError, match="argument 'collective'"):
         sy.tune("gather", gemm, 4, h200)
+
+
+def test_predict_attention_decides_as_the_attention_ops_auto():
+    """_core.predict_attention (sim/attention_model.hpp) through the binding: today's kernel
+    never pays at world 1; a calibration whose kernel is as fast as SDPA makes the ring fuse at
+    world 8; the attention ops' auto on CPU tensors stays sequential; bad input is named."""
+    import json
+
+    import torch
+
+    from syncopate import _core
+    from syncopate.errors import CalibrationError, UserError
+    from syncopate.ops.choice import calibration
+    from syncopate.ops.seq_attention import choose_mode
+
+    shape = dict(batch=1, heads=16, kv_heads=16, head_dim=128, causal=True)
+    calib = calibration()
+    p = _core.predict_attention("ring", calib, world=1, seq_local=8192, **shape)
+    assert p.decision == "sequential" and p.fused_us > p.sequential_us > 0
+    doc = json.loads(calib.to_json())
+    doc["attention"].update(kernel_tflops=doc["attention"]["library_tflops"], wait_overhead=1.0)
+    doc["attention"].update(kernel_causal_tflops=doc["attention"]["library_causal_tflops"], wait_overhead_causal=1.0)
+    fast = _core.parse_calibration(json.dumps(doc))
+    p = _core.predict_attention("ring", fast, world=8, seq_local=1024, **shape)
+    assert p.decision == "fused", p.reason
+    q = torch.zeros(1, 16, 64, 128, dtype=torch.float16)
+    assert choose_mode("ring", q, q, 8, True) == "sequential"  # not on a GPU
+    with pytest.raises(UserError, match="must divide the head counts"):
+        _core.predict_attention("ulysses", calib, world=3, seq_local=64, **shape)
+    with pytest.raises(UserError, match="expected 'ulysses' or 'ring'"):
+        _core.predict_attention("zigzag", calib, world=2, seq_local=64, **shape)
+    del doc["attention"]
+    with pytest.raises(CalibrationError, match="no 'attention' section"):
+        _core.predict_attention("ring", _core.parse_calibration(json.dumps(doc)), world=2, seq_local=64, **shape)

@@ -122,12 +122,18 @@ def check_out(out, shape, dtype, device, who):
     return out
 
 
-def group_rank_world(group):
-    """(group, rank, world); (None, 0, 1) without torch.distributed."""
+def group_rank_world(group, *, none_is_world: bool = False):
+    """(group, rank, world); (None, 0, 1) without torch.distributed. group=None means one rank
+    (the op contexts: `AgGemm(None, ...)`), or with none_is_world torch.distributed's default
+    group, as torch.distributed's own calls read it (the functional attention ops)."""
     import torch.distributed as dist
 
-    if group is None or not (dist.is_available() and dist.is_initialized()):
+    if not (dist.is_available() and dist.is_initialized()):
         return None, 0, 1
+    if group is None:
+        if not none_is_world:
+            return None, 0, 1
+        group = dist.group.WORLD
     return group, dist.get_rank(group), dist.get_world_size(group)
 
 

@@ -37,20 +37,15 @@ from typing import Optional
 import torch
 
 from syncopate.errors import ShapeError, UserError
+from syncopate.ops import common
 
 MODES = ("auto", "sequential", "fused")
 COMPUTES = ("sdpa", "triton")
 
 
 def group_rank_world(group):
-    """(group, rank, world): the default group when torch.distributed is initialized and none is
-    given; (None, 0, 1) without torch.distributed."""
-    import torch.distributed as dist
-
-    if not (dist.is_available() and dist.is_initialized()):
-        return None, 0, 1
-    group = dist.group.WORLD if group is None else group
-    return group, dist.get_rank(group), dist.get_world_size(group)
+    """(group, rank, world) with group=None the default group (common.group_rank_world)."""
+    return common.group_rank_world(group, none_is_world=True)
 
 
 def _check(who: str, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mode: str, compute: str) -> None:
