@@ -139,6 +139,44 @@ def main() -> int:
                     f"S={s:>6} causal={causal!s:5} {name:20} {times[name]:9.3f} ms  x{ratio:.3f}  {'ok' if same else 'MISMATCH'}",
                     flush=True,
                 )
+    # The untransformed kernel's configurations (the fused ops launch 64 x 64 blocks, 4 warps,
+    # 2 stages; this benchmark's rows above use 128 x 64 and Triton's defaults).
+    s = int(args.seqs.split(",")[0])
+    q, k, v = (torch.randn(1, h, s, d, device=dev, dtype=torch.float16) for _ in range(3))
+    o = torch.empty_like(q)
+    kernel_args = attention_reference_args(q, k, v, o, d**-0.5, 0)
+    for causal in (False, True):
+        base = None
+        for bm_, bn_, warps, stages in (
+            (64, 64, 4, 2),
+            (128, 64, 4, 3),
+            (128, 64, 8, 3),
+            (128, 64, 8, 2),
+            (128, 128, 8, 2),
+            (64, 64, 4, 3),
+            (128, 32, 4, 3),
+        ):
+            tiles_ = -(-s // bm_) * h
+
+            def fn(bm_=bm_, bn_=bn_, warps=warps, stages=stages, tiles_=tiles_):
+                attention_fwd_kernel[(tiles_,)](
+                    *kernel_args,
+                    HEAD_DIM=d,
+                    BLOCK_M=bm_,
+                    BLOCK_N=bn_,
+                    CAUSAL=causal,
+                    num_warps=warps,
+                    num_stages=stages,
+                )
+
+            try:
+                ms = timed(fn)
+            except Exception as exc:  # a config that does not fit (shared memory, registers)
+                print(f"S={s:>6} causal={causal!s:5} config {bm_}x{bn_} w{warps} s{stages}: {type(exc).__name__}")
+                continue
+            base = base or ms
+            rows.append({"seq": s, "causal": causal, "variant": f"config {bm_}x{bn_} w{warps} s{stages}", "ms": ms})
+            print(f"S={s:>6} causal={causal!s:5} config {bm_}x{bn_} w{warps} s{stages}: {ms:9.3f} ms", flush=True)
     out_dir = Path(os.environ.get("OUT", ROOT / "bench" / "results"))
     out_dir.mkdir(parents=True, exist_ok=True)
     meta = {"device": torch.cuda.get_device_name(), "date": datetime.datetime.now(datetime.timezone.utc).isoformat()}
