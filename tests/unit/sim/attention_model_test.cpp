@@ -31,8 +31,8 @@ TEST(AttentionModel, WorldOneIsTheMeasuredAttentionAndStaysSequential) {
     // 4 * 16 * 8192^2 * 128 FLOPs (half causal) at the calibrated SDPA rate: 836 / 500 us measured.
     EXPECT_NEAR(p.compute_us, causal ? 500.0 : 836.0, 5.0);
     EXPECT_DOUBLE_EQ(p.comm_us, 0.0);
-    // Syncopate's kernel is ~2.3x slower than SDPA and nothing is hidden at world 1.
-    EXPECT_GT(p.fused_us, 2 * p.sequential_us);
+    // Syncopate's kernel is ~1.6x slower than SDPA and nothing is hidden at world 1.
+    EXPECT_GT(p.fused_us, 1.3 * p.sequential_us);
     EXPECT_EQ(p.decision, "sequential") << p.reason;
     const auto r = predict_attention(SeqParallel::ring, bench_row(1, causal), c);
     EXPECT_NEAR(r.sequential_us, p.sequential_us - 3 * c.launch_overhead_us, 2.0);
