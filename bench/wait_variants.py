@@ -18,6 +18,8 @@ Each variant is the transformer's output with textual changes (make_variant); th
 what the changed calls use.
 """
 
+import re
+
 import triton
 import triton.language as tl
 from triton.language.target_info import cuda_capability_geq
@@ -90,13 +92,27 @@ _CACHED = (
         "ld.global.b32 %sslot, [%sa];\n",
         "ld.global.b32 %sslot, [%sa];\nsetp.eq.s32 %sp6, %sslot, $11;\n@%sp6 bra SY_WAIT_NEXT;\nsetp.eq.s32 %sp7, 0, 0;\n",
     )
-    .replace("sub.s32 %sd, %sseen, %sexp;\nsetp.ge.s32 %sp0, %sd, 0;\n@%sp0 bra SY_WAIT_NEXT;\nmov.u64",
-             "sub.s32 %sd, %sseen, %sexp;\nsetp.ge.s32 %sp0, %sd, 0;\n@%sp0 mov.b32 $0, %sslot;\n@%sp0 bra SY_WAIT_NEXT;\nmov.u64")
+    .replace(
+        "sub.s32 %sd, %sseen, %sexp;\nsetp.ge.s32 %sp0, %sd, 0;\n@%sp0 bra SY_WAIT_NEXT;\nmov.u64",
+        "sub.s32 %sd, %sseen, %sexp;\nsetp.ge.s32 %sp0, %sd, 0;\n@%sp0 mov.b32 $0, %sslot;\n@%sp0 bra SY_WAIT_NEXT;\nmov.u64",
+    )
     .replace("@%sp0 bra SY_WAIT_NEXT;\nld.volatile", "@%sp0 mov.b32 $0, %sslot;\n@%sp0 bra SY_WAIT_NEXT;\nld.volatile")
 )
 WAIT_PTX_CACHED_FENCE: tl.constexpr = tl.constexpr(_CACHED + "@%sp7 fence.proxy.async.global;\nSY_WAIT_END:\n}")
 WAIT_PTX_CACHED: tl.constexpr = tl.constexpr(_CACHED + "SY_WAIT_END:\n}")
 WAIT_CACHED_CONSTRAINTS: tl.constexpr = tl.constexpr("=r,r,r,l,l,l,r,l,l,r,r,r")
+# The form called at the tile lookup: $0 returns the tile ($10) once every slot is waited for, so
+# every address computed from the tile's coordinates depends on the wait (the pipeliner and the
+# warp specialiser keep data dependences, not the order of side effects).
+_AT = _WAIT_HEAD.replace("mov.b32 $0, 0;", "")
+WAIT_AT_PTX_FENCE: tl.constexpr = tl.constexpr(_AT + "fence.proxy.async.global;\nSY_WAIT_END:\nmov.b32 $0, $10;\n}")
+WAIT_AT_PTX: tl.constexpr = tl.constexpr(_AT + "SY_WAIT_END:\nmov.b32 $0, $10;\n}")
+# Operands as wait_tile_cached's, each one place up: $0 is the tile out, $1 the cache out.
+_AT_CACHED = re.sub(r"\$(\d+)", lambda m: f"${int(m.group(1)) + 1}", _CACHED)
+WAIT_AT_PTX_CACHED_FENCE: tl.constexpr = tl.constexpr(
+    _AT_CACHED + "@%sp7 fence.proxy.async.global;\nSY_WAIT_END:\nmov.b32 $0, $11;\n}"
+)
+WAIT_AT_CACHED_CONSTRAINTS: tl.constexpr = tl.constexpr("=r,=r,r,r,l,l,l,r,l,l,r,r,r")
 WAIT_PTX_FENCE: tl.constexpr = tl.constexpr(_WAIT_HEAD + "fence.proxy.async.global;\nSY_WAIT_END:\n}")
 WAIT_PTX: tl.constexpr = tl.constexpr(_WAIT_HEAD + "SY_WAIT_END:\n}")
 WAIT_CONSTRAINTS: tl.constexpr = tl.constexpr("=r,r,r,l,l,l,r,l,l,r,r")
@@ -196,6 +212,54 @@ def wait_tile_cached(
 
 
 @triton.jit
+def wait_tile_at(
+    signals_ptr, wait_offsets_ptr, wait_slots_ptr, slot_writers_ptr, tile, epoch_ptr, bound_ns, rank, error_ptr
+):
+    """wait_tile_fused, returning `tile` after the wait (call it at the tile lookup)."""
+    begin = tl.load(wait_offsets_ptr + tile)
+    end = tl.load(wait_offsets_ptr + tile + 1)
+    epoch = tl.load(epoch_ptr)
+    if cuda_capability_geq(9, 0):
+        tile = tl.inline_asm_elementwise(
+            WAIT_AT_PTX_FENCE,
+            WAIT_CONSTRAINTS,
+            [begin, end, wait_slots_ptr, slot_writers_ptr, signals_ptr, epoch, bound_ns, error_ptr, rank, tile],
+            dtype=tl.int32,
+            is_pure=False,
+            pack=1,
+        )
+    else:
+        tile = tl.inline_asm_elementwise(
+            WAIT_AT_PTX,
+            WAIT_CONSTRAINTS,
+            [begin, end, wait_slots_ptr, slot_writers_ptr, signals_ptr, epoch, bound_ns, error_ptr, rank, tile],
+            dtype=tl.int32,
+            is_pure=False,
+            pack=1,
+        )
+    return tile
+
+
+@triton.jit
+def wait_tile_at_cached(
+    signals_ptr, wait_offsets_ptr, wait_slots_ptr, slot_writers_ptr, tile, epoch_ptr, bound_ns, rank, error_ptr, seen
+):
+    """wait_tile_at with the slot cache of wait_tile_cached (sm_90 and newer): (tile, seen)."""
+    begin = tl.load(wait_offsets_ptr + tile)
+    end = tl.load(wait_offsets_ptr + tile + 1)
+    epoch = tl.load(epoch_ptr)
+    tile, seen = tl.inline_asm_elementwise(
+        WAIT_AT_PTX_CACHED_FENCE,
+        WAIT_AT_CACHED_CONSTRAINTS,
+        [begin, end, wait_slots_ptr, slot_writers_ptr, signals_ptr, epoch, bound_ns, error_ptr, rank, tile, seen],
+        dtype=(tl.int32, tl.int32),
+        is_pure=False,
+        pack=1,
+    )
+    return tile, seen
+
+
+@triton.jit
 def notify_range(notify_offsets_ptr, tile):
     """The tile's notify row, loaded where the tile starts (the flattened loop's prologue)."""
     return tl.load(notify_offsets_ptr + tile), tl.load(notify_offsets_ptr + tile + 1)
@@ -243,6 +307,8 @@ VARIANTS = {
     "fused+prefetch": "fused, and the next tile's order entry loaded one tile ahead",
     "fused+prefetch+cache": "fused+prefetch, and a slot this program saw complete is not loaded again",
     "fused+all": "fused+prefetch+cache, and the notify row loaded where the tile starts",
+    "fused@tile": "fused, the wait called at the tile lookup and returning the tile (addresses depend on it)",
+    "fused@tile+all": "fused@tile with the prefetch, the slot cache and the notify row of fused+all",
     "fused, no wait": "diagnostic: fused with the wait removed (lookup and notify only)",
 }
 
@@ -257,6 +323,29 @@ def make_variant(source: str, name: str) -> str:
     else:
         out = out.replace(_WAIT, "syv.wait_tile_fused(")
     out = out.replace(_NOTIFY, "syv.notify_tile_fused(")
+    if name.startswith("fused@tile"):
+        lines = out.splitlines()
+        wait_line = next(line for line in lines if "syv.wait_tile_fused(" in line)
+        lines.remove(wait_line)
+        out = "\n".join(lines) + "\n"
+        call = wait_line.strip().replace("syv.wait_tile_fused(", "sy_tile = syv.wait_tile_at(")
+        if name == "fused@tile+all":
+            call = call.replace("sy_tile = syv.wait_tile_at(", "sy_tile, sy_seen = syv.wait_tile_at_cached(").replace(
+                "sy_rank, sy_error)", "sy_rank, sy_error, sy_seen)"
+            )
+        coords = "pid_m, pid_n = syl.tile_coords(sy_tile, sy_tiles_n)  # [syncopate]"
+        out = out.replace(coords, call + "\n        " + coords)
+        if name == "fused@tile+all":
+            out = out.replace(
+                coords, coords + "\n        sy_nb, sy_ne = syv.notify_range(sy_notify_offsets, sy_tile)  # [variant]"
+            )
+            out = out.replace(
+                "syl.tma_store_wait(sy_notify_offsets, sy_tile)", "syv.tma_store_wait_range(sy_nb, sy_ne)"
+            )
+            out = out.replace(
+                "syv.notify_tile_fused(sy_signals, sy_notify_offsets, sy_notify_slots, sy_tile)",
+                "syv.notify_range_fused(sy_signals, sy_notify_slots, sy_nb, sy_ne)",
+            )
     if name in ("fused+prefetch+cache", "fused+all"):
         out = out.replace("syv.wait_tile_fused(", "sy_seen = syv.wait_tile_cached(").replace(
             "sy_rank, sy_error)  # [syncopate]", "sy_rank, sy_error, sy_seen)  # [syncopate]"
@@ -265,14 +354,15 @@ def make_variant(source: str, name: str) -> str:
         wait_line = next(line for line in out.splitlines() if "sy_seen = syv.wait_tile_cached(" in line)
         indent = wait_line[: len(wait_line) - len(wait_line.lstrip())]
         out = out.replace(
-            wait_line, wait_line + "\n" + indent + "sy_nb, sy_ne = syv.notify_range(sy_notify_offsets, sy_tile)  # [variant]"
+            wait_line,
+            wait_line + "\n" + indent + "sy_nb, sy_ne = syv.notify_range(sy_notify_offsets, sy_tile)  # [variant]",
         )
         out = out.replace("syl.tma_store_wait(sy_notify_offsets, sy_tile)", "syv.tma_store_wait_range(sy_nb, sy_ne)")
         out = out.replace(
             "syv.notify_tile_fused(sy_signals, sy_notify_offsets, sy_notify_slots, sy_tile)",
             "syv.notify_range_fused(sy_signals, sy_notify_slots, sy_nb, sy_ne)",
         )
-    if name in ("fused+prefetch", "fused+prefetch+cache", "fused+all"):
+    if name in ("fused+prefetch", "fused+prefetch+cache", "fused+all", "fused@tile+all"):
         header = "    for tile_id in tl.range(\n        tl.program_id(0), num_tiles, num_programs,"
         assert header in out, "the tile loop's header changed: update make_variant"
         first = (
