@@ -42,7 +42,15 @@ from bench_wait_overhead import SHAPES, WORLD, grouped_order, load_modules  # no
 SHAPES = sorted(
     SHAPES, key=lambda s: [(32768, 4096, 4096), (8192, 8192, 8192), (1024, 8192, 8192)].count(s), reverse=True
 )
-DEFAULT_VARIANTS = ("current", "fused", "fused+prefetch", "fused+all", "fused@tile", "fused@tile+all", "fused, no wait")
+DEFAULT_VARIANTS = (
+    "before",
+    "emitted",
+    "fused@tile",
+    "fused@tile+prefetch",
+    "fused@tile+all",
+    "fused+all",
+    "fused, no wait",
+)
 
 
 def transformed_source(kernel_file: Path | None) -> str:

@@ -24,6 +24,8 @@ import triton
 import triton.language as tl
 from triton.language.target_info import cuda_capability_geq
 
+import syncopate.language as _language
+
 # One PTX block: waits on wait_slots[begin:end] (each slot's value >= epoch * writers[slot],
 # modulo 2^32), every thread polling with acquire loads at system scope, each slot bounded by
 # bound_ns of %globaltimer. On expiry the first waiter to claim the error record's flag (a CAS)
@@ -302,22 +304,70 @@ _LOOKUP = "sy_tile = syl.tile_at(sy_tile_order, tile_id)  # [syncopate]"
 _IMPORT = "import syncopate.language as syl  # [syncopate]"
 
 VARIANTS = {
-    "current": "the transformer's output today: wait and notify loops (tile and K loops apart)",
-    "fused": "wait and notify as one PTX block each: the tile and K loops fuse and pipeline",
+    "before": "this morning's output: wait and notify loops at the consume and produce (tile and K loops apart)",
+    "emitted": "the transformer's output as it is now (with the syncopate.language of this tree)",
+    "fused": "wait (at the consume) and notify as one PTX block each: the tile and K loops fuse and pipeline",
     "fused+prefetch": "fused, and the next tile's order entry loaded one tile ahead",
     "fused+prefetch+cache": "fused+prefetch, and a slot this program saw complete is not loaded again",
     "fused+all": "fused+prefetch+cache, and the notify row loaded where the tile starts",
     "fused@tile": "fused, the wait called at the tile lookup and returning the tile (addresses depend on it)",
+    "fused@tile+prefetch": "fused@tile, and the next tile's order entry loaded one tile ahead",
     "fused@tile+all": "fused@tile with the prefetch, the slot cache and the notify row of fused+all",
     "fused, no wait": "diagnostic: fused with the wait removed (lookup and notify only)",
 }
 
+_WAIT_FOR_TILE = "sy_tile = syl.wait_for_tile("
+_CONSUME = "# @sy.consume(a_ptr, m=pid_m)"
+
+
+def canonical(source: str) -> str:
+    """The transformer's output in this morning's form: the wait (`syl.wait_tile(...)`) at the
+    consume, whether the transformer now puts it at the tile lookup or not."""
+    if _WAIT_FOR_TILE not in source:
+        return source
+    lines = source.splitlines(keepends=True)
+    at = next(i for i, line in enumerate(lines) if _WAIT_FOR_TILE in line)
+    wait = lines.pop(at).strip().replace(_WAIT_FOR_TILE, _WAIT) + "\n"
+    consume = next(i for i, line in enumerate(lines) if _CONSUME in line)
+    indent = lines[consume][: len(lines[consume]) - len(lines[consume].lstrip())]
+    lines.insert(consume + 1, indent + wait)
+    return "".join(lines)
+
+
+@triton.jit
+def wait_tile_loop(
+    signals_ptr, wait_offsets_ptr, wait_slots_ptr, slot_writers_ptr, tile, epoch_ptr, bound_ns, rank, error_ptr
+):
+    """syncopate.language's wait_tile as it was this morning (a loop of bounded spins)."""
+    begin = tl.load(wait_offsets_ptr + tile)
+    end = tl.load(wait_offsets_ptr + tile + 1)
+    epoch = tl.load(epoch_ptr)
+    for i in range(begin, end):
+        slot = tl.load(wait_slots_ptr + i)
+        expected = epoch * tl.load(slot_writers_ptr + slot)
+        _language.wait(signals_ptr + slot, expected, bound_ns, error_ptr, rank, slot, tile)
+    _language.fence_proxy_async()
+
+
+@triton.jit
+def notify_tile_loop(signals_ptr, notify_offsets_ptr, notify_slots_ptr, tile):
+    """syncopate.language's notify_tile as it was this morning (a barrier, then a loop)."""
+    begin = tl.load(notify_offsets_ptr + tile)
+    end = tl.load(notify_offsets_ptr + tile + 1)
+    tl.debug_barrier()
+    for i in range(begin, end):
+        slot = tl.load(notify_slots_ptr + i)
+        tl.atomic_add(signals_ptr + slot, 1, sem="release", scope="sys")
+
 
 def make_variant(source: str, name: str) -> str:
     """The transformed gemm_tma_kernel source `source` changed into variant `name`."""
-    if name == "current":
+    if name == "emitted":
         return source
+    source = canonical(source)
     out = source.replace(_IMPORT, _IMPORT + "\nimport wait_variants as syv  # [variant]")
+    if name == "before":
+        return out.replace(_WAIT, "syv.wait_tile_loop(").replace(_NOTIFY, "syv.notify_tile_loop(")
     if name == "fused, no wait":
         out = out.replace(_WAIT, "syv.wait_tile_skip(")
     else:
@@ -329,7 +379,7 @@ def make_variant(source: str, name: str) -> str:
         lines.remove(wait_line)
         out = "\n".join(lines) + "\n"
         call = wait_line.strip().replace("syv.wait_tile_fused(", "sy_tile = syv.wait_tile_at(")
-        if name == "fused@tile+all":
+        if name in ("fused@tile+all",):
             call = call.replace("sy_tile = syv.wait_tile_at(", "sy_tile, sy_seen = syv.wait_tile_at_cached(").replace(
                 "sy_rank, sy_error)", "sy_rank, sy_error, sy_seen)"
             )
@@ -362,16 +412,16 @@ def make_variant(source: str, name: str) -> str:
             "syv.notify_tile_fused(sy_signals, sy_notify_offsets, sy_notify_slots, sy_tile)",
             "syv.notify_range_fused(sy_signals, sy_notify_slots, sy_nb, sy_ne)",
         )
-    if name in ("fused+prefetch", "fused+prefetch+cache", "fused+all", "fused@tile+all"):
-        header = "    for tile_id in tl.range(\n        tl.program_id(0), num_tiles, num_programs,"
-        assert header in out, "the tile loop's header changed: update make_variant"
+    if name in ("fused+prefetch", "fused+prefetch+cache", "fused+all", "fused@tile+prefetch", "fused@tile+all"):
+        header = "    for tile_id in tl.range("
+        assert header in out and "tl.program_id(0), num_tiles, num_programs" in out, "the tile loop changed"
         first = (
             "    sy_tile_next = tl.load(sy_tile_order + tl.program_id(0), mask=tl.program_id(0) < num_tiles, other=0)"
             "  # [variant]\n"
         )
         if "sy_seen" in out:
             first += "    sy_seen = tl.full([], -1, tl.int32)  # [variant]\n"
-        out = out.replace(header, first + header)
+        out = out.replace(header, first + header, 1)
         indent = "        "
         out = out.replace(
             _LOOKUP,

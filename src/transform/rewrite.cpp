@@ -54,6 +54,7 @@ class Rewriter {
     add_params(a.kernel, added_params_of(a));
     for (const auto& t : a.tiles) replace_tile(a, t);
     for (const auto& w : a.waits) {
+      if (w.at_lookup) continue;  // waited for at the tile lookup (replace_tile)
       const LogicalLine& l = m_.lines[w.stmt];
       insert_before_line(
           l.line, indent_of(l.line) +
@@ -231,6 +232,11 @@ class Rewriter {
           {line_start(line), text.size(), indent + std::string(kInsertedMark) + " was: " + std::string(body)});
     }
     insert_before_line(t.end_line, indent + fmt::format("sy_tile = syl.tile_at(sy_tile_order, {})", t.index_expr));
+    // The tile's coordinates are computed from what the wait returns (placement.cpp says why).
+    if (t.waits_at_lookup)
+      insert_before_line(t.end_line, indent +
+                                         "sy_tile = syl.wait_for_tile(sy_signals, sy_wait_offsets, sy_wait_slots, "
+                                         "sy_slot_writers, sy_tile, sy_epoch, sy_wait_bound_ns, sy_rank, sy_error)");
     if (t.n.empty())
       insert_before_line(t.end_line, indent + fmt::format("{} = syl.tile_row(sy_tile, sy_tiles_n)", t.m));
     else

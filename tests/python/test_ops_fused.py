@@ -142,7 +142,11 @@ def test_transformed_kernel_waits_before_reading_a_and_notifies_after_storing_c(
     body = out[out.index(f"def {kernel}(") :]
     body = body[: body.index("\n@triton.jit")] if "\n@triton.jit" in body else body
     lines = [ln.strip() for ln in body.splitlines()]
-    wait = next(i for i, ln in enumerate(lines) if ln.startswith("syl.wait_tile("))
+    # Waited for at the tile lookup: the coordinates are computed from what the wait returns.
+    wait = next(i for i, ln in enumerate(lines) if ln.startswith("sy_tile = syl.wait_for_tile("))
+    coords = next(i for i, ln in enumerate(lines) if ln.startswith("pid_m, pid_n = syl.tile_coords(sy_tile"))
+    assert wait < coords
+    assert not any(ln.startswith("syl.wait_tile(") for ln in lines)
     notify = next(i for i, ln in enumerate(lines) if ln.startswith("syl.notify_tile("))
     # The TMA kernel reads A in its K loop helper, tma_k_loop(a_desc, ...): the call is the read.
     first_a_read = next(

@@ -101,13 +101,13 @@ def gemm_fp8_tma_kernel(a_ptr, b_ptr, c_ptr, scale_a_ptr, scale_b_ptr, M, N, K, 
         # @sy.tile(index=tile_id, m=pid_m, n=pid_n)
         # [syncopate] was: pid_m, pid_n = grouped_tile(tile_id, num_pid_m, num_pid_n, GROUP_M)
         sy_tile = syl.tile_at(sy_tile_order, tile_id)  # [syncopate]
+        sy_tile = syl.wait_for_tile(sy_signals, sy_wait_offsets, sy_wait_slots, sy_slot_writers, sy_tile, sy_epoch, sy_wait_bound_ns, sy_rank, sy_error)  # [syncopate]
         pid_m, pid_n = syl.tile_coords(sy_tile, sy_tiles_n)  # [syncopate]
         # @sy.end
         off_m = pid_m * BLOCK_M
         off_n = pid_n * BLOCK_N
         acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
         # @sy.consume(a_ptr, m=pid_m)
-        syl.wait_tile(sy_signals, sy_wait_offsets, sy_wait_slots, sy_slot_writers, sy_tile, sy_epoch, sy_wait_bound_ns, sy_rank, sy_error)  # [syncopate]
         for ki in range(k_tiles):
             off_k = ki * BLOCK_K
             a = a_desc.load([off_m, off_k])

@@ -548,8 +548,9 @@ TEST(SafetyHelpers, AHelperCalledUnderTheConsumeIsCoveredByItsWait) {
   const auto out = output_of(k_loop_kernel("    # @sy.consume(x_ptr, m=pid_m)\n"
                                            "    acc = _k_loop(x_desc, w_desc, pid_m * BM, k_tiles, acc, BK)\n") +
                              kLoopHelpers);
-  EXPECT_TRUE(has(out, "    syl.wait_tile(")) << out;
-  EXPECT_LT(out.find("syl.wait_tile("), out.find("    acc = _k_loop(")) << out;
+  // Only `acc = tl.zeros(...)` between the tile block and the consume: waited for at the lookup.
+  EXPECT_TRUE(has(out, "    sy_tile = syl.wait_for_tile(")) << out;
+  EXPECT_LT(out.find("syl.wait_for_tile("), out.find("    acc = _k_loop(")) << out;
 }
 
 TEST(SafetyHelpers, AHelperThatReadsTheTensorBeforeTheWaitIsRefusedNamingTheReadInside) {
