@@ -66,41 +66,42 @@ TEST(WaitPlacement, AConsumeAfterPlainStatementsWaitsAtTheTileLookup) {
 }
 
 TEST(WaitPlacement, AConsumeAfterALoopWaitsWhereItIs) {
-  const auto text = output_of(one_tile_kernel(
-      "    acc = 0.0\n"
-      "    for k in range(K):\n"
-      "        acc += k\n"
-      "    # @sy.consume(x_ptr, m=pid_m)\n"
-      "    acc += tl.load(x_ptr + pid_m)\n"));
+  const auto text =
+      output_of(one_tile_kernel("    acc = 0.0\n"
+                                "    for k in range(K):\n"
+                                "        acc += k\n"
+                                "    # @sy.consume(x_ptr, m=pid_m)\n"
+                                "    acc += tl.load(x_ptr + pid_m)\n"));
   EXPECT_EQ(count(text, "syl.wait_for_tile("), 0u) << text;
-  EXPECT_NE(text.find("        acc += k\n    # @sy.consume(x_ptr, m=pid_m)\n    syl.wait_tile("), std::string::npos) << text;
+  EXPECT_NE(text.find("        acc += k\n    # @sy.consume(x_ptr, m=pid_m)\n    syl.wait_tile("), std::string::npos)
+      << text;
 }
 
 TEST(WaitPlacement, AConsumeAfterAHelperCallWaitsWhereItIs) {
   // The helper runs a loop the transformer would move the wait above: its overlap is kept.
-  const auto text = output_of(one_tile_kernel(
-      "    acc = _k_loop(y_ptr, pid_m, K)\n"
-      "    # @sy.consume(x_ptr, m=pid_m)\n"
-      "    acc += tl.load(x_ptr + pid_m)\n"));
+  const auto text =
+      output_of(one_tile_kernel("    acc = _k_loop(y_ptr, pid_m, K)\n"
+                                "    # @sy.consume(x_ptr, m=pid_m)\n"
+                                "    acc += tl.load(x_ptr + pid_m)\n"));
   EXPECT_EQ(count(text, "syl.wait_for_tile("), 0u) << text;
   EXPECT_EQ(count(text, "    syl.wait_tile("), 1u) << text;
 }
 
 TEST(WaitPlacement, AConsumeWithoutCoordinatesWaitsWhereItIs) {
   // Without m= or n= nothing says the tile's reads are addressed from its coordinates.
-  const auto text = output_of(one_tile_kernel(
-      "    # @sy.consume(x_ptr)\n"
-      "    acc = tl.load(x_ptr + pid_m)\n"));
+  const auto text =
+      output_of(one_tile_kernel("    # @sy.consume(x_ptr)\n"
+                                "    acc = tl.load(x_ptr + pid_m)\n"));
   EXPECT_EQ(count(text, "syl.wait_for_tile("), 0u) << text;
   EXPECT_EQ(count(text, "    syl.wait_tile("), 1u) << text;
 }
 
 TEST(WaitPlacement, AConsumeInsideABranchWaitsWhereItIs) {
-  const auto text = output_of(one_tile_kernel(
-      "    acc = 0.0\n"
-      "    if K > 0:\n"
-      "        # @sy.consume(x_ptr, m=pid_m)\n"
-      "        acc = tl.load(x_ptr + pid_m)\n"));
+  const auto text =
+      output_of(one_tile_kernel("    acc = 0.0\n"
+                                "    if K > 0:\n"
+                                "        # @sy.consume(x_ptr, m=pid_m)\n"
+                                "        acc = tl.load(x_ptr + pid_m)\n"));
   EXPECT_EQ(count(text, "syl.wait_for_tile("), 0u) << text;
   EXPECT_EQ(count(text, "        syl.wait_tile("), 1u) << text;
 }
