@@ -116,15 +116,15 @@ def wait_before_first_load(lines: list) -> bool | None:
 
 
 def wait_order(ttgir: str) -> dict:
-    """In the scf.for around the (first) dot: does the wait precede the first TMA load? And in
+    """In the scf.for around the first dot in a loop: does the wait precede the first TMA load? And in
     a warp-specialised kernel, in the partition that issues the TMA loads?"""
     lines = ttgir.splitlines()
     out = {}
-    dot = next((i for i, ln in enumerate(lines) if DOT.search(ln)), None)
-    if dot is not None:
+    for dot in (i for i, ln in enumerate(lines) if DOT.search(ln)):  # the first dot inside a loop
         loop = max((i for i in range(dot) if "scf.for" in lines[i] and region_end(lines, i) > dot), default=None)
         if loop is not None:
             out["wait_before_loads_in_dot_loop"] = wait_before_first_load(lines[loop : region_end(lines, loop)])
+            break
     for i, ln in enumerate(lines):
         if re.match(r"\s*partition\d+\(", ln):
             body = lines[i : region_end(lines, i)]
