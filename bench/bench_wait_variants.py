@@ -45,10 +45,8 @@ SHAPES = sorted(
 DEFAULT_VARIANTS = (
     "before",
     "emitted",
-    "fused@tile",
     "fused@tile+prefetch",
     "fused@tile+all",
-    "fused+all",
     "fused, no wait",
 )
 

@@ -13,7 +13,7 @@ export PYTHONUNBUFFERED=1
 nvidia-smi --query-gpu=name,compute_cap,clocks.sm,clocks.max.sm --format=csv > "$dest/gpu.txt" 2>&1
 timeout 35 python3 -m pytest -q -p no:cacheprovider -rfE tests/gpu/test_transform_gpu.py > "$dest/test_transform_gpu.log" 2>&1
 echo "rc=$?" >> "$dest/test_transform_gpu.log"
-timeout 78 python3 bench/bench_wait_variants.py --out "$dest" --samples 10 > "$dest/bench_wait_variants.log" 2>&1
+timeout 78 python3 bench/bench_wait_variants.py --out "$dest" --samples 15 > "$dest/bench_wait_variants.log" 2>&1
 echo "rc=$?" >> "$dest/bench_wait_variants.log"
 tail -n 15 "$dest/test_transform_gpu.log"
 tail -n 100 "$dest/bench_wait_variants.log"

@@ -316,21 +316,32 @@ VARIANTS = {
     "fused, no wait": "diagnostic: fused with the wait removed (lookup and notify only)",
 }
 
-_WAIT_FOR_TILE = "sy_tile = syl.wait_for_tile("
 _CONSUME = "# @sy.consume(a_ptr, m=pid_m)"
 
 
 def canonical(source: str) -> str:
-    """The transformer's output in this morning's form: the wait (`syl.wait_tile(...)`) at the
-    consume, whether the transformer now puts it at the tile lookup or not."""
-    if _WAIT_FOR_TILE not in source:
-        return source
+    """The transformer's output in this morning's form: the order entry looked up in the tile
+    block and the wait (`syl.wait_tile(...)`) at the consume, whatever form the transformer
+    emits now (the wait at the tile lookup, the next entry prefetched, the slot cache)."""
     lines = source.splitlines(keepends=True)
-    at = next(i for i, line in enumerate(lines) if _WAIT_FOR_TILE in line)
-    wait = lines.pop(at).strip().replace(_WAIT_FOR_TILE, _WAIT) + "\n"
+    wait = next((i for i, line in enumerate(lines) if "= syl.wait_for_tile(" in line), None)
+    if wait is None:
+        return source
+    call = lines.pop(wait).strip()
+    call = _WAIT + call[call.index("syl.wait_for_tile(") + len("syl.wait_for_tile(") :]
+    call = call.replace(", sy_seen)", ")") + "\n"
+    lines = [
+        line
+        for line in lines
+        if "sy_tile_next = syl.tile_at_or(" not in line and "sy_seen = syl.no_slot_seen()" not in line
+    ]
+    lines = [
+        line.replace("sy_tile = sy_tile_next  # [syncopate]", _LOOKUP) if "sy_tile = sy_tile_next" in line else line
+        for line in lines
+    ]
     consume = next(i for i, line in enumerate(lines) if _CONSUME in line)
     indent = lines[consume][: len(lines[consume]) - len(lines[consume].lstrip())]
-    lines.insert(consume + 1, indent + wait)
+    lines.insert(consume + 1, indent + call)
     return "".join(lines)
 
 

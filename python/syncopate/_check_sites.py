@@ -55,11 +55,11 @@ def wait_tile(signals_ptr, wait_offsets_ptr, wait_slots_ptr, slot_writers_ptr, t
 
 @triton.jit
 def wait_for_tile(
-    signals_ptr, wait_offsets_ptr, wait_slots_ptr, slot_writers_ptr, tile, epoch, bound_ns, rank, error_ptr
+    signals_ptr, wait_offsets_ptr, wait_slots_ptr, slot_writers_ptr, tile, epoch, bound_ns, rank, error_ptr, seen
 ):
     _on_wait(signals_ptr, tile)
     return _sites.wait_for_tile(
-        signals_ptr, wait_offsets_ptr, wait_slots_ptr, slot_writers_ptr, tile, epoch, bound_ns, rank, error_ptr
+        signals_ptr, wait_offsets_ptr, wait_slots_ptr, slot_writers_ptr, tile, epoch, bound_ns, rank, error_ptr, seen
     )
 
 

@@ -174,67 +174,79 @@ def wait_tile(
 # (modulo 2^32), every thread polling with acquire loads at system scope and each slot bounded
 # by bound_ns of %globaltimer. On expiry the first waiter to claim the error record's flag (a
 # CAS) writes [1, rank, slot, expected, seen, tile] (ERROR_FIELDS); a waiter that sees the flag
-# raised gives up at once. After a wait, fence.proxy.async (sm_90 and newer) orders it before
-# the tile's TMA loads. $0 returns the tile ($10) last, so everything computed from it follows
-# the wait. Operands: $1 begin, $2 end, $3 wait_slots, $4 slot_writers, $5 signals, $6 epoch,
-# $7 bound_ns, $8 error record, $9 rank, $10 tile.
+# raised gives up at once. A slot equal to `seen` (the last slot this thread saw complete in
+# this launch; slots only grow within a call, so it still is) is not loaded again: tiles in
+# arrival order wait on the same slot one after another. After a load, fence.proxy.async
+# (sm_90 and newer) orders the wait before the tile's TMA loads. $0 returns the tile ($11) last,
+# so everything computed from it follows the wait; $1 the last slot seen complete.
+# Operands: $2 begin, $3 end, $4 wait_slots, $5 slot_writers, $6 signals, $7 epoch,
+# $8 bound_ns, $9 error record, $10 rank, $11 tile, $12 seen.
 _WAIT_FOR_TILE = """{
-.reg .pred %sp<5>;
+.reg .pred %sp<8>;
 .reg .b32 %si, %sslot, %sw, %sexp, %sseen, %sd;
 .reg .b64 %sa, %ssig, %st0, %st1, %sab, %sold, %sv;
-mov.b32 %si, $1;
-setp.ge.s32 %sp4, %si, $2;
+mov.b32 $1, $12;
+setp.ne.s32 %sp7, 0, 0;
+mov.b32 %si, $2;
+setp.ge.s32 %sp4, %si, $3;
 @%sp4 bra SY_WAIT_END;
 SY_WAIT_SLOT:
 mul.wide.s32 %sa, %si, 4;
-add.s64 %sa, %sa, $3;
-ld.global.b32 %sslot, [%sa];
-mul.wide.s32 %sa, %sslot, 4;
-add.s64 %ssig, %sa, $5;
 add.s64 %sa, %sa, $4;
+ld.global.b32 %sslot, [%sa];
+setp.eq.s32 %sp6, %sslot, $12;
+@%sp6 bra SY_WAIT_NEXT;
+setp.eq.s32 %sp7, 0, 0;
+mul.wide.s32 %sa, %sslot, 4;
+add.s64 %ssig, %sa, $6;
+add.s64 %sa, %sa, $5;
 ld.global.b32 %sw, [%sa];
-mul.lo.s32 %sexp, %sw, $6;
+mul.lo.s32 %sexp, %sw, $7;
 ld.global.acquire.sys.b32 %sseen, [%ssig];
 sub.s32 %sd, %sseen, %sexp;
 setp.ge.s32 %sp0, %sd, 0;
+@%sp0 mov.b32 $1, %sslot;
 @%sp0 bra SY_WAIT_NEXT;
 mov.u64 %st0, %globaltimer;
 SY_WAIT_SPIN:
 ld.global.acquire.sys.b32 %sseen, [%ssig];
 sub.s32 %sd, %sseen, %sexp;
 setp.ge.s32 %sp0, %sd, 0;
+@%sp0 mov.b32 $1, %sslot;
 @%sp0 bra SY_WAIT_NEXT;
-ld.volatile.global.b64 %sab, [$8];
+ld.volatile.global.b64 %sab, [$9];
 setp.ne.s64 %sp1, %sab, 0;
 @%sp1 bra SY_WAIT_NEXT;
 mov.u64 %st1, %globaltimer;
 sub.s64 %st1, %st1, %st0;
-setp.lt.s64 %sp2, %st1, $7;
+setp.lt.s64 %sp2, %st1, $8;
 @%sp2 bra SY_WAIT_SPIN;
-atom.acq_rel.sys.global.cas.b64 %sold, [$8], 0, 1;
+atom.acq_rel.sys.global.cas.b64 %sold, [$9], 0, 1;
 setp.ne.s64 %sp3, %sold, 0;
 @%sp3 bra SY_WAIT_NEXT;
-cvt.s64.s32 %sv, $9;
-st.global.b64 [$8+8], %sv;
-cvt.s64.s32 %sv, %sslot;
-st.global.b64 [$8+16], %sv;
-cvt.s64.s32 %sv, %sexp;
-st.global.b64 [$8+24], %sv;
-cvt.s64.s32 %sv, %sseen;
-st.global.b64 [$8+32], %sv;
 cvt.s64.s32 %sv, $10;
-st.global.b64 [$8+40], %sv;
+st.global.b64 [$9+8], %sv;
+cvt.s64.s32 %sv, %sslot;
+st.global.b64 [$9+16], %sv;
+cvt.s64.s32 %sv, %sexp;
+st.global.b64 [$9+24], %sv;
+cvt.s64.s32 %sv, %sseen;
+st.global.b64 [$9+32], %sv;
+cvt.s64.s32 %sv, $11;
+st.global.b64 [$9+40], %sv;
 SY_WAIT_NEXT:
 add.s32 %si, %si, 1;
-setp.lt.s32 %sp4, %si, $2;
+setp.lt.s32 %sp4, %si, $3;
 @%sp4 bra SY_WAIT_SLOT;
 FENCE
 SY_WAIT_END:
-mov.b32 $0, $10;
+mov.b32 $0, $11;
 }"""
 _WAIT_FOR_TILE_PTX: tl.constexpr = tl.constexpr(_WAIT_FOR_TILE.replace("FENCE\n", ""))
-_WAIT_FOR_TILE_PTX_FENCE: tl.constexpr = tl.constexpr(_WAIT_FOR_TILE.replace("FENCE", "fence.proxy.async.global;"))
-_WAIT_FOR_TILE_CONSTRAINTS: tl.constexpr = tl.constexpr("=r,r,r,l,l,l,r,l,l,r,r")
+_WAIT_FOR_TILE_PTX_FENCE: tl.constexpr = tl.constexpr(
+    _WAIT_FOR_TILE.replace("FENCE", "@%sp7 fence.proxy.async.global;")
+)
+_WAIT_FOR_TILE_CONSTRAINTS: tl.constexpr = tl.constexpr("=r,=r,r,r,l,l,l,r,l,l,r,r,r")
 
 # notify_tile on the GPU: one PTX block. When the tile notifies anything (begin < end, the same
 # for every thread), a CTA barrier (every thread's stores of the tile are issued; the barrier is
@@ -268,12 +280,28 @@ SY_NOTIFY_END:
 
 
 @triton.jit
+def no_slot_seen():
+    """The initial `seen` of wait_for_tile: no slot seen complete yet."""
+    return tl.full([], -1, tl.int32)
+
+
+@triton.jit
+def tile_at_or(tile_order_ptr, index, stop, step):
+    """tile_at(index) when `index` is an iteration of range(.., stop, step), else 0: the next
+    iteration's order entry, loaded one iteration ahead (never past the order's end)."""
+    valid = ((step > 0) & (index < stop)) | ((step < 0) & (index > stop))
+    return tl.load(tile_order_ptr + index, mask=valid, other=0)
+
+
+@triton.jit
 def wait_for_tile(
-    signals_ptr, wait_offsets_ptr, wait_slots_ptr, slot_writers_ptr, tile, epoch_ptr, bound_ns, rank, error_ptr
+    signals_ptr, wait_offsets_ptr, wait_slots_ptr, slot_writers_ptr, tile, epoch_ptr, bound_ns, rank, error_ptr, seen
 ):
-    """wait_tile, returning `tile` once its chunks have landed. Called at the tile lookup
-    (`sy_tile = syl.wait_for_tile(..., sy_tile, ...)`), so that the tile's coordinates and every
-    address computed from them depend on the wait. On the GPU one PTX block (no loop)."""
+    """wait_tile, returning (`tile`, the last slot seen complete) once the tile's chunks have
+    landed. Called at the tile lookup (`sy_tile, sy_seen = syl.wait_for_tile(..., sy_tile, ...,
+    sy_seen)`, `sy_seen` starting at no_slot_seen()), so that the tile's coordinates and every
+    address computed from them depend on the wait. On the GPU one PTX block (no loop) that skips
+    the slot `seen`; under the interpreter wait_tile (`seen` returned as given)."""
     if _INTERPRET:
         wait_tile(
             signals_ptr, wait_offsets_ptr, wait_slots_ptr, slot_writers_ptr, tile, epoch_ptr, bound_ns, rank, error_ptr
@@ -282,16 +310,38 @@ def wait_for_tile(
         begin = tl.load(wait_offsets_ptr + tile)
         end = tl.load(wait_offsets_ptr + tile + 1)
         epoch = tl.load(epoch_ptr)
-        operands = [begin, end, wait_slots_ptr, slot_writers_ptr, signals_ptr, epoch, bound_ns, error_ptr, rank, tile]
+        operands = [
+            begin,
+            end,
+            wait_slots_ptr,
+            slot_writers_ptr,
+            signals_ptr,
+            epoch,
+            bound_ns,
+            error_ptr,
+            rank,
+            tile,
+            seen,
+        ]
         if cuda_capability_geq(9, 0):
-            tile = tl.inline_asm_elementwise(
-                _WAIT_FOR_TILE_PTX_FENCE, _WAIT_FOR_TILE_CONSTRAINTS, operands, dtype=tl.int32, is_pure=False, pack=1
+            tile, seen = tl.inline_asm_elementwise(
+                _WAIT_FOR_TILE_PTX_FENCE,
+                _WAIT_FOR_TILE_CONSTRAINTS,
+                operands,
+                dtype=(tl.int32, tl.int32),
+                is_pure=False,
+                pack=1,
             )
         else:
-            tile = tl.inline_asm_elementwise(
-                _WAIT_FOR_TILE_PTX, _WAIT_FOR_TILE_CONSTRAINTS, operands, dtype=tl.int32, is_pure=False, pack=1
+            tile, seen = tl.inline_asm_elementwise(
+                _WAIT_FOR_TILE_PTX,
+                _WAIT_FOR_TILE_CONSTRAINTS,
+                operands,
+                dtype=(tl.int32, tl.int32),
+                is_pure=False,
+                pack=1,
             )
-    return tile
+    return tile, seen
 
 
 @triton.jit

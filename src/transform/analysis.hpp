@@ -1,7 +1,9 @@
 // Internal: the checked meaning of a kernel's annotations, ready to be rewritten.
 #pragma once
 
+#include <array>
 #include <cstddef>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -21,6 +23,12 @@ struct TileBlock {
   // The tile's wait goes at its lookup (`sy_tile = syl.wait_for_tile(...)`), not at the
   // `@sy.consume` statements (place_waits).
   bool waits_at_lookup = false;
+  // With waits_at_lookup, inside a loop: the innermost loop's logical line. The slot cache
+  // (`sy_seen`, the last slot the program saw complete) starts before it, and when the loop is
+  // `for <index_expr> in range(start, stop, step)` (or tl.range) the next iteration's order
+  // entry is loaded one iteration ahead (`sy_tile_next`).
+  std::optional<std::size_t> loop;
+  std::optional<std::array<std::string, 3>> prefetch;  // start, stop, step as written
 };
 
 // Where a wait (before) or a notify (after) goes.

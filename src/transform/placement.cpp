@@ -37,7 +37,17 @@ class WaitPlacer {
       for (const Site& w : a_.waits)
         if (tile_index_before(w.stmt) == t) early = early || follows_tile_block(a_.tiles[t], w);
       if (!early) continue;
-      a_.tiles[t].waits_at_lookup = true;
+      TileBlock& b = a_.tiles[t];
+      b.waits_at_lookup = true;
+      const auto loops = flow_.enclosing_loops(b.first_stmt);
+      if (!loops.empty()) {
+        b.loop = loops.front();
+        const auto header = flow_.for_header(*b.loop);
+        const auto range = flow_.range_args(*b.loop);
+        if (header && header->targets.size() == 1 && header->targets[0] == b.index_expr && range && range->has_stop &&
+            !range->is_static)
+          b.prefetch = std::array<std::string, 3>{range->start, range->stop, range->step};
+      }
       for (Site& w : a_.waits)
         if (tile_index_before(w.stmt) == t) w.at_lookup = true;  // one wait covers the whole tile
     }

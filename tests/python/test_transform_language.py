@@ -124,7 +124,7 @@ def test_wait_times_out_and_records_once(language):
 def test_wait_for_tile_returns_the_tile_and_notify_tile_adds_once_per_program(language):
     """The interpreter form of the tile-lookup wait (the GPU's is one PTX block with the same
     contract, checked on the GPU by tests/gpu/test_transform_gpu.py): it returns the tile it is
-    given once the tile's slots (CSR row `tile`) reach epoch * writers, and records a timeout
+    given (and `seen` as given: the slot cache is the GPU form's) once the tile's slots (CSR row `tile`) reach epoch * writers, and records a timeout
     naming the tile; notify_tile adds 1 to each slot of the tile's notify row."""
 
     @triton.jit
@@ -132,8 +132,10 @@ def test_wait_for_tile_returns_the_tile_and_notify_tile_adds_once_per_program(la
         signals, wait_offsets, wait_slots, writers, epoch, error, out, notify_offsets, notify_slots
     ):
         pid = tl.program_id(0)
-        tile = syl.wait_for_tile(signals, wait_offsets, wait_slots, writers, pid, epoch, 30_000, 3, error)
-        tl.store(out + pid, tile * 10)
+        tile, seen = syl.wait_for_tile(
+            signals, wait_offsets, wait_slots, writers, pid, epoch, 30_000, 3, error, syl.no_slot_seen()
+        )
+        tl.store(out + pid, tile * 10 + seen)
         syl.notify_tile(signals, notify_offsets, notify_slots, tile)
 
     # Tile 0 waits on slots 0 and 1, tile 1 on nothing, tile 2 on slot 2 (which stays short).
@@ -149,7 +151,7 @@ def test_wait_for_tile_returns_the_tile_and_notify_tile_adds_once_per_program(la
     consume_then_produce[(3,)](
         signals, wait_offsets, wait_slots, writers, epoch, error, out, notify_offsets, notify_slots
     )
-    assert out.tolist() == [0, 10, 20]
+    assert out.tolist() == [-1, 9, 19]  # the interpreter's form keeps `seen` as given (-1)
     assert signals.tolist() == [2, 4, 1, 2]  # tiles 0 and 2 each notify slot 3 once
     record = dict(zip(syl.ERROR_FIELDS, error.tolist()))
     assert record == {"flag": 1, "rank": 3, "slot": 2, "expected": 2, "seen": 1, "tile": 2}

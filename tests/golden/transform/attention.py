@@ -45,7 +45,8 @@ def attention_fwd_kernel(q_ptr, k_ptr, v_ptr, o_ptr, sm_scale, Z, H, H_KV, N_Q, 
     # [syncopate] was: start_m = pid // (Z * H)
     # [syncopate] was: off_hz = pid % (Z * H)
     sy_tile = syl.tile_at(sy_tile_order, tl.program_id(0))  # [syncopate]
-    sy_tile = syl.wait_for_tile(sy_signals, sy_wait_offsets, sy_wait_slots, sy_slot_writers, sy_tile, sy_epoch, sy_wait_bound_ns, sy_rank, sy_error)  # [syncopate]
+    sy_seen = syl.no_slot_seen()  # [syncopate]
+    sy_tile, sy_seen = syl.wait_for_tile(sy_signals, sy_wait_offsets, sy_wait_slots, sy_slot_writers, sy_tile, sy_epoch, sy_wait_bound_ns, sy_rank, sy_error, sy_seen)  # [syncopate]
     start_m, off_hz = syl.tile_coords(sy_tile, sy_tiles_n)  # [syncopate]
     # @sy.end
     off_z = off_hz // H

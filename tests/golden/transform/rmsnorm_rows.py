@@ -22,7 +22,8 @@ def rmsnorm_kernel(x_ptr, w_ptr, y_ptr, M, N, stride_xm, stride_ym, eps,
     # @sy.tile(index=tl.program_id(0), m=row_block)
     # [syncopate] was: row_block = tl.program_id(0)
     sy_tile = syl.tile_at(sy_tile_order, tl.program_id(0))  # [syncopate]
-    sy_tile = syl.wait_for_tile(sy_signals, sy_wait_offsets, sy_wait_slots, sy_slot_writers, sy_tile, sy_epoch, sy_wait_bound_ns, sy_rank, sy_error)  # [syncopate]
+    sy_seen = syl.no_slot_seen()  # [syncopate]
+    sy_tile, sy_seen = syl.wait_for_tile(sy_signals, sy_wait_offsets, sy_wait_slots, sy_slot_writers, sy_tile, sy_epoch, sy_wait_bound_ns, sy_rank, sy_error, sy_seen)  # [syncopate]
     row_block = syl.tile_row(sy_tile, sy_tiles_n)  # [syncopate]
     # @sy.end
     rows = row_block * BLOCK_M + tl.arange(0, BLOCK_M)

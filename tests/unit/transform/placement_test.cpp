@@ -39,8 +39,8 @@ std::size_t count(const std::string& hay, const std::string& needle) {
 }
 
 constexpr const char* kWaitForTile =
-    "sy_tile = syl.wait_for_tile(sy_signals, sy_wait_offsets, sy_wait_slots, sy_slot_writers, sy_tile, sy_epoch, "
-    "sy_wait_bound_ns, sy_rank, sy_error)  # [syncopate]\n";
+    "sy_tile, sy_seen = syl.wait_for_tile(sy_signals, sy_wait_offsets, sy_wait_slots, sy_slot_writers, sy_tile, "
+    "sy_epoch, sy_wait_bound_ns, sy_rank, sy_error, sy_seen)  # [syncopate]\n";
 
 std::string one_tile_kernel(const std::string& after_tile_block) {
   return "def k(x_ptr, y_ptr, K, BM: tl.constexpr):\n"
@@ -59,7 +59,8 @@ TEST(WaitPlacement, AConsumeAfterPlainStatementsWaitsAtTheTileLookup) {
   const auto text = output_of(out);
   // Between the order lookup and the coordinates: everything computed from the tile follows it.
   const std::string lookup = "    sy_tile = syl.tile_at(sy_tile_order, tl.program_id(0))  # [syncopate]\n";
-  EXPECT_NE(text.find(lookup + "    " + kWaitForTile + "    pid_m = syl.tile_row(sy_tile, sy_tiles_n)"),
+  EXPECT_NE(text.find(lookup + "    sy_seen = syl.no_slot_seen()  # [syncopate]\n    " + kWaitForTile +
+                      "    pid_m = syl.tile_row(sy_tile, sy_tiles_n)"),
             std::string::npos)
       << text;
   EXPECT_EQ(count(text, "syl.wait_tile("), 0u) << text;
@@ -133,12 +134,42 @@ TEST(WaitPlacement, APersistentLoopWaitsAtTheLookupInsideTheLoop) {
       "        acc = _k_loop(x_ptr, pid_m, K)\n"
       "        # @sy.produce(y_ptr, m=pid_m)\n"
       "        tl.store(y_ptr + pid_m, acc)\n");
-  EXPECT_NE(text.find("        sy_tile = syl.tile_at(sy_tile_order, t)  # [syncopate]\n        " +
+  // Before the loop: the first iteration's order entry and the empty slot cache; in it, the next
+  // iteration's entry loaded one iteration ahead, then the wait, then the coordinates.
+  EXPECT_NE(text.find("    sy_tile_next = syl.tile_at_or(sy_tile_order, tl.program_id(0), n_tiles, n_progs)  # "
+                      "[syncopate]\n    sy_seen = syl.no_slot_seen()  # [syncopate]\n    for t in tl.range("),
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find("        sy_tile = sy_tile_next  # [syncopate]\n"
+                      "        sy_tile_next = syl.tile_at_or(sy_tile_order, t + (n_progs), n_tiles, n_progs)  # "
+                      "[syncopate]\n        " +
                       std::string(kWaitForTile) + "        pid_m = syl.tile_row(sy_tile, sy_tiles_n)"),
             std::string::npos)
       << text;
   EXPECT_EQ(count(text, "syl.wait_tile("), 0u) << text;
   EXPECT_EQ(count(text, "        syl.notify_tile("), 1u) << text;
+}
+
+TEST(WaitPlacement, AWhileLoopGetsTheSlotCacheButNoPrefetch) {
+  // The next iteration's index is not known from a while loop's header.
+  const auto text = output_of(
+      "def k(x_ptr, y_ptr, K, n_tiles, n_progs):\n"
+      "    t = tl.program_id(0)\n"
+      "    while t < n_tiles:\n"
+      "        # @sy.tile(index=t, m=pid_m)\n"
+      "        pid_m = t\n"
+      "        # @sy.end\n"
+      "        # @sy.consume(x_ptr, m=pid_m)\n"
+      "        acc = _k_loop(x_ptr, pid_m, K)\n"
+      "        tl.store(y_ptr + pid_m, acc)\n"
+      "        t += n_progs\n");
+  EXPECT_NE(text.find("    sy_seen = syl.no_slot_seen()  # [syncopate]\n    while t < n_tiles:"), std::string::npos)
+      << text;
+  EXPECT_NE(
+      text.find("        sy_tile = syl.tile_at(sy_tile_order, t)  # [syncopate]\n        " + std::string(kWaitForTile)),
+      std::string::npos)
+      << text;
+  EXPECT_EQ(count(text, "sy_tile_next"), 0u) << text;
 }
 
 }  // namespace

@@ -66,7 +66,7 @@ TEST(Rewrite, CrlfFileKeepsCrlf) {
   for (std::size_t i = 0; i < out.size(); ++i)
     if (out[i] == '\n') ASSERT_TRUE(i > 0 && out[i - 1] == '\r') << "bare LF at byte " << i << ":\n" << out;
   // The consume follows the tile block directly: waited for at the lookup (placement_test.cpp).
-  EXPECT_TRUE(contains(out, "    sy_tile = syl.wait_for_tile(")) << out;
+  EXPECT_TRUE(contains(out, "    sy_tile, sy_seen = syl.wait_for_tile(")) << out;
 }
 
 TEST(Rewrite, NotifyAfterALastLineWithoutNewline) {
