@@ -1,7 +1,7 @@
 """syncopate.language with hooks, for `syncopate.check` (Triton's interpreter only).
 
-A kernel transformed for checking imports this module as `syl`. Its `wait_tile` and
-`notify_tile` first tell the run being checked which tile is about to wait or notify (the hook
+A kernel transformed for checking imports this module as `syl`. Its `wait_tile`,
+`wait_for_tile` and `notify_tile` first tell the run being checked which tile is about to wait or notify (the hook
 is plain Python: under TRITON_INTERPRET=1 a kernel is Python code, so it may call it), then do
 what syncopate.language does. The run lands a late chunk when its first waiter arrives, and
 checks a tile's stores when it notifies.
@@ -50,6 +50,16 @@ def wait_tile(signals_ptr, wait_offsets_ptr, wait_slots_ptr, slot_writers_ptr, t
     _on_wait(signals_ptr, tile)
     _sites.wait_tile(
         signals_ptr, wait_offsets_ptr, wait_slots_ptr, slot_writers_ptr, tile, epoch, bound_ns, rank, error_ptr
+    )
+
+
+@triton.jit
+def wait_for_tile(
+    signals_ptr, wait_offsets_ptr, wait_slots_ptr, slot_writers_ptr, tile, epoch, bound_ns, rank, error_ptr, seen
+):
+    _on_wait(signals_ptr, tile)
+    return _sites.wait_for_tile(
+        signals_ptr, wait_offsets_ptr, wait_slots_ptr, slot_writers_ptr, tile, epoch, bound_ns, rank, error_ptr, seen
     )
 
 

@@ -24,10 +24,18 @@ error record (ERROR_FIELDS), and every other waiter of the launch gives up as so
 flag, so the kernel ends within about one bound instead of hanging.
 
 The transformer's output imports this module as `syl` (`import syncopate.language as syl  #
-[syncopate]`). `wait_tile` and `notify_tile` are a loop each, kept apart from the tile's K loop
-(docs/ANNOTATIONS.md, "Loop structure", says what was measured). `tma_store_wait` is the one
-primitive only the transformer places: before the notify of a tile stored through a tensor
-descriptor, so a peer never reads a chunk whose TMA stores are still in flight.
+[syncopate]`). Where a tile's wait can go at its tile lookup (nothing but plain statements
+between the tile block and the `@sy.consume`), it calls `wait_for_tile`, which returns the tile
+id once its chunks have landed: every address computed from the tile then depends on the wait,
+so Triton's pipeliner and warp specialiser, which keep data dependences (not the order of side
+effects), cannot issue a load of the tile before it. On the GPU the whole wait is one PTX block
+and `notify_tile` another, so Triton sees no loop in the tile loop's body: a
+`tl.range(..., flatten=True)` tile loop still fuses with its K loop and pipelines
+(docs/ANNOTATIONS.md, "Loop structure"). A wait placed later on purpose (after a K loop) stays
+`wait_tile` at the `@sy.consume`: a loop, which keeps the loop around it out of the pipeliner.
+`tma_store_wait` is the one primitive only the transformer places: before the notify of a tile
+stored through a tensor descriptor, so a peer never reads a chunk whose TMA stores are still in
+flight.
 """
 
 import triton
@@ -161,15 +169,202 @@ def wait_tile(
     fence_proxy_async()
 
 
+# wait_for_tile on the GPU: one PTX block, so that Triton sees no loop (see the module's
+# docstring). It waits on wait_slots[begin:end], each slot's value >= epoch * writers[slot]
+# (modulo 2^32), every thread polling with acquire loads at system scope and each slot bounded
+# by bound_ns of %globaltimer. On expiry the first waiter to claim the error record's flag (a
+# CAS) writes [1, rank, slot, expected, seen, tile] (ERROR_FIELDS); a waiter that sees the flag
+# raised gives up at once. A slot equal to `seen` (the last slot this thread saw complete in
+# this launch; slots only grow within a call, so it still is) is not loaded again: tiles in
+# arrival order wait on the same slot one after another. After a load, fence.proxy.async
+# (sm_90 and newer) orders the wait before the tile's TMA loads. $0 returns the tile ($11) last,
+# so everything computed from it follows the wait; $1 the last slot seen complete.
+# Operands: $2 begin, $3 end, $4 wait_slots, $5 slot_writers, $6 signals, $7 epoch,
+# $8 bound_ns, $9 error record, $10 rank, $11 tile, $12 seen.
+_WAIT_FOR_TILE = """{
+.reg .pred %sp<8>;
+.reg .b32 %si, %sslot, %sw, %sexp, %sseen, %sd;
+.reg .b64 %sa, %ssig, %st0, %st1, %sab, %sold, %sv;
+mov.b32 $1, $12;
+setp.ne.s32 %sp7, 0, 0;
+mov.b32 %si, $2;
+setp.ge.s32 %sp4, %si, $3;
+@%sp4 bra SY_WAIT_END;
+SY_WAIT_SLOT:
+mul.wide.s32 %sa, %si, 4;
+add.s64 %sa, %sa, $4;
+ld.global.b32 %sslot, [%sa];
+setp.eq.s32 %sp6, %sslot, $12;
+@%sp6 bra SY_WAIT_NEXT;
+setp.eq.s32 %sp7, 0, 0;
+mul.wide.s32 %sa, %sslot, 4;
+add.s64 %ssig, %sa, $6;
+add.s64 %sa, %sa, $5;
+ld.global.b32 %sw, [%sa];
+mul.lo.s32 %sexp, %sw, $7;
+ld.global.acquire.sys.b32 %sseen, [%ssig];
+sub.s32 %sd, %sseen, %sexp;
+setp.ge.s32 %sp0, %sd, 0;
+@%sp0 mov.b32 $1, %sslot;
+@%sp0 bra SY_WAIT_NEXT;
+mov.u64 %st0, %globaltimer;
+SY_WAIT_SPIN:
+ld.global.acquire.sys.b32 %sseen, [%ssig];
+sub.s32 %sd, %sseen, %sexp;
+setp.ge.s32 %sp0, %sd, 0;
+@%sp0 mov.b32 $1, %sslot;
+@%sp0 bra SY_WAIT_NEXT;
+ld.volatile.global.b64 %sab, [$9];
+setp.ne.s64 %sp1, %sab, 0;
+@%sp1 bra SY_WAIT_NEXT;
+mov.u64 %st1, %globaltimer;
+sub.s64 %st1, %st1, %st0;
+setp.lt.s64 %sp2, %st1, $8;
+@%sp2 bra SY_WAIT_SPIN;
+atom.acq_rel.sys.global.cas.b64 %sold, [$9], 0, 1;
+setp.ne.s64 %sp3, %sold, 0;
+@%sp3 bra SY_WAIT_NEXT;
+cvt.s64.s32 %sv, $10;
+st.global.b64 [$9+8], %sv;
+cvt.s64.s32 %sv, %sslot;
+st.global.b64 [$9+16], %sv;
+cvt.s64.s32 %sv, %sexp;
+st.global.b64 [$9+24], %sv;
+cvt.s64.s32 %sv, %sseen;
+st.global.b64 [$9+32], %sv;
+cvt.s64.s32 %sv, $11;
+st.global.b64 [$9+40], %sv;
+SY_WAIT_NEXT:
+add.s32 %si, %si, 1;
+setp.lt.s32 %sp4, %si, $3;
+@%sp4 bra SY_WAIT_SLOT;
+FENCE
+SY_WAIT_END:
+mov.b32 $0, $11;
+}"""
+_WAIT_FOR_TILE_PTX: tl.constexpr = tl.constexpr(_WAIT_FOR_TILE.replace("FENCE\n", ""))
+_WAIT_FOR_TILE_PTX_FENCE: tl.constexpr = tl.constexpr(
+    _WAIT_FOR_TILE.replace("FENCE", "@%sp7 fence.proxy.async.global;")
+)
+_WAIT_FOR_TILE_CONSTRAINTS: tl.constexpr = tl.constexpr("=r,=r,r,r,l,l,l,r,l,l,r,r,r")
+
+# notify_tile on the GPU: one PTX block. When the tile notifies anything (begin < end, the same
+# for every thread), a CTA barrier (every thread's stores of the tile are issued; the barrier is
+# CTA-wide, so not for a kernel whose epilogue runs in a warp-specialised partition), then thread
+# 0 adds 1 to each of notify_slots[begin:end] with release semantics at system scope.
+# Operands: $0 (unused), $1 begin, $2 end, $3 notify_slots, $4 signals.
+_NOTIFY_TILE_PTX: tl.constexpr = tl.constexpr("""{
+.reg .pred %np<3>;
+.reg .b32 %ni, %nslot, %nt;
+.reg .b64 %na;
+mov.b32 $0, 0;
+setp.ge.s32 %np0, $1, $2;
+@%np0 bra SY_NOTIFY_END;
+bar.sync 0;
+mov.u32 %nt, %tid.x;
+setp.ne.u32 %np1, %nt, 0;
+@%np1 bra SY_NOTIFY_END;
+mov.b32 %ni, $1;
+SY_NOTIFY_SLOT:
+mul.wide.s32 %na, %ni, 4;
+add.s64 %na, %na, $3;
+ld.global.b32 %nslot, [%na];
+mul.wide.s32 %na, %nslot, 4;
+add.s64 %na, %na, $4;
+red.release.sys.global.add.s32 [%na], 1;
+add.s32 %ni, %ni, 1;
+setp.lt.s32 %np2, %ni, $2;
+@%np2 bra SY_NOTIFY_SLOT;
+SY_NOTIFY_END:
+}""")
+
+
+@triton.jit
+def no_slot_seen():
+    """The initial `seen` of wait_for_tile: no slot seen complete yet."""
+    return tl.full([], -1, tl.int32)
+
+
+@triton.jit
+def tile_at_or(tile_order_ptr, index, stop, step):
+    """tile_at(index) when `index` is an iteration of range(.., stop, step), else 0: the next
+    iteration's order entry, loaded one iteration ahead (never past the order's end)."""
+    valid = ((step > 0) & (index < stop)) | ((step < 0) & (index > stop))
+    return tl.load(tile_order_ptr + index, mask=valid, other=0)
+
+
+@triton.jit
+def wait_for_tile(
+    signals_ptr, wait_offsets_ptr, wait_slots_ptr, slot_writers_ptr, tile, epoch_ptr, bound_ns, rank, error_ptr, seen
+):
+    """wait_tile, returning (`tile`, the last slot seen complete) once the tile's chunks have
+    landed. Called at the tile lookup (`sy_tile, sy_seen = syl.wait_for_tile(..., sy_tile, ...,
+    sy_seen)`, `sy_seen` starting at no_slot_seen()), so that the tile's coordinates and every
+    address computed from them depend on the wait. On the GPU one PTX block (no loop) that skips
+    the slot `seen`; under the interpreter wait_tile (`seen` returned as given)."""
+    if _INTERPRET:
+        wait_tile(
+            signals_ptr, wait_offsets_ptr, wait_slots_ptr, slot_writers_ptr, tile, epoch_ptr, bound_ns, rank, error_ptr
+        )
+    else:
+        begin = tl.load(wait_offsets_ptr + tile)
+        end = tl.load(wait_offsets_ptr + tile + 1)
+        epoch = tl.load(epoch_ptr)
+        operands = [
+            begin,
+            end,
+            wait_slots_ptr,
+            slot_writers_ptr,
+            signals_ptr,
+            epoch,
+            bound_ns,
+            error_ptr,
+            rank,
+            tile,
+            seen,
+        ]
+        if cuda_capability_geq(9, 0):
+            tile, seen = tl.inline_asm_elementwise(
+                _WAIT_FOR_TILE_PTX_FENCE,
+                _WAIT_FOR_TILE_CONSTRAINTS,
+                operands,
+                dtype=(tl.int32, tl.int32),
+                is_pure=False,
+                pack=1,
+            )
+        else:
+            tile, seen = tl.inline_asm_elementwise(
+                _WAIT_FOR_TILE_PTX,
+                _WAIT_FOR_TILE_CONSTRAINTS,
+                operands,
+                dtype=(tl.int32, tl.int32),
+                is_pure=False,
+                pack=1,
+            )
+    return tile, seen
+
+
 @triton.jit
 def notify_tile(signals_ptr, notify_offsets_ptr, notify_slots_ptr, tile):
-    """Adds 1 to every ready slot of `tile` (CSR row `tile` of the notify table)."""
+    """Adds 1 to every ready slot of `tile` (CSR row `tile` of the notify table). On the GPU one
+    PTX block (no loop, no Triton barrier: either would keep a flattened tile loop from fusing
+    or pipelining)."""
     begin = tl.load(notify_offsets_ptr + tile)
     end = tl.load(notify_offsets_ptr + tile + 1)
-    tl.debug_barrier()
-    for i in range(begin, end):
-        slot = tl.load(notify_slots_ptr + i)
-        tl.atomic_add(signals_ptr + slot, 1, sem="release", scope="sys")
+    if _INTERPRET:
+        tl.debug_barrier()
+        for i in range(begin, end):
+            slot = tl.load(notify_slots_ptr + i)
+            tl.atomic_add(signals_ptr + slot, 1, sem="release", scope="sys")
+    else:
+        tl.inline_asm_elementwise(
+            _NOTIFY_TILE_PTX,
+            "=r,r,r,l,l",
+            [begin, end, notify_slots_ptr, signals_ptr],
+            dtype=tl.int32,
+            is_pure=False,
+            pack=1,
+        )
 
 
 @triton.jit

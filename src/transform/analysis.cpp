@@ -382,6 +382,7 @@ KernelAnalysis analyze(const Module& m, std::string_view kernel_name, const Tran
   Checker(m, a, options).run();
   check_block_waits(m, a);
   check_safety(m, a);
+  place_waits(m, a);
   return a;
 }
 

@@ -1,7 +1,9 @@
 // Internal: the checked meaning of a kernel's annotations, ready to be rewritten.
 #pragma once
 
+#include <array>
 #include <cstddef>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -18,6 +20,15 @@ struct TileBlock {
   int end_line = 0;      // physical line of `# @sy.end`
   std::size_t first_stmt = 0, end_stmt = 0;
   std::string index_expr, m, n;  // n empty for row-wise kernels
+  // The tile's wait goes at its lookup (`sy_tile = syl.wait_for_tile(...)`), not at the
+  // `@sy.consume` statements (place_waits).
+  bool waits_at_lookup = false;
+  // With waits_at_lookup, inside a loop: the innermost loop's logical line. The slot cache
+  // (`sy_seen`, the last slot the program saw complete) starts before it, and when the loop is
+  // `for <index_expr> in range(start, stop, step)` (or tl.range) the next iteration's order
+  // entry is loaded one iteration ahead (`sy_tile_next`).
+  std::optional<std::size_t> loop;
+  std::optional<std::array<std::string, 3>> prefetch;  // start, stop, step as written
 };
 
 // Where a wait (before) or a notify (after) goes.
@@ -28,6 +39,9 @@ struct Site {
   // produce only: the tile's store is (or may be) an asynchronous TMA store, so the notify is
   // preceded by a store wait (docs/ANNOTATIONS.md, "asynchronous stores").
   bool store_wait = false;
+  // consume only: the wait was moved to the tile's lookup (TileBlock::waits_at_lookup), so
+  // nothing is inserted before `stmt`.
+  bool at_lookup = false;
 };
 
 // A `@sy.consume_block`: a wait before `site.stmt` on the chunks of one block, inside `loop`.
@@ -70,6 +84,14 @@ void check_safety(const Module& m, KernelAnalysis& a);
 // tensor is carried from one iteration to the next, and the loop's consume_blocks agree on the
 // order. Fills the loop fields of each BlockSite. Throws TransformError naming file:line:col.
 void check_block_waits(const Module& m, KernelAnalysis& a);
+
+// Where each tile's wait goes (placement.cpp): at the tile lookup, returning the tile so that
+// everything computed from it depends on the wait (loop-free on the GPU: a flattened tile loop
+// still fuses and pipelines), when a `@sy.consume` of the tile follows its tile block with
+// nothing but plain statements between (no compound statement, no call of a function of the
+// module) and names m= or n= (so the tile's reads are addressed from its coordinates); else at
+// each `@sy.consume` (`syl.wait_tile`, a loop: a wait placed after a K loop keeps its overlap).
+void place_waits(const Module& m, KernelAnalysis& a);
 
 // The output text, given the checked analyses of one or more kernels of the module.
 std::string rewrite(const Module& m, const std::vector<KernelAnalysis>& analyses, const TransformOptions& options);

@@ -54,6 +54,7 @@ class Rewriter {
     add_params(a.kernel, added_params_of(a));
     for (const auto& t : a.tiles) replace_tile(a, t);
     for (const auto& w : a.waits) {
+      if (w.at_lookup) continue;  // waited for at the tile lookup (replace_tile)
       const LogicalLine& l = m_.lines[w.stmt];
       insert_before_line(
           l.line, indent_of(l.line) +
@@ -230,7 +231,34 @@ class Rewriter {
       edits_.push_back(
           {line_start(line), text.size(), indent + std::string(kInsertedMark) + " was: " + std::string(body)});
     }
-    insert_before_line(t.end_line, indent + fmt::format("sy_tile = syl.tile_at(sy_tile_order, {})", t.index_expr));
+    if (t.prefetch) {
+      // This iteration's order entry was loaded one iteration ahead; load the next one.
+      const auto& [start, stop, step] = *t.prefetch;
+      const LogicalLine& loop = m_.lines[*t.loop];
+      insert_before_line(
+          loop.line, indent_of(loop.line) +
+                         fmt::format("sy_tile_next = syl.tile_at_or(sy_tile_order, {}, {}, {})", start, stop, step));
+      insert_before_line(t.end_line, indent + "sy_tile = sy_tile_next");
+      insert_before_line(t.end_line, indent + fmt::format("sy_tile_next = syl.tile_at_or(sy_tile_order, {} + ({}), "
+                                                          "{}, {})",
+                                                          t.index_expr, step, stop, step));
+    } else {
+      insert_before_line(t.end_line, indent + fmt::format("sy_tile = syl.tile_at(sy_tile_order, {})", t.index_expr));
+    }
+    // The tile's coordinates are computed from what the wait returns (placement.cpp says why).
+    // sy_seen: the last slot this program saw complete (syncopate.language, wait_for_tile).
+    if (t.waits_at_lookup) {
+      if (t.loop) {
+        const LogicalLine& loop = m_.lines[*t.loop];
+        insert_before_line(loop.line, indent_of(loop.line) + "sy_seen = syl.no_slot_seen()");
+      } else {
+        insert_before_line(t.end_line, indent + "sy_seen = syl.no_slot_seen()");
+      }
+      insert_before_line(t.end_line, indent +
+                                         "sy_tile, sy_seen = syl.wait_for_tile(sy_signals, sy_wait_offsets, "
+                                         "sy_wait_slots, sy_slot_writers, sy_tile, sy_epoch, sy_wait_bound_ns, "
+                                         "sy_rank, sy_error, sy_seen)");
+    }
     if (t.n.empty())
       insert_before_line(t.end_line, indent + fmt::format("{} = syl.tile_row(sy_tile, sy_tiles_n)", t.m));
     else

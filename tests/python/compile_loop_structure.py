@@ -4,11 +4,15 @@ Triton's GPU passes (its bundled ptxas; no GPU needed) and compares their loop s
     python tests/python/compile_loop_structure.py [kernel:form:sm:ws:warps ...]   # TRITON_INTERPRET unset
 
 For each variant it prints one JSON object per line: the kernel, target, warp specialisation,
-whether it compiled (or the pass that failed), and for every dot-like op of the final TTGIR how
-many scf.for loops enclose it. With `tl.range(..., flatten=True)` Triton fuses the tile loop and
-the K loop into one loop, so every dot sits in exactly one loop; the transformed kernel must keep
-that. Run by test_transform_loops.py in a subprocess: real compiles need TRITON_INTERPRET unset
-when triton is first imported, and must not share a process with the interpreter's patches.
+whether it compiled (or the pass that failed), and, from the final TTGIR: for every dot-like op
+how many scf.for loops enclose it; the pipeliner's buffer depths (the leading dimension of the
+multi-buffered shared-memory allocations); whether, in the loop around the dot, the tile's wait
+(syl.wait_for_tile's PTX block) comes before the first TMA load; whether warp-specialised
+partitions were made, and whether the partition that issues the TMA loads waits first. With
+`tl.range(..., flatten=True)` Triton fuses the tile loop and the K loop into one loop, so every
+dot sits in exactly one loop; the transformed kernel must keep that. Run by
+test_transform_loops.py in a subprocess: real compiles need TRITON_INTERPRET unset when triton is
+first imported, and must not share a process with the interpreter's patches.
 """
 
 import json
@@ -16,7 +20,6 @@ import os
 import re
 import sys
 import tempfile
-import types
 import importlib
 import importlib.util
 from pathlib import Path
@@ -69,28 +72,65 @@ def dot_loop_depths(ttgir: str) -> list:
     return depths
 
 
-def transformed(module, kernel_name: str, plain_loops: bool = False):
+def transformed(module, kernel_name: str):
     """The kernel as the transformer rewrites it, loaded from a file next to its module's package
-    (so relative imports resolve). plain_loops: its `syl` calls syncopate.language's wait_tile and
-    notify_tile (a loop each; the transformer's output imports the same module)."""
+    (so relative imports resolve)."""
     path = module.__file__
     source = Path(path).read_text(encoding="utf-8")
     text = _core.transform(source, path, kernel_name).source
     out = Path(tempfile.mkdtemp(prefix="syncopate-loops-")) / f"{kernel_name}_transformed.py"
     out.write_text(text, encoding="utf-8")
-    name = f"syncopate.kernels._loops_{kernel_name}{'_plain' if plain_loops else ''}"
+    name = f"syncopate.kernels._loops_{kernel_name}"
     spec = importlib.util.spec_from_file_location(name, out)
     mod = importlib.util.module_from_spec(spec)
     sys.modules[name] = mod
     spec.loader.exec_module(mod)
-    if plain_loops:
-        import syncopate.language as language
-
-        plain = types.ModuleType("syncopate_plain_loops")
-        plain.__dict__.update({k: v for k, v in vars(language).items() if not k.startswith("__")})
-        plain.wait_tile, plain.notify_tile = language.wait_tile, language.notify_tile
-        mod.syl = plain
     return getattr(mod, kernel_name)
+
+
+WAIT_ASM = "SY_WAIT_SLOT"  # a label of syl.wait_for_tile's PTX block
+TMA_LOAD = "ttng.async_tma_copy_global_to_local"
+
+
+def region_end(lines: list, start: int) -> int:
+    """One past the line closing the region opened on lines[start] (braces counted)."""
+    depth = 0
+    for i in range(start, len(lines)):
+        depth += lines[i].count("{") - lines[i].count("}")
+        if depth <= 0 and i > start:
+            return i + 1
+    return len(lines)
+
+
+def buffer_depths(ttgir: str) -> list:
+    """Leading dimensions of the 3-D shared-memory allocations (the pipeliner's stages)."""
+    return sorted({int(d) for d in re.findall(r"ttg\.local_alloc : \(\) -> !ttg\.memdesc<(\d+)x\d+x\d+x", ttgir)})
+
+
+def wait_before_first_load(lines: list) -> bool | None:
+    """Whether the first tile wait comes before the first TMA load among `lines` (None: either
+    is missing)."""
+    wait = next((i for i, ln in enumerate(lines) if WAIT_ASM in ln), None)
+    load = next((i for i, ln in enumerate(lines) if TMA_LOAD in ln), None)
+    return None if wait is None or load is None else wait < load
+
+
+def wait_order(ttgir: str) -> dict:
+    """In the scf.for around the first dot in a loop: does the wait precede the first TMA load? And in
+    a warp-specialised kernel, in the partition that issues the TMA loads?"""
+    lines = ttgir.splitlines()
+    out = {}
+    for dot in (i for i, ln in enumerate(lines) if DOT.search(ln)):  # the first dot inside a loop
+        loop = max((i for i in range(dot) if "scf.for" in lines[i] and region_end(lines, i) > dot), default=None)
+        if loop is not None:
+            out["wait_before_loads_in_dot_loop"] = wait_before_first_load(lines[loop : region_end(lines, loop)])
+            break
+    for i, ln in enumerate(lines):
+        if re.match(r"\s*partition\d+\(", ln):
+            body = lines[i : region_end(lines, i)]
+            if any(TMA_LOAD in b for b in body):
+                out["wait_before_loads_in_load_partition"] = wait_before_first_load(body)
+    return out
 
 
 def compile_kernel(kernel, pointers, values, capability: int, num_warps: int, num_stages: int) -> str:
@@ -130,13 +170,10 @@ KERNELS = {
     "gemm_tma_kernel": (gemm_module, ("a_ptr", "b_ptr", "c_ptr"), GEMM_VALUES),
     "gemm_reduce_kernel": (gemm_reduce_module, ("a_ptr", "b_ptr", "c_ptr", "p_ptr", "out_ptr"), REDUCE_VALUES),
 }
-# (kernel, form, sm, warp_specialize, num_warps): what CI compiles (a few minutes of CPU at most).
+# (kernel, form, sm, warp_specialize, num_warps): what CI compiles (a few seconds each).
 VARIANTS = [
     ("gemm_tma_kernel", "original", 90, False, 8),
     ("gemm_tma_kernel", "transformed", 90, False, 8),
-    # The same rewrite calling syncopate.language's wait/notify directly (their loops in the
-    # tile loop's body): the baseline the sites' shapes exist for.
-    ("gemm_tma_kernel", "transformed-language", 90, False, 8),
     ("gemm_tma_kernel", "transformed", 90, True, 8),
     ("gemm_tma_kernel", "transformed", 90, True, 4),
     ("gemm_reduce_kernel", "original", 90, False, 8),
@@ -188,11 +225,7 @@ def main(argv) -> int:
         if name == "gemm_tma_kernel" and warps == 4:
             values.update(BLOCK_N=128, EPILOGUE_SPLIT=1)
         row = dict(kernel=name, form=form, sm=capability, warp_specialize=ws, num_warps=warps)
-        kernel = (
-            getattr(module, name)
-            if form == "original"
-            else transformed(module, name, plain_loops=form == "transformed-language")
-        )
+        kernel = getattr(module, name) if form == "original" else transformed(module, name)
         result, diagnostics = captured_stderr(lambda: compile_kernel(kernel, pointers, values, capability, warps, 3))
         if isinstance(result, Exception):
             row.update(compiled=False, error=failure(result, diagnostics))
@@ -200,7 +233,9 @@ def main(argv) -> int:
             row.update(
                 compiled=True,
                 dot_loop_depths=dot_loop_depths(result),
+                buffer_depths=buffer_depths(result),
                 warp_specialized="ttg.warp_specialize(" in result,
+                **wait_order(result),
             )
         print(json.dumps(row), flush=True)
     return 0

@@ -81,10 +81,19 @@ def _planted(stem, edit):
     return original, check.load_transformed(planted, case.kernel, case.file), cases.check_problem(case)
 
 
+# The tile's wait as the transformer inserts it: at the tile lookup (`sy_tile =
+# syl.wait_for_tile(...)`) or, when a consume is placed after a K loop, at the consume.
+WAIT = ("syl.wait_for_tile(", "syl.wait_tile(")
+
+
 def _move_line(text, pattern, before):
-    """Moves the line holding `pattern` to just before the first line holding `before`."""
+    """Moves the line holding `pattern` (a string or a tuple of them: the first found) to just
+    before the first line holding `before`. Moving `sy_tile = syl.wait_for_tile(...)` below a
+    read plants a read before the wait: it returns the tile id it is given, so the coordinates
+    computed above it stay right."""
     lines = text.splitlines(keepends=True)
-    moving = next(i for i, ln in enumerate(lines) if pattern in ln)
+    patterns = (pattern,) if isinstance(pattern, str) else pattern
+    moving = next(i for i, ln in enumerate(lines) if any(p in ln for p in patterns))
     line = lines.pop(moving)
     target = next(i for i, ln in enumerate(lines) if before in ln)
     indent = re.match(r"\s*", lines[target]).group(0)
@@ -106,7 +115,7 @@ def _kinds(report):
     ],
 )
 def test_a_wait_moved_below_the_reads_is_caught_naming_tile_and_chunk(stem, after):
-    original, transformed, problem = _planted(stem, lambda t: _move_line(t, "syl.wait_tile(", after))
+    original, transformed, problem = _planted(stem, lambda t: _move_line(t, WAIT, after))
     report = check.check_transformed(original, transformed, problem, orders=1)
     assert not report.ok
     late = [f for f in report.findings if f.kind == "read-before-wait"]
@@ -123,7 +132,8 @@ def test_a_wait_moved_below_the_reads_is_caught_naming_tile_and_chunk(stem, afte
 
 def test_a_missing_wait_is_caught():
     original, transformed, problem = _planted(
-        "ag_gemm_one_tile", lambda t: "".join(ln for ln in t.splitlines(keepends=True) if "syl.wait_tile(" not in ln)
+        "ag_gemm_one_tile",
+        lambda t: "".join(ln for ln in t.splitlines(keepends=True) if not any(w in ln for w in WAIT)),
     )
     report = check.check_transformed(original, transformed, problem, orders=1)
     assert "never-waited" in _kinds(report)
@@ -202,9 +212,7 @@ def test_an_epilogue_that_recomputes_the_tile_is_caught():
 
 
 def test_report_text_and_raise():
-    original, transformed, problem = _planted(
-        "rmsnorm_rows", lambda t: _move_line(t, "syl.wait_tile(", "w = tl.load(w_ptr")
-    )
+    original, transformed, problem = _planted("rmsnorm_rows", lambda t: _move_line(t, WAIT, "w = tl.load(w_ptr"))
     report = check.check_transformed(original, transformed, problem, orders=1)
     text = str(report)
     assert text.startswith("FAILED: rmsnorm_kernel: ")

@@ -119,3 +119,39 @@ def test_wait_times_out_and_records_once(language):
     record = dict(zip(syl.ERROR_FIELDS, error.tolist()))
     # The first program timed out and wrote the record; the others saw the flag and gave up.
     assert record == {"flag": 1, "rank": 6, "slot": 1, "expected": 5, "seen": 4, "tile": 100}
+
+
+def test_wait_for_tile_returns_the_tile_and_notify_tile_adds_once_per_program(language):
+    """The interpreter form of the tile-lookup wait (the GPU's is one PTX block with the same
+    contract, checked on the GPU by tests/gpu/test_transform_gpu.py): it returns the tile it is
+    given (and `seen` as given: the slot cache is the GPU form's) once the tile's slots (CSR row `tile`) reach epoch * writers, and records a timeout
+    naming the tile; notify_tile adds 1 to each slot of the tile's notify row."""
+
+    @triton.jit
+    def consume_then_produce(
+        signals, wait_offsets, wait_slots, writers, epoch, error, out, notify_offsets, notify_slots
+    ):
+        pid = tl.program_id(0)
+        tile, seen = syl.wait_for_tile(
+            signals, wait_offsets, wait_slots, writers, pid, epoch, 30_000, 3, error, syl.no_slot_seen()
+        )
+        tl.store(out + pid, tile * 10 + seen)
+        syl.notify_tile(signals, notify_offsets, notify_slots, tile)
+
+    # Tile 0 waits on slots 0 and 1, tile 1 on nothing, tile 2 on slot 2 (which stays short).
+    wait_offsets = torch.tensor([0, 2, 2, 3], dtype=torch.int32)
+    wait_slots = torch.tensor([0, 1, 2], dtype=torch.int32)
+    writers = torch.tensor([1, 2, 1, 1], dtype=torch.int32)
+    epoch = torch.tensor([2], dtype=torch.int32)
+    notify_offsets = torch.tensor([0, 1, 1, 2], dtype=torch.int32)
+    notify_slots = torch.tensor([3, 3], dtype=torch.int32)
+    signals = torch.tensor([2, 4, 1, 0], dtype=torch.int32)
+    error = torch.zeros(syl.ERROR_WORDS, dtype=torch.int64)
+    out = torch.full((3,), -1, dtype=torch.int32)
+    consume_then_produce[(3,)](
+        signals, wait_offsets, wait_slots, writers, epoch, error, out, notify_offsets, notify_slots
+    )
+    assert out.tolist() == [-1, 9, 19]  # the interpreter's form keeps `seen` as given (-1)
+    assert signals.tolist() == [2, 4, 1, 2]  # tiles 0 and 2 each notify slot 3 once
+    record = dict(zip(syl.ERROR_FIELDS, error.tolist()))
+    assert record == {"flag": 1, "rank": 3, "slot": 2, "expected": 2, "seen": 1, "tile": 2}

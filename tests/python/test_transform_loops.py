@@ -7,17 +7,19 @@ unset (a real compile must not share a process with the interpreter's patches of
 triton.language). Fused tile and K loops put every dot in exactly one scf.for; unfused, the dot
 sits in the K loop inside the tile loop (two).
 
-What holds today (pinned, so that a change is noticed): the originals fuse; the transformed
-kernels keep the tile loop and the K loop apart, because the per-tile wait and notify loops sit
-in the tile loop's body. A branch-guarded wait and a loop-free notify did make them fuse, but
-that fused transformed GEMM measured 3.4x slower than the untransformed one on nvidia-h100-x1
-(2026-11-24), against 1.01-1.04x with the loops apart (docs/ANNOTATIONS.md, "Loop structure").
-Warp specialisation of a transformed kernel compiles on sm_90 with 8 warps, not with 4 (the ops
-turn it off there, ops/fused_gemm.py fused_config), and not on sm_100 with Triton 3.6.
+What must hold (docs/ANNOTATIONS.md, "Loop structure"): the transformed GEMM, whose wait is at
+its tile lookup and loop-free, fuses like the original and is pipelined (three buffers for
+num_stages=3), and in the fused loop the wait comes before the first TMA load; with warp
+specialisation it compiles on sm_90 (8 and 4 warps) and on sm_100, where the partition that
+issues the TMA loads runs the wait before them. gemm_reduce waits after its K loop
+(`syl.wait_tile`, a loop), so its transformed loops stay apart. A kernel whose Triton build
+cannot target a variant is reported by the script as not compiled with the failing pass, and
+the test names it.
 """
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -36,52 +38,58 @@ def rows():
     done = subprocess.run([sys.executable, str(SCRIPT)], env=env, capture_output=True, text=True, timeout=1800)
     assert done.returncode == 0, done.stderr[-4000:]
     out = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
-    assert len(out) == 10, done.stdout
+    assert len(out) == 9, done.stdout
     return {(r["kernel"], r["form"], r["sm"], r["warp_specialize"], r["num_warps"]): r for r in out}
 
 
-def test_sm90_originals_fuse_and_the_transformed_kernels_keep_their_loops_apart(rows):
-    for kernel in ("gemm_tma_kernel", "gemm_reduce_kernel"):
-        original = rows[(kernel, "original", 90, False, 8)]
-        assert original["compiled"] and original["dot_loop_depths"] == [1], original
-    # The GEMM's wait sits before its K loop, gemm_reduce's after it (in the epilogue).
-    for key in [("gemm_tma_kernel", "transformed", 90, False, 8), ("gemm_reduce_kernel", "transformed", 90, True, 8)]:
-        row = rows[key]
-        assert row["compiled"], row
-        assert row["dot_loop_depths"] == [2], f"the transformed loops changed structure: {row}"
-    # The transformer's `syl` is syncopate.language's wait/notify loops: the same structure.
-    row = rows[("gemm_tma_kernel", "transformed-language", 90, False, 8)]
-    assert row["compiled"] and row["dot_loop_depths"] == [2], row
+def compiled(row):
+    """The row, skipping the test when this Triton build cannot target the row's GPU at all
+    (its ptxas or backend refuses the architecture); any other failure is a failure."""
+    error = row.get("error", "")
+    if not row["compiled"] and re.search(r"(?i)(unsupported|not supported|unknown).*(sm_|arch|target)", error):
+        pytest.skip(f"this Triton build cannot target sm_{row['sm']}: {error}")
+    assert row["compiled"], row
+    return row
 
 
-def test_sm90_warp_specialisation_compiles_with_eight_warps_not_four(rows):
-    row = rows[("gemm_tma_kernel", "transformed", 90, True, 8)]
-    assert row["compiled"] and row["dot_loop_depths"] == [2], row
-    row = rows[("gemm_tma_kernel", "transformed", 90, True, 4)]
-    assert not row["compiled"] and row["error"] == "NVGPUWarpSpecialization", row
+def test_sm90_the_transformed_gemm_fuses_and_pipelines_like_the_original(rows):
+    for form in ("original", "transformed"):
+        row = compiled(rows[("gemm_tma_kernel", form, 90, False, 8)])
+        assert row["dot_loop_depths"] == [1], f"tile and K loops not fused: {row}"
+        assert 3 in row["buffer_depths"], f"not pipelined with num_stages=3: {row}"
+    row = rows[("gemm_tma_kernel", "transformed", 90, False, 8)]
+    assert row["wait_before_loads_in_dot_loop"] is True, row
 
 
-def test_sm100_transformed_kernel_compiles_without_warp_specialisation(rows):
-    row = rows[("gemm_tma_kernel", "transformed", 100, False, 8)]
-    assert row["compiled"] and max(row["dot_loop_depths"]) == 2, row
+def test_sm90_warp_specialisation_compiles_with_eight_and_four_warps(rows):
+    for warps in (8, 4):
+        row = compiled(rows[("gemm_tma_kernel", "transformed", 90, True, warps)])
+        assert row["dot_loop_depths"] == [1] and row["wait_before_loads_in_dot_loop"] is True, row
 
 
-def test_sm100_warp_specialisation_of_a_transformed_consumer_is_refused_by_triton_3_6(rows):
-    original = rows[("gemm_tma_kernel", "original", 100, True, 8)]
-    assert original["compiled"] and original["warp_specialized"], original
-    transformed = rows[("gemm_tma_kernel", "transformed", 100, True, 8)]
-    # Triton 3.6's partitioner cannot place a bounded spin loop inside the warp-specialised loop;
-    # a loop-free (inline-asm) wait compiles but lands in the default partition only, so the TMA
-    # loads would not wait. When this starts compiling, check where the wait lands before using
-    # it (docs/ANNOTATIONS.md, "Loop structure").
-    assert not transformed["compiled"], transformed
-    assert transformed["error"] in ("TritonGPUPartitionScheduling", "NVWSInsertAref"), transformed
+def test_a_wait_after_the_k_loop_stays_there_and_keeps_the_loops_apart(rows):
+    original = compiled(rows[("gemm_reduce_kernel", "original", 90, False, 8)])
+    assert original["dot_loop_depths"] == [1], original
+    row = compiled(rows[("gemm_reduce_kernel", "transformed", 90, True, 8)])
+    assert row["dot_loop_depths"] == [2], row
 
 
-def test_the_ops_fused_config_leaves_warp_specialisation_where_it_compiles():
-    """What the two tests above found, as the ops apply it (ops/fused_gemm.py fused_config): on
-    sm_90 warp specialisation stays for 8-warp configs and goes for 4-warp ones; on sm_100 and
-    later it goes for every config."""
+def test_sm100_the_transformed_gemm_compiles_and_its_load_partition_waits(rows):
+    row = compiled(rows[("gemm_tma_kernel", "transformed", 100, False, 8)])
+    # sm_100's pipeliner peels a dot out of the loop; none sits in two loops (fused).
+    assert max(row["dot_loop_depths"]) == 1 and row["wait_before_loads_in_dot_loop"] is True, row
+    original = compiled(rows[("gemm_tma_kernel", "original", 100, True, 8)])
+    assert original["warp_specialized"], original
+    row = compiled(rows[("gemm_tma_kernel", "transformed", 100, True, 8)])
+    assert row["warp_specialized"], row
+    assert row["wait_before_loads_in_load_partition"] is True, row
+
+
+def test_the_ops_fused_config_leaves_warp_specialisation_where_it_is_safe():
+    """As the ops apply it (ops/fused_gemm.py fused_config): on sm_90 warp specialisation stays
+    for 8-warp configs and goes for 4-warp ones; on sm_100 and later it goes for every config
+    (a producer's notify ends with a CTA-wide barrier, which a warp-specialised epilogue
+    partition would never pass)."""
     from syncopate.kernels.configs import CANDIDATES
     from syncopate.ops.fused_gemm import fused_config
 

@@ -28,6 +28,8 @@ def matmul_kernel(a_ptr, b_ptr, c_ptr, M, N, K,
     # [syncopate] was: pid_m = first_pid_m + ((pid % num_pid_in_group) % group_size_m)
     # [syncopate] was: pid_n = (pid % num_pid_in_group) // group_size_m
     sy_tile = syl.tile_at(sy_tile_order, tl.program_id(0))  # [syncopate]
+    sy_seen = syl.no_slot_seen()  # [syncopate]
+    sy_tile, sy_seen = syl.wait_for_tile(sy_signals, sy_wait_offsets, sy_wait_slots, sy_slot_writers, sy_tile, sy_epoch, sy_wait_bound_ns, sy_rank, sy_error, sy_seen)  # [syncopate]
     pid_m, pid_n = syl.tile_coords(sy_tile, sy_tiles_n)  # [syncopate]
     # @sy.end
 
@@ -38,7 +40,6 @@ def matmul_kernel(a_ptr, b_ptr, c_ptr, M, N, K,
     b_ptrs = b_ptr + (offs_k[:, None] * stride_bk + offs_n[None, :] * stride_bn)
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
     # @sy.consume(a_ptr, m=pid_m)
-    syl.wait_tile(sy_signals, sy_wait_offsets, sy_wait_slots, sy_slot_writers, sy_tile, sy_epoch, sy_wait_bound_ns, sy_rank, sy_error)  # [syncopate]
     for k in range(0, tl.cdiv(K, BLOCK_K)):
         k_left = K - k * BLOCK_K
         a = tl.load(a_ptrs, mask=(offs_m[:, None] < M) & (offs_k[None, :] < k_left), other=0.0)

@@ -23,11 +23,12 @@ def matmul_tma_kernel(a_ptr, b_ptr, c_ptr, M, N, K,
     # [syncopate] was: pid_m = tl.program_id(0) // tl.cdiv(N, BLOCK_N)
     # [syncopate] was: pid_n = tl.program_id(0) % tl.cdiv(N, BLOCK_N)
     sy_tile = syl.tile_at(sy_tile_order, tl.program_id(0))  # [syncopate]
+    sy_seen = syl.no_slot_seen()  # [syncopate]
+    sy_tile, sy_seen = syl.wait_for_tile(sy_signals, sy_wait_offsets, sy_wait_slots, sy_slot_writers, sy_tile, sy_epoch, sy_wait_bound_ns, sy_rank, sy_error, sy_seen)  # [syncopate]
     pid_m, pid_n = syl.tile_coords(sy_tile, sy_tiles_n)  # [syncopate]
     # @sy.end
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
     # @sy.consume(a_ptr, m=pid_m)
-    syl.wait_tile(sy_signals, sy_wait_offsets, sy_wait_slots, sy_slot_writers, sy_tile, sy_epoch, sy_wait_bound_ns, sy_rank, sy_error)  # [syncopate]
     for k in range(0, tl.cdiv(K, BLOCK_K)):
         a = a_desc.load([pid_m * BLOCK_M, k * BLOCK_K])
         b = b_desc.load([k * BLOCK_K, pid_n * BLOCK_N])

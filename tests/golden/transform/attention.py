@@ -45,6 +45,8 @@ def attention_fwd_kernel(q_ptr, k_ptr, v_ptr, o_ptr, sm_scale, Z, H, H_KV, N_Q, 
     # [syncopate] was: start_m = pid // (Z * H)
     # [syncopate] was: off_hz = pid % (Z * H)
     sy_tile = syl.tile_at(sy_tile_order, tl.program_id(0))  # [syncopate]
+    sy_seen = syl.no_slot_seen()  # [syncopate]
+    sy_tile, sy_seen = syl.wait_for_tile(sy_signals, sy_wait_offsets, sy_wait_slots, sy_slot_writers, sy_tile, sy_epoch, sy_wait_bound_ns, sy_rank, sy_error, sy_seen)  # [syncopate]
     start_m, off_hz = syl.tile_coords(sy_tile, sy_tiles_n)  # [syncopate]
     # @sy.end
     off_z = off_hz // H
@@ -56,7 +58,6 @@ def attention_fwd_kernel(q_ptr, k_ptr, v_ptr, o_ptr, sm_scale, Z, H, H_KV, N_Q, 
     rows_m = start_m * BLOCK_M - piece_m * PIECE + tl.arange(0, BLOCK_M)  # within the piece
     q_rows = q_ptr + off_z * stride_qz + off_h * stride_qh + piece_m * stride_qp + rows_m[:, None] * stride_qm
     # @sy.consume(q_ptr, m=start_m, n=off_hz, m_dim=2, n_dim=1)
-    syl.wait_tile(sy_signals, sy_wait_offsets, sy_wait_slots, sy_slot_writers, sy_tile, sy_epoch, sy_wait_bound_ns, sy_rank, sy_error)  # [syncopate]
     q = tl.load(q_rows + offs_d[None, :], mask=offs_m[:, None] < N_Q, other=0.0)
     k_base = k_ptr + off_z * stride_kz + off_hkv * stride_kh
     v_base = v_ptr + off_z * stride_vz + off_hkv * stride_vh

@@ -96,18 +96,21 @@ def gemm_fp8_tma_kernel(a_ptr, b_ptr, c_ptr, scale_a_ptr, scale_b_ptr, M, N, K, 
     num_tiles = num_pid_m * num_pid_n
     k_tiles = tl.cdiv(K, BLOCK_K)
 
+    sy_tile_next = syl.tile_at_or(sy_tile_order, tl.program_id(0), num_tiles, num_programs)  # [syncopate]
+    sy_seen = syl.no_slot_seen()  # [syncopate]
     for tile_id in tl.range(tl.program_id(0), num_tiles, num_programs, flatten=FLATTEN,
                             warp_specialize=WARP_SPECIALIZE):
         # @sy.tile(index=tile_id, m=pid_m, n=pid_n)
         # [syncopate] was: pid_m, pid_n = grouped_tile(tile_id, num_pid_m, num_pid_n, GROUP_M)
-        sy_tile = syl.tile_at(sy_tile_order, tile_id)  # [syncopate]
+        sy_tile = sy_tile_next  # [syncopate]
+        sy_tile_next = syl.tile_at_or(sy_tile_order, tile_id + (num_programs), num_tiles, num_programs)  # [syncopate]
+        sy_tile, sy_seen = syl.wait_for_tile(sy_signals, sy_wait_offsets, sy_wait_slots, sy_slot_writers, sy_tile, sy_epoch, sy_wait_bound_ns, sy_rank, sy_error, sy_seen)  # [syncopate]
         pid_m, pid_n = syl.tile_coords(sy_tile, sy_tiles_n)  # [syncopate]
         # @sy.end
         off_m = pid_m * BLOCK_M
         off_n = pid_n * BLOCK_N
         acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
         # @sy.consume(a_ptr, m=pid_m)
-        syl.wait_tile(sy_signals, sy_wait_offsets, sy_wait_slots, sy_slot_writers, sy_tile, sy_epoch, sy_wait_bound_ns, sy_rank, sy_error)  # [syncopate]
         for ki in range(k_tiles):
             off_k = ki * BLOCK_K
             a = a_desc.load([off_m, off_k])

@@ -28,17 +28,20 @@ def matmul_persistent(a_ptr, b_ptr, c_ptr, M, N, K,
     k_tiles = tl.cdiv(K, BLOCK_K)
     offs_k = tl.arange(0, BLOCK_K)
 
+    sy_tile_next = syl.tile_at_or(sy_tile_order, start_pid, num_tiles, NUM_PROGS)  # [syncopate]
+    sy_seen = syl.no_slot_seen()  # [syncopate]
     for tile_id in tl.range(start_pid, num_tiles, NUM_PROGS):
         # @sy.tile(index=tile_id, m=pid_m, n=pid_n)
         # [syncopate] was: pid_m, pid_n = grouped_tile(tile_id, num_pid_m, num_pid_n, GROUP_M)
-        sy_tile = syl.tile_at(sy_tile_order, tile_id)  # [syncopate]
+        sy_tile = sy_tile_next  # [syncopate]
+        sy_tile_next = syl.tile_at_or(sy_tile_order, tile_id + (NUM_PROGS), num_tiles, NUM_PROGS)  # [syncopate]
+        sy_tile, sy_seen = syl.wait_for_tile(sy_signals, sy_wait_offsets, sy_wait_slots, sy_slot_writers, sy_tile, sy_epoch, sy_wait_bound_ns, sy_rank, sy_error, sy_seen)  # [syncopate]
         pid_m, pid_n = syl.tile_coords(sy_tile, sy_tiles_n)  # [syncopate]
         # @sy.end
         offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
         offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
         acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
         # @sy.consume(a_ptr, m=pid_m)
-        syl.wait_tile(sy_signals, sy_wait_offsets, sy_wait_slots, sy_slot_writers, sy_tile, sy_epoch, sy_wait_bound_ns, sy_rank, sy_error)  # [syncopate]
         for ki in range(k_tiles):
             k0 = ki * BLOCK_K
             a = tl.load(a_ptr + offs_m[:, None] * stride_am + (k0 + offs_k)[None, :] * stride_ak,

@@ -22,13 +22,14 @@ def rmsnorm_kernel(x_ptr, w_ptr, y_ptr, M, N, stride_xm, stride_ym, eps,
     # @sy.tile(index=tl.program_id(0), m=row_block)
     # [syncopate] was: row_block = tl.program_id(0)
     sy_tile = syl.tile_at(sy_tile_order, tl.program_id(0))  # [syncopate]
+    sy_seen = syl.no_slot_seen()  # [syncopate]
+    sy_tile, sy_seen = syl.wait_for_tile(sy_signals, sy_wait_offsets, sy_wait_slots, sy_slot_writers, sy_tile, sy_epoch, sy_wait_bound_ns, sy_rank, sy_error, sy_seen)  # [syncopate]
     row_block = syl.tile_row(sy_tile, sy_tiles_n)  # [syncopate]
     # @sy.end
     rows = row_block * BLOCK_M + tl.arange(0, BLOCK_M)
     cols = tl.arange(0, BLOCK_N)
     mask = (rows[:, None] < M) & (cols[None, :] < N)
     # @sy.consume(x_ptr, m=row_block)
-    syl.wait_tile(sy_signals, sy_wait_offsets, sy_wait_slots, sy_slot_writers, sy_tile, sy_epoch, sy_wait_bound_ns, sy_rank, sy_error)  # [syncopate]
     x = tl.load(x_ptr + rows[:, None] * stride_xm + cols[None, :], mask=mask, other=0.0).to(tl.float32)
     w = tl.load(w_ptr + cols, mask=cols < N, other=0.0).to(tl.float32)
     mean_sq = tl.sum(x * x, axis=1) / N  # f"{N}" in a comment is just text

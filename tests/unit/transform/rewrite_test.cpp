@@ -67,7 +67,8 @@ TEST(Rewrite, CrlfFileKeepsCrlf) {
     if (out[i] == '\n') {
       ASSERT_TRUE(i > 0 && out[i - 1] == '\r') << "bare LF at byte " << i << ":\n" << out;
     }
-  EXPECT_TRUE(contains(out, "    syl.wait_tile(")) << out;
+  // The consume follows the tile block directly: waited for at the lookup (placement_test.cpp).
+  EXPECT_TRUE(contains(out, "    sy_tile, sy_seen = syl.wait_for_tile(")) << out;
 }
 
 TEST(Rewrite, NotifyAfterALastLineWithoutNewline) {

@@ -441,7 +441,12 @@ TEST(SafetyAccepts, EpilogueRecomputeWrappedInItsOwnTileBlock) {
                             "        # @sy.end\n"
                             "        tl.store(c_ptr + pm * BM + tl.arange(0, BM), x)\n") +
                 kGroupedPid);
-  EXPECT_TRUE(has(out, "        sy_tile = syl.tile_at(sy_tile_order, t)  # [syncopate]\n")) << out;
+  // The waiting block's entry is loaded one iteration ahead (placement.cpp); the recompute's is not.
+  EXPECT_TRUE(
+      has(out,
+          "        sy_tile = sy_tile_next  # [syncopate]\n"
+          "        sy_tile_next = syl.tile_at_or(sy_tile_order, t + (NUM_SMS), tl.cdiv(M,BM)*tiles_n, NUM_SMS)"))
+      << out;
   EXPECT_TRUE(has(out, "        sy_tile = syl.tile_at(sy_tile_order, tc)  # [syncopate]\n")) << out;
 }
 
@@ -548,8 +553,9 @@ TEST(SafetyHelpers, AHelperCalledUnderTheConsumeIsCoveredByItsWait) {
   const auto out = output_of(k_loop_kernel("    # @sy.consume(x_ptr, m=pid_m)\n"
                                            "    acc = _k_loop(x_desc, w_desc, pid_m * BM, k_tiles, acc, BK)\n") +
                              kLoopHelpers);
-  EXPECT_TRUE(has(out, "    syl.wait_tile(")) << out;
-  EXPECT_LT(out.find("syl.wait_tile("), out.find("    acc = _k_loop(")) << out;
+  // Only `acc = tl.zeros(...)` between the tile block and the consume: waited for at the lookup.
+  EXPECT_TRUE(has(out, "    sy_tile, sy_seen = syl.wait_for_tile(")) << out;
+  EXPECT_LT(out.find("syl.wait_for_tile("), out.find("    acc = _k_loop(")) << out;
 }
 
 TEST(SafetyHelpers, AHelperThatReadsTheTensorBeforeTheWaitIsRefusedNamingTheReadInside) {

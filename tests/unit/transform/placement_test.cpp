@@ -1,0 +1,176 @@
+// Where the tile's wait goes (placement.cpp): at the tile lookup, returning the tile, when a
+// `@sy.consume` follows the tile block with plain statements between and names m= or n=; else
+// at the consume (`syl.wait_tile`). Kernels written for these tests.
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "syncopate/transform/tokenizer.hpp"
+#include "syncopate/transform/transform.hpp"
+
+namespace syncopate::transform {
+namespace {
+
+constexpr const char* kHeader =
+    "import triton\n"
+    "import triton.language as tl\n"
+    "\n"
+    "\n"
+    "@triton.jit\n"
+    "def _k_loop(x_ptr, row, K):\n"
+    "    acc = 0.0\n"
+    "    for k in range(K):\n"
+    "        acc += tl.load(x_ptr + row * K + k)\n"
+    "    return acc\n"
+    "\n"
+    "\n"
+    "@triton.jit\n";
+
+std::string output_of(const std::string& kernel_source) {
+  const auto out = transform_kernel(std::string(kHeader) + kernel_source, "k.py", "k").source;
+  tokenize(out, "out.py");  // still Python the tokenizer follows
+  return out;
+}
+
+std::size_t count(const std::string& hay, const std::string& needle) {
+  std::size_t n = 0;
+  for (auto at = hay.find(needle); at != std::string::npos; at = hay.find(needle, at + 1)) ++n;
+  return n;
+}
+
+constexpr const char* kWaitForTile =
+    "sy_tile, sy_seen = syl.wait_for_tile(sy_signals, sy_wait_offsets, sy_wait_slots, sy_slot_writers, sy_tile, "
+    "sy_epoch, sy_wait_bound_ns, sy_rank, sy_error, sy_seen)  # [syncopate]\n";
+
+std::string one_tile_kernel(const std::string& after_tile_block) {
+  return "def k(x_ptr, y_ptr, K, BM: tl.constexpr):\n"
+         "    # @sy.tile(index=tl.program_id(0), m=pid_m)\n"
+         "    pid_m = tl.program_id(0)\n"
+         "    # @sy.end\n" +
+         after_tile_block + "    tl.store(y_ptr + pid_m, acc)\n";
+}
+
+TEST(WaitPlacement, AConsumeAfterPlainStatementsWaitsAtTheTileLookup) {
+  const auto out = one_tile_kernel(
+      "    rows = pid_m * BM + tl.arange(0, BM)\n"
+      "    limit = min(K, BM)\n"
+      "    # @sy.consume(x_ptr, m=pid_m)\n"
+      "    acc = tl.sum(tl.load(x_ptr + rows * K), axis=0) + limit\n");
+  const auto text = output_of(out);
+  // Between the order lookup and the coordinates: everything computed from the tile follows it.
+  const std::string lookup = "    sy_tile = syl.tile_at(sy_tile_order, tl.program_id(0))  # [syncopate]\n";
+  EXPECT_NE(text.find(lookup + "    sy_seen = syl.no_slot_seen()  # [syncopate]\n    " + kWaitForTile +
+                      "    pid_m = syl.tile_row(sy_tile, sy_tiles_n)"),
+            std::string::npos)
+      << text;
+  EXPECT_EQ(count(text, "syl.wait_tile("), 0u) << text;
+}
+
+TEST(WaitPlacement, AConsumeAfterALoopWaitsWhereItIs) {
+  const auto text =
+      output_of(one_tile_kernel("    acc = 0.0\n"
+                                "    for k in range(K):\n"
+                                "        acc += k\n"
+                                "    # @sy.consume(x_ptr, m=pid_m)\n"
+                                "    acc += tl.load(x_ptr + pid_m)\n"));
+  EXPECT_EQ(count(text, "syl.wait_for_tile("), 0u) << text;
+  EXPECT_NE(text.find("        acc += k\n    # @sy.consume(x_ptr, m=pid_m)\n    syl.wait_tile("), std::string::npos)
+      << text;
+}
+
+TEST(WaitPlacement, AConsumeAfterAHelperCallWaitsWhereItIs) {
+  // The helper runs a loop the transformer would move the wait above: its overlap is kept.
+  const auto text =
+      output_of(one_tile_kernel("    acc = _k_loop(y_ptr, pid_m, K)\n"
+                                "    # @sy.consume(x_ptr, m=pid_m)\n"
+                                "    acc += tl.load(x_ptr + pid_m)\n"));
+  EXPECT_EQ(count(text, "syl.wait_for_tile("), 0u) << text;
+  EXPECT_EQ(count(text, "    syl.wait_tile("), 1u) << text;
+}
+
+TEST(WaitPlacement, AConsumeWithoutCoordinatesWaitsWhereItIs) {
+  // Without m= or n= nothing says the tile's reads are addressed from its coordinates.
+  const auto text =
+      output_of(one_tile_kernel("    # @sy.consume(x_ptr)\n"
+                                "    acc = tl.load(x_ptr + pid_m)\n"));
+  EXPECT_EQ(count(text, "syl.wait_for_tile("), 0u) << text;
+  EXPECT_EQ(count(text, "    syl.wait_tile("), 1u) << text;
+}
+
+TEST(WaitPlacement, AConsumeInsideABranchWaitsWhereItIs) {
+  const auto text =
+      output_of(one_tile_kernel("    acc = 0.0\n"
+                                "    if K > 0:\n"
+                                "        # @sy.consume(x_ptr, m=pid_m)\n"
+                                "        acc = tl.load(x_ptr + pid_m)\n"));
+  EXPECT_EQ(count(text, "syl.wait_for_tile("), 0u) << text;
+  EXPECT_EQ(count(text, "        syl.wait_tile("), 1u) << text;
+}
+
+TEST(WaitPlacement, OneEarlyConsumeCoversTheTilesLaterOnes) {
+  // One wait covers every chunk of the tile (all consumed tensors): the later consume gets none.
+  const auto text = output_of(
+      "def k(x_ptr, z_ptr, y_ptr, K):\n"
+      "    # @sy.tile(index=tl.program_id(0), m=pid_m)\n"
+      "    pid_m = tl.program_id(0)\n"
+      "    # @sy.end\n"
+      "    # @sy.consume(x_ptr, m=pid_m)\n"
+      "    acc = _k_loop(x_ptr, pid_m, K)\n"
+      "    # @sy.consume(z_ptr, m=pid_m)\n"
+      "    acc += tl.load(z_ptr + pid_m)\n"
+      "    tl.store(y_ptr + pid_m, acc)\n");
+  EXPECT_EQ(count(text, "syl.wait_for_tile("), 1u) << text;
+  EXPECT_EQ(count(text, "syl.wait_tile("), 0u) << text;
+}
+
+TEST(WaitPlacement, APersistentLoopWaitsAtTheLookupInsideTheLoop) {
+  const auto text = output_of(
+      "def k(x_ptr, y_ptr, K, n_tiles, n_progs):\n"
+      "    for t in tl.range(tl.program_id(0), n_tiles, n_progs, flatten=True):\n"
+      "        # @sy.tile(index=t, m=pid_m)\n"
+      "        pid_m = t\n"
+      "        # @sy.end\n"
+      "        # @sy.consume(x_ptr, m=pid_m)\n"
+      "        acc = _k_loop(x_ptr, pid_m, K)\n"
+      "        # @sy.produce(y_ptr, m=pid_m)\n"
+      "        tl.store(y_ptr + pid_m, acc)\n");
+  // Before the loop: the first iteration's order entry and the empty slot cache; in it, the next
+  // iteration's entry loaded one iteration ahead, then the wait, then the coordinates.
+  EXPECT_NE(text.find("    sy_tile_next = syl.tile_at_or(sy_tile_order, tl.program_id(0), n_tiles, n_progs)  # "
+                      "[syncopate]\n    sy_seen = syl.no_slot_seen()  # [syncopate]\n    for t in tl.range("),
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find("        sy_tile = sy_tile_next  # [syncopate]\n"
+                      "        sy_tile_next = syl.tile_at_or(sy_tile_order, t + (n_progs), n_tiles, n_progs)  # "
+                      "[syncopate]\n        " +
+                      std::string(kWaitForTile) + "        pid_m = syl.tile_row(sy_tile, sy_tiles_n)"),
+            std::string::npos)
+      << text;
+  EXPECT_EQ(count(text, "syl.wait_tile("), 0u) << text;
+  EXPECT_EQ(count(text, "        syl.notify_tile("), 1u) << text;
+}
+
+TEST(WaitPlacement, AWhileLoopGetsTheSlotCacheButNoPrefetch) {
+  // The next iteration's index is not known from a while loop's header.
+  const auto text = output_of(
+      "def k(x_ptr, y_ptr, K, n_tiles, n_progs):\n"
+      "    t = tl.program_id(0)\n"
+      "    while t < n_tiles:\n"
+      "        # @sy.tile(index=t, m=pid_m)\n"
+      "        pid_m = t\n"
+      "        # @sy.end\n"
+      "        # @sy.consume(x_ptr, m=pid_m)\n"
+      "        acc = _k_loop(x_ptr, pid_m, K)\n"
+      "        tl.store(y_ptr + pid_m, acc)\n"
+      "        t += n_progs\n");
+  EXPECT_NE(text.find("    sy_seen = syl.no_slot_seen()  # [syncopate]\n    while t < n_tiles:"), std::string::npos)
+      << text;
+  EXPECT_NE(
+      text.find("        sy_tile = syl.tile_at(sy_tile_order, t)  # [syncopate]\n        " + std::string(kWaitForTile)),
+      std::string::npos)
+      << text;
+  EXPECT_EQ(count(text, "sy_tile_next"), 0u) << text;
+}
+
+}  // namespace
+}  // namespace syncopate::transform
