@@ -405,17 +405,23 @@ def test_fused_producer_stores_c_then_notifies_every_ready_slot(coll, layout):
 
 
 class FakeWorkspace:
-    """PlanWorkspace's interface over CPU tensors, logging each step of a call (world 1 has no
-    chunk to move). begin() advances the epoch word as the device would."""
+    """PlanWorkspace's interface over CPU tensors, logging each step of a call. At world 1 the
+    only chunks are local ones (AG+GEMM's plan gathers from an input tensor: a_in -> a): they
+    move when the side streams would start, at fork(), from the tensor bind_source() named (the
+    caller's shard) or the heap's input, and raise their landing slot to the epoch, as the
+    executor does. begin() advances the epoch word as the device would."""
 
     def __init__(self, plan, group=None, *, grid, accesses, device, wait_bound_ns, drop_chunk, sm_copy_blocks):
         m, n, bm, bn = grid
         tables = sy.lower(plan, sy.TileGrid(m, n, bm, bn), [sy.TileAccess(*a) for a in accesses])
         self.writers = [s.writers for s in tables[0].slots]
+        self.landing_slot = list(tables[0].landing_slot_of_chunk)
         self.plan, self.log, self.nccl = plan, [], None
         self.epoch_word = torch.zeros(1, dtype=torch.int32)
         self._signals = torch.zeros(max(1, len(self.writers)), dtype=torch.int32)
         self._tensors = {}
+        self.bound = {}  # bind_source: plan tensor -> the caller's tensor
+        self.moved = []  # (chunk id, where its source was read) per local chunk moved
 
     def tensor(self, name, dtype):
         shape = list(self.plan.tensors[name].shape)
@@ -423,6 +429,27 @@ class FakeWorkspace:
 
     def signals(self):
         return self._signals
+
+    def bind_source(self, name, tensor):
+        assert name in self.plan.tensors and all(c.src == c.dst for c in self.plan.chunks if c.tensor == name)
+        self.log.append(("bind_source", name, None if tensor is None else tensor.data_ptr()))
+        if tensor is None:
+            self.bound.pop(name, None)
+        else:
+            self.bound[name] = tensor
+
+    def _move_local_chunks(self):
+        for c in self.plan.chunks:
+            if c.src != c.dst:
+                continue
+            src = self.bound.get(c.tensor)
+            where = "bound" if src is not None else "heap"
+            if src is None:
+                src = self._tensors[c.tensor]
+            dst = self._tensors[c.dst_tensor]
+            dst[_box(c.dst_box)] = src[_box(c.box)].to(dst.dtype)
+            self._signals[self.landing_slot[c.id]] = int(self.epoch_word)
+            self.moved.append((c.id, where))
 
     def begin(self):
         self.epoch_word += 1
@@ -433,12 +460,14 @@ class FakeWorkspace:
 
     def fork(self):
         self.log.append(("fork",))
+        self._move_local_chunks()
 
     def issue_chunks(self):
         self.log.append(("issue_chunks",))
 
     def issue(self, wait_landed=True):
         self.log.append(("issue", wait_landed))
+        self._move_local_chunks()
 
     def wait_landed(self):
         self.log.append(("wait_landed",))
@@ -451,6 +480,10 @@ class FakeWorkspace:
 
     def timed_out(self):
         return False
+
+
+def _box(box):
+    return tuple(slice(o, o + e) for o, e in zip(box.offset, box.extent))
 
 
 @pytest.fixture
