@@ -602,7 +602,9 @@ def _log_kernel_launches(ctx):
 @pytest.mark.parametrize("cls,reduce", [(AgGemm, None), (GemmRs, "chunks"), (GemmAr, "chunks")])
 def test_a_fused_call_launches_the_gemm_before_the_host_issues_any_chunk(cpu_runtime, cls, reduce):
     """The call path: begin (epoch advanced on the device), inputs, publish, fork, then the fused
-    kernel at once, and only then the chunks (their host work must not delay the kernel)."""
+    kernel at once, and only then the chunks (their host work must not delay the kernel).
+    AG+GEMM's inputs are only a binding: its local chunk reads the caller's shard in place (no
+    copy into the heap before the kernel) and has put the own rows there for the kernel."""
     m, k, n = 70, 40, 48
     kw = {} if reduce is None else {"reduce": reduce}
     ctx = cls(
@@ -623,10 +625,18 @@ def test_a_fused_call_launches_the_gemm_before_the_host_issues_any_chunk(cpu_run
     gen = torch.Generator().manual_seed(4)
     for _ in range(2):
         ctx.ws.log.clear()
-        ctx(torch.randn(m, k, generator=gen).half(), _b(k, n, "kn", gen), check=False)
+        ctx.ws.moved.clear()
+        a, b = torch.randn(m, k, generator=gen).half(), _b(k, n, "kn", gen)
+        out = ctx(a, b, check=False)
         steps = [entry[0] for entry in ctx.ws.log]
-        tail = ["wait_landed", "end"] if cls is not AgGemm else ["end"]
-        assert steps == ["begin", "publish", "fork", "kernel", "issue_chunks"] + tail, steps
+        if cls is AgGemm:
+            assert steps == ["begin", "bind_source", "publish", "fork", "kernel", "issue_chunks", "end"], steps
+            assert ctx.ws.log[1] == ("bind_source", "a_in", a.data_ptr())
+            assert ctx.ws.moved == [(c.id, "bound") for c in ctx.plan.chunks if c.src == c.dst] != []
+            assert torch.isnan(ctx.ws.tensor("a_in", torch.float16)).all(), "nothing copied into the heap's input"
+            assert torch.allclose(out.double(), a.double() @ b.double(), rtol=2e-2, atol=2e-2)
+        else:
+            assert steps == ["begin", "publish", "fork", "kernel", "issue_chunks", "wait_landed", "end"], steps
     assert int(ctx.ws.epoch_word) == 2
 
 
