@@ -255,29 +255,38 @@ def main():
                 row["error"] = f"{type(exc).__name__}: {exc}"
                 say(f"{name:18s} {f'{m_op}x{k}x{n}':>16s} ERROR {row['error'][:200]}")
             rows.append(row)
+            write_results(args.out_dir, kind, world, shared, rows, rank)  # after each row: a time limit keeps the rest
             if gg is not None:
                 gg.barrier()
     if rank == 0:
-        out_dir = Path(args.out_dir)
-        out_dir.mkdir(parents=True, exist_ok=True)
-        slug = kind.replace(" ", "-").lower()
-        path = out_dir / f"call-path-{slug}-w{world}{'-shared' if shared else ''}-{datetime.date.today()}.json"
-        path.write_text(
-            json.dumps(
-                {
-                    "device": torch.cuda.get_device_name(),
-                    "kind": kind,
-                    "world": world,
-                    "shared_gpu": shared,
-                    "date": str(datetime.date.today()),
-                    "targets": {"host_us_graph": TARGET_HOST_US, "kernel_start_us": TARGET_START_US},
-                    "kernel_start_method": "bench/call_clock.py (host clock and profiler kernel starts on %globaltimer)",
-                    "rows": rows,
-                },
-                indent=1,
-            )
+        print(f"wrote {results_path(args.out_dir, kind, world, shared)}", flush=True)
+
+
+def results_path(out_dir, kind, world, shared) -> Path:
+    slug = kind.replace(" ", "-").lower()
+    return Path(out_dir) / f"call-path-{slug}-w{world}{'-shared' if shared else ''}-{datetime.date.today()}.json"
+
+
+def write_results(out_dir, kind, world, shared, rows, rank) -> None:
+    if rank != 0:
+        return
+    path = results_path(out_dir, kind, world, shared)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(
+        json.dumps(
+            {
+                "device": torch.cuda.get_device_name(),
+                "kind": kind,
+                "world": world,
+                "shared_gpu": shared,
+                "date": str(datetime.date.today()),
+                "targets": {"host_us_graph": TARGET_HOST_US, "kernel_start_us": TARGET_START_US},
+                "kernel_start_method": "bench/call_clock.py (host clock and profiler kernel starts on %globaltimer)",
+                "rows": rows,
+            },
+            indent=1,
         )
-        print(f"wrote {path}", flush=True)
+    )
 
 
 if __name__ == "__main__":
