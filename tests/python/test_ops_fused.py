@@ -751,7 +751,7 @@ def test_ag_gemm_hands_out_the_gathered_a_before_the_heap_can_be_reused(cpu_runt
     assert torch.equal(gathered, a)
     assert torch.allclose(out.double(), a.double() @ b.double(), rtol=2e-2, atol=2e-2)
     steps = [e[0] for e in ctx.ws.log]
-    assert steps == ["begin", "publish", "fork", "kernel", "issue_chunks", "wait_landed", "end"], steps
+    assert steps == ["begin", "bind_source", "publish", "fork", "kernel", "issue_chunks", "wait_landed", "end"], steps
     with pytest.raises(UserError, match=r"AgGemm: out must be a contiguous \[64, 40\]"):
         ctx(a, b, gathered_out=torch.empty(m, k + 1, dtype=torch.float16))
 
