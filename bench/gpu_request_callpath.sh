@@ -9,7 +9,7 @@
 #     2. tests/gpu/test_graphs_gpu.py at shared world 2 (the case that hung) and world 1;
 #     3. tests/gpu/test_ops_gpu.py --quick at shared world 2.
 #   ROUND=2: bench/bench_call_path.py (kernel start on %globaltimer, bench/call_clock.py) at
-#     world 1 (AgGemm from its input / AgGemm-copy / GemmRs-chunks) and shared world 2 (AgGemm),
+#     world 1 (AgGemm from its input / AgGemm-copy) and shared world 2 (AgGemm),
 #     3 shapes; the missing-chunk section of test_ops_gpu.py --quick at shared world 2 (round 1
 #     ran out of time before it); the old wait under stress for 3000 launches.
 #   Round 1 (nvidia-h200, 2026-11-25 08:3x): stress shipped 300/300, old 299/300 (launch 0: a
@@ -48,10 +48,10 @@ if [ "$ROUND" = 1 ]; then
   step 25 graphs_w1.log "${TR[@]}" --nproc_per_node=1 tests/gpu/test_graphs_gpu.py --calls 10 --hang-dump-s 20
   step 40 ops_w2.log "${TR[@]}" --nproc_per_node=2 tests/gpu/test_ops_gpu.py --quick
 else
-  step 50 bench_w1.log python3 bench/bench_call_path.py --out-dir "$dest" --variants AgGemm,AgGemm-copy,GemmRs-chunks
-  step 30 bench_w2.log "${TR[@]}" --nproc_per_node=2 bench/bench_call_path.py --out-dir "$dest" --variants AgGemm
-  step 20 ops_w2_missing.log "${TR[@]}" --nproc_per_node=2 tests/gpu/test_ops_gpu.py --quick --only missing-chunk
-  step 12 stress_old.log python3 tests/gpu/stress_wait_timeout.py --launches 3000 --old
+  step 55 bench_w1.log python3 bench/bench_call_path.py --out-dir "$dest" --variants AgGemm,AgGemm-copy
+  step 32 bench_w2.log "${TR[@]}" --nproc_per_node=2 bench/bench_call_path.py --out-dir "$dest" --variants AgGemm
+  step 15 ops_w2_missing.log "${TR[@]}" --nproc_per_node=2 tests/gpu/test_ops_gpu.py --quick --only missing-chunk
+  step 10 stress_old.log python3 tests/gpu/stress_wait_timeout.py --launches 3000 --old
 fi
 for f in "$dest"/*.log; do
   echo "== $(basename "$f")"
