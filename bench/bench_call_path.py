@@ -8,11 +8,16 @@ chunks) x shape (256 to 8192 rows), each with its own CUDA graph (graph=True, th
 eager (graph=False), fused, copy-engine:
   host_us          host time of one call, back to back with no synchronisation (median of
                    batches of calls, each batch timed with a host clock after a synchronize);
-  kernel_start_us  from the call to the start of the fused kernel: on the GPU's clock, from a
-                   marker kernel launched just before the call to the fused kernel, the GPU idle
-                   before (kernel_start_us() says why; median over calls);
-beside torch.mm's host time for the same local GEMM and, where ranks have their own GPUs, the
-host time of the NCCL collective (what the sequential path issues).
+  kernel_start_us  from the call (the host clock just before it) to the start of the fused kernel,
+                   the GPU idle before each call: both put on the GPU's %globaltimer by
+                   bench/call_clock.py (a host<->GPU ping-pong, and a probe kernel stamping
+                   globaltimer inside the same profile), median over calls, with the
+                   calibration's uncertainty;
+beside torch.mm's host time and its kernel start measured the same way (the same local GEMM),
+and, where ranks have their own GPUs, the host time of the NCCL collective (what the sequential
+path issues). --variants picks rows: AgGemm (its own plan, which reads the caller's shard in
+place), AgGemm-copy (a plan without an input: the shard is copied into the heap before the
+GEMM, the path before 2026-11-25), GemmRs-chunks, GemmRs-epilogue, GemmAr-chunks.
 Every context's result is checked once against an fp32 reference before it is timed.
 With ranks sharing one GPU (world > GPUs: gloo, no NCCL) the numbers are printed but marked
 `shared_gpu`: time-slicing between the processes makes them meaningless as performance.
@@ -36,12 +41,13 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent / "tests" / "gpu"))
 
 SHAPES = [(256, 4096, 4096), (2048, 4096, 4096), (8192, 8192, 8192)]  # (M, K, N) of the op
-VARIANTS = (
-    ("AgGemm", {}),
-    ("GemmRs", {"reduce": "chunks"}),
-    ("GemmRs", {"reduce": "epilogue"}),
-    ("GemmAr", {"reduce": "chunks"}),
-)
+VARIANTS = {
+    "AgGemm": ("AgGemm", {}),
+    "AgGemm-copy": ("AgGemm", {"copy_shard": True}),
+    "GemmRs-chunks": ("GemmRs", {"reduce": "chunks"}),
+    "GemmRs-epilogue": ("GemmRs", {"reduce": "epilogue"}),
+    "GemmAr-chunks": ("GemmAr", {"reduce": "chunks"}),
+}
 TARGET_HOST_US = 20.0
 TARGET_START_US = 15.0
 
@@ -60,38 +66,6 @@ def host_us(fn, batches=15, per_batch=20):
         times.append((time.perf_counter() - t0) / per_batch * 1e6)
         torch.cuda.synchronize()
     return statistics.median(times)
-
-
-def kernel_start_us(fn, kernel_names, calls=10):
-    """Median delay, on the GPU's clock, from a marker kernel launched just before fn() to the
-    first kernel of fn() named in kernel_names, the GPU idle before the marker.
-
-    The marker starts as soon as it is launched, so the delay is the host time from the call to
-    the kernel's launch plus whatever fn() runs on the device before it; both kernels pay the
-    same launch latency, and both timestamps are CUPTI's (no CPU/GPU clock alignment involved:
-    that alignment put even torch.mm's kernel 150-230 us after its call on this machine)."""
-    from torch.autograd import DeviceType
-    from torch.profiler import ProfilerActivity, profile
-
-    marker = torch.zeros(1, device="cuda")
-    fn()
-    torch.cuda.synchronize()
-    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
-        for _ in range(calls):
-            torch.cuda.synchronize()  # the GPU idle (no sleep: a host thread woken from one ran
-            marker.fill_(1.0)  # the next call ~90 us slower on the VM measured)
-            fn()
-            torch.cuda.synchronize()
-    events = prof.profiler.kineto_results.events()
-    gpu = sorted((e.start_ns(), e.name()) for e in events if e.device_type() == DeviceType.CUDA)
-    markers = [t for t, name in gpu if "fill" in name.lower()]
-    kernels = [t for t, name in gpu if any(k in name for k in kernel_names)]
-    delays = []
-    for t in markers:
-        later = [k for k in kernels if k >= t]
-        if later:
-            delays.append((later[0] - t) / 1e3)
-    return statistics.median(delays) if delays else float("nan"), len(delays)
 
 
 class _OneRank:
@@ -118,7 +92,15 @@ def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--out-dir", default=str(HERE / "results"))
     parser.add_argument("--shapes", default="", help="comma-separated M values to keep (default: all)")
+    parser.add_argument(
+        "--variants", default=",".join(VARIANTS), help=f"comma-separated rows to run, of {', '.join(VARIANTS)}"
+    )
+    parser.add_argument("--eager", action="store_true", help="also time each context with graph=False")
     args = parser.parse_args()
+    variants = [v for v in args.variants.split(",") if v]
+    unknown = [v for v in variants if v not in VARIANTS]
+    if unknown:
+        raise SystemExit(f"bench_call_path.py: unknown variants {unknown}; choose from {list(VARIANTS)}")
     world = int(os.environ.get("WORLD_SIZE", "1"))
     group, rank, shared, gg = None, 0, False, None
     if world > 1:
@@ -129,6 +111,8 @@ def main():
     else:
         torch.cuda.set_device(0)
     import test_ops_gpu as ref
+    import syncopate as sy
+    from call_clock import GpuClock, call_to_start_us
     from syncopate.ops.gemm_ar import GemmAr
     from syncopate.ops.ag_gemm import AgGemm
     from syncopate.ops.gemm_rs import GemmRs
@@ -136,6 +120,7 @@ def main():
     ref.GROUP = gg if gg is not None else _OneRank()
     classes = {"AgGemm": AgGemm, "GemmRs": GemmRs, "GemmAr": GemmAr}
     device = torch.device("cuda", torch.cuda.current_device())
+    clock = GpuClock(device)
     dtype = torch.bfloat16
     gen = torch.Generator(device=device)
     gen.manual_seed(17 + rank)
@@ -152,18 +137,25 @@ def main():
         f"{torch.cuda.get_device_name()}, {datetime.date.today()}"
     )
     say(
-        f"{'op':24s} {'M x K x N':>18s} {'host graph':>11s} {'host eager':>11s} {'start graph':>12s} "
-        f"{'start eager':>12s} {'mm host':>8s} {'coll host':>9s} {'rel_err':>8s}"
+        f"{'op':18s} {'M x K x N':>16s} {'host graph':>10s} {'host eager':>10s} {'start graph':>11s} "
+        f"{'start eager':>11s} {'mm host':>8s} {'mm start':>8s} {'coll host':>9s} {'rel_err':>8s}"
     )
     for m, k, n in SHAPES:
         if keep and m not in keep:
             continue
         m_op = m - m % world
-        for cls_name, kw in VARIANTS:
-            name = cls_name + (f"(reduce={kw['reduce']})" if kw else "")
+        for name in variants:
+            cls_name, kw = VARIANTS[name]
+            kw = dict(kw)
             row = {"op": name, "m": m_op, "k": k, "n": n, "world": world, "shared_gpu": shared}
             try:
                 a, b, out = make_inputs(cls_name, m_op, k, n, world, dtype, device, gen)
+                if kw.pop("copy_shard", False):
+                    # A plan without an input tensor: the shard is copied into the heap first.
+                    kw["plan"] = sy.make_plan(
+                        "all-gather", world_size=world, shape=[m_op, k], algorithm="direct", dtype="bf16", tensor="a"
+                    )
+                modes = (True, False) if args.eager else (True,)
                 ctxs = {
                     g: classes[cls_name](
                         group,
@@ -178,7 +170,7 @@ def main():
                         graph=g,
                         **kw,
                     )
-                    for g in (True, False)
+                    for g in modes
                 }
                 op_key = {"AgGemm": "ag_gemm", "GemmRs": "gemm_rs", "GemmAr": "gemm_ar"}[cls_name]
                 err = 0.0
@@ -187,20 +179,26 @@ def main():
                     ctx(a, b, out=out)
                     err = max(err, ref.rel_error(out, ref.reference(op_key, a, b, world, rank)))
                 kernel = ctxs[True].kernel_name
-                row.update(rel_err=err, kernel=kernel, call_mode={str(g): c.call_mode for g, c in ctxs.items()})
+                row.update(
+                    rel_err=err,
+                    kernel=kernel,
+                    input_tensor=getattr(ctxs[True], "input", ""),
+                    call_mode={str(g): c.call_mode for g, c in ctxs.items()},
+                )
                 for g, ctx in ctxs.items():
                     tag = "graph" if g else "eager"
                     row[f"host_us_{tag}"] = host_us(lambda: ctx(a, b, out=out, check=False))
-                    row[f"kernel_start_us_{tag}"], row[f"kernel_start_samples_{tag}"] = kernel_start_us(
-                        lambda: ctx(a, b, out=out, check=False), (kernel,)
-                    )
+                    start = call_to_start_us(lambda: ctx(a, b, out=out, check=False), (kernel,), clock)
+                    row[f"kernel_start_us_{tag}"] = start["us"]
+                    row[f"kernel_start_{tag}"] = start
                     ctx.check()
                 # Where the graph path's host time goes: the replay alone, the argument checks alone.
                 graph_ctx = ctxs[True]
                 if graph_ctx.graphs._graphs:
                     replay = next(iter(graph_ctx.graphs._graphs.values()))
                     row["replay_only_host_us"] = host_us(replay.replay)
-                    row["replay_only_start_us"], _ = kernel_start_us(replay.replay, (kernel,))
+                    row["replay_only_start_us"] = call_to_start_us(replay.replay, (kernel,), clock)["us"]
+                    graph_ctx.check()
                 a_shape = (m_op // world, k) if cls_name == "AgGemm" else (m_op, k)
                 row["checks_only_host_us"] = host_us(
                     lambda: graph_ctx._check_operands(a, "a", a_shape, b, "b", a_to_kernel=cls_name != "AgGemm")
@@ -208,14 +206,13 @@ def main():
                 local_a = torch.randn(m_op, k, generator=gen, device=device).to(dtype)  # the whole local GEMM
                 mm_out = torch.empty(m_op, n, dtype=dtype, device=device)
                 row["torch_mm_host_us"] = host_us(lambda: torch.mm(local_a, b, out=mm_out))
-                # The same measurement of torch.mm's own kernel start: what the profiler's clocks and
-                # this machine's launch latency give an op that does nothing before its kernel.
-                row["torch_mm_start_us"], _ = kernel_start_us(
-                    lambda: torch.mm(local_a, b, out=mm_out), ("gemm", "Kernel", "sm90", "cutlass", "nvjet")
+                # torch.mm's own kernel, measured the same way: an op that does nothing before its kernel.
+                mm_start = call_to_start_us(
+                    lambda: torch.mm(local_a, b, out=mm_out), ("gemm", "Kernel", "sm90", "cutlass", "nvjet"), clock
                 )
-                row["replay_start_minus_mm_start_us"] = (
-                    row.get("replay_only_start_us", float("nan")) - row["torch_mm_start_us"]
-                )
+                row["torch_mm_start_us"] = mm_start["us"]
+                row["torch_mm_start"] = mm_start
+                row["start_graph_minus_mm_start_us"] = row["kernel_start_us_graph"] - row["torch_mm_start_us"]
                 row["collective_host_us"] = None
                 if world > 1 and not shared:
                     import torch.distributed as dist
@@ -238,43 +235,58 @@ def main():
                 coll_txt = (
                     f"{row['collective_host_us']:9.1f}" if row["collective_host_us"] is not None else f"{'-':>9s}"
                 )
+                nan = float("nan")
                 say(
-                    f"{name:24s} {f'{m_op}x{k}x{n}':>18s} {row['host_us_graph']:11.1f} {row['host_us_eager']:11.1f} "
-                    f"{row['kernel_start_us_graph']:12.1f} {row['kernel_start_us_eager']:12.1f} "
-                    f"{row['torch_mm_host_us']:8.1f} {coll_txt} {err:8.1e}"
+                    f"{name:18s} {f'{m_op}x{k}x{n}':>16s} {row['host_us_graph']:10.1f} "
+                    f"{row.get('host_us_eager', nan):10.1f} {row['kernel_start_us_graph']:11.1f} "
+                    f"{row.get('kernel_start_us_eager', nan):11.1f} {row['torch_mm_host_us']:8.1f} "
+                    f"{row['torch_mm_start_us']:8.1f} {coll_txt} {err:8.1e}"
                 )
+                g_start = row["kernel_start_graph"]
                 say(
-                    f"{'':24s} {'':18s} replay alone {row.get('replay_only_host_us', float('nan')):.1f} us host, "
-                    f"kernel {row.get('replay_only_start_us', float('nan')):.1f} us after it; checks alone "
-                    f"{row['checks_only_host_us']:.1f} us; torch.mm's kernel {row['torch_mm_start_us']:.1f} us after its call"
+                    f"{'':18s} {'':16s} replay alone {row.get('replay_only_host_us', nan):.1f} us host, "
+                    f"kernel {row.get('replay_only_start_us', nan):.1f} us after it; checks alone "
+                    f"{row['checks_only_host_us']:.1f} us; clock +-{g_start.get('host_offset_uncertainty_us', nan):.1f} us "
+                    f"(profiler offset spread {g_start.get('profiler_offset_spread_us', nan):.1f} us, "
+                    f"a Triton probe starts {g_start.get('triton_probe_us', nan):.1f} us after its call)"
                 )
                 del ctxs
             except Exception as exc:  # noqa: BLE001 - a failed row is reported, the rest still run
                 row["error"] = f"{type(exc).__name__}: {exc}"
-                say(f"{name:24s} {f'{m_op}x{k}x{n}':>18s} ERROR {row['error'][:200]}")
+                say(f"{name:18s} {f'{m_op}x{k}x{n}':>16s} ERROR {row['error'][:200]}")
             rows.append(row)
+            write_results(args.out_dir, kind, world, shared, rows, rank)  # after each row: a time limit keeps the rest
             if gg is not None:
                 gg.barrier()
     if rank == 0:
-        out_dir = Path(args.out_dir)
-        out_dir.mkdir(parents=True, exist_ok=True)
-        slug = kind.replace(" ", "-").lower()
-        path = out_dir / f"call-path-{slug}-w{world}{'-shared' if shared else ''}-{datetime.date.today()}.json"
-        path.write_text(
-            json.dumps(
-                {
-                    "device": torch.cuda.get_device_name(),
-                    "kind": kind,
-                    "world": world,
-                    "shared_gpu": shared,
-                    "date": str(datetime.date.today()),
-                    "targets": {"host_us_graph": TARGET_HOST_US, "kernel_start_us": TARGET_START_US},
-                    "rows": rows,
-                },
-                indent=1,
-            )
+        print(f"wrote {results_path(args.out_dir, kind, world, shared)}", flush=True)
+
+
+def results_path(out_dir, kind, world, shared) -> Path:
+    slug = kind.replace(" ", "-").lower()
+    return Path(out_dir) / f"call-path-{slug}-w{world}{'-shared' if shared else ''}-{datetime.date.today()}.json"
+
+
+def write_results(out_dir, kind, world, shared, rows, rank) -> None:
+    if rank != 0:
+        return
+    path = results_path(out_dir, kind, world, shared)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(
+        json.dumps(
+            {
+                "device": torch.cuda.get_device_name(),
+                "kind": kind,
+                "world": world,
+                "shared_gpu": shared,
+                "date": str(datetime.date.today()),
+                "targets": {"host_us_graph": TARGET_HOST_US, "kernel_start_us": TARGET_START_US},
+                "kernel_start_method": "bench/call_clock.py (host clock and profiler kernel starts on %globaltimer)",
+                "rows": rows,
+            },
+            indent=1,
         )
-        print(f"wrote {path}", flush=True)
+    )
 
 
 if __name__ == "__main__":

@@ -87,16 +87,52 @@ def fence_proxy_async():
             )
 
 
+# The record as the first waiter to time out writes it on the GPU: every thread that timed out
+# claims the flag with its own CAS, and only the winner stores the fields. It must stay free of
+# CTA barriers: the threads of a program reach it or not by values each loaded itself (a warp can
+# see the flag another program just set while its neighbour already timed out), and a barrier
+# that only some warps reach is undefined (it hung a program for good: docs/RUNTIME.md, "Bounded
+# waits"). Triton's scalar tl.atomic_cas broadcasts its result through shared memory behind a
+# bar.sync, so it is not used here.
+_RECORD_TIMEOUT_PTX = tl.constexpr(
+    """{
+.reg .pred won;
+.reg .b64 old, zero, one;
+mov.b64 zero, 0;
+mov.b64 one, 1;
+atom.global.acq_rel.sys.cas.b64 old, [$1], zero, one;
+setp.eq.b64 won, old, 0;
+@won st.global.b64 [$1+8], $2;
+@won st.global.b64 [$1+16], $3;
+@won st.global.b64 [$1+24], $4;
+@won st.global.b64 [$1+32], $5;
+@won st.global.b64 [$1+40], $6;
+mov.b32 $0, 0;
+}"""
+)
+
+
 @triton.jit
 def _record_timeout(error_ptr, rank, slot, expected, seen, tile):
-    # Only the first waiter to time out writes the record; the flag is claimed with a CAS.
-    old = tl.atomic_cas(error_ptr, tl.full([], 0, tl.int64), tl.full([], 1, tl.int64), sem="acq_rel", scope="sys")
-    if old == 0:
-        tl.store(error_ptr + 1, rank)
-        tl.store(error_ptr + 2, slot)
-        tl.store(error_ptr + 3, expected)
-        tl.store(error_ptr + 4, seen)
-        tl.store(error_ptr + 5, tile)
+    if _INTERPRET:
+        # One thread runs the interpreter: no barrier to diverge on.
+        old = tl.atomic_cas(error_ptr, tl.full([], 0, tl.int64), tl.full([], 1, tl.int64), sem="acq_rel", scope="sys")
+        if old == 0:
+            tl.store(error_ptr + 1, rank)
+            tl.store(error_ptr + 2, slot)
+            tl.store(error_ptr + 3, expected)
+            tl.store(error_ptr + 4, seen)
+            tl.store(error_ptr + 5, tile)
+    else:
+        wide = tl.zeros([], tl.int64)
+        tl.inline_asm_elementwise(
+            _RECORD_TIMEOUT_PTX,
+            "=r,l,l,l,l,l,l",
+            [error_ptr, wide + rank, wide + slot, wide + expected, wide + seen, wide + tile],
+            dtype=tl.int32,
+            is_pure=False,
+            pack=1,
+        )
 
 
 @triton.jit

@@ -65,6 +65,7 @@ fs::path run_cpu_demo(const DemoArgs& a) {
   t.split = 2;
   t.shape = {a.m, a.k};
   t.tensor = "a";
+  t.input = "a_in";  // each rank's shard is read where the caller has it (the op's plan, ops/ag_gemm.py)
   const auto p = plan::make_plan(t);
   plan::save_plan(p, out / "plan.json");
   fmt::print("    {} chunks on {} ranks -> {}\n", p.chunks.size(), p.world_size, (out / "plan.json").string());

@@ -16,6 +16,8 @@ namespace syncopate::sim {
 namespace {
 
 constexpr double kInfinity = std::numeric_limits<double>::infinity();
+// The all-gather input's name in the plans tune simulates (only a label: the op names its own).
+constexpr const char* kAgGemmInput = "input";
 
 plan::TemplateOptions template_for(const TuneRequest& req, plan::Algorithm algorithm, int split, plan::Backend backend,
                                    bool flat) {
@@ -38,6 +40,13 @@ plan::TemplateOptions template_for(const TuneRequest& req, plan::Algorithm algor
       o.shape = {req.gemm.m, req.gemm.k};
       break;
   }
+  // AG+GEMM runs the plan that gathers from the caller's shard (python/syncopate/ops/ag_gemm.py):
+  // its own rows arrive by a local chunk beside the kernel, not by a copy before it. FP8 rows
+  // carry their scales and are assembled in the heap first, as the op does.
+  const bool fp8 = req.dtype == plan::DType::f8e4m3 || req.dtype == plan::DType::f8e5m2;
+  if (req.collective == plan::Collective::all_gather && plan::node_count(req.nodes) == 1 && !flat && !fp8 &&
+      req.gemm.m % req.world_size == 0)
+    o.input = kAgGemmInput;
   return o;
 }
 

@@ -148,6 +148,7 @@ def missing_chunk(res, name, op, backend, group, world, rank, gen):
         return
     import syncopate as sy
     from syncopate.errors import WaitTimeoutError
+    from syncopate.ops.ag_gemm import INPUT as AG_INPUT
     from syncopate.ops.staged_gemm import staged_plan
 
     m, k, n = shape(op, world)
@@ -167,8 +168,17 @@ def missing_chunk(res, name, op, backend, group, world, rank, gen):
             "gemm_rs": ("reduce-scatter", "c", n),
             "gemm_ar": ("all-reduce", "c", n),
         }[op]
+        # The plan the context makes (AG+GEMM gathers from its input: ops/ag_gemm.py), so that
+        # the chunk ids agree.
         plan = sy.make_plan(
-            coll, world_size=world, shape=[m, cols], algorithm="direct", dtype="bf16", backend=backend, tensor=tensor
+            coll,
+            world_size=world,
+            shape=[m, cols],
+            algorithm="direct",
+            dtype="bf16",
+            backend=backend,
+            tensor=tensor,
+            input=AG_INPUT if op == "ag_gemm" else "",
         )
     dropped = next(
         c

@@ -408,6 +408,7 @@ def run_missing_chunk(res, group, world, rank, quick):
         return
     import syncopate as sy
     from syncopate.errors import WaitTimeoutError
+    from syncopate.ops.ag_gemm import INPUT as AG_INPUT
     from syncopate.ops.staged_gemm import staged_plan
 
     for op in ("ag_gemm", "gemm_rs") + EPILOGUE_OPS:
@@ -434,6 +435,7 @@ def run_missing_chunk(res, group, world, rank, quick):
                         dtype="bf16",
                         backend=backend,
                         tensor=tensor,
+                        input=AG_INPUT if op == "ag_gemm" else "",  # the plan the context makes
                     )
                 # Staged plans: a staging chunk (into p), which rank 1's own tiles wait for.
                 dropped = next(

@@ -41,13 +41,24 @@ class FakeGraphs:
 
         class Launch:
             def launch_graph(self, handle, stream):
-                fake.log.append(("launch", handle))
+                fake.log.append(("launch", handle, stream))
 
         monkeypatch.setattr(torch.cuda, "CUDAGraph", Graph)
         monkeypatch.setattr(torch.cuda, "graph", Capture)
         monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
-        monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: fake.capturing)
-        monkeypatch.setattr(torch.cuda, "current_stream", lambda: type("S", (), {"cuda_stream": 7})())
+        self.queries = 0  # capture-status queries (each costs host time on a GPU)
+
+        def is_capturing():
+            fake.queries += 1
+            return fake.capturing
+
+        def no_stream_objects(*_):
+            raise AssertionError("a replay must not build a torch.cuda.Stream (host time per call)")
+
+        monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", is_capturing)
+        monkeypatch.setattr(torch.cuda, "current_stream", no_stream_objects)
+        monkeypatch.setattr(torch.cuda, "current_device", lambda: 3)
+        monkeypatch.setattr(torch._C, "_cuda_getCurrentRawStream", lambda device: 700 + device, raising=False)
         import syncopate.runtime as rt
 
         monkeypatch.setattr(rt, "require_runtime", lambda: Launch())
@@ -117,3 +128,27 @@ def test_a_context_that_cannot_be_captured_runs_eagerly_and_refuses_a_capture_by
     ):
         graphs.run((1,), fake.enqueue("x"))
     assert len(fake.log) == 1, "nothing may be enqueued into a capture that would replay wrongly"
+
+
+def test_a_replay_asks_for_the_capture_status_once_and_launches_on_the_captured_devices_raw_stream(monkeypatch):
+    """The host time of a call: a replay makes one capture-status query (none when the caller
+    passes the answer it already has) and reads the stream as a raw handle of the device the
+    graph was captured on (FakeGraphs refuses to build a torch.cuda.Stream)."""
+    fake = FakeGraphs(monkeypatch)
+    graphs = call_graphs.CallGraphs("AgGemm", enabled=True)
+    graphs.run((1,), fake.enqueue("a"))  # eager, then captured on device 3
+    fake.queries = 0
+    graphs.run((1,), fake.enqueue("a"))
+    assert fake.queries == 1
+    graphs.run((1,), fake.enqueue("a"), under_capture=False)
+    assert fake.queries == 1
+    launches = [e for e in fake.log if e[0] == "launch"]
+    assert len(launches) == 2 and all(stream == 703 for _, _, stream in launches)
+
+
+def test_a_call_under_the_callers_capture_named_by_the_caller_is_recorded_without_a_query(monkeypatch):
+    fake = FakeGraphs(monkeypatch)
+    graphs = call_graphs.CallGraphs("GemmRs", enabled=True)
+    fake.capturing = True
+    graphs.run((1,), fake.enqueue("user"), under_capture=True)
+    assert fake.log == [("enqueue", "user", "captured")] and fake.queries == 0

@@ -410,17 +410,23 @@ def test_fused_producer_stores_c_then_notifies_every_ready_slot(coll, layout):
 
 
 class FakeWorkspace:
-    """PlanWorkspace's interface over CPU tensors, logging each step of a call (world 1 has no
-    chunk to move). begin() advances the epoch word as the device would."""
+    """PlanWorkspace's interface over CPU tensors, logging each step of a call. At world 1 the
+    only chunks are local ones (AG+GEMM's plan gathers from an input tensor: a_in -> a): they
+    move when the side streams would start, at fork(), from the tensor bind_source() named (the
+    caller's shard) or the heap's input, and raise their landing slot to the epoch, as the
+    executor does. begin() advances the epoch word as the device would."""
 
     def __init__(self, plan, group=None, *, grid, accesses, device, wait_bound_ns, drop_chunk, sm_copy_blocks):
         m, n, bm, bn = grid
         tables = sy.lower(plan, sy.TileGrid(m, n, bm, bn), [sy.TileAccess(*a) for a in accesses])
         self.writers = [s.writers for s in tables[0].slots]
+        self.landing_slot = list(tables[0].landing_slot_of_chunk)
         self.plan, self.log, self.nccl = plan, [], None
         self.epoch_word = torch.zeros(1, dtype=torch.int32)
         self._signals = torch.zeros(max(1, len(self.writers)), dtype=torch.int32)
         self._tensors = {}
+        self.bound = {}  # bind_source: plan tensor -> the caller's tensor
+        self.moved = []  # (chunk id, where its source was read) per local chunk moved
 
     def tensor(self, name, dtype):
         shape = list(self.plan.tensors[name].shape)
@@ -428,6 +434,27 @@ class FakeWorkspace:
 
     def signals(self):
         return self._signals
+
+    def bind_source(self, name, tensor):
+        assert name in self.plan.tensors and all(c.src == c.dst for c in self.plan.chunks if c.tensor == name)
+        self.log.append(("bind_source", name, None if tensor is None else tensor.data_ptr()))
+        if tensor is None:
+            self.bound.pop(name, None)
+        else:
+            self.bound[name] = tensor
+
+    def _move_local_chunks(self):
+        for c in self.plan.chunks:
+            if c.src != c.dst:
+                continue
+            src = self.bound.get(c.tensor)
+            where = "bound" if src is not None else "heap"
+            if src is None:
+                src = self._tensors[c.tensor]
+            dst = self._tensors[c.dst_tensor]
+            dst[_box(c.dst_box)] = src[_box(c.box)].to(dst.dtype)
+            self._signals[self.landing_slot[c.id]] = int(self.epoch_word)
+            self.moved.append((c.id, where))
 
     def begin(self):
         self.epoch_word += 1
@@ -438,12 +465,14 @@ class FakeWorkspace:
 
     def fork(self):
         self.log.append(("fork",))
+        self._move_local_chunks()
 
     def issue_chunks(self):
         self.log.append(("issue_chunks",))
 
     def issue(self, wait_landed=True):
         self.log.append(("issue", wait_landed))
+        self._move_local_chunks()
 
     def wait_landed(self):
         self.log.append(("wait_landed",))
@@ -456,6 +485,10 @@ class FakeWorkspace:
 
     def timed_out(self):
         return False
+
+
+def _box(box):
+    return tuple(slice(o, o + e) for o, e in zip(box.offset, box.extent))
 
 
 @pytest.fixture
@@ -574,7 +607,9 @@ def _log_kernel_launches(ctx):
 @pytest.mark.parametrize("cls,reduce", [(AgGemm, None), (GemmRs, "chunks"), (GemmAr, "chunks")])
 def test_a_fused_call_launches_the_gemm_before_the_host_issues_any_chunk(cpu_runtime, cls, reduce):
     """The call path: begin (epoch advanced on the device), inputs, publish, fork, then the fused
-    kernel at once, and only then the chunks (their host work must not delay the kernel)."""
+    kernel at once, and only then the chunks (their host work must not delay the kernel).
+    AG+GEMM's inputs are only a binding: its local chunk reads the caller's shard in place (no
+    copy into the heap before the kernel) and has put the own rows there for the kernel."""
     m, k, n = 70, 40, 48
     kw = {} if reduce is None else {"reduce": reduce}
     ctx = cls(
@@ -595,10 +630,18 @@ def test_a_fused_call_launches_the_gemm_before_the_host_issues_any_chunk(cpu_run
     gen = torch.Generator().manual_seed(4)
     for _ in range(2):
         ctx.ws.log.clear()
-        ctx(torch.randn(m, k, generator=gen).half(), _b(k, n, "kn", gen), check=False)
+        ctx.ws.moved.clear()
+        a, b = torch.randn(m, k, generator=gen).half(), _b(k, n, "kn", gen)
+        out = ctx(a, b, check=False)
         steps = [entry[0] for entry in ctx.ws.log]
-        tail = ["wait_landed", "end"] if cls is not AgGemm else ["end"]
-        assert steps == ["begin", "publish", "fork", "kernel", "issue_chunks"] + tail, steps
+        if cls is AgGemm:
+            assert steps == ["begin", "bind_source", "publish", "fork", "kernel", "issue_chunks", "end"], steps
+            assert ctx.ws.log[1] == ("bind_source", "a_in", a.data_ptr())
+            assert ctx.ws.moved == [(c.id, "bound") for c in ctx.plan.chunks if c.src == c.dst] != []
+            assert torch.isnan(ctx.ws.tensor("a_in", torch.float16)).all(), "nothing copied into the heap's input"
+            assert torch.allclose(out.double(), a.double() @ b.double(), rtol=2e-2, atol=2e-2)
+        else:
+            assert steps == ["begin", "publish", "fork", "kernel", "issue_chunks", "wait_landed", "end"], steps
     assert int(ctx.ws.epoch_word) == 2
 
 
@@ -713,7 +756,7 @@ def test_ag_gemm_hands_out_the_gathered_a_before_the_heap_can_be_reused(cpu_runt
     assert torch.equal(gathered, a)
     assert torch.allclose(out.double(), a.double() @ b.double(), rtol=2e-2, atol=2e-2)
     steps = [e[0] for e in ctx.ws.log]
-    assert steps == ["begin", "publish", "fork", "kernel", "issue_chunks", "wait_landed", "end"], steps
+    assert steps == ["begin", "bind_source", "publish", "fork", "kernel", "issue_chunks", "wait_landed", "end"], steps
     with pytest.raises(UserError, match=r"AgGemm: out must be a contiguous \[64, 40\]"):
         ctx(a, b, gathered_out=torch.empty(m, k + 1, dtype=torch.float16))
 

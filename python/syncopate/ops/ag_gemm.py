@@ -8,14 +8,15 @@ How: the gathered A lives in the symmetric heap (plan tensor "a"). Each call adv
 device epoch, launches the fused GEMM at once (ops/fused_gemm.py: the persistent TMA GEMM
 rewritten by the transformer) and only then has the executor issue every chunk of an all-gather
 plan with the chosen backend on high-priority side streams; each tile waits (bounded) for the
-chunks holding its rows, in the chosen tile order (arrival: local rows first). This rank's shard is
-copied into the heap first, on the call's stream. A plan that gathers from an input tensor
-(make_plan(..., input="a_in"), passed as plan=) makes this rank's rows chunks too: the executor
-reads the input straight from the caller's a_shard (bind_source), a local copy-engine chunk per
-piece, so nothing is copied before the GEMM starts. It is not the default yet: its gain is not
-established and on two ranks sharing a GPU a call after a replayed graph that lost a chunk hung
-(docs/RUNTIME.md, "The call path"). By default the whole call is one replay of the context's CUDA graph (ops/call_graphs.py;
-graph=False enqueues it eagerly), and it can be captured in the caller's torch.cuda.graph. Where the simulator predicts that overlap does not pay (ops/choice.py; small M), the
+chunks holding its rows, in the chosen tile order (arrival: local rows first). This rank's own
+rows are chunks too: the plan gathers from an input tensor (make_plan(..., input="a_in")) that
+the executor reads straight from the caller's a_shard (bind_source), a local copy-engine chunk
+per piece beside the kernel, so nothing is copied before the GEMM starts and a peer reads a
+piece once it is in place (docs/RUNTIME.md, "The call path"). FP8 and a user plan without an
+input (plan=) copy the shard into the heap first, on the call's stream. By default the whole
+call is one replay of the context's CUDA graph (ops/call_graphs.py; graph=False enqueues it
+eagerly), and it can be captured in the caller's torch.cuda.graph. Where the simulator predicts
+that overlap does not pay (ops/choice.py; small M), the
 context runs sequentially: the gather, then torch.matmul.
 """
 
@@ -38,6 +39,9 @@ from syncopate.ops.common import (
 from syncopate.ops.context import OpContext
 from syncopate.ops.fp8 import ROW_TAIL_BYTES, check_scales, pack_rows, packed_views, refuse_scales
 
+# The plan tensor that holds this rank's shard (the caller's a_shard, read in place).
+INPUT = "a_in"
+
 
 class AgGemm(OpContext):
     """Context of AG+GEMM for fixed shapes: owns the heap (gathered A, signals), the executor
@@ -51,9 +55,9 @@ class AgGemm(OpContext):
         # FP8: each gathered row carries its scale (ops/fp8.py), so the plan's rows are longer and
         # this rank's rows are assembled in the heap (no input tensor read in place).
         row = self.k + ROW_TAIL_BYTES if self.fp8 else self.k
-        self.plan = self._make_plan([self.m, row], "a")
-        # A user plan that gathers from an input tensor (make_plan(..., input=)): its local chunks
-        # read the caller's shard in place. The op's own plans do not yet (see the docstring).
+        self.plan = self._make_plan([self.m, row], "a", input="" if self.fp8 else INPUT)
+        # The local chunks read the caller's shard in place; "" for FP8 and for a user plan
+        # without an input (the shard is then copied into the heap first).
         self.input = "" if self.fp8 else self.plan.collective.input
         accesses = [("a", "consume", 0, -1)]
         self.ws = PlanWorkspace(

@@ -39,19 +39,23 @@ def capturing() -> bool:
 class _Graph:
     """A captured call: torch's graph (which owns the executable and the capture's memory pool)
     and the executable's handle, launched through the runtime (graph_launch.hpp: no per-replay
-    bookkeeping of PyTorch's random generators, which a Syncopate call never uses)."""
+    bookkeeping of PyTorch's random generators, which a Syncopate call never uses) on the
+    current stream of the device it was captured on. The stream is read as a raw handle
+    (what Triton's launcher does): building a torch.cuda.Stream object per replay cost
+    microseconds of the call's host time."""
 
-    __slots__ = ("graph", "exec_handle", "launch")
+    __slots__ = ("graph", "exec_handle", "launch", "device")
 
-    def __init__(self, graph: "torch.cuda.CUDAGraph"):
+    def __init__(self, graph: "torch.cuda.CUDAGraph", device: int):
         from syncopate.runtime import require_runtime
 
         self.graph = graph
         self.exec_handle = int(graph.raw_cuda_graph_exec())
         self.launch = require_runtime().launch_graph
+        self.device = device
 
     def replay(self) -> None:
-        self.launch(self.exec_handle, torch.cuda.current_stream().cuda_stream)
+        self.launch(self.exec_handle, torch._C._cuda_getCurrentRawStream(self.device))
 
 
 class CallGraphs:
@@ -75,14 +79,18 @@ class CallGraphs:
         """ "graph" (calls replay this context's graphs) or "eager"."""
         return "graph" if self.enabled else "eager"
 
-    def run(self, key: Hashable, enqueue: Callable[[], None]) -> None:
-        """Runs one call: enqueue() puts its device work on the current stream."""
+    def run(self, key: Hashable, enqueue: Callable[[], None], under_capture: Optional[bool] = None) -> None:
+        """Runs one call: enqueue() puts its device work on the current stream. under_capture:
+        whether the current stream is being captured by the caller, if the caller has asked
+        already (one query per call: each costs host time)."""
+        if under_capture is None:
+            under_capture = capturing()
         if not self.enabled:
-            if self.refusal is not None and capturing():
+            if self.refusal is not None and under_capture:
                 raise UserError(f"{self.who}: cannot be captured in a CUDA graph: {self.refusal}")
             enqueue()
             return
-        if torch.cuda.is_current_stream_capturing():  # the caller's capture: record into it
+        if under_capture:  # the caller's capture: record into it
             enqueue()
             return
         graph = self._graphs.get(key)
@@ -102,7 +110,7 @@ class CallGraphs:
         with torch.cuda.graph(graph, capture_error_mode="thread_local"):
             enqueue()
         self.captures += 1
-        return _Graph(graph)
+        return _Graph(graph, torch.cuda.current_device())
 
     def clear(self) -> None:
         self._graphs.clear()

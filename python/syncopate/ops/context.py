@@ -219,7 +219,8 @@ class OpContext:
         without synchronizing, raises a wait that timed out in an earlier call (report_timeouts);
         after it, if `check` and nothing is being captured, synchronizes and raises one of this
         call."""
-        if not capturing():
+        under_capture = capturing()  # asked once per call (each query costs host time)
+        if not under_capture:
             self.report_timeouts()
 
         def work() -> None:
@@ -227,8 +228,8 @@ class OpContext:
             if self.gemm is not None:
                 self.gemm.copy_flag_to_host()
 
-        self.graphs.run(key, work)
-        if check and not capturing():
+        self.graphs.run(key, work, under_capture)
+        if check and not under_capture:
             self.check()
 
     def report_timeouts(self) -> None:
@@ -308,7 +309,7 @@ class OpContext:
         """The local kernel the fused GEMM was made from (gemm_tma_kernel or gemm_pointer_kernel)."""
         return None if self.gemm is None else self.gemm.kernel_name
 
-    def _make_plan(self, shape, tensor):
+    def _make_plan(self, shape, tensor, input: str = ""):
         import syncopate as sy
 
         if self._user_plan is not None:
@@ -323,6 +324,7 @@ class OpContext:
             dim=0,
             backend=self.backend,
             tensor=tensor,
+            input=input,
         )
 
     def _make_gemm(self, accesses, producer: bool, a_pitch: Optional[int] = None, stride_sa: int = 1):

@@ -41,6 +41,12 @@ struct EpochModel {
   // The old protocol under CUDA-graph replay: the epoch the host baked into the recorded work
   // at the first call is what every later call waits for and raises.
   bool baked_at_first_call = false;
+  // A chunk lost in one call (ExecutorOptions::drop_chunk): its step runs but never raises its
+  // landing slot. Waits are then bounded as on the device: when nothing can move, every wait
+  // still blocked gives up (counted in `expired` as (call, chunk of the slot)) and its step goes on.
+  int drop_chunk = -1;
+  int drop_in_call = 0;
+  std::vector<std::pair<int, int>>* expired = nullptr;
 };
 
 // Replays the epoch protocol of every rank on the CPU, the way the GPU would run it, with the
@@ -69,13 +75,21 @@ bool replay(const plan::CommPlan& p, const std::vector<lower::SignalTable>& tabl
   int call = 0;
   // The epoch a rank's work of this call uses: its word, or what was baked at the first call.
   auto epoch_of = [&](int r) { return model.baked_at_first_call ? baked[r] : control[r][kEpochSlot]; };
+  bool expire = false;  // the bound has run out for every wait blocked now
   auto holds = [&](int r, const std::vector<WaitRef>& waits) {
+    std::vector<const WaitRef*> met;
     for (const auto& wr : waits) {
       const std::int32_t v = wr.in_control() ? control[wr.rank][wr.slot] : signals[wr.rank][wr.slot];
-      if (!signal_reached(v, expected_value(epoch_of(r), wr.epoch_offset, wr.writers))) return false;
+      if (signal_reached(v, expected_value(epoch_of(r), wr.epoch_offset, wr.writers))) {
+        met.push_back(&wr);
+        continue;
+      }
+      if (!expire) return false;
+      model.expired->push_back({call, wr.chunk});
     }
-    for (const auto& wr : waits)
-      if (wr.kind == WaitKind::landing && raised_in[wr.rank][wr.slot] != call && stale_holds != nullptr) ++*stale_holds;
+    for (const WaitRef* wr : met)
+      if (wr->kind == WaitKind::landing && raised_in[wr->rank][wr->slot] != call && stale_holds != nullptr)
+        ++*stale_holds;
     return true;
   };
   for (int e = 1; e <= epochs; ++e) {
@@ -91,7 +105,14 @@ bool replay(const plan::CommPlan& p, const std::vector<lower::SignalTable>& tabl
     // NCCL halves whose waits hold, by chunk: both present -> both complete.
     std::map<int, int> ready_halves;
     bool progress = true;
-    while (progress) {
+    while (true) {
+      if (!progress) {
+        // Nothing moves: with bounded waits (a lost chunk) every blocked wait gives up once.
+        if (model.expired == nullptr || expire) break;
+        expire = true;
+      } else {
+        expire = false;
+      }
       progress = false;
       for (int r = 0; r < w; ++r) {
         const auto& s = sched[r];
@@ -124,7 +145,7 @@ bool replay(const plan::CommPlan& p, const std::vector<lower::SignalTable>& tabl
               }
               if (!complete) break;
               for (auto i = batch.begin; i < batch.end; ++i)
-                if (steps[i].landing_slot >= 0) {
+                if (steps[i].landing_slot >= 0 && !(steps[i].chunk == model.drop_chunk && e == model.drop_in_call)) {
                   const int dst = p.chunks[steps[i].chunk].dst;
                   signals[dst][steps[i].landing_slot] = epoch_of(r);
                   raised_in[dst][steps[i].landing_slot] = call;
@@ -237,6 +258,49 @@ TEST(RankSchedule, DeviceEpochWordReplaysEveryCallAlsoAcrossTheWrap) {
         EXPECT_TRUE(replay(p, tables, 5, {.first_word = INT32_MAX - 2}, &stale)) << name << " (crossing the wrap)";
         EXPECT_EQ(stale, 0) << name;
       }
+}
+
+// A chunk lost in one call (what tests/gpu/test_graphs_gpu.py's missing-chunk cases do, inside a
+// replayed graph and then eagerly) leaves its landing slot at an older epoch; the bounded waits
+// on it give up, and the next calls raise and wait for their own epochs again: the monotonic
+// scheme needs no repair after a loss. Checked for the all-gather from an input tensor (whose
+// local chunks add slots that every first hop waits on) and for every other template, each
+// chunk lost in turn: only the lossy call has waits that give up, at least one of them on the
+// lost chunk, and no later wait holds on a value of an earlier call.
+TEST(RankSchedule, AChunkLostInOneCallLeavesLaterCallsWhole) {
+  for (auto c : {Collective::all_gather, Collective::reduce_scatter, Collective::all_reduce})
+    for (auto a : {Algorithm::ring, Algorithm::direct, Algorithm::bidir})
+      for (int w : {2, 3})
+        for (bool input : {false, true}) {
+          if (input && c != Collective::all_gather) continue;
+          plan::TemplateOptions o;
+          o.collective = c;
+          o.algorithm = a;
+          o.world_size = w;
+          o.split = 1;
+          o.shape = {w * 2, 8};
+          o.backend = Backend::copy_engine;
+          if (input) o.input = "a_in";
+          const auto p = plan::make_plan(o);
+          const auto tables = landing_tables(p);
+          for (const auto& lost : p.chunks) {
+            const auto name =
+                fmt::format("{} {} world {}{}: chunk {} ({} -> {}) lost in call 2", plan::to_string(c),
+                            plan::to_string(a), w, input ? " from an input" : "", lost.id, lost.src, lost.dst);
+            std::vector<std::pair<int, int>> expired;
+            int stale = 0;
+            EXPECT_TRUE(replay(p, tables, 4, {.drop_chunk = lost.id, .drop_in_call = 2, .expired = &expired}, &stale))
+                << name;
+            EXPECT_EQ(stale, 0) << name;
+            EXPECT_FALSE(expired.empty()) << name << ": nothing waited for it";
+            bool on_lost = false;
+            for (const auto& [call, chunk] : expired) {
+              EXPECT_EQ(call, 2) << name << ": a wait of call " << call << " gave up (on chunk " << chunk << ")";
+              on_lost = on_lost || chunk == lost.id;
+            }
+            EXPECT_TRUE(on_lost) << name << ": no wait on the lost chunk gave up";
+          }
+        }
 }
 
 TEST(RankSchedule, AnEpochBakedAtTheFirstCallLetsLaterCallsReadStaleChunks) {

@@ -1,0 +1,146 @@
+"""Time from a host call to the start of a kernel it launches, on one clock (bench_call_path.py).
+
+What is measured: for each call, the host clock just before the call (time.perf_counter_ns) and
+the kernel's start, both put on the GPU's %globaltimer:
+  - host -> globaltimer: a one-thread kernel spins on pinned host memory; the host writes a
+    round number there and spins until the kernel has written back the %globaltimer it read
+    when it saw it. The kernel's reading lies between the host's write and the host seeing the
+    answer, so the offset is known to +- half that round trip; the round with the shortest trip
+    is kept (a few microseconds over PCIe: `host_offset_uncertainty_us`).
+  - kernel start -> globaltimer: torch.profiler (CUPTI) gives the kernel's start on its own
+    clock; in the same profile a probe kernel writes %globaltimer as its first instruction, so
+    the profiler's clock is put on globaltimer by the probe's (globaltimer - profiler start),
+    whose spread over the probes is reported (`profiler_offset_spread_us`).
+Nothing relies on the profiler's CPU timestamps or on CPU/GPU clock alignment done by a
+library; the earlier marker-kernel method measured from the start of a marker kernel, which
+itself starts only after its own host path, so it could not say when the call was made.
+The profiler's callbacks make every CUDA API call a little slower (about 1-2 us each on the
+machines measured): a graph replay makes one, an eager call dozens; the same instrument is used
+for torch.mm beside each row.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from typing import Callable, Iterable
+
+import torch
+import triton
+import triton.language as tl
+
+import syncopate.language as syl
+
+
+@triton.jit
+def _stamp_kernel(out_ptr, index):
+    """Writes %globaltimer to out_ptr[index], first thing."""
+    tl.store(out_ptr + index, syl.now_ns())
+
+
+@triton.jit
+def _ping_pong_kernel(flag_ptr, stamps_ptr, rounds, bound_ns):
+    """For round i: waits until the host wrote i + 1 into *flag_ptr (pinned host memory), then
+    writes %globaltimer into stamps_ptr[i] (pinned too). Each wait gives up after bound_ns."""
+    for i in range(rounds):
+        start = syl.now_ns()
+        seen = tl.load(flag_ptr, volatile=True)
+        while (seen != i + 1) & (syl.now_ns() - start < bound_ns):
+            seen = tl.load(flag_ptr, volatile=True)
+        tl.store(stamps_ptr + i, syl.now_ns())
+
+
+class GpuClock:
+    """The offset between the host's perf_counter_ns and the GPU's %globaltimer (see above)."""
+
+    def __init__(self, device: torch.device):
+        self.device = device
+        self.flag = torch.zeros(1, dtype=torch.int64, pin_memory=True)
+        self.stamps_dev = torch.zeros(64, dtype=torch.int64, device=device)
+        self.offset_ns = 0  # globaltimer - perf_counter_ns
+        self.uncertainty_ns = float("inf")
+
+    def calibrate(self, rounds: int = 40) -> None:
+        stamps = torch.zeros(rounds, dtype=torch.int64, pin_memory=True)
+        self.flag.zero_()
+        flag, seen = self.flag.numpy(), stamps.numpy()
+        torch.cuda.synchronize(self.device)
+        _ping_pong_kernel[(1,)](self.flag, stamps, rounds, 100_000_000, num_warps=1)
+        time.sleep(0.002)  # the kernel is spinning before the first round
+        best = None
+        for i in range(rounds):
+            before = time.perf_counter_ns()
+            flag[0] = i + 1
+            while seen[i] == 0:
+                if time.perf_counter_ns() - before > 2_000_000_000:
+                    raise RuntimeError("GpuClock.calibrate: the ping-pong kernel did not answer within 2 s")
+            after = time.perf_counter_ns()
+            trip = after - before
+            if best is None or trip < best[0]:
+                best = (trip, int(seen[i]) - (before + after) // 2)
+        torch.cuda.synchronize(self.device)
+        self.uncertainty_ns, self.offset_ns = best[0] / 2, best[1]
+
+    def probe(self, index: int) -> None:
+        """Launches the stamp kernel on the current stream (its globaltimer lands in stamps_dev)."""
+        _stamp_kernel[(1,)](self.stamps_dev, index, num_warps=1)
+
+
+def _kernel_events(prof):
+    from torch.autograd import DeviceType
+
+    events = prof.profiler.kineto_results.events()
+    return sorted((e.start_ns(), e.name()) for e in events if e.device_type() == DeviceType.CUDA)
+
+
+def call_to_start_us(
+    fn: Callable[[], object], kernel_names: Iterable[str], clock: GpuClock, calls: int = 10, probes: int = 8
+) -> dict:
+    """Median microseconds from the host's call of fn() to the start of fn()'s first kernel named
+    in kernel_names, the GPU idle before each call; with the calibration's uncertainties."""
+    from torch.profiler import ProfilerActivity, profile
+
+    names = tuple(kernel_names)
+    fn()  # anything lazily initialised, outside the measurement
+    clock.probe(0)
+    torch.cuda.synchronize()
+    clock.calibrate()
+    clock.stamps_dev.zero_()
+    host, probe_host = [], []
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for j in range(probes):
+            torch.cuda.synchronize()
+            probe_host.append(time.perf_counter_ns())
+            clock.probe(j)
+        for _ in range(calls):
+            torch.cuda.synchronize()
+            host.append(time.perf_counter_ns())
+            fn()
+        torch.cuda.synchronize()
+    gpu = _kernel_events(prof)
+    stamped = clock.stamps_dev[:probes].tolist()
+    probe_starts = [t for t, name in gpu if "_stamp_kernel" in name]
+    if len(probe_starts) != probes:
+        return {"us": float("nan"), "samples": 0, "error": f"{len(probe_starts)} probe kernels seen of {probes}"}
+    to_global = [g - t for g, t in zip(stamped, probe_starts)]
+    prof_offset = statistics.median(to_global)
+    starts = [t + prof_offset for t, name in gpu if any(k in name for k in names)]
+    # Each call's kernel: the first named one from just before the call (the calibration's
+    # uncertainty) to the next call; a negative delay would show a calibration gone wrong.
+    slack = 2 * clock.uncertainty_ns + 1_000
+    calls_global = [h + clock.offset_ns for h in host] + [float("inf")]
+    delays = []
+    for i in range(calls):
+        mine = [s for s in starts if calls_global[i] - slack <= s < calls_global[i + 1] - slack]
+        if mine:
+            delays.append((mine[0] - calls_global[i]) / 1e3)
+    # The probe itself, from its stamp alone (no profiler clock): a Triton launch's own path.
+    probe_delays = [(g - (h + clock.offset_ns)) / 1e3 for g, h in zip(stamped, probe_host)]
+    return {
+        "us": statistics.median(delays) if delays else float("nan"),
+        "min_us": min(delays) if delays else float("nan"),
+        "samples": len(delays),
+        "triton_probe_us": statistics.median(probe_delays),
+        "host_offset_uncertainty_us": clock.uncertainty_ns / 1e3,
+        "profiler_offset_spread_us": (max(to_global) - min(to_global)) / 1e3,
+    }
