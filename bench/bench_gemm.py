@@ -82,6 +82,42 @@ def small_m_candidates(m: int, n: int, num_sms: int, full_sweep: bool = False) -
     return tuple(out)
 
 
+# The blocks --small-m --wide times (BM, BN, BK, stages, warps, epilogue split), each persistent,
+# non-persistent (one program per tile, same compiled kernel) and as stream-K where it has
+# fewer than four waves of tiles; the split-K factors that bring 128x128 / 128x64 / 64x128 work
+# to one wave, two-launch.
+WIDE_BLOCKS = (
+    (128, 256, 64, 3, 8, 2),
+    (128, 128, 64, 4, 4, 1),
+    (128, 128, 64, 6, 4, 1),
+    (64, 128, 64, 4, 4, 1),
+    (128, 64, 64, 6, 4, 1),
+    (64, 64, 128, 4, 4, 1),
+)
+WIDE_STREAM_K = ((128, 256, 64, 3, 8, 2), (128, 128, 64, 4, 4, 1), (64, 128, 64, 4, 4, 1))
+WIDE_SPLIT = ((128, 128, 64, 4, 4, 1), (128, 64, 64, 6, 4, 1), (64, 128, 64, 4, 4, 1))
+
+
+def wide_candidates(m: int, n: int, k: int, num_sms: int) -> tuple[GemmConfig, ...]:
+    """The configs --small-m --wide times on a shape (see WIDE_BLOCKS)."""
+    out = []
+    for bm, bn, bk, st, w, e in WIDE_BLOCKS:
+        cfg = GemmConfig(bm, bn, bk, 8, st, w, True, e, 1.0)
+        out.append(cfg)
+        if math.ceil(m / bm) * math.ceil(n / bn) > num_sms:
+            out.append(dataclasses.replace(cfg, persistent=False))
+    for bm, bn, bk, st, w, e in WIDE_STREAM_K:
+        tiles = math.ceil(m / bm) * math.ceil(n / bn)
+        if tiles < 4 * num_sms and tiles % num_sms:
+            out.append(GemmConfig(bm, bn, bk, 8, st, w, True, 1, 1.0, stream_k=True))
+    for bm, bn, bk, st, w, e in WIDE_SPLIT:
+        tiles = math.ceil(m / bm) * math.ceil(n / bn)
+        split = round(num_sms / tiles)
+        if tiles < num_sms and split >= 2 and math.ceil(k / bk) >= 8 * split:
+            out.append(GemmConfig(bm, bn, bk, 8, st, w, True, e, 1.0, split_k=split))
+    return tuple(out)
+
+
 # FP8 configs timed beside the model's choice (BLOCK_K 128: one K-step moves the bytes of a
 # bf16 64-deep step).
 FP8_EXTRA = (
@@ -231,9 +267,9 @@ def _compile_one(task: tuple) -> str:
     """Runs one config once on small operands (in a worker process), so that Triton compiles it
     into its on-disk cache. The operands keep every integer argument a multiple of 16 and above
     1, as the rows' are, so the timed run finds the same specialisation in the cache."""
-    kind, cfg, layout, mode = task
+    kind, cfg, layout, mode, grid_by_16 = task
     try:
-        m, k, n = 256, 1024, 512
+        m, k, n = 1024, 1024, 1024
         dtype = torch.float8_e4m3fn if kind == "fp8" else torch.bfloat16
         a = torch.randn(m, k, device="cuda").to(dtype)
         b = (
@@ -247,13 +283,31 @@ def _compile_one(task: tuple) -> str:
                 if mode == "tensor"
                 else (torch.ones(m, 1, device="cuda"), torch.ones(1, n, device="cuda"))
             )
-            kernels.gemm_fp8(a, b, sa, sb, config=cfg, num_programs=7)
+            kernels.gemm_fp8(a, b, sa, sb, config=cfg, num_programs=16 if grid_by_16 else 7)
         else:
-            kernels.gemm(a, b, config=cfg, num_programs=7)
+            kernels.gemm(a, b, config=cfg, num_programs=16 if grid_by_16 else 7)
         torch.cuda.synchronize()
         return ""
     except Exception as error:  # reported, and the timed run will show it again
         return f"{cfg.name} {layout} {mode}: {type(error).__name__}: {str(error)[:200]}"
+
+
+def launch_grid(cfg: GemmConfig, m: int, n: int, k: int, num_sms: int) -> int:
+    """The grid `gemm` launches cfg with on this shape (Triton specialises the kernel on whether
+    this is a multiple of 16, so the precompile must launch with the same property)."""
+    tiles = math.ceil(m / cfg.block_m) * math.ceil(n / cfg.block_n)
+    if cfg.stream_k:
+        return max(1, min(num_sms, tiles * math.ceil(k / cfg.block_k)))
+    work = tiles * cfg.split_k
+    programs = num_sms if cfg.persistent else work
+    return max(1, min(programs, work if cfg.split_k > 1 else tiles))
+
+
+def compile_task(kind: str, cfg: GemmConfig, shape, mode: str, num_sms: int) -> tuple:
+    """A precompile task: what decides which compiled kernel the timed run will use (a
+    non-persistent config is the persistent kernel at another grid size)."""
+    grid = launch_grid(cfg, shape.m, shape.n, shape.k, num_sms)
+    return (kind, dataclasses.replace(cfg, persistent=True), shape.b_layout, mode, grid % 16 == 0)
 
 
 def precompile(tasks: list[tuple], workers: int) -> None:
@@ -438,6 +492,8 @@ def main() -> int:
         "--small-m", action="store_true", help=f"M <= {SMALL_M_MAX} rows, each with many candidate configs"
     )
     parser.add_argument("--fp8", action="store_true", help="FP8 rows vs torch._scaled_mm")
+    parser.add_argument("--wide", action="store_true", help="with --small-m: the wide candidate set (wide_candidates)")
+    parser.add_argument("--model-only", action="store_true", help="time only the model's config (and the reference)")
     parser.add_argument("--shapes", default="", help="only these: MxKxN + kn|nk, comma-separated")
     parser.add_argument(
         "--precompile",
@@ -506,13 +562,13 @@ def main() -> int:
         for shape in gemm_shapes:
             chosen = kernels.gemm_fp8_module.select_fp8_config(shape.m, shape.n, shape.k, torch.device("cuda"))
             configs = {chosen.name: chosen}
-            for cfg in FP8_EXTRA:
+            for cfg in () if args.model_only else FP8_EXTRA:
                 configs.setdefault(cfg.name, cfg)
             plans.append((shape, chosen, configs))
         if args.precompile:
             precompile(
                 [
-                    ("fp8", cfg, shape.b_layout, mode)
+                    compile_task("fp8", cfg, shape, mode, props.multi_processor_count)
                     for shape, _, configs in plans
                     for cfg in configs.values()
                     for mode in ("tensor", "row")
@@ -545,7 +601,10 @@ def main() -> int:
             if math.ceil(shape.m / 128) * math.ceil(shape.n / 256) < 2 * props.multi_processor_count:
                 for cfg in SWEEP_SPLIT_K:
                     configs.setdefault(cfg.name, cfg)
-        if args.small_m:
+        if args.small_m and args.wide:
+            for cfg in wide_candidates(shape.m, shape.n, shape.k, props.multi_processor_count):
+                configs.setdefault(cfg.name, cfg)
+        elif args.small_m:
             for cfg in small_m_candidates(shape.m, shape.n, props.multi_processor_count, args.sweep):
                 configs.setdefault(cfg.name, cfg)
             fixup = kernels.choose_config(
@@ -558,10 +617,16 @@ def main() -> int:
                 fixup=True,
             )
             configs.setdefault(fixup.name, fixup)
+        if args.model_only:
+            configs = {chosen.name: chosen}
         plans.append((shape, chosen, configs))
     if args.precompile:
         precompile(
-            [("bf16", cfg, shape.b_layout, "") for shape, _, configs in plans for cfg in configs.values()],
+            [
+                compile_task("bf16", cfg, shape, "", props.multi_processor_count)
+                for shape, _, configs in plans
+                for cfg in configs.values()
+            ],
             args.precompile,
         )
     for shape, chosen, configs in plans:

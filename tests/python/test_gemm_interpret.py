@@ -263,3 +263,42 @@ def test_model_offers_fixup_variants_only_when_asked():
     assert {c.name for c in with_fixup if c.split_fixup} == {c.name + "f" for c in plain if c.split_k > 1}
     cfg = _kernel_configs.choose_config(128, 4096, 8192, 132, 2, _SMEM_H100, fixup=True)
     assert cfg.split_k > 1 and cfg.split_fixup  # cheaper per MB than the two-launch split
+
+
+@pytest.mark.parametrize("b_is_nk", [False, True])
+@pytest.mark.parametrize(
+    "shape,num_programs",
+    [
+        ((40, 48, 160), 5),  # 4 tiles x 5 K-steps over 5 programs: every tile shared
+        ((64, 96, 96), 4),  # 6 tiles < two waves: all stream-K, 4.5 K-steps per program
+        ((128, 96, 64), 4),  # 12 tiles: 8 whole tiles (two waves), then 4 tiles stream-K
+        ((32, 32, 64), 7),  # 1 tile of 2 K-steps over 7 programs: five programs get nothing
+    ],
+)
+def test_stream_k_matches_reference_and_leaves_counters_zero(b_is_nk, shape, num_programs):
+    """Stream-K: whole waves of whole tiles, the rest's K-steps split evenly over the programs
+    (tiles shared by 2-3 programs, summed by the last to finish); twice on the same counters."""
+    m, n, k = shape
+    cfg = GemmConfig(32, 32, 32, 2, 1, 4, False, 1, 1.0, stream_k=True)
+    a, b = _operands(m, n, k, torch.bfloat16, b_is_nk, seed=m + n + k)
+    tiles = -(-m // 32) * -(-n // 32)
+    counters = torch.zeros(tiles, dtype=torch.int32)
+    original = gemm_module._counters
+    gemm_module._counters = lambda device, count: counters
+    try:
+        for _ in range(2):
+            out = torch.full((m, n), float("nan"), dtype=torch.bfloat16)
+            c = gemm_module.gemm(a, b, out=out, config=cfg, num_programs=num_programs)
+            assert not torch.isnan(c).any()
+            assert _rel_error(c, a, b) < 1e-2
+            assert int(counters.abs().sum()) == 0
+    finally:
+        gemm_module._counters = original
+
+
+def test_stream_k_split_keeps_the_last_one_to_two_waves_for_stream_k():
+    # 12 tiles on 4 programs: two whole waves of tiles, the last 4 tiles (one wave) stream-K.
+    assert gemm_module.stream_k_split(12, 2, 4)[0] == 8
+    assert gemm_module.stream_k_split(7, 2, 4)[0] == 0  # under two waves: all stream-K
+    # 4 tiles x 5 K-steps over 5 programs: 4 K-steps each, a tile spans at most 3 programs.
+    assert gemm_module.stream_k_split(4, 5, 5) == (0, 3)

@@ -40,15 +40,24 @@ class GemmConfig:
     # With split_k > 1: the last program to finish a tile's slices sums them in the same launch
     # (gemm_split_k_fixup_kernel) instead of a second reduction kernel.
     split_fixup: bool = False
+    # One program per work item instead of one persistent program per multiprocessor: the
+    # hardware schedules the programs, and two of them share a multiprocessor when their shared
+    # memory allows (one's epilogue then overlaps the other's loads).
+    persistent: bool = True
+    # Stream-K (gemm_stream_k_kernel): full waves of whole tiles, then the K-steps of the
+    # remaining tiles (one to two waves' worth) spread evenly over every program; a tile whose
+    # K-steps two programs share is summed by the last to finish it, in the same launch.
+    stream_k: bool = False
 
     @property
     def name(self) -> str:
         ws = "ws" if self.warp_specialize else "nows"
         flat = "" if self.flatten else "_nf"
         split = f"_k{self.split_k}{'f' if self.split_fixup else ''}" if self.split_k > 1 else ""
+        grid = ("" if self.persistent else "_np") + ("_sk" if self.stream_k else "")
         return (
             f"{self.block_m}x{self.block_n}x{self.block_k}_s{self.num_stages}"
-            f"_w{self.num_warps}_g{self.group_m}_{ws}_e{self.epilogue_split}{flat}{split}"
+            f"_w{self.num_warps}_g{self.group_m}_{ws}_e{self.epilogue_split}{flat}{split}{grid}"
         )
 
     def shared_memory_bytes(self, element_size: int) -> int:

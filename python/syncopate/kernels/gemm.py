@@ -262,6 +262,78 @@ def gemm_split_k_fixup_kernel(a_ptr, b_ptr, c_ptr, partial_ptr, counter_ptr, M, 
             tl.atomic_xchg(counter_ptr + tile_id, 0, sem="relaxed", scope="gpu")
 
 
+# dp_tiles and max_slots vary with the shape: not specialised on (no recompiles per shape).
+@triton.jit(do_not_specialize=["dp_tiles", "max_slots"])
+def gemm_stream_k_kernel(a_ptr, b_ptr, c_ptr, partial_ptr, counter_ptr, M, N, K, stride_am, stride_b,
+                         stride_cm, num_programs, dp_tiles, max_slots, B_IS_NK: tl.constexpr,
+                         BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+                         GROUP_M: tl.constexpr, FIXUP_ROWS: tl.constexpr = 32):
+    """Stream-K in one launch: the first `dp_tiles` tiles (whole waves) as whole tiles, then the
+    K-steps of the other tiles laid end to end and cut into `num_programs` equal ranges, one per
+    program; no program idles in the last wave.
+
+    A program's range covers the end of one tile, whole tiles, the start of another. A tile
+    whose K-steps one program covers is stored directly; a shared tile's contributors each
+    write their fp32 partial to their slot (slot = program - the tile's first contributor) of a
+    tile-major workspace [tiles, max_slots, BLOCK_M, BLOCK_N], then add the number of K-steps
+    they did to the tile's counter (acquire-release); the one that completes the count sums the
+    slots, stores the tile once (final) and resets the counter. No program waits for another.
+    The counters must be zero before the first launch.
+    """
+    a_desc, b_desc = operand_descriptors(a_ptr, b_ptr, M, N, K, stride_am, stride_b, B_IS_NK, BLOCK_M, BLOCK_N, BLOCK_K)
+    c_desc = tl.make_tensor_descriptor(c_ptr, shape=[M, N], strides=[stride_cm, 1], block_shape=[BLOCK_M, BLOCK_N])
+    num_pid_m, num_pid_n, num_tiles, k_tiles = tile_grid(M, N, K, BLOCK_M, BLOCK_N, BLOCK_K)
+    pid = tl.program_id(0)
+    for tile_id in tl.range(pid, dp_tiles, num_programs):
+        pid_m, pid_n = grouped_tile(tile_id, num_pid_m, num_pid_n, GROUP_M)
+        acc = tma_k_loop(
+            a_desc, b_desc, pid_m * BLOCK_M, pid_n * BLOCK_N, 0, k_tiles, B_IS_NK, BLOCK_M, BLOCK_N, BLOCK_K
+        )
+        c_desc.store([pid_m * BLOCK_M, pid_n * BLOCK_N], acc.to(c_ptr.dtype.element_ty))
+    # The stream-K part: units are (tile, K-step) of tiles dp_tiles.., numbered from 0.
+    total = (num_tiles - dp_tiles).to(tl.int64) * k_tiles
+    u = pid.to(tl.int64) * total // num_programs
+    u_end = (pid.to(tl.int64) + 1) * total // num_programs
+    in_tile = tl.arange(0, BLOCK_M)[:, None] * BLOCK_N + tl.arange(0, BLOCK_N)[None, :]
+    while u < u_end:
+        local_tile = u // k_tiles
+        k_begin = (u - local_tile * k_tiles).to(tl.int32)
+        k_end = tl.minimum(k_tiles, k_begin + (u_end - u)).to(tl.int32)
+        tile_id = dp_tiles + local_tile.to(tl.int32)
+        pid_m, pid_n = grouped_tile(tile_id, num_pid_m, num_pid_n, GROUP_M)
+        off_m = pid_m * BLOCK_M
+        off_n = pid_n * BLOCK_N
+        acc = tma_k_loop(a_desc, b_desc, off_m, off_n, k_begin, k_end, B_IS_NK, BLOCK_M, BLOCK_N, BLOCK_K)
+        if k_begin == 0 and k_end == k_tiles:
+            c_desc.store([off_m, off_n], acc.to(c_ptr.dtype.element_ty))
+        else:
+            # The tile's first contributor: the program whose range holds the tile's first unit.
+            first = (((local_tile * k_tiles + 1) * num_programs - 1) // total).to(tl.int32)
+            tile_base = partial_ptr + tile_id.to(tl.int64) * (max_slots * BLOCK_M * BLOCK_N)
+            tl.store(tile_base + (pid - first) * (BLOCK_M * BLOCK_N) + in_tile, acc, cache_modifier=".cg")
+            tl.debug_barrier()
+            done = k_end - k_begin
+            arrived = tl.atomic_add(counter_ptr + tile_id, done, sem="acq_rel", scope="gpu")
+            if arrived + done == k_tiles:
+                last = ((((local_tile + 1) * k_tiles) * num_programs - 1) // total).to(tl.int32)
+                cols = off_n + tl.arange(0, BLOCK_N)
+                part = tl.arange(0, FIXUP_ROWS)[:, None] * BLOCK_N + tl.arange(0, BLOCK_N)[None, :]
+                for r in tl.static_range(0, BLOCK_M, FIXUP_ROWS):
+                    sum_rows = tl.zeros((FIXUP_ROWS, BLOCK_N), dtype=tl.float32)
+                    for s in range(0, last - first + 1):
+                        sum_rows += tl.load(
+                            tile_base + s * (BLOCK_M * BLOCK_N) + r * BLOCK_N + part, cache_modifier=".cg"
+                        )
+                    part_rows = off_m + r + tl.arange(0, FIXUP_ROWS)
+                    tl.store(
+                        c_ptr + part_rows[:, None] * stride_cm + cols[None, :],
+                        sum_rows.to(c_ptr.dtype.element_ty),
+                        mask=(part_rows[:, None] < M) & (cols[None, :] < N),
+                    )
+                tl.atomic_xchg(counter_ptr + tile_id, 0, sem="relaxed", scope="gpu")
+        u += k_end - k_begin
+
+
 @triton.jit
 def split_k_reduce_kernel(partial_ptr, c_ptr, M, N, stride_cm, SPLIT_K: tl.constexpr,
                           BLOCK: tl.constexpr):
@@ -364,6 +436,8 @@ def gemm(a: torch.Tensor, b: torch.Tensor, *, out: torch.Tensor | None = None,
     tiles = triton.cdiv(m, cfg.block_m) * triton.cdiv(n, cfg.block_n)
     if num_programs is None:
         num_programs = device_limits(a.device)[0] if a.is_cuda else 4
+        if not cfg.persistent:
+            num_programs = tiles * cfg.split_k
     grid_size = max(1, min(num_programs, tiles))
 
     a_view = a if a.stride(1) == 1 else a.contiguous()
@@ -373,7 +447,9 @@ def gemm(a: torch.Tensor, b: torch.Tensor, *, out: torch.Tensor | None = None,
                and tma_compatible(out))
     if use_tma and a.is_cuda:
         ensure_descriptor_allocator()
-    if use_tma and cfg.split_k > 1 and cfg.split_fixup and not c_store_pointers:
+    if use_tma and cfg.stream_k and not c_store_pointers:
+        _stream_k_gemm(a_view, b_view, out, b_is_nk, cfg, num_programs)
+    elif use_tma and cfg.split_k > 1 and cfg.split_fixup and not c_store_pointers:
         _split_k_fixup_gemm(a_view, b_view, out, b_is_nk, cfg, num_programs)
     elif use_tma and cfg.split_k > 1 and not c_store_pointers:
         _split_k_gemm(a_view, b_view, out, b_is_nk, cfg, num_programs)
@@ -445,6 +521,32 @@ def _split_k_fixup_gemm(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor, b_i
         out.stride(0), grid, SPLIT_K=cfg.split_k, B_IS_NK=b_is_nk, BLOCK_M=cfg.block_m,
         BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k, GROUP_M=cfg.group_m,
         num_stages=cfg.num_stages, num_warps=cfg.num_warps)
+
+
+def stream_k_split(tiles: int, k_tiles: int, num_programs: int) -> tuple[int, int]:
+    """(dp_tiles, max_slots) of gemm_stream_k_kernel: the whole waves done as whole tiles
+    (all but the last one to two waves' worth), and the most programs any one stream-K tile
+    can be shared by (its workspace slots)."""
+    dp_tiles = max(0, tiles // num_programs - 1) * num_programs
+    per_program = (tiles - dp_tiles) * k_tiles // num_programs
+    max_slots = min(num_programs, -(-k_tiles // max(per_program, 1)) + 1)
+    return dp_tiles, max_slots
+
+
+def _stream_k_gemm(
+    a: torch.Tensor, b: torch.Tensor, out: torch.Tensor, b_is_nk: bool, cfg: GemmConfig, num_programs: int
+) -> None:
+    m, k = a.shape
+    n = out.shape[1]
+    tiles = triton.cdiv(m, cfg.block_m) * triton.cdiv(n, cfg.block_n)
+    k_tiles = triton.cdiv(k, cfg.block_k)
+    grid = max(1, min(num_programs, tiles * k_tiles))
+    dp_tiles, max_slots = stream_k_split(tiles, k_tiles, grid)
+    partial = torch.empty((tiles, max_slots, cfg.block_m, cfg.block_n), dtype=torch.float32, device=a.device)
+    gemm_stream_k_kernel[(grid,)](a, b, out, partial, _counters(a.device, tiles), m, n, k, a.stride(0),
+                                  b.stride(0), out.stride(0), grid, dp_tiles, max_slots, B_IS_NK=b_is_nk,
+                                  BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k,
+                                  GROUP_M=cfg.group_m, num_stages=cfg.num_stages, num_warps=cfg.num_warps)
 
 
 def linear(x: torch.Tensor, weight: torch.Tensor, *, out: torch.Tensor | None = None) -> torch.Tensor:
