@@ -276,12 +276,11 @@ def print_table(rows: list[dict]) -> None:
 
 
 def _compile_one(task: tuple) -> str:
-    """Runs one config once on small operands (in a worker process), so that Triton compiles it
-    into its on-disk cache. The operands keep every integer argument a multiple of 16 and above
-    1, as the rows' are, so the timed run finds the same specialisation in the cache."""
-    kind, cfg, layout, mode, grid_by_16 = task
+    """Runs one config once (in a worker process) on the shape of a row that will time it, with
+    the grid the timed run launches, so that Triton compiles the kernel it will use (the same
+    specialisation of every integer argument) into its on-disk cache."""
+    _, (kind, cfg, layout, mode, m, k, n, grid) = task
     try:
-        m, k, n = 1024, 1024, 1024
         dtype = torch.float8_e4m3fn if kind == "fp8" else torch.bfloat16
         a = torch.randn(m, k, device="cuda").to(dtype)
         b = (
@@ -295,9 +294,9 @@ def _compile_one(task: tuple) -> str:
                 if mode == "tensor"
                 else (torch.ones(m, 1, device="cuda"), torch.ones(1, n, device="cuda"))
             )
-            kernels.gemm_fp8(a, b, sa, sb, config=cfg, num_programs=16 if grid_by_16 else 7)
+            kernels.gemm_fp8(a, b, sa, sb, config=cfg)
         else:
-            kernels.gemm(a, b, config=cfg, num_programs=16 if grid_by_16 else 7)
+            kernels.gemm(a, b, config=cfg)
         torch.cuda.synchronize()
         return ""
     except Exception as error:  # reported, and the timed run will show it again
@@ -305,8 +304,7 @@ def _compile_one(task: tuple) -> str:
 
 
 def launch_grid(cfg: GemmConfig, m: int, n: int, k: int, num_sms: int) -> int:
-    """The grid `gemm` launches cfg with on this shape (Triton specialises the kernel on whether
-    this is a multiple of 16, so the precompile must launch with the same property)."""
+    """The grid `gemm` launches cfg with on this shape."""
     tiles = math.ceil(m / cfg.block_m) * math.ceil(n / cfg.block_n)
     if cfg.stream_k:
         return max(1, min(num_sms, tiles * math.ceil(k / cfg.block_k)))
@@ -316,10 +314,17 @@ def launch_grid(cfg: GemmConfig, m: int, n: int, k: int, num_sms: int) -> int:
 
 
 def compile_task(kind: str, cfg: GemmConfig, shape, mode: str, num_sms: int) -> tuple:
-    """A precompile task: what decides which compiled kernel the timed run will use (a
-    non-persistent config is the persistent kernel at another grid size)."""
+    """(key, what to run): the key is what decides which compiled kernel the timed run uses --
+    the config (a non-persistent one is the persistent kernel at another grid size), the
+    layout, the scale mode, whether the grid is a multiple of 16 (Triton specialises integer
+    arguments on it), stream-K's slot count; one run per key."""
     grid = launch_grid(cfg, shape.m, shape.n, shape.k, num_sms)
-    return (kind, dataclasses.replace(cfg, persistent=True), shape.b_layout, mode, grid % 16 == 0)
+    slots = 0
+    if cfg.stream_k:
+        tiles = math.ceil(shape.m / cfg.block_m) * math.ceil(shape.n / cfg.block_n)
+        slots = kernels.gemm_module.stream_k_split(tiles, math.ceil(shape.k / cfg.block_k), grid)[1]
+    key = (kind, dataclasses.replace(cfg, persistent=True), shape.b_layout, mode, grid % 16 == 0, grid == 1, slots)
+    return key, (kind, cfg, shape.b_layout, mode, shape.m, shape.k, shape.n, grid)
 
 
 def precompile(tasks: list[tuple], workers: int) -> None:
@@ -330,7 +335,7 @@ def precompile(tasks: list[tuple], workers: int) -> None:
     import time
 
     start = time.time()
-    unique = list(dict.fromkeys(tasks))
+    unique = list({key: task for key, task in reversed(tasks)}.items())
     ctx = multiprocessing.get_context("spawn")
     with concurrent.futures.ProcessPoolExecutor(max_workers=workers, mp_context=ctx) as pool:
         problems = [p for p in pool.map(_compile_one, unique) if p]

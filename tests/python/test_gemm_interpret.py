@@ -300,5 +300,7 @@ def test_stream_k_split_keeps_the_last_one_to_two_waves_for_stream_k():
     # 12 tiles on 4 programs: two whole waves of tiles, the last 4 tiles (one wave) stream-K.
     assert gemm_module.stream_k_split(12, 2, 4)[0] == 8
     assert gemm_module.stream_k_split(7, 2, 4)[0] == 0  # under two waves: all stream-K
-    # 4 tiles x 5 K-steps over 5 programs: 4 K-steps each, a tile spans at most 3 programs.
-    assert gemm_module.stream_k_split(4, 5, 5) == (0, 3)
+    # 4 tiles x 5 K-steps over 5 programs: 4 K-steps each, a tile spans at most 3 programs
+    # (slots rounded up to a power of two).
+    assert gemm_module.stream_k_split(4, 5, 5) == (0, 4)
+    assert gemm_module.stream_k_split(32, 112, 132)[1] == 8  # 27 K-steps each: up to 6 programs

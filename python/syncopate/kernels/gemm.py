@@ -262,12 +262,12 @@ def gemm_split_k_fixup_kernel(a_ptr, b_ptr, c_ptr, partial_ptr, counter_ptr, M, 
             tl.atomic_xchg(counter_ptr + tile_id, 0, sem="relaxed", scope="gpu")
 
 
-# dp_tiles and max_slots vary with the shape: not specialised on (no recompiles per shape).
-@triton.jit(do_not_specialize=["dp_tiles", "max_slots"])
+# dp_tiles varies with the shape: not specialised on (no recompile per value).
+@triton.jit(do_not_specialize=["dp_tiles"])
 def gemm_stream_k_kernel(a_ptr, b_ptr, c_ptr, partial_ptr, counter_ptr, M, N, K, stride_am, stride_b,
-                         stride_cm, num_programs, dp_tiles, max_slots, B_IS_NK: tl.constexpr,
-                         BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-                         GROUP_M: tl.constexpr, FIXUP_ROWS: tl.constexpr = 32):
+                         stride_cm, num_programs, dp_tiles, B_IS_NK: tl.constexpr, BLOCK_M: tl.constexpr,
+                         BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
+                         MAX_SLOTS: tl.constexpr, FIXUP_ROWS: tl.constexpr = 32):
     """Stream-K in one launch: the first `dp_tiles` tiles (whole waves) as whole tiles, then the
     K-steps of the other tiles laid end to end and cut into `num_programs` equal ranges, one per
     program; no program idles in the last wave.
@@ -275,10 +275,12 @@ def gemm_stream_k_kernel(a_ptr, b_ptr, c_ptr, partial_ptr, counter_ptr, M, N, K,
     A program's range covers the end of one tile, whole tiles, the start of another. A tile
     whose K-steps one program covers is stored directly; a shared tile's contributors each
     write their fp32 partial to their slot (slot = program - the tile's first contributor) of a
-    tile-major workspace [tiles, max_slots, BLOCK_M, BLOCK_N], then add the number of K-steps
+    tile-major workspace [tiles, MAX_SLOTS, BLOCK_M, BLOCK_N], then add the number of K-steps
     they did to the tile's counter (acquire-release); the one that completes the count sums the
     slots, stores the tile once (final) and resets the counter. No program waits for another.
-    The counters must be zero before the first launch.
+    The counters must be zero before the first launch. The sum reads the slots unrolled
+    (MAX_SLOTS, a power of two, masked past the tile's contributors): its loads are in flight
+    together, where a loop over the slots would pay one L2 latency per slot.
     """
     a_desc, b_desc = operand_descriptors(a_ptr, b_ptr, M, N, K, stride_am, stride_b, B_IS_NK, BLOCK_M, BLOCK_N, BLOCK_K)
     c_desc = tl.make_tensor_descriptor(c_ptr, shape=[M, N], strides=[stride_cm, 1], block_shape=[BLOCK_M, BLOCK_N])
@@ -309,7 +311,7 @@ def gemm_stream_k_kernel(a_ptr, b_ptr, c_ptr, partial_ptr, counter_ptr, M, N, K,
         else:
             # The tile's first contributor: the program whose range holds the tile's first unit.
             first = (((local_tile * k_tiles + 1) * num_programs - 1) // total).to(tl.int32)
-            tile_base = partial_ptr + tile_id.to(tl.int64) * (max_slots * BLOCK_M * BLOCK_N)
+            tile_base = partial_ptr + tile_id.to(tl.int64) * (MAX_SLOTS * BLOCK_M * BLOCK_N)
             tl.store(tile_base + (pid - first) * (BLOCK_M * BLOCK_N) + in_tile, acc, cache_modifier=".cg")
             tl.debug_barrier()
             done = k_end - k_begin
@@ -320,9 +322,12 @@ def gemm_stream_k_kernel(a_ptr, b_ptr, c_ptr, partial_ptr, counter_ptr, M, N, K,
                 part = tl.arange(0, FIXUP_ROWS)[:, None] * BLOCK_N + tl.arange(0, BLOCK_N)[None, :]
                 for r in tl.static_range(0, BLOCK_M, FIXUP_ROWS):
                     sum_rows = tl.zeros((FIXUP_ROWS, BLOCK_N), dtype=tl.float32)
-                    for s in range(0, last - first + 1):
+                    for s in tl.static_range(MAX_SLOTS):
                         sum_rows += tl.load(
-                            tile_base + s * (BLOCK_M * BLOCK_N) + r * BLOCK_N + part, cache_modifier=".cg"
+                            tile_base + s * (BLOCK_M * BLOCK_N) + r * BLOCK_N + part,
+                            mask=(part >= 0) & (s <= last - first),
+                            other=0.0,
+                            cache_modifier=".cg",
                         )
                     part_rows = off_m + r + tl.arange(0, FIXUP_ROWS)
                     tl.store(
@@ -524,13 +529,13 @@ def _split_k_fixup_gemm(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor, b_i
 
 
 def stream_k_split(tiles: int, k_tiles: int, num_programs: int) -> tuple[int, int]:
-    """(dp_tiles, max_slots) of gemm_stream_k_kernel: the whole waves done as whole tiles
-    (all but the last one to two waves' worth), and the most programs any one stream-K tile
-    can be shared by (its workspace slots)."""
+    """(dp_tiles, MAX_SLOTS) of gemm_stream_k_kernel: the whole waves done as whole tiles (all
+    but the last one to two waves' worth), and a power of two at least the most programs any
+    one stream-K tile can be shared by (its workspace slots)."""
     dp_tiles = max(0, tiles // num_programs - 1) * num_programs
     per_program = (tiles - dp_tiles) * k_tiles // num_programs
-    max_slots = min(num_programs, -(-k_tiles // max(per_program, 1)) + 1)
-    return dp_tiles, max_slots
+    shared_by = min(num_programs, -(-k_tiles // max(per_program, 1)) + 1)
+    return dp_tiles, triton.next_power_of_2(shared_by)
 
 
 def _stream_k_gemm(
@@ -544,9 +549,10 @@ def _stream_k_gemm(
     dp_tiles, max_slots = stream_k_split(tiles, k_tiles, grid)
     partial = torch.empty((tiles, max_slots, cfg.block_m, cfg.block_n), dtype=torch.float32, device=a.device)
     gemm_stream_k_kernel[(grid,)](a, b, out, partial, _counters(a.device, tiles), m, n, k, a.stride(0),
-                                  b.stride(0), out.stride(0), grid, dp_tiles, max_slots, B_IS_NK=b_is_nk,
+                                  b.stride(0), out.stride(0), grid, dp_tiles, B_IS_NK=b_is_nk,
                                   BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k,
-                                  GROUP_M=cfg.group_m, num_stages=cfg.num_stages, num_warps=cfg.num_warps)
+                                  GROUP_M=cfg.group_m, MAX_SLOTS=max_slots, num_stages=cfg.num_stages,
+                                  num_warps=cfg.num_warps)
 
 
 def linear(x: torch.Tensor, weight: torch.Tensor, *, out: torch.Tensor | None = None) -> torch.Tensor:
