@@ -36,6 +36,7 @@ from local_import import load_kernels  # noqa: E402
 
 kernels, KERNELS_FROM = load_kernels()
 GemmConfig = kernels.GemmConfig
+HOST_DESC_PREFIX = "hostdesc/"
 
 # Extra configs the sweep times beside the model's candidates, to see what the model misses.
 # (Warp specialisation on/off is not swept: Triton 3.6 emits the same PTX for both on sm_90.)
@@ -83,13 +84,11 @@ def small_m_candidates(m: int, n: int, num_sms: int, full_sweep: bool = False) -
 
 
 # The blocks --small-m --wide times (BM, BN, BK, stages, warps, epilogue split), each persistent,
-# non-persistent (one program per tile, same compiled kernel) and as stream-K where it has
-# fewer than four waves of tiles; the split-K factors that bring 128x128 / 128x64 / 64x128 work
-# to one wave, two-launch.
+# non-persistent (one program per tile) and as stream-K where it has fewer than four waves of
+# tiles; the split-K factor that brings 128x128 / 128x64 / 64x128 work to one wave, two-launch.
 WIDE_BLOCKS = (
     (128, 256, 64, 3, 8, 2),
     (128, 128, 64, 4, 4, 1),
-    (128, 128, 64, 6, 4, 1),
     (64, 128, 64, 4, 4, 1),
     (128, 64, 64, 6, 4, 1),
     (64, 64, 128, 4, 4, 1),
@@ -103,11 +102,20 @@ WIDE_STREAM_K = (
     (128, 64, 64, 6, 4, 1),
 )
 WIDE_SPLIT = (
-    (128, 256, 64, 3, 8, 2),
     (128, 128, 64, 4, 4, 1),
     (128, 64, 64, 6, 4, 1),
     (64, 128, 64, 4, 4, 1),
 )
+
+
+# Blocks also timed with host-made TMA descriptors (bench/gemm_experiments.py).
+WIDE_HOST_DESC = ((64, 128, 64, 4, 4, 1),)
+
+
+def host_descriptor_gemm():
+    import gemm_experiments
+
+    return gemm_experiments.gemm_host_descriptors
 
 
 def wide_candidates(m: int, n: int, k: int, num_sms: int) -> tuple[GemmConfig, ...]:
@@ -179,7 +187,10 @@ def bench_shape(
 
     fns = {"cublas": run_cublas}
     for name, cfg in configs.items():
-        fns[name] = lambda i, cfg=cfg: kernels.gemm(sets[i][0], sets[i][1], out=sets[i][2], config=cfg)
+        if name.startswith(HOST_DESC_PREFIX):
+            fns[name] = lambda i, cfg=cfg: host_descriptor_gemm()(sets[i][0], sets[i][1], sets[i][2], cfg)
+        else:
+            fns[name] = lambda i, cfg=cfg: kernels.gemm(sets[i][0], sets[i][1], out=sets[i][2], config=cfg)
 
     # Correctness: each variant on set 0, output poisoned first, vs an fp32 reference.
     a0, b0, out0 = sets[0]
@@ -295,6 +306,8 @@ def _compile_one(task: tuple) -> str:
                 else (torch.ones(m, 1, device="cuda"), torch.ones(1, n, device="cuda"))
             )
             kernels.gemm_fp8(a, b, sa, sb, config=cfg)
+        elif kind == "hostdesc":
+            host_descriptor_gemm()(a, b, torch.empty(m, n, dtype=dtype, device="cuda"), cfg)
         else:
             kernels.gemm(a, b, config=cfg)
         torch.cuda.synchronize()
@@ -621,9 +634,13 @@ def main() -> int:
         if args.small_m and args.wide:
             for cfg in wide_candidates(shape.m, shape.n, shape.k, props.multi_processor_count):
                 configs.setdefault(cfg.name, cfg)
+            for bm, bn, bk, st, w, e in WIDE_HOST_DESC:
+                cfg = GemmConfig(bm, bn, bk, 8, st, w, True, e, 1.0)
+                configs[HOST_DESC_PREFIX + cfg.name] = cfg
         elif args.small_m:
             for cfg in small_m_candidates(shape.m, shape.n, props.multi_processor_count, args.sweep):
                 configs.setdefault(cfg.name, cfg)
+        if args.small_m and not args.wide:
             fixup = kernels.choose_config(
                 shape.m,
                 shape.n,
@@ -640,9 +657,15 @@ def main() -> int:
     if args.precompile:
         precompile(
             [
-                compile_task("bf16", cfg, shape, "", props.multi_processor_count)
+                compile_task(
+                    "hostdesc" if name.startswith(HOST_DESC_PREFIX) else "bf16",
+                    cfg,
+                    shape,
+                    "",
+                    props.multi_processor_count,
+                )
                 for shape, _, configs in plans
-                for cfg in configs.values()
+                for name, cfg in configs.items()
             ],
             args.precompile,
         )
