@@ -451,6 +451,16 @@ def bench_fp8_shape(shape: shapes.GemmShape, configs: dict[str, GemmConfig], mod
         if name in times:
             entry.update(ms=times[name]["ms"], spread=times[name]["spread"], tflops=flops / times[name]["ms"] / 1e9)
         row["variants"][name] = entry
+    # cuBLAS bf16 on the same values (e4m3 -> bf16 is exact), timed right after: the FP8 / bf16
+    # rate the simulator's gemm.fp8 calibration is fitted to.
+    bf16 = [(a.to(torch.bfloat16), b.to(torch.bfloat16)) for a, b, _, _ in sets]
+    sets.clear()
+    bf16_out = torch.empty(shape.m, shape.n, dtype=torch.bfloat16, device=device)
+    bf16_time = timing.time_variants(
+        {"cublas_bf16": lambda i: torch.mm(bf16[i][0], bf16[i][1], out=bf16_out)}, n_sets, samples=samples
+    )
+    row["cublas_bf16_ms"] = bf16_time["cublas_bf16"]["ms"]
+    del bf16
     for mode in ("tensor", "row"):
         ref_ms = row["variants"][f"scaled_mm/{mode}"].get("ms")
         model = row["variants"].get(f"{model_name}/{mode}", {})
@@ -611,7 +621,7 @@ def main() -> int:
             print(
                 f"  fp8 {shape.m}x{shape.k}x{shape.n} {shape.b_layout}: model/_scaled_mm tensor "
                 f"{row.get('ratio_model_tensor', math.nan):.3f} row "
-                f"{row.get('ratio_model_row', math.nan):.3f}",
+                f"{row.get('ratio_model_row', math.nan):.3f}; cuBLAS bf16 {row['cublas_bf16_ms'] * 1000:.1f} us",
                 flush=True,
             )
             print_candidates(row, "scaled_mm/row")

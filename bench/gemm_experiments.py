@@ -24,9 +24,21 @@ tma_k_loop = _kernels.gemm_module.tma_k_loop
 
 
 @triton.jit
-def gemm_host_desc_kernel(a_desc, b_desc, c_desc, M, N, K, num_programs, B_IS_NK: tl.constexpr,
-                          BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-                          GROUP_M: tl.constexpr, EPILOGUE_SPLIT: tl.constexpr):
+def gemm_host_desc_kernel(
+    a_desc,
+    b_desc,
+    c_desc,
+    M,
+    N,
+    K,
+    num_programs,
+    B_IS_NK: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_K: tl.constexpr,
+    GROUP_M: tl.constexpr,
+    EPILOGUE_SPLIT: tl.constexpr,
+):
     num_pid_m = tl.cdiv(M, BLOCK_M)
     num_pid_n = tl.cdiv(N, BLOCK_N)
     num_tiles = num_pid_m * num_pid_n
@@ -60,8 +72,21 @@ def gemm_host_descriptors(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor, c
     tiles = triton.cdiv(m, cfg.block_m) * triton.cdiv(n, cfg.block_n)
     sms = torch.cuda.get_device_properties(a.device).multi_processor_count
     grid = max(1, min(sms if cfg.persistent else tiles, tiles))
-    gemm_host_desc_kernel[(grid,)](a_desc, b_desc, c_desc, m, n, k, grid, B_IS_NK=b_is_nk, BLOCK_M=cfg.block_m,
-                                   BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k, GROUP_M=cfg.group_m,
-                                   EPILOGUE_SPLIT=cfg.epilogue_split, num_stages=cfg.num_stages,
-                                   num_warps=cfg.num_warps)
+    gemm_host_desc_kernel[(grid,)](
+        a_desc,
+        b_desc,
+        c_desc,
+        m,
+        n,
+        k,
+        grid,
+        B_IS_NK=b_is_nk,
+        BLOCK_M=cfg.block_m,
+        BLOCK_N=cfg.block_n,
+        BLOCK_K=cfg.block_k,
+        GROUP_M=cfg.group_m,
+        EPILOGUE_SPLIT=cfg.epilogue_split,
+        num_stages=cfg.num_stages,
+        num_warps=cfg.num_warps,
+    )
     return out
