@@ -182,3 +182,11 @@ def test_kn_b_is_read_through_one_kept_k_major_copy():
     assert ((in_place.double() - ref.double()).norm() / ref.double().norm()).item() < 4e-3
     del b
     assert len(copies) == 0
+
+
+def test_fp8_config_doubles_block_k_up_to_128(monkeypatch):
+    """FP8 takes the bf16 choice with BLOCK_K doubled (same bytes per K-step), at most 128."""
+    for bf16_k, fp8_k in ((64, 128), (128, 128)):
+        cfg = fp8.GemmConfig(64, 64, bf16_k, 8, 4, 4, True, 1, 1.0)
+        monkeypatch.setattr(fp8, "select_config", lambda *args, cfg=cfg, **kwargs: cfg)
+        assert fp8.select_fp8_config(128, 4096, 2048, torch.device("cuda")).block_k == fp8_k

@@ -72,10 +72,16 @@ class GemmConfig:
 # tile count would leave multiprocessors idle in the last wave. Each efficiency is the block's
 # throughput per unit of tile area relative to 128x256, fitted to the sweep in
 # bench/results/ (docs/PERFORMANCE.md): a property of the block on Hopper, not of one GPU.
+# The two narrow blocks (64x64 with BLOCK_K 128, 128x64 with six stages) are for decode rows
+# (M = 128): their tiles fill one wave where 128x128 needs split-K. Their efficiencies were
+# fitted to the nvidia-h200 run of bench_gemm.py --small-m --wide (2026-11-25) on the
+# compute-bound rows (1024 x 2048 x 8192, 2048 x 2048 x 3584: 0.55 and 0.69).
 CANDIDATES: tuple[GemmConfig, ...] = (
     GemmConfig(128, 256, 64, 8, 3, 8, True, 2, 1.00),
     GemmConfig(128, 128, 64, 8, 4, 4, True, 1, 0.91),
     GemmConfig(64, 128, 64, 8, 4, 4, True, 1, 0.59),
+    GemmConfig(128, 64, 64, 8, 6, 4, True, 1, 0.69),
+    GemmConfig(64, 64, 128, 8, 4, 4, True, 1, 0.55),
 )
 SPLIT_K_FACTORS = (1, 2, 3, 4)
 # Pipeline fill and epilogue of one tile, in K-steps (fitted).

@@ -23,6 +23,7 @@ import torch
 import triton
 import triton.language as tl
 from triton.runtime import _allocation
+from triton.tools.tensor_descriptor import TensorDescriptor
 
 from syncopate.settings import env
 
@@ -146,6 +147,36 @@ def gemm_tma_kernel(a_ptr, b_ptr, c_ptr, M, N, K, stride_am, stride_b, stride_cm
 
 
 @triton.jit
+def gemm_tma_host_kernel(a_desc, b_desc, c_desc, M, N, K, num_programs, B_IS_NK: tl.constexpr,
+                         BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+                         GROUP_M: tl.constexpr, EPILOGUE_SPLIT: tl.constexpr, FLATTEN: tl.constexpr = True):
+    """gemm_tma_kernel with the TMA descriptors of A, B and C made on the host (Triton's
+    TensorDescriptor, passed by value as kernel parameters): the plain local GEMM's kernel.
+
+    Why a second kernel: `tl.make_tensor_descriptor` has every program write its descriptors to
+    global memory and fence them before its first load, which measured 1-2.4 us per launch on
+    nvidia-h200 (bench_gemm --wide, 2026-11-25: the same 64x128 block 1.7-2.4 us faster with
+    host descriptors on every small-M shape), 10-20% of a decode GEMM. The annotated
+    gemm_tma_kernel keeps device descriptors: the fused ops bind pointers (their A may be a
+    view into the symmetric heap). Same loop, same helpers; not annotated.
+    """
+    num_pid_m, num_pid_n, num_tiles, k_tiles = tile_grid(M, N, K, BLOCK_M, BLOCK_N, BLOCK_K)
+    for tile_id in tl.range(tl.program_id(0), num_tiles, num_programs, flatten=FLATTEN):
+        pid_m, pid_n = grouped_tile(tile_id, num_pid_m, num_pid_n, GROUP_M)
+        off_m = pid_m * BLOCK_M
+        off_n = pid_n * BLOCK_N
+        acc = tma_k_loop(a_desc, b_desc, off_m, off_n, 0, k_tiles, B_IS_NK, BLOCK_M, BLOCK_N, BLOCK_K)
+        c = acc.to(c_desc.dtype)
+        if EPILOGUE_SPLIT == 2:
+            halves = tl.permute(tl.reshape(c, (BLOCK_M, 2, BLOCK_N // 2)), (0, 2, 1))
+            c_left, c_right = tl.split(halves)
+            c_desc.store([off_m, off_n], c_left)
+            c_desc.store([off_m, off_n + BLOCK_N // 2], c_right)
+        else:
+            c_desc.store([off_m, off_n], c)
+
+
+@triton.jit
 def gemm_pointer_kernel(a_ptr, b_ptr, c_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn,
                         stride_cm, stride_cn, num_programs, BLOCK_M: tl.constexpr,
                         BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr):
@@ -175,15 +206,21 @@ def gemm_pointer_kernel(a_ptr, b_ptr, c_ptr, M, N, K, stride_am, stride_ak, stri
 @triton.jit
 def gemm_split_k_kernel(a_ptr, b_ptr, partial_ptr, M, N, K, stride_am, stride_b, num_programs,
                         SPLIT_K: tl.constexpr, B_IS_NK: tl.constexpr, BLOCK_M: tl.constexpr,
-                        BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr):
+                        BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
+                        HOST_DESCRIPTORS: tl.constexpr = False):
     """fp32 partial products: partial[s] = A[:, Ks] @ B[Ks, :] over the s-th slice of K.
 
     For shapes with too few output tiles to fill the chip (small M, decode): SPLIT_K programs
     share each tile, and `split_k_reduce_kernel` sums the slices. Not annotated for the
     transformer: a tile is final only after the reduction, which is a second launch.
+    HOST_DESCRIPTORS: a_ptr and b_ptr are TMA descriptors made on the host (see
+    gemm_tma_host_kernel).
     """
-    a_desc, b_desc = operand_descriptors(a_ptr, b_ptr, M, N, K, stride_am, stride_b, B_IS_NK,
-                                         BLOCK_M, BLOCK_N, BLOCK_K)
+    if HOST_DESCRIPTORS:
+        a_desc, b_desc = a_ptr, b_ptr
+    else:
+        a_desc, b_desc = operand_descriptors(a_ptr, b_ptr, M, N, K, stride_am, stride_b, B_IS_NK,
+                                             BLOCK_M, BLOCK_N, BLOCK_K)
     num_pid_m, num_pid_n, num_tiles, k_tiles = tile_grid(M, N, K, BLOCK_M, BLOCK_N, BLOCK_K)
     num_work = num_tiles * SPLIT_K
     k_tiles_per_split = tl.cdiv(k_tiles, SPLIT_K)
@@ -416,13 +453,16 @@ _memoized_choice = functools.lru_cache(maxsize=4096)(
 
 def gemm(a: torch.Tensor, b: torch.Tensor, *, out: torch.Tensor | None = None,
          config: GemmConfig | None = None, num_programs: int | None = None,
-         force_pointer_kernel: bool = False, c_store_pointers: bool = False) -> torch.Tensor:
+         force_pointer_kernel: bool = False, c_store_pointers: bool = False,
+         host_descriptors: bool | None = None) -> torch.Tensor:
     """C = A @ B in the input dtype with fp32 accumulation, like torch.mm.
 
     A is [M, K]; B is [K, N]. A Linear weight W stored [N, K] is passed as `W.t()`: its
     transposed layout is detected from the strides and read in place, not copied.
     `config` overrides the per-shape choice; `num_programs` the persistent grid size
     (default: one program per multiprocessor, or fewer if there are fewer tiles).
+    `host_descriptors`: TMA descriptors made on the host (gemm_tma_host_kernel; the default on
+    a GPU) or in the kernel (gemm_tma_kernel; the default under the interpreter).
     """
     check_operands(a, b)
     m, k = a.shape
@@ -448,6 +488,10 @@ def gemm(a: torch.Tensor, b: torch.Tensor, *, out: torch.Tensor | None = None,
     a_view = a if a.stride(1) == 1 else a.contiguous()
     b_is_nk = b.stride(1) != 1 and b.stride(0) == 1
     b_view = b.t() if b_is_nk else (b if b.stride(1) == 1 else b.contiguous())
+    # Host-made descriptors on a GPU (gemm_tma_host_kernel: no descriptor prologue in the
+    # kernel); the interpreter runs the device-descriptor kernel.
+    if host_descriptors is None:
+        host_descriptors = a.is_cuda and not interpreter_active()
     use_tma = (not force_pointer_kernel and tma_compatible(a_view) and tma_compatible(b_view)
                and tma_compatible(out))
     if use_tma and a.is_cuda:
@@ -457,7 +501,15 @@ def gemm(a: torch.Tensor, b: torch.Tensor, *, out: torch.Tensor | None = None,
     elif use_tma and cfg.split_k > 1 and cfg.split_fixup and not c_store_pointers:
         _split_k_fixup_gemm(a_view, b_view, out, b_is_nk, cfg, num_programs)
     elif use_tma and cfg.split_k > 1 and not c_store_pointers:
-        _split_k_gemm(a_view, b_view, out, b_is_nk, cfg, num_programs)
+        _split_k_gemm(a_view, b_view, out, b_is_nk, cfg, num_programs, host_descriptors)
+    elif use_tma and host_descriptors and not c_store_pointers:
+        a_desc, b_desc = _host_operand_descriptors(a_view, b_view, b_is_nk, cfg)
+        c_desc = TensorDescriptor.from_tensor(out, [cfg.block_m, cfg.block_n // cfg.epilogue_split])
+        gemm_tma_host_kernel[(grid_size,)](
+            a_desc, b_desc, c_desc, m, n, k, grid_size, B_IS_NK=b_is_nk, BLOCK_M=cfg.block_m,
+            BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k, GROUP_M=cfg.group_m,
+            EPILOGUE_SPLIT=cfg.epilogue_split, FLATTEN=cfg.flatten, num_stages=cfg.num_stages,
+            num_warps=cfg.num_warps)
     elif use_tma:
         gemm_tma_kernel[(grid_size,)](
             a_view, b_view, out, m, n, k, a_view.stride(0), b_view.stride(0), out.stride(0),
@@ -476,16 +528,24 @@ def gemm(a: torch.Tensor, b: torch.Tensor, *, out: torch.Tensor | None = None,
     return out
 
 
+def _host_operand_descriptors(a: torch.Tensor, b: torch.Tensor, b_is_nk: bool, cfg: GemmConfig):
+    """operand_descriptors' descriptors, made on the host (b: [N, K] when b_is_nk, else [K, N])."""
+    a_desc = TensorDescriptor.from_tensor(a, [cfg.block_m, cfg.block_k])
+    b_block = [cfg.block_n, cfg.block_k] if b_is_nk else [cfg.block_k, cfg.block_n]
+    return a_desc, TensorDescriptor.from_tensor(b, b_block)
+
+
 def _split_k_gemm(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor, b_is_nk: bool,
-                  cfg: GemmConfig, num_programs: int) -> None:
+                  cfg: GemmConfig, num_programs: int, host: bool) -> None:
     m, k = a.shape
     n = out.shape[1]
     partial = torch.empty((cfg.split_k, m, n), dtype=torch.float32, device=a.device)
     work = triton.cdiv(m, cfg.block_m) * triton.cdiv(n, cfg.block_n) * cfg.split_k
+    a_arg, b_arg = _host_operand_descriptors(a, b, b_is_nk, cfg) if host else (a, b)
     gemm_split_k_kernel[(max(1, min(num_programs, work)),)](
-        a, b, partial, m, n, k, a.stride(0), b.stride(0), max(1, min(num_programs, work)),
+        a_arg, b_arg, partial, m, n, k, a.stride(0), b.stride(0), max(1, min(num_programs, work)),
         SPLIT_K=cfg.split_k, B_IS_NK=b_is_nk, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n,
-        BLOCK_K=cfg.block_k, GROUP_M=cfg.group_m, num_stages=cfg.num_stages,
+        BLOCK_K=cfg.block_k, GROUP_M=cfg.group_m, HOST_DESCRIPTORS=host, num_stages=cfg.num_stages,
         num_warps=cfg.num_warps)
     block = 1024
     split_k_reduce_kernel[(triton.cdiv(m * n, block),)](

@@ -223,13 +223,14 @@ k_major_copies = KMajorCopies()
 def select_fp8_config(m: int, n: int, k: int, device: torch.device,
                       allow_split_k: bool = False) -> GemmConfig:
     """The block configuration for an FP8 GEMM: the bf16 model's choice at 1-byte elements
-    (BLOCK_K doubled, so a K-step moves the same bytes and the MMA the same K-work per byte)."""
+    (BLOCK_K doubled up to 128, so a K-step moves the same bytes and the MMA the same K-work per
+    byte)."""
     if device.type != "cuda":
         return INTERPRETER_CONFIG
     # The bf16 choice (its shared-memory check counts 2-byte stages and a bf16 epilogue, which
     # is what an FP8 block with twice the BLOCK_K needs).
     cfg = select_config(m, n, k, device, torch.bfloat16, allow_split_k=allow_split_k)
-    return dataclasses.replace(cfg, block_k=2 * cfg.block_k)
+    return dataclasses.replace(cfg, block_k=min(2 * cfg.block_k, 128))
 
 
 def gemm_fp8(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, scale_b: torch.Tensor, *,
