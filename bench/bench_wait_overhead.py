@@ -5,7 +5,7 @@ its tile order from memory and, per tile, waits on signal slots and may notify. 
 slot is raised before the launch, so nothing ever waits: the difference to the untransformed
 kernel is the price of the transformation itself (table loads, acquire loads of the slots,
 the tile-order lookup), i.e. what a fused op pays even when every chunk has already landed.
-  untransformed   gemm_tma_kernel, the model's config
+  untransformed   gemm_tma_kernel (descriptors made in the kernel, as the fused ones), the model's config
   lookup only     transformed kernel, grouped tile order, empty wait lists
   waits (AG, w4)  transformed kernel, rank-1 arrival-like order (its shard first), each tile
                   waiting on the slot of its row shard, as AG+GEMM at world 4 would
@@ -198,7 +198,9 @@ def main() -> None:
             ref = (a[0].float() @ b[0].float()) * sa * sb
         else:
             fns = {
-                "untransformed": lambda s: gemm_mod.gemm(a[s], b[s], out=outs["untransformed"], config=cfg),
+                "untransformed": lambda s: gemm_mod.gemm(
+                    a[s], b[s], out=outs["untransformed"], config=cfg, host_descriptors=False
+                ),
                 "lookup only": fused_call("lookup only"),
                 "waits (AG, w4)": fused_call("waits (AG, w4)"),
                 "cuBLAS": lambda s: torch.mm(a[s], b[s], out=outs["cuBLAS"]),
