@@ -91,10 +91,13 @@ TILE_FIXED_STEPS = 4.0
 SPLIT_K_COST_PER_MB = 1.0
 # The same for the one-launch fixup (the last program of a tile reads the other slices'
 # partials): no second launch and no full-C pass. ESTIMATED (half the fitted two-launch
-# cost), not yet fitted: bench_gemm.py --small-m times it beside the others.
+# cost), not fitted: only used when a caller asks for the fixup variants.
 SPLIT_K_FIXUP_COST_PER_MB = 0.5
-# Whether choose_config offers the fixup variants by default: off until a GPU run has measured
-# them against the two-launch split-K (docs/PERFORMANCE.md).
+# Whether choose_config offers the fixup variants by default: off. Timed on nvidia-h200
+# (2026-11-25, bench_gemm.py --small-m): 5-11% slower than the two-launch split at the same
+# block and factor on every decode row (e.g. 128 x 7168 x 4096, 128x128 split 4: 29.9 vs 26.9
+# us), so the model keeps the two-launch split; the fixup stays for a producer that needs its
+# tiles final in one launch (docs/PERFORMANCE.md).
 FIXUP_IN_MODEL = False
 # Below this many K-steps per slice, splitting K only adds overhead.
 MIN_K_STEPS_PER_SPLIT = 8
