@@ -94,7 +94,7 @@ SPLIT_K_COST_PER_MB = 1.0
 # cost), not fitted: only used when a caller asks for the fixup variants.
 SPLIT_K_FIXUP_COST_PER_MB = 0.5
 # Whether choose_config offers the fixup variants by default: off. Timed on nvidia-h200
-# (2026-11-25, bench_gemm.py --small-m): 5-11% slower than the two-launch split at the same
+# (2026-11-25, bench_gemm.py --small-m): 6-11% slower than the two-launch split at the same
 # block and factor on every decode row (e.g. 128 x 7168 x 4096, 128x128 split 4: 29.9 vs 26.9
 # us), so the model keeps the two-launch split; the fixup stays for a producer that needs its
 # tiles final in one launch (docs/PERFORMANCE.md).
