@@ -36,6 +36,7 @@ from local_import import load_kernels  # noqa: E402
 
 kernels, KERNELS_FROM = load_kernels()
 GemmConfig = kernels.GemmConfig
+HOST_DESC_PREFIX = "hostdesc/"
 
 # Extra configs the sweep times beside the model's candidates, to see what the model misses.
 # (Warp specialisation on/off is not swept: Triton 3.6 emits the same PTX for both on sm_90.)
@@ -79,6 +80,61 @@ def small_m_candidates(m: int, n: int, num_sms: int, full_sweep: bool = False) -
             out.append(GemmConfig(bm, bn, 64, 8, st, w, True, 1, 1.0, split_k=split, split_fixup=True))
             if (bm, bn) == (128, 256) and split <= 4 and full_sweep:
                 out.append(GemmConfig(bm, bn, 64, 8, st, w, True, 1, 1.0, split_k=split))
+    return tuple(out)
+
+
+# The blocks --small-m --wide times (BM, BN, BK, stages, warps, epilogue split), each persistent,
+# non-persistent (one program per tile) and as stream-K where it has fewer than four waves of
+# tiles; the split-K factor that brings 128x128 / 128x64 / 64x128 work to one wave, two-launch.
+WIDE_BLOCKS = (
+    (128, 256, 64, 3, 8, 2),
+    (128, 128, 64, 4, 4, 1),
+    (64, 128, 64, 4, 4, 1),
+    (128, 64, 64, 6, 4, 1),
+    (64, 64, 128, 4, 4, 1),
+    (128, 64, 128, 4, 4, 1),
+    (128, 128, 128, 3, 4, 1),
+)
+WIDE_STREAM_K = (
+    (128, 256, 64, 3, 8, 2),
+    (128, 128, 64, 4, 4, 1),
+    (64, 128, 64, 4, 4, 1),
+    (128, 64, 64, 6, 4, 1),
+)
+WIDE_SPLIT = (
+    (128, 128, 64, 4, 4, 1),
+    (128, 64, 64, 6, 4, 1),
+    (64, 128, 64, 4, 4, 1),
+)
+
+
+# Blocks also timed with host-made TMA descriptors (bench/gemm_experiments.py).
+WIDE_HOST_DESC = ((64, 128, 64, 4, 4, 1),)
+
+
+def host_descriptor_gemm():
+    import gemm_experiments
+
+    return gemm_experiments.gemm_host_descriptors
+
+
+def wide_candidates(m: int, n: int, k: int, num_sms: int) -> tuple[GemmConfig, ...]:
+    """The configs --small-m --wide times on a shape (see WIDE_BLOCKS)."""
+    out = []
+    for bm, bn, bk, st, w, e in WIDE_BLOCKS:
+        cfg = GemmConfig(bm, bn, bk, 8, st, w, True, e, 1.0)
+        out.append(cfg)
+        if math.ceil(m / bm) * math.ceil(n / bn) > num_sms:
+            out.append(dataclasses.replace(cfg, persistent=False))
+    for bm, bn, bk, st, w, e in WIDE_STREAM_K:
+        tiles = math.ceil(m / bm) * math.ceil(n / bn)
+        if tiles < 4 * num_sms and tiles % num_sms:
+            out.append(GemmConfig(bm, bn, bk, 8, st, w, True, 1, 1.0, stream_k=True))
+    for bm, bn, bk, st, w, e in WIDE_SPLIT:
+        tiles = math.ceil(m / bm) * math.ceil(n / bn)
+        split = round(num_sms / tiles)
+        if tiles < num_sms and split >= 2 and math.ceil(k / bk) >= 8 * split:
+            out.append(GemmConfig(bm, bn, bk, 8, st, w, True, e, 1.0, split_k=split))
     return tuple(out)
 
 
@@ -131,7 +187,10 @@ def bench_shape(
 
     fns = {"cublas": run_cublas}
     for name, cfg in configs.items():
-        fns[name] = lambda i, cfg=cfg: kernels.gemm(sets[i][0], sets[i][1], out=sets[i][2], config=cfg)
+        if name.startswith(HOST_DESC_PREFIX):
+            fns[name] = lambda i, cfg=cfg: host_descriptor_gemm()(sets[i][0], sets[i][1], sets[i][2], cfg)
+        else:
+            fns[name] = lambda i, cfg=cfg: kernels.gemm(sets[i][0], sets[i][1], out=sets[i][2], config=cfg)
 
     # Correctness: each variant on set 0, output poisoned first, vs an fp32 reference.
     a0, b0, out0 = sets[0]
@@ -228,12 +287,11 @@ def print_table(rows: list[dict]) -> None:
 
 
 def _compile_one(task: tuple) -> str:
-    """Runs one config once on small operands (in a worker process), so that Triton compiles it
-    into its on-disk cache. The operands keep every integer argument a multiple of 16 and above
-    1, as the rows' are, so the timed run finds the same specialisation in the cache."""
-    kind, cfg, layout, mode = task
+    """Runs one config once (in a worker process) on the shape of a row that will time it, with
+    the grid the timed run launches, so that Triton compiles the kernel it will use (the same
+    specialisation of every integer argument) into its on-disk cache."""
+    _, (kind, cfg, layout, mode, m, k, n, grid) = task
     try:
-        m, k, n = 256, 1024, 512
         dtype = torch.float8_e4m3fn if kind == "fp8" else torch.bfloat16
         a = torch.randn(m, k, device="cuda").to(dtype)
         b = (
@@ -247,13 +305,39 @@ def _compile_one(task: tuple) -> str:
                 if mode == "tensor"
                 else (torch.ones(m, 1, device="cuda"), torch.ones(1, n, device="cuda"))
             )
-            kernels.gemm_fp8(a, b, sa, sb, config=cfg, num_programs=7)
+            kernels.gemm_fp8(a, b, sa, sb, config=cfg)
+        elif kind == "hostdesc":
+            host_descriptor_gemm()(a, b, torch.empty(m, n, dtype=dtype, device="cuda"), cfg)
         else:
-            kernels.gemm(a, b, config=cfg, num_programs=7)
+            kernels.gemm(a, b, config=cfg)
         torch.cuda.synchronize()
         return ""
     except Exception as error:  # reported, and the timed run will show it again
         return f"{cfg.name} {layout} {mode}: {type(error).__name__}: {str(error)[:200]}"
+
+
+def launch_grid(cfg: GemmConfig, m: int, n: int, k: int, num_sms: int) -> int:
+    """The grid `gemm` launches cfg with on this shape."""
+    tiles = math.ceil(m / cfg.block_m) * math.ceil(n / cfg.block_n)
+    if cfg.stream_k:
+        return max(1, min(num_sms, tiles * math.ceil(k / cfg.block_k)))
+    work = tiles * cfg.split_k
+    programs = num_sms if cfg.persistent else work
+    return max(1, min(programs, work if cfg.split_k > 1 else tiles))
+
+
+def compile_task(kind: str, cfg: GemmConfig, shape, mode: str, num_sms: int) -> tuple:
+    """(key, what to run): the key is what decides which compiled kernel the timed run uses --
+    the config (a non-persistent one is the persistent kernel at another grid size), the
+    layout, the scale mode, whether the grid is a multiple of 16 (Triton specialises integer
+    arguments on it), stream-K's slot count; one run per key."""
+    grid = launch_grid(cfg, shape.m, shape.n, shape.k, num_sms)
+    slots = 0
+    if cfg.stream_k:
+        tiles = math.ceil(shape.m / cfg.block_m) * math.ceil(shape.n / cfg.block_n)
+        slots = kernels.gemm_module.stream_k_split(tiles, math.ceil(shape.k / cfg.block_k), grid)[1]
+    key = (kind, dataclasses.replace(cfg, persistent=True), shape.b_layout, mode, grid % 16 == 0, grid == 1, slots)
+    return key, (kind, cfg, shape.b_layout, mode, shape.m, shape.k, shape.n, grid)
 
 
 def precompile(tasks: list[tuple], workers: int) -> None:
@@ -264,7 +348,7 @@ def precompile(tasks: list[tuple], workers: int) -> None:
     import time
 
     start = time.time()
-    unique = list(dict.fromkeys(tasks))
+    unique = list({key: task for key, task in reversed(tasks)}.items())
     ctx = multiprocessing.get_context("spawn")
     with concurrent.futures.ProcessPoolExecutor(max_workers=workers, mp_context=ctx) as pool:
         problems = [p for p in pool.map(_compile_one, unique) if p]
@@ -367,6 +451,16 @@ def bench_fp8_shape(shape: shapes.GemmShape, configs: dict[str, GemmConfig], mod
         if name in times:
             entry.update(ms=times[name]["ms"], spread=times[name]["spread"], tflops=flops / times[name]["ms"] / 1e9)
         row["variants"][name] = entry
+    # cuBLAS bf16 on the same values (e4m3 -> bf16 is exact), timed right after: the FP8 / bf16
+    # rate the simulator's gemm.fp8 calibration is fitted to.
+    bf16 = [(a.to(torch.bfloat16), b.to(torch.bfloat16)) for a, b, _, _ in sets]
+    sets.clear()
+    bf16_out = torch.empty(shape.m, shape.n, dtype=torch.bfloat16, device=device)
+    bf16_time = timing.time_variants(
+        {"cublas_bf16": lambda i: torch.mm(bf16[i][0], bf16[i][1], out=bf16_out)}, n_sets, samples=samples
+    )
+    row["cublas_bf16_ms"] = bf16_time["cublas_bf16"]["ms"]
+    bf16.clear()  # frees the copies (the closure above is not called again)
     for mode in ("tensor", "row"):
         ref_ms = row["variants"][f"scaled_mm/{mode}"].get("ms")
         model = row["variants"].get(f"{model_name}/{mode}", {})
@@ -438,6 +532,8 @@ def main() -> int:
         "--small-m", action="store_true", help=f"M <= {SMALL_M_MAX} rows, each with many candidate configs"
     )
     parser.add_argument("--fp8", action="store_true", help="FP8 rows vs torch._scaled_mm")
+    parser.add_argument("--wide", action="store_true", help="with --small-m: the wide candidate set (wide_candidates)")
+    parser.add_argument("--model-only", action="store_true", help="time only the model's config (and the reference)")
     parser.add_argument("--shapes", default="", help="only these: MxKxN + kn|nk, comma-separated")
     parser.add_argument(
         "--precompile",
@@ -506,13 +602,13 @@ def main() -> int:
         for shape in gemm_shapes:
             chosen = kernels.gemm_fp8_module.select_fp8_config(shape.m, shape.n, shape.k, torch.device("cuda"))
             configs = {chosen.name: chosen}
-            for cfg in FP8_EXTRA:
+            for cfg in () if args.model_only else FP8_EXTRA:
                 configs.setdefault(cfg.name, cfg)
             plans.append((shape, chosen, configs))
         if args.precompile:
             precompile(
                 [
-                    ("fp8", cfg, shape.b_layout, mode)
+                    compile_task("fp8", cfg, shape, mode, props.multi_processor_count)
                     for shape, _, configs in plans
                     for cfg in configs.values()
                     for mode in ("tensor", "row")
@@ -525,7 +621,7 @@ def main() -> int:
             print(
                 f"  fp8 {shape.m}x{shape.k}x{shape.n} {shape.b_layout}: model/_scaled_mm tensor "
                 f"{row.get('ratio_model_tensor', math.nan):.3f} row "
-                f"{row.get('ratio_model_row', math.nan):.3f}",
+                f"{row.get('ratio_model_row', math.nan):.3f}; cuBLAS bf16 {row['cublas_bf16_ms'] * 1000:.1f} us",
                 flush=True,
             )
             print_candidates(row, "scaled_mm/row")
@@ -545,9 +641,16 @@ def main() -> int:
             if math.ceil(shape.m / 128) * math.ceil(shape.n / 256) < 2 * props.multi_processor_count:
                 for cfg in SWEEP_SPLIT_K:
                     configs.setdefault(cfg.name, cfg)
-        if args.small_m:
+        if args.small_m and args.wide:
+            for cfg in wide_candidates(shape.m, shape.n, shape.k, props.multi_processor_count):
+                configs.setdefault(cfg.name, cfg)
+            for bm, bn, bk, st, w, e in WIDE_HOST_DESC:
+                cfg = GemmConfig(bm, bn, bk, 8, st, w, True, e, 1.0)
+                configs[HOST_DESC_PREFIX + cfg.name] = cfg
+        elif args.small_m:
             for cfg in small_m_candidates(shape.m, shape.n, props.multi_processor_count, args.sweep):
                 configs.setdefault(cfg.name, cfg)
+        if args.small_m and not args.wide:
             fixup = kernels.choose_config(
                 shape.m,
                 shape.n,
@@ -558,10 +661,22 @@ def main() -> int:
                 fixup=True,
             )
             configs.setdefault(fixup.name, fixup)
+        if args.model_only:
+            configs = {chosen.name: chosen}
         plans.append((shape, chosen, configs))
     if args.precompile:
         precompile(
-            [("bf16", cfg, shape.b_layout, "") for shape, _, configs in plans for cfg in configs.values()],
+            [
+                compile_task(
+                    "hostdesc" if name.startswith(HOST_DESC_PREFIX) else "bf16",
+                    cfg,
+                    shape,
+                    "",
+                    props.multi_processor_count,
+                )
+                for shape, _, configs in plans
+                for name, cfg in configs.items()
+            ],
             args.precompile,
         )
     for shape, chosen, configs in plans:

@@ -5,7 +5,7 @@ its tile order from memory and, per tile, waits on signal slots and may notify. 
 slot is raised before the launch, so nothing ever waits: the difference to the untransformed
 kernel is the price of the transformation itself (table loads, acquire loads of the slots,
 the tile-order lookup), i.e. what a fused op pays even when every chunk has already landed.
-  untransformed   gemm_tma_kernel, the model's config
+  untransformed   gemm_tma_kernel (descriptors made in the kernel, as the fused ones), the model's config
   lookup only     transformed kernel, grouped tile order, empty wait lists
   waits (AG, w4)  transformed kernel, rank-1 arrival-like order (its shard first), each tile
                   waiting on the slot of its row shard, as AG+GEMM at world 4 would
@@ -15,7 +15,8 @@ an fp32 reference. Usage: python bench/bench_wait_overhead.py --kernel-file GEN.
 (GEN.py = `syncopate transform python/syncopate/kernels/gemm.py --kernel gemm_tma_kernel`).
 --fp8: the same rows for the FP8 kernel (GEN.py = `syncopate transform
 python/syncopate/kernels/gemm_fp8.py --kernel gemm_fp8_tma_kernel`), e4m3 operands with row-wise
-scales, bf16 C, `torch._scaled_mm` (B column-major) as the library reference.
+scales, bf16 C, B stored [N, K] (the K-major layout FP8 MMAs read), `torch._scaled_mm` as the
+library reference.
 """
 
 from __future__ import annotations
@@ -106,8 +107,9 @@ def main() -> None:
         n_sets = timing.input_sets_for((m * k + k * n) * elem + m * n * 2, dev)
         if fp8:
             a = [(torch.randn(m, k, device=dev) * 2).to(torch.float8_e4m3fn) for _ in range(n_sets)]
-            b = [(torch.randn(k, n, device=dev) * 2).to(torch.float8_e4m3fn) for _ in range(n_sets)]
-            b_col = [x.t().contiguous().t() for x in b]  # _scaled_mm's layout, copied once
+            # B as a Linear weight [N, K] viewed [K, N]: the K-major layout Hopper's FP8 MMA reads
+            # (and _scaled_mm's). A [K, N] B would time Triton's in-kernel transpose (5-13x).
+            b = [(torch.randn(n, k, device=dev) * 2).to(torch.float8_e4m3fn).t() for _ in range(n_sets)]
             sa = torch.rand(m, 1, device=dev) + 0.25
             sb = torch.rand(1, n, device=dev) + 0.25
         else:
@@ -141,7 +143,7 @@ def main() -> None:
         arrays = {"lookup only": lookup.device_arrays(dev), "waits (AG, w4)": waits.device_arrays(dev)}
         tables = {"lookup only": lookup, "waits (AG, w4)": waits}
         constexprs = dict(
-            B_IS_NK=False,
+            B_IS_NK=bool(fp8),
             BLOCK_M=cfg.block_m,
             BLOCK_N=cfg.block_n,
             BLOCK_K=cfg.block_k,
@@ -163,14 +165,14 @@ def main() -> None:
                 out = outs[name]
                 kernel[(grid,)](
                     a[s],
-                    b[s],
+                    b[s].t() if fp8 else b[s],
                     out,
                     *operands,
                     m,
                     n,
                     k,
                     k,
-                    n,
+                    k if fp8 else n,
                     n,
                     *strides,
                     grid,
@@ -191,12 +193,14 @@ def main() -> None:
                 "untransformed": lambda s: fp8.gemm_fp8(a[s], b[s], sa, sb, out=outs["untransformed"], config=cfg),
                 "lookup only": fused_call("lookup only"),
                 "waits (AG, w4)": fused_call("waits (AG, w4)"),
-                "cuBLAS": lambda s: torch._scaled_mm(a[s], b_col[s], scale_a=sa, scale_b=sb, out_dtype=torch.bfloat16),
+                "cuBLAS": lambda s: torch._scaled_mm(a[s], b[s], scale_a=sa, scale_b=sb, out_dtype=torch.bfloat16),
             }
             ref = (a[0].float() @ b[0].float()) * sa * sb
         else:
             fns = {
-                "untransformed": lambda s: gemm_mod.gemm(a[s], b[s], out=outs["untransformed"], config=cfg),
+                "untransformed": lambda s: gemm_mod.gemm(
+                    a[s], b[s], out=outs["untransformed"], config=cfg, host_descriptors=False
+                ),
                 "lookup only": fused_call("lookup only"),
                 "waits (AG, w4)": fused_call("waits (AG, w4)"),
                 "cuBLAS": lambda s: torch.mm(a[s], b[s], out=outs["cuBLAS"]),

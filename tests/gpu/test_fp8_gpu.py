@@ -100,3 +100,24 @@ def test_fp8_gemm_matches_reference_and_scaled_mm(cfg, mode, layout, shape):
 def test_fp8_model_config_fits_this_device():
     cfg = gemm_fp8_module.select_fp8_config(4096, 8192, 8192, torch.device("cuda"))
     assert cfg.block_k == 128 and cfg.split_k == 1
+
+
+@pytest.mark.skipif(not HAS_FP8, reason="this GPU has no FP8 tensor cores (capability < 8.9)")
+def test_fp8_kn_b_is_read_through_one_kept_k_major_copy():
+    """B stored [K, N]: one K-major copy made at the first call and reused; refreshed after an
+    in-place write; the in-kernel transpose (k_major_b=False) gives the same result."""
+    copies = gemm_fp8_module.k_major_copies
+    copies.clear()
+    a, b, sa, sb = _fp8_operands(256, 1024, 2048, "kn", "row", seed=4)
+    out = fp8_gemm(a, b, sa, sb)
+    kept = copies.get(b)
+    assert len(copies) == 1 and kept.shape == (1024, 2048)
+    fp8_gemm(a, b, sa, sb)
+    assert copies.get(b) is kept
+    ref = (a.float() @ b.float()) * sa * sb
+    assert _rel(out, ref) < 5e-3
+    b.copy_((torch.randn(2048, 1024, device="cuda") * 2).to(E4M3))
+    ref = (a.float() @ b.float()) * sa * sb
+    assert _rel(fp8_gemm(a, b, sa, sb), ref) < 5e-3
+    assert _rel(fp8_gemm(a, b, sa, sb, k_major_b=False), ref) < 5e-3
+    assert copies.get(b) is not kept

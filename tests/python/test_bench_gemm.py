@@ -1,6 +1,7 @@
 """bench_gemm.py's row selection on the CPU (no GPU, nothing timed): --shapes parsing, the
 small-M candidate configs (only blocks that leave the chip under two waves get split-K, with
-factors that bring the work to 0.75-3 waves), and the FP8 configs' shared-memory fit."""
+factors that bring the work to 0.75-3 waves), the --wide set, the precompile's one run per
+compiled kernel, and the FP8 configs' shared-memory fit."""
 
 from __future__ import annotations
 
@@ -46,3 +47,29 @@ def test_fp8_configs_fit_in_hopper_shared_memory():
         stage = (cfg.block_m + cfg.block_n) * cfg.block_k
         epilogue = cfg.block_m * (cfg.block_n // cfg.epilogue_split) * 2
         assert cfg.num_stages * stage + epilogue <= 232448 - 1024, cfg.name
+
+
+def test_precompile_keys_follow_the_kernel_the_timed_run_launches():
+    """One precompile run per compiled kernel: a non-persistent config is the persistent kernel
+    (same key when the grids agree on divisibility by 16), a grid that Triton specialises
+    differently is a key of its own."""
+    cfg = bench_gemm.GemmConfig(64, 128, 64, 8, 4, 4, True, 1, 1.0)
+    shape = bench_gemm.select_shapes(shapes.local_gemm_shapes(), [(256, 2048, 8192, "kn")])[0]
+    assert bench_gemm.launch_grid(cfg, 256, 8192, 2048, 132) == 132  # 256 tiles, persistent
+    non_persistent = bench_gemm.dataclasses.replace(cfg, persistent=False)
+    assert bench_gemm.launch_grid(non_persistent, 256, 8192, 2048, 132) == 256
+    key, task = bench_gemm.compile_task("bf16", non_persistent, shape, "", 132)
+    assert key != bench_gemm.compile_task("bf16", cfg, shape, "", 132)[0]  # 256 % 16 == 0, 132 % 16 != 0
+    assert task[-1] == 256 and key[1] == cfg  # run at the real grid, keyed as the persistent kernel
+    split = bench_gemm.dataclasses.replace(cfg, split_k=2)
+    assert bench_gemm.launch_grid(split, 128, 4096, 2048, 132) == 128  # 64 tiles x 2 slices
+
+
+def test_wide_candidates_split_and_stream_k_only_where_tiles_leave_the_chip_idle():
+    decode = bench_gemm.wide_candidates(128, 4096, 2048, 132)
+    assert any(c.split_k == 2 and (c.block_m, c.block_n) == (64, 128) for c in decode)
+    assert any(c.stream_k for c in decode)
+    assert not any(not c.persistent for c in decode)  # every block fits in one wave
+    big = bench_gemm.wide_candidates(2048, 3584, 2048, 132)
+    assert not any(c.split_k > 1 for c in big)
+    assert any(not c.persistent and (c.block_m, c.block_n) == (128, 256) for c in big)  # 224 tiles

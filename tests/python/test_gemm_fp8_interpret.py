@@ -157,3 +157,36 @@ def test_annotations_match_the_bf16_kernel():
     ]
     consume = next(i for i, line in enumerate(source) if line.strip() == marks[2])
     assert source[consume + 1].strip().startswith("for ")
+
+
+def test_kn_b_is_read_through_one_kept_k_major_copy():
+    """B stored [K, N] is transposed once and kept (the FP8 MMA reads B K-major); the copy is
+    refreshed when B is written in place, and dropped with B."""
+    copies = fp8.k_major_copies
+    copies.clear()
+    a, b, gen = _operands(40, 48, 64, False, seed=8)
+    sa, sb = _scales(40, 48, "rowwise", gen)
+    first = fp8.gemm_fp8(a, b, sa, sb, config=SMALL)
+    assert len(copies) == 1
+    kept = copies.get(b)
+    assert kept.shape == (48, 64) and kept.is_contiguous() and torch.equal(kept.t().float(), b.float())
+    assert copies.get(b) is kept  # the same tensor, not a new transpose
+    err = ((first.double() - _reference(a, b, sa, sb).double()).norm() / _reference(a, b, sa, sb).norm()).item()
+    assert err < 4e-3
+    b.copy_((torch.randn(64, 48, generator=gen) * 2).to(E4M3))  # in place: the version moves
+    second = fp8.gemm_fp8(a, b, sa, sb, config=SMALL)
+    ref = _reference(a, b, sa, sb)
+    assert ((second.double() - ref.double()).norm() / ref.double().norm()).item() < 4e-3
+    assert copies.get(b) is not kept
+    in_place = fp8.gemm_fp8(a, b, sa, sb, config=SMALL, k_major_b=False)  # the in-kernel path
+    assert ((in_place.double() - ref.double()).norm() / ref.double().norm()).item() < 4e-3
+    del b
+    assert len(copies) == 0
+
+
+def test_fp8_config_doubles_block_k_up_to_128(monkeypatch):
+    """FP8 takes the bf16 choice with BLOCK_K doubled (same bytes per K-step), at most 128."""
+    for bf16_k, fp8_k in ((64, 128), (128, 128)):
+        cfg = fp8.GemmConfig(64, 64, bf16_k, 8, 4, 4, True, 1, 1.0)
+        monkeypatch.setattr(fp8, "select_config", lambda *args, cfg=cfg, **kwargs: cfg)
+        assert fp8.select_fp8_config(128, 4096, 2048, torch.device("cuda")).block_k == fp8_k

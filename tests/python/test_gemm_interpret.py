@@ -6,6 +6,7 @@ shapes that are not multiples of the block, both layouts of B, and a persistent 
 than the tile count (so each program loops over several tiles).
 """
 
+import dataclasses
 import os
 import sys
 from pathlib import Path
@@ -208,9 +209,10 @@ def test_model_picks_the_big_block_when_the_chip_is_full():
 
 
 def test_model_splits_k_when_tiles_cannot_fill_the_chip():
-    cfg = _kernel_configs.choose_config(128, 3072, 4096, 132, 2, _SMEM_H100)
+    # 128 x 8192 x 5120: 40 tiles of 128x128, 160 of 64x64 (a wave and a fifth) with K = 8192.
+    cfg = _kernel_configs.choose_config(128, 5120, 8192, 132, 2, _SMEM_H100)
     assert cfg.split_k > 1
-    no_split = _kernel_configs.choose_config(128, 3072, 4096, 132, 2, _SMEM_H100, allow_split_k=False)
+    no_split = _kernel_configs.choose_config(128, 5120, 8192, 132, 2, _SMEM_H100, allow_split_k=False)
     assert no_split.split_k == 1
 
 
@@ -263,3 +265,82 @@ def test_model_offers_fixup_variants_only_when_asked():
     assert {c.name for c in with_fixup if c.split_fixup} == {c.name + "f" for c in plain if c.split_k > 1}
     cfg = _kernel_configs.choose_config(128, 4096, 8192, 132, 2, _SMEM_H100, fixup=True)
     assert cfg.split_k > 1 and cfg.split_fixup  # cheaper per MB than the two-launch split
+
+
+@pytest.mark.parametrize("b_is_nk", [False, True])
+@pytest.mark.parametrize(
+    "shape,num_programs",
+    [
+        ((40, 48, 160), 5),  # 4 tiles x 5 K-steps over 5 programs: every tile shared
+        ((64, 96, 96), 4),  # 6 tiles < two waves: all stream-K, 4.5 K-steps per program
+        ((128, 96, 64), 4),  # 12 tiles: 8 whole tiles (two waves), then 4 tiles stream-K
+        ((32, 32, 64), 7),  # 1 tile of 2 K-steps over 7 programs: five programs get nothing
+    ],
+)
+def test_stream_k_matches_reference_and_leaves_counters_zero(b_is_nk, shape, num_programs):
+    """Stream-K: whole waves of whole tiles, the rest's K-steps split evenly over the programs
+    (tiles shared by 2-3 programs, summed by the last to finish); twice on the same counters."""
+    m, n, k = shape
+    cfg = GemmConfig(32, 32, 32, 2, 1, 4, False, 1, 1.0, stream_k=True)
+    a, b = _operands(m, n, k, torch.bfloat16, b_is_nk, seed=m + n + k)
+    tiles = -(-m // 32) * -(-n // 32)
+    counters = torch.zeros(tiles, dtype=torch.int32)
+    original = gemm_module._counters
+    gemm_module._counters = lambda device, count: counters
+    try:
+        for _ in range(2):
+            out = torch.full((m, n), float("nan"), dtype=torch.bfloat16)
+            c = gemm_module.gemm(a, b, out=out, config=cfg, num_programs=num_programs)
+            assert not torch.isnan(c).any()
+            assert _rel_error(c, a, b) < 1e-2
+            assert int(counters.abs().sum()) == 0
+    finally:
+        gemm_module._counters = original
+
+
+def test_stream_k_split_keeps_the_last_one_to_two_waves_for_stream_k():
+    # 12 tiles on 4 programs: two whole waves of tiles, the last 4 tiles (one wave) stream-K.
+    assert gemm_module.stream_k_split(12, 2, 4)[0] == 8
+    assert gemm_module.stream_k_split(7, 2, 4)[0] == 0  # under two waves: all stream-K
+    # 4 tiles x 5 K-steps over 5 programs: 4 K-steps each, a tile spans at most 3 programs
+    # (slots rounded up to a power of two).
+    assert gemm_module.stream_k_split(4, 5, 5) == (0, 4)
+    assert gemm_module.stream_k_split(32, 112, 132)[1] == 8  # 27 K-steps each: up to 6 programs
+
+
+@pytest.mark.parametrize("b_is_nk", [False, True])
+@pytest.mark.parametrize("split_k", [1, 2])
+@pytest.mark.parametrize("cfg", [SMALL, SMALL_SPLIT], ids=["e1", "e2"])
+def test_host_descriptor_kernels_match_reference(b_is_nk, split_k, cfg):
+    """The kernels a GPU runs by default: descriptors made on the host (unsplit and split-K)."""
+    m, n, k = 72, 64, 160
+    cfg = dataclasses.replace(cfg, split_k=split_k)
+    a, b = _operands(m, n, k, torch.bfloat16, b_is_nk, seed=split_k + 40)
+    out = torch.full((m, n), float("nan"), dtype=torch.bfloat16)
+    c = gemm_module.gemm(a, b, out=out, config=cfg, num_programs=3, host_descriptors=True)
+    assert not torch.isnan(c).any()
+    assert _rel_error(c, a, b) < 1e-2
+
+
+def test_model_fills_one_wave_with_narrow_blocks_on_decode_rows():
+    """M = 128 (decode): 128x128 tiles leave the chip under a wave; the narrow blocks fill it
+    without split-K partials where K is short, and split K where it is long (nvidia-h200
+    2026-11-25: 64x64x128 12.6 us vs 14.6 us for 64x128 split 2 on 128 x 2048 x 4096)."""
+    pick = _kernel_configs.choose_config(128, 4096, 2048, 132, 2, _SMEM_H100)
+    assert (pick.block_m, pick.block_n, pick.block_k, pick.split_k) == (64, 64, 128, 1)
+    pick = _kernel_configs.choose_config(128, 4096, 7168, 132, 2, _SMEM_H100)
+    assert (pick.block_m, pick.block_n, pick.num_stages, pick.split_k) == (128, 64, 6, 2)
+    pick = _kernel_configs.choose_config(128, 5120, 8192, 132, 2, _SMEM_H100)
+    assert (pick.block_m, pick.block_n, pick.split_k) == (128, 128, 3)
+
+
+def test_model_keeps_wide_blocks_where_tiles_fill_the_chip():
+    for m, n, k, block in [
+        (8192, 8192, 8192, (128, 256)),
+        (1024, 8192, 2048, (128, 256)),  # 256 tiles of 128x256: two waves
+        (2048, 3584, 2048, (128, 256)),
+        (256, 8192, 8192, (128, 128)),  # 128 tiles of 128x128: one wave
+        (512, 3072, 4096, (128, 128)),
+    ]:
+        pick = _kernel_configs.choose_config(m, n, k, 132, 2, _SMEM_H100)
+        assert (pick.block_m, pick.block_n, pick.split_k) == (*block, 1), (m, n, k, pick.name)

@@ -9,7 +9,7 @@
   stand-in): AgGemm / GemmRs / GemmAr with FP8 operands, fused (the transformer's FP8 kernel)
   and sequential, per-tensor and per-row scales, against an fp32 reference; the plan moves
   e4m3 rows of K + 16 bytes (AG) or bf16 C (RS/AR);
-- the simulator's FP8 GEMM rate (twice bf16's, estimated) reaching the op's choice.
+- the simulator's FP8 GEMM rate (measured on nvidia-h200, 1.75x bf16's) reaching the op's choice.
 """
 
 import os
@@ -231,8 +231,8 @@ def test_the_simulator_runs_fp8_gemms_at_the_fp8_rate():
     from syncopate.ops.choice import choose
 
     calib = sy.load_calibration(os.environ["SYNCOPATE_CALIBRATION"])
-    assert calib.fp8_estimated and calib.fp8_peak_tflops == 2 * 790
-    assert calib.tile_time_us(128, 256, 8192, "f8e4m3") < 0.6 * calib.tile_time_us(128, 256, 8192)
+    assert not calib.fp8_estimated and calib.fp8_peak_tflops == 1380  # measured, nvidia-h200
+    assert calib.tile_time_us(128, 256, 8192, "f8e4m3") < 0.65 * calib.tile_time_us(128, 256, 8192)
     common = dict(
         m=8192,
         n=8192,

@@ -20,7 +20,7 @@ pytest.importorskip("triton")
 
 import syncopate as sy  # noqa: E402
 from syncopate.errors import InternalError, ShapeError, TransformError, UserError, WaitTimeoutError  # noqa: E402
-from syncopate.kernels.configs import INTERPRETER_CONFIG  # noqa: E402
+from syncopate.kernels.configs import CANDIDATES, INTERPRETER_CONFIG  # noqa: E402
 from syncopate.launch import epoch_word  # noqa: E402
 from syncopate.ops import choice as choice_mod  # noqa: E402
 from syncopate.ops import fused_gemm  # noqa: E402
@@ -168,7 +168,9 @@ def test_every_fused_kernel_variant_compiles_for_sm90(run_compile_script):
     assert run.returncode == 0 and lines and all(ln.startswith("OK ") for ln in lines), (
         "\n".join(lines) + run.stderr[-3000:]
     )
-    assert len(lines) == 18 + 8  # bf16 variants, then the FP8 kernel (2 blocks x 2 layouts x 2 roles)
+    # bf16: every candidate block x 2 layouts x (2 roles + the pointer kernel); then the FP8
+    # kernel (2 blocks x 2 layouts x 2 roles).
+    assert len(lines) == 6 * len(CANDIDATES) + 8
 
 
 @pytest.fixture

@@ -40,15 +40,24 @@ class GemmConfig:
     # With split_k > 1: the last program to finish a tile's slices sums them in the same launch
     # (gemm_split_k_fixup_kernel) instead of a second reduction kernel.
     split_fixup: bool = False
+    # One program per work item instead of one persistent program per multiprocessor: the
+    # hardware schedules the programs, and two of them share a multiprocessor when their shared
+    # memory allows (one's epilogue then overlaps the other's loads).
+    persistent: bool = True
+    # Stream-K (gemm_stream_k_kernel): full waves of whole tiles, then the K-steps of the
+    # remaining tiles (one to two waves' worth) spread evenly over every program; a tile whose
+    # K-steps two programs share is summed by the last to finish it, in the same launch.
+    stream_k: bool = False
 
     @property
     def name(self) -> str:
         ws = "ws" if self.warp_specialize else "nows"
         flat = "" if self.flatten else "_nf"
         split = f"_k{self.split_k}{'f' if self.split_fixup else ''}" if self.split_k > 1 else ""
+        grid = ("" if self.persistent else "_np") + ("_sk" if self.stream_k else "")
         return (
             f"{self.block_m}x{self.block_n}x{self.block_k}_s{self.num_stages}"
-            f"_w{self.num_warps}_g{self.group_m}_{ws}_e{self.epilogue_split}{flat}{split}"
+            f"_w{self.num_warps}_g{self.group_m}_{ws}_e{self.epilogue_split}{flat}{split}{grid}"
         )
 
     def shared_memory_bytes(self, element_size: int) -> int:
@@ -63,10 +72,16 @@ class GemmConfig:
 # tile count would leave multiprocessors idle in the last wave. Each efficiency is the block's
 # throughput per unit of tile area relative to 128x256, fitted to the sweep in
 # bench/results/ (docs/PERFORMANCE.md): a property of the block on Hopper, not of one GPU.
+# The two narrow blocks (64x64 with BLOCK_K 128, 128x64 with six stages) are for decode rows
+# (M = 128): their tiles fill one wave where 128x128 needs split-K. Their efficiencies were
+# fitted to the nvidia-h200 run of bench_gemm.py --small-m --wide (2026-11-25) on the
+# compute-bound rows (1024 x 2048 x 8192, 2048 x 2048 x 3584: 0.55 and 0.69).
 CANDIDATES: tuple[GemmConfig, ...] = (
     GemmConfig(128, 256, 64, 8, 3, 8, True, 2, 1.00),
     GemmConfig(128, 128, 64, 8, 4, 4, True, 1, 0.91),
     GemmConfig(64, 128, 64, 8, 4, 4, True, 1, 0.59),
+    GemmConfig(128, 64, 64, 8, 6, 4, True, 1, 0.69),
+    GemmConfig(64, 64, 128, 8, 4, 4, True, 1, 0.55),
 )
 SPLIT_K_FACTORS = (1, 2, 3, 4)
 # Pipeline fill and epilogue of one tile, in K-steps (fitted).
@@ -76,10 +91,13 @@ TILE_FIXED_STEPS = 4.0
 SPLIT_K_COST_PER_MB = 1.0
 # The same for the one-launch fixup (the last program of a tile reads the other slices'
 # partials): no second launch and no full-C pass. ESTIMATED (half the fitted two-launch
-# cost), not yet fitted: bench_gemm.py --small-m times it beside the others.
+# cost), not fitted: only used when a caller asks for the fixup variants.
 SPLIT_K_FIXUP_COST_PER_MB = 0.5
-# Whether choose_config offers the fixup variants by default: off until a GPU run has measured
-# them against the two-launch split-K (docs/PERFORMANCE.md).
+# Whether choose_config offers the fixup variants by default: off. Timed on nvidia-h200
+# (2026-11-25, bench_gemm.py --small-m): 6-11% slower than the two-launch split at the same
+# block and factor on every decode row (e.g. 128 x 7168 x 4096, 128x128 split 4: 29.9 vs 26.9
+# us), so the model keeps the two-launch split; the fixup stays for a producer that needs its
+# tiles final in one launch (docs/PERFORMANCE.md).
 FIXUP_IN_MODEL = False
 # Below this many K-steps per slice, splitting K only adds overhead.
 MIN_K_STEPS_PER_SPLIT = 8

@@ -23,6 +23,7 @@ import torch
 import triton
 import triton.language as tl
 from triton.runtime import _allocation
+from triton.tools.tensor_descriptor import TensorDescriptor
 
 from syncopate.settings import env
 
@@ -146,6 +147,36 @@ def gemm_tma_kernel(a_ptr, b_ptr, c_ptr, M, N, K, stride_am, stride_b, stride_cm
 
 
 @triton.jit
+def gemm_tma_host_kernel(a_desc, b_desc, c_desc, M, N, K, num_programs, B_IS_NK: tl.constexpr,
+                         BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+                         GROUP_M: tl.constexpr, EPILOGUE_SPLIT: tl.constexpr, FLATTEN: tl.constexpr = True):
+    """gemm_tma_kernel with the TMA descriptors of A, B and C made on the host (Triton's
+    TensorDescriptor, passed by value as kernel parameters): the plain local GEMM's kernel.
+
+    Why a second kernel: `tl.make_tensor_descriptor` has every program write its descriptors to
+    global memory and fence them before its first load, which measured 1-2.4 us per launch on
+    nvidia-h200 (bench_gemm --wide, 2026-11-25: the same 64x128 block 1.7-2.4 us faster with
+    host descriptors on every small-M shape), 10-20% of a decode GEMM. The annotated
+    gemm_tma_kernel keeps device descriptors: the fused ops bind pointers (their A may be a
+    view into the symmetric heap). Same loop, same helpers; not annotated.
+    """
+    num_pid_m, num_pid_n, num_tiles, k_tiles = tile_grid(M, N, K, BLOCK_M, BLOCK_N, BLOCK_K)
+    for tile_id in tl.range(tl.program_id(0), num_tiles, num_programs, flatten=FLATTEN):
+        pid_m, pid_n = grouped_tile(tile_id, num_pid_m, num_pid_n, GROUP_M)
+        off_m = pid_m * BLOCK_M
+        off_n = pid_n * BLOCK_N
+        acc = tma_k_loop(a_desc, b_desc, off_m, off_n, 0, k_tiles, B_IS_NK, BLOCK_M, BLOCK_N, BLOCK_K)
+        c = acc.to(c_desc.dtype)
+        if EPILOGUE_SPLIT == 2:
+            halves = tl.permute(tl.reshape(c, (BLOCK_M, 2, BLOCK_N // 2)), (0, 2, 1))
+            c_left, c_right = tl.split(halves)
+            c_desc.store([off_m, off_n], c_left)
+            c_desc.store([off_m, off_n + BLOCK_N // 2], c_right)
+        else:
+            c_desc.store([off_m, off_n], c)
+
+
+@triton.jit
 def gemm_pointer_kernel(a_ptr, b_ptr, c_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn,
                         stride_cm, stride_cn, num_programs, BLOCK_M: tl.constexpr,
                         BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr):
@@ -175,15 +206,21 @@ def gemm_pointer_kernel(a_ptr, b_ptr, c_ptr, M, N, K, stride_am, stride_ak, stri
 @triton.jit
 def gemm_split_k_kernel(a_ptr, b_ptr, partial_ptr, M, N, K, stride_am, stride_b, num_programs,
                         SPLIT_K: tl.constexpr, B_IS_NK: tl.constexpr, BLOCK_M: tl.constexpr,
-                        BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr):
+                        BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
+                        HOST_DESCRIPTORS: tl.constexpr = False):
     """fp32 partial products: partial[s] = A[:, Ks] @ B[Ks, :] over the s-th slice of K.
 
     For shapes with too few output tiles to fill the chip (small M, decode): SPLIT_K programs
     share each tile, and `split_k_reduce_kernel` sums the slices. Not annotated for the
     transformer: a tile is final only after the reduction, which is a second launch.
+    HOST_DESCRIPTORS: a_ptr and b_ptr are TMA descriptors made on the host (see
+    gemm_tma_host_kernel).
     """
-    a_desc, b_desc = operand_descriptors(a_ptr, b_ptr, M, N, K, stride_am, stride_b, B_IS_NK,
-                                         BLOCK_M, BLOCK_N, BLOCK_K)
+    if HOST_DESCRIPTORS:
+        a_desc, b_desc = a_ptr, b_ptr
+    else:
+        a_desc, b_desc = operand_descriptors(a_ptr, b_ptr, M, N, K, stride_am, stride_b, B_IS_NK,
+                                             BLOCK_M, BLOCK_N, BLOCK_K)
     num_pid_m, num_pid_n, num_tiles, k_tiles = tile_grid(M, N, K, BLOCK_M, BLOCK_N, BLOCK_K)
     num_work = num_tiles * SPLIT_K
     k_tiles_per_split = tl.cdiv(k_tiles, SPLIT_K)
@@ -260,6 +297,83 @@ def gemm_split_k_fixup_kernel(a_ptr, b_ptr, c_ptr, partial_ptr, counter_ptr, M, 
                          total.to(c_ptr.dtype.element_ty),
                          mask=(part_rows[:, None] < M) & (cols[None, :] < N))
             tl.atomic_xchg(counter_ptr + tile_id, 0, sem="relaxed", scope="gpu")
+
+
+# dp_tiles varies with the shape: not specialised on (no recompile per value).
+@triton.jit(do_not_specialize=["dp_tiles"])
+def gemm_stream_k_kernel(a_ptr, b_ptr, c_ptr, partial_ptr, counter_ptr, M, N, K, stride_am, stride_b,
+                         stride_cm, num_programs, dp_tiles, B_IS_NK: tl.constexpr, BLOCK_M: tl.constexpr,
+                         BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
+                         MAX_SLOTS: tl.constexpr, FIXUP_ROWS: tl.constexpr = 32):
+    """Stream-K in one launch: the first `dp_tiles` tiles (whole waves) as whole tiles, then the
+    K-steps of the other tiles laid end to end and cut into `num_programs` equal ranges, one per
+    program; no program idles in the last wave.
+
+    A program's range covers the end of one tile, whole tiles, the start of another. A tile
+    whose K-steps one program covers is stored directly; a shared tile's contributors each
+    write their fp32 partial to their slot (slot = program - the tile's first contributor) of a
+    tile-major workspace [tiles, MAX_SLOTS, BLOCK_M, BLOCK_N], then add the number of K-steps
+    they did to the tile's counter (acquire-release); the one that completes the count sums the
+    slots, stores the tile once (final) and resets the counter. No program waits for another.
+    The counters must be zero before the first launch. The sum reads the slots unrolled
+    (MAX_SLOTS, a power of two, masked past the tile's contributors): its loads are in flight
+    together, where a loop over the slots would pay one L2 latency per slot.
+    """
+    a_desc, b_desc = operand_descriptors(a_ptr, b_ptr, M, N, K, stride_am, stride_b, B_IS_NK, BLOCK_M, BLOCK_N, BLOCK_K)
+    c_desc = tl.make_tensor_descriptor(c_ptr, shape=[M, N], strides=[stride_cm, 1], block_shape=[BLOCK_M, BLOCK_N])
+    num_pid_m, num_pid_n, num_tiles, k_tiles = tile_grid(M, N, K, BLOCK_M, BLOCK_N, BLOCK_K)
+    pid = tl.program_id(0)
+    for tile_id in tl.range(pid, dp_tiles, num_programs):
+        pid_m, pid_n = grouped_tile(tile_id, num_pid_m, num_pid_n, GROUP_M)
+        acc = tma_k_loop(
+            a_desc, b_desc, pid_m * BLOCK_M, pid_n * BLOCK_N, 0, k_tiles, B_IS_NK, BLOCK_M, BLOCK_N, BLOCK_K
+        )
+        c_desc.store([pid_m * BLOCK_M, pid_n * BLOCK_N], acc.to(c_ptr.dtype.element_ty))
+    # The stream-K part: units are (tile, K-step) of tiles dp_tiles.., numbered from 0.
+    total = (num_tiles - dp_tiles).to(tl.int64) * k_tiles
+    u = pid.to(tl.int64) * total // num_programs
+    u_end = (pid.to(tl.int64) + 1) * total // num_programs
+    in_tile = tl.arange(0, BLOCK_M)[:, None] * BLOCK_N + tl.arange(0, BLOCK_N)[None, :]
+    while u < u_end:
+        local_tile = u // k_tiles
+        k_begin = (u - local_tile * k_tiles).to(tl.int32)
+        k_end = tl.minimum(k_tiles, k_begin + (u_end - u)).to(tl.int32)
+        tile_id = dp_tiles + local_tile.to(tl.int32)
+        pid_m, pid_n = grouped_tile(tile_id, num_pid_m, num_pid_n, GROUP_M)
+        off_m = pid_m * BLOCK_M
+        off_n = pid_n * BLOCK_N
+        acc = tma_k_loop(a_desc, b_desc, off_m, off_n, k_begin, k_end, B_IS_NK, BLOCK_M, BLOCK_N, BLOCK_K)
+        if k_begin == 0 and k_end == k_tiles:
+            c_desc.store([off_m, off_n], acc.to(c_ptr.dtype.element_ty))
+        else:
+            # The tile's first contributor: the program whose range holds the tile's first unit.
+            first = (((local_tile * k_tiles + 1) * num_programs - 1) // total).to(tl.int32)
+            tile_base = partial_ptr + tile_id.to(tl.int64) * (MAX_SLOTS * BLOCK_M * BLOCK_N)
+            tl.store(tile_base + (pid - first) * (BLOCK_M * BLOCK_N) + in_tile, acc, cache_modifier=".cg")
+            tl.debug_barrier()
+            done = k_end - k_begin
+            arrived = tl.atomic_add(counter_ptr + tile_id, done, sem="acq_rel", scope="gpu")
+            if arrived + done == k_tiles:
+                last = ((((local_tile + 1) * k_tiles) * num_programs - 1) // total).to(tl.int32)
+                cols = off_n + tl.arange(0, BLOCK_N)
+                part = tl.arange(0, FIXUP_ROWS)[:, None] * BLOCK_N + tl.arange(0, BLOCK_N)[None, :]
+                for r in tl.static_range(0, BLOCK_M, FIXUP_ROWS):
+                    sum_rows = tl.zeros((FIXUP_ROWS, BLOCK_N), dtype=tl.float32)
+                    for s in tl.static_range(MAX_SLOTS):
+                        sum_rows += tl.load(
+                            tile_base + s * (BLOCK_M * BLOCK_N) + r * BLOCK_N + part,
+                            mask=(part >= 0) & (s <= last - first),
+                            other=0.0,
+                            cache_modifier=".cg",
+                        )
+                    part_rows = off_m + r + tl.arange(0, FIXUP_ROWS)
+                    tl.store(
+                        c_ptr + part_rows[:, None] * stride_cm + cols[None, :],
+                        sum_rows.to(c_ptr.dtype.element_ty),
+                        mask=(part_rows[:, None] < M) & (cols[None, :] < N),
+                    )
+                tl.atomic_xchg(counter_ptr + tile_id, 0, sem="relaxed", scope="gpu")
+        u += k_end - k_begin
 
 
 @triton.jit
@@ -339,13 +453,16 @@ _memoized_choice = functools.lru_cache(maxsize=4096)(
 
 def gemm(a: torch.Tensor, b: torch.Tensor, *, out: torch.Tensor | None = None,
          config: GemmConfig | None = None, num_programs: int | None = None,
-         force_pointer_kernel: bool = False, c_store_pointers: bool = False) -> torch.Tensor:
+         force_pointer_kernel: bool = False, c_store_pointers: bool = False,
+         host_descriptors: bool | None = None) -> torch.Tensor:
     """C = A @ B in the input dtype with fp32 accumulation, like torch.mm.
 
     A is [M, K]; B is [K, N]. A Linear weight W stored [N, K] is passed as `W.t()`: its
     transposed layout is detected from the strides and read in place, not copied.
     `config` overrides the per-shape choice; `num_programs` the persistent grid size
     (default: one program per multiprocessor, or fewer if there are fewer tiles).
+    `host_descriptors`: TMA descriptors made on the host (gemm_tma_host_kernel; the default on
+    a GPU) or in the kernel (gemm_tma_kernel; the default under the interpreter).
     """
     check_operands(a, b)
     m, k = a.shape
@@ -364,19 +481,35 @@ def gemm(a: torch.Tensor, b: torch.Tensor, *, out: torch.Tensor | None = None,
     tiles = triton.cdiv(m, cfg.block_m) * triton.cdiv(n, cfg.block_n)
     if num_programs is None:
         num_programs = device_limits(a.device)[0] if a.is_cuda else 4
+        if not cfg.persistent:
+            num_programs = tiles * cfg.split_k
     grid_size = max(1, min(num_programs, tiles))
 
     a_view = a if a.stride(1) == 1 else a.contiguous()
     b_is_nk = b.stride(1) != 1 and b.stride(0) == 1
     b_view = b.t() if b_is_nk else (b if b.stride(1) == 1 else b.contiguous())
+    # Host-made descriptors on a GPU (gemm_tma_host_kernel: no descriptor prologue in the
+    # kernel); the interpreter runs the device-descriptor kernel.
+    if host_descriptors is None:
+        host_descriptors = a.is_cuda and not interpreter_active()
     use_tma = (not force_pointer_kernel and tma_compatible(a_view) and tma_compatible(b_view)
                and tma_compatible(out))
     if use_tma and a.is_cuda:
         ensure_descriptor_allocator()
-    if use_tma and cfg.split_k > 1 and cfg.split_fixup and not c_store_pointers:
+    if use_tma and cfg.stream_k and not c_store_pointers:
+        _stream_k_gemm(a_view, b_view, out, b_is_nk, cfg, num_programs)
+    elif use_tma and cfg.split_k > 1 and cfg.split_fixup and not c_store_pointers:
         _split_k_fixup_gemm(a_view, b_view, out, b_is_nk, cfg, num_programs)
     elif use_tma and cfg.split_k > 1 and not c_store_pointers:
-        _split_k_gemm(a_view, b_view, out, b_is_nk, cfg, num_programs)
+        _split_k_gemm(a_view, b_view, out, b_is_nk, cfg, num_programs, host_descriptors)
+    elif use_tma and host_descriptors and not c_store_pointers:
+        a_desc, b_desc = _host_operand_descriptors(a_view, b_view, b_is_nk, cfg)
+        c_desc = TensorDescriptor.from_tensor(out, [cfg.block_m, cfg.block_n // cfg.epilogue_split])
+        gemm_tma_host_kernel[(grid_size,)](
+            a_desc, b_desc, c_desc, m, n, k, grid_size, B_IS_NK=b_is_nk, BLOCK_M=cfg.block_m,
+            BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k, GROUP_M=cfg.group_m,
+            EPILOGUE_SPLIT=cfg.epilogue_split, FLATTEN=cfg.flatten, num_stages=cfg.num_stages,
+            num_warps=cfg.num_warps)
     elif use_tma:
         gemm_tma_kernel[(grid_size,)](
             a_view, b_view, out, m, n, k, a_view.stride(0), b_view.stride(0), out.stride(0),
@@ -395,16 +528,24 @@ def gemm(a: torch.Tensor, b: torch.Tensor, *, out: torch.Tensor | None = None,
     return out
 
 
+def _host_operand_descriptors(a: torch.Tensor, b: torch.Tensor, b_is_nk: bool, cfg: GemmConfig):
+    """operand_descriptors' descriptors, made on the host (b: [N, K] when b_is_nk, else [K, N])."""
+    a_desc = TensorDescriptor.from_tensor(a, [cfg.block_m, cfg.block_k])
+    b_block = [cfg.block_n, cfg.block_k] if b_is_nk else [cfg.block_k, cfg.block_n]
+    return a_desc, TensorDescriptor.from_tensor(b, b_block)
+
+
 def _split_k_gemm(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor, b_is_nk: bool,
-                  cfg: GemmConfig, num_programs: int) -> None:
+                  cfg: GemmConfig, num_programs: int, host: bool) -> None:
     m, k = a.shape
     n = out.shape[1]
     partial = torch.empty((cfg.split_k, m, n), dtype=torch.float32, device=a.device)
     work = triton.cdiv(m, cfg.block_m) * triton.cdiv(n, cfg.block_n) * cfg.split_k
+    a_arg, b_arg = _host_operand_descriptors(a, b, b_is_nk, cfg) if host else (a, b)
     gemm_split_k_kernel[(max(1, min(num_programs, work)),)](
-        a, b, partial, m, n, k, a.stride(0), b.stride(0), max(1, min(num_programs, work)),
+        a_arg, b_arg, partial, m, n, k, a.stride(0), b.stride(0), max(1, min(num_programs, work)),
         SPLIT_K=cfg.split_k, B_IS_NK=b_is_nk, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n,
-        BLOCK_K=cfg.block_k, GROUP_M=cfg.group_m, num_stages=cfg.num_stages,
+        BLOCK_K=cfg.block_k, GROUP_M=cfg.group_m, HOST_DESCRIPTORS=host, num_stages=cfg.num_stages,
         num_warps=cfg.num_warps)
     block = 1024
     split_k_reduce_kernel[(triton.cdiv(m * n, block),)](
@@ -445,6 +586,33 @@ def _split_k_fixup_gemm(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor, b_i
         out.stride(0), grid, SPLIT_K=cfg.split_k, B_IS_NK=b_is_nk, BLOCK_M=cfg.block_m,
         BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k, GROUP_M=cfg.group_m,
         num_stages=cfg.num_stages, num_warps=cfg.num_warps)
+
+
+def stream_k_split(tiles: int, k_tiles: int, num_programs: int) -> tuple[int, int]:
+    """(dp_tiles, MAX_SLOTS) of gemm_stream_k_kernel: the whole waves done as whole tiles (all
+    but the last one to two waves' worth), and a power of two at least the most programs any
+    one stream-K tile can be shared by (its workspace slots)."""
+    dp_tiles = max(0, tiles // num_programs - 1) * num_programs
+    per_program = (tiles - dp_tiles) * k_tiles // num_programs
+    shared_by = min(num_programs, -(-k_tiles // max(per_program, 1)) + 1)
+    return dp_tiles, triton.next_power_of_2(shared_by)
+
+
+def _stream_k_gemm(
+    a: torch.Tensor, b: torch.Tensor, out: torch.Tensor, b_is_nk: bool, cfg: GemmConfig, num_programs: int
+) -> None:
+    m, k = a.shape
+    n = out.shape[1]
+    tiles = triton.cdiv(m, cfg.block_m) * triton.cdiv(n, cfg.block_n)
+    k_tiles = triton.cdiv(k, cfg.block_k)
+    grid = max(1, min(num_programs, tiles * k_tiles))
+    dp_tiles, max_slots = stream_k_split(tiles, k_tiles, grid)
+    partial = torch.empty((tiles, max_slots, cfg.block_m, cfg.block_n), dtype=torch.float32, device=a.device)
+    gemm_stream_k_kernel[(grid,)](a, b, out, partial, _counters(a.device, tiles), m, n, k, a.stride(0),
+                                  b.stride(0), out.stride(0), grid, dp_tiles, B_IS_NK=b_is_nk,
+                                  BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k,
+                                  GROUP_M=cfg.group_m, MAX_SLOTS=max_slots, num_stages=cfg.num_stages,
+                                  num_warps=cfg.num_warps)
 
 
 def linear(x: torch.Tensor, weight: torch.Tensor, *, out: torch.Tensor | None = None) -> torch.Tensor:

@@ -314,12 +314,15 @@ class Fp8FusedGemm(FusedGemm):
         self.use_tma = True
         self.kernel_name = FP8_KERNEL
         self.kernel = transformed_kernel(FP8_KERNEL, FP8_MODULE)
+        # Hopper's FP8 MMA reads B K-major: a B stored [K, N] is read through its kept K-major
+        # copy (kernels/gemm_fp8.py, KMajorCopies), i.e. the kernel is bound for an [N, K] B.
+        self.b_through_copy = b_layout == "kn"
         self._bind(
             plan=plan,
             rank=rank,
             m=m,
             n=n,
-            b_layout=b_layout,
+            b_layout="nk",
             config=config,
             accesses=accesses,
             tile_order=tile_order,
@@ -354,6 +357,13 @@ class Fp8FusedGemm(FusedGemm):
     def warm_up(self, a, b, c, signals_like: torch.Tensor, *operands) -> None:
         self.check_scales(*operands)
         super().warm_up(a, b, c, signals_like, *operands)
+
+    def _b_arg(self, b: torch.Tensor) -> torch.Tensor:
+        if self.b_through_copy:
+            from syncopate.kernels.gemm_fp8 import k_major_copies
+
+            return k_major_copies.get(b)
+        return super()._b_arg(b)
 
 
 def _host_flag():

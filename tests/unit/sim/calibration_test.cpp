@@ -24,12 +24,13 @@ TEST(Calibration, ShippedH200Loads) {
 
 TEST(Calibration, Fp8RunsAtTheFp8RateEstimatedUntilMeasured) {
   const auto shipped = load_calibration(shipped_path());
-  EXPECT_DOUBLE_EQ(shipped.gemm.fp8_peak_tflops, 1580);
-  EXPECT_TRUE(shipped.gemm.fp8_estimated);
-  // Twice the rate: the math half as long, the fixed per-tile cost the same.
+  // Measured on nvidia-h200 (2026-11-25): 1380 TFLOP/s, 1.75x the bf16 rate.
+  EXPECT_DOUBLE_EQ(shipped.gemm.fp8_peak_tflops, 1380);
+  EXPECT_FALSE(shipped.gemm.fp8_estimated);
+  // The math at the FP8 rate, the fixed per-tile cost the same.
   const double bf16 = shipped.tile_time_us(128, 256, 8192);
   const double fp8 = shipped.tile_time_us(128, 256, 8192, plan::DType::f8e4m3);
-  EXPECT_NEAR(fp8 - 5, (bf16 - 5) / 2, 1e-9);
+  EXPECT_NEAR(fp8 - 5, (bf16 - 5) * 790.0 / 1380.0, 1e-9);
   // Without a gemm.fp8 object: twice peak_tflops, estimated.
   auto doc = nlohmann::json::parse(testing::round_calibration_json());
   doc["gemm"].erase("fp8");
