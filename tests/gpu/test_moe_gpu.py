@@ -7,18 +7,23 @@ sequential: MoeDispatchCombine (all-to-all + one matmul per local expert, then b
 with the routing weights), bf16, 8 experts top-2 and 16 experts top-4, routing drawn afresh each
 call and skewed (expert 0 hot, the last expert receives nothing), against an fp32 reference of
 the whole layer computed from every rank's tokens; relative error ||y - ref|| / ||ref||.
-grouped-gemm (every rank, locally): kernels/moe_gemm.py on the GPU: the original against fp32
-per-slot products (bf16, capacity slots with empty, full and ragged counts); the transformed
+grouped-gemm (every rank, locally): kernels/moe_gemm.py on the GPU: the original (TMA loads and
+pointer loads) against fp32 per-slot products (bf16, capacity slots with empty, full and ragged
+counts), and with NaN in the rows past each count (a TMA block loads them); the transformed
 kernel with every chunk landed; with the rows, counts and signals landed late by the copy engine
 from a side stream in a shuffled order while the kernel spins (rows poisoned with NaN before);
-a withheld chunk ending in WaitTimeoutError naming that chunk.
+a withheld chunk ending in WaitTimeoutError naming that chunk (the host waits for that kernel
+at most 10 s, so a wait that does not end is reported, not hung on).
 fused: MoeDispatchCombine(mode="fused") (the MoE dispatch plan's copy-engine / SM-copy chunks
 overlapped with the transformed grouped GEMM) against mode="sequential" on the same skewed
 routing, new routing each call.
-Prints one line per case and `SUMMARY world=W passed=P failed=F`; exits 1 on any failure.
+Prints one line per case and `SUMMARY world=W passed=P failed=F`; exits 1 on any failure. With
+--results-file, each rank's log also holds every case's start time, and (faulthandler) every
+thread's stack whenever a case runs longer than --case-limit-s.
 """
 
 import argparse
+import faulthandler
 import os
 import random
 import sys
@@ -33,11 +38,26 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 
 class Results:
-    def __init__(self, rank, log):
+    """Counts and prints the cases. Every case's start is logged with its time since the start
+    (so a run cut off by its time limit shows where each rank was), and faulthandler dumps every
+    thread's stack into the rank's log when one case runs past `case_limit_s`."""
+
+    def __init__(self, rank, log, case_limit_s=0.0):
         self.rank, self.log, self.passed, self.failed = rank, log, 0, 0
+        self.case_limit_s, self.t0 = case_limit_s, time.perf_counter()
+
+    def start(self, name):
+        line = f"START rank={self.rank} t={time.perf_counter() - self.t0:.1f}s {name}"
+        if self.log:
+            self.log.write(line + "\n")
+            self.log.flush()
+            if self.case_limit_s > 0:
+                faulthandler.cancel_dump_traceback_later()
+                faulthandler.dump_traceback_later(self.case_limit_s, repeat=True, file=self.log)
 
     def record(self, name, ok, detail=""):
-        line = f"{'PASS' if ok else 'FAIL'} rank={self.rank} {name} {detail}".rstrip()
+        elapsed = f"t={time.perf_counter() - self.t0:.1f}s"
+        line = f"{'PASS' if ok else 'FAIL'} rank={self.rank} {name} {detail} {elapsed}".rstrip()
         if ok:
             self.passed += 1
         else:
@@ -49,6 +69,7 @@ class Results:
             self.log.flush()
 
     def run(self, name, fn):
+        self.start(name)
         try:
             ok, detail = fn()
         except Exception as exc:  # a case's failure must not stop the others
@@ -87,6 +108,7 @@ def run_sequential(res, group_obj, calls):
         w_up = w_up_all[rank * local : (rank + 1) * local].to(device, torch.bfloat16)
         w_down = w_down_all[rank * local : (rank + 1) * local].to(device, torch.bfloat16)
         layer = MoeDispatchCombine(group_obj.group if world > 1 else None, num_experts=experts, top_k=top_k)
+        res.start(f"sequential experts={experts} top_k={top_k}")
         worst, received_hot, received_cold = 0.0, 0, 0
         for call in range(calls):
             gen = torch.Generator().manual_seed(1000 * call + rank)
@@ -150,7 +172,7 @@ def check_slots(c, a, w, counts):
 def run_grouped_gemm(res, device, rank):
     from syncopate.errors import WaitTimeoutError
     from syncopate.kernels import moe_gemm
-    from syncopate.launch import launch
+    from syncopate.launch import check_error, launch
     from syncopate.ops import moe_fused
 
     tiles_n = -(-N // BLOCK_N)
@@ -159,14 +181,32 @@ def run_grouped_gemm(res, device, rank):
     def fresh_c():
         return torch.full((a.shape[0], N), float("nan"), device=device, dtype=torch.bfloat16)
 
-    def original():
+    def original(use_tma):
         c = fresh_c()
-        args, meta = moe_fused.grouped_gemm_args(a, w, c, counts, CAPACITY, BLOCK_M, BLOCK_N, BLOCK_K, PROGS)
-        moe_gemm.moe_grouped_gemm[(PROGS,)](*args, **meta)
+        args, meta = moe_fused.grouped_gemm_args(
+            a, w, c, counts, CAPACITY, BLOCK_M, BLOCK_N, BLOCK_K, PROGS, use_tma=use_tma
+        )
+        moe_gemm.moe_grouped_gemm[(PROGS,)](*args, **meta, num_warps=8, num_stages=3)
         torch.cuda.synchronize()
         return check_slots(c, a, w, counts)
 
-    res.run("grouped-gemm original", original)
+    def stale_rows_nan():
+        """TMA loads whole row blocks: rows past a slot's count (NaN here) must not reach the
+        stored rows."""
+        poisoned = a.clone()
+        for q, rows in enumerate(counts.tolist()):
+            poisoned[q * CAPACITY + rows : (q + 1) * CAPACITY] = float("nan")
+        c = fresh_c()
+        args, meta = moe_fused.grouped_gemm_args(
+            poisoned, w, c, counts, CAPACITY, BLOCK_M, BLOCK_N, BLOCK_K, PROGS, use_tma=True
+        )
+        moe_gemm.moe_grouped_gemm[(PROGS,)](*args, **meta, num_warps=8, num_stages=3)
+        torch.cuda.synchronize()
+        return check_slots(c, a, w, counts)
+
+    res.run("grouped-gemm original (TMA)", lambda: original(True))
+    res.run("grouped-gemm original (pointer loads)", lambda: original(False))
+    res.run("grouped-gemm original (TMA), NaN rows past the counts", stale_rows_nan)
     kernel = moe_fused.transformed_kernel()
     tables = moe_fused.slot_tables(WORLD_SLOTS, EXPERTS, CAPACITY, BLOCK_M, tiles_n, rank % WORLD_SLOTS)
     slots = WORLD_SLOTS * EXPERTS
@@ -213,8 +253,21 @@ def run_grouped_gemm(res, device, rank):
         c = fresh_c()
         args, meta = moe_fused.grouped_gemm_args(a, w, c, counts, CAPACITY, BLOCK_M, BLOCK_N, BLOCK_K, PROGS)
         chunk = tables.slot_chunks[q]
+        # The kernel's wait is bounded (50 ms); the host's wait for the kernel is bounded too, so
+        # a kernel that does not end is reported here instead of hanging the run.
+        error = launch(
+            kernel, (PROGS,), tables, *args, signals=signals, epoch=1, wait_bound_ns=50_000_000, sync=False, **meta
+        )
+        done = torch.cuda.Event()
+        done.record()
+        deadline = time.perf_counter() + 10.0
+        while not done.query():
+            if time.perf_counter() > deadline:
+                # (reading the error record would wait for the kernel too)
+                return False, "the kernel had not ended 10 s after its launch (its waits' bound is 50 ms)"
+            time.sleep(0.001)
         try:
-            launch(kernel, (PROGS,), tables, *args, signals=signals, epoch=1, wait_bound_ns=50_000_000, **meta)
+            check_error(error, tables, moe_fused.KERNEL)
         except WaitTimeoutError as exc:
             return f"chunk {chunk}" in str(exc), str(exc).splitlines()[0]
         return False, "no WaitTimeoutError"
@@ -237,6 +290,7 @@ def run_fused(res, group_obj, calls):
     for backend in ("copy-engine", "sm-copy"):
         fused = MoeDispatchCombine(group, num_experts=experts, top_k=top_k, capacity=128, mode="fused", backend=backend)
         seq = MoeDispatchCombine(group, num_experts=experts, top_k=top_k, mode="sequential")
+        res.start(f"fused dispatch backend={backend}")
         worst, detail = 0.0, ""
         try:
             for call in range(calls):
@@ -259,13 +313,14 @@ def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--calls", type=int, default=20)
     parser.add_argument("--results-file", default="")
+    parser.add_argument("--case-limit-s", type=float, default=20.0, help="dump every stack when a case runs longer")
     args = parser.parse_args()
     from gpu_group import GpuGroup
 
     group_obj = GpuGroup()
     rank, world = group_obj.rank, group_obj.world
     log = open(f"{args.results_file}.rank{rank}", "w") if args.results_file else None
-    res = Results(rank, log)
+    res = Results(rank, log, args.case_limit_s)
     if rank == 0:
         print(f"== mode: {group_obj.mode}", flush=True)
     start = time.perf_counter()

@@ -19,7 +19,8 @@ import pytest
 os.environ["TRITON_INTERPRET"] = "1"
 
 torch = pytest.importorskip("torch")
-pytest.importorskip("triton")
+triton = pytest.importorskip("triton")
+tl = pytest.importorskip("triton.language")
 
 from syncopate.errors import ShapeError, WaitTimeoutError  # noqa: E402
 from syncopate.kernels import moe_gemm  # noqa: E402
@@ -161,6 +162,100 @@ def test_withheld_chunk_is_named():
     assert "rank 1" in message
 
 
+def _poison_past_counts(a, counts):
+    """NaN in every row past its slot's count (stale rows a TMA block still loads)."""
+    a = a.clone()
+    for q, rows in enumerate(counts.tolist()):
+        a[q * CAPACITY + rows : (q + 1) * CAPACITY] = float("nan")
+    return a
+
+
+def test_tma_original_matches_reference_and_ignores_rows_past_counts():
+    a, w, counts = _problem(12)
+    poisoned = _poison_past_counts(a, counts)
+    c = torch.full((a.shape[0], N), float("nan"))
+    args, meta = moe_fused.grouped_gemm_args(
+        poisoned, w, c, counts, CAPACITY, BLOCK_M, BLOCK_N, BLOCK_K, PROGS, use_tma=True, group_m=2
+    )
+    assert meta["USE_TMA"] is True
+    moe_gemm.moe_grouped_gemm[(PROGS,)](*args, **meta)
+    _check_against_reference(c, a, w, counts)
+
+
+def test_tma_transformed_with_late_chunks_equals_pointer_original():
+    a_full, w, counts = _problem(13)
+    ref = _run_original(a_full, w, counts)
+    landed = _poison_past_counts(a_full, counts)
+    a = torch.full_like(a_full, float("nan"))
+    stale = torch.full_like(counts, CAPACITY)
+    signals = torch.zeros(WORLD * EXPERTS, dtype=torch.int32)
+    arrival = list(range(WORLD * EXPERTS))
+    random.Random(17).shuffle(arrival)
+
+    def land():
+        for q in arrival:
+            time.sleep(0.01)
+            stale[q] = counts[q]
+            a[q * CAPACITY : (q + 1) * CAPACITY] = landed[q * CAPACITY : (q + 1) * CAPACITY]
+            signals[q] = 1
+
+    order = moe_fused.local_first_order(WORLD, EXPERTS, CAPACITY, BLOCK_M, _tiles_n(), RANK, group_m=2)
+    tables = moe_fused.slot_tables(WORLD, EXPERTS, CAPACITY, BLOCK_M, _tiles_n(), RANK, order)
+    c = torch.full_like(ref, float("nan"))
+    args, meta = moe_fused.grouped_gemm_args(
+        a, w, c, stale, CAPACITY, BLOCK_M, BLOCK_N, BLOCK_K, PROGS, use_tma=True, group_m=2
+    )
+    lander = threading.Thread(target=land)
+    lander.start()
+    try:
+        launch(
+            moe_fused.transformed_kernel(),
+            (PROGS,),
+            tables,
+            *args,
+            signals=signals,
+            epoch=1,
+            wait_bound_ns=20_000_000_000,
+            **meta,
+        )
+    finally:
+        lander.join()
+    torch.testing.assert_close(c, ref, rtol=1e-5, atol=1e-5, equal_nan=True)
+
+
+def test_tma_refused_where_a_k_block_would_cross_experts():
+    a, w, counts = _problem(0)
+    c = torch.empty(a.shape[0], N)
+    with pytest.raises(ShapeError, match="use_tma=True"):
+        moe_fused.grouped_gemm_args(a, w, c, counts, CAPACITY, BLOCK_M, BLOCK_N, 32, PROGS, use_tma=True)
+
+
+@triton.jit
+def _tile_coords_kernel(out_ptr, num_tiles, blocks_per_slot, num_pid_n, GROUP_M: tl.constexpr):
+    for t in range(num_tiles):
+        pid_m, pid_n = moe_gemm.slot_grouped_tile(t, blocks_per_slot, num_pid_n, GROUP_M)
+        tl.store(out_ptr + 2 * t, pid_m)
+        tl.store(out_ptr + 2 * t + 1, pid_n)
+
+
+@pytest.mark.parametrize("blocks_per_slot, tiles_n, group_m", [(5, 3, 2), (4, 2, 8), (3, 4, 1)])
+def test_kernel_tile_order_is_the_tables_order(blocks_per_slot, tiles_n, group_m):
+    """The original kernel's order (slot_grouped_tile) is the order the fused op's tables give
+    at world 1 (the transformed kernel's), and each slot's tiles are a permutation of its own."""
+    experts = 2
+    capacity = blocks_per_slot * 16
+    tiles = experts * blocks_per_slot * tiles_n
+    out = torch.zeros(2 * tiles, dtype=torch.int32)
+    _tile_coords_kernel[(1,)](out, tiles, blocks_per_slot, tiles_n, group_m)
+    kernel_order = [int(m) * tiles_n + int(n) for m, n in out.view(-1, 2).tolist()]
+    assert kernel_order == moe_fused.local_first_order(1, experts, capacity, 16, tiles_n, 0, group_m)
+    assert sorted(kernel_order) == list(range(tiles))
+    # Inside a group, the group's row blocks come before the next column block.
+    first = moe_fused.slot_order(blocks_per_slot, tiles_n, group_m)
+    rows = min(group_m, blocks_per_slot)
+    assert first[:rows] == [(b, 0) for b in range(rows)]
+
+
 def test_local_first_order_starts_with_own_slots():
     order = moe_fused.local_first_order(WORLD, EXPERTS, CAPACITY, BLOCK_M, 2, RANK)
     assert sorted(order) == list(range(WORLD * EXPERTS * (CAPACITY // BLOCK_M) * 2))
@@ -200,8 +295,8 @@ class _OneRankFusedStandIn:
     (x_send slot e -> x_recv slot e, send_counts -> recv_counts), so x_recv is x_send; the
     grouped GEMM runs under the interpreter. Checks MoeDispatchCombine's packing and unpacking."""
 
-    def __init__(self, group, *, local_experts, capacity, hidden, out_features, dtype, device, backend, block_m):
-        self.experts, self.capacity, self.n, self.block_m = local_experts, capacity, out_features, block_m
+    def __init__(self, group, *, local_experts, capacity, hidden, out_features, dtype, device, backend):
+        self.experts, self.capacity, self.n, self.block_m = local_experts, capacity, out_features, 16
         self.x_send = torch.full((local_experts * capacity, hidden), float("nan"), dtype=dtype)
 
     def __call__(self, rows, dest, send_counts, w):
@@ -263,3 +358,13 @@ def test_simulator_predicts_the_dispatch_at_capacity():
         assert 0 < p.fused_us < float("inf") and 0 < p.sequential_us < float("inf")
         assert p.fused_us >= p.floor_us * 0.999
     assert large.comm_alone_us > small.comm_alone_us and large.gemm_alone_us > small.gemm_alone_us
+
+
+def test_fused_dispatch_kernel_variants_compile_for_sm90(run_compile_script):
+    """The transformed grouped GEMM at the configs the fused dispatch launches, TMA and pointer
+    loads, through Triton's GPU passes and ptxas (compile_moe_kernels.py): no GPU needed."""
+    run = run_compile_script("compile_moe_kernels.py", timeout=600)
+    lines = [ln for ln in run.stdout.splitlines() if ln.startswith(("OK ", "FAIL "))]
+    assert run.returncode == 0 and len(lines) == 4 and all(ln.startswith("OK ") for ln in lines), (
+        "\n".join(lines) + run.stderr[-3000:]
+    )

@@ -197,7 +197,6 @@ class MoeDispatchCombine:
                 dtype=x.dtype,
                 device=x.device,
                 backend=self.backend,
-                block_m=FUSED_BLOCK_M,
             )
             self._fused[key] = fused
         flat_send = send.reshape(-1)
@@ -209,14 +208,8 @@ class MoeDispatchCombine:
             tuple(int(v) for v in row) for row in recv_dev.view(self.world, self.local_experts).tolist()
         )
         self._check_capacity((), recv_counts)
-        # The sequential layout: by local expert, then source rank.
-        index = [
-            (s * self.local_experts + e) * self.capacity + i
-            for e in range(self.local_experts)
-            for s in range(self.world)
-            for i in range(recv_counts[s][e])
-        ]
-        h = h_slots[torch.tensor(index, dtype=torch.int64, device=x.device)]
+        # The sequential layout: by local expert, then source rank (gathered on the device).
+        h = h_slots[_slot_rows(recv_counts, self.capacity, x.device)]
         regroup = _expert_major(recv_counts, x.device)
         return h, DispatchLayout(send_counts, recv_counts, order, regroup, x.shape[0], self.top_k)
 
@@ -357,6 +350,20 @@ def _expert_major(recv_counts: tuple, device: torch.device) -> torch.Tensor:
         for i in range(recv_counts[s][e])
     ]
     return torch.tensor(index, dtype=torch.int64, device=device)
+
+
+def _slot_rows(recv_counts: tuple, capacity: int, device: torch.device) -> torch.Tensor:
+    """Rows of the fused dispatch's capacity slots (slot s * E + e, `capacity` rows each) in the
+    sequential layout's order: by local expert, then source rank, the first recv_counts[s][e]
+    rows of each slot. Built on the device from the host counts (no per-row Python)."""
+    world, experts = len(recv_counts), len(recv_counts[0])
+    counts = torch.tensor(recv_counts, dtype=torch.int64).t().reshape(-1)  # (e, s) order
+    slots = torch.arange(world * experts).view(world, experts).t().reshape(-1)  # slot q of (e, s)
+    total = int(counts.sum())
+    starts = torch.cumsum(counts, 0) - counts
+    counts, bases, starts = counts.to(device), (slots * capacity).to(device), starts.to(device)
+    within = torch.arange(total, device=device) - torch.repeat_interleave(starts, counts, output_size=total)
+    return torch.repeat_interleave(bases, counts, output_size=total) + within
 
 
 def _per_expert_matmul(rows: torch.Tensor, w: torch.Tensor, rows_per_expert: Sequence[int]) -> torch.Tensor:

@@ -17,6 +17,7 @@ no transfer.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from typing import Optional, Sequence
 
@@ -27,6 +28,9 @@ from syncopate.launch import TileTables
 
 KERNEL_MODULE = "syncopate.kernels.moe_gemm"
 KERNEL = "moe_grouped_gemm"
+# Row blocks of one slot that share each column block of the expert's matrix (kernels/moe_gemm.py).
+GROUP_M = 8
+_TMA_ALIGN_BYTES = 16
 
 
 def rows_chunk_id(world: int, experts: int, src: int, dst: int, expert: int) -> int:
@@ -42,6 +46,31 @@ def check_geometry(who: str, capacity: int, block_m: int) -> None:
             f"{who}: the capacity ({capacity} rows) must be a multiple of BLOCK_M={block_m}, so "
             f"that a tile reads one (source rank, expert) slot and waits for exactly its chunk"
         )
+
+
+@dataclasses.dataclass(frozen=True)
+class GroupedConfig:
+    """Blocks and launch shape of the grouped GEMM (kernels/moe_gemm.py)."""
+
+    block_m: int
+    block_n: int
+    block_k: int
+    num_warps: int
+    num_stages: int
+    group_m: int = GROUP_M
+
+    @property
+    def name(self) -> str:
+        return f"{self.block_m}x{self.block_n}x{self.block_k}_w{self.num_warps}_s{self.num_stages}_g{self.group_m}"
+
+
+def grouped_config(capacity: int) -> GroupedConfig:
+    """The grouped GEMM's blocks for a capacity: 128-row tiles (8 warps, two warpgroups) where
+    the capacity is a multiple of 128, else 64-row tiles. Chosen from bench/bench_moe.py's
+    sweep (docs/PYTHON.md, "Expert parallelism" says what was measured)."""
+    if capacity % 128 == 0:
+        return GroupedConfig(128, 128, 64, 8, 4)
+    return GroupedConfig(64, 128, 64, 4, 4)
 
 
 def slot_tables(
@@ -66,19 +95,31 @@ def slot_tables(
     return TileTables.from_lists(order, tiles_n, waits, [[] for _ in waits], [1] * slots, chunks, rank=rank)
 
 
-def local_first_order(world: int, experts: int, capacity: int, block_m: int, tiles_n: int, rank: int) -> list:
+def slot_order(blocks_per_slot: int, tiles_n: int, group_m: int) -> list:
+    """(row block inside the slot, column) of a slot's tiles in the kernel's order
+    (kernels/moe_gemm.py `slot_grouped_tile`): groups of group_m row blocks, each group column
+    by column, so the group's row blocks share each column block of the expert's matrix."""
+    out = []
+    for first in range(0, blocks_per_slot, group_m):
+        rows = min(group_m, blocks_per_slot - first)
+        out.extend((first + b, n) for n in range(tiles_n) for b in range(rows))
+    return out
+
+
+def local_first_order(
+    world: int, experts: int, capacity: int, block_m: int, tiles_n: int, rank: int, group_m: int = GROUP_M
+) -> list:
     """Tile ids: the slots of rank itself first, then of rank - 1, rank - 2, ... (mod world);
-    inside a source, by expert, then row block, then column."""
+    inside a source, by expert, then in `slot_order` (groups of group_m row blocks)."""
     check_geometry("local_first_order", capacity, block_m)
     per_slot = capacity // block_m
+    inside = slot_order(per_slot, tiles_n, max(1, group_m))
     order = []
     for i in range(world):
         s = (rank - i) % world  # round i brings the rows of rank - i (the plan's peer offset i)
         for e in range(experts):
             q = s * experts + e
-            for b in range(per_slot):
-                m = q * per_slot + b
-                order.extend(m * tiles_n + n for n in range(tiles_n))
+            order.extend((q * per_slot + b) * tiles_n + n for b, n in inside)
     return order
 
 
@@ -115,6 +156,27 @@ def transformed_kernel():
     return transform(KERNEL, KERNEL_MODULE)
 
 
+def tma_usable(a: torch.Tensor, w: torch.Tensor, block_k: int) -> bool:
+    """Whether the grouped GEMM may load A and w through tensor descriptors: CUDA, bf16/fp16,
+    rows contiguous with 16-byte aligned bases and leading strides, and w [E, K, N] seen as
+    [E * K, N] (each expert's matrix contiguous, K a multiple of BLOCK_K so a K block never
+    reaches into the next expert's rows)."""
+    if a.device.type != "cuda" or a.dtype not in (torch.bfloat16, torch.float16):
+        return False
+    experts, k, n = w.shape
+    size = a.element_size()
+    return (
+        a.stride(1) == 1
+        and w.stride(2) == 1
+        and w.stride(0) == k * w.stride(1)
+        and k % block_k == 0
+        and a.data_ptr() % _TMA_ALIGN_BYTES == 0
+        and w.data_ptr() % _TMA_ALIGN_BYTES == 0
+        and (a.stride(0) * size) % _TMA_ALIGN_BYTES == 0
+        and (w.stride(1) * size) % _TMA_ALIGN_BYTES == 0
+    )
+
+
 def grouped_gemm_args(
     a: torch.Tensor,
     w: torch.Tensor,
@@ -125,8 +187,12 @@ def grouped_gemm_args(
     block_n: int,
     block_k: int,
     num_progs: int,
+    *,
+    group_m: int = GROUP_M,
+    use_tma: Optional[bool] = None,
 ):
-    """(positional args, meta) of one launch of the grouped GEMM (original or transformed)."""
+    """(positional args, meta) of one launch of the grouped GEMM (original or transformed).
+    use_tma: None picks tensor descriptors where `tma_usable` allows them; True insists."""
     who = "moe_grouped_gemm"
     check_geometry(who, capacity, block_m)
     experts, k, n = w.shape
@@ -139,6 +205,18 @@ def grouped_gemm_args(
         raise ShapeError(
             f"{who}: counts must be int32 with one entry per slot ({slots}), got {counts.dtype} {list(counts.shape)}"
         )
+    usable = tma_usable(a, w, block_k) or (a.device.type != "cuda" and use_tma and k % block_k == 0)
+    if use_tma and not usable:
+        raise ShapeError(
+            f"{who}: use_tma=True but the operands cannot be described by TMA (a {list(a.shape)} "
+            f"strides {list(a.stride())}, w {list(w.shape)} strides {list(w.stride())}, BLOCK_K={block_k})"
+        )
+    tma = usable if use_tma is None else bool(use_tma)
+    if tma:
+        from syncopate.kernels.gemm import ensure_descriptor_allocator
+
+        if a.device.type == "cuda":
+            ensure_descriptor_allocator()
     args = (
         a,
         w,
@@ -157,7 +235,7 @@ def grouped_gemm_args(
         c.stride(0),
         c.stride(1),
     )
-    meta = dict(NUM_PROGS=num_progs, BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k)
+    meta = dict(NUM_PROGS=num_progs, BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k, GROUP_M=group_m, USE_TMA=tma)
     return args, meta
 
 
@@ -194,15 +272,15 @@ class MoeFusedDispatch:
         dtype: torch.dtype,
         device: torch.device,
         backend: str = "copy-engine",
-        block_m: int = 64,
-        block_n: int = 128,
-        block_k: int = 64,
+        config: Optional[GroupedConfig] = None,
         wait_bound_ns: int = 10_000_000_000,
     ):
         from syncopate import _core
         from syncopate.runtime import PlanWorkspace
 
         who = "MoeFusedDispatch"
+        self.config = config if config is not None else grouped_config(capacity)
+        block_m, block_n, block_k = self.config.block_m, self.config.block_n, self.config.block_k
         check_geometry(who, capacity, block_m)
         self.group = group
         self.world = 1 if group is None else group.size()
@@ -237,7 +315,9 @@ class MoeFusedDispatch:
         self.signals = self.ws.signals()
         t = self.ws.table()
         self.tiles_n = -(-out_features // block_n)
-        order = local_first_order(self.world, local_experts, capacity, block_m, self.tiles_n, self.rank)
+        order = local_first_order(
+            self.world, local_experts, capacity, block_m, self.tiles_n, self.rank, self.config.group_m
+        )
         self.tables = TileTables.from_lists(
             order,
             self.tiles_n,
@@ -257,8 +337,18 @@ class MoeFusedDispatch:
     def _launch(self, w, h, epoch):
         from syncopate.launch import launch
 
+        cfg = self.config
         args, meta = grouped_gemm_args(
-            self.x_recv, w, h, self.recv_counts, self.capacity, self.block_m, self.block_n, self.block_k, self.progs
+            self.x_recv,
+            w,
+            h,
+            self.recv_counts,
+            self.capacity,
+            cfg.block_m,
+            cfg.block_n,
+            cfg.block_k,
+            self.progs,
+            group_m=cfg.group_m,
         )
         self.error = launch(
             self.kernel,
@@ -271,6 +361,8 @@ class MoeFusedDispatch:
             error=self.error,
             sync=False,
             device_arrays=self.device_arrays,
+            num_warps=cfg.num_warps,
+            num_stages=cfg.num_stages,
             **meta,
         )
 
