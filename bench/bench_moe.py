@@ -18,6 +18,9 @@ own, rank 0 writes the rows):
                    and its parts: fused_call_ms (MoeFusedDispatch alone: pack, chunks, kernel),
                    fused_kernel_landed_ms (the transformed kernel, chunks already landed),
                    fused_chunks_only_ms (the plan's chunks, no kernel)
+  combine_*        the combine of silu(h) (down-projection [E, intermediate, hidden], rows home,
+                   weighted sum): sequential (a matmul per expert, all-to-all, index_add) and
+                   fused (the notifying grouped GEMM, slots sent home as their tiles finish)
 Rows: shape, tokens per rank, experts, top-k, hidden, intermediate, routing (balanced or skewed:
 one hot expert), capacity, each variant's milliseconds and TFLOP/s (routed rows only). The
 simulator's prediction (sim_at_capacity_*) is for every slot full: it does not model run-time
@@ -103,6 +106,32 @@ def fused_parts(fused, x, ids, w_up, args):
         ws.end()
 
     out["fused_chunks_only_ms"] = time_ms(chunks_only, args.warmup, args.iters)
+    return out
+
+
+def combine_rows(layer, h, layout, fused, x, ids, w_up, inter, hidden, top_k, gen, device, args):
+    """The combine (down-projection, rows home, weighted sum) of silu(h): sequential and fused."""
+    out = {}
+    local = w_up.shape[0]
+    w_down = (torch.randn(local, inter, hidden, generator=gen) / inter**0.5).to(device, torch.bfloat16)
+    weights = torch.rand(x.shape[0], top_k, generator=gen).to(device, torch.bfloat16)
+    act = torch.nn.functional.silu(h)
+    y_ref = layer.combine_gemm(act, w_down, layout, weights)
+    out["combine_sequential_ms"] = time_ms(
+        lambda: layer.combine_gemm(act, w_down, layout, weights), args.warmup, args.iters
+    )
+    try:
+        h_f, layout_f = fused.dispatch_gemm(x, ids, w_up)
+        act_f = torch.nn.functional.silu(h_f)
+        y = fused.combine_gemm(act_f, w_down, layout_f, weights)
+        out["combine_fused_rel_err_vs_sequential"] = float((y.float() - y_ref.float()).norm() / y_ref.float().norm())
+        out["combine_fused_ms"] = time_ms(
+            lambda: fused.combine_gemm(act_f, w_down, layout_f, weights), args.warmup, args.iters
+        )
+        fc = next(iter(fused._fused_combine.values()))
+        out["combine_fused_config"] = fc.config.name
+    except Exception as exc:
+        out["combine_fused_error"] = f"{type(exc).__name__}: {exc}"[:300]
     return out
 
 
@@ -221,6 +250,11 @@ def run_shape(name, skewed, group, rank, world, device, args):
             row.update(fused_parts(fused, x, ids, w_up, args))
         except Exception as exc:
             row["fused_error"] = f"{type(exc).__name__}: {exc}"[:300]
+        if args.combine:
+            try:
+                row.update(combine_rows(layer, h, layout, fused, x, ids, w_up, inter, hidden, top_k, gen, device, args))
+            except Exception as exc:
+                row["combine_error"] = f"{type(exc).__name__}: {exc}"[:300]
         try:  # the simulator, every slot full (it does not model run-time counts yet)
             pred = moe_fused.predict_at_capacity(world, local, fused_capacity, hidden, inter)
             row["sim_at_capacity_fused_ms"] = pred.fused_us / 1e3
@@ -245,6 +279,7 @@ def main():
     parser.add_argument("--out", default="")
     parser.add_argument("--only", default="", help="rows to run, e.g. mixtral:balanced,deepseek:balanced")
     parser.add_argument("--sweep", type=int, default=4, help="grouped GEMM configs to time beside the default")
+    parser.add_argument("--no-combine", dest="combine", action="store_false", help="skip the combine rows")
     parser.add_argument("--no-fused", dest="fused", action="store_false", help="skip the fused dispatch rows")
     args = parser.parse_args()
     SWEEP.extend(_sweep())
@@ -259,23 +294,24 @@ def main():
         group = dist.group.WORLD
     device = torch.device("cuda", torch.cuda.current_device())
     rows = []
-    for name in args.shapes.split(","):
-        for skewed in (False, True):
-            if args.only and f"{name}:{'skewed' if skewed else 'balanced'}" not in args.only.split(","):
-                continue
-            try:
-                row = run_shape(name, skewed, group, rank, world, device, args)
-            except Exception as exc:
-                row = dict(
-                    shape=name, routing="skewed" if skewed else "balanced", error=f"{type(exc).__name__}: {exc}"[:500]
-                )
-            row["device"] = torch.cuda.get_device_name(device)
-            rows.append(row)
-            if rank == 0:
-                print(json.dumps(row), flush=True)
-    if rank == 0 and args.out:
-        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.out).write_text(json.dumps(rows, indent=1) + "\n")
+    if args.only:  # in the order given
+        todo = [(entry.split(":")[0], entry.split(":")[1] == "skewed") for entry in args.only.split(",")]
+    else:
+        todo = [(name, skewed) for name in args.shapes.split(",") for skewed in (False, True)]
+    for name, skewed in todo:
+        try:
+            row = run_shape(name, skewed, group, rank, world, device, args)
+        except Exception as exc:
+            row = dict(
+                shape=name, routing="skewed" if skewed else "balanced", error=f"{type(exc).__name__}: {exc}"[:500]
+            )
+        row["device"] = torch.cuda.get_device_name(device)
+        rows.append(row)
+        if rank == 0:
+            print(json.dumps(row), flush=True)
+            if args.out:  # after every row: a run cut off by its time limit keeps what it measured
+                Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+                Path(args.out).write_text(json.dumps(rows, indent=1) + "\n")
 
 
 if __name__ == "__main__":

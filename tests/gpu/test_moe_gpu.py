@@ -14,9 +14,10 @@ kernel with every chunk landed; with the rows, counts and signals landed late by
 from a side stream in a shuffled order while the kernel spins (rows poisoned with NaN before);
 a withheld chunk ending in WaitTimeoutError naming that chunk (the host waits for that kernel
 at most 10 s, so a wait that does not end is reported, not hung on).
-fused: MoeDispatchCombine(mode="fused") (the MoE dispatch plan's copy-engine / SM-copy chunks
-overlapped with the transformed grouped GEMM) against mode="sequential" on the same skewed
-routing, new routing each call.
+fused: MoeDispatchCombine(mode="fused") against mode="sequential" on the same skewed routing, new
+routing each call: the dispatch (the MoE dispatch plan's copy-engine / SM-copy chunks overlapped
+with the transformed waiting grouped GEMM) and the combine of silu(h) (the notifying grouped GEMM
+whose slots go home as their tiles finish, then the weighted sum).
 Prints one line per case and `SUMMARY world=W passed=P failed=F`; exits 1 on any failure. With
 --results-file, each rank's log also holds every case's start time, and (faulthandler) every
 thread's stack whenever a case runs longer than --case-limit-s.
@@ -276,8 +277,9 @@ def run_grouped_gemm(res, device, rank):
 
 
 def run_fused(res, group_obj, calls):
-    """mode="fused" (the plan's copy-engine chunks + the transformed grouped GEMM) against
-    mode="sequential" on the same routing, then the (sequential) combine of its output."""
+    """mode="fused" (the plans' copy-engine / SM-copy chunks + the transformed grouped GEMMs)
+    against mode="sequential" on the same routing: the dispatch (waiting GEMM), then the combine
+    (notifying GEMM, slots sent home as their tiles finish, weighted sum) of act(h)."""
     from syncopate.ops.moe import MoeDispatchCombine
 
     rank, world, device = group_obj.rank, group_obj.world, group_obj.device
@@ -287,26 +289,42 @@ def run_fused(res, group_obj, calls):
     wgen = torch.Generator().manual_seed(99)
     w_up = (torch.randn(experts, hidden, inter, generator=wgen) / hidden**0.5)[rank * local : (rank + 1) * local]
     w_up = w_up.to(device, torch.bfloat16).contiguous()
+    w_down = (torch.randn(experts, inter, hidden, generator=wgen) / inter**0.5)[rank * local : (rank + 1) * local]
+    w_down = w_down.to(device, torch.bfloat16).contiguous()
     for backend in ("copy-engine", "sm-copy"):
         fused = MoeDispatchCombine(group, num_experts=experts, top_k=top_k, capacity=128, mode="fused", backend=backend)
         seq = MoeDispatchCombine(group, num_experts=experts, top_k=top_k, mode="sequential")
-        res.start(f"fused dispatch backend={backend}")
-        worst, detail = 0.0, ""
+        res.start(f"fused dispatch + combine backend={backend}")
+        worst, worst_y, detail, combine_ok, combine_detail, combine_error = 0.0, 0.0, "", False, "not reached", None
         try:
             for call in range(calls):
                 gen = torch.Generator().manual_seed(7000 + 31 * call + rank)
                 x = torch.randn(tokens, hidden, generator=gen).to(device, torch.bfloat16)
-                ids, _ = skewed_routing(tokens, experts, top_k, gen, device)
+                ids, weights = skewed_routing(tokens, experts, top_k, gen, device)
+                weights = weights.to(torch.bfloat16)
                 h, layout = fused.dispatch_gemm(x, ids, w_up)
                 h_ref, layout_ref = seq.dispatch_gemm(x, ids, w_up)
                 if layout.recv_counts != layout_ref.recv_counts:
                     raise AssertionError(f"call {call}: recv_counts {layout.recv_counts} != {layout_ref.recv_counts}")
                 worst = max(worst, rel_err(h, h_ref))
+                if combine_error is None:
+                    try:
+                        y = fused.combine_gemm(torch.nn.functional.silu(h), w_down, layout, weights)
+                        y_ref = seq.combine_gemm(torch.nn.functional.silu(h_ref), w_down, layout_ref, weights)
+                        worst_y = max(worst_y, rel_err(y, y_ref))
+                    except Exception as exc:
+                        combine_error = f"call {call}: {type(exc).__name__}: {exc}\n{traceback.format_exc()}"
             ok = worst < 2e-2 and fused.last_mode == "fused"
             detail = f"worst_rel_err={worst:.2e} rows={layout.rows_per_expert}"
         except Exception as exc:
             ok, detail = False, f"{type(exc).__name__}: {exc}\n{traceback.format_exc()}"
+        if combine_error is None and fused.last_combine_mode is not None:
+            combine_ok = worst_y < 2e-2 and fused.last_combine_mode == "fused"
+            combine_detail = f"worst_rel_err={worst_y:.2e} mode={fused.last_combine_mode}"
+        elif combine_error is not None:
+            combine_detail = combine_error
         res.record(f"fused dispatch backend={backend} world={world} calls={calls}", ok, detail)
+        res.record(f"fused combine backend={backend} world={world} calls={calls}", combine_ok, combine_detail)
 
 
 def main():

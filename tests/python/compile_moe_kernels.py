@@ -3,9 +3,9 @@ ptxas: no GPU needed.
 
     python tests/python/compile_moe_kernels.py [--all]   # prints OK/FAIL per variant, exit 1 on a FAIL
 
-The variants the fused dispatch launches (ops/moe_fused.py grouped_config: 128-row and 64-row
-tiles), transformed, with TMA loads and with pointer loads; --all adds the original kernel and
-bench/bench_moe.py's sweep configs. The interpreter runs none of Triton's GPU passes, so this is
+The variants the fused dispatch and the fused combine launch (ops/moe_fused.py grouped_config:
+128-row and 64-row tiles), transformed, with TMA loads and with pointer loads; --all adds the
+original kernels and bench/bench_moe.py's sweep configs. The interpreter runs none of Triton's GPU passes, so this is
 what catches a variant the pipeliner or the TMA lowering cannot compile before any GPU time is
 spent. Run by test_moe_gemm_interpret.py in a subprocess (TRITON_INTERPRET must be unset).
 """
@@ -59,14 +59,14 @@ def compile_variant(kernel, config, use_tma):
 
 def variants(everything):
     configs = [moe_fused.grouped_config(128), moe_fused.grouped_config(64)]
-    kernels = [("transformed", moe_fused.transformed_kernel())]
+    kernels = [("dispatch", moe_fused.transformed_kernel()), ("combine", moe_fused.transformed_combine_kernel())]
     if everything:
         configs += [
             moe_fused.GroupedConfig(128, 256, 64, 8, 3),
             moe_fused.GroupedConfig(128, 128, 64, 8, 3),
             moe_fused.GroupedConfig(128, 128, 64, 4, 4),
         ]
-        kernels.append(("original", moe_gemm.moe_grouped_gemm))
+        kernels += [("original", moe_gemm.moe_grouped_gemm), ("original-notify", moe_gemm.moe_grouped_gemm_notify)]
     for label, kernel in kernels:
         for config in configs:
             for use_tma in (True, False):

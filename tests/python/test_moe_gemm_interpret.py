@@ -307,14 +307,31 @@ class _OneRankFusedStandIn:
         return h, send_counts.clone()
 
 
+class _OneRankCombineStandIn:
+    """MoeFusedCombine at world 1 without the CUDA runtime: the combine plan's only chunks are
+    local (y_send slot e -> y_recv slot e), so y_recv is y_send; the notifying grouped GEMM (the
+    original) runs under the interpreter. Checks MoeDispatchCombine's slot scatter and gather."""
+
+    def __init__(self, group, *, local_experts, capacity, in_features, hidden, dtype, device, backend):
+        self.capacity, self.hidden = capacity, hidden
+        self.a_slots = torch.full((local_experts * capacity, in_features), float("nan"), dtype=dtype)
+
+    def __call__(self, a_slots, counts, w, dest):
+        y = torch.full((a_slots.shape[0], self.hidden), float("nan"), dtype=a_slots.dtype)
+        args, meta = moe_fused.grouped_gemm_args(a_slots, w, y, counts, self.capacity, 16, 16, 16, 2)
+        moe_gemm.moe_grouped_gemm_notify[(2,)](*args, **meta)
+        return y[dest]
+
+
 def test_fused_dispatch_packing_matches_sequential(monkeypatch):
     from syncopate.ops import moe as moe_op
 
     monkeypatch.setattr(moe_fused, "MoeFusedDispatch", _OneRankFusedStandIn)
+    monkeypatch.setattr(moe_fused, "MoeFusedCombine", _OneRankCombineStandIn)
     monkeypatch.setattr(
         moe_op.MoeDispatchCombine,
         "_choose",
-        lambda self, x: ("sequential", "") if self.mode == "sequential" else ("fused", "stand-in"),
+        lambda self, x, what="dispatch": ("sequential", "") if self.mode == "sequential" else ("fused", "stand-in"),
     )
     monkeypatch.setattr(moe_op, "FUSED_BLOCK_M", 16)
     gen = torch.Generator().manual_seed(4)
@@ -337,9 +354,12 @@ def test_fused_dispatch_packing_matches_sequential(monkeypatch):
     assert layout.recv_counts == layout_seq.recv_counts and layout.rows_per_expert[3] == 0
     torch.testing.assert_close(h, h_seq, rtol=1e-5, atol=1e-5)
     weights = torch.rand(tokens, top_k, generator=gen)
+    w_down = torch.randn(experts, n, hidden, generator=gen)
+    sequential = moe_op.MoeDispatchCombine(None, num_experts=experts, top_k=top_k, mode="sequential")
+    y_fused = fused.combine_gemm(h, w_down, layout, weights)
+    assert fused.last_combine_mode == "fused"
     torch.testing.assert_close(
-        fused.combine_gemm(h, w.transpose(1, 2).contiguous(), layout, weights),
-        fused.combine_gemm(h_seq, w.transpose(1, 2).contiguous(), layout_seq, weights),
+        y_fused, sequential.combine_gemm(h_seq, w_down, layout_seq, weights), rtol=1e-4, atol=1e-4
     )
 
 
@@ -360,11 +380,105 @@ def test_simulator_predicts_the_dispatch_at_capacity():
     assert large.comm_alone_us > small.comm_alone_us and large.gemm_alone_us > small.gemm_alone_us
 
 
-def test_fused_dispatch_kernel_variants_compile_for_sm90(run_compile_script):
-    """The transformed grouped GEMM at the configs the fused dispatch launches, TMA and pointer
-    loads, through Triton's GPU passes and ptxas (compile_moe_kernels.py): no GPU needed."""
+def test_fused_kernel_variants_compile_for_sm90(run_compile_script):
+    """The transformed grouped GEMMs (dispatch: waiting; combine: notifying) at the configs the
+    fused ops launch, TMA and pointer loads, through Triton's GPU passes and ptxas
+    (compile_moe_kernels.py): no GPU needed."""
     run = run_compile_script("compile_moe_kernels.py", timeout=600)
     lines = [ln for ln in run.stdout.splitlines() if ln.startswith(("OK ", "FAIL "))]
-    assert run.returncode == 0 and len(lines) == 4 and all(ln.startswith("OK ") for ln in lines), (
+    assert run.returncode == 0 and len(lines) == 8 and all(ln.startswith("OK ") for ln in lines), (
         "\n".join(lines) + run.stderr[-3000:]
     )
+
+
+def test_sent_rows_are_the_slots_in_send_order():
+    # Rank of a world of 2, 2 local experts, capacity 4: 2 rows to (rank 0, expert 0), none to
+    # (0, 1), 1 to (1, 0), 3 to (1, 1).
+    rows = moe_fused.sent_rows(((2, 0), (1, 3)), 4, torch.device("cpu"))
+    assert rows.tolist() == [0, 1, 8, 12, 13, 14]
+
+
+def test_combine_order_starts_with_own_slots_then_the_next_rank():
+    order = moe_fused.combine_order(WORLD, EXPERTS, CAPACITY, BLOCK_M, 2, RANK)
+    per_slot = CAPACITY // BLOCK_M
+    assert sorted(order) == list(range(WORLD * EXPERTS * per_slot * 2))
+    per_dest = EXPERTS * per_slot * 2
+    for i in range(WORLD):
+        slots = {(t // 2) // per_slot for t in order[i * per_dest : (i + 1) * per_dest]}
+        assert slots == {(RANK + i) % WORLD * EXPERTS + e for e in range(EXPERTS)}
+
+
+def _combine_plan():
+    _core = pytest.importorskip("syncopate._core")
+    plan = moe_fused.combine_plan(WORLD, EXPERTS, CAPACITY, N, dtype="f32", backend="copy-engine")
+    assert _core.verify(plan).ok
+    return plan
+
+
+def test_combine_tables_make_each_chunk_wait_for_every_tile_of_its_slot():
+    plan = _combine_plan()
+    per_slot, tiles_n = CAPACITY // BLOCK_M, _tiles_n()
+    for rank in range(WORLD):
+        tables = moe_fused.combine_tables(plan, WORLD, EXPERTS, CAPACITY, N, BLOCK_M, BLOCK_N, rank)
+        notified = {}
+        for tile in range(tables.num_tiles):
+            slots = tables.notify_slots[tables.notify_offsets[tile] : tables.notify_offsets[tile + 1]]
+            assert len(slots) == 1, (rank, tile, slots)
+            chunk = plan.chunks[tables.slot_chunks[slots[0]]]
+            q = (tile // tiles_n) // per_slot
+            # The chunk that waits on this tile carries the tile's y_send slot from this rank.
+            assert chunk.src == rank and chunk.tensor == "y_send" and chunk.box.offset[0] == q * CAPACITY
+            assert chunk.dst == q // EXPERTS and chunk.dst_box.offset[0] == (rank * EXPERTS + q % EXPERTS) * CAPACITY
+            notified.setdefault(slots[0], set()).add(tile)
+        for slot, tiles in notified.items():
+            assert tables.slot_writers[slot] == len(tiles) == per_slot * tiles_n
+
+
+def test_combine_transformed_announces_every_tile_after_its_rows_are_stored(monkeypatch):
+    """The notifying GEMM under the interpreter with the combine plan's tables (rank 1 of 3).
+    Each atomic add on a ready slot (a tile's notify) is intercepted: when it completes the slot's
+    count of tiles, the y_send slot is copied right then (what the chunk would carry home at that
+    moment). Every ready slot completes, empty slots included (their tiles store nothing but
+    still announce), and each copy already equals the final, correct rows: no tile announced
+    rows before storing them."""
+    from triton.runtime import interpreter
+
+    plan = _combine_plan()
+    a, w, counts = _problem(21)
+    ref = _run_original(a, w, counts)
+    tables = moe_fused.combine_tables(plan, WORLD, EXPERTS, CAPACITY, N, BLOCK_M, BLOCK_N, RANK)
+    ready = sorted(set(tables.notify_slots))  # the other slots are landing slots of y_recv
+    signals = torch.zeros(len(tables.slot_writers), dtype=torch.int32)
+    c = torch.full_like(ref, float("nan"))
+    copies = {}
+    original_rmw = interpreter.InterpreterBuilder.create_atomic_rmw
+
+    def atomic_rmw(self, op, ptr, val, mask, sem, scope):
+        out = original_rmw(self, op, ptr, val, mask, sem, scope)
+        for address in ptr.data.reshape(-1)[mask.data.reshape(-1)]:
+            s = (int(address) - signals.data_ptr()) // 4
+            if 0 <= s < len(signals) and s not in copies and int(signals[s]) >= tables.slot_writers[s]:
+                q = plan.chunks[tables.slot_chunks[s]].box.offset[0] // CAPACITY
+                copies[s] = (q, c[q * CAPACITY : (q + 1) * CAPACITY].clone())
+        return out
+
+    monkeypatch.setattr(interpreter.InterpreterBuilder, "create_atomic_rmw", atomic_rmw)
+    args, meta = moe_fused.grouped_gemm_args(a, w, c, counts, CAPACITY, BLOCK_M, BLOCK_N, BLOCK_K, PROGS)
+    launch(
+        moe_fused.transformed_combine_kernel(),
+        (PROGS,),
+        tables,
+        *args,
+        signals=signals,
+        epoch=1,
+        wait_bound_ns=50_000_000,
+        **meta,
+    )
+    assert [int(signals[s]) for s in ready] == [tables.slot_writers[s] for s in ready]
+    assert all(int(signals[s]) == 0 for s in range(len(signals)) if s not in ready)
+    assert sorted(copies) == ready
+    assert sorted(q for q, _ in copies.values()) == list(range(WORLD * EXPERTS))
+    for q, copy in copies.values():
+        rows = int(counts[q])
+        torch.testing.assert_close(copy[:rows], ref[q * CAPACITY : q * CAPACITY + rows], rtol=0, atol=0)
+    torch.testing.assert_close(c, ref, rtol=0, atol=0, equal_nan=True)

@@ -82,65 +82,86 @@ def _pointer_k_loop(a_ptr, w_ptr, offs_m, live, offs_n, expert, N, K, stride_am,
 
 
 @triton.jit
-def moe_grouped_gemm(
-    a_ptr,
-    w_ptr,
-    c_ptr,
-    counts_ptr,
-    N,
-    K,
-    CAPACITY,
-    NUM_LOCAL_EXPERTS,
-    TILES_M,
-    stride_am,
-    stride_ak,
-    stride_we,
-    stride_wk,
-    stride_wn,
-    stride_cm,
-    stride_cn,
-    NUM_PROGS: tl.constexpr,
-    BLOCK_M: tl.constexpr,
-    BLOCK_N: tl.constexpr,
-    BLOCK_K: tl.constexpr,
-    GROUP_M: tl.constexpr = 8,
-    USE_TMA: tl.constexpr = False,
-):
-    start_pid = tl.program_id(axis=0)
-    num_pid_n = tl.cdiv(N, BLOCK_N)
-    num_tiles = TILES_M * num_pid_n
+def _slot_tile(a_ptr, a_desc, w_ptr, w_desc, c_ptr, pid_m, pid_n, rows, N, K, CAPACITY, NUM_LOCAL_EXPERTS,
+               stride_am, stride_ak, stride_we, stride_wk, stride_wn, stride_cm, stride_cn,
+               BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, USE_TMA: tl.constexpr):
+    """Tile (pid_m, pid_n): its slot's first `rows` rows times the slot's expert matrix, stored;
+    nothing when the tile's rows start past `rows`."""
     blocks_per_slot = CAPACITY // BLOCK_M
-    k_tiles = tl.cdiv(K, BLOCK_K)
-    if USE_TMA:
-        a_desc = tl.make_tensor_descriptor(
-            a_ptr, shape=[TILES_M * BLOCK_M, K], strides=[stride_am, 1], block_shape=[BLOCK_M, BLOCK_K]
-        )
-        w_desc = tl.make_tensor_descriptor(
-            w_ptr, shape=[NUM_LOCAL_EXPERTS * K, N], strides=[stride_wk, 1], block_shape=[BLOCK_K, BLOCK_N]
-        )
+    slot = pid_m // blocks_per_slot
+    expert = slot % NUM_LOCAL_EXPERTS
+    first = (pid_m % blocks_per_slot) * BLOCK_M  # the tile's first row inside its slot
+    if first < rows:
+        in_slot = first + tl.arange(0, BLOCK_M)
+        offs_m = slot * CAPACITY + in_slot
+        offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+        live = in_slot < rows
+        if USE_TMA:
+            acc = _tma_k_loop(a_desc, w_desc, pid_m * BLOCK_M, expert * K, pid_n * BLOCK_N, tl.cdiv(K, BLOCK_K),
+                              BLOCK_M, BLOCK_N, BLOCK_K)
+        else:
+            acc = _pointer_k_loop(a_ptr, w_ptr, offs_m, live, offs_n, expert, N, K, stride_am, stride_ak, stride_we,
+                                  stride_wk, stride_wn, BLOCK_M, BLOCK_N, BLOCK_K)
+        c_ptrs = c_ptr + offs_m[:, None] * stride_cm + offs_n[None, :] * stride_cn
+        tl.store(c_ptrs, acc.to(c_ptr.dtype.element_ty), mask=live[:, None] & (offs_n[None, :] < N))
 
-    for tile_id in tl.range(start_pid, num_tiles, NUM_PROGS):
+
+@triton.jit
+def _descriptors(a_ptr, w_ptr, N, K, NUM_LOCAL_EXPERTS, TILES_M, stride_am, stride_wk, BLOCK_M: tl.constexpr,
+                 BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, USE_TMA: tl.constexpr):
+    """A [S * C, K] and w [E * K, N] as tensor descriptors (USE_TMA), else the pointers."""
+    if USE_TMA:
+        a_desc = tl.make_tensor_descriptor(a_ptr, shape=[TILES_M * BLOCK_M, K], strides=[stride_am, 1],
+                                           block_shape=[BLOCK_M, BLOCK_K])
+        w_desc = tl.make_tensor_descriptor(w_ptr, shape=[NUM_LOCAL_EXPERTS * K, N], strides=[stride_wk, 1],
+                                           block_shape=[BLOCK_K, BLOCK_N])
+    else:
+        a_desc = a_ptr
+        w_desc = w_ptr
+    return a_desc, w_desc
+
+
+@triton.jit
+def moe_grouped_gemm(a_ptr, w_ptr, c_ptr, counts_ptr, N, K, CAPACITY, NUM_LOCAL_EXPERTS, TILES_M,
+                     stride_am, stride_ak, stride_we, stride_wk, stride_wn, stride_cm, stride_cn,
+                     NUM_PROGS: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+                     GROUP_M: tl.constexpr = 8, USE_TMA: tl.constexpr = False):
+    """The dispatch's grouped GEMM: a tile waits for its slot's chunk (transformed), then reads
+    the slot's count."""
+    num_pid_n = tl.cdiv(N, BLOCK_N)
+    blocks_per_slot = CAPACITY // BLOCK_M
+    a_desc, w_desc = _descriptors(a_ptr, w_ptr, N, K, NUM_LOCAL_EXPERTS, TILES_M, stride_am, stride_wk,
+                                  BLOCK_M, BLOCK_N, BLOCK_K, USE_TMA)
+    for tile_id in tl.range(tl.program_id(axis=0), TILES_M * num_pid_n, NUM_PROGS):
         # @sy.tile(index=tile_id, m=pid_m, n=pid_n)
         pid_m, pid_n = slot_grouped_tile(tile_id, blocks_per_slot, num_pid_n, GROUP_M)
         # @sy.end
-        slot = pid_m // blocks_per_slot
-        expert = slot % NUM_LOCAL_EXPERTS
-        first = (pid_m % blocks_per_slot) * BLOCK_M  # the tile's first row inside its slot
         # @sy.consume(a_ptr, m=pid_m, tensor=x_recv)
-        rows = tl.load(counts_ptr + slot)
-        if first < rows:
-            in_slot = first + tl.arange(0, BLOCK_M)
-            offs_m = slot * CAPACITY + in_slot
-            offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
-            live = in_slot < rows
-            if USE_TMA:
-                acc = _tma_k_loop(
-                    a_desc, w_desc, pid_m * BLOCK_M, expert * K, pid_n * BLOCK_N, k_tiles, BLOCK_M, BLOCK_N, BLOCK_K
-                )
-            else:
-                acc = _pointer_k_loop(
-                    a_ptr, w_ptr, offs_m, live, offs_n, expert, N, K, stride_am, stride_ak, stride_we, stride_wk,
-                    stride_wn, BLOCK_M, BLOCK_N, BLOCK_K
-                )
-            c_ptrs = c_ptr + offs_m[:, None] * stride_cm + offs_n[None, :] * stride_cn
-            tl.store(c_ptrs, acc.to(c_ptr.dtype.element_ty), mask=live[:, None] & (offs_n[None, :] < N))
+        rows = tl.load(counts_ptr + pid_m // blocks_per_slot)
+        _slot_tile(a_ptr, a_desc, w_ptr, w_desc, c_ptr, pid_m, pid_n, rows, N, K, CAPACITY, NUM_LOCAL_EXPERTS,
+                   stride_am, stride_ak, stride_we, stride_wk, stride_wn, stride_cm, stride_cn,
+                   BLOCK_M, BLOCK_N, BLOCK_K, USE_TMA)
+
+
+@triton.jit
+def moe_grouped_gemm_notify(a_ptr, w_ptr, c_ptr, counts_ptr, N, K, CAPACITY, NUM_LOCAL_EXPERTS, TILES_M,
+                            stride_am, stride_ak, stride_we, stride_wk, stride_wn, stride_cm, stride_cn,
+                            NUM_PROGS: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                            BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr = 8, USE_TMA: tl.constexpr = False):
+    """The combine's grouped GEMM (the same tiles; its input is local): transformed, a tile
+    announces its rows of `c` once stored, so the chunk that carries its slot back to the rows'
+    home rank leaves as soon as the slot's last tile is done. A tile past the count stores
+    nothing but still announces (the chunk counts every tile of its slot)."""
+    num_pid_n = tl.cdiv(N, BLOCK_N)
+    blocks_per_slot = CAPACITY // BLOCK_M
+    a_desc, w_desc = _descriptors(a_ptr, w_ptr, N, K, NUM_LOCAL_EXPERTS, TILES_M, stride_am, stride_wk,
+                                  BLOCK_M, BLOCK_N, BLOCK_K, USE_TMA)
+    for tile_id in tl.range(tl.program_id(axis=0), TILES_M * num_pid_n, NUM_PROGS):
+        # @sy.tile(index=tile_id, m=pid_m, n=pid_n)
+        pid_m, pid_n = slot_grouped_tile(tile_id, blocks_per_slot, num_pid_n, GROUP_M)
+        # @sy.end
+        rows = tl.load(counts_ptr + pid_m // blocks_per_slot)
+        # @sy.produce(c_ptr, m=pid_m, n=pid_n, tensor=y_send)
+        _slot_tile(a_ptr, a_desc, w_ptr, w_desc, c_ptr, pid_m, pid_n, rows, N, K, CAPACITY, NUM_LOCAL_EXPERTS,
+                   stride_am, stride_ak, stride_we, stride_wk, stride_wn, stride_cm, stride_cn,
+                   BLOCK_M, BLOCK_N, BLOCK_K, USE_TMA)

@@ -63,10 +63,11 @@ def transformed_kernel(kernel_name: str, module_name: str = GEMM_MODULE):
             f"syncopate.ops: transforming {kernel_name} of {path} failed: {type(exc).__name__}: {exc}"
         ) from exc
     text = getattr(result, "source", None)
-    if not isinstance(text, str) or "syl.wait_tile" not in text:
+    if not isinstance(text, str) or ("syl.wait_tile" not in text and "syl.notify_tile" not in text):
         raise InternalError(
             f"syncopate.ops: the transformer's output for {kernel_name} of {path} has no "
-            "waits (expected syl.wait_tile): the kernel's annotations did not apply"
+            "waits and no notifies (expected syl.wait_tile or syl.notify_tile): the kernel's "
+            "annotations did not apply"
         )
     # Triton reads a kernel's source through inspect, so the module needs a real file; named
     # inside syncopate.kernels so that gemm.py's relative imports resolve.

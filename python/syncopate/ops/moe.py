@@ -25,14 +25,18 @@ expert and the ranks.
 mode="sequential": the all-to-all (torch.distributed's all_to_all_single over the group: NCCL
 across GPUs, gloo on the CPU), then one matmul per local expert; without torch.distributed it is
 one rank, and the all-to-all is the identity.
-mode="fused" (dispatch only; ops/moe_fused.py): the MoE dispatch plan (plan/expert_parallel.hpp:
+mode="fused" (ops/moe_fused.py): the dispatch is the MoE dispatch plan (plan/expert_parallel.hpp:
 counts first, then one chunk per (source rank, local expert) of `capacity` rows) run by the
 runtime's copy-engine or SM-copy chunks while the transformed grouped GEMM (kernels/moe_gemm.py)
 runs: each tile waits for exactly the chunk of its (source, expert) slot, local slots first, and
-reads that slot's count on the device. It needs `capacity` (a multiple of FUSED_BLOCK_M) and CUDA;
-the chunks move whole capacity slots. Correct on nvidia-h100-x1 at world 1 and 2 (ranks sharing
-the GPU), but slower than sequential where measured, so mode="auto" runs sequential and says
-why in `reason`. The combine is sequential in both modes.
+reads that slot's count on the device. The combine is the notifying grouped GEMM over the same
+slots, each tile announcing its rows once stored, while the return all-to-all's chunk of each
+(home rank, expert) slot leaves as soon as the slot's last tile is done; the home rank then sums
+each token's k rows with its weights. Both need `capacity` (a multiple of FUSED_BLOCK_M) and
+CUDA; the chunks move whole capacity slots. The fused dispatch is correct on nvidia-h100-x1 at
+world 1 and 2 (ranks sharing the GPU) but was slower than sequential where measured, and the
+fused combine is not timed yet, so mode="auto" runs sequential and says why in `reason` /
+`combine_reason`.
 """
 
 from __future__ import annotations
@@ -121,6 +125,9 @@ class MoeDispatchCombine:
         self.last_mode = None  # what the last dispatch ran: "fused" or "sequential"
         self.reason = ""  # why, for mode="auto"
         self._fused = {}
+        self._fused_combine = {}
+        self.last_combine_mode = None  # what the last combine ran
+        self.combine_reason = ""
 
     # -- dispatch -----------------------------------------------------------------------------------
     def dispatch_gemm(self, x: torch.Tensor, expert_ids: torch.Tensor, w_up: torch.Tensor):
@@ -147,8 +154,8 @@ class MoeDispatchCombine:
         layout = DispatchLayout(send_counts, recv_counts, order, regroup, x.shape[0], self.top_k)
         return _per_expert_matmul(grouped, w_up, layout.rows_per_expert), layout
 
-    def _choose(self, x: torch.Tensor):
-        """(mode, reason) of this dispatch."""
+    def _choose(self, x: torch.Tensor, what: str = "dispatch"):
+        """(mode, reason) of this dispatch or combine (`what`)."""
         who = "MoeDispatchCombine"
         blockers = []
         if self.capacity is None:
@@ -174,10 +181,11 @@ class MoeDispatchCombine:
             return "sequential", "; ".join(blockers)
         if self.mode == "auto":
             # Measured on nvidia-h100-x1 (bench/bench_moe.py, world 1): the fused dispatch took
-            # 9.1 ms where the sequential one took 3.5 ms (Mixtral-like, balanced). Until it pays
-            # (and the simulator models run-time counts), auto does not take it.
+            # 9.1 ms where the sequential one took 3.5 ms (Mixtral-like, balanced); the fused
+            # combine has not been timed. Until they pay (and the simulator models run-time
+            # counts), auto does not take them.
             return "sequential", (
-                "the fused dispatch is slower than the sequential one where measured "
+                f"the fused {what} is not shown faster than the sequential one "
                 "(bench/bench_moe.py); ask for mode='fused' to run it"
             )
         return "fused", "mode='fused'"
@@ -234,16 +242,53 @@ class MoeDispatchCombine:
             )
         if not weights.is_floating_point():
             raise UserError(f"{who}: weights must be floating point, got {weights.dtype}")
+        self.last_combine_mode, self.combine_reason = self._choose(h, "combine")
+        if self.last_combine_mode == "fused":
+            back = self._combine_fused(h, w_down, layout)
+            return self._weighted_sum(back, layout, weights)
         y = _per_expert_matmul(h, w_down, layout.rows_per_expert)
         arrived = torch.empty_like(y)
         arrived[layout.regroup] = y  # back to the order the rows arrived in
         back = self._all_to_all(arrived, [sum(r) for r in layout.recv_counts], [sum(r) for r in layout.send_counts])
+        return self._weighted_sum(back, layout, weights)
+
+    @staticmethod
+    def _weighted_sum(back: torch.Tensor, layout: DispatchLayout, weights: torch.Tensor) -> torch.Tensor:
+        """y [T, H]: back (the experts' outputs for this rank's rows, in the order they were sent)
+        summed per token with the routing weights."""
         scale = weights.reshape(-1)[layout.order].to(torch.float32)
-        out = torch.zeros((layout.num_tokens, y.shape[1]), dtype=torch.float32, device=y.device)
+        out = torch.zeros((layout.num_tokens, back.shape[1]), dtype=torch.float32, device=back.device)
         out.index_add_(
             0, torch.div(layout.order, layout.top_k, rounding_mode="floor"), back.to(torch.float32) * scale[:, None]
         )
-        return out.to(h.dtype)
+        return out.to(back.dtype)
+
+    def _combine_fused(self, h: torch.Tensor, w_down: torch.Tensor, layout: DispatchLayout) -> torch.Tensor:
+        """The experts' outputs for this rank's rows, in the order they were sent, through
+        MoeFusedCombine: h's rows scattered into the dispatch's capacity slots, the notifying
+        grouped GEMM, the slots sent home as their tiles finish."""
+        from syncopate.ops import moe_fused
+
+        key = (h.shape[1], w_down.shape[2], h.dtype, h.device)
+        fused = self._fused_combine.get(key)
+        if fused is None:
+            fused = moe_fused.MoeFusedCombine(
+                self.group,
+                local_experts=self.local_experts,
+                capacity=self.capacity,
+                in_features=h.shape[1],
+                hidden=w_down.shape[2],
+                dtype=h.dtype,
+                device=h.device,
+                backend=self.backend,
+            )
+            self._fused_combine[key] = fused
+        fused.a_slots[_slot_rows(layout.recv_counts, self.capacity, h.device)] = h
+        counts = torch.tensor([v for row in layout.recv_counts for v in row], dtype=torch.int32, device="cpu").to(
+            h.device, non_blocking=True
+        )
+        dest = moe_fused.sent_rows(layout.send_counts, self.capacity, h.device)
+        return fused(fused.a_slots, counts, w_down, dest)
 
     # -- the collectives ----------------------------------------------------------------------------
     def _exchange_counts(self, send_counts: tuple) -> tuple:

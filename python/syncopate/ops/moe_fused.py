@@ -328,8 +328,9 @@ class MoeFusedDispatch:
             rank=self.rank,
         )
         self.device_arrays = self.tables.device_arrays(device)
-        sms = torch.cuda.get_device_properties(device).multi_processor_count
-        self.progs = max(1, min(self.tables.num_tiles, sms - 8))
+        from syncopate.ops.fused_gemm import persistent_programs
+
+        self.progs = max(1, min(self.tables.num_tiles, persistent_programs(device, backend)))
         self.kernel = transformed_kernel()
         self.error = None
         self._warm_up()
@@ -429,3 +430,231 @@ def predict_at_capacity(
     calib = calibration if calibration is not None else cached_calibration(calibration_name())
     access = _core.TileAccess("x_recv", "consume", 0, -1, False)
     return _core.simulate(plan, gemm, calib, accesses=[access])
+
+
+# -- the fused combine --------------------------------------------------------------------------
+
+COMBINE_KERNEL = "moe_grouped_gemm_notify"
+# The combine plan's tensors: y_send slot (j, e) on rank r holds expert e's output rows for
+# rank j's tokens; chunk (r -> j, e) lands it in slot (r, e) of y_recv on j.
+COMBINE_SEND, COMBINE_RECV = "y_send", "y_recv"
+
+
+def combine_plan(world: int, experts: int, capacity: int, hidden: int, *, dtype: str = "bf16", backend: str):
+    """The return all-to-all of the combine: the all-to-all template over y_send [W * E * C, H]
+    with E sub-chunks per block (direct rounds: the own block first, then peer r + 1, r + 2,
+    ...), so chunk (r -> j, e) carries slot (j, e) of y_send to slot (r, e) of y_recv on j.
+    Whole capacity slots: the home rank knows how many rows of each are real (it sent them)."""
+    from syncopate import _core
+
+    check_geometry("combine_plan", capacity, 1)
+    return _core.make_plan(
+        "all-to-all",
+        world_size=world,
+        shape=[world * experts * capacity, hidden],
+        algorithm="direct",
+        split=experts,
+        dtype=dtype,
+        backend=backend,
+        tensor=COMBINE_SEND,
+        output=COMBINE_RECV,
+    )
+
+
+def combine_order(
+    world: int, experts: int, capacity: int, block_m: int, tiles_n: int, rank: int, group_m: int = GROUP_M
+) -> list:
+    """Tile ids of the combine's GEMM in the order its chunks leave (the template's stream
+    order): the slots for rank itself, then for rank + 1, rank + 2, ... (mod world); inside,
+    by expert, then `slot_order`."""
+    check_geometry("combine_order", capacity, block_m)
+    per_slot = capacity // block_m
+    inside = slot_order(per_slot, tiles_n, max(1, group_m))
+    order = []
+    for i in range(world):
+        j = (rank + i) % world
+        for e in range(experts):
+            q = j * experts + e
+            order.extend((q * per_slot + b) * tiles_n + n for b, n in inside)
+    return order
+
+
+def combine_tables(
+    plan,
+    world: int,
+    experts: int,
+    capacity: int,
+    hidden: int,
+    block_m: int,
+    block_n: int,
+    rank: int,
+    group_m: int = GROUP_M,
+) -> TileTables:
+    """The combine GEMM's tables by lowering the combine plan: each tile notifies the ready slot
+    of the chunk that carries its slot home; a chunk waits for every tile of its slot."""
+    from syncopate import _core
+
+    check_geometry("combine_tables", capacity, block_m)
+    grid = _core.TileGrid(world * experts * capacity, hidden, block_m, block_n)
+    access = _core.TileAccess(COMBINE_SEND, "produce", 0, 1, False)
+    table = _core.lower(plan, grid, [access])[rank]
+    tiles_n = -(-hidden // block_n)
+    order = combine_order(world, experts, capacity, block_m, tiles_n, rank, group_m)
+    return TileTables.from_signal_table(table, order, tiles_n)
+
+
+@functools.lru_cache(maxsize=None)
+def transformed_combine_kernel():
+    """kernels/moe_gemm.py's notifying grouped GEMM as the transformer rewrites it."""
+    from syncopate.ops.fused_gemm import transformed_kernel as transform
+
+    return transform(COMBINE_KERNEL, KERNEL_MODULE)
+
+
+def sent_rows(send_counts: Sequence[Sequence[int]], capacity: int, device: torch.device) -> torch.Tensor:
+    """For the rows a rank sent, in the order it sent them (by global expert, j * E + e), each
+    row's place in its x_send / y_recv slots (slot (j, e), in order): (j * E + e) * C + i."""
+    counts = torch.tensor([int(v) for row in send_counts for v in row], dtype=torch.int64)
+    total = int(counts.sum())
+    starts = torch.cumsum(counts, 0) - counts
+    bases = torch.arange(counts.numel(), dtype=torch.int64) * capacity
+    counts, starts, bases = counts.to(device), starts.to(device), bases.to(device)
+    within = torch.arange(total, device=device) - torch.repeat_interleave(starts, counts, output_size=total)
+    return torch.repeat_interleave(bases, counts, output_size=total) + within
+
+
+class MoeFusedCombine:
+    """The fused combine of one rank: the expert down-projection over capacity slots
+    (kernels/moe_gemm.py `moe_grouped_gemm_notify`, transformed) whose tiles announce their rows
+    as they are stored, while the combine plan's chunks (copy engine or SM copy) carry each
+    (destination rank, expert) slot home as soon as its last tile is done, the own slots first.
+
+    A call (`__call__(a_slots, counts, w, dest)`): a_slots [W * E * C, K] the experts' inputs in
+    the dispatch's slots (slot s * E + e: rows from rank s for expert e, the first counts[q]
+    real), counts the device int32 [W * E] of those, w [E, K, H], dest the rows this rank sent
+    (`sent_rows`). begin, fork, the GEMM, the chunks, wait until this rank's slots landed, gather
+    y_recv[dest] (the experts' outputs for this rank's rows, in the order they were sent), end.
+    The weighted sum over each token's k rows is the caller's (MoeDispatchCombine)."""
+
+    def __init__(
+        self,
+        group,
+        *,
+        local_experts: int,
+        capacity: int,
+        in_features: int,
+        hidden: int,
+        dtype: torch.dtype,
+        device: torch.device,
+        backend: str = "copy-engine",
+        config: Optional[GroupedConfig] = None,
+        wait_bound_ns: int = 10_000_000_000,
+    ):
+        from syncopate.ops.fused_gemm import persistent_programs
+        from syncopate.runtime import PlanWorkspace, plan_dtype
+
+        who = "MoeFusedCombine"
+        self.config = config if config is not None else grouped_config(capacity)
+        cfg = self.config
+        check_geometry(who, capacity, cfg.block_m)
+        if dtype not in (torch.bfloat16, torch.float16, torch.float32):
+            raise ShapeError(f"{who}: dtype must be bf16, fp16 or fp32, got {dtype}")
+        self.group = group
+        self.world = 1 if group is None else group.size()
+        self.rank = 0 if group is None else group.rank()
+        self.experts, self.capacity, self.k, self.hidden = local_experts, capacity, in_features, hidden
+        self.dtype, self.device = dtype, device
+        self.plan = combine_plan(self.world, local_experts, capacity, hidden, dtype=plan_dtype(dtype), backend=backend)
+        rows = self.world * local_experts * capacity
+        self.ws = PlanWorkspace(
+            self.plan,
+            group,
+            grid=(rows, hidden, cfg.block_m, cfg.block_n),
+            accesses=[(COMBINE_SEND, "produce", 0, 1)],
+            device=device,
+            wait_bound_ns=wait_bound_ns,
+        )
+        # The experts' inputs in the dispatch's slots (the caller scatters its rows in; rows
+        # past a slot's count are never stored, whatever they hold).
+        self.a_slots = torch.empty((rows, in_features), dtype=dtype, device=device)
+        self.y_send = self.ws.tensor(COMBINE_SEND, dtype)
+        self.y_recv = self.ws.tensor(COMBINE_RECV, dtype)
+        self.signals = self.ws.signals()
+        t = self.ws.table()
+        self.tiles_n = -(-hidden // cfg.block_n)
+        order = combine_order(self.world, local_experts, capacity, cfg.block_m, self.tiles_n, self.rank, cfg.group_m)
+        self.tables = TileTables.from_lists(
+            order,
+            self.tiles_n,
+            t["tile_waits"],
+            t["tile_notifies"],
+            t["slot_writers"],
+            t["slot_chunks"],
+            rank=self.rank,
+        )
+        self.device_arrays = self.tables.device_arrays(device)
+        self.progs = max(1, min(self.tables.num_tiles, persistent_programs(device, backend, producer=True)))
+        self.kernel = transformed_combine_kernel()
+        self.error = None
+        self._warm_up()
+
+    def _launch(self, a_slots, w, c, counts, signals, epoch):
+        from syncopate.launch import launch
+
+        cfg = self.config
+        args, meta = grouped_gemm_args(
+            a_slots,
+            w,
+            c,
+            counts,
+            self.capacity,
+            cfg.block_m,
+            cfg.block_n,
+            cfg.block_k,
+            self.progs,
+            group_m=cfg.group_m,
+        )
+        self.error = launch(
+            self.kernel,
+            (self.progs,),
+            self.tables,
+            *args,
+            signals=signals,
+            epoch=epoch,
+            wait_bound_ns=self.ws.wait_bound_ns,
+            error=self.error,
+            sync=False,
+            device_arrays=self.device_arrays,
+            num_warps=cfg.num_warps,
+            num_stages=cfg.num_stages,
+            **meta,
+        )
+
+    def _warm_up(self):
+        """Compiles and loads the kernel on scratch: its notifies land in scratch signals and
+        its rows in a scratch output, never in y_send (a peer's first call may read it)."""
+        from syncopate.launch import epoch_word
+
+        rows = self.y_send.shape[0]
+        a = torch.zeros((rows, self.k), dtype=self.dtype, device=self.device)
+        w = torch.zeros((self.experts, self.k, self.hidden), dtype=self.dtype, device=self.device)
+        c = torch.empty((rows, self.hidden), dtype=self.dtype, device=self.device)
+        counts = torch.full((rows // self.capacity,), self.capacity, dtype=torch.int32, device=self.device)
+        self._launch(a, w, c, counts, torch.zeros_like(self.signals), epoch_word(0, self.device))
+        torch.cuda.synchronize(self.device)
+
+    def __call__(self, a_slots: torch.Tensor, counts: torch.Tensor, w: torch.Tensor, dest: torch.Tensor):
+        from syncopate.launch import check_error
+
+        ws = self.ws
+        ws.begin()
+        ws.publish()
+        ws.fork()
+        self._launch(a_slots, w, self.y_send, counts, self.signals, ws.epoch_word)
+        ws.issue_chunks()
+        ws.wait_landed()
+        back = self.y_recv[dest]  # before end(): after it, peers may write the next call's rows
+        ws.end()
+        ws.check()
+        check_error(self.error, self.tables, COMBINE_KERNEL)
+        return back
