@@ -42,6 +42,7 @@ fused combine is not timed yet, so mode="auto" runs sequential and says why in `
 from __future__ import annotations
 
 import dataclasses
+import itertools
 from typing import Optional, Sequence
 
 import torch
@@ -379,36 +380,39 @@ def _collective_device(group) -> torch.device:
     return torch.device("cpu")
 
 
+def concat_ranges(bases: Sequence[int], counts: Sequence[int], device: torch.device) -> torch.Tensor:
+    """int64 [sum(counts)]: bases[i], bases[i] + 1, ..., bases[i] + counts[i] - 1, for each i in
+    turn. Built on the device from host lists (no per-row Python)."""
+    counts_t = torch.tensor(list(counts), dtype=torch.int64)
+    total = int(counts_t.sum()) if counts_t.numel() else 0
+    starts = torch.cumsum(counts_t, 0) - counts_t
+    bases_t = torch.tensor(list(bases), dtype=torch.int64)
+    counts_t, starts, bases_t = counts_t.to(device), starts.to(device), bases_t.to(device)
+    within = torch.arange(total, device=device) - torch.repeat_interleave(starts, counts_t, output_size=total)
+    return torch.repeat_interleave(bases_t, counts_t, output_size=total) + within
+
+
 def _expert_major(recv_counts: tuple, device: torch.device) -> torch.Tensor:
     """For the rows as they arrived (by source rank, then local expert), the permutation that
     groups them by local expert, then source rank."""
-    starts, at = [], 0
-    for row in recv_counts:
-        starts.append([])
-        for rows in row:
-            starts[-1].append(at)
-            at += rows
-    index = [
-        starts[s][e] + i
-        for e in range(len(recv_counts[0]))
-        for s in range(len(recv_counts))
-        for i in range(recv_counts[s][e])
-    ]
-    return torch.tensor(index, dtype=torch.int64, device=device)
+    world, experts = len(recv_counts), len(recv_counts[0])
+    flat = [recv_counts[s][e] for s in range(world) for e in range(experts)]
+    arrival_start = [0, *itertools.accumulate(flat)][:-1]
+    order = [(s, e) for e in range(experts) for s in range(world)]
+    return concat_ranges(
+        [arrival_start[s * experts + e] for s, e in order], [recv_counts[s][e] for s, e in order], device
+    )
 
 
 def _slot_rows(recv_counts: tuple, capacity: int, device: torch.device) -> torch.Tensor:
     """Rows of the fused dispatch's capacity slots (slot s * E + e, `capacity` rows each) in the
     sequential layout's order: by local expert, then source rank, the first recv_counts[s][e]
-    rows of each slot. Built on the device from the host counts (no per-row Python)."""
+    rows of each slot."""
     world, experts = len(recv_counts), len(recv_counts[0])
-    counts = torch.tensor(recv_counts, dtype=torch.int64).t().reshape(-1)  # (e, s) order
-    slots = torch.arange(world * experts).view(world, experts).t().reshape(-1)  # slot q of (e, s)
-    total = int(counts.sum())
-    starts = torch.cumsum(counts, 0) - counts
-    counts, bases, starts = counts.to(device), (slots * capacity).to(device), starts.to(device)
-    within = torch.arange(total, device=device) - torch.repeat_interleave(starts, counts, output_size=total)
-    return torch.repeat_interleave(bases, counts, output_size=total) + within
+    order = [(s, e) for e in range(experts) for s in range(world)]
+    return concat_ranges(
+        [(s * experts + e) * capacity for s, e in order], [recv_counts[s][e] for s, e in order], device
+    )
 
 
 def _per_expert_matmul(rows: torch.Tensor, w: torch.Tensor, rows_per_expert: Sequence[int]) -> torch.Tensor:

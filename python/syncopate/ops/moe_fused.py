@@ -514,13 +514,10 @@ def transformed_combine_kernel():
 def sent_rows(send_counts: Sequence[Sequence[int]], capacity: int, device: torch.device) -> torch.Tensor:
     """For the rows a rank sent, in the order it sent them (by global expert, j * E + e), each
     row's place in its x_send / y_recv slots (slot (j, e), in order): (j * E + e) * C + i."""
-    counts = torch.tensor([int(v) for row in send_counts for v in row], dtype=torch.int64)
-    total = int(counts.sum())
-    starts = torch.cumsum(counts, 0) - counts
-    bases = torch.arange(counts.numel(), dtype=torch.int64) * capacity
-    counts, starts, bases = counts.to(device), starts.to(device), bases.to(device)
-    within = torch.arange(total, device=device) - torch.repeat_interleave(starts, counts, output_size=total)
-    return torch.repeat_interleave(bases, counts, output_size=total) + within
+    from syncopate.ops.moe import concat_ranges
+
+    counts = [int(v) for row in send_counts for v in row]
+    return concat_ranges([q * capacity for q in range(len(counts))], counts, device)
 
 
 class MoeFusedCombine:
