@@ -48,6 +48,7 @@ def _sweep():
     from syncopate.ops.moe_fused import GroupedConfig
 
     return [
+        GroupedConfig(128, 128, 64, 8, 4, group_m=8),
         GroupedConfig(128, 256, 64, 8, 3),
         GroupedConfig(128, 128, 64, 8, 3),
         GroupedConfig(64, 128, 64, 4, 4),
