@@ -482,3 +482,14 @@ def test_combine_transformed_announces_every_tile_after_its_rows_are_stored(monk
         rows = int(counts[q])
         torch.testing.assert_close(copy[:rows], ref[q * CAPACITY : q * CAPACITY + rows], rtol=0, atol=0)
     torch.testing.assert_close(c, ref, rtol=0, atol=0, equal_nan=True)
+
+
+@pytest.mark.parametrize(
+    "capacity, block_m, group_m", [(128, 128, 1), (1152, 128, 9), (4096, 128, 16), (1088, 64, 9), (2112, 64, 11)]
+)
+def test_grouped_config_groups_a_slot_so_its_expert_matrix_is_read_fewest_times(capacity, block_m, group_m):
+    cfg = moe_fused.grouped_config(capacity)
+    assert (cfg.block_m, cfg.group_m) == (block_m, group_m)
+    blocks = capacity // block_m
+    groups = -(-blocks // cfg.group_m)
+    assert groups == -(-blocks // moe_fused.MAX_GROUP_M)  # as few passes over the matrix as L2 allows
