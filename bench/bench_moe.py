@@ -23,8 +23,8 @@ own, rank 0 writes the rows):
                    fused (the notifying grouped GEMM, slots sent home as their tiles finish)
 Rows: shape, tokens per rank, experts, top-k, hidden, intermediate, routing (balanced or skewed:
 one hot expert), capacity, each variant's milliseconds and TFLOP/s (routed rows only). The
-simulator's prediction (sim_at_capacity_*) is for every slot full: it does not model run-time
-counts (tiles past a slot's count skipping) yet.
+simulator's predictions: sim_at_capacity_* with every slot full, sim_counts_* for this call's
+routing histogram (moe_fused.predict_for_counts: tiles past a slot's count compute nothing).
 """
 
 from __future__ import annotations
@@ -256,10 +256,25 @@ def run_shape(name, skewed, group, rank, world, device, args):
                 row.update(combine_rows(layer, h, layout, fused, x, ids, w_up, inter, hidden, top_k, gen, device, args))
             except Exception as exc:
                 row["combine_error"] = f"{type(exc).__name__}: {exc}"[:300]
-        try:  # the simulator, every slot full (it does not model run-time counts yet)
-            pred = moe_fused.predict_at_capacity(world, local, fused_capacity, hidden, inter)
+        try:  # the simulator: every slot full, and this call's routing histogram (every rank's counts)
+            cfg = moe_fused.grouped_config(fused_capacity)
+            pred = moe_fused.predict_at_capacity(
+                world, local, fused_capacity, hidden, inter, block_m=cfg.block_m, block_n=cfg.block_n
+            )
             row["sim_at_capacity_fused_ms"] = pred.fused_us / 1e3
             row["sim_at_capacity_sequential_ms"] = pred.sequential_us / 1e3
+            histogram = [recv]
+            if world > 1:
+                import torch.distributed as dist
+
+                histogram = [None] * world
+                dist.all_gather_object(histogram, recv, group=group)
+            pred = moe_fused.predict_for_counts(
+                [list(map(list, h_)) for h_ in histogram], fused_capacity, hidden, inter
+            )
+            row["sim_counts_fused_ms"] = pred.fused_us / 1e3
+            row["sim_counts_sequential_ms"] = pred.sequential_us / 1e3
+            row["sim_counts_gemm_alone_ms"] = pred.gemm_alone_us / 1e3
         except Exception as exc:
             row["sim_error"] = f"{type(exc).__name__}: {exc}"[:300]
     # Correctness of the timed kernel on one slot with rows (bf16 tolerance).

@@ -493,3 +493,55 @@ def test_grouped_config_groups_a_slot_so_its_expert_matrix_is_read_fewest_times(
     blocks = capacity // block_m
     groups = -(-blocks // cfg.group_m)
     assert groups == -(-blocks // moe_fused.MAX_GROUP_M)  # as few passes over the matrix as L2 allows
+
+
+def _h200():
+    from pathlib import Path
+
+    import syncopate as sy
+
+    return sy.calibration(str(Path(__file__).resolve().parents[2] / "calib" / "h200.json"))
+
+
+def test_simulator_models_run_time_counts():
+    """predict_for_counts: full slots predict what predict_at_capacity does; emptier slots (tiles
+    past their counts compute nothing) predict a shorter GEMM, fused and sequential; a hot
+    expert on one rank makes that rank the slowest."""
+    _core = pytest.importorskip("syncopate._core")
+    if not hasattr(_core.GemmShape(1, 1, 1), "tile_scale"):
+        pytest.fail("syncopate._core lacks GemmShape.tile_scale: reinstall the package (pip install .)")
+    calib = _h200()
+    world, experts, capacity, hidden, n = 2, 2, 256, 1024, 2048
+    full = [[[capacity] * experts for _ in range(world)] for _ in range(world)]
+    at_cap = moe_fused.predict_at_capacity(world, experts, capacity, hidden, n, block_m=128, calibration=calib)
+    same = moe_fused.predict_for_counts(full, capacity, hidden, n, calibration=calib)
+    assert same.fused_us == pytest.approx(at_cap.fused_us) and same.gemm_alone_us == pytest.approx(at_cap.gemm_alone_us)
+    quarter = [[[capacity // 4, 0] for _ in range(world)] for _ in range(world)]  # 1 row block of 4 computes
+    less = moe_fused.predict_for_counts(quarter, capacity, hidden, n, calibration=calib)
+    assert less.gemm_alone_us < 0.5 * same.gemm_alone_us
+    assert less.fused_us < same.fused_us and less.sequential_us < same.sequential_us
+    assert less.comm_alone_us == pytest.approx(same.comm_alone_us)  # whole capacity slots move either way
+    hot = [[[capacity, 0], [capacity, 0]], [[0, 0], [0, 0]]]  # rank 0's expert 0 full, rank 1 idle: 2 of 4
+    skewed = moe_fused.predict_for_counts(hot, capacity, hidden, n, calibration=calib)
+    assert less.fused_us < skewed.fused_us <= same.fused_us
+
+
+def test_tile_scale_for_counts_marks_tiles_past_the_counts():
+    scale = moe_fused.tile_scale_for_counts([[[0, 130]]], 256, 128, 2)  # one rank, two experts
+    assert scale == [[0.0, 0.0, 0.0, 0.0, 1.0, 1.0, 1.0, 1.0]]
+    scale = moe_fused.tile_scale_for_counts([[[128, 1]]], 256, 128, 1)
+    assert scale == [[1.0, 0.0, 1.0, 0.0]]
+
+
+@pytest.mark.parametrize(
+    "counts, match",
+    [
+        ([[[300, 0]]], r"rank 0 receives 300 rows from rank 0 for expert 0: .* 0\.\.256"),
+        ([[[1, -1]]], r"rank 0 receives -1 rows from rank 0 for expert 1"),
+        ([[[1, 1]], [[1, 1]]], r"recv_counts\[0\] has 1 sources for a world of 2"),
+        ([[[1, 1], [1]], [[1, 1], [1, 1]]], r"recv_counts\[0\]\[1\] has 1 experts, expected 2"),
+    ],
+)
+def test_bad_histograms_are_refused_by_name(counts, match):
+    with pytest.raises(ShapeError, match=match):
+        moe_fused.tile_scale_for_counts(counts, 256, 128, 1)

@@ -425,17 +425,93 @@ def predict_at_capacity(
 ):
     """The simulator's prediction (fused, sequential; microseconds) of the fused dispatch with
     every slot full: each chunk moves `capacity` rows (as the copy engine does) and every tile
-    computes. What the simulator does not model yet: tiles past a slot's count skipping, so for
-    a real routing histogram this is an upper bound on the GEMM's part."""
+    computes. For a real routing histogram see `predict_for_counts`."""
+    return _predict(
+        world, local_experts, capacity, hidden, out_features, None, dtype, backend, block_m, block_n, calibration
+    )
+
+
+def predict_for_counts(
+    recv_counts: Sequence[Sequence[Sequence[int]]],
+    capacity: int,
+    hidden: int,
+    out_features: int,
+    *,
+    dtype: str = "bf16",
+    backend: str = "copy-engine",
+    block_m: Optional[int] = None,
+    block_n: Optional[int] = None,
+    calibration=None,
+):
+    """The simulator's prediction of the fused dispatch for one routing histogram:
+    recv_counts[r][s][e] rows that rank r receives from rank s for its local expert e (every
+    rank's DispatchLayout.recv_counts). Chunks move whole capacity slots (as the copy engine
+    and SM copy do), and a tile whose rows start past its slot's count waits for its chunk but
+    computes nothing (GemmShape.tile_scale 0). The sequential prediction is the same plan's
+    collective, then the same tiles: an upper bound for the sequential path, whose all-to-all
+    moves only the counted rows. Blocks default to the fused op's (`grouped_config`)."""
+    world = len(recv_counts)
+    cfg = grouped_config(capacity)
+    block_m = cfg.block_m if block_m is None else block_m
+    block_n = cfg.block_n if block_n is None else block_n
+    experts = len(recv_counts[0][0]) if world and len(recv_counts[0]) else 0
+    return _predict(
+        world, experts, capacity, hidden, out_features, recv_counts, dtype, backend, block_m, block_n, calibration
+    )
+
+
+def tile_scale_for_counts(
+    recv_counts: Sequence[Sequence[Sequence[int]]], capacity: int, block_m: int, tiles_n: int
+) -> list:
+    """[rank][tile id] 1.0 for a tile with rows to compute, 0.0 for one whose rows start past its
+    slot's count (tile (m, n): slot m // (capacity / block_m), rows from (m % ...) * block_m)."""
+    who = "predict_for_counts"
+    world = len(recv_counts)
+    check_geometry(who, capacity, block_m)
+    per_slot = capacity // block_m
+    experts = None
+    out = []
+    for r, per_source in enumerate(recv_counts):
+        if len(per_source) != world:
+            raise ShapeError(f"{who}: recv_counts[{r}] has {len(per_source)} sources for a world of {world}")
+        counts = []
+        for s, row in enumerate(per_source):
+            if experts is None:
+                experts = len(row)
+            if len(row) != experts or experts < 1:
+                raise ShapeError(f"{who}: recv_counts[{r}][{s}] has {len(row)} experts, expected {experts} (>= 1)")
+            for e, rows in enumerate(row):
+                if isinstance(rows, bool) or not isinstance(rows, int) or not 0 <= rows <= capacity:
+                    raise ShapeError(
+                        f"{who}: rank {r} receives {rows!r} rows from rank {s} for expert {e}: a count must be "
+                        f"an integer in 0..{capacity} (the capacity)"
+                    )
+                counts.append(rows)
+        scale = []
+        for m in range(len(counts) * per_slot):
+            live = 1.0 if (m % per_slot) * block_m < counts[m // per_slot] else 0.0
+            scale.extend([live] * tiles_n)
+        out.append(scale)
+    return out
+
+
+def _predict(
+    world, local_experts, capacity, hidden, out_features, recv_counts, dtype, backend, block_m, block_n, calibration
+):
     import syncopate as sy
     from syncopate import _core
     from syncopate.ops.choice import cached_calibration, calibration_name
 
-    check_geometry("predict_at_capacity", capacity, block_m)
+    who = "predict_for_counts" if recv_counts is not None else "predict_at_capacity"
+    check_geometry(who, capacity, block_m)
+    if world < 1:
+        raise ShapeError(f"{who}: recv_counts must hold one entry per rank, got none")
     plan = _core.make_moe_dispatch_plan(
         world_size=world, local_experts=local_experts, capacity=capacity, hidden=hidden, dtype=dtype, backend=backend
     )
     gemm = sy.GemmShape(world * local_experts * capacity, out_features, hidden, block_m, block_n)
+    if recv_counts is not None:
+        gemm.tile_scale = tile_scale_for_counts(recv_counts, capacity, block_m, -(-out_features // block_n))
     calib = calibration if calibration is not None else cached_calibration(calibration_name())
     access = _core.TileAccess("x_recv", "consume", 0, -1, False)
     return _core.simulate(plan, gemm, calib, accesses=[access])
