@@ -136,6 +136,34 @@ def combine_rows(layer, h, layout, fused, x, ids, w_up, inter, hidden, top_k, ge
     return out
 
 
+def profile_calls(label, fused, layer, x, ids, w_up, args):
+    """torch.profiler tables (host and device time per op) of 3 fused and 3 sequential
+    dispatches and combines, into --profile-dir: where the time outside the kernels goes."""
+    from torch.profiler import ProfilerActivity, profile
+
+    out = Path(args.profile_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    gen = torch.Generator().manual_seed(5)
+    inter, hidden = w_up.shape[2], w_up.shape[1]
+    w_down = (torch.randn(w_up.shape[0], inter, hidden, generator=gen) / inter**0.5).to(x.device, torch.bfloat16)
+    weights = torch.rand(x.shape[0], ids.shape[1], generator=gen).to(x.device, torch.bfloat16)
+    for who, op in (("fused", fused), ("sequential", layer)):
+
+        def step():
+            h, lay = op.dispatch_gemm(x, ids, w_up)
+            op.combine_gemm(torch.nn.functional.silu(h), w_down, lay, weights)
+
+        step()
+        torch.cuda.synchronize()
+        with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+            for _ in range(3):
+                step()
+            torch.cuda.synchronize()
+        table = prof.key_averages().table(sort_by="cpu_time_total", row_limit=40)
+        cuda = prof.key_averages().table(sort_by="cuda_time_total", row_limit=25)
+        (out / f"{label}-{who}.txt").write_text(table + "\n\n" + cuda + "\n")
+
+
 def routing(tokens, experts, top_k, skewed, gen, device):
     logits = torch.randn(tokens, experts, generator=gen)
     if skewed:
@@ -256,6 +284,11 @@ def run_shape(name, skewed, group, rank, world, device, args):
                 row.update(combine_rows(layer, h, layout, fused, x, ids, w_up, inter, hidden, top_k, gen, device, args))
             except Exception as exc:
                 row["combine_error"] = f"{type(exc).__name__}: {exc}"[:300]
+        if args.profile_dir:
+            try:
+                profile_calls(f"{name}-{'skewed' if skewed else 'balanced'}", fused, layer, x, ids, w_up, args)
+            except Exception as exc:
+                row["profile_error"] = f"{type(exc).__name__}: {exc}"[:300]
         try:  # the simulator: every slot full, and this call's routing histogram (every rank's counts)
             cfg = moe_fused.grouped_config(fused_capacity)
             pred = moe_fused.predict_at_capacity(
@@ -295,6 +328,9 @@ def main():
     parser.add_argument("--out", default="")
     parser.add_argument("--only", default="", help="rows to run, e.g. mixtral:balanced,deepseek:balanced")
     parser.add_argument("--sweep", type=int, default=4, help="grouped GEMM configs to time beside the default")
+    parser.add_argument(
+        "--profile-dir", default="", help="write torch.profiler tables of the fused and sequential layer"
+    )
     parser.add_argument("--no-combine", dest="combine", action="store_false", help="skip the combine rows")
     parser.add_argument("--no-fused", dest="fused", action="store_false", help="skip the fused dispatch rows")
     args = parser.parse_args()

@@ -15,7 +15,7 @@ python=${PYTHON:-python3}
 port=29611
 nvidia-smi --query-gpu=name --format=csv,noheader >"$out/device.txt" 2>&1
 timeout "${BENCH_S:-52}" "$python" bench/bench_moe.py --only "${BENCH_ROWS:-mixtral:balanced,deepseek:balanced,mixtral:skewed}" \
-  --warmup 2 --iters 5 --sweep "${SWEEP:-3}" --out "$out/bench-moe-world1.json" >"$out/bench.log" 2>&1
+  --warmup 2 --iters 5 --sweep "${SWEEP:-2}" --profile-dir "$out/profile" --out "$out/bench-moe-world1.json" >"$out/bench.log" 2>&1
 echo "bench_moe rc=$?" | tee -a "$out/summary.txt"
 for world in 1 2; do
   timeout $((world == 1 ? 22 : 44)) "$python" -m torch.distributed.run --nproc_per_node="$world" --master_port=$((port + world)) \

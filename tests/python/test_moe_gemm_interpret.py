@@ -484,15 +484,10 @@ def test_combine_transformed_announces_every_tile_after_its_rows_are_stored(monk
     torch.testing.assert_close(c, ref, rtol=0, atol=0, equal_nan=True)
 
 
-@pytest.mark.parametrize(
-    "capacity, block_m, group_m", [(128, 128, 1), (1152, 128, 9), (4096, 128, 16), (1088, 64, 9), (2112, 64, 11)]
-)
-def test_grouped_config_groups_a_slot_so_its_expert_matrix_is_read_fewest_times(capacity, block_m, group_m):
+@pytest.mark.parametrize("capacity, block_m, block_n", [(128, 128, 256), (4096, 128, 256), (1088, 64, 128)])
+def test_grouped_config_takes_the_measured_blocks_the_capacity_allows(capacity, block_m, block_n):
     cfg = moe_fused.grouped_config(capacity)
-    assert (cfg.block_m, cfg.group_m) == (block_m, group_m)
-    blocks = capacity // block_m
-    groups = -(-blocks // cfg.group_m)
-    assert groups == -(-blocks // moe_fused.MAX_GROUP_M)  # as few passes over the matrix as L2 allows
+    assert (cfg.block_m, cfg.block_n) == (block_m, block_n) and capacity % cfg.block_m == 0
 
 
 def _h200():
@@ -511,9 +506,12 @@ def test_simulator_models_run_time_counts():
     if not hasattr(_core.GemmShape(1, 1, 1), "tile_scale"):
         pytest.fail("syncopate._core lacks GemmShape.tile_scale: reinstall the package (pip install .)")
     calib = _h200()
-    world, experts, capacity, hidden, n = 2, 2, 1024, 1024, 4096  # 1024 tiles a rank: several waves
+    world, experts, capacity, hidden, n = 2, 2, 1024, 1024, 8192  # 1024 tiles a rank: several waves
     full = [[[capacity] * experts for _ in range(world)] for _ in range(world)]
-    at_cap = moe_fused.predict_at_capacity(world, experts, capacity, hidden, n, block_m=128, calibration=calib)
+    cfg = moe_fused.grouped_config(capacity)
+    at_cap = moe_fused.predict_at_capacity(
+        world, experts, capacity, hidden, n, block_m=cfg.block_m, block_n=cfg.block_n, calibration=calib
+    )
     same = moe_fused.predict_for_counts(full, capacity, hidden, n, calibration=calib)
     assert same.fused_us == pytest.approx(at_cap.fused_us) and same.gemm_alone_us == pytest.approx(at_cap.gemm_alone_us)
     quarter = [[[capacity // 4, 0] for _ in range(world)] for _ in range(world)]  # 1/8 of the tiles compute
