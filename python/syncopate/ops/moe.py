@@ -33,10 +33,9 @@ reads that slot's count on the device. The combine is the notifying grouped GEMM
 slots, each tile announcing its rows once stored, while the return all-to-all's chunk of each
 (home rank, expert) slot leaves as soon as the slot's last tile is done; the home rank then sums
 each token's k rows with its weights. Both need `capacity` (a multiple of FUSED_BLOCK_M) and
-CUDA; the chunks move whole capacity slots. The fused dispatch is correct on nvidia-h100-x1 at
-world 1 and 2 (ranks sharing the GPU) but was slower than sequential where measured, and the
-fused combine is not timed yet, so mode="auto" runs sequential and says why in `reason` /
-`combine_reason`.
+CUDA; the chunks move whole capacity slots. Both are correct on nvidia-h200 at world 1 and 2
+(ranks sharing the GPU) but were slower than sequential where measured, so mode="auto" runs
+sequential and says why in `reason` / `combine_reason`.
 """
 
 from __future__ import annotations
@@ -181,10 +180,9 @@ class MoeDispatchCombine:
         if blockers:
             return "sequential", "; ".join(blockers)
         if self.mode == "auto":
-            # Measured on nvidia-h100-x1 (bench/bench_moe.py, world 1): the fused dispatch took
-            # 9.1 ms where the sequential one took 3.5 ms (Mixtral-like, balanced); the fused
-            # combine has not been timed. Until they pay (and the simulator models run-time
-            # counts), auto does not take them.
+            # Measured on nvidia-h200 (bench/bench_moe.py, world 1, 2026-11-25, Mixtral-like,
+            # balanced): fused dispatch 3.74 ms vs sequential 2.42 ms, fused combine 3.76 ms vs
+            # 1.97 ms (docs/PYTHON.md). Until they pay, auto does not take them.
             return "sequential", (
                 f"the fused {what} is not shown faster than the sequential one "
                 "(bench/bench_moe.py); ask for mode='fused' to run it"
