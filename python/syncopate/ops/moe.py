@@ -144,8 +144,12 @@ class MoeDispatchCombine:
         rows = x[torch.div(order, self.top_k, rounding_mode="floor")]
         self.last_mode, self.reason = self._choose(x)
         if self.last_mode == "fused":
-            self._check_capacity(send_counts, ())
-            return self._dispatch_fused(x, rows, flat[order], send, send_counts, order, w_up)
+            # The counts travel with the plan on the device too (the kernel reads them there);
+            # the host needs them for h's shape, so they are exchanged as on the sequential path
+            # and nothing after the fused call waits for its kernel.
+            recv_counts = self._exchange_counts(send_counts)
+            self._check_capacity(send_counts, recv_counts)
+            return self._dispatch_fused(x, rows, flat[order], send, send_counts, recv_counts, order, w_up)
         recv_counts = self._exchange_counts(send_counts)
         self._check_capacity(send_counts, recv_counts)
         received = self._all_to_all(rows, [sum(r) for r in send_counts], [sum(r) for r in recv_counts])
@@ -189,7 +193,7 @@ class MoeDispatchCombine:
             )
         return "fused", "mode='fused'"
 
-    def _dispatch_fused(self, x, rows, expert_of_row, send, send_counts, order, w_up):
+    def _dispatch_fused(self, x, rows, expert_of_row, send, send_counts, recv_counts, order, w_up):
         from syncopate.ops.moe_fused import MoeFusedDispatch
 
         key = (x.shape[1], w_up.shape[2], x.dtype, x.device)
@@ -210,15 +214,18 @@ class MoeDispatchCombine:
         starts = torch.cumsum(flat_send, 0) - flat_send
         within = torch.arange(rows.shape[0], device=x.device) - starts[expert_of_row]
         dest = expert_of_row * self.capacity + within  # slot (rank j, expert e) = global expert id
-        h_slots, recv_dev = fused(rows, dest, flat_send.to(torch.int32), w_up)
-        recv_counts = tuple(
-            tuple(int(v) for v in row) for row in recv_dev.view(self.world, self.local_experts).tolist()
-        )
-        self._check_capacity((), recv_counts)
+        h_slots = fused(rows, dest, flat_send.to(torch.int32), w_up)
         # The sequential layout: by local expert, then source rank (gathered on the device).
         h = h_slots[_slot_rows(recv_counts, self.capacity, x.device)]
         regroup = _expert_major(recv_counts, x.device)
         return h, DispatchLayout(send_counts, recv_counts, order, regroup, x.shape[0], self.top_k)
+
+    def check(self) -> None:
+        """Raises WaitTimeoutError if a fused call's wait (kernel or runtime) ran past its bound.
+        Fused calls do not wait for their kernels; each checks the previous call of its op when
+        it starts, and this checks the last ones (it synchronizes the device)."""
+        for op in (*self._fused.values(), *self._fused_combine.values()):
+            op.check()
 
     # -- combine ------------------------------------------------------------------------------------
     def combine_gemm(
@@ -283,9 +290,7 @@ class MoeDispatchCombine:
             )
             self._fused_combine[key] = fused
         fused.a_slots[_slot_rows(layout.recv_counts, self.capacity, h.device)] = h
-        counts = torch.tensor([v for row in layout.recv_counts for v in row], dtype=torch.int32, device="cpu").to(
-            h.device, non_blocking=True
-        )
+        counts = to_device(torch.tensor([v for row in layout.recv_counts for v in row], dtype=torch.int32), h.device)
         dest = moe_fused.sent_rows(layout.send_counts, self.capacity, h.device)
         return fused(fused.a_slots, counts, w_down, dest)
 
@@ -381,13 +386,22 @@ def _collective_device(group) -> torch.device:
 def concat_ranges(bases: Sequence[int], counts: Sequence[int], device: torch.device) -> torch.Tensor:
     """int64 [sum(counts)]: bases[i], bases[i] + 1, ..., bases[i] + counts[i] - 1, for each i in
     turn. Built on the host with torch's vector ops (no per-row Python) and copied to `device`
-    once (a copy from pageable memory waits for the stream: one wait, not one per tensor)."""
+    once, without waiting for the device (`to_device`)."""
     counts_t = torch.tensor(list(counts), dtype=torch.int64)
     total = int(counts_t.sum()) if counts_t.numel() else 0
     starts = torch.cumsum(counts_t, 0) - counts_t
     bases_t = torch.tensor(list(bases), dtype=torch.int64)
     within = torch.arange(total) - torch.repeat_interleave(starts, counts_t, output_size=total)
-    return (torch.repeat_interleave(bases_t, counts_t, output_size=total) + within).to(device)
+    return to_device(torch.repeat_interleave(bases_t, counts_t, output_size=total) + within, device)
+
+
+def to_device(t: torch.Tensor, device: torch.device) -> torch.Tensor:
+    """A host tensor on `device` without waiting for the device's stream: a copy from pageable
+    memory waits for the work queued before it (a fused call's kernel), one from pinned memory
+    does not."""
+    if torch.device(device).type != "cuda":
+        return t.to(device)
+    return t.pin_memory().to(device, non_blocking=True)
 
 
 def _expert_major(recv_counts: tuple, device: torch.device) -> torch.Tensor:
