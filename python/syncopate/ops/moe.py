@@ -35,7 +35,8 @@ slots, each tile announcing its rows once stored, while the return all-to-all's 
 each token's k rows with its weights. Both need `capacity` (a multiple of FUSED_BLOCK_M) and
 CUDA; the chunks move whole capacity slots. Both are correct on nvidia-h200 at world 1 and 2
 (ranks sharing the GPU) but were slower than sequential where measured, so mode="auto" runs
-sequential and says why in `reason` / `combine_reason`.
+sequential and says why in `reason` / `combine_reason`. Fused calls do not wait for their
+kernels: a call's bounded waits are checked when the next fused call starts, or by check().
 """
 
 from __future__ import annotations
