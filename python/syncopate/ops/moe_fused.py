@@ -678,7 +678,9 @@ class MoeFusedCombine:
             rank=self.rank,
         )
         self.device_arrays = self.tables.device_arrays(device)
-        self.progs = max(1, min(self.tables.num_tiles, persistent_programs(device, backend, producer=True)))
+        # Not a producer in reserved_sms's sense: the return all-to-all copies, nothing adds on
+        # the destination, so no add kernels need SMs beside the GEMM.
+        self.progs = max(1, min(self.tables.num_tiles, persistent_programs(device, backend)))
         self.kernel = transformed_combine_kernel()
         self.error = None
         self.pending = False  # a call whose waits are not checked yet
