@@ -544,3 +544,34 @@ def test_tile_scale_for_counts_marks_tiles_past_the_counts():
 def test_bad_histograms_are_refused_by_name(counts, match):
     with pytest.raises(ShapeError, match=match):
         moe_fused.tile_scale_for_counts(counts, 256, 128, 1)
+
+
+class _FakeWorkspace:
+    def __init__(self):
+        self.checks = 0
+
+    def check(self, synchronize=True):
+        self.checks += 1
+
+
+@pytest.mark.parametrize(
+    "cls, kernel", [("MoeFusedDispatch", moe_fused.KERNEL), ("MoeFusedCombine", moe_fused.COMBINE_KERNEL)]
+)
+def test_fused_calls_report_a_timed_out_wait_at_the_next_check(cls, kernel):
+    """The fused calls do not wait for their kernels; check() (which the next call runs first)
+    reports the last call's timed-out wait by name, once, and does nothing when no call is pending."""
+    from syncopate.launch import ERROR_WORDS
+
+    op = getattr(moe_fused, cls).__new__(getattr(moe_fused, cls))
+    op.ws, op.pending = _FakeWorkspace(), False
+    op.tables = moe_fused.slot_tables(WORLD, EXPERTS, CAPACITY, BLOCK_M, _tiles_n(), RANK)
+    op.error = torch.zeros(ERROR_WORDS, dtype=torch.int64)
+    op.check()
+    assert op.ws.checks == 0  # nothing pending: no synchronize
+    op.pending = True
+    op.error[:6] = torch.tensor([1, RANK, 3, 1, 0, 18])  # flag, rank, slot, expected, seen, tile
+    with pytest.raises(WaitTimeoutError, match=rf"{kernel}: rank {RANK}: tile 18 waited on slot 3 \(chunk "):
+        op.check()
+    assert op.ws.checks == 1 and not op.pending
+    op.check()  # reported once
+    assert op.ws.checks == 1
