@@ -186,8 +186,8 @@ class MoeDispatchCombine:
             return "sequential", "; ".join(blockers)
         if self.mode == "auto":
             # Measured on nvidia-h200 (bench/bench_moe.py, world 1, 2026-11-25, Mixtral-like,
-            # balanced): fused dispatch 3.74 ms vs sequential 2.42 ms, fused combine 3.76 ms vs
-            # 1.97 ms (docs/PYTHON.md). Until they pay, auto does not take them.
+            # balanced): fused dispatch 2.87 ms vs sequential 2.33 ms, fused combine 2.95 ms vs
+            # 2.03 ms (docs/PYTHON.md). Until they pay, auto does not take them.
             return "sequential", (
                 f"the fused {what} is not shown faster than the sequential one "
                 "(bench/bench_moe.py); ask for mode='fused' to run it"
