@@ -9,14 +9,22 @@ own, rank 0 writes the rows):
                    (NCCL, or nothing at world 1), one torch.matmul per local expert
   grouped_mm       the same rows through torch._grouped_mm (where this torch has it), GEMM only
   syncopate_local  kernels/moe_gemm.py (Triton grouped GEMM over capacity slots, counts read on
-                   the device), GEMM only, on the rows as the dispatch plan lands them
+                   the device), GEMM only, on the rows as the dispatch plan lands them, at the
+                   config ops/moe_fused.py picks (grouped_config); syncopate_local_sweep_ms
+                   times it beside other configs (--sweep N) and without TMA (_ptr)
   fused            MoeDispatchCombine(mode="fused"): the MoE dispatch plan's copy-engine chunks
                    (whole capacity slots) overlapped with the transformed grouped GEMM, the
-                   whole dispatch (packing, counts, rows, GEMM, unpacking with a host sync)
+                   whole dispatch (packing, counts, rows, GEMM, unpacking with a host sync);
+                   and its parts: fused_call_ms (MoeFusedDispatch alone: pack, chunks, kernel),
+                   fused_kernel_landed_ms (the transformed kernel, chunks already landed),
+                   fused_chunks_only_ms (the plan's chunks, no kernel)
+  combine_*        the combine of silu(h) (down-projection [E, intermediate, hidden], rows home,
+                   weighted sum): sequential (a matmul per expert, all-to-all, index_add) and
+                   fused (the notifying grouped GEMM, slots sent home as their tiles finish)
 Rows: shape, tokens per rank, experts, top-k, hidden, intermediate, routing (balanced or skewed:
 one hot expert), capacity, each variant's milliseconds and TFLOP/s (routed rows only). The
-simulator's prediction (sim_at_capacity_*) is for every slot full: it does not model run-time
-counts (tiles past a slot's count skipping) yet.
+simulator's predictions: sim_at_capacity_* with every slot full, sim_counts_* for this call's
+routing histogram (moe_fused.predict_for_counts: tiles past a slot's count compute nothing).
 """
 
 from __future__ import annotations
@@ -34,7 +42,22 @@ SHAPES = {
     "deepseek": (2048, 64, 8, 7168, 2048),
     "small": (512, 8, 2, 1024, 2048),
 }
-BLOCK_M, BLOCK_N, BLOCK_K, WARPS, STAGES = 128, 128, 64, 8, 3
+
+
+def _sweep():
+    from syncopate.ops.moe_fused import GroupedConfig
+
+    return [
+        GroupedConfig(128, 128, 64, 8, 4, group_m=8),
+        GroupedConfig(128, 256, 64, 8, 3),
+        GroupedConfig(128, 128, 64, 8, 3),
+        GroupedConfig(64, 128, 64, 4, 4),
+        GroupedConfig(128, 128, 64, 4, 4),
+        GroupedConfig(128, 128, 64, 8, 4, group_m=4),
+    ]
+
+
+SWEEP = []
 
 
 def time_ms(fn, warmup, iters):
@@ -51,6 +74,94 @@ def time_ms(fn, warmup, iters):
         times.append(start.elapsed_time(end))
     times.sort()
     return times[len(times) // 2]
+
+
+def fused_parts(fused, x, ids, w_up, args):
+    """Milliseconds of the fused dispatch's parts (see run_shape)."""
+    from syncopate.ops.moe_fused import MoeFusedDispatch
+
+    fd = next(iter(fused._fused.values()))
+    captured = {}
+    original = MoeFusedDispatch.__call__
+
+    def capture(self, *call_args):
+        captured["args"] = call_args
+        return original(self, *call_args)
+
+    MoeFusedDispatch.__call__ = capture
+    try:
+        fused.dispatch_gemm(x, ids, w_up)
+    finally:
+        MoeFusedDispatch.__call__ = original
+    out = {"fused_config": fd.config.name}
+    out["fused_call_ms"] = time_ms(lambda: fd(*captured["args"]), args.warmup, args.iters)
+    h = torch.empty((fd.x_recv.shape[0], fd.n), dtype=fd.dtype, device=fd.device)
+    out["fused_kernel_landed_ms"] = time_ms(lambda: fd._launch(w_up, h, fd.ws.epoch_word), args.warmup, args.iters)
+
+    def chunks_only():
+        ws = fd.ws
+        ws.begin()
+        ws.publish()
+        ws.fork()
+        ws.issue_chunks()
+        ws.end()
+
+    out["fused_chunks_only_ms"] = time_ms(chunks_only, args.warmup, args.iters)
+    return out
+
+
+def combine_rows(layer, h, layout, fused, x, ids, w_up, inter, hidden, top_k, gen, device, args):
+    """The combine (down-projection, rows home, weighted sum) of silu(h): sequential and fused."""
+    out = {}
+    local = w_up.shape[0]
+    w_down = (torch.randn(local, inter, hidden, generator=gen) / inter**0.5).to(device, torch.bfloat16)
+    weights = torch.rand(x.shape[0], top_k, generator=gen).to(device, torch.bfloat16)
+    act = torch.nn.functional.silu(h)
+    y_ref = layer.combine_gemm(act, w_down, layout, weights)
+    out["combine_sequential_ms"] = time_ms(
+        lambda: layer.combine_gemm(act, w_down, layout, weights), args.warmup, args.iters
+    )
+    try:
+        h_f, layout_f = fused.dispatch_gemm(x, ids, w_up)
+        act_f = torch.nn.functional.silu(h_f)
+        y = fused.combine_gemm(act_f, w_down, layout_f, weights)
+        out["combine_fused_rel_err_vs_sequential"] = float((y.float() - y_ref.float()).norm() / y_ref.float().norm())
+        out["combine_fused_ms"] = time_ms(
+            lambda: fused.combine_gemm(act_f, w_down, layout_f, weights), args.warmup, args.iters
+        )
+        fc = next(iter(fused._fused_combine.values()))
+        out["combine_fused_config"] = fc.config.name
+    except Exception as exc:
+        out["combine_fused_error"] = f"{type(exc).__name__}: {exc}"[:300]
+    return out
+
+
+def profile_calls(label, fused, layer, x, ids, w_up, args):
+    """torch.profiler tables (host and device time per op) of 3 fused and 3 sequential
+    dispatches and combines, into --profile-dir: where the time outside the kernels goes."""
+    from torch.profiler import ProfilerActivity, profile
+
+    out = Path(args.profile_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    gen = torch.Generator().manual_seed(5)
+    inter, hidden = w_up.shape[2], w_up.shape[1]
+    w_down = (torch.randn(w_up.shape[0], inter, hidden, generator=gen) / inter**0.5).to(x.device, torch.bfloat16)
+    weights = torch.rand(x.shape[0], ids.shape[1], generator=gen).to(x.device, torch.bfloat16)
+    for who, op in (("fused", fused), ("sequential", layer)):
+
+        def step():
+            h, lay = op.dispatch_gemm(x, ids, w_up)
+            op.combine_gemm(torch.nn.functional.silu(h), w_down, lay, weights)
+
+        step()
+        torch.cuda.synchronize()
+        with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+            for _ in range(3):
+                step()
+            torch.cuda.synchronize()
+        table = prof.key_averages().table(sort_by="cpu_time_total", row_limit=40)
+        cuda = prof.key_averages().table(sort_by="cuda_time_total", row_limit=25)
+        (out / f"{label}-{who}.txt").write_text(table + "\n\n" + cuda + "\n")
 
 
 def routing(tokens, experts, top_k, skewed, gen, device):
@@ -108,25 +219,53 @@ def run_shape(name, skewed, group, rank, world, device, args):
         top = torch.tensor([biggest], device=device)
         dist.all_reduce(top, op=dist.ReduceOp.MAX, group=group)
         biggest = int(top)
-    capacity = max(BLOCK_M, -(-biggest // BLOCK_M) * BLOCK_M)
+    capacity = max(128, -(-biggest // 128) * 128)
     slots = world * local
     counts = torch.tensor([n for r in recv for n in r], dtype=torch.int32, device=device)
     a = torch.randn(slots * capacity, hidden, generator=gen).to(device, torch.bfloat16)
     c = torch.empty(slots * capacity, inter, device=device, dtype=torch.bfloat16)
     sms = torch.cuda.get_device_properties(device).multi_processor_count
-    launch_args, meta = moe_fused.grouped_gemm_args(a, w_up, c, counts, capacity, BLOCK_M, BLOCK_N, BLOCK_K, sms)
-    ms = time_ms(
-        lambda: moe_gemm.moe_grouped_gemm[(sms,)](*launch_args, **meta, num_warps=WARPS, num_stages=STAGES),
-        args.warmup,
-        args.iters,
-    )
     row["capacity"] = capacity
-    row["syncopate_local_ms"] = ms
-    row["syncopate_local_tflops"] = flop / ms / 1e9
+    default = moe_fused.grouped_config(capacity)
+    sweep = {}
+    # The default last, TMA last: `c` then holds what the correctness check below reads.
+    for cfg in [c_ for c_ in SWEEP if c_ != default and capacity % c_.block_m == 0][: args.sweep] + [default]:
+        for tma in (False, True) if cfg == default else (True,):
+            launch_args, meta = moe_fused.grouped_gemm_args(
+                a,
+                w_up,
+                c,
+                counts,
+                capacity,
+                cfg.block_m,
+                cfg.block_n,
+                cfg.block_k,
+                sms,
+                group_m=cfg.group_m,
+                use_tma=tma,
+            )
+            try:
+                ms = time_ms(
+                    lambda: moe_gemm.moe_grouped_gemm[(sms,)](
+                        *launch_args, **meta, num_warps=cfg.num_warps, num_stages=cfg.num_stages
+                    ),
+                    args.warmup,
+                    args.iters,
+                )
+                sweep[f"{cfg.name}{'_tma' if tma else '_ptr'}"] = round(ms, 4)
+            except Exception as exc:
+                sweep[f"{cfg.name}{'_tma' if tma else '_ptr'}"] = f"{type(exc).__name__}: {exc}"[:200]
+    row["syncopate_local_config"] = default.name
+    row["syncopate_local_sweep_ms"] = sweep
+    ms = sweep.get(f"{default.name}_tma")
+    if isinstance(ms, float):
+        row["syncopate_local_ms"] = ms
+        row["syncopate_local_tflops"] = flop / ms / 1e9
     if args.fused:
-        # The fused dispatch (the plan's copy-engine chunks + the transformed grouped GEMM); its
-        # capacity is a multiple of 64 (the fused tiles' rows).
-        fused_capacity = max(64, -(-biggest // 64) * 64)
+        # The fused dispatch (the plan's copy-engine chunks + the transformed grouped GEMM), and
+        # its parts: the MoeFusedDispatch call alone (pack, chunks, kernel; no routing, no
+        # unpacking), the transformed kernel alone (its chunks already landed), the chunks alone.
+        fused_capacity = capacity
         try:
             fused = MoeDispatchCombine(
                 group if world > 1 else None, num_experts=experts, top_k=top_k, capacity=fused_capacity, mode="fused"
@@ -137,12 +276,38 @@ def run_shape(name, skewed, group, rank, world, device, args):
             row["fused_ms"] = ms
             row["fused_tflops"] = flop / ms / 1e9
             row["fused_capacity"] = fused_capacity
+            row.update(fused_parts(fused, x, ids, w_up, args))
         except Exception as exc:
             row["fused_error"] = f"{type(exc).__name__}: {exc}"[:300]
-        try:  # the simulator, every slot full (it does not model run-time counts yet)
-            pred = moe_fused.predict_at_capacity(world, local, fused_capacity, hidden, inter)
+        if args.combine:
+            try:
+                row.update(combine_rows(layer, h, layout, fused, x, ids, w_up, inter, hidden, top_k, gen, device, args))
+            except Exception as exc:
+                row["combine_error"] = f"{type(exc).__name__}: {exc}"[:300]
+        if args.profile_dir:
+            try:
+                profile_calls(f"{name}-{'skewed' if skewed else 'balanced'}", fused, layer, x, ids, w_up, args)
+            except Exception as exc:
+                row["profile_error"] = f"{type(exc).__name__}: {exc}"[:300]
+        try:  # the simulator: every slot full, and this call's routing histogram (every rank's counts)
+            cfg = moe_fused.grouped_config(fused_capacity)
+            pred = moe_fused.predict_at_capacity(
+                world, local, fused_capacity, hidden, inter, block_m=cfg.block_m, block_n=cfg.block_n
+            )
             row["sim_at_capacity_fused_ms"] = pred.fused_us / 1e3
             row["sim_at_capacity_sequential_ms"] = pred.sequential_us / 1e3
+            histogram = [recv]
+            if world > 1:
+                import torch.distributed as dist
+
+                histogram = [None] * world
+                dist.all_gather_object(histogram, recv, group=group)
+            pred = moe_fused.predict_for_counts(
+                [list(map(list, h_)) for h_ in histogram], fused_capacity, hidden, inter
+            )
+            row["sim_counts_fused_ms"] = pred.fused_us / 1e3
+            row["sim_counts_sequential_ms"] = pred.sequential_us / 1e3
+            row["sim_counts_gemm_alone_ms"] = pred.gemm_alone_us / 1e3
         except Exception as exc:
             row["sim_error"] = f"{type(exc).__name__}: {exc}"[:300]
     # Correctness of the timed kernel on one slot with rows (bf16 tolerance).
@@ -161,8 +326,15 @@ def main():
     parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument("--iters", type=int, default=10)
     parser.add_argument("--out", default="")
+    parser.add_argument("--only", default="", help="rows to run, e.g. mixtral:balanced,deepseek:balanced")
+    parser.add_argument("--sweep", type=int, default=4, help="grouped GEMM configs to time beside the default")
+    parser.add_argument(
+        "--profile-dir", default="", help="write torch.profiler tables of the fused and sequential layer"
+    )
+    parser.add_argument("--no-combine", dest="combine", action="store_false", help="skip the combine rows")
     parser.add_argument("--no-fused", dest="fused", action="store_false", help="skip the fused dispatch rows")
     args = parser.parse_args()
+    SWEEP.extend(_sweep())
     world = int(os.environ.get("WORLD_SIZE", "1"))
     rank = int(os.environ.get("RANK", "0"))
     group = None
@@ -174,21 +346,24 @@ def main():
         group = dist.group.WORLD
     device = torch.device("cuda", torch.cuda.current_device())
     rows = []
-    for name in args.shapes.split(","):
-        for skewed in (False, True):
-            try:
-                row = run_shape(name, skewed, group, rank, world, device, args)
-            except Exception as exc:
-                row = dict(
-                    shape=name, routing="skewed" if skewed else "balanced", error=f"{type(exc).__name__}: {exc}"[:500]
-                )
-            row["device"] = torch.cuda.get_device_name(device)
-            rows.append(row)
-            if rank == 0:
-                print(json.dumps(row), flush=True)
-    if rank == 0 and args.out:
-        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.out).write_text(json.dumps(rows, indent=1) + "\n")
+    if args.only:  # in the order given
+        todo = [(entry.split(":")[0], entry.split(":")[1] == "skewed") for entry in args.only.split(",")]
+    else:
+        todo = [(name, skewed) for name in args.shapes.split(",") for skewed in (False, True)]
+    for name, skewed in todo:
+        try:
+            row = run_shape(name, skewed, group, rank, world, device, args)
+        except Exception as exc:
+            row = dict(
+                shape=name, routing="skewed" if skewed else "balanced", error=f"{type(exc).__name__}: {exc}"[:500]
+            )
+        row["device"] = torch.cuda.get_device_name(device)
+        rows.append(row)
+        if rank == 0:
+            print(json.dumps(row), flush=True)
+            if args.out:  # after every row: a run cut off by its time limit keeps what it measured
+                Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+                Path(args.out).write_text(json.dumps(rows, indent=1) + "\n")
 
 
 if __name__ == "__main__":

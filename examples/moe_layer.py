@@ -102,7 +102,13 @@ def run_layer(cfg: MoeConfig, args, rank: int, world: int, group, device) -> dic
         ref = reference(x, expert_ids, weights, gate_up, down)
         err = ((y.double() - ref).norm() / ref.norm()).item()
         report["steps"].append(
-            {"step": step, "error": err, "rows_per_expert": layout.rows_per_expert, "mode": layer.last_mode}
+            {
+                "step": step,
+                "error": err,
+                "rows_per_expert": layout.rows_per_expert,
+                "mode": layer.last_mode,
+                "combine_mode": layer.last_combine_mode,
+            }
         )
     report["worst"] = max(s["error"] for s in report["steps"])
     return report

@@ -94,6 +94,9 @@ void bind_timelines(nb::module_& m) {
           "dtype", [](const sim::GemmShape& g) { return std::string(plan::to_string(g.dtype)); },
           [](sim::GemmShape& g, std::string_view dtype) { g.dtype = enum_arg<plan::DType>(dtype, "dtype"); },
           "The operands' dtype (f8e4m3 / f8e5m2 run at the calibration's FP8 rate).")
+      .def_rw("tile_scale", &sim::GemmShape::tile_scale,
+              "Run-time row counts: tile_scale[r][t] is the share of a full tile's work tile t of rank r does "
+              "(0: past its slot's count). Empty: every tile full.")
       .def("grid", &sim::GemmShape::grid)
       .def("flops", &sim::GemmShape::flops);
 

@@ -260,7 +260,9 @@ class Engine {
     auto& rs = ranks_[r];
     rs.tile_spinner[t] = -1;
     rs.timing[t].start = now_;
-    rs.running.push({rs.work_clock + in_.ranks[r].tile_work_us, w, t});
+    const EngineRank& er = in_.ranks[r];
+    const double work = er.tile_scale.empty() ? er.tile_work_us : er.tile_work_us * er.tile_scale[t];
+    rs.running.push({rs.work_clock + work, w, t});
   }
   void on_tile_done(int r, int w, int t) {
     auto& rs = ranks_[r];

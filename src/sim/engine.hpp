@@ -62,6 +62,7 @@ struct EngineKernel {
 struct EngineRank {
   int workers = 1;
   double tile_work_us = 0;                   // one tile's time at full speed
+  std::vector<double> tile_scale;            // by tile id: its share of tile_work_us (empty: 1)
   int tile_count = 0;                        // tile ids are 0 .. tile_count-1
   std::vector<EngineKernel> kernels;         // together they hold every tile once
   std::vector<std::vector<int>> tile_waits;  // by tile id (may be empty: no per-tile waits)

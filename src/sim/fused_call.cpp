@@ -5,6 +5,7 @@
 
 #include <fmt/core.h>
 
+#include "syncopate/common/error.hpp"
 #include "syncopate/plan/dependency_graph.hpp"
 
 #include "syncopate/sim/simulator.hpp"
@@ -39,6 +40,24 @@ std::vector<lower::TileAccess> default_accesses(const plan::CommPlan& plan) {
       fmt::format("simulate: collective.dim: unsupported-dim: an all-gather along dim {} "
                   "does not map onto GEMM tile rows (0) or columns (1)",
                   spec.dim));
+}
+
+void check_tile_scale(const GemmShape& gemm, int world_size) {
+  if (gemm.tile_scale.empty()) return;
+  if (static_cast<int>(gemm.tile_scale.size()) != world_size)
+    throw UserError(fmt::format("simulate: gemm.tile_scale has {} rows for a world of {} (one row per rank)",
+                                gemm.tile_scale.size(), world_size));
+  const auto tiles = gemm.grid().count();
+  for (int r = 0; r < world_size; ++r) {
+    const auto& row = gemm.tile_scale[static_cast<std::size_t>(r)];
+    if (static_cast<std::int64_t>(row.size()) != tiles)
+      throw UserError(
+          fmt::format("simulate: gemm.tile_scale rank {}: {} entries for a grid of {} tiles", r, row.size(), tiles));
+    for (std::size_t t = 0; t < row.size(); ++t)
+      if (!(row[t] >= 0.0))
+        throw UserError(
+            fmt::format("simulate: gemm.tile_scale rank {} tile {}: {} is not a share >= 0 of a tile", r, t, row[t]));
+  }
 }
 
 void reorder(FusedCall& call, schedule::OrderKind order, const Calibration& calib, int group_m) {

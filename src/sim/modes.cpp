@@ -72,6 +72,7 @@ std::vector<EngineChunk> base_chunks(const plan::CommPlan& plan, const Calibrati
 
 void check_call(const FusedCall& call) {
   const int world = call.plan.world_size;
+  check_tile_scale(call.gemm, world);
   const auto tiles = call.gemm.grid().count();
   if (static_cast<int>(call.tables.size()) != world || static_cast<int>(call.orders.size()) != world)
     throw UserError(fmt::format("simulate: the call has {} signal tables and {} tile orders for a world of {}",
@@ -102,11 +103,12 @@ std::vector<std::vector<std::pair<int, int>>> chunk_gates(const FusedCall& call)
   return out;
 }
 
-EngineRank rank_shell(const FusedCall& call, int workers, const Calibration& calib) {
+EngineRank rank_shell(const FusedCall& call, int rank, int workers, const Calibration& calib) {
   EngineRank er;
   er.workers = workers;
   er.tile_work_us = calib.tile_time_us(call.gemm.block_m, call.gemm.block_n, call.gemm.k, call.gemm.dtype);
   er.tile_count = static_cast<int>(call.gemm.grid().count());
+  if (!call.gemm.tile_scale.empty()) er.tile_scale = call.gemm.tile_scale.at(static_cast<std::size_t>(rank));
   return er;
 }
 
@@ -334,7 +336,7 @@ Timeline simulate_fused(const FusedCall& call, const Calibration& calib, const S
   }
   const int workers = fused_workers(call, calib);
   for (int r = 0; r < call.plan.world_size; ++r) {
-    auto er = rank_shell(call, workers, calib);
+    auto er = rank_shell(call, r, workers, calib);
     er.tile_waits = tile_wait_chunks(call.tables[r]);
     er.kernels.push_back({call.orders[r].tiles, {}, path.launch[r]});
     in.ranks.push_back(std::move(er));
@@ -424,7 +426,7 @@ Timeline simulate_kernel_level(const FusedCall& call, const Calibration& base_ca
     const int workers = speed > 0      ? calib.sms
                         : carveout > 0 ? std::min(calib.sms - carveout, compute_workers(call.plan, r, calib))
                                        : compute_workers(call.plan, r, calib);
-    auto er = rank_shell(call, workers, calib);
+    auto er = rank_shell(call, r, workers, calib);
     if (speed > 0) er.tile_work_us /= speed;
     if (carveout > 0) er.tile_work_us *= calib.kernel_level.carveout_slowdown;
     er.kernels = arrival_kernels(call, r, comm, tile_wait_chunks(call.tables[r]), gates);
@@ -482,7 +484,7 @@ Timeline simulate_sequential(const FusedCall& call, const Calibration& calib, co
   in.chunks = base_chunks(call.plan, calib);
   const bool gemm_first = produces(call);
   for (int r = 0; r < call.plan.world_size; ++r) {
-    auto er = rank_shell(call, calib.sms, calib);
+    auto er = rank_shell(call, r, calib.sms, calib);
     EngineKernel kernel{call.orders[r].tiles, {}};
     if (!gemm_first)  // the GEMM waits for the whole collective on its rank
       for (std::size_t c = 0; c < in.chunks.size(); ++c)
@@ -509,6 +511,7 @@ Timeline simulate_comm_alone(const plan::CommPlan& plan, const Calibration& cali
 }
 
 Timeline simulate_gemm_alone(const GemmShape& gemm, int world_size, const Calibration& calib) {
+  check_tile_scale(gemm, world_size);
   EngineInput in;
   in.label = "GEMM alone";
   in.compute_slowdown = false;
@@ -520,6 +523,7 @@ Timeline simulate_gemm_alone(const GemmShape& gemm, int world_size, const Calibr
     er.workers = calib.sms;
     er.tile_work_us = calib.tile_time_us(gemm.block_m, gemm.block_n, gemm.k, gemm.dtype);
     er.tile_count = tiles;
+    if (!gemm.tile_scale.empty()) er.tile_scale = gemm.tile_scale.at(static_cast<std::size_t>(r));
     er.kernels.push_back(kernel);
     in.ranks.push_back(std::move(er));
   }

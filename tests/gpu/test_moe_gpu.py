@@ -7,18 +7,24 @@ sequential: MoeDispatchCombine (all-to-all + one matmul per local expert, then b
 with the routing weights), bf16, 8 experts top-2 and 16 experts top-4, routing drawn afresh each
 call and skewed (expert 0 hot, the last expert receives nothing), against an fp32 reference of
 the whole layer computed from every rank's tokens; relative error ||y - ref|| / ||ref||.
-grouped-gemm (every rank, locally): kernels/moe_gemm.py on the GPU: the original against fp32
-per-slot products (bf16, capacity slots with empty, full and ragged counts); the transformed
+grouped-gemm (every rank, locally): kernels/moe_gemm.py on the GPU: the original (TMA loads and
+pointer loads) against fp32 per-slot products (bf16, capacity slots with empty, full and ragged
+counts), and with NaN in the rows past each count (a TMA block loads them); the transformed
 kernel with every chunk landed; with the rows, counts and signals landed late by the copy engine
 from a side stream in a shuffled order while the kernel spins (rows poisoned with NaN before);
-a withheld chunk ending in WaitTimeoutError naming that chunk.
-fused: MoeDispatchCombine(mode="fused") (the MoE dispatch plan's copy-engine / SM-copy chunks
-overlapped with the transformed grouped GEMM) against mode="sequential" on the same skewed
-routing, new routing each call.
-Prints one line per case and `SUMMARY world=W passed=P failed=F`; exits 1 on any failure.
+a withheld chunk ending in WaitTimeoutError naming that chunk (the host waits for that kernel
+at most 10 s, so a wait that does not end is reported, not hung on).
+fused: MoeDispatchCombine(mode="fused") against mode="sequential" on the same skewed routing, new
+routing each call: the dispatch (the MoE dispatch plan's copy-engine / SM-copy chunks overlapped
+with the transformed waiting grouped GEMM) and the combine of silu(h) (the notifying grouped GEMM
+whose slots go home as their tiles finish, then the weighted sum).
+Prints one line per case and `SUMMARY world=W passed=P failed=F`; exits 1 on any failure. With
+--results-file, each rank's log also holds every case's start time, and (faulthandler) every
+thread's stack whenever a case runs longer than --case-limit-s.
 """
 
 import argparse
+import faulthandler
 import os
 import random
 import sys
@@ -33,11 +39,26 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 
 class Results:
-    def __init__(self, rank, log):
+    """Counts and prints the cases. Every case's start is logged with its time since the start
+    (so a run cut off by its time limit shows where each rank was), and faulthandler dumps every
+    thread's stack into the rank's log when one case runs past `case_limit_s`."""
+
+    def __init__(self, rank, log, case_limit_s=0.0):
         self.rank, self.log, self.passed, self.failed = rank, log, 0, 0
+        self.case_limit_s, self.t0 = case_limit_s, time.perf_counter()
+
+    def start(self, name):
+        line = f"START rank={self.rank} t={time.perf_counter() - self.t0:.1f}s {name}"
+        if self.log:
+            self.log.write(line + "\n")
+            self.log.flush()
+            if self.case_limit_s > 0:
+                faulthandler.cancel_dump_traceback_later()
+                faulthandler.dump_traceback_later(self.case_limit_s, repeat=True, file=self.log)
 
     def record(self, name, ok, detail=""):
-        line = f"{'PASS' if ok else 'FAIL'} rank={self.rank} {name} {detail}".rstrip()
+        elapsed = f"t={time.perf_counter() - self.t0:.1f}s"
+        line = f"{'PASS' if ok else 'FAIL'} rank={self.rank} {name} {detail} {elapsed}".rstrip()
         if ok:
             self.passed += 1
         else:
@@ -49,6 +70,7 @@ class Results:
             self.log.flush()
 
     def run(self, name, fn):
+        self.start(name)
         try:
             ok, detail = fn()
         except Exception as exc:  # a case's failure must not stop the others
@@ -87,6 +109,7 @@ def run_sequential(res, group_obj, calls):
         w_up = w_up_all[rank * local : (rank + 1) * local].to(device, torch.bfloat16)
         w_down = w_down_all[rank * local : (rank + 1) * local].to(device, torch.bfloat16)
         layer = MoeDispatchCombine(group_obj.group if world > 1 else None, num_experts=experts, top_k=top_k)
+        res.start(f"sequential experts={experts} top_k={top_k}")
         worst, received_hot, received_cold = 0.0, 0, 0
         for call in range(calls):
             gen = torch.Generator().manual_seed(1000 * call + rank)
@@ -150,7 +173,7 @@ def check_slots(c, a, w, counts):
 def run_grouped_gemm(res, device, rank):
     from syncopate.errors import WaitTimeoutError
     from syncopate.kernels import moe_gemm
-    from syncopate.launch import launch
+    from syncopate.launch import check_error, launch
     from syncopate.ops import moe_fused
 
     tiles_n = -(-N // BLOCK_N)
@@ -159,14 +182,32 @@ def run_grouped_gemm(res, device, rank):
     def fresh_c():
         return torch.full((a.shape[0], N), float("nan"), device=device, dtype=torch.bfloat16)
 
-    def original():
+    def original(use_tma):
         c = fresh_c()
-        args, meta = moe_fused.grouped_gemm_args(a, w, c, counts, CAPACITY, BLOCK_M, BLOCK_N, BLOCK_K, PROGS)
-        moe_gemm.moe_grouped_gemm[(PROGS,)](*args, **meta)
+        args, meta = moe_fused.grouped_gemm_args(
+            a, w, c, counts, CAPACITY, BLOCK_M, BLOCK_N, BLOCK_K, PROGS, use_tma=use_tma
+        )
+        moe_gemm.moe_grouped_gemm[(PROGS,)](*args, **meta, num_warps=8, num_stages=3)
         torch.cuda.synchronize()
         return check_slots(c, a, w, counts)
 
-    res.run("grouped-gemm original", original)
+    def stale_rows_nan():
+        """TMA loads whole row blocks: rows past a slot's count (NaN here) must not reach the
+        stored rows."""
+        poisoned = a.clone()
+        for q, rows in enumerate(counts.tolist()):
+            poisoned[q * CAPACITY + rows : (q + 1) * CAPACITY] = float("nan")
+        c = fresh_c()
+        args, meta = moe_fused.grouped_gemm_args(
+            poisoned, w, c, counts, CAPACITY, BLOCK_M, BLOCK_N, BLOCK_K, PROGS, use_tma=True
+        )
+        moe_gemm.moe_grouped_gemm[(PROGS,)](*args, **meta, num_warps=8, num_stages=3)
+        torch.cuda.synchronize()
+        return check_slots(c, a, w, counts)
+
+    res.run("grouped-gemm original (TMA)", lambda: original(True))
+    res.run("grouped-gemm original (pointer loads)", lambda: original(False))
+    res.run("grouped-gemm original (TMA), NaN rows past the counts", stale_rows_nan)
     kernel = moe_fused.transformed_kernel()
     tables = moe_fused.slot_tables(WORLD_SLOTS, EXPERTS, CAPACITY, BLOCK_M, tiles_n, rank % WORLD_SLOTS)
     slots = WORLD_SLOTS * EXPERTS
@@ -213,8 +254,21 @@ def run_grouped_gemm(res, device, rank):
         c = fresh_c()
         args, meta = moe_fused.grouped_gemm_args(a, w, c, counts, CAPACITY, BLOCK_M, BLOCK_N, BLOCK_K, PROGS)
         chunk = tables.slot_chunks[q]
+        # The kernel's wait is bounded (50 ms); the host's wait for the kernel is bounded too, so
+        # a kernel that does not end is reported here instead of hanging the run.
+        error = launch(
+            kernel, (PROGS,), tables, *args, signals=signals, epoch=1, wait_bound_ns=50_000_000, sync=False, **meta
+        )
+        done = torch.cuda.Event()
+        done.record()
+        deadline = time.perf_counter() + 10.0
+        while not done.query():
+            if time.perf_counter() > deadline:
+                # (reading the error record would wait for the kernel too)
+                return False, "the kernel had not ended 10 s after its launch (its waits' bound is 50 ms)"
+            time.sleep(0.001)
         try:
-            launch(kernel, (PROGS,), tables, *args, signals=signals, epoch=1, wait_bound_ns=50_000_000, **meta)
+            check_error(error, tables, moe_fused.KERNEL)
         except WaitTimeoutError as exc:
             return f"chunk {chunk}" in str(exc), str(exc).splitlines()[0]
         return False, "no WaitTimeoutError"
@@ -223,8 +277,9 @@ def run_grouped_gemm(res, device, rank):
 
 
 def run_fused(res, group_obj, calls):
-    """mode="fused" (the plan's copy-engine chunks + the transformed grouped GEMM) against
-    mode="sequential" on the same routing, then the (sequential) combine of its output."""
+    """mode="fused" (the plans' copy-engine / SM-copy chunks + the transformed grouped GEMMs)
+    against mode="sequential" on the same routing: the dispatch (waiting GEMM), then the combine
+    (notifying GEMM, slots sent home as their tiles finish, weighted sum) of act(h)."""
     from syncopate.ops.moe import MoeDispatchCombine
 
     rank, world, device = group_obj.rank, group_obj.world, group_obj.device
@@ -234,38 +289,57 @@ def run_fused(res, group_obj, calls):
     wgen = torch.Generator().manual_seed(99)
     w_up = (torch.randn(experts, hidden, inter, generator=wgen) / hidden**0.5)[rank * local : (rank + 1) * local]
     w_up = w_up.to(device, torch.bfloat16).contiguous()
+    w_down = (torch.randn(experts, inter, hidden, generator=wgen) / inter**0.5)[rank * local : (rank + 1) * local]
+    w_down = w_down.to(device, torch.bfloat16).contiguous()
     for backend in ("copy-engine", "sm-copy"):
         fused = MoeDispatchCombine(group, num_experts=experts, top_k=top_k, capacity=128, mode="fused", backend=backend)
         seq = MoeDispatchCombine(group, num_experts=experts, top_k=top_k, mode="sequential")
-        worst, detail = 0.0, ""
+        res.start(f"fused dispatch + combine backend={backend}")
+        worst, worst_y, detail, combine_ok, combine_detail, combine_error = 0.0, 0.0, "", False, "not reached", None
         try:
             for call in range(calls):
                 gen = torch.Generator().manual_seed(7000 + 31 * call + rank)
                 x = torch.randn(tokens, hidden, generator=gen).to(device, torch.bfloat16)
-                ids, _ = skewed_routing(tokens, experts, top_k, gen, device)
+                ids, weights = skewed_routing(tokens, experts, top_k, gen, device)
+                weights = weights.to(torch.bfloat16)
                 h, layout = fused.dispatch_gemm(x, ids, w_up)
                 h_ref, layout_ref = seq.dispatch_gemm(x, ids, w_up)
                 if layout.recv_counts != layout_ref.recv_counts:
                     raise AssertionError(f"call {call}: recv_counts {layout.recv_counts} != {layout_ref.recv_counts}")
                 worst = max(worst, rel_err(h, h_ref))
+                if combine_error is None:
+                    try:
+                        y = fused.combine_gemm(torch.nn.functional.silu(h), w_down, layout, weights)
+                        y_ref = seq.combine_gemm(torch.nn.functional.silu(h_ref), w_down, layout_ref, weights)
+                        worst_y = max(worst_y, rel_err(y, y_ref))
+                    except Exception as exc:
+                        combine_error = f"call {call}: {type(exc).__name__}: {exc}\n{traceback.format_exc()}"
+            fused.check()  # the last calls' waits (fused calls do not wait for their kernels)
             ok = worst < 2e-2 and fused.last_mode == "fused"
             detail = f"worst_rel_err={worst:.2e} rows={layout.rows_per_expert}"
         except Exception as exc:
             ok, detail = False, f"{type(exc).__name__}: {exc}\n{traceback.format_exc()}"
+        if combine_error is None and fused.last_combine_mode is not None:
+            combine_ok = worst_y < 2e-2 and fused.last_combine_mode == "fused"
+            combine_detail = f"worst_rel_err={worst_y:.2e} mode={fused.last_combine_mode}"
+        elif combine_error is not None:
+            combine_detail = combine_error
         res.record(f"fused dispatch backend={backend} world={world} calls={calls}", ok, detail)
+        res.record(f"fused combine backend={backend} world={world} calls={calls}", combine_ok, combine_detail)
 
 
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--calls", type=int, default=20)
     parser.add_argument("--results-file", default="")
+    parser.add_argument("--case-limit-s", type=float, default=20.0, help="dump every stack when a case runs longer")
     args = parser.parse_args()
     from gpu_group import GpuGroup
 
     group_obj = GpuGroup()
     rank, world = group_obj.rank, group_obj.world
     log = open(f"{args.results_file}.rank{rank}", "w") if args.results_file else None
-    res = Results(rank, log)
+    res = Results(rank, log, args.case_limit_s)
     if rank == 0:
         print(f"== mode: {group_obj.mode}", flush=True)
     start = time.perf_counter()

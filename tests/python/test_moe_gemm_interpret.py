@@ -19,7 +19,8 @@ import pytest
 os.environ["TRITON_INTERPRET"] = "1"
 
 torch = pytest.importorskip("torch")
-pytest.importorskip("triton")
+triton = pytest.importorskip("triton")
+tl = pytest.importorskip("triton.language")
 
 from syncopate.errors import ShapeError, WaitTimeoutError  # noqa: E402
 from syncopate.kernels import moe_gemm  # noqa: E402
@@ -161,6 +162,100 @@ def test_withheld_chunk_is_named():
     assert "rank 1" in message
 
 
+def _poison_past_counts(a, counts):
+    """NaN in every row past its slot's count (stale rows a TMA block still loads)."""
+    a = a.clone()
+    for q, rows in enumerate(counts.tolist()):
+        a[q * CAPACITY + rows : (q + 1) * CAPACITY] = float("nan")
+    return a
+
+
+def test_tma_original_matches_reference_and_ignores_rows_past_counts():
+    a, w, counts = _problem(12)
+    poisoned = _poison_past_counts(a, counts)
+    c = torch.full((a.shape[0], N), float("nan"))
+    args, meta = moe_fused.grouped_gemm_args(
+        poisoned, w, c, counts, CAPACITY, BLOCK_M, BLOCK_N, BLOCK_K, PROGS, use_tma=True, group_m=2
+    )
+    assert meta["USE_TMA"] is True
+    moe_gemm.moe_grouped_gemm[(PROGS,)](*args, **meta)
+    _check_against_reference(c, a, w, counts)
+
+
+def test_tma_transformed_with_late_chunks_equals_pointer_original():
+    a_full, w, counts = _problem(13)
+    ref = _run_original(a_full, w, counts)
+    landed = _poison_past_counts(a_full, counts)
+    a = torch.full_like(a_full, float("nan"))
+    stale = torch.full_like(counts, CAPACITY)
+    signals = torch.zeros(WORLD * EXPERTS, dtype=torch.int32)
+    arrival = list(range(WORLD * EXPERTS))
+    random.Random(17).shuffle(arrival)
+
+    def land():
+        for q in arrival:
+            time.sleep(0.01)
+            stale[q] = counts[q]
+            a[q * CAPACITY : (q + 1) * CAPACITY] = landed[q * CAPACITY : (q + 1) * CAPACITY]
+            signals[q] = 1
+
+    order = moe_fused.local_first_order(WORLD, EXPERTS, CAPACITY, BLOCK_M, _tiles_n(), RANK, group_m=2)
+    tables = moe_fused.slot_tables(WORLD, EXPERTS, CAPACITY, BLOCK_M, _tiles_n(), RANK, order)
+    c = torch.full_like(ref, float("nan"))
+    args, meta = moe_fused.grouped_gemm_args(
+        a, w, c, stale, CAPACITY, BLOCK_M, BLOCK_N, BLOCK_K, PROGS, use_tma=True, group_m=2
+    )
+    lander = threading.Thread(target=land)
+    lander.start()
+    try:
+        launch(
+            moe_fused.transformed_kernel(),
+            (PROGS,),
+            tables,
+            *args,
+            signals=signals,
+            epoch=1,
+            wait_bound_ns=20_000_000_000,
+            **meta,
+        )
+    finally:
+        lander.join()
+    torch.testing.assert_close(c, ref, rtol=1e-5, atol=1e-5, equal_nan=True)
+
+
+def test_tma_refused_where_a_k_block_would_cross_experts():
+    a, w, counts = _problem(0)
+    c = torch.empty(a.shape[0], N)
+    with pytest.raises(ShapeError, match="use_tma=True"):
+        moe_fused.grouped_gemm_args(a, w, c, counts, CAPACITY, BLOCK_M, BLOCK_N, 32, PROGS, use_tma=True)
+
+
+@triton.jit
+def _tile_coords_kernel(out_ptr, num_tiles, blocks_per_slot, num_pid_n, GROUP_M: tl.constexpr):
+    for t in range(num_tiles):
+        pid_m, pid_n = moe_gemm.slot_grouped_tile(t, blocks_per_slot, num_pid_n, GROUP_M)
+        tl.store(out_ptr + 2 * t, pid_m)
+        tl.store(out_ptr + 2 * t + 1, pid_n)
+
+
+@pytest.mark.parametrize("blocks_per_slot, tiles_n, group_m", [(5, 3, 2), (4, 2, 8), (3, 4, 1)])
+def test_kernel_tile_order_is_the_tables_order(blocks_per_slot, tiles_n, group_m):
+    """The original kernel's order (slot_grouped_tile) is the order the fused op's tables give
+    at world 1 (the transformed kernel's), and each slot's tiles are a permutation of its own."""
+    experts = 2
+    capacity = blocks_per_slot * 16
+    tiles = experts * blocks_per_slot * tiles_n
+    out = torch.zeros(2 * tiles, dtype=torch.int32)
+    _tile_coords_kernel[(1,)](out, tiles, blocks_per_slot, tiles_n, group_m)
+    kernel_order = [int(m) * tiles_n + int(n) for m, n in out.view(-1, 2).tolist()]
+    assert kernel_order == moe_fused.local_first_order(1, experts, capacity, 16, tiles_n, 0, group_m)
+    assert sorted(kernel_order) == list(range(tiles))
+    # Inside a group, the group's row blocks come before the next column block.
+    first = moe_fused.slot_order(blocks_per_slot, tiles_n, group_m)
+    rows = min(group_m, blocks_per_slot)
+    assert first[:rows] == [(b, 0) for b in range(rows)]
+
+
 def test_local_first_order_starts_with_own_slots():
     order = moe_fused.local_first_order(WORLD, EXPERTS, CAPACITY, BLOCK_M, 2, RANK)
     assert sorted(order) == list(range(WORLD * EXPERTS * (CAPACITY // BLOCK_M) * 2))
@@ -200,8 +295,8 @@ class _OneRankFusedStandIn:
     (x_send slot e -> x_recv slot e, send_counts -> recv_counts), so x_recv is x_send; the
     grouped GEMM runs under the interpreter. Checks MoeDispatchCombine's packing and unpacking."""
 
-    def __init__(self, group, *, local_experts, capacity, hidden, out_features, dtype, device, backend, block_m):
-        self.experts, self.capacity, self.n, self.block_m = local_experts, capacity, out_features, block_m
+    def __init__(self, group, *, local_experts, capacity, hidden, out_features, dtype, device, backend):
+        self.experts, self.capacity, self.n, self.block_m = local_experts, capacity, out_features, 16
         self.x_send = torch.full((local_experts * capacity, hidden), float("nan"), dtype=dtype)
 
     def __call__(self, rows, dest, send_counts, w):
@@ -209,17 +304,34 @@ class _OneRankFusedStandIn:
         h = torch.full((self.x_send.shape[0], self.n), float("nan"), dtype=rows.dtype)
         args, meta = moe_fused.grouped_gemm_args(self.x_send, w, h, send_counts, self.capacity, self.block_m, 16, 16, 2)
         moe_gemm.moe_grouped_gemm[(2,)](*args, **meta)
-        return h, send_counts.clone()
+        return h
+
+
+class _OneRankCombineStandIn:
+    """MoeFusedCombine at world 1 without the CUDA runtime: the combine plan's only chunks are
+    local (y_send slot e -> y_recv slot e), so y_recv is y_send; the notifying grouped GEMM (the
+    original) runs under the interpreter. Checks MoeDispatchCombine's slot scatter and gather."""
+
+    def __init__(self, group, *, local_experts, capacity, in_features, hidden, dtype, device, backend):
+        self.capacity, self.hidden = capacity, hidden
+        self.a_slots = torch.full((local_experts * capacity, in_features), float("nan"), dtype=dtype)
+
+    def __call__(self, a_slots, counts, w, dest):
+        y = torch.full((a_slots.shape[0], self.hidden), float("nan"), dtype=a_slots.dtype)
+        args, meta = moe_fused.grouped_gemm_args(a_slots, w, y, counts, self.capacity, 16, 16, 16, 2)
+        moe_gemm.moe_grouped_gemm_notify[(2,)](*args, **meta)
+        return y[dest]
 
 
 def test_fused_dispatch_packing_matches_sequential(monkeypatch):
     from syncopate.ops import moe as moe_op
 
     monkeypatch.setattr(moe_fused, "MoeFusedDispatch", _OneRankFusedStandIn)
+    monkeypatch.setattr(moe_fused, "MoeFusedCombine", _OneRankCombineStandIn)
     monkeypatch.setattr(
         moe_op.MoeDispatchCombine,
         "_choose",
-        lambda self, x: ("sequential", "") if self.mode == "sequential" else ("fused", "stand-in"),
+        lambda self, x, what="dispatch": ("sequential", "") if self.mode == "sequential" else ("fused", "stand-in"),
     )
     monkeypatch.setattr(moe_op, "FUSED_BLOCK_M", 16)
     gen = torch.Generator().manual_seed(4)
@@ -242,9 +354,12 @@ def test_fused_dispatch_packing_matches_sequential(monkeypatch):
     assert layout.recv_counts == layout_seq.recv_counts and layout.rows_per_expert[3] == 0
     torch.testing.assert_close(h, h_seq, rtol=1e-5, atol=1e-5)
     weights = torch.rand(tokens, top_k, generator=gen)
+    w_down = torch.randn(experts, n, hidden, generator=gen)
+    sequential = moe_op.MoeDispatchCombine(None, num_experts=experts, top_k=top_k, mode="sequential")
+    y_fused = fused.combine_gemm(h, w_down, layout, weights)
+    assert fused.last_combine_mode == "fused"
     torch.testing.assert_close(
-        fused.combine_gemm(h, w.transpose(1, 2).contiguous(), layout, weights),
-        fused.combine_gemm(h_seq, w.transpose(1, 2).contiguous(), layout_seq, weights),
+        y_fused, sequential.combine_gemm(h_seq, w_down, layout_seq, weights), rtol=1e-4, atol=1e-4
     )
 
 
@@ -263,3 +378,200 @@ def test_simulator_predicts_the_dispatch_at_capacity():
         assert 0 < p.fused_us < float("inf") and 0 < p.sequential_us < float("inf")
         assert p.fused_us >= p.floor_us * 0.999
     assert large.comm_alone_us > small.comm_alone_us and large.gemm_alone_us > small.gemm_alone_us
+
+
+def test_fused_kernel_variants_compile_for_sm90(run_compile_script):
+    """The transformed grouped GEMMs (dispatch: waiting; combine: notifying) at the configs the
+    fused ops launch, TMA and pointer loads, through Triton's GPU passes and ptxas
+    (compile_moe_kernels.py): no GPU needed."""
+    run = run_compile_script("compile_moe_kernels.py", timeout=600)
+    lines = [ln for ln in run.stdout.splitlines() if ln.startswith(("OK ", "FAIL "))]
+    assert run.returncode == 0 and len(lines) == 8 and all(ln.startswith("OK ") for ln in lines), (
+        "\n".join(lines) + run.stderr[-3000:]
+    )
+
+
+def test_sent_rows_are_the_slots_in_send_order():
+    # Rank of a world of 2, 2 local experts, capacity 4: 2 rows to (rank 0, expert 0), none to
+    # (0, 1), 1 to (1, 0), 3 to (1, 1).
+    rows = moe_fused.sent_rows(((2, 0), (1, 3)), 4, torch.device("cpu"))
+    assert rows.tolist() == [0, 1, 8, 12, 13, 14]
+
+
+def test_combine_order_starts_with_own_slots_then_the_next_rank():
+    order = moe_fused.combine_order(WORLD, EXPERTS, CAPACITY, BLOCK_M, 2, RANK)
+    per_slot = CAPACITY // BLOCK_M
+    assert sorted(order) == list(range(WORLD * EXPERTS * per_slot * 2))
+    per_dest = EXPERTS * per_slot * 2
+    for i in range(WORLD):
+        slots = {(t // 2) // per_slot for t in order[i * per_dest : (i + 1) * per_dest]}
+        assert slots == {(RANK + i) % WORLD * EXPERTS + e for e in range(EXPERTS)}
+
+
+def _combine_plan():
+    _core = pytest.importorskip("syncopate._core")
+    plan = moe_fused.combine_plan(WORLD, EXPERTS, CAPACITY, N, dtype="f32", backend="copy-engine")
+    assert _core.verify(plan).ok
+    return plan
+
+
+def test_combine_tables_make_each_chunk_wait_for_every_tile_of_its_slot():
+    plan = _combine_plan()
+    per_slot, tiles_n = CAPACITY // BLOCK_M, _tiles_n()
+    for rank in range(WORLD):
+        tables = moe_fused.combine_tables(plan, WORLD, EXPERTS, CAPACITY, N, BLOCK_M, BLOCK_N, rank)
+        notified = {}
+        for tile in range(tables.num_tiles):
+            slots = tables.notify_slots[tables.notify_offsets[tile] : tables.notify_offsets[tile + 1]]
+            assert len(slots) == 1, (rank, tile, slots)
+            chunk = plan.chunks[tables.slot_chunks[slots[0]]]
+            q = (tile // tiles_n) // per_slot
+            # The chunk that waits on this tile carries the tile's y_send slot from this rank.
+            assert chunk.src == rank and chunk.tensor == "y_send" and chunk.box.offset[0] == q * CAPACITY
+            assert chunk.dst == q // EXPERTS and chunk.dst_box.offset[0] == (rank * EXPERTS + q % EXPERTS) * CAPACITY
+            notified.setdefault(slots[0], set()).add(tile)
+        for slot, tiles in notified.items():
+            assert tables.slot_writers[slot] == len(tiles) == per_slot * tiles_n
+
+
+def test_combine_transformed_announces_every_tile_after_its_rows_are_stored(monkeypatch):
+    """The notifying GEMM under the interpreter with the combine plan's tables (rank 1 of 3).
+    Each atomic add on a ready slot (a tile's notify) is intercepted: when it completes the slot's
+    count of tiles, the y_send slot is copied right then (what the chunk would carry home at that
+    moment). Every ready slot completes, empty slots included (their tiles store nothing but
+    still announce), and each copy already equals the final, correct rows: no tile announced
+    rows before storing them."""
+    from triton.runtime import interpreter
+
+    plan = _combine_plan()
+    a, w, counts = _problem(21)
+    ref = _run_original(a, w, counts)
+    tables = moe_fused.combine_tables(plan, WORLD, EXPERTS, CAPACITY, N, BLOCK_M, BLOCK_N, RANK)
+    ready = sorted(set(tables.notify_slots))  # the other slots are landing slots of y_recv
+    signals = torch.zeros(len(tables.slot_writers), dtype=torch.int32)
+    c = torch.full_like(ref, float("nan"))
+    copies = {}
+    original_rmw = interpreter.InterpreterBuilder.create_atomic_rmw
+
+    def atomic_rmw(self, op, ptr, val, mask, sem, scope):
+        out = original_rmw(self, op, ptr, val, mask, sem, scope)
+        for address in ptr.data.reshape(-1)[mask.data.reshape(-1)]:
+            s = (int(address) - signals.data_ptr()) // 4
+            if 0 <= s < len(signals) and s not in copies and int(signals[s]) >= tables.slot_writers[s]:
+                q = plan.chunks[tables.slot_chunks[s]].box.offset[0] // CAPACITY
+                copies[s] = (q, c[q * CAPACITY : (q + 1) * CAPACITY].clone())
+        return out
+
+    monkeypatch.setattr(interpreter.InterpreterBuilder, "create_atomic_rmw", atomic_rmw)
+    args, meta = moe_fused.grouped_gemm_args(a, w, c, counts, CAPACITY, BLOCK_M, BLOCK_N, BLOCK_K, PROGS)
+    launch(
+        moe_fused.transformed_combine_kernel(),
+        (PROGS,),
+        tables,
+        *args,
+        signals=signals,
+        epoch=1,
+        wait_bound_ns=50_000_000,
+        **meta,
+    )
+    assert [int(signals[s]) for s in ready] == [tables.slot_writers[s] for s in ready]
+    assert all(int(signals[s]) == 0 for s in range(len(signals)) if s not in ready)
+    assert sorted(copies) == ready
+    assert sorted(q for q, _ in copies.values()) == list(range(WORLD * EXPERTS))
+    for q, copy in copies.values():
+        rows = int(counts[q])
+        torch.testing.assert_close(copy[:rows], ref[q * CAPACITY : q * CAPACITY + rows], rtol=0, atol=0)
+    torch.testing.assert_close(c, ref, rtol=0, atol=0, equal_nan=True)
+
+
+@pytest.mark.parametrize("capacity, block_m, block_n", [(128, 128, 256), (4096, 128, 256), (1088, 64, 128)])
+def test_grouped_config_takes_the_measured_blocks_the_capacity_allows(capacity, block_m, block_n):
+    cfg = moe_fused.grouped_config(capacity)
+    assert (cfg.block_m, cfg.block_n) == (block_m, block_n) and capacity % cfg.block_m == 0
+
+
+def _h200():
+    from pathlib import Path
+
+    import syncopate as sy
+
+    return sy.calibration(str(Path(__file__).resolve().parents[2] / "calib" / "h200.json"))
+
+
+def test_simulator_models_run_time_counts():
+    """predict_for_counts: full slots predict what predict_at_capacity does; emptier slots (tiles
+    past their counts compute nothing) predict a shorter GEMM, fused and sequential; a hot
+    expert on one rank makes that rank the slowest."""
+    _core = pytest.importorskip("syncopate._core")
+    if not hasattr(_core.GemmShape(1, 1, 1), "tile_scale"):
+        pytest.fail("syncopate._core lacks GemmShape.tile_scale: reinstall the package (pip install .)")
+    calib = _h200()
+    world, experts, capacity, hidden, n = 2, 2, 1024, 1024, 8192  # 1024 tiles a rank: several waves
+    full = [[[capacity] * experts for _ in range(world)] for _ in range(world)]
+    cfg = moe_fused.grouped_config(capacity)
+    at_cap = moe_fused.predict_at_capacity(
+        world, experts, capacity, hidden, n, block_m=cfg.block_m, block_n=cfg.block_n, calibration=calib
+    )
+    same = moe_fused.predict_for_counts(full, capacity, hidden, n, calibration=calib)
+    assert same.fused_us == pytest.approx(at_cap.fused_us) and same.gemm_alone_us == pytest.approx(at_cap.gemm_alone_us)
+    quarter = [[[capacity // 4, 0] for _ in range(world)] for _ in range(world)]  # 1/8 of the tiles compute
+    less = moe_fused.predict_for_counts(quarter, capacity, hidden, n, calibration=calib)
+    assert less.gemm_alone_us < 0.5 * same.gemm_alone_us
+    assert less.fused_us < same.fused_us and less.sequential_us < same.sequential_us
+    assert less.comm_alone_us == pytest.approx(same.comm_alone_us)  # whole capacity slots move either way
+    hot = [[[capacity, 0], [capacity, 0]], [[0, 0], [0, 0]]]  # rank 0: half its tiles; rank 1: none
+    skewed = moe_fused.predict_for_counts(hot, capacity, hidden, n, calibration=calib)
+    assert less.fused_us <= skewed.fused_us <= same.fused_us  # fused is bound by the chunks here
+    assert less.sequential_us < skewed.sequential_us < same.sequential_us
+
+
+def test_tile_scale_for_counts_marks_tiles_past_the_counts():
+    scale = moe_fused.tile_scale_for_counts([[[0, 130]]], 256, 128, 2)  # one rank, two experts
+    assert scale == [[0.0, 0.0, 0.0, 0.0, 1.0, 1.0, 1.0, 1.0]]
+    scale = moe_fused.tile_scale_for_counts([[[128, 1]]], 256, 128, 1)
+    assert scale == [[1.0, 0.0, 1.0, 0.0]]
+
+
+@pytest.mark.parametrize(
+    "counts, match",
+    [
+        ([[[300, 0]]], r"rank 0 receives 300 rows from rank 0 for expert 0: .* 0\.\.256"),
+        ([[[1, -1]]], r"rank 0 receives -1 rows from rank 0 for expert 1"),
+        ([[[1, 1]], [[1, 1]]], r"recv_counts\[0\] has 1 sources for a world of 2"),
+        ([[[1, 1], [1]], [[1, 1], [1, 1]]], r"recv_counts\[0\]\[1\] has 1 experts, expected 2"),
+    ],
+)
+def test_bad_histograms_are_refused_by_name(counts, match):
+    with pytest.raises(ShapeError, match=match):
+        moe_fused.tile_scale_for_counts(counts, 256, 128, 1)
+
+
+class _FakeWorkspace:
+    def __init__(self):
+        self.checks = 0
+
+    def check(self, synchronize=True):
+        self.checks += 1
+
+
+@pytest.mark.parametrize(
+    "cls, kernel", [("MoeFusedDispatch", moe_fused.KERNEL), ("MoeFusedCombine", moe_fused.COMBINE_KERNEL)]
+)
+def test_fused_calls_report_a_timed_out_wait_at_the_next_check(cls, kernel):
+    """The fused calls do not wait for their kernels; check() (which the next call runs first)
+    reports the last call's timed-out wait by name, once, and does nothing when no call is pending."""
+    from syncopate.launch import ERROR_WORDS
+
+    op = getattr(moe_fused, cls).__new__(getattr(moe_fused, cls))
+    op.ws, op.pending = _FakeWorkspace(), False
+    op.tables = moe_fused.slot_tables(WORLD, EXPERTS, CAPACITY, BLOCK_M, _tiles_n(), RANK)
+    op.error = torch.zeros(ERROR_WORDS, dtype=torch.int64)
+    op.check()
+    assert op.ws.checks == 0  # nothing pending: no synchronize
+    op.pending = True
+    op.error[:6] = torch.tensor([1, RANK, 3, 1, 0, 18])  # flag, rank, slot, expected, seen, tile
+    with pytest.raises(WaitTimeoutError, match=rf"{kernel}: rank {RANK}: tile 18 waited on slot 3 \(chunk "):
+        op.check()
+    assert op.ws.checks == 1 and not op.pending
+    op.check()  # reported once
+    assert op.ws.checks == 1

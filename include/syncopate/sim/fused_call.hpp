@@ -20,6 +20,11 @@ struct GemmShape {
   std::int64_t block_m = 128, block_n = 256;
   // The operands' dtype: FP8 (f8e4m3, f8e5m2) runs at the calibration's FP8 rate.
   plan::DType dtype = plan::DType::bf16;
+  // Run-time row counts (a grouped GEMM over capacity slots, the MoE dispatch): tile_scale[r][t]
+  // is the share of a full tile's work that tile t of rank r does, 0 for a tile whose rows start
+  // past its slot's count (it waits, then returns). Empty: every tile is full; else one row per
+  // rank with one entry per tile, each >= 0 (check_tile_scale).
+  std::vector<std::vector<double>> tile_scale;
 
   lower::TileGrid grid() const { return {m, n, block_m, block_n}; }
   double flops() const { return 2.0 * double(m) * double(n) * double(k); }
@@ -44,6 +49,10 @@ struct FusedCall {
 // Throws UserError for a custom plan (no collective says how the GEMM uses it) or a gather
 // dimension above 1.
 std::vector<lower::TileAccess> default_accesses(const plan::CommPlan& plan);
+
+// Throws UserError naming the rank (and tile) when gemm.tile_scale is set but is not one row of
+// grid().count() entries >= 0 per rank of world_size.
+void check_tile_scale(const GemmShape& gemm, int world_size);
 
 // Lowers the plan for the GEMM's grid and orders each rank's tiles. Arrival order is driven by
 // the simulator's own prediction of each chunk's landing (or, for produced chunks, leaving)

@@ -63,10 +63,13 @@ def transformed_kernel(kernel_name: str, module_name: str = GEMM_MODULE):
             f"syncopate.ops: transforming {kernel_name} of {path} failed: {type(exc).__name__}: {exc}"
         ) from exc
     text = getattr(result, "source", None)
-    if not isinstance(text, str) or not ("syl.wait_tile(" in text or "syl.wait_for_tile(" in text):
+    if not isinstance(text, str) or not any(
+        f"syl.{name}(" in text for name in ("wait_tile", "wait_for_tile", "notify_tile")
+    ):
         raise InternalError(
             f"syncopate.ops: the transformer's output for {kernel_name} of {path} has no "
-            "waits (expected syl.wait_for_tile or syl.wait_tile): the kernel's annotations did not apply"
+            "waits and no notifies (expected syl.wait_tile, syl.wait_for_tile or syl.notify_tile): the kernel's "
+            "annotations did not apply"
         )
     # Triton reads a kernel's source through inspect, so the module needs a real file; named
     # inside syncopate.kernels so that gemm.py's relative imports resolve.

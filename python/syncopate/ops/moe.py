@@ -25,19 +25,24 @@ expert and the ranks.
 mode="sequential": the all-to-all (torch.distributed's all_to_all_single over the group: NCCL
 across GPUs, gloo on the CPU), then one matmul per local expert; without torch.distributed it is
 one rank, and the all-to-all is the identity.
-mode="fused" (dispatch only; ops/moe_fused.py): the MoE dispatch plan (plan/expert_parallel.hpp:
+mode="fused" (ops/moe_fused.py): the dispatch is the MoE dispatch plan (plan/expert_parallel.hpp:
 counts first, then one chunk per (source rank, local expert) of `capacity` rows) run by the
 runtime's copy-engine or SM-copy chunks while the transformed grouped GEMM (kernels/moe_gemm.py)
 runs: each tile waits for exactly the chunk of its (source, expert) slot, local slots first, and
-reads that slot's count on the device. It needs `capacity` (a multiple of FUSED_BLOCK_M) and CUDA;
-the chunks move whole capacity slots. Correct on nvidia-h100-x1 at world 1 and 2 (ranks sharing
-the GPU), but slower than sequential where measured, so mode="auto" runs sequential and says
-why in `reason`. The combine is sequential in both modes.
+reads that slot's count on the device. The combine is the notifying grouped GEMM over the same
+slots, each tile announcing its rows once stored, while the return all-to-all's chunk of each
+(home rank, expert) slot leaves as soon as the slot's last tile is done; the home rank then sums
+each token's k rows with its weights. Both need `capacity` (a multiple of FUSED_BLOCK_M) and
+CUDA; the chunks move whole capacity slots. Both are correct on nvidia-h200 at world 1 and 2
+(ranks sharing the GPU) but were slower than sequential where measured, so mode="auto" runs
+sequential and says why in `reason` / `combine_reason`. Fused calls do not wait for their
+kernels: a call's bounded waits are checked when the next fused call starts, or by check().
 """
 
 from __future__ import annotations
 
 import dataclasses
+import itertools
 from typing import Optional, Sequence
 
 import torch
@@ -121,6 +126,9 @@ class MoeDispatchCombine:
         self.last_mode = None  # what the last dispatch ran: "fused" or "sequential"
         self.reason = ""  # why, for mode="auto"
         self._fused = {}
+        self._fused_combine = {}
+        self.last_combine_mode = None  # what the last combine ran
+        self.combine_reason = ""
 
     # -- dispatch -----------------------------------------------------------------------------------
     def dispatch_gemm(self, x: torch.Tensor, expert_ids: torch.Tensor, w_up: torch.Tensor):
@@ -137,8 +145,12 @@ class MoeDispatchCombine:
         rows = x[torch.div(order, self.top_k, rounding_mode="floor")]
         self.last_mode, self.reason = self._choose(x)
         if self.last_mode == "fused":
-            self._check_capacity(send_counts, ())
-            return self._dispatch_fused(x, rows, flat[order], send, send_counts, order, w_up)
+            # The counts travel with the plan on the device too (the kernel reads them there);
+            # the host needs them for h's shape, so they are exchanged as on the sequential path
+            # and nothing after the fused call waits for its kernel.
+            recv_counts = self._exchange_counts(send_counts)
+            self._check_capacity(send_counts, recv_counts)
+            return self._dispatch_fused(x, rows, flat[order], send, send_counts, recv_counts, order, w_up)
         recv_counts = self._exchange_counts(send_counts)
         self._check_capacity(send_counts, recv_counts)
         received = self._all_to_all(rows, [sum(r) for r in send_counts], [sum(r) for r in recv_counts])
@@ -147,8 +159,8 @@ class MoeDispatchCombine:
         layout = DispatchLayout(send_counts, recv_counts, order, regroup, x.shape[0], self.top_k)
         return _per_expert_matmul(grouped, w_up, layout.rows_per_expert), layout
 
-    def _choose(self, x: torch.Tensor):
-        """(mode, reason) of this dispatch."""
+    def _choose(self, x: torch.Tensor, what: str = "dispatch"):
+        """(mode, reason) of this dispatch or combine (`what`)."""
         who = "MoeDispatchCombine"
         blockers = []
         if self.capacity is None:
@@ -173,16 +185,16 @@ class MoeDispatchCombine:
         if blockers:
             return "sequential", "; ".join(blockers)
         if self.mode == "auto":
-            # Measured on nvidia-h100-x1 (bench/bench_moe.py, world 1): the fused dispatch took
-            # 9.1 ms where the sequential one took 3.5 ms (Mixtral-like, balanced). Until it pays
-            # (and the simulator models run-time counts), auto does not take it.
+            # Measured on nvidia-h200 (bench/bench_moe.py, world 1, 2026-11-25, Mixtral-like,
+            # balanced): fused dispatch 2.87 ms vs sequential 2.33 ms, fused combine 2.95 ms vs
+            # 2.03 ms (docs/PYTHON.md). Until they pay, auto does not take them.
             return "sequential", (
-                "the fused dispatch is slower than the sequential one where measured "
+                f"the fused {what} is not shown faster than the sequential one "
                 "(bench/bench_moe.py); ask for mode='fused' to run it"
             )
         return "fused", "mode='fused'"
 
-    def _dispatch_fused(self, x, rows, expert_of_row, send, send_counts, order, w_up):
+    def _dispatch_fused(self, x, rows, expert_of_row, send, send_counts, recv_counts, order, w_up):
         from syncopate.ops.moe_fused import MoeFusedDispatch
 
         key = (x.shape[1], w_up.shape[2], x.dtype, x.device)
@@ -197,28 +209,24 @@ class MoeDispatchCombine:
                 dtype=x.dtype,
                 device=x.device,
                 backend=self.backend,
-                block_m=FUSED_BLOCK_M,
             )
             self._fused[key] = fused
         flat_send = send.reshape(-1)
         starts = torch.cumsum(flat_send, 0) - flat_send
         within = torch.arange(rows.shape[0], device=x.device) - starts[expert_of_row]
         dest = expert_of_row * self.capacity + within  # slot (rank j, expert e) = global expert id
-        h_slots, recv_dev = fused(rows, dest, flat_send.to(torch.int32), w_up)
-        recv_counts = tuple(
-            tuple(int(v) for v in row) for row in recv_dev.view(self.world, self.local_experts).tolist()
-        )
-        self._check_capacity((), recv_counts)
-        # The sequential layout: by local expert, then source rank.
-        index = [
-            (s * self.local_experts + e) * self.capacity + i
-            for e in range(self.local_experts)
-            for s in range(self.world)
-            for i in range(recv_counts[s][e])
-        ]
-        h = h_slots[torch.tensor(index, dtype=torch.int64, device=x.device)]
+        h_slots = fused(rows, dest, flat_send.to(torch.int32), w_up)
+        # The sequential layout: by local expert, then source rank (gathered on the device).
+        h = h_slots[_slot_rows(recv_counts, self.capacity, x.device)]
         regroup = _expert_major(recv_counts, x.device)
         return h, DispatchLayout(send_counts, recv_counts, order, regroup, x.shape[0], self.top_k)
+
+    def check(self) -> None:
+        """Raises WaitTimeoutError if a fused call's wait (kernel or runtime) ran past its bound.
+        Fused calls do not wait for their kernels; each checks the previous call of its op when
+        it starts, and this checks the last ones (it synchronizes the device)."""
+        for op in (*self._fused.values(), *self._fused_combine.values()):
+            op.check()
 
     # -- combine ------------------------------------------------------------------------------------
     def combine_gemm(
@@ -241,16 +249,51 @@ class MoeDispatchCombine:
             )
         if not weights.is_floating_point():
             raise UserError(f"{who}: weights must be floating point, got {weights.dtype}")
+        self.last_combine_mode, self.combine_reason = self._choose(h, "combine")
+        if self.last_combine_mode == "fused":
+            back = self._combine_fused(h, w_down, layout)
+            return self._weighted_sum(back, layout, weights)
         y = _per_expert_matmul(h, w_down, layout.rows_per_expert)
         arrived = torch.empty_like(y)
         arrived[layout.regroup] = y  # back to the order the rows arrived in
         back = self._all_to_all(arrived, [sum(r) for r in layout.recv_counts], [sum(r) for r in layout.send_counts])
+        return self._weighted_sum(back, layout, weights)
+
+    @staticmethod
+    def _weighted_sum(back: torch.Tensor, layout: DispatchLayout, weights: torch.Tensor) -> torch.Tensor:
+        """y [T, H]: back (the experts' outputs for this rank's rows, in the order they were sent)
+        summed per token with the routing weights."""
         scale = weights.reshape(-1)[layout.order].to(torch.float32)
-        out = torch.zeros((layout.num_tokens, y.shape[1]), dtype=torch.float32, device=y.device)
+        out = torch.zeros((layout.num_tokens, back.shape[1]), dtype=torch.float32, device=back.device)
         out.index_add_(
             0, torch.div(layout.order, layout.top_k, rounding_mode="floor"), back.to(torch.float32) * scale[:, None]
         )
-        return out.to(h.dtype)
+        return out.to(back.dtype)
+
+    def _combine_fused(self, h: torch.Tensor, w_down: torch.Tensor, layout: DispatchLayout) -> torch.Tensor:
+        """The experts' outputs for this rank's rows, in the order they were sent, through
+        MoeFusedCombine: h's rows scattered into the dispatch's capacity slots, the notifying
+        grouped GEMM, the slots sent home as their tiles finish."""
+        from syncopate.ops import moe_fused
+
+        key = (h.shape[1], w_down.shape[2], h.dtype, h.device)
+        fused = self._fused_combine.get(key)
+        if fused is None:
+            fused = moe_fused.MoeFusedCombine(
+                self.group,
+                local_experts=self.local_experts,
+                capacity=self.capacity,
+                in_features=h.shape[1],
+                hidden=w_down.shape[2],
+                dtype=h.dtype,
+                device=h.device,
+                backend=self.backend,
+            )
+            self._fused_combine[key] = fused
+        fused.a_slots[_slot_rows(layout.recv_counts, self.capacity, h.device)] = h
+        counts = to_device(torch.tensor([v for row in layout.recv_counts for v in row], dtype=torch.int32), h.device)
+        dest = moe_fused.sent_rows(layout.send_counts, self.capacity, h.device)
+        return fused(fused.a_slots, counts, w_down, dest)
 
     # -- the collectives ----------------------------------------------------------------------------
     def _exchange_counts(self, send_counts: tuple) -> tuple:
@@ -341,22 +384,51 @@ def _collective_device(group) -> torch.device:
     return torch.device("cpu")
 
 
+def concat_ranges(bases: Sequence[int], counts: Sequence[int], device: torch.device) -> torch.Tensor:
+    """int64 [sum(counts)]: bases[i], bases[i] + 1, ..., bases[i] + counts[i] - 1, for each i in
+    turn. Built on the host with NumPy (torch.repeat_interleave on the CPU took about 1 ms a call
+    here, the largest host cost of the fused layer in torch.profiler on nvidia-h200) and copied to
+    `device` once, without waiting for the device (`to_device`)."""
+    import numpy as np
+
+    counts_a = np.asarray(list(counts), dtype=np.int64)
+    bases_a = np.asarray(list(bases), dtype=np.int64)
+    starts = np.cumsum(counts_a) - counts_a
+    total = int(counts_a.sum()) if counts_a.size else 0
+    index = np.repeat(bases_a - starts, counts_a) + np.arange(total, dtype=np.int64)
+    return to_device(torch.from_numpy(index), device)
+
+
+def to_device(t: torch.Tensor, device: torch.device) -> torch.Tensor:
+    """A host tensor on `device` without waiting for the device's stream: a copy from pageable
+    memory waits for the work queued before it (a fused call's kernel), one from pinned memory
+    does not."""
+    if torch.device(device).type != "cuda":
+        return t.to(device)
+    return t.pin_memory().to(device, non_blocking=True)
+
+
 def _expert_major(recv_counts: tuple, device: torch.device) -> torch.Tensor:
     """For the rows as they arrived (by source rank, then local expert), the permutation that
     groups them by local expert, then source rank."""
-    starts, at = [], 0
-    for row in recv_counts:
-        starts.append([])
-        for rows in row:
-            starts[-1].append(at)
-            at += rows
-    index = [
-        starts[s][e] + i
-        for e in range(len(recv_counts[0]))
-        for s in range(len(recv_counts))
-        for i in range(recv_counts[s][e])
-    ]
-    return torch.tensor(index, dtype=torch.int64, device=device)
+    world, experts = len(recv_counts), len(recv_counts[0])
+    flat = [recv_counts[s][e] for s in range(world) for e in range(experts)]
+    arrival_start = [0, *itertools.accumulate(flat)][:-1]
+    order = [(s, e) for e in range(experts) for s in range(world)]
+    return concat_ranges(
+        [arrival_start[s * experts + e] for s, e in order], [recv_counts[s][e] for s, e in order], device
+    )
+
+
+def _slot_rows(recv_counts: tuple, capacity: int, device: torch.device) -> torch.Tensor:
+    """Rows of the fused dispatch's capacity slots (slot s * E + e, `capacity` rows each) in the
+    sequential layout's order: by local expert, then source rank, the first recv_counts[s][e]
+    rows of each slot."""
+    world, experts = len(recv_counts), len(recv_counts[0])
+    order = [(s, e) for e in range(experts) for s in range(world)]
+    return concat_ranges(
+        [(s * experts + e) * capacity for s, e in order], [recv_counts[s][e] for s, e in order], device
+    )
 
 
 def _per_expert_matmul(rows: torch.Tensor, w: torch.Tensor, rows_per_expert: Sequence[int]) -> torch.Tensor:

@@ -17,6 +17,7 @@ no transfer.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from typing import Optional, Sequence
 
@@ -27,6 +28,9 @@ from syncopate.launch import TileTables
 
 KERNEL_MODULE = "syncopate.kernels.moe_gemm"
 KERNEL = "moe_grouped_gemm"
+# Row blocks of one slot that share each column block of the expert's matrix (kernels/moe_gemm.py).
+GROUP_M = 8
+_TMA_ALIGN_BYTES = 16
 
 
 def rows_chunk_id(world: int, experts: int, src: int, dst: int, expert: int) -> int:
@@ -42,6 +46,35 @@ def check_geometry(who: str, capacity: int, block_m: int) -> None:
             f"{who}: the capacity ({capacity} rows) must be a multiple of BLOCK_M={block_m}, so "
             f"that a tile reads one (source rank, expert) slot and waits for exactly its chunk"
         )
+
+
+@dataclasses.dataclass(frozen=True)
+class GroupedConfig:
+    """Blocks and launch shape of the grouped GEMM (kernels/moe_gemm.py)."""
+
+    block_m: int
+    block_n: int
+    block_k: int
+    num_warps: int
+    num_stages: int
+    group_m: int = GROUP_M
+
+    @property
+    def name(self) -> str:
+        return f"{self.block_m}x{self.block_n}x{self.block_k}_w{self.num_warps}_s{self.num_stages}_g{self.group_m}"
+
+
+def grouped_config(capacity: int) -> GroupedConfig:
+    """The grouped GEMM's blocks for a capacity: 128 x 256 tiles (8 warps, two warpgroups, 3
+    stages) where the capacity is a multiple of 128, else 64 x 128 (4 warps); groups of 8 row
+    blocks. Measured on nvidia-h200 (bench/bench_moe.py's sweep, 2026-11-25, world 1): 128 x 256
+    was the fastest of the configs tried at every row (Mixtral-like balanced 1.51 ms against
+    1.56 ms for 128 x 128 in groups of 8 and 1.74 ms in groups of 9 (the whole slot), and
+    torch._grouped_mm's 1.47 ms; DeepSeek-like 0.99 ms against 0.94 ms; Mixtral-like skewed
+    1.73 ms against 1.43 ms)."""
+    if capacity % 128 == 0:
+        return GroupedConfig(128, 256, 64, 8, 3, group_m=8)
+    return GroupedConfig(64, 128, 64, 4, 4, group_m=8)
 
 
 def slot_tables(
@@ -66,19 +99,31 @@ def slot_tables(
     return TileTables.from_lists(order, tiles_n, waits, [[] for _ in waits], [1] * slots, chunks, rank=rank)
 
 
-def local_first_order(world: int, experts: int, capacity: int, block_m: int, tiles_n: int, rank: int) -> list:
+def slot_order(blocks_per_slot: int, tiles_n: int, group_m: int) -> list:
+    """(row block inside the slot, column) of a slot's tiles in the kernel's order
+    (kernels/moe_gemm.py `slot_grouped_tile`): groups of group_m row blocks, each group column
+    by column, so the group's row blocks share each column block of the expert's matrix."""
+    out = []
+    for first in range(0, blocks_per_slot, group_m):
+        rows = min(group_m, blocks_per_slot - first)
+        out.extend((first + b, n) for n in range(tiles_n) for b in range(rows))
+    return out
+
+
+def local_first_order(
+    world: int, experts: int, capacity: int, block_m: int, tiles_n: int, rank: int, group_m: int = GROUP_M
+) -> list:
     """Tile ids: the slots of rank itself first, then of rank - 1, rank - 2, ... (mod world);
-    inside a source, by expert, then row block, then column."""
+    inside a source, by expert, then in `slot_order` (groups of group_m row blocks)."""
     check_geometry("local_first_order", capacity, block_m)
     per_slot = capacity // block_m
+    inside = slot_order(per_slot, tiles_n, max(1, group_m))
     order = []
     for i in range(world):
         s = (rank - i) % world  # round i brings the rows of rank - i (the plan's peer offset i)
         for e in range(experts):
             q = s * experts + e
-            for b in range(per_slot):
-                m = q * per_slot + b
-                order.extend(m * tiles_n + n for n in range(tiles_n))
+            order.extend((q * per_slot + b) * tiles_n + n for b, n in inside)
     return order
 
 
@@ -115,6 +160,27 @@ def transformed_kernel():
     return transform(KERNEL, KERNEL_MODULE)
 
 
+def tma_usable(a: torch.Tensor, w: torch.Tensor, block_k: int) -> bool:
+    """Whether the grouped GEMM may load A and w through tensor descriptors: CUDA, bf16/fp16,
+    rows contiguous with 16-byte aligned bases and leading strides, and w [E, K, N] seen as
+    [E * K, N] (each expert's matrix contiguous, K a multiple of BLOCK_K so a K block never
+    reaches into the next expert's rows)."""
+    if a.device.type != "cuda" or a.dtype not in (torch.bfloat16, torch.float16):
+        return False
+    experts, k, n = w.shape
+    size = a.element_size()
+    return (
+        a.stride(1) == 1
+        and w.stride(2) == 1
+        and w.stride(0) == k * w.stride(1)
+        and k % block_k == 0
+        and a.data_ptr() % _TMA_ALIGN_BYTES == 0
+        and w.data_ptr() % _TMA_ALIGN_BYTES == 0
+        and (a.stride(0) * size) % _TMA_ALIGN_BYTES == 0
+        and (w.stride(1) * size) % _TMA_ALIGN_BYTES == 0
+    )
+
+
 def grouped_gemm_args(
     a: torch.Tensor,
     w: torch.Tensor,
@@ -125,8 +191,12 @@ def grouped_gemm_args(
     block_n: int,
     block_k: int,
     num_progs: int,
+    *,
+    group_m: int = GROUP_M,
+    use_tma: Optional[bool] = None,
 ):
-    """(positional args, meta) of one launch of the grouped GEMM (original or transformed)."""
+    """(positional args, meta) of one launch of the grouped GEMM (original or transformed).
+    use_tma: None picks tensor descriptors where `tma_usable` allows them; True insists."""
     who = "moe_grouped_gemm"
     check_geometry(who, capacity, block_m)
     experts, k, n = w.shape
@@ -139,6 +209,18 @@ def grouped_gemm_args(
         raise ShapeError(
             f"{who}: counts must be int32 with one entry per slot ({slots}), got {counts.dtype} {list(counts.shape)}"
         )
+    usable = tma_usable(a, w, block_k) or (a.device.type != "cuda" and use_tma and k % block_k == 0)
+    if use_tma and not usable:
+        raise ShapeError(
+            f"{who}: use_tma=True but the operands cannot be described by TMA (a {list(a.shape)} "
+            f"strides {list(a.stride())}, w {list(w.shape)} strides {list(w.stride())}, BLOCK_K={block_k})"
+        )
+    tma = usable if use_tma is None else bool(use_tma)
+    if tma:
+        from syncopate.kernels.gemm import ensure_descriptor_allocator
+
+        if a.device.type == "cuda":
+            ensure_descriptor_allocator()
     args = (
         a,
         w,
@@ -157,7 +239,7 @@ def grouped_gemm_args(
         c.stride(0),
         c.stride(1),
     )
-    meta = dict(NUM_PROGS=num_progs, BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k)
+    meta = dict(NUM_PROGS=num_progs, BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k, GROUP_M=group_m, USE_TMA=tma)
     return args, meta
 
 
@@ -180,8 +262,10 @@ class MoeFusedDispatch:
     send_counts (heap), publish, fork, launch the grouped GEMM, issue the chunks, end. Chunks move
     whole capacity slots (the copy engine's sizes are host values); the GEMM reads each slot's
     count from recv_counts after its wait and computes only those rows. Returns h [W * E * C, N]
-    in capacity slots (slot s * E + e: rows from rank s for local expert e) and this call's
-    recv_counts (device int32 [W * E]); the slots' rows past their count are unspecified."""
+    in capacity slots (slot s * E + e: rows from rank s for local expert e); the slots' rows past
+    their count are unspecified. Nothing waits for the kernel: the call's waits are checked when
+    the next call starts, or by `check()` (on nvidia-h200, 1.7 ms of a 3.7 ms fused dispatch was
+    outside this call when it synchronized at its end: the GPU then idles while the host unpacks)."""
 
     def __init__(
         self,
@@ -194,15 +278,15 @@ class MoeFusedDispatch:
         dtype: torch.dtype,
         device: torch.device,
         backend: str = "copy-engine",
-        block_m: int = 64,
-        block_n: int = 128,
-        block_k: int = 64,
+        config: Optional[GroupedConfig] = None,
         wait_bound_ns: int = 10_000_000_000,
     ):
         from syncopate import _core
         from syncopate.runtime import PlanWorkspace
 
         who = "MoeFusedDispatch"
+        self.config = config if config is not None else grouped_config(capacity)
+        block_m, block_n, block_k = self.config.block_m, self.config.block_n, self.config.block_k
         check_geometry(who, capacity, block_m)
         self.group = group
         self.world = 1 if group is None else group.size()
@@ -237,7 +321,9 @@ class MoeFusedDispatch:
         self.signals = self.ws.signals()
         t = self.ws.table()
         self.tiles_n = -(-out_features // block_n)
-        order = local_first_order(self.world, local_experts, capacity, block_m, self.tiles_n, self.rank)
+        order = local_first_order(
+            self.world, local_experts, capacity, block_m, self.tiles_n, self.rank, self.config.group_m
+        )
         self.tables = TileTables.from_lists(
             order,
             self.tiles_n,
@@ -248,17 +334,29 @@ class MoeFusedDispatch:
             rank=self.rank,
         )
         self.device_arrays = self.tables.device_arrays(device)
-        sms = torch.cuda.get_device_properties(device).multi_processor_count
-        self.progs = max(1, min(self.tables.num_tiles, sms - 8))
+        from syncopate.ops.fused_gemm import persistent_programs
+
+        self.progs = max(1, min(self.tables.num_tiles, persistent_programs(device, backend)))
         self.kernel = transformed_kernel()
         self.error = None
+        self.pending = False  # a call whose waits are not checked yet
         self._warm_up()
 
     def _launch(self, w, h, epoch):
         from syncopate.launch import launch
 
+        cfg = self.config
         args, meta = grouped_gemm_args(
-            self.x_recv, w, h, self.recv_counts, self.capacity, self.block_m, self.block_n, self.block_k, self.progs
+            self.x_recv,
+            w,
+            h,
+            self.recv_counts,
+            self.capacity,
+            cfg.block_m,
+            cfg.block_n,
+            cfg.block_k,
+            self.progs,
+            group_m=cfg.group_m,
         )
         self.error = launch(
             self.kernel,
@@ -271,6 +369,8 @@ class MoeFusedDispatch:
             error=self.error,
             sync=False,
             device_arrays=self.device_arrays,
+            num_warps=cfg.num_warps,
+            num_stages=cfg.num_stages,
             **meta,
         )
 
@@ -283,12 +383,22 @@ class MoeFusedDispatch:
         self._launch(w, h, epoch_word(0, self.device))
         torch.cuda.synchronize(self.device)
 
+    def check(self) -> None:
+        """Raises WaitTimeoutError if the last call's kernel or runtime waits ran past their
+        bound (synchronizes the device). A call does not wait for its kernel: the next call
+        checks the previous one when it starts, or the caller does with this."""
+        from syncopate.launch import check_error
+
+        if self.pending:
+            self.pending = False
+            self.ws.check()
+            check_error(self.error, self.tables, KERNEL)
+
     def __call__(self, rows: torch.Tensor, dest: torch.Tensor, send_counts: torch.Tensor, w: torch.Tensor):
         """rows [R, H]: this rank's routed rows in send order (grouped by global expert);
         dest [R]: each row's position in x_send (slot * capacity + index in slot);
-        send_counts [W * E] int32 (device); w [E, H, N]. Returns (h, recv_counts)."""
-        from syncopate.launch import check_error
-
+        send_counts [W * E] int32 (device); w [E, H, N]. Returns h (enqueued, not waited for)."""
+        self.check()
         ws = self.ws
         h = torch.empty((self.x_recv.shape[0], self.n), dtype=self.dtype, device=self.device)
         ws.begin()
@@ -298,14 +408,9 @@ class MoeFusedDispatch:
         ws.fork()
         self._launch(w, h, ws.epoch_word)
         ws.issue_chunks()
-        # Every tile waited for a rows chunk, and each rows chunk lands after its counts chunk:
-        # once the kernel is done the counts are this call's. Copied before end(), after which
-        # peers may write the next call's.
-        recv_counts = self.recv_counts.clone()
         ws.end()
-        ws.check()
-        check_error(self.error, self.tables, KERNEL)
-        return h, recv_counts
+        self.pending = True
+        return h
 
 
 def predict_at_capacity(
@@ -323,17 +428,328 @@ def predict_at_capacity(
 ):
     """The simulator's prediction (fused, sequential; microseconds) of the fused dispatch with
     every slot full: each chunk moves `capacity` rows (as the copy engine does) and every tile
-    computes. What the simulator does not model yet: tiles past a slot's count skipping, so for
-    a real routing histogram this is an upper bound on the GEMM's part."""
+    computes. For a real routing histogram see `predict_for_counts`."""
+    return _predict(
+        world, local_experts, capacity, hidden, out_features, None, dtype, backend, block_m, block_n, calibration
+    )
+
+
+def predict_for_counts(
+    recv_counts: Sequence[Sequence[Sequence[int]]],
+    capacity: int,
+    hidden: int,
+    out_features: int,
+    *,
+    dtype: str = "bf16",
+    backend: str = "copy-engine",
+    block_m: Optional[int] = None,
+    block_n: Optional[int] = None,
+    calibration=None,
+):
+    """The simulator's prediction of the fused dispatch for one routing histogram:
+    recv_counts[r][s][e] rows that rank r receives from rank s for its local expert e (every
+    rank's DispatchLayout.recv_counts). Chunks move whole capacity slots (as the copy engine
+    and SM copy do), and a tile whose rows start past its slot's count waits for its chunk but
+    computes nothing (GemmShape.tile_scale 0). The sequential prediction is the same plan's
+    collective, then the same tiles: an upper bound for the sequential path, whose all-to-all
+    moves only the counted rows. Blocks default to the fused op's (`grouped_config`)."""
+    world = len(recv_counts)
+    cfg = grouped_config(capacity)
+    block_m = cfg.block_m if block_m is None else block_m
+    block_n = cfg.block_n if block_n is None else block_n
+    experts = len(recv_counts[0][0]) if world and len(recv_counts[0]) else 0
+    return _predict(
+        world, experts, capacity, hidden, out_features, recv_counts, dtype, backend, block_m, block_n, calibration
+    )
+
+
+def tile_scale_for_counts(
+    recv_counts: Sequence[Sequence[Sequence[int]]], capacity: int, block_m: int, tiles_n: int
+) -> list:
+    """[rank][tile id] 1.0 for a tile with rows to compute, 0.0 for one whose rows start past its
+    slot's count (tile (m, n): slot m // (capacity / block_m), rows from (m % ...) * block_m)."""
+    who = "predict_for_counts"
+    world = len(recv_counts)
+    check_geometry(who, capacity, block_m)
+    per_slot = capacity // block_m
+    experts = None
+    out = []
+    for r, per_source in enumerate(recv_counts):
+        if len(per_source) != world:
+            raise ShapeError(f"{who}: recv_counts[{r}] has {len(per_source)} sources for a world of {world}")
+        counts = []
+        for s, row in enumerate(per_source):
+            if experts is None:
+                experts = len(row)
+            if len(row) != experts or experts < 1:
+                raise ShapeError(f"{who}: recv_counts[{r}][{s}] has {len(row)} experts, expected {experts} (>= 1)")
+            for e, rows in enumerate(row):
+                if isinstance(rows, bool) or not isinstance(rows, int) or not 0 <= rows <= capacity:
+                    raise ShapeError(
+                        f"{who}: rank {r} receives {rows!r} rows from rank {s} for expert {e}: a count must be "
+                        f"an integer in 0..{capacity} (the capacity)"
+                    )
+                counts.append(rows)
+        scale = []
+        for m in range(len(counts) * per_slot):
+            live = 1.0 if (m % per_slot) * block_m < counts[m // per_slot] else 0.0
+            scale.extend([live] * tiles_n)
+        out.append(scale)
+    return out
+
+
+def _predict(
+    world, local_experts, capacity, hidden, out_features, recv_counts, dtype, backend, block_m, block_n, calibration
+):
     import syncopate as sy
     from syncopate import _core
     from syncopate.ops.choice import cached_calibration, calibration_name
 
-    check_geometry("predict_at_capacity", capacity, block_m)
+    who = "predict_for_counts" if recv_counts is not None else "predict_at_capacity"
+    check_geometry(who, capacity, block_m)
+    if world < 1:
+        raise ShapeError(f"{who}: recv_counts must hold one entry per rank, got none")
     plan = _core.make_moe_dispatch_plan(
         world_size=world, local_experts=local_experts, capacity=capacity, hidden=hidden, dtype=dtype, backend=backend
     )
     gemm = sy.GemmShape(world * local_experts * capacity, out_features, hidden, block_m, block_n)
+    if recv_counts is not None:
+        gemm.tile_scale = tile_scale_for_counts(recv_counts, capacity, block_m, -(-out_features // block_n))
     calib = calibration if calibration is not None else cached_calibration(calibration_name())
     access = _core.TileAccess("x_recv", "consume", 0, -1, False)
     return _core.simulate(plan, gemm, calib, accesses=[access])
+
+
+# -- the fused combine --------------------------------------------------------------------------
+
+COMBINE_KERNEL = "moe_grouped_gemm_notify"
+# The combine plan's tensors: y_send slot (j, e) on rank r holds expert e's output rows for
+# rank j's tokens; chunk (r -> j, e) lands it in slot (r, e) of y_recv on j.
+COMBINE_SEND, COMBINE_RECV = "y_send", "y_recv"
+
+
+def combine_plan(world: int, experts: int, capacity: int, hidden: int, *, dtype: str = "bf16", backend: str):
+    """The return all-to-all of the combine: the all-to-all template over y_send [W * E * C, H]
+    with E sub-chunks per block (direct rounds: the own block first, then peer r + 1, r + 2,
+    ...), so chunk (r -> j, e) carries slot (j, e) of y_send to slot (r, e) of y_recv on j.
+    Whole capacity slots: the home rank knows how many rows of each are real (it sent them)."""
+    from syncopate import _core
+
+    check_geometry("combine_plan", capacity, 1)
+    return _core.make_plan(
+        "all-to-all",
+        world_size=world,
+        shape=[world * experts * capacity, hidden],
+        algorithm="direct",
+        split=experts,
+        dtype=dtype,
+        backend=backend,
+        tensor=COMBINE_SEND,
+        output=COMBINE_RECV,
+    )
+
+
+def combine_order(
+    world: int, experts: int, capacity: int, block_m: int, tiles_n: int, rank: int, group_m: int = GROUP_M
+) -> list:
+    """Tile ids of the combine's GEMM in the order its chunks leave (the template's stream
+    order): the slots for rank itself, then for rank + 1, rank + 2, ... (mod world); inside,
+    by expert, then `slot_order`."""
+    check_geometry("combine_order", capacity, block_m)
+    per_slot = capacity // block_m
+    inside = slot_order(per_slot, tiles_n, max(1, group_m))
+    order = []
+    for i in range(world):
+        j = (rank + i) % world
+        for e in range(experts):
+            q = j * experts + e
+            order.extend((q * per_slot + b) * tiles_n + n for b, n in inside)
+    return order
+
+
+def combine_tables(
+    plan,
+    world: int,
+    experts: int,
+    capacity: int,
+    hidden: int,
+    block_m: int,
+    block_n: int,
+    rank: int,
+    group_m: int = GROUP_M,
+) -> TileTables:
+    """The combine GEMM's tables by lowering the combine plan: each tile notifies the ready slot
+    of the chunk that carries its slot home; a chunk waits for every tile of its slot."""
+    from syncopate import _core
+
+    check_geometry("combine_tables", capacity, block_m)
+    grid = _core.TileGrid(world * experts * capacity, hidden, block_m, block_n)
+    access = _core.TileAccess(COMBINE_SEND, "produce", 0, 1, False)
+    table = _core.lower(plan, grid, [access])[rank]
+    tiles_n = -(-hidden // block_n)
+    order = combine_order(world, experts, capacity, block_m, tiles_n, rank, group_m)
+    return TileTables.from_signal_table(table, order, tiles_n)
+
+
+@functools.lru_cache(maxsize=None)
+def transformed_combine_kernel():
+    """kernels/moe_gemm.py's notifying grouped GEMM as the transformer rewrites it."""
+    from syncopate.ops.fused_gemm import transformed_kernel as transform
+
+    return transform(COMBINE_KERNEL, KERNEL_MODULE)
+
+
+def sent_rows(send_counts: Sequence[Sequence[int]], capacity: int, device: torch.device) -> torch.Tensor:
+    """For the rows a rank sent, in the order it sent them (by global expert, j * E + e), each
+    row's place in its x_send / y_recv slots (slot (j, e), in order): (j * E + e) * C + i."""
+    from syncopate.ops.moe import concat_ranges
+
+    counts = [int(v) for row in send_counts for v in row]
+    return concat_ranges([q * capacity for q in range(len(counts))], counts, device)
+
+
+class MoeFusedCombine:
+    """The fused combine of one rank: the expert down-projection over capacity slots
+    (kernels/moe_gemm.py `moe_grouped_gemm_notify`, transformed) whose tiles announce their rows
+    as they are stored, while the combine plan's chunks (copy engine or SM copy) carry each
+    (destination rank, expert) slot home as soon as its last tile is done, the own slots first.
+
+    A call (`__call__(a_slots, counts, w, dest)`): a_slots [W * E * C, K] the experts' inputs in
+    the dispatch's slots (slot s * E + e: rows from rank s for expert e, the first counts[q]
+    real), counts the device int32 [W * E] of those, w [E, K, H], dest the rows this rank sent
+    (`sent_rows`). begin, fork, the GEMM, the chunks, wait until this rank's slots landed, gather
+    y_recv[dest] (the experts' outputs for this rank's rows, in the order they were sent), end.
+    The weighted sum over each token's k rows is the caller's (MoeDispatchCombine)."""
+
+    def __init__(
+        self,
+        group,
+        *,
+        local_experts: int,
+        capacity: int,
+        in_features: int,
+        hidden: int,
+        dtype: torch.dtype,
+        device: torch.device,
+        backend: str = "copy-engine",
+        config: Optional[GroupedConfig] = None,
+        wait_bound_ns: int = 10_000_000_000,
+    ):
+        from syncopate.ops.fused_gemm import persistent_programs
+        from syncopate.runtime import PlanWorkspace, plan_dtype
+
+        who = "MoeFusedCombine"
+        self.config = config if config is not None else grouped_config(capacity)
+        cfg = self.config
+        check_geometry(who, capacity, cfg.block_m)
+        if dtype not in (torch.bfloat16, torch.float16, torch.float32):
+            raise ShapeError(f"{who}: dtype must be bf16, fp16 or fp32, got {dtype}")
+        self.group = group
+        self.world = 1 if group is None else group.size()
+        self.rank = 0 if group is None else group.rank()
+        self.experts, self.capacity, self.k, self.hidden = local_experts, capacity, in_features, hidden
+        self.dtype, self.device = dtype, device
+        self.plan = combine_plan(self.world, local_experts, capacity, hidden, dtype=plan_dtype(dtype), backend=backend)
+        rows = self.world * local_experts * capacity
+        self.ws = PlanWorkspace(
+            self.plan,
+            group,
+            grid=(rows, hidden, cfg.block_m, cfg.block_n),
+            accesses=[(COMBINE_SEND, "produce", 0, 1)],
+            device=device,
+            wait_bound_ns=wait_bound_ns,
+        )
+        # The experts' inputs in the dispatch's slots (the caller scatters its rows in; rows
+        # past a slot's count are never stored, whatever they hold).
+        self.a_slots = torch.empty((rows, in_features), dtype=dtype, device=device)
+        self.y_send = self.ws.tensor(COMBINE_SEND, dtype)
+        self.y_recv = self.ws.tensor(COMBINE_RECV, dtype)
+        self.signals = self.ws.signals()
+        t = self.ws.table()
+        self.tiles_n = -(-hidden // cfg.block_n)
+        order = combine_order(self.world, local_experts, capacity, cfg.block_m, self.tiles_n, self.rank, cfg.group_m)
+        self.tables = TileTables.from_lists(
+            order,
+            self.tiles_n,
+            t["tile_waits"],
+            t["tile_notifies"],
+            t["slot_writers"],
+            t["slot_chunks"],
+            rank=self.rank,
+        )
+        self.device_arrays = self.tables.device_arrays(device)
+        # Not a producer in reserved_sms's sense: the return all-to-all copies, nothing adds on
+        # the destination, so no add kernels need SMs beside the GEMM.
+        self.progs = max(1, min(self.tables.num_tiles, persistent_programs(device, backend)))
+        self.kernel = transformed_combine_kernel()
+        self.error = None
+        self.pending = False  # a call whose waits are not checked yet
+        self._warm_up()
+
+    def _launch(self, a_slots, w, c, counts, signals, epoch):
+        from syncopate.launch import launch
+
+        cfg = self.config
+        args, meta = grouped_gemm_args(
+            a_slots,
+            w,
+            c,
+            counts,
+            self.capacity,
+            cfg.block_m,
+            cfg.block_n,
+            cfg.block_k,
+            self.progs,
+            group_m=cfg.group_m,
+        )
+        self.error = launch(
+            self.kernel,
+            (self.progs,),
+            self.tables,
+            *args,
+            signals=signals,
+            epoch=epoch,
+            wait_bound_ns=self.ws.wait_bound_ns,
+            error=self.error,
+            sync=False,
+            device_arrays=self.device_arrays,
+            num_warps=cfg.num_warps,
+            num_stages=cfg.num_stages,
+            **meta,
+        )
+
+    def _warm_up(self):
+        """Compiles and loads the kernel on scratch: its notifies land in scratch signals and
+        its rows in a scratch output, never in y_send (a peer's first call may read it)."""
+        from syncopate.launch import epoch_word
+
+        rows = self.y_send.shape[0]
+        a = torch.zeros((rows, self.k), dtype=self.dtype, device=self.device)
+        w = torch.zeros((self.experts, self.k, self.hidden), dtype=self.dtype, device=self.device)
+        c = torch.empty((rows, self.hidden), dtype=self.dtype, device=self.device)
+        counts = torch.full((rows // self.capacity,), self.capacity, dtype=torch.int32, device=self.device)
+        self._launch(a, w, c, counts, torch.zeros_like(self.signals), epoch_word(0, self.device))
+        torch.cuda.synchronize(self.device)
+
+    def check(self) -> None:
+        """As MoeFusedDispatch.check."""
+        from syncopate.launch import check_error
+
+        if self.pending:
+            self.pending = False
+            self.ws.check()
+            check_error(self.error, self.tables, COMBINE_KERNEL)
+
+    def __call__(self, a_slots: torch.Tensor, counts: torch.Tensor, w: torch.Tensor, dest: torch.Tensor):
+        self.check()
+        ws = self.ws
+        ws.begin()
+        ws.publish()
+        ws.fork()
+        self._launch(a_slots, w, self.y_send, counts, self.signals, ws.epoch_word)
+        ws.issue_chunks()
+        ws.wait_landed()
+        back = self.y_recv[dest]  # before end(): after it, peers may write the next call's rows
+        ws.end()
+        self.pending = True
+        return back

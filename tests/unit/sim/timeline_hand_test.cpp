@@ -219,5 +219,47 @@ TEST(HandTimeline, DeadlockIsReportedNotHung) {
   }
 }
 
+// Run-time row counts (GemmShape::tile_scale): rank 1's tiles 0 and 1 start past their slot's
+// count, so they wait for their chunk (lands at 13) and take no time; tiles 2 and 3 then run
+// [13,18] instead of [18,23] (FusedRowMajorWaitsInOrder has every tile full).
+TEST(HandTimeline, TileScaleSkipsTilesPastTheirCounts) {
+  auto call = two_rank_all_gather({0, 1, 2, 3}, {0, 1, 2, 3});
+  call.gemm.tile_scale = {{1, 1, 1, 1}, {0, 0, 1, 1}};
+  const auto tl = simulate_fused(call, fused_round_calibration());
+  expect_tile(tl, 1, 0, 13, 13, 0);
+  expect_tile(tl, 1, 1, 13, 13, 1);
+  expect_tile(tl, 1, 2, 13, 18, 0);
+  expect_tile(tl, 1, 3, 13, 18, 1);
+  EXPECT_NEAR(tl.total_us, 18, kTol);
+  // Half a tile's work takes half its time.
+  call.gemm.tile_scale = {{1, 1, 1, 1}, {1, 1, 0.5, 0.5}};
+  const auto half = simulate_fused(call, fused_round_calibration());
+  expect_tile(half, 1, 2, 18, 20.5, 0);
+}
+
+TEST(HandTimeline, TileScaleOfTheWrongShapeIsRefusedByName) {
+  auto call = two_rank_all_gather({0, 1, 2, 3}, {0, 1, 2, 3});
+  call.gemm.tile_scale = {{1, 1, 1, 1}};
+  EXPECT_THROW(
+      {
+        try {
+          simulate_fused(call, fused_round_calibration());
+        } catch (const UserError& e) {
+          EXPECT_NE(std::string(e.what()).find("1 rows for a world of 2"), std::string::npos) << e.what();
+          throw;
+        }
+      },
+      UserError);
+  call.gemm.tile_scale = {{1, 1, 1, 1}, {1, -1, 1, 1}};
+  try {
+    simulate_sequential(call, fused_round_calibration());
+    ADD_FAILURE() << "a negative share was accepted";
+  } catch (const UserError& e) {
+    EXPECT_NE(std::string(e.what()).find("rank 1 tile 1"), std::string::npos) << e.what();
+  }
+  call.gemm.tile_scale = {{1, 1, 1}, {1, 1, 1, 1}};
+  EXPECT_THROW(simulate_gemm_alone(call.gemm, 2, fused_round_calibration()), UserError);
+}
+
 }  // namespace
 }  // namespace syncopate::sim
