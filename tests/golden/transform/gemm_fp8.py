@@ -21,6 +21,7 @@ e4m3 tl.dot exactly after widening, checked against an fp32 reference).
 from __future__ import annotations
 
 import dataclasses
+import weakref
 
 import torch
 import triton
@@ -180,26 +181,81 @@ def check_fp8_operands(a, b, scale_a, scale_b) -> tuple[int, int]:
             scale_stride(scale_b, b.shape[1], "b", "column of B"))
 
 
+class KMajorCopies:
+    """K-major ([N, K]) copies of FP8 B operands stored [K, N], one per tensor and version.
+
+    Hopper's FP8 tensor-core instruction (wgmma) reads both operands K-major. Given a B tile in
+    [K, N] order, Triton 3.6 loads it from shared memory into registers and stores it back
+    transposed before every MMA, synchronously (a local_load / local_alloc pair and a wgmma wait
+    of 0 in the TTGIR, checked for sm_90): 5-13x the time of the [N, K] layout on H200
+    (docs/PERFORMANCE.md). A B stored [K, N] is a weight in practice, read by every call until
+    it changes, so its transpose is made once and kept: per tensor (held by a weak reference,
+    dropped when the tensor is), refreshed when the tensor's version counter (bumped by every
+    in-place write, views included) moves. Costs the memory of one more copy per such weight;
+    storing FP8 weights [N, K] (nn.Linear's layout) avoids it. Never cached while a CUDA graph
+    is being captured (the copy would live in the graph's pool): a capture after the first
+    eager call finds the copy made.
+    """
+
+    def __init__(self) -> None:
+        self._entries: dict[tuple, tuple] = {}
+
+    def get(self, b: torch.Tensor) -> torch.Tensor:
+        """B ([K, N], last dim contiguous) as a contiguous [N, K] tensor with the same values."""
+        owner = b._base if b._base is not None else b
+        key = (b.data_ptr(), tuple(b.shape), tuple(b.stride()), b.device)
+        entry = self._entries.get(key)
+        if entry is not None:
+            ref, version, copy = entry
+            if ref() is owner and version == b._version:
+                return copy
+        copy = b.t().contiguous()
+        capturing = b.is_cuda and torch.cuda.is_current_stream_capturing()
+        if not capturing:
+            self._entries[key] = (weakref.ref(owner, lambda ref, key=key: self._drop(key, ref)), b._version, copy)
+        return copy
+
+    def _drop(self, key: tuple, ref: weakref.ref) -> None:
+        # Only the entry of the tensor that died (another may hold the key since).
+        entry = self._entries.get(key)
+        if entry is not None and entry[0] is ref:
+            del self._entries[key]
+
+    def clear(self) -> None:
+        self._entries.clear()
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+
+# The process's K-major copies (one per [K, N] FP8 weight in use).
+k_major_copies = KMajorCopies()
+
+
 def select_fp8_config(m: int, n: int, k: int, device: torch.device,
                       allow_split_k: bool = False) -> GemmConfig:
     """The block configuration for an FP8 GEMM: the bf16 model's choice at 1-byte elements
-    (BLOCK_K doubled, so a K-step moves the same bytes and the MMA the same K-work per byte)."""
+    (BLOCK_K doubled up to 128, so a K-step moves the same bytes and the MMA the same K-work per
+    byte)."""
     if device.type != "cuda":
         return INTERPRETER_CONFIG
     # The bf16 choice (its shared-memory check counts 2-byte stages and a bf16 epilogue, which
     # is what an FP8 block with twice the BLOCK_K needs).
     cfg = select_config(m, n, k, device, torch.bfloat16, allow_split_k=allow_split_k)
-    return dataclasses.replace(cfg, block_k=2 * cfg.block_k)
+    return dataclasses.replace(cfg, block_k=min(2 * cfg.block_k, 128))
 
 
 def gemm_fp8(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, scale_b: torch.Tensor, *,
              out: torch.Tensor | None = None, config: GemmConfig | None = None,
-             num_programs: int | None = None, c_store_pointers: bool = False) -> torch.Tensor:
+             num_programs: int | None = None, c_store_pointers: bool = False,
+             k_major_b: bool = True) -> torch.Tensor:
     """bf16 C = (A @ B) * scale_a * scale_b for e4m3 A [M, K] and B [K, N] (a weight stored
     [N, K] is passed as `W.t()`, read in place), fp32 accumulation; like torch._scaled_mm.
 
     scale_a: float32, 1 element (per tensor) or M (per row, shape [M] or [M, 1]);
     scale_b: 1 element or N (per column, shape [N] or [1, N]).
+    A B stored [K, N] is read through a kept K-major copy (KMajorCopies); k_major_b=False reads
+    it in place instead (the slow in-kernel transpose, kept for measuring it).
     """
     stride_sa, stride_sb = check_fp8_operands(a, b, scale_a, scale_b)
     m, k = a.shape
@@ -217,8 +273,15 @@ def gemm_fp8(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, scale_b: t
     if cfg.split_k > 1:
         raise ValueError(f"gemm_fp8: config {cfg.name} splits K; the FP8 kernel has no split-K")
     a_view = a if a.stride(1) == 1 else a.contiguous()
+    # B as the [N, K] tensor the FP8 MMA reads: a transposed view of one in place, else the
+    # kept K-major copy (KMajorCopies: the [K, N] path is several times slower).
     b_is_nk = b.stride(1) != 1 and b.stride(0) == 1
-    b_view = b.t() if b_is_nk else (b if b.stride(1) == 1 else b.contiguous())
+    if b_is_nk:
+        b_view = b.t()
+    elif k_major_b:
+        b_view, b_is_nk = k_major_copies.get(b), True
+    else:
+        b_view = b if b.stride(1) == 1 else b.contiguous()
     for name, t in (("A", a_view), ("B", b_view), ("C", out)):
         if not tma_compatible(t):
             raise ValueError(f"gemm_fp8: TMA cannot describe {name} {tuple(t.shape)} with strides "
