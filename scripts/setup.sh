@@ -13,7 +13,7 @@ TORCH_PIN="torch==2.11.0"
 TRITON_PIN="triton==3.6.0"
 RUFF_PIN="ruff==0.14.6"  # the formatter and linter of scripts/check_format.sh
 
-log() { printf '\033[1m[setup]\033[0m %s\n' "$*"; }
+log() { printf '\033[1m[setup %s]\033[0m %s\n' "$(date +%T)" "$*"; }
 
 # --- Debian packages -----------------------------------------------------------------------
 DEB_PKGS=(cmake ninja-build g++ nlohmann-json3-dev libcli11-dev libfmt-dev libgtest-dev libpugixml-dev clang-format)

@@ -7,7 +7,7 @@
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
-log() { printf '\033[1m[test]\033[0m %s\n' "$*"; }
+log() { printf '\033[1m[test %s]\033[0m %s\n' "$(date +%T)" "$*"; }
 
 "$ROOT/scripts/setup.sh"
 BUILD_DIR="${SYNCOPATE_BUILD_DIR:-$ROOT/build}"
