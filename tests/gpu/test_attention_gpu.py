@@ -1,4 +1,4 @@
-"""Sequence-parallel attention pieces on one GPU (docs/SEQUENCE_PARALLEL.md; not yet run):
+"""Sequence-parallel attention pieces on one GPU (docs/SEQUENCE_PARALLEL.md):
 
 - the local attention kernel (kernels/attention.py) against SDPA: fp16/bf16, head dim 64/128,
   causal or not, GQA;
@@ -13,10 +13,20 @@ bench/bench_seq_attention.py, not a test.)
     python -m pytest -q tests/gpu/test_attention_gpu.py -s
 """
 
+import os
 import random
 import sys
 import types
 from pathlib import Path
+
+# Every kernel module is loaded when CUDA starts, before anything spins. The late-pieces test's
+# side stream runs PyTorch kernels (sleep, strided copy, fill) while the transformed kernel
+# waits for them; a module loaded lazily at that moment waits for the device, hence for the
+# spinning kernel, until its bound (docs/ANNOTATIONS.md, "Rules learnt on the GPU"). Warming
+# those kernels one by one missed one: on nvidia-h200 (2026-11-25) whichever late-pieces case
+# ran first in a process timed out with lazy loading, and both passed with EAGER. Set before
+# torch can start CUDA; run this file in its own process (`python -m pytest` on it alone).
+os.environ.setdefault("CUDA_MODULE_LOADING", "EAGER")
 
 import pytest
 
@@ -138,12 +148,8 @@ def test_late_pieces_from_a_side_stream(sy, causal):
     signals = torch.zeros(world, dtype=torch.int32, device=DEV)
     signals[rank] = 1
     side = torch.cuda.Stream()
-    # Load every kernel the side stream runs before anything spins: a module load waits for the
-    # device, so a first load while the transformed kernel waits on it would stall
-    # (docs/ANNOTATIONS.md, "Rules learnt on the GPU").
-    # The copies below write strided slices of k and v: warm up that very copy (a contiguous
-    # destination runs another kernel, which a first run on 2026-11-25 left unloaded: the late
-    # copy then waited for the spinning kernel and its waits timed out).
+    # The side stream's kernels are loaded at start (CUDA_MODULE_LOADING=EAGER, top of file);
+    # running them once more here also makes PyTorch's own first-use set-up happen now.
     with torch.cuda.stream(side):
         torch.cuda._sleep(1000)
         scratch = torch.empty_like(k_full)
