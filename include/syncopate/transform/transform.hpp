@@ -26,9 +26,14 @@ inline constexpr int kOutputVersion = 2;  // 2: sy_epoch is a pointer to the dev
 struct TransformOptions {
   // Optional: when set, every annotated tensor must exist in the plan with enough dimensions.
   const plan::CommPlan* plan = nullptr;
-  // Module of the device primitives the output calls, imported as `syl`: the primitives of
   // The module the output imports as `syl`: Syncopate's device primitives (language.py).
   std::string language_module = "syncopate.language";
+  // Folders searched first for the modules of helpers imported by absolute name (`from
+  // pkg.mod import f`: <dir>/pkg/mod.py or <dir>/pkg/mod/__init__.py); then the kernel file's own
+  // folder and the folder holding its top-level package. A relative import (`from .mod import
+  // f`) is found beside the importing file, so `filename` must be the kernel file's real path
+  // when it imports helpers. docs/ANNOTATIONS.md, "Helpers".
+  std::vector<std::string> module_paths;
 };
 
 // A parameter appended to the kernel signature, in order.
