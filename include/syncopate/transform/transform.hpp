@@ -4,10 +4,11 @@
 // When it may run: on any source text; it needs no plan, but given one it also checks that each
 // consumed/produced tensor exists in it. It reads no file but, when the kernel calls a helper
 // imported by name from another module, that module's source (TransformOptions::module_paths).
-// It reads the source with a real Python tokenizer and rewrites only what the annotations mark: the tile block becomes
-// a TileOrder lookup, a consume gets a bounded wait before it, a produce a notify after it, the kernel gets the
-// parameters of `added_params`, and the module imports `syncopate.language as syl`. Every inserted line ends with `#
-// [syncopate]`; all other lines are kept byte for byte.
+// It reads the source with a real Python tokenizer and rewrites only what the annotations mark:
+// the tile block becomes a TileOrder lookup, a consume gets a bounded wait before it, a produce a
+// notify after it, the kernel gets the parameters of `added_params`, and the module imports
+// `syncopate.language as syl`. Every inserted line ends with `# [syncopate]`; all other lines are
+// kept byte for byte.
 #pragma once
 
 #include <string>
