@@ -291,7 +291,8 @@ const KernelFlow::Helper& KernelFlow::resolve(const Scope& sc, const std::string
     }
     throw TransformError(fmt::format(
         "{}: {}: {} defines no function '{}' (a top-level def, or a 'from ... import' of one), and {} calls it: "
-        "the transformer must read the helper's body to see what it does to memory",
+        "the transformer must read the helper's body to see what it does to memory; import the function from "
+        "the module that defines it (a name assigned there, an alias, is not followed)",
         place(*at->module, imp.token), imp.text(), target.module->filename, imp.name, called_at));
   }
 }
