@@ -33,8 +33,10 @@ transform::TransformOptions options_of(const std::optional<plan::CommPlan>& plan
     options.module_paths = *module_paths;
   } else {
     for (nb::handle entry : nb::module_::import_("sys").attr("path"))
-      if (nb::isinstance<nb::str>(entry) && nb::len(entry) > 0)
-        options.module_paths.push_back(nb::cast<std::string>(entry));
+      if (nb::isinstance<nb::str>(entry)) {
+        std::string dir = nb::cast<std::string>(entry);
+        options.module_paths.push_back(dir.empty() ? "." : dir);  // "": the working directory
+      }
   }
   return options;
 }
