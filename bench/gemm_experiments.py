@@ -1,61 +1,23 @@
 """Experimental local-GEMM variants that bench_gemm.py --wide times beside the library's kernels,
-to decide whether they belong in python/syncopate/kernels/ (the library does not use them).
+to decide whether they belong in python/syncopate/kernels/.
 
 - `gemm_host_descriptors`: gemm_tma_kernel's persistent loop with the TMA descriptors of A, B
   and C made on the host (Triton's TensorDescriptor, passed as kernel parameters) instead of in
   the kernel (`tl.make_tensor_descriptor`: every program writes its descriptors to global
   memory and fences them before its first load). On a 10-20 us decode GEMM a microsecond of
-  prologue is 5-10%: this variant measures what it costs.
+  prologue is 5-10%: this variant measured what it costs, and its kernel now ships as the
+  library's `gemm_tma_host_kernel`, which it launches (persistent or one program per tile).
 """
 
 from __future__ import annotations
 
 import torch
 import triton
-import triton.language as tl
 from triton.tools.tensor_descriptor import TensorDescriptor
 
 from local_import import load_kernels
 
 _kernels, _ = load_kernels()
-# The library's jit helpers as globals of this module (Triton resolves a kernel's callees there).
-grouped_tile = _kernels.gemm_module.grouped_tile
-tma_k_loop = _kernels.gemm_module.tma_k_loop
-
-
-@triton.jit
-def gemm_host_desc_kernel(
-    a_desc,
-    b_desc,
-    c_desc,
-    M,
-    N,
-    K,
-    num_programs,
-    B_IS_NK: tl.constexpr,
-    BLOCK_M: tl.constexpr,
-    BLOCK_N: tl.constexpr,
-    BLOCK_K: tl.constexpr,
-    GROUP_M: tl.constexpr,
-    EPILOGUE_SPLIT: tl.constexpr,
-):
-    num_pid_m = tl.cdiv(M, BLOCK_M)
-    num_pid_n = tl.cdiv(N, BLOCK_N)
-    num_tiles = num_pid_m * num_pid_n
-    k_tiles = tl.cdiv(K, BLOCK_K)
-    for tile_id in tl.range(tl.program_id(0), num_tiles, num_programs, flatten=True):
-        pid_m, pid_n = grouped_tile(tile_id, num_pid_m, num_pid_n, GROUP_M)
-        off_m = pid_m * BLOCK_M
-        off_n = pid_n * BLOCK_N
-        acc = tma_k_loop(a_desc, b_desc, off_m, off_n, 0, k_tiles, B_IS_NK, BLOCK_M, BLOCK_N, BLOCK_K)
-        c = acc.to(c_desc.dtype)
-        if EPILOGUE_SPLIT == 2:
-            halves = tl.permute(tl.reshape(c, (BLOCK_M, 2, BLOCK_N // 2)), (0, 2, 1))
-            c_left, c_right = tl.split(halves)
-            c_desc.store([off_m, off_n], c_left)
-            c_desc.store([off_m, off_n + BLOCK_N // 2], c_right)
-        else:
-            c_desc.store([off_m, off_n], c)
 
 
 def gemm_host_descriptors(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor, cfg) -> torch.Tensor:
@@ -72,7 +34,7 @@ def gemm_host_descriptors(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor, c
     tiles = triton.cdiv(m, cfg.block_m) * triton.cdiv(n, cfg.block_n)
     sms = torch.cuda.get_device_properties(a.device).multi_processor_count
     grid = max(1, min(sms if cfg.persistent else tiles, tiles))
-    gemm_host_desc_kernel[(grid,)](
+    _kernels.gemm_module.gemm_tma_host_kernel[(grid,)](
         a_desc,
         b_desc,
         c_desc,

@@ -15,10 +15,10 @@ loop), which the pipeliner schedules with the TMA loads' address computation: th
 tile runs before that tile's first load is issued.
 
 Each variant is the transformer's output with textual changes (make_variant); the names here are
-what the changed calls use.
+what the changed calls use. The forms that ship in syncopate.language (the notify as one PTX
+block, notify_tile; the wait at the tile lookup with the slot cache, wait_for_tile) are not
+copied here: the variants keep the transformer's `syl.` calls of them.
 """
-
-import re
 
 import triton
 import triton.language as tl
@@ -109,43 +109,14 @@ WAIT_CACHED_CONSTRAINTS: tl.constexpr = tl.constexpr("=r,r,r,l,l,l,r,l,l,r,r,r")
 _AT = _WAIT_HEAD.replace("mov.b32 $0, 0;", "")
 WAIT_AT_PTX_FENCE: tl.constexpr = tl.constexpr(_AT + "fence.proxy.async.global;\nSY_WAIT_END:\nmov.b32 $0, $10;\n}")
 WAIT_AT_PTX: tl.constexpr = tl.constexpr(_AT + "SY_WAIT_END:\nmov.b32 $0, $10;\n}")
-# Operands as wait_tile_cached's, each one place up: $0 is the tile out, $1 the cache out.
-_AT_CACHED = re.sub(r"\$(\d+)", lambda m: f"${int(m.group(1)) + 1}", _CACHED)
-WAIT_AT_PTX_CACHED_FENCE: tl.constexpr = tl.constexpr(
-    _AT_CACHED + "@%sp7 fence.proxy.async.global;\nSY_WAIT_END:\nmov.b32 $0, $11;\n}"
-)
-WAIT_AT_CACHED_CONSTRAINTS: tl.constexpr = tl.constexpr("=r,=r,r,r,l,l,l,r,l,l,r,r,r")
 WAIT_PTX_FENCE: tl.constexpr = tl.constexpr(_WAIT_HEAD + "fence.proxy.async.global;\nSY_WAIT_END:\n}")
 WAIT_PTX: tl.constexpr = tl.constexpr(_WAIT_HEAD + "SY_WAIT_END:\n}")
 WAIT_CONSTRAINTS: tl.constexpr = tl.constexpr("=r,r,r,l,l,l,r,l,l,r,r")
 
-# One PTX block: when the tile notifies anything, a CTA barrier (every thread's stores of the
-# tile are issued), then thread 0 adds 1 to notify_slots[begin:end] with release at system
-# scope. Operands: $0 (dummy out), $1 begin, $2 end, $3 notify_slots, $4 signals.
-NOTIFY_PTX: tl.constexpr = tl.constexpr("""{
-.reg .pred %np<3>;
-.reg .b32 %ni, %nslot, %nt;
-.reg .b64 %na;
-mov.b32 $0, 0;
-setp.ge.s32 %np0, $1, $2;
-@%np0 bra SY_NOTIFY_END;
-bar.sync 0;
-mov.u32 %nt, %tid.x;
-setp.ne.u32 %np1, %nt, 0;
-@%np1 bra SY_NOTIFY_END;
-mov.b32 %ni, $1;
-SY_NOTIFY_SLOT:
-mul.wide.s32 %na, %ni, 4;
-add.s64 %na, %na, $3;
-ld.global.b32 %nslot, [%na];
-mul.wide.s32 %na, %nslot, 4;
-add.s64 %na, %na, $4;
-red.release.sys.global.add.s32 [%na], 1;
-add.s32 %ni, %ni, 1;
-setp.lt.s32 %np2, %ni, $2;
-@%np2 bra SY_NOTIFY_SLOT;
-SY_NOTIFY_END:
-}""")
+# The notify as one PTX block (barrier, then thread 0 adds to each slot): the form that ships as
+# syncopate.language.notify_tile, imported rather than copied. Operands: $0 (dummy out), $1 begin,
+# $2 end, $3 notify_slots, $4 signals.
+NOTIFY_PTX: tl.constexpr = _language.NOTIFY_TILE_PTX
 
 
 @triton.jit
@@ -173,15 +144,6 @@ def wait_tile_fused(
             is_pure=False,
             pack=1,
         )
-
-
-@triton.jit
-def notify_tile_fused(signals_ptr, notify_offsets_ptr, notify_slots_ptr, tile):
-    begin = tl.load(notify_offsets_ptr + tile)
-    end = tl.load(notify_offsets_ptr + tile + 1)
-    tl.inline_asm_elementwise(
-        NOTIFY_PTX, "=r,r,r,l,l", [begin, end, notify_slots_ptr, signals_ptr], dtype=tl.int32, is_pure=False, pack=1
-    )
 
 
 @triton.jit
@@ -243,25 +205,6 @@ def wait_tile_at(
 
 
 @triton.jit
-def wait_tile_at_cached(
-    signals_ptr, wait_offsets_ptr, wait_slots_ptr, slot_writers_ptr, tile, epoch_ptr, bound_ns, rank, error_ptr, seen
-):
-    """wait_tile_at with the slot cache of wait_tile_cached (sm_90 and newer): (tile, seen)."""
-    begin = tl.load(wait_offsets_ptr + tile)
-    end = tl.load(wait_offsets_ptr + tile + 1)
-    epoch = tl.load(epoch_ptr)
-    tile, seen = tl.inline_asm_elementwise(
-        WAIT_AT_PTX_CACHED_FENCE,
-        WAIT_AT_CACHED_CONSTRAINTS,
-        [begin, end, wait_slots_ptr, slot_writers_ptr, signals_ptr, epoch, bound_ns, error_ptr, rank, tile, seen],
-        dtype=(tl.int32, tl.int32),
-        is_pure=False,
-        pack=1,
-    )
-    return tile, seen
-
-
-@triton.jit
 def notify_range(notify_offsets_ptr, tile):
     """The tile's notify row, loaded where the tile starts (the flattened loop's prologue)."""
     return tl.load(notify_offsets_ptr + tile), tl.load(notify_offsets_ptr + tile + 1)
@@ -306,13 +249,15 @@ _IMPORT = "import syncopate.language as syl  # [syncopate]"
 VARIANTS = {
     "before": "this morning's output: wait and notify loops at the consume and produce (tile and K loops apart)",
     "emitted": "the transformer's output as it is now (with the syncopate.language of this tree)",
-    "fused": "wait (at the consume) and notify as one PTX block each: the tile and K loops fuse and pipeline",
+    "fused": "wait (at the consume) and notify as one PTX block each (the notify as shipped, syl.notify_tile): "
+    "the tile and K loops fuse and pipeline",
     "fused+prefetch": "fused, and the next tile's order entry loaded one tile ahead",
     "fused+prefetch+cache": "fused+prefetch, and a slot this program saw complete is not loaded again",
     "fused+all": "fused+prefetch+cache, and the notify row loaded where the tile starts",
     "fused@tile": "fused, the wait called at the tile lookup and returning the tile (addresses depend on it)",
     "fused@tile+prefetch": "fused@tile, and the next tile's order entry loaded one tile ahead",
-    "fused@tile+all": "fused@tile with the prefetch, the slot cache and the notify row of fused+all",
+    "fused@tile+all": "fused@tile with the prefetch, the slot cache (the wait as shipped, syl.wait_for_tile) and "
+    "the notify row of fused+all",
     "fused, no wait": "diagnostic: fused with the wait removed (lookup and notify only)",
 }
 
@@ -383,7 +328,7 @@ def make_variant(source: str, name: str) -> str:
         out = out.replace(_WAIT, "syv.wait_tile_skip(")
     else:
         out = out.replace(_WAIT, "syv.wait_tile_fused(")
-    out = out.replace(_NOTIFY, "syv.notify_tile_fused(")
+    # The notify stays the transformer's syl.notify_tile: the fused form, as shipped.
     if name.startswith("fused@tile"):
         lines = out.splitlines()
         wait_line = next(line for line in lines if "syv.wait_tile_fused(" in line)
@@ -391,7 +336,7 @@ def make_variant(source: str, name: str) -> str:
         out = "\n".join(lines) + "\n"
         call = wait_line.strip().replace("syv.wait_tile_fused(", "sy_tile = syv.wait_tile_at(")
         if name in ("fused@tile+all",):
-            call = call.replace("sy_tile = syv.wait_tile_at(", "sy_tile, sy_seen = syv.wait_tile_at_cached(").replace(
+            call = call.replace("sy_tile = syv.wait_tile_at(", "sy_tile, sy_seen = syl.wait_for_tile(").replace(
                 "sy_rank, sy_error)", "sy_rank, sy_error, sy_seen)"
             )
         coords = "pid_m, pid_n = syl.tile_coords(sy_tile, sy_tiles_n)  # [syncopate]"
@@ -404,7 +349,7 @@ def make_variant(source: str, name: str) -> str:
                 "syl.tma_store_wait(sy_notify_offsets, sy_tile)", "syv.tma_store_wait_range(sy_nb, sy_ne)"
             )
             out = out.replace(
-                "syv.notify_tile_fused(sy_signals, sy_notify_offsets, sy_notify_slots, sy_tile)",
+                "syl.notify_tile(sy_signals, sy_notify_offsets, sy_notify_slots, sy_tile)",
                 "syv.notify_range_fused(sy_signals, sy_notify_slots, sy_nb, sy_ne)",
             )
     if name in ("fused+prefetch+cache", "fused+all"):
@@ -420,7 +365,7 @@ def make_variant(source: str, name: str) -> str:
         )
         out = out.replace("syl.tma_store_wait(sy_notify_offsets, sy_tile)", "syv.tma_store_wait_range(sy_nb, sy_ne)")
         out = out.replace(
-            "syv.notify_tile_fused(sy_signals, sy_notify_offsets, sy_notify_slots, sy_tile)",
+            "syl.notify_tile(sy_signals, sy_notify_offsets, sy_notify_slots, sy_tile)",
             "syv.notify_range_fused(sy_signals, sy_notify_slots, sy_nb, sy_ne)",
         )
     if name in ("fused+prefetch", "fused+prefetch+cache", "fused+all", "fused@tile+prefetch", "fused@tile+all"):
@@ -431,7 +376,7 @@ def make_variant(source: str, name: str) -> str:
             "  # [variant]\n"
         )
         if "sy_seen" in out:
-            first += "    sy_seen = tl.full([], -1, tl.int32)  # [variant]\n"
+            first += "    sy_seen = syl.no_slot_seen()  # [variant]\n"
         out = out.replace(header, first + header, 1)
         indent = "        "
         out = out.replace(

@@ -20,6 +20,29 @@ using namespace nb::literals;
 
 namespace syncopate::python {
 
+namespace {
+
+// The binding's options; `module_paths` None: Python's own search path (sys.path), so that a
+// helper is found where `import` would find it.
+transform::TransformOptions options_of(const std::optional<plan::CommPlan>& plan, std::string language_module,
+                                       const std::optional<std::vector<std::string>>& module_paths) {
+  transform::TransformOptions options;
+  options.plan = plan ? &*plan : nullptr;
+  options.language_module = std::move(language_module);
+  if (module_paths) {
+    options.module_paths = *module_paths;
+  } else {
+    for (nb::handle entry : nb::module_::import_("sys").attr("path"))
+      if (nb::isinstance<nb::str>(entry)) {
+        std::string dir = nb::cast<std::string>(entry);
+        options.module_paths.push_back(dir.empty() ? "." : dir);  // "": the working directory
+      }
+  }
+  return options;
+}
+
+}  // namespace
+
 void bind_transform(nb::module_& m) {
   using transform::AddedParam;
   using transform::AnnotatedAccess;
@@ -56,28 +79,28 @@ void bind_transform(nb::module_& m) {
   m.def(
       "transform",
       [](std::string_view source, std::string_view filename, std::string_view kernel,
-         std::optional<plan::CommPlan> plan, std::string language_module) {
-        transform::TransformOptions options;
-        options.plan = plan ? &*plan : nullptr;
-        options.language_module = std::move(language_module);
-        return transform::transform_kernel(source, filename, kernel, options);
+         std::optional<plan::CommPlan> plan, std::string language_module,
+         std::optional<std::vector<std::string>> module_paths) {
+        return transform::transform_kernel(source, filename, kernel,
+                                           options_of(plan, std::move(language_module), module_paths));
       },
       "source"_a, "filename"_a, "kernel"_a, nb::kw_only(), "plan"_a = nb::none(),
-      "language_module"_a = transform::TransformOptions{}.language_module,
+      "language_module"_a = transform::TransformOptions{}.language_module, "module_paths"_a = nb::none(),
       "Rewrites the @triton.jit function `kernel` of `source` into the overlapped kernel. With a "
-      "plan, checks the annotated tensors exist in it. Raises TransformError naming "
-      "file:line:col, the annotation and the rule.");
+      "plan, checks the annotated tensors exist in it. Helpers the kernel imports by name are read "
+      "from their modules: relative imports beside `filename` (give the file's real path), absolute "
+      "ones under `module_paths` (default: sys.path), then the file's folder and its package's root. "
+      "Raises TransformError naming file:line:col, the annotation and the rule.");
   m.def(
       "transform_kernels",
       [](std::string_view source, std::string_view filename, std::vector<std::string> kernels,
-         std::optional<plan::CommPlan> plan, std::string language_module) {
-        transform::TransformOptions options;
-        options.plan = plan ? &*plan : nullptr;
-        options.language_module = std::move(language_module);
-        return transform::transform_kernels(source, filename, kernels, options);
+         std::optional<plan::CommPlan> plan, std::string language_module,
+         std::optional<std::vector<std::string>> module_paths) {
+        return transform::transform_kernels(source, filename, kernels,
+                                            options_of(plan, std::move(language_module), module_paths));
       },
       "source"_a, "filename"_a, "kernels"_a, nb::kw_only(), "plan"_a = nb::none(),
-      "language_module"_a = transform::TransformOptions{}.language_module,
+      "language_module"_a = transform::TransformOptions{}.language_module, "module_paths"_a = nb::none(),
       "Rewrites several @triton.jit functions of `source` into one output (one import, one "
       "__syncopate__ dict naming every kernel). One TransformResult per kernel, each with the "
       "whole output as .source.");

@@ -289,7 +289,7 @@ _WAIT_FOR_TILE_CONSTRAINTS: tl.constexpr = tl.constexpr("=r,=r,r,r,l,l,l,r,l,l,r
 # CTA-wide, so not for a kernel whose epilogue runs in a warp-specialised partition), then thread
 # 0 adds 1 to each of notify_slots[begin:end] with release semantics at system scope.
 # Operands: $0 (unused), $1 begin, $2 end, $3 notify_slots, $4 signals.
-_NOTIFY_TILE_PTX: tl.constexpr = tl.constexpr("""{
+NOTIFY_TILE_PTX: tl.constexpr = tl.constexpr("""{
 .reg .pred %np<3>;
 .reg .b32 %ni, %nslot, %nt;
 .reg .b64 %na;
@@ -394,7 +394,7 @@ def notify_tile(signals_ptr, notify_offsets_ptr, notify_slots_ptr, tile):
             tl.atomic_add(signals_ptr + slot, 1, sem="release", scope="sys")
     else:
         tl.inline_asm_elementwise(
-            _NOTIFY_TILE_PTX,
+            NOTIFY_TILE_PTX,
             "=r,r,r,l,l",
             [begin, end, notify_slots_ptr, signals_ptr],
             dtype=tl.int32,

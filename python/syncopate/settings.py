@@ -101,6 +101,33 @@ class Env:
         "the simulator calibration of the ops' auto choice (a shipped name or a `.json` path; "
         "unset: `h200`) and of `python -m syncopate.demo` (a `.json` path)",
     )
+    nodes = Setting(
+        "SYNCOPATE_NODES",
+        "str",
+        None,
+        str,
+        "per context",
+        "the node of each global rank when a context's `nodes=` is not given: a node count (\"2\": "
+        "consecutive ranks) or one node id per global rank (\"0,0,1,1\") (`ops/topology.py`)",
+    )
+    world_size = Setting(
+        "WORLD_SIZE",
+        "str",
+        None,
+        str,
+        "per context",
+        "torchrun's own variable, read here too: the global world size the node ids above and "
+        "`LOCAL_WORLD_SIZE` divide (`ops/topology.py`)",
+    )
+    local_world_size = Setting(
+        "LOCAL_WORLD_SIZE",
+        "str",
+        None,
+        str,
+        "per context",
+        "torchrun's own variable, read here too: ranks per node, global rank g on node g // it, "
+        "when neither `nodes=` nor `SYNCOPATE_NODES` is given (`ops/topology.py`)",
+    )
     triton_interpret = Setting(
         "TRITON_INTERPRET",
         "bool",

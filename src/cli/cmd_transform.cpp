@@ -1,5 +1,5 @@
 // `syncopate transform kernel.py --kernel NAME[,NAME...] [--plan plan.json] [-o out.py]
-//                      [--describe d.json] [--check problems.py:function]`
+//                      [--describe d.json] [--check problems.py:function] [--module-path DIR...]`
 #include <cstdio>
 #include <cstdlib>
 #include <memory>
@@ -27,7 +27,8 @@ struct TransformArgs {
   std::string plan;
   std::string output;
   std::string describe;
-  std::string check;  // problems.py:function for the checking mode
+  std::string check;                      // problems.py:function for the checking mode
+  std::vector<std::string> module_paths;  // where imported helpers' modules are looked for
 };
 
 std::vector<std::string> kernel_names(const std::vector<std::string>& given) {
@@ -64,6 +65,7 @@ int run_transform(const TransformArgs& args) {
   const std::string source = read_text_file(args.input, "kernel");
   std::optional<plan::CommPlan> plan;
   transform::TransformOptions options;
+  options.module_paths = args.module_paths;
   if (!args.plan.empty()) {
     plan = plan::load_plan(args.plan);
     options.plan = &*plan;
@@ -105,6 +107,10 @@ void register_transform_commands(CLI::App& app) {
   cmd->add_option("--output,-o", args->output, "output file (default: standard output)");
   cmd->add_option("--describe", args->describe,
                   "also write the added parameters and accesses as JSON to this file ('-': stdout)");
+  cmd->add_option("--module-path", args->module_paths,
+                  "folder searched first for the module of a helper the kernel imports by absolute name "
+                  "(from pkg.mod import f: DIR/pkg/mod.py); repeat it for several. The kernel file's folder and "
+                  "the folder holding its package are searched after; relative imports are found beside the file");
   cmd->add_option("--check", args->check,
                   "then run the checking mode (python -m syncopate.check) with this problem, file.py:function: "
                   "late chunks under Triton's interpreter; exit 1 if a tile read before its wait or notified "

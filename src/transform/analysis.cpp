@@ -380,9 +380,12 @@ KernelAnalysis analyze(const Module& m, std::string_view kernel_name, const Tran
     a.annotations.push_back(std::move(ann));
   }
   Checker(m, a, options).run();
-  check_block_waits(m, a);
-  check_safety(m, a);
-  place_waits(m, a);
+  // The helpers the kernel calls, those imported from other modules included (read from disk).
+  ModuleLoader loader(options.module_paths);
+  const KernelFlow flow(m, a.kernel, loader);
+  check_block_waits(flow, a);
+  check_safety(flow, a);
+  place_waits(flow, a);
   return a;
 }
 

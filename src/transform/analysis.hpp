@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "annotations.hpp"
+#include "flow.hpp"
 #include "source_model.hpp"
 #include "syncopate/transform/transform.hpp"
 
@@ -76,14 +77,14 @@ KernelAnalysis analyze(const Module& m, std::string_view kernel_name, const Tran
 // of a consumed tensor before its wait, tile coordinates recomputed outside a tile block, tile
 // indices that do not follow the loop, stores after a notify; marks the notifies that need a
 // store wait. Throws TransformError naming file:line:col, the annotation, the rule and the fix.
-void check_safety(const Module& m, KernelAnalysis& a);
+void check_safety(const KernelFlow& flow, KernelAnalysis& a);
 
 // The rules of `@sy.consume_block` (block_loops.cpp): inside a `for` loop after the tile block,
 // `block=` follows the loop; with order=arrival the loop is a range() whose bounds do not change
 // inside it, `block=` is the loop variable over the step, nothing derived from the consumed
 // tensor is carried from one iteration to the next, and the loop's consume_blocks agree on the
 // order. Fills the loop fields of each BlockSite. Throws TransformError naming file:line:col.
-void check_block_waits(const Module& m, KernelAnalysis& a);
+void check_block_waits(const KernelFlow& flow, KernelAnalysis& a);
 
 // Where each tile's wait goes (placement.cpp): at the tile lookup, returning the tile so that
 // everything computed from it depends on the wait (loop-free on the GPU: a flattened tile loop
@@ -91,7 +92,7 @@ void check_block_waits(const Module& m, KernelAnalysis& a);
 // nothing but plain statements between (no compound statement, no call of a function of the
 // module) and names m= or n= (so the tile's reads are addressed from its coordinates); else at
 // each `@sy.consume` (`syl.wait_tile`, a loop: a wait placed after a K loop keeps its overlap).
-void place_waits(const Module& m, KernelAnalysis& a);
+void place_waits(const KernelFlow& flow, KernelAnalysis& a);
 
 // The output text, given the checked analyses of one or more kernels of the module.
 std::string rewrite(const Module& m, const std::vector<KernelAnalysis>& analyses, const TransformOptions& options);

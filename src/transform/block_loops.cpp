@@ -35,7 +35,7 @@ std::string without_spaces(std::string_view text) {
 
 class BlockLoopChecker {
  public:
-  BlockLoopChecker(const Module& m, KernelAnalysis& a) : m_(m), a_(a), flow_(m, a.kernel) {}
+  BlockLoopChecker(const KernelFlow& flow, KernelAnalysis& a) : m_(flow.module()), a_(a), flow_(flow) {}
 
   void run() {
     for (BlockSite& b : a_.block_waits) check_loop(b);
@@ -180,14 +180,14 @@ class BlockLoopChecker {
 
   const Module& m_;
   KernelAnalysis& a_;
-  KernelFlow flow_;
+  const KernelFlow& flow_;
 };
 
 }  // namespace
 
-void check_block_waits(const Module& m, KernelAnalysis& a) {
+void check_block_waits(const KernelFlow& flow, KernelAnalysis& a) {
   if (a.block_waits.empty()) return;
-  BlockLoopChecker(m, a).run();
+  BlockLoopChecker(flow, a).run();
 }
 
 }  // namespace syncopate::transform::detail

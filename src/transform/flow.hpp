@@ -1,6 +1,7 @@
 // Internal: what the statements of a kernel do, as far as the safety rules need it: which
 // compound statement (and loop) encloses each one, which names a statement reads and assigns,
-// the calls it makes, and what each module-level helper does to memory.
+// the calls it makes, and what each helper it reaches does to memory: the module-level
+// functions of its file and those it imports by name from other modules (imports.hpp).
 //
 // It reads source text, not types: a name "derived from" a pointer is any name assigned from an
 // expression that mentions it. That over-approximates (a rule may refuse a kernel that is fine,
@@ -10,11 +11,13 @@
 
 #include <cstddef>
 #include <map>
+#include <memory>
 #include <optional>
 #include <set>
 #include <string>
 #include <vector>
 
+#include "imports.hpp"
 #include "source_model.hpp"
 
 namespace syncopate::transform::detail {
@@ -43,12 +46,14 @@ struct NameUse {
 };
 
 // Where a read of memory happens: a load, a descriptor method or an atomic (its callee's token),
-// in the kernel or in a helper of the module; or a call to a function imported from another
-// module, whose body the transformer does not see (it may read anything it is given).
+// in the kernel or in a helper (of the kernel's file or imported by name); or a call through a
+// module imported whole (`import m` ... `m.f(x)`), whose functions the transformer does not
+// follow (it may read anything it is given).
 struct ReadSite {
   std::size_t token = 0;
-  std::string function;       // the function whose body holds the token ("" for the kernel)
-  std::string opaque_callee;  // set for a call to an imported function
+  std::string function;            // the function whose body holds the token ("" for the kernel)
+  std::string opaque_callee;       // set for a call through a module imported whole
+  const Module* module = nullptr;  // whose tokens `token` indexes
 };
 
 // A call that reads memory through one of a set of names: the name it is given and where the
@@ -60,7 +65,12 @@ struct ReadThrough {
 
 class KernelFlow {
  public:
-  KernelFlow(const Module& m, const Kernel& k);
+  // Reads the kernel and every helper it reaches, loading the modules it imports helpers from
+  // through `loader` (throws TransformError when one cannot be found or read, or does not define
+  // the name imported).
+  KernelFlow(const Module& m, const Kernel& k, ModuleLoader& loader);
+  KernelFlow(const KernelFlow&) = delete;
+  KernelFlow& operator=(const KernelFlow&) = delete;
 
   const Module& module() const { return m_; }
   const Kernel& kernel() const { return k_; }
@@ -116,14 +126,14 @@ class KernelFlow {
   // `v = <expr>`: the expression's text.
   std::optional<std::string> plain_assignment(std::size_t s, const std::string& v) const;
 
-  // What a call does to memory: a library load/store/atomic, a descriptor method, or a
-  // module-level helper (transitively). A call to anything else does nothing to memory.
+  // What a call does to memory: a library load/store/atomic, a descriptor method, or a helper
+  // (transitively). A call to anything else does nothing to memory.
   MemoryEffect effect(const Call& c) const;
   // Does a call name one of `names` in its arguments (or as its receiver)?
   std::optional<NameUse> mentions(const Call& c, const std::set<std::string>& names) const;
   // Does a call read memory through one of `names`? A library load or descriptor method given
-  // one of them; a module-level helper given one of them as an argument that its body (or a
-  // helper it calls) reads through; a function imported from another module given one of them.
+  // one of them; a helper given one of them as an argument that its body (or a helper it calls)
+  // reads through; a function of a module imported whole given one of them.
   std::optional<ReadThrough> read_through(const Call& c, const std::set<std::string>& names) const;
 
   // Names derived from `root` (itself included): assigned anywhere in the kernel from an
@@ -132,37 +142,49 @@ class KernelFlow {
   std::set<std::string> derived_from(const std::string& root) const;
 
  private:
-  std::size_t assignment_split(const LogicalLine& l, bool* augmented) const;
+  // A module whose functions the kernel reaches: its text and its top-level imports.
+  struct Scope {
+    const Module* module = nullptr;
+    std::set<std::string> imports;                   // names bound by top-level imports
+    std::set<std::string> foreign_imports;           // ... of modules other than triton's
+    std::map<std::string, FromImport> from_imports;  // `from m import f`, m not triton's: by local name
+  };
   // A module-level function and what it does to memory: any memory (effect), and through
   // which of its parameters it reads (by parameter index; the first read found).
   struct Helper {
+    const Scope* scope = nullptr;
     Function function;
     MemoryEffect effect;
     std::vector<std::optional<ReadSite>> reads;
   };
-  // A call's argument: the helper parameter it binds (nullopt for a starred argument or one past
-  // the parameters) and its tokens [begin, end).
-  struct Arg {
-    std::optional<std::size_t> param;
-    std::size_t begin = 0, end = 0;
-  };
+  using HelperKey = std::pair<const Scope*, std::string>;
 
-  MemoryEffect call_effect(const Call& c, const std::set<std::string>& imports) const;
+  const Scope& kernel_scope() const { return *scopes_.front(); }
+  const Scope& scope_of(const Module& m);
+  // The function a plain call `name(...)` in `sc` runs, when the transformer knows it: a def of
+  // that module, or one imported by name that the kernel reaches.
+  const Helper* callee(const Scope& sc, const std::string& name) const;
+  // Loads, from the kernel on, the helpers it calls (imports followed, re-exports too).
+  void follow_calls();
+  const Helper& resolve(const Scope& sc, const std::string& local, const Call& call);
+
+  MemoryEffect call_effect(const Scope& sc, const Call& c) const;
+  std::vector<NameUse> value_reads(const Scope& sc, std::size_t s) const;
+  std::optional<ReadThrough> read_through(const Scope& sc, const Call& c, const std::set<std::string>& names) const;
   void compute_helper_effects();
   void compute_helper_reads();
-  std::vector<Arg> bind_args(const Call& c, const Function& f) const;
-  std::optional<NameUse> first_name_in(std::size_t begin, std::size_t end, const std::set<std::string>& names) const;
-  // Names derived from `root` within logical lines [begin, end) (see derived_from).
-  std::set<std::string> derived_in(const std::string& root, std::size_t begin, std::size_t end) const;
-  // Is the call's function imported from a module other than triton's?
-  bool opaque(const Call& c) const;
+  // Names derived from `root` within logical lines [begin, end) of `sc` (see derived_from).
+  std::set<std::string> derived_in(const Scope& sc, const std::string& root, std::size_t begin, std::size_t end) const;
+  // Is the call's function one of a module imported whole (other than triton's), not followed?
+  bool opaque(const Scope& sc, const Call& c) const;
 
   const Module& m_;
   const Kernel& k_;
+  ModuleLoader& loader_;
   std::vector<std::optional<std::size_t>> parent_;
-  std::set<std::string> imports_;          // names bound by top-level imports
-  std::set<std::string> foreign_imports_;  // ... of modules other than triton's
-  std::map<std::string, Helper> helpers_;  // module-level functions
+  std::vector<std::unique_ptr<Scope>> scopes_;   // the kernel's module first, then imported ones
+  std::map<HelperKey, Helper> helpers_;          // every module-level function of those modules
+  std::map<HelperKey, const Helper*> imported_;  // names imported by `from ... import`, followed
 };
 
 // Every call of a logical line (tokens of `m`).

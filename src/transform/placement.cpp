@@ -29,7 +29,7 @@ bool plain_call(const Call& c) {
 
 class WaitPlacer {
  public:
-  WaitPlacer(const Module& m, KernelAnalysis& a) : a_(a), flow_(m, a.kernel) {}
+  WaitPlacer(const KernelFlow& flow, KernelAnalysis& a) : a_(a), flow_(flow) {}
 
   void run() {
     for (std::size_t t = 0; t < a_.tiles.size(); ++t) {
@@ -78,11 +78,11 @@ class WaitPlacer {
   }
 
   KernelAnalysis& a_;
-  KernelFlow flow_;
+  const KernelFlow& flow_;
 };
 
 }  // namespace
 
-void place_waits(const Module& m, KernelAnalysis& a) { WaitPlacer(m, a).run(); }
+void place_waits(const KernelFlow& flow, KernelAnalysis& a) { WaitPlacer(flow, a).run(); }
 
 }  // namespace syncopate::transform::detail

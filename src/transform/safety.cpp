@@ -34,7 +34,7 @@ struct RangeArgs {
 
 class SafetyChecker {
  public:
-  SafetyChecker(const Module& m, KernelAnalysis& a) : m_(m), a_(a), flow_(m, a.kernel) {
+  SafetyChecker(const KernelFlow& flow, KernelAnalysis& a) : m_(flow.module()), a_(a), flow_(flow) {
     for (const auto& p : a_.kernel.params) params_.insert(p.name);
     globals_ = module_names(m_);
   }
@@ -345,20 +345,22 @@ class SafetyChecker {
   }
 
   // --- consume: every read of the tensor after its wait (mistake a) ---------------------------
-  // Where a helper's read is, for the message: ", which reads it in '<helper>' at file:line:col",
-  // or why an imported function counts as a read.
+  // Where a helper's read is, for the message: ", which reads it in '<helper>' at file:line:col"
+  // (the helper's own file when it is imported), or why a call through a module imported whole
+  // counts as a read.
   std::string read_site_note(const ReadSite& site) const {
     if (site.function.empty() && site.opaque_callee.empty()) return "";
-    const Token& t = m_.tokens[site.token];
+    const Module& m = site.module ? *site.module : m_;
+    const Token& t = m.tokens[site.token];
     if (!site.opaque_callee.empty())
       return fmt::format(
-          "; '{}' is imported from another module{}, whose body the transformer does not read, so it counts "
-          "as a read; define it in this file to have its reads followed",
+          "; '{}' is called through a module imported whole{}, whose functions the transformer does not follow, "
+          "so it counts as a read; import the function by name ('from <module> import {}') to have its reads "
+          "followed",
           site.opaque_callee,
-          site.function.empty()
-              ? ""
-              : fmt::format(" (called in '{}' at {}:{}:{})", site.function, m_.filename, t.line, t.col));
-    return fmt::format(", which reads it in '{}' at {}:{}:{}", site.function, m_.filename, t.line, t.col);
+          site.function.empty() ? "" : fmt::format(" (in '{}' at {}:{}:{})", site.function, m.filename, t.line, t.col),
+          site.opaque_callee);
+    return fmt::format(", which reads it in '{}' at {}:{}:{}", site.function, m.filename, t.line, t.col);
   }
 
   void check_reads_after_wait(const std::string& param) const {
@@ -464,13 +466,13 @@ class SafetyChecker {
 
   const Module& m_;
   KernelAnalysis& a_;
-  KernelFlow flow_;
+  const KernelFlow& flow_;
   std::set<std::string> params_;
   std::set<std::string> globals_;
 };
 
 }  // namespace
 
-void check_safety(const Module& m, KernelAnalysis& a) { SafetyChecker(m, a).run(); }
+void check_safety(const KernelFlow& flow, KernelAnalysis& a) { SafetyChecker(flow, a).run(); }
 
 }  // namespace syncopate::transform::detail

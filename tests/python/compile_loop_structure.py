@@ -36,6 +36,7 @@ from syncopate import _core  # noqa: E402
 # By module path: the package syncopate.kernels re-exports functions named like its modules.
 gemm_module = importlib.import_module("syncopate.kernels.gemm")
 gemm_reduce_module = importlib.import_module("syncopate.kernels.gemm_reduce")
+gemm_fp8_module = importlib.import_module("syncopate.kernels.gemm_fp8")
 
 # Types of the parameters the transformer adds (docs/ANNOTATIONS.md); the bound is int64 ns.
 ADDED = {
@@ -137,8 +138,8 @@ def compile_kernel(kernel, pointers, values, capability: int, num_warps: int, nu
     names = [p.name for p in kernel.params]
     signature, constexprs = {}, {}
     for i, name in enumerate(names):
-        if name in pointers:
-            signature[name] = "*fp16"
+        if name in pointers:  # a tuple of fp16 pointers, or a dict of element types
+            signature[name] = "*" + (pointers[name] if isinstance(pointers, dict) else "fp16")
         elif name in ADDED:
             signature[name] = ADDED[name]
         elif name in values:
@@ -166,8 +167,12 @@ GEMM_VALUES = dict(
     C_STORE_POINTERS=False,
 )
 REDUCE_VALUES = dict(NUM_SLOTS=4, B_IS_NK=False, BLOCK_M=128, BLOCK_N=128, BLOCK_K=64, GROUP_M=8, FLATTEN=True)
+# The FP8 kernel is built from gemm.py's helpers (prologue, K loop, C store), imported.
+FP8_POINTERS = {"a_ptr": "fp8e4nv", "b_ptr": "fp8e4nv", "c_ptr": "bf16", "scale_a_ptr": "fp32", "scale_b_ptr": "fp32"}
+FP8_VALUES = dict(GEMM_VALUES, B_IS_NK=True, BLOCK_K=128)
 KERNELS = {
     "gemm_tma_kernel": (gemm_module, ("a_ptr", "b_ptr", "c_ptr"), GEMM_VALUES),
+    "gemm_fp8_tma_kernel": (gemm_fp8_module, FP8_POINTERS, FP8_VALUES),
     "gemm_reduce_kernel": (gemm_reduce_module, ("a_ptr", "b_ptr", "c_ptr", "p_ptr", "out_ptr"), REDUCE_VALUES),
 }
 # (kernel, form, sm, warp_specialize, num_warps): what CI compiles (a few seconds each).
@@ -181,6 +186,8 @@ VARIANTS = [
     ("gemm_tma_kernel", "transformed", 100, False, 8),
     ("gemm_tma_kernel", "original", 100, True, 8),
     ("gemm_tma_kernel", "transformed", 100, True, 8),
+    ("gemm_fp8_tma_kernel", "original", 90, False, 8),
+    ("gemm_fp8_tma_kernel", "transformed", 90, False, 8),
 ]
 
 

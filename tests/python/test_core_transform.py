@@ -21,7 +21,7 @@ def golden_cases():
 @pytest.mark.parametrize("example,kernel", golden_cases())
 def test_examples_match_goldens(example, kernel):
     source = (EXAMPLES / example).read_text()
-    result = sy.transform(source, example, kernel)
+    result = sy.transform(source, str(EXAMPLES / example), kernel)  # the real path: imports resolve beside it
     assert result.source == (GOLDEN / Path(example).name).read_text()  # "../attention.py": by file name
     assert result.kernel_name == kernel
     assert result.tile_blocks >= 1
@@ -30,7 +30,7 @@ def test_examples_match_goldens(example, kernel):
 @pytest.mark.parametrize("example,kernel", golden_cases())
 def test_only_marked_lines_are_new(example, kernel):
     source = (EXAMPLES / example).read_text()
-    result = sy.transform(source, example, kernel)
+    result = sy.transform(source, str(EXAMPLES / example), kernel)  # the real path: imports resolve beside it
     original = set(source.splitlines())
     mark = sy._core.TRANSFORM_INSERTED_MARK
     replaced = [line for line in result.source.splitlines() if line.strip().startswith(mark + " was: ")]
@@ -51,7 +51,7 @@ def test_only_marked_lines_are_new(example, kernel):
 @pytest.mark.parametrize("example,kernel", golden_cases())
 def test_description_agrees_with_the_source(example, kernel):
     source = (EXAMPLES / example).read_text()
-    result = sy.transform(source, example, kernel)
+    result = sy.transform(source, str(EXAMPLES / example), kernel)  # the real path: imports resolve beside it
     lines = source.splitlines()
     base = [p.name for p in sy.added_params()]
     block = ["sy_blocks", "sy_block_wait_offsets", "sy_block_wait_slots", "sy_block_first"]
@@ -92,3 +92,52 @@ def test_unterminated_string_names_line():
     with pytest.raises(sy.TransformError, match=r"bad\.py:5:\d+: ") as info:
         sy.transform(source, "bad.py", "k")
     assert isinstance(info.value, ValueError)
+
+
+_HELPERS = """import triton
+import triton.language as tl
+
+
+@triton.jit
+def store_rows(y_ptr, rows, value):
+    tl.store(y_ptr + rows, value)
+"""
+
+_KERNEL = """import triton
+import triton.language as tl
+from mylib_helpers import store_rows
+
+
+@triton.jit
+def k(x_ptr, y_ptr, BM: tl.constexpr):
+    # @sy.tile(index=tl.program_id(0), m=pid_m)
+    pid_m = tl.program_id(0)
+    # @sy.end
+    rows = pid_m * BM + tl.arange(0, BM)
+    # @sy.consume(x_ptr, m=pid_m)
+    x = tl.load(x_ptr + rows)
+    # @sy.produce(y_ptr, m=pid_m)
+    store_rows(y_ptr, rows, x)
+"""
+
+
+def test_imported_helpers_are_found_on_module_paths_defaulting_to_sys_path(tmp_path, monkeypatch):
+    (tmp_path / "lib").mkdir()
+    (tmp_path / "lib" / "mylib_helpers.py").write_text(_HELPERS)
+    (tmp_path / "kernels").mkdir()
+    kernel = tmp_path / "kernels" / "k.py"
+    kernel.write_text(_KERNEL)
+    # The produce marks the imported helper's call: its store is read from lib/mylib_helpers.py.
+    out = sy.transform(_KERNEL, str(kernel), "k", module_paths=[str(tmp_path / "lib")]).source
+    lines = [ln.strip() for ln in out.splitlines()]
+    call = lines.index("store_rows(y_ptr, rows, x)")
+    assert lines[call + 1].startswith("syl.notify_tile("), out
+    # Not on the paths given: refused at the import, naming what was looked for.
+    with pytest.raises(
+        sy.TransformError, match=r"k\.py:3:1: from mylib_helpers import store_rows: cannot find"
+    ) as info:
+        sy.transform(_KERNEL, str(kernel), "k", module_paths=[])
+    assert "mylib_helpers.py" in str(info.value)
+    # By default the binding searches Python's own path.
+    monkeypatch.syspath_prepend(str(tmp_path / "lib"))
+    assert sy.transform(_KERNEL, str(kernel), "k").source == out

@@ -146,7 +146,7 @@ def test_a_gpu_without_fp8_is_refused(monkeypatch):
 
 def test_annotations_match_the_bf16_kernel():
     """The transformer reads the same annotation lines as gemm_tma_kernel's, in the same order,
-    with a single statement after the produce (where the notify goes)."""
+    with the K loop (gemm.py's tma_k_loop, imported) right under the consume."""
     source = (_REPO_PYTHON / "syncopate" / "kernels" / "gemm_fp8.py").read_text().splitlines()
     marks = [line.strip() for line in source if line.strip().startswith("# @sy.")]
     assert marks == [
@@ -156,7 +156,7 @@ def test_annotations_match_the_bf16_kernel():
         "# @sy.produce(c_ptr, m=pid_m, n=pid_n)",
     ]
     consume = next(i for i, line in enumerate(source) if line.strip() == marks[2])
-    assert source[consume + 1].strip().startswith("for ")
+    assert source[consume + 1].strip().startswith("acc = tma_k_loop(a_desc, b_desc, ")
 
 
 def test_kn_b_is_read_through_one_kept_k_major_copy():

@@ -154,7 +154,7 @@ def test_transformed_kernel_waits_before_reading_a_and_notifies_after_storing_c(
         for i, ln in enumerate(lines)
         if "a_desc.load" in ln or "tl.load(a_ptr" in ln or ln.startswith("acc = tma_k_loop(a_desc")
     )
-    store = next(i for i, ln in enumerate(lines) if ln.startswith(("_store_c_tile(", "tl.store(c_ptrs")))
+    store = next(i for i, ln in enumerate(lines) if ln.startswith(("store_c_tile(", "tl.store(c_ptrs")))
     assert wait < first_a_read < store < notify
     # The order entry is loaded one iteration ahead of the tile that uses it.
     assert any(ln.startswith("sy_tile_next = syl.tile_at_or(sy_tile_order, tile_id + (num_programs)") for ln in lines)

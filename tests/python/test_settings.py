@@ -12,8 +12,10 @@ from syncopate.settings import SETTINGS, Env, env
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGE = ROOT / "python" / "syncopate"
 CPP_SETTINGS = ROOT / "include" / "syncopate" / "common" / "settings.hpp"
-# Reads of the environment (not writes such as `os.environ[key] = value` or a copy for a child).
-ENV_READ = re.compile(r"os\.environ\.get\(|os\.getenv\(|os\.environ\[[^\]]+\](?!\s*=)")
+# Reads of the environment: any use of os.environ or os.getenv but a write (`os.environ[key] =
+# value`, `os.environ.setdefault(...)`) or a copy for a child process (`dict(os.environ, ...)`);
+# so an alias (`environ = os.environ`) counts too.
+ENV_READ = re.compile(r"os\.getenv\(|(?<!dict\()os\.environ\b(?!\[[^\]]+\]\s*=)(?!\.setdefault\()")
 
 
 def cpp_variables():

@@ -38,7 +38,7 @@ def rows():
     done = subprocess.run([sys.executable, str(SCRIPT)], env=env, capture_output=True, text=True, timeout=1800)
     assert done.returncode == 0, done.stderr[-4000:]
     out = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
-    assert len(out) == 9, done.stdout
+    assert len(out) == 11, done.stdout
     return {(r["kernel"], r["form"], r["sm"], r["warp_specialize"], r["num_warps"]): r for r in out}
 
 
@@ -59,6 +59,16 @@ def test_sm90_the_transformed_gemm_fuses_and_pipelines_like_the_original(rows):
         assert 3 in row["buffer_depths"], f"not pipelined with num_stages=3: {row}"
     row = rows[("gemm_tma_kernel", "transformed", 90, False, 8)]
     assert row["wait_before_loads_in_dot_loop"] is True, row
+
+
+def test_sm90_the_transformed_fp8_gemm_fuses_and_pipelines_like_the_original(rows):
+    """The FP8 kernel's K loop is gemm.py's tma_k_loop, imported: after the transformer (which
+    follows the imported helpers) its tile and K loops still fuse, pipeline, and wait first."""
+    for form in ("original", "transformed"):
+        row = compiled(rows[("gemm_fp8_tma_kernel", form, 90, False, 8)])
+        assert row["dot_loop_depths"] == [1], f"tile and K loops not fused: {row}"
+        assert 3 in row["buffer_depths"], f"not pipelined with num_stages=3: {row}"
+    assert rows[("gemm_fp8_tma_kernel", "transformed", 90, False, 8)]["wait_before_loads_in_dot_loop"] is True
 
 
 def test_sm90_warp_specialisation_compiles_with_eight_and_four_warps(rows):

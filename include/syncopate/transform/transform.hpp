@@ -2,11 +2,13 @@
 // overlapped kernel (docs/ANNOTATIONS.md defines the annotations and the output).
 //
 // When it may run: on any source text; it needs no plan, but given one it also checks that each
-// consumed/produced tensor exists in it. It reads the source with a real Python tokenizer and
-// rewrites only what the annotations mark: the tile block becomes a TileOrder lookup, a consume
-// gets a bounded wait before it, a produce a notify after it, the kernel gets the parameters of
-// `added_params`, and the module imports `syncopate.language as syl`. Every inserted line ends
-// with `# [syncopate]`; all other lines are kept byte for byte.
+// consumed/produced tensor exists in it. It reads no file but, when the kernel calls a helper
+// imported by name from another module, that module's source (TransformOptions::module_paths).
+// It reads the source with a real Python tokenizer and rewrites only what the annotations mark:
+// the tile block becomes a TileOrder lookup, a consume gets a bounded wait before it, a produce a
+// notify after it, the kernel gets the parameters of `added_params`, and the module imports
+// `syncopate.language as syl`. Every inserted line ends with `# [syncopate]`; all other lines are
+// kept byte for byte.
 #pragma once
 
 #include <string>
@@ -26,9 +28,14 @@ inline constexpr int kOutputVersion = 2;  // 2: sy_epoch is a pointer to the dev
 struct TransformOptions {
   // Optional: when set, every annotated tensor must exist in the plan with enough dimensions.
   const plan::CommPlan* plan = nullptr;
-  // Module of the device primitives the output calls, imported as `syl`: the primitives of
   // The module the output imports as `syl`: Syncopate's device primitives (language.py).
   std::string language_module = "syncopate.language";
+  // Folders searched first for the modules of helpers imported by absolute name (`from
+  // pkg.mod import f`: <dir>/pkg/mod.py or <dir>/pkg/mod/__init__.py); then the kernel file's own
+  // folder and the folder holding its top-level package. A relative import (`from .mod import
+  // f`) is found beside the importing file, so `filename` must be the kernel file's real path
+  // when it imports helpers. docs/ANNOTATIONS.md, "Helpers".
+  std::vector<std::string> module_paths;
 };
 
 // A parameter appended to the kernel signature, in order.
@@ -66,7 +73,8 @@ const std::vector<AddedParam>& added_params();
 const std::vector<AddedParam>& block_params();
 
 // Transforms the `@triton.jit` function `kernel_name` of `source`. `filename` names the input in
-// errors. Throws TransformError "<filename>:<line>:<col>: <annotation or subject>: <rule>".
+// errors, and its folder is where the modules of helpers imported relatively are found. Throws
+// TransformError "<filename>:<line>:<col>: <annotation or subject>: <rule>".
 TransformResult transform_kernel(std::string_view source, std::string_view filename, std::string_view kernel_name,
                                  const TransformOptions& options = {});
 

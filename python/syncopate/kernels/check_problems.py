@@ -34,9 +34,10 @@ def _operands(gen: torch.Generator, m: int, n: int, k: int):
     return a, b, c
 
 
-def _tma_problem(gen: torch.Generator, c_store_pointers: bool) -> CheckProblem:
-    m, n, k = 96, 56, 48  # rows and columns of 16-byte multiples (TMA), 56 not a block multiple
-    a, b, c = _operands(gen, m, n, k)
+def _persistent_tma_problem(tensors: dict, args: tuple, m: int, n: int, c_store_pointers: bool) -> CheckProblem:
+    """A problem of the persistent TMA GEMMs (gemm_tma_kernel, gemm_fp8_tma_kernel, which share
+    their constexprs): `_PROGRAMS` programs looping over the tiles, C stored through TMA or, with
+    c_store_pointers, with plain stores."""
     meta = dict(
         B_IS_NK=False,
         BLOCK_M=_BM,
@@ -49,17 +50,15 @@ def _tma_problem(gen: torch.Generator, c_store_pointers: bool) -> CheckProblem:
         C_STORE_POINTERS=c_store_pointers,
     )
     return CheckProblem(
-        {"a": a, "b": b, "c": c},
-        (a, b, c, m, n, k, a.stride(0), b.stride(0), c.stride(0), _PROGRAMS),
-        meta,
-        (_PROGRAMS,),
-        (_PROGRAMS,),
-        _cdiv(m, _BM),
-        _cdiv(n, _BN),
-        _BM,
-        _BN,
-        outputs=("c",),
+        tensors, args, meta, (_PROGRAMS,), (_PROGRAMS,), _cdiv(m, _BM), _cdiv(n, _BN), _BM, _BN, outputs=("c",)
     )
+
+
+def _tma_problem(gen: torch.Generator, c_store_pointers: bool) -> CheckProblem:
+    m, n, k = 96, 56, 48  # rows and columns of 16-byte multiples (TMA), 56 not a block multiple
+    a, b, c = _operands(gen, m, n, k)
+    args = (a, b, c, m, n, k, a.stride(0), b.stride(0), c.stride(0), _PROGRAMS)
+    return _persistent_tma_problem({"a": a, "b": b, "c": c}, args, m, n, c_store_pointers)
 
 
 def gemm_tma(gen: torch.Generator) -> CheckProblem:
@@ -184,30 +183,8 @@ def _fp8_problem(gen: torch.Generator, c_store_pointers: bool) -> CheckProblem:
     c = torch.empty(m, n, dtype=torch.bfloat16)
     scale_a = torch.rand(m, generator=gen) + 0.5
     scale_b = torch.rand(n, generator=gen) + 0.5
-    meta = dict(
-        B_IS_NK=False,
-        BLOCK_M=_BM,
-        BLOCK_N=_BN,
-        BLOCK_K=_BK,
-        GROUP_M=2,
-        EPILOGUE_SPLIT=1,
-        WARP_SPECIALIZE=False,
-        FLATTEN=True,
-        C_STORE_POINTERS=c_store_pointers,
-    )
     args = (a, b, c, scale_a, scale_b, m, n, k, a.stride(0), b.stride(0), c.stride(0), 1, 1, _PROGRAMS)
-    return CheckProblem(
-        {"a": a, "b": b, "c": c},
-        args,
-        meta,
-        (_PROGRAMS,),
-        (_PROGRAMS,),
-        _cdiv(m, _BM),
-        _cdiv(n, _BN),
-        _BM,
-        _BN,
-        outputs=("c",),
-    )
+    return _persistent_tma_problem({"a": a, "b": b, "c": c}, args, m, n, c_store_pointers)
 
 
 def gemm_fp8_tma(gen: torch.Generator) -> CheckProblem:

@@ -72,6 +72,21 @@ def tile_grid(M, N, K, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl
 
 
 @triton.jit
+def tma_gemm_prologue(a_ptr, b_ptr, c_ptr, M, N, K, stride_am, stride_b, stride_cm, B_IS_NK: tl.constexpr,
+                      BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+                      EPILOGUE_SPLIT: tl.constexpr):
+    """What a persistent TMA GEMM sets up before its tile loop: the descriptors of A and B
+    (`operand_descriptors`), C's (tiles EPILOGUE_SPLIT pieces wide, see `tma_store_tile`), and the
+    tile grid (`tile_grid`): (a_desc, b_desc, c_desc, num_pid_m, num_pid_n, num_tiles, k_tiles)."""
+    a_desc, b_desc = operand_descriptors(a_ptr, b_ptr, M, N, K, stride_am, stride_b, B_IS_NK,
+                                         BLOCK_M, BLOCK_N, BLOCK_K)
+    c_desc = tl.make_tensor_descriptor(c_ptr, shape=[M, N], strides=[stride_cm, 1],
+                                       block_shape=[BLOCK_M, BLOCK_N // EPILOGUE_SPLIT])
+    num_pid_m, num_pid_n, num_tiles, k_tiles = tile_grid(M, N, K, BLOCK_M, BLOCK_N, BLOCK_K)
+    return a_desc, b_desc, c_desc, num_pid_m, num_pid_n, num_tiles, k_tiles
+
+
+@triton.jit
 def tma_k_loop(a_desc, b_desc, off_m, off_n, k_begin, k_end, B_IS_NK: tl.constexpr,
                BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
     """The fp32 product of one tile over the K steps [k_begin, k_end): A's rows at off_m times
@@ -92,10 +107,25 @@ def tma_k_loop(a_desc, b_desc, off_m, off_n, k_begin, k_end, B_IS_NK: tl.constex
 
 
 @triton.jit
-def _store_c_tile(c, c_desc, c_ptr, off_m, off_n, M, N, stride_cm, BLOCK_M: tl.constexpr,
-                  BLOCK_N: tl.constexpr, EPILOGUE_SPLIT: tl.constexpr,
-                  C_STORE_POINTERS: tl.constexpr):
-    """Stores one C tile. One call, so that the produce annotation covers one statement."""
+def tma_store_tile(c_desc, c, off_m, off_n, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                   EPILOGUE_SPLIT: tl.constexpr):
+    """Stores one C tile through C's descriptor, whose boxes are BLOCK_N // EPILOGUE_SPLIT wide:
+    with EPILOGUE_SPLIT == 2, as two halves (a smaller shared-memory staging buffer)."""
+    if EPILOGUE_SPLIT == 2:
+        halves = tl.permute(tl.reshape(c, (BLOCK_M, 2, BLOCK_N // 2)), (0, 2, 1))
+        c_left, c_right = tl.split(halves)
+        c_desc.store([off_m, off_n], c_left)
+        c_desc.store([off_m, off_n + BLOCK_N // 2], c_right)
+    else:
+        c_desc.store([off_m, off_n], c)
+
+
+@triton.jit
+def store_c_tile(c, c_desc, c_ptr, off_m, off_n, M, N, stride_cm, BLOCK_M: tl.constexpr,
+                 BLOCK_N: tl.constexpr, EPILOGUE_SPLIT: tl.constexpr, C_STORE_POINTERS: tl.constexpr):
+    """Stores one C tile of the annotated TMA GEMMs (gemm_tma_kernel, gemm_fp8.py's kernel). One
+    call, so that the produce annotation covers one statement; the transformer follows it (from
+    gemm_fp8.py too: an imported helper) to the store."""
     if C_STORE_POINTERS:
         # A TMA store completes asynchronously; a notify after it could announce a tile that
         # has not landed yet. Plain stores are complete once the notify's barrier ends.
@@ -103,13 +133,23 @@ def _store_c_tile(c, c_desc, c_ptr, off_m, off_n, M, N, stride_cm, BLOCK_M: tl.c
         cols = off_n + tl.arange(0, BLOCK_N)
         tl.store(c_ptr + rows[:, None] * stride_cm + cols[None, :], c,
                  mask=(rows[:, None] < M) & (cols[None, :] < N))
-    elif EPILOGUE_SPLIT == 2:
-        halves = tl.permute(tl.reshape(c, (BLOCK_M, 2, BLOCK_N // 2)), (0, 2, 1))
-        c_left, c_right = tl.split(halves)
-        c_desc.store([off_m, off_n], c_left)
-        c_desc.store([off_m, off_n + BLOCK_N // 2], c_right)
     else:
-        c_desc.store([off_m, off_n], c)
+        tma_store_tile(c_desc, c, off_m, off_n, BLOCK_M, BLOCK_N, EPILOGUE_SPLIT)
+
+
+@triton.jit
+def split_k_work_item(work, num_pid_m, num_pid_n, k_tiles, SPLIT_K: tl.constexpr, GROUP_M: tl.constexpr):
+    """The split-K kernels' work item `work`: (tile_id, split, pid_m, pid_n, k_begin, k_end), the
+    tile (in grouped order) and its K steps [k_begin, k_end), the split-th of SPLIT_K slices.
+    Neighbouring items are the slices of one tile: they share no operand data, but they finish
+    together, so a reduction sees complete tiles early."""
+    tile_id = work // SPLIT_K
+    split = work % SPLIT_K
+    pid_m, pid_n = grouped_tile(tile_id, num_pid_m, num_pid_n, GROUP_M)
+    k_tiles_per_split = tl.cdiv(k_tiles, SPLIT_K)
+    k_begin = split * k_tiles_per_split
+    k_end = min(k_begin + k_tiles_per_split, k_tiles)
+    return tile_id, split, pid_m, pid_n, k_begin, k_end
 
 
 @triton.jit
@@ -123,27 +163,20 @@ def gemm_tma_kernel(a_ptr, b_ptr, c_ptr, M, N, K, stride_am, stride_b, stride_cm
     C_STORE_POINTERS stores C with plain stores instead of TMA: the producer side of a fused
     op (GEMM+RS) needs each tile's store complete before it signals the tile.
     """
-    a_desc, b_desc = operand_descriptors(a_ptr, b_ptr, M, N, K, stride_am, stride_b, B_IS_NK,
-                                         BLOCK_M, BLOCK_N, BLOCK_K)
-    c_desc = tl.make_tensor_descriptor(c_ptr, shape=[M, N], strides=[stride_cm, 1],
-                                       block_shape=[BLOCK_M, BLOCK_N // EPILOGUE_SPLIT])
-    num_pid_m, num_pid_n, num_tiles, k_tiles = tile_grid(M, N, K, BLOCK_M, BLOCK_N, BLOCK_K)
-
+    a_desc, b_desc, c_desc, num_pid_m, num_pid_n, num_tiles, k_tiles = tma_gemm_prologue(
+        a_ptr, b_ptr, c_ptr, M, N, K, stride_am, stride_b, stride_cm, B_IS_NK, BLOCK_M, BLOCK_N, BLOCK_K, EPILOGUE_SPLIT)
     # Flattening the tile and K loops lets the pipeliner prefetch the next tile's first K-steps
     # during this tile's epilogue; warp specialisation gives the loads their own warp.
-    for tile_id in tl.range(tl.program_id(0), num_tiles, num_programs, flatten=FLATTEN,
-                            warp_specialize=WARP_SPECIALIZE):
+    for tile_id in tl.range(tl.program_id(0), num_tiles, num_programs, flatten=FLATTEN, warp_specialize=WARP_SPECIALIZE):
         # @sy.tile(index=tile_id, m=pid_m, n=pid_n)
         pid_m, pid_n = grouped_tile(tile_id, num_pid_m, num_pid_n, GROUP_M)
         # @sy.end
-        off_m = pid_m * BLOCK_M
-        off_n = pid_n * BLOCK_N
         # @sy.consume(a_ptr, m=pid_m)
-        acc = tma_k_loop(a_desc, b_desc, off_m, off_n, 0, k_tiles, B_IS_NK, BLOCK_M, BLOCK_N, BLOCK_K)
+        acc = tma_k_loop(a_desc, b_desc, pid_m * BLOCK_M, pid_n * BLOCK_N, 0, k_tiles, B_IS_NK, BLOCK_M, BLOCK_N, BLOCK_K)
         c = acc.to(c_ptr.dtype.element_ty)
         # @sy.produce(c_ptr, m=pid_m, n=pid_n)
-        _store_c_tile(c, c_desc, c_ptr, off_m, off_n, M, N, stride_cm, BLOCK_M, BLOCK_N,
-                      EPILOGUE_SPLIT, C_STORE_POINTERS)
+        store_c_tile(c, c_desc, c_ptr, pid_m * BLOCK_M, pid_n * BLOCK_N, M, N, stride_cm, BLOCK_M, BLOCK_N,
+                     EPILOGUE_SPLIT, C_STORE_POINTERS)
 
 
 @triton.jit
@@ -166,14 +199,7 @@ def gemm_tma_host_kernel(a_desc, b_desc, c_desc, M, N, K, num_programs, B_IS_NK:
         off_m = pid_m * BLOCK_M
         off_n = pid_n * BLOCK_N
         acc = tma_k_loop(a_desc, b_desc, off_m, off_n, 0, k_tiles, B_IS_NK, BLOCK_M, BLOCK_N, BLOCK_K)
-        c = acc.to(c_desc.dtype)
-        if EPILOGUE_SPLIT == 2:
-            halves = tl.permute(tl.reshape(c, (BLOCK_M, 2, BLOCK_N // 2)), (0, 2, 1))
-            c_left, c_right = tl.split(halves)
-            c_desc.store([off_m, off_n], c_left)
-            c_desc.store([off_m, off_n + BLOCK_N // 2], c_right)
-        else:
-            c_desc.store([off_m, off_n], c)
+        tma_store_tile(c_desc, acc.to(c_desc.dtype), off_m, off_n, BLOCK_M, BLOCK_N, EPILOGUE_SPLIT)
 
 
 @triton.jit
@@ -222,18 +248,11 @@ def gemm_split_k_kernel(a_ptr, b_ptr, partial_ptr, M, N, K, stride_am, stride_b,
         a_desc, b_desc = operand_descriptors(a_ptr, b_ptr, M, N, K, stride_am, stride_b, B_IS_NK,
                                              BLOCK_M, BLOCK_N, BLOCK_K)
     num_pid_m, num_pid_n, num_tiles, k_tiles = tile_grid(M, N, K, BLOCK_M, BLOCK_N, BLOCK_K)
-    num_work = num_tiles * SPLIT_K
-    k_tiles_per_split = tl.cdiv(k_tiles, SPLIT_K)
-    for work in tl.range(tl.program_id(0), num_work, num_programs, flatten=True):
-        # Neighbouring programs take the slices of one tile: they share no operand data,
-        # but they finish together, so the reduction sees complete tiles early.
-        tile_id = work // SPLIT_K
-        split = work % SPLIT_K
-        pid_m, pid_n = grouped_tile(tile_id, num_pid_m, num_pid_n, GROUP_M)
+    for work in tl.range(tl.program_id(0), num_tiles * SPLIT_K, num_programs, flatten=True):
+        _, split, pid_m, pid_n, k_begin, k_end = split_k_work_item(work, num_pid_m, num_pid_n, k_tiles, SPLIT_K,
+                                                                   GROUP_M)
         off_m = pid_m * BLOCK_M
         off_n = pid_n * BLOCK_N
-        k_begin = split * k_tiles_per_split
-        k_end = min(k_begin + k_tiles_per_split, k_tiles)
         acc = tma_k_loop(a_desc, b_desc, off_m, off_n, k_begin, k_end, B_IS_NK, BLOCK_M, BLOCK_N, BLOCK_K)
         # Plain stores straight from registers: a TMA store would need the fp32 tile staged in
         # shared memory (128 KiB for 128x256), which the pipeline stages already fill.
@@ -264,16 +283,11 @@ def gemm_split_k_fixup_kernel(a_ptr, b_ptr, c_ptr, partial_ptr, counter_ptr, M, 
     a_desc, b_desc = operand_descriptors(a_ptr, b_ptr, M, N, K, stride_am, stride_b, B_IS_NK, BLOCK_M, BLOCK_N,
                                          BLOCK_K)
     num_pid_m, num_pid_n, num_tiles, k_tiles = tile_grid(M, N, K, BLOCK_M, BLOCK_N, BLOCK_K)
-    num_work = num_tiles * SPLIT_K
-    k_tiles_per_split = tl.cdiv(k_tiles, SPLIT_K)
-    for work in tl.range(tl.program_id(0), num_work, num_programs):
-        tile_id = work // SPLIT_K
-        split = work % SPLIT_K
-        pid_m, pid_n = grouped_tile(tile_id, num_pid_m, num_pid_n, GROUP_M)
+    for work in tl.range(tl.program_id(0), num_tiles * SPLIT_K, num_programs):
+        tile_id, split, pid_m, pid_n, k_begin, k_end = split_k_work_item(work, num_pid_m, num_pid_n, k_tiles,
+                                                                         SPLIT_K, GROUP_M)
         off_m = pid_m * BLOCK_M
         off_n = pid_n * BLOCK_N
-        k_begin = split * k_tiles_per_split
-        k_end = min(k_begin + k_tiles_per_split, k_tiles)
         acc = tma_k_loop(a_desc, b_desc, off_m, off_n, k_begin, k_end, B_IS_NK, BLOCK_M, BLOCK_N, BLOCK_K)
         cols = off_n + tl.arange(0, BLOCK_N)
         # The workspace is tile-major ([tiles, SPLIT_K, BLOCK_M, BLOCK_N]): a tile's slots are
@@ -319,9 +333,8 @@ def gemm_stream_k_kernel(a_ptr, b_ptr, c_ptr, partial_ptr, counter_ptr, M, N, K,
     (MAX_SLOTS, a power of two, masked past the tile's contributors): its loads are in flight
     together, where a loop over the slots would pay one L2 latency per slot.
     """
-    a_desc, b_desc = operand_descriptors(a_ptr, b_ptr, M, N, K, stride_am, stride_b, B_IS_NK, BLOCK_M, BLOCK_N, BLOCK_K)
-    c_desc = tl.make_tensor_descriptor(c_ptr, shape=[M, N], strides=[stride_cm, 1], block_shape=[BLOCK_M, BLOCK_N])
-    num_pid_m, num_pid_n, num_tiles, k_tiles = tile_grid(M, N, K, BLOCK_M, BLOCK_N, BLOCK_K)
+    a_desc, b_desc, c_desc, num_pid_m, num_pid_n, num_tiles, k_tiles = tma_gemm_prologue(
+        a_ptr, b_ptr, c_ptr, M, N, K, stride_am, stride_b, stride_cm, B_IS_NK, BLOCK_M, BLOCK_N, BLOCK_K, 1)
     pid = tl.program_id(0)
     for tile_id in tl.range(pid, dp_tiles, num_programs):
         pid_m, pid_n = grouped_tile(tile_id, num_pid_m, num_pid_n, GROUP_M)
@@ -426,6 +439,18 @@ def check_operands(a: torch.Tensor, b: torch.Tensor) -> None:
                          "(or TRITON_INTERPRET=1 for the CPU interpreter)")
 
 
+def result_tensor(out: torch.Tensor | None, m: int, n: int, dtype: torch.dtype, device: torch.device,
+                  who: str) -> torch.Tensor:
+    """A GEMM's [m, n] result: `out` when given (ValueError unless it is [m, n] of `dtype` on
+    `device`), else a new tensor."""
+    if out is None:
+        return torch.empty((m, n), dtype=dtype, device=device)
+    if out.shape != (m, n) or out.dtype != dtype or out.device != device:
+        raise ValueError(f"{who}: out must be {m}x{n} {dtype} on {device}, got "
+                         f"{tuple(out.shape)} {out.dtype} on {out.device}")
+    return out
+
+
 def device_limits(device: torch.device) -> tuple[int, int]:
     """(multiprocessor count, shared memory per block) of the device, read, never assumed."""
     props = torch.cuda.get_device_properties(device)
@@ -467,11 +492,7 @@ def gemm(a: torch.Tensor, b: torch.Tensor, *, out: torch.Tensor | None = None,
     check_operands(a, b)
     m, k = a.shape
     n = b.shape[1]
-    if out is None:
-        out = torch.empty((m, n), dtype=a.dtype, device=a.device)
-    elif out.shape != (m, n) or out.dtype != a.dtype or out.device != a.device:
-        raise ValueError(f"gemm: out must be {m}x{n} {a.dtype} on {a.device}, got "
-                         f"{tuple(out.shape)} {out.dtype} on {out.device}")
+    out = result_tensor(out, m, n, a.dtype, a.device, "gemm")
     if m == 0 or n == 0:
         return out
     if k == 0:

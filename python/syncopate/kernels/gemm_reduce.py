@@ -84,8 +84,7 @@ def gemm_reduce_kernel(a_ptr, b_ptr, c_ptr, p_ptr, out_ptr, M, N, K, stride_am, 
                                          BLOCK_M, BLOCK_N, BLOCK_K)
     num_pid_m, num_pid_n, num_tiles, k_tiles = tile_grid(M, N, K, BLOCK_M, BLOCK_N, BLOCK_K)
 
-    for tile_id in tl.range(tl.program_id(0), num_tiles, num_programs, flatten=FLATTEN,
-                            warp_specialize=WARP_SPECIALIZE):
+    for tile_id in tl.range(tl.program_id(0), num_tiles, num_programs, flatten=FLATTEN, warp_specialize=WARP_SPECIALIZE):
         # @sy.tile(index=tile_id, m=pid_m, n=pid_n)
         pid_m, pid_n = grouped_tile(tile_id, num_pid_m, num_pid_n, GROUP_M)
         # @sy.end

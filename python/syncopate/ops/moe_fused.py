@@ -77,6 +77,20 @@ def grouped_config(capacity: int) -> GroupedConfig:
     return GroupedConfig(64, 128, 64, 4, 4, group_m=8)
 
 
+def workspace_tables(ws, order: Sequence[int], tiles_n: int, rank: int, device: torch.device, backend: str):
+    """The tile tables of a fused grouped GEMM from its PlanWorkspace's signal table, in tile order
+    `order`: (TileTables, their device arrays, the persistent grid: one program per tile at most,
+    the SMs the backend leaves otherwise)."""
+    from syncopate.ops.fused_gemm import persistent_programs
+
+    t = ws.table()
+    tables = TileTables.from_lists(
+        order, tiles_n, t["tile_waits"], t["tile_notifies"], t["slot_writers"], t["slot_chunks"], rank=rank
+    )
+    progs = max(1, min(tables.num_tiles, persistent_programs(device, backend)))
+    return tables, tables.device_arrays(device), progs
+
+
 def slot_tables(
     world: int,
     experts: int,
@@ -319,24 +333,13 @@ class MoeFusedDispatch:
         self.send_counts = self.ws.tensor("send_counts", torch.int32).view(-1)
         self.recv_counts = self.ws.tensor("recv_counts", torch.int32).view(-1)
         self.signals = self.ws.signals()
-        t = self.ws.table()
         self.tiles_n = -(-out_features // block_n)
         order = local_first_order(
             self.world, local_experts, capacity, block_m, self.tiles_n, self.rank, self.config.group_m
         )
-        self.tables = TileTables.from_lists(
-            order,
-            self.tiles_n,
-            t["tile_waits"],
-            t["tile_notifies"],
-            t["slot_writers"],
-            t["slot_chunks"],
-            rank=self.rank,
+        self.tables, self.device_arrays, self.progs = workspace_tables(
+            self.ws, order, self.tiles_n, self.rank, device, backend
         )
-        self.device_arrays = self.tables.device_arrays(device)
-        from syncopate.ops.fused_gemm import persistent_programs
-
-        self.progs = max(1, min(self.tables.num_tiles, persistent_programs(device, backend)))
         self.kernel = transformed_kernel()
         self.error = None
         self.pending = False  # a call whose waits are not checked yet
@@ -635,7 +638,6 @@ class MoeFusedCombine:
         config: Optional[GroupedConfig] = None,
         wait_bound_ns: int = 10_000_000_000,
     ):
-        from syncopate.ops.fused_gemm import persistent_programs
         from syncopate.runtime import PlanWorkspace, plan_dtype
 
         who = "MoeFusedCombine"
@@ -665,22 +667,13 @@ class MoeFusedCombine:
         self.y_send = self.ws.tensor(COMBINE_SEND, dtype)
         self.y_recv = self.ws.tensor(COMBINE_RECV, dtype)
         self.signals = self.ws.signals()
-        t = self.ws.table()
         self.tiles_n = -(-hidden // cfg.block_n)
         order = combine_order(self.world, local_experts, capacity, cfg.block_m, self.tiles_n, self.rank, cfg.group_m)
-        self.tables = TileTables.from_lists(
-            order,
-            self.tiles_n,
-            t["tile_waits"],
-            t["tile_notifies"],
-            t["slot_writers"],
-            t["slot_chunks"],
-            rank=self.rank,
-        )
-        self.device_arrays = self.tables.device_arrays(device)
         # Not a producer in reserved_sms's sense: the return all-to-all copies, nothing adds on
         # the destination, so no add kernels need SMs beside the GEMM.
-        self.progs = max(1, min(self.tables.num_tiles, persistent_programs(device, backend)))
+        self.tables, self.device_arrays, self.progs = workspace_tables(
+            self.ws, order, self.tiles_n, self.rank, device, backend
+        )
         self.kernel = transformed_combine_kernel()
         self.error = None
         self.pending = False  # a call whose waits are not checked yet

@@ -15,10 +15,10 @@ global ranks.
 
 from __future__ import annotations
 
-import os
 from typing import Mapping, Optional, Sequence, Union
 
 from syncopate.errors import UserError
+from syncopate.settings import env
 
 NodesArg = Union[None, int, Sequence[int]]
 
@@ -75,18 +75,25 @@ def _compact(nodes: Sequence[int]) -> list:
     return [] if len(set(nodes)) <= 1 else list(nodes)
 
 
+def _settings_environ() -> dict:
+    """The variables detect_nodes reads, as syncopate.settings reads them (unset ones left out)."""
+    values = {"WORLD_SIZE": env.world_size, "SYNCOPATE_NODES": env.nodes, "LOCAL_WORLD_SIZE": env.local_world_size}
+    return {name: value for name, value in values.items() if value is not None}
+
+
 def detect_nodes(
     global_ranks: Sequence[int], *, nodes: NodesArg = None, environ: Optional[Mapping[str, str]] = None
 ) -> list:
     """The node id of each rank of a group whose ranks are `global_ranks` (group rank i is global
     rank global_ranks[i]); [] when all share one node. `nodes` is the context's keyword (module
-    docstring); `environ` defaults to os.environ. Raises UserError naming the source of a bad value."""
+    docstring); `environ` (WORLD_SIZE, SYNCOPATE_NODES, LOCAL_WORLD_SIZE) defaults to those of
+    syncopate.settings. Raises UserError naming the source of a bad value."""
     world = len(global_ranks)
     if nodes is not None:
         if isinstance(nodes, int) and not isinstance(nodes, bool):
             return _compact(_consecutive(nodes, world, f"nodes={nodes}"))
         return _compact(_per_rank(nodes, world, f"nodes={list(nodes)!r}"))
-    environ = os.environ if environ is None else environ
+    environ = _settings_environ() if environ is None else environ
     global_world = int(environ.get("WORLD_SIZE", "0") or 0) or (max(global_ranks) + 1 if world else 0)
     text = environ.get("SYNCOPATE_NODES")
     if text:

@@ -1,9 +1,11 @@
 """The FP8 local GEMM: bf16 C = (A_e4m3 @ B_e4m3) * scale_a * scale_b, fp32 accumulation.
 
 The persistent TMA loop of kernels/gemm.py (`gemm_tma_kernel`: grouped tile order, flattened
-tile loop, tensor descriptors made on the device) with e4m3 operands and a scaling epilogue. It
-carries the same `# @sy.` annotations, so the transformer turns it into the fused FP8 ops
-(docs/ANNOTATIONS.md): the tile block, the consume of A before the K loop, the produce of C.
+tile loop, tensor descriptors made on the device) with e4m3 operands and a scaling epilogue,
+built from gemm.py's helpers (prologue, K loop, C store). It carries the same `# @sy.`
+annotations, so the transformer turns it into the fused FP8 ops (docs/ANNOTATIONS.md): the tile
+block, the consume of A before the K loop, the produce of C on the imported `store_c_tile`
+(the transformer reads imported helpers from their module: "Helpers" there).
 
 Scales are fp32 vectors read with a stride: scale_a[row * stride_sa], scale_b[col * stride_sb].
 A stride of 0 is a per-tensor scale (one element); 1 is per-row (A, M elements) / per-column
@@ -28,8 +30,8 @@ import triton
 import triton.language as tl
 
 from .configs import INTERPRETER_CONFIG, GemmConfig
-from .gemm import (device_limits, ensure_descriptor_allocator, grouped_tile,
-                   interpreter_active, select_config, tma_compatible)
+from .gemm import (device_limits, ensure_descriptor_allocator, grouped_tile, interpreter_active, result_tensor,
+                   select_config, store_c_tile, tma_compatible, tma_gemm_prologue, tma_k_loop)
 import syncopate.language as syl  # [syncopate]
 __syncopate__ = {"version": 2, "kernel": "gemm_fp8_tma_kernel", "params": ["sy_signals", "sy_tile_order", "sy_tiles_n", "sy_wait_offsets", "sy_wait_slots", "sy_notify_offsets", "sy_notify_slots", "sy_slot_writers", "sy_epoch", "sy_wait_bound_ns", "sy_rank", "sy_error"], "accesses": [{"tensor": "a", "param": "a_ptr", "role": "consume", "m_dim": 0, "n_dim": -1}, {"tensor": "c", "param": "c_ptr", "role": "produce", "m_dim": 0, "n_dim": 1}]}  # [syncopate]
 
@@ -51,27 +53,6 @@ def _scale_tile(acc, scale_a_ptr, stride_sa, scale_b_ptr, stride_sb, off_m, off_
 
 
 @triton.jit
-def _store_fp8_c_tile(c, c_desc, c_ptr, off_m, off_n, M, N, stride_cm, BLOCK_M: tl.constexpr,
-                      BLOCK_N: tl.constexpr, EPILOGUE_SPLIT: tl.constexpr,
-                      C_STORE_POINTERS: tl.constexpr):
-    """gemm.py's _store_c_tile, here because the transformer follows a produce annotation into
-    helpers of the kernel's own file only (it must see the store to place the notify after it)."""
-    if C_STORE_POINTERS:
-        # Plain stores: complete once the notify's barrier ends (a TMA store is asynchronous).
-        rows = off_m + tl.arange(0, BLOCK_M)
-        cols = off_n + tl.arange(0, BLOCK_N)
-        tl.store(c_ptr + rows[:, None] * stride_cm + cols[None, :], c,
-                 mask=(rows[:, None] < M) & (cols[None, :] < N))
-    elif EPILOGUE_SPLIT == 2:
-        halves = tl.permute(tl.reshape(c, (BLOCK_M, 2, BLOCK_N // 2)), (0, 2, 1))
-        c_left, c_right = tl.split(halves)
-        c_desc.store([off_m, off_n], c_left)
-        c_desc.store([off_m, off_n + BLOCK_N // 2], c_right)
-    else:
-        c_desc.store([off_m, off_n], c)
-
-
-@triton.jit
 def gemm_fp8_tma_kernel(a_ptr, b_ptr, c_ptr, scale_a_ptr, scale_b_ptr, M, N, K, stride_am, stride_b,
                         stride_cm, stride_sa, stride_sb, num_programs, B_IS_NK: tl.constexpr,
                         BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
@@ -82,25 +63,11 @@ def gemm_fp8_tma_kernel(a_ptr, b_ptr, c_ptr, scale_a_ptr, scale_b_ptr, M, N, K, 
                         C_STORE_POINTERS: tl.constexpr = False):
     """C[M,N] (bf16) = (A[M,K] @ B) * scale_a * scale_b, A and B e4m3, B stored [K,N] or, with
     B_IS_NK, [N,K] (a Linear weight; the layout Hopper's FP8 tensor cores read natively)."""
-    a_desc = tl.make_tensor_descriptor(a_ptr, shape=[M, K], strides=[stride_am, 1],
-                                       block_shape=[BLOCK_M, BLOCK_K])
-    if B_IS_NK:
-        b_desc = tl.make_tensor_descriptor(b_ptr, shape=[N, K], strides=[stride_b, 1],
-                                           block_shape=[BLOCK_N, BLOCK_K])
-    else:
-        b_desc = tl.make_tensor_descriptor(b_ptr, shape=[K, N], strides=[stride_b, 1],
-                                           block_shape=[BLOCK_K, BLOCK_N])
-    c_desc = tl.make_tensor_descriptor(c_ptr, shape=[M, N], strides=[stride_cm, 1],
-                                       block_shape=[BLOCK_M, BLOCK_N // EPILOGUE_SPLIT])
-    num_pid_m = tl.cdiv(M, BLOCK_M)
-    num_pid_n = tl.cdiv(N, BLOCK_N)
-    num_tiles = num_pid_m * num_pid_n
-    k_tiles = tl.cdiv(K, BLOCK_K)
-
+    a_desc, b_desc, c_desc, num_pid_m, num_pid_n, num_tiles, k_tiles = tma_gemm_prologue(
+        a_ptr, b_ptr, c_ptr, M, N, K, stride_am, stride_b, stride_cm, B_IS_NK, BLOCK_M, BLOCK_N, BLOCK_K, EPILOGUE_SPLIT)
     sy_tile_next = syl.tile_at_or(sy_tile_order, tl.program_id(0), num_tiles, num_programs)  # [syncopate]
     sy_seen = syl.no_slot_seen()  # [syncopate]
-    for tile_id in tl.range(tl.program_id(0), num_tiles, num_programs, flatten=FLATTEN,
-                            warp_specialize=WARP_SPECIALIZE):
+    for tile_id in tl.range(tl.program_id(0), num_tiles, num_programs, flatten=FLATTEN, warp_specialize=WARP_SPECIALIZE):
         # @sy.tile(index=tile_id, m=pid_m, n=pid_n)
         # [syncopate] was: pid_m, pid_n = grouped_tile(tile_id, num_pid_m, num_pid_n, GROUP_M)
         sy_tile = sy_tile_next  # [syncopate]
@@ -110,23 +77,13 @@ def gemm_fp8_tma_kernel(a_ptr, b_ptr, c_ptr, scale_a_ptr, scale_b_ptr, M, N, K, 
         # @sy.end
         off_m = pid_m * BLOCK_M
         off_n = pid_n * BLOCK_N
-        acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
         # @sy.consume(a_ptr, m=pid_m)
-        for ki in range(k_tiles):
-            off_k = ki * BLOCK_K
-            a = a_desc.load([off_m, off_k])
-            if B_IS_NK:
-                b = b_desc.load([off_n, off_k])
-                acc = tl.dot(a, b.T, acc)
-            else:
-                b = b_desc.load([off_k, off_n])
-                acc = tl.dot(a, b, acc)
+        acc = tma_k_loop(a_desc, b_desc, off_m, off_n, 0, k_tiles, B_IS_NK, BLOCK_M, BLOCK_N, BLOCK_K)
         acc = _scale_tile(acc, scale_a_ptr, stride_sa, scale_b_ptr, stride_sb, off_m, off_n, M, N,
                           BLOCK_M, BLOCK_N)
-        c = acc.to(c_ptr.dtype.element_ty)
         # @sy.produce(c_ptr, m=pid_m, n=pid_n)
-        _store_fp8_c_tile(c, c_desc, c_ptr, off_m, off_n, M, N, stride_cm, BLOCK_M, BLOCK_N,
-                          EPILOGUE_SPLIT, C_STORE_POINTERS)
+        store_c_tile(acc.to(c_ptr.dtype.element_ty), c_desc, c_ptr, off_m, off_n, M, N, stride_cm, BLOCK_M, BLOCK_N,
+                     EPILOGUE_SPLIT, C_STORE_POINTERS)
         syl.tma_store_wait(sy_notify_offsets, sy_tile)  # [syncopate]
         syl.notify_tile(sy_signals, sy_notify_offsets, sy_notify_slots, sy_tile)  # [syncopate]
 
@@ -260,11 +217,7 @@ def gemm_fp8(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, scale_b: t
     stride_sa, stride_sb = check_fp8_operands(a, b, scale_a, scale_b)
     m, k = a.shape
     n = b.shape[1]
-    if out is None:
-        out = torch.empty((m, n), dtype=OUT_DTYPE, device=a.device)
-    elif out.shape != (m, n) or out.dtype != OUT_DTYPE or out.device != a.device:
-        raise ValueError(f"gemm_fp8: out must be {m}x{n} {OUT_DTYPE} on {a.device}, got "
-                         f"{tuple(out.shape)} {out.dtype} on {out.device}")
+    out = result_tensor(out, m, n, OUT_DTYPE, a.device, "gemm_fp8")
     if m == 0 or n == 0:
         return out
     if k == 0:
