@@ -1,5 +1,5 @@
-"""The local grouped GEMM over experts that the MoE dispatch runs (issue 19), annotated for the
-transformer.
+"""The local grouped GEMM over experts that the MoE dispatch and combine run (issue 19),
+annotated for the transformer.
 
 The rows a rank received sit in capacity slots: `a` is [S * C, K] where slot q = s * E + e holds
 the rows from source rank s for local expert e (C = capacity rows; the first counts[q] are real,
@@ -126,8 +126,14 @@ def moe_grouped_gemm(a_ptr, w_ptr, c_ptr, counts_ptr, N, K, CAPACITY, NUM_LOCAL_
                      stride_am, stride_ak, stride_we, stride_wk, stride_wn, stride_cm, stride_cn,
                      NUM_PROGS: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
                      GROUP_M: tl.constexpr = 8, USE_TMA: tl.constexpr = False):
-    """The dispatch's grouped GEMM: a tile waits for its slot's chunk (transformed), then reads
-    the slot's count."""
+    """The grouped GEMM of both MoE ops, annotated as the consumer of `x_recv` and the producer
+    of `y_send` (one kernel, as kernels/gemm.py serves AG+GEMM and GEMM+RS): the op binds the
+    tables of its own plan and the other role's lists stay empty.
+    - dispatch: a tile waits for its slot's chunk, then reads the slot's count (this call's);
+    - combine (its input is local): a tile announces its rows of `c` once stored, so the chunk
+      that carries its slot back to the rows' home rank leaves as soon as the slot's last tile
+      is done. A tile past the count stores nothing but still announces (the chunk counts every
+      tile of its slot)."""
     num_pid_n = tl.cdiv(N, BLOCK_N)
     blocks_per_slot = CAPACITY // BLOCK_M
     a_desc, w_desc = _descriptors(a_ptr, w_ptr, N, K, NUM_LOCAL_EXPERTS, TILES_M, stride_am, stride_wk,
@@ -137,29 +143,6 @@ def moe_grouped_gemm(a_ptr, w_ptr, c_ptr, counts_ptr, N, K, CAPACITY, NUM_LOCAL_
         pid_m, pid_n = slot_grouped_tile(tile_id, blocks_per_slot, num_pid_n, GROUP_M)
         # @sy.end
         # @sy.consume(a_ptr, m=pid_m, tensor=x_recv)
-        rows = tl.load(counts_ptr + pid_m // blocks_per_slot)
-        _slot_tile(a_ptr, a_desc, w_ptr, w_desc, c_ptr, pid_m, pid_n, rows, N, K, CAPACITY, NUM_LOCAL_EXPERTS,
-                   stride_am, stride_ak, stride_we, stride_wk, stride_wn, stride_cm, stride_cn,
-                   BLOCK_M, BLOCK_N, BLOCK_K, USE_TMA)
-
-
-@triton.jit
-def moe_grouped_gemm_notify(a_ptr, w_ptr, c_ptr, counts_ptr, N, K, CAPACITY, NUM_LOCAL_EXPERTS, TILES_M,
-                            stride_am, stride_ak, stride_we, stride_wk, stride_wn, stride_cm, stride_cn,
-                            NUM_PROGS: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                            BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr = 8, USE_TMA: tl.constexpr = False):
-    """The combine's grouped GEMM (the same tiles; its input is local): transformed, a tile
-    announces its rows of `c` once stored, so the chunk that carries its slot back to the rows'
-    home rank leaves as soon as the slot's last tile is done. A tile past the count stores
-    nothing but still announces (the chunk counts every tile of its slot)."""
-    num_pid_n = tl.cdiv(N, BLOCK_N)
-    blocks_per_slot = CAPACITY // BLOCK_M
-    a_desc, w_desc = _descriptors(a_ptr, w_ptr, N, K, NUM_LOCAL_EXPERTS, TILES_M, stride_am, stride_wk,
-                                  BLOCK_M, BLOCK_N, BLOCK_K, USE_TMA)
-    for tile_id in tl.range(tl.program_id(axis=0), TILES_M * num_pid_n, NUM_PROGS):
-        # @sy.tile(index=tile_id, m=pid_m, n=pid_n)
-        pid_m, pid_n = slot_grouped_tile(tile_id, blocks_per_slot, num_pid_n, GROUP_M)
-        # @sy.end
         rows = tl.load(counts_ptr + pid_m // blocks_per_slot)
         # @sy.produce(c_ptr, m=pid_m, n=pid_n, tensor=y_send)
         _slot_tile(a_ptr, a_desc, w_ptr, w_desc, c_ptr, pid_m, pid_n, rows, N, K, CAPACITY, NUM_LOCAL_EXPERTS,

@@ -525,7 +525,8 @@ def _predict(
 
 # -- the fused combine --------------------------------------------------------------------------
 
-COMBINE_KERNEL = "moe_grouped_gemm_notify"
+# One kernel for both ops (kernels/moe_gemm.py): the combine binds its notifies, no waits.
+COMBINE_KERNEL = KERNEL
 # The combine plan's tensors: y_send slot (j, e) on rank r holds expert e's output rows for
 # rank j's tokens; chunk (r -> j, e) lands it in slot (r, e) of y_recv on j.
 COMBINE_SEND, COMBINE_RECV = "y_send", "y_recv"
@@ -594,14 +595,6 @@ def combine_tables(
     return TileTables.from_signal_table(table, order, tiles_n)
 
 
-@functools.lru_cache(maxsize=None)
-def transformed_combine_kernel():
-    """kernels/moe_gemm.py's notifying grouped GEMM as the transformer rewrites it."""
-    from syncopate.ops.fused_gemm import transformed_kernel as transform
-
-    return transform(COMBINE_KERNEL, KERNEL_MODULE)
-
-
 def sent_rows(send_counts: Sequence[Sequence[int]], capacity: int, device: torch.device) -> torch.Tensor:
     """For the rows a rank sent, in the order it sent them (by global expert, j * E + e), each
     row's place in its x_send / y_recv slots (slot (j, e), in order): (j * E + e) * C + i."""
@@ -613,7 +606,7 @@ def sent_rows(send_counts: Sequence[Sequence[int]], capacity: int, device: torch
 
 class MoeFusedCombine:
     """The fused combine of one rank: the expert down-projection over capacity slots
-    (kernels/moe_gemm.py `moe_grouped_gemm_notify`, transformed) whose tiles announce their rows
+    (kernels/moe_gemm.py `moe_grouped_gemm`, transformed, with its notifies bound) whose tiles announce their rows
     as they are stored, while the combine plan's chunks (copy engine or SM copy) carry each
     (destination rank, expert) slot home as soon as its last tile is done, the own slots first.
 
@@ -674,7 +667,7 @@ class MoeFusedCombine:
         self.tables, self.device_arrays, self.progs = workspace_tables(
             self.ws, order, self.tiles_n, self.rank, device, backend
         )
-        self.kernel = transformed_combine_kernel()
+        self.kernel = transformed_kernel()
         self.error = None
         self.pending = False  # a call whose waits are not checked yet
         self._warm_up()
