@@ -34,6 +34,12 @@ def _operands(gen: torch.Generator, m: int, n: int, k: int):
     return a, b, c
 
 
+def _persistent_problem(tensors: dict, args: tuple, meta: dict, tiles_m: int, tiles_n: int, **rest) -> CheckProblem:
+    """A problem of `_PROGRAMS` persistent programs over tiles_m x tiles_n tiles of _BM x _BN;
+    `rest`: CheckProblem's keyword fields (outputs, tile regions, tables)."""
+    return CheckProblem(tensors, args, meta, (_PROGRAMS,), (_PROGRAMS,), tiles_m, tiles_n, _BM, _BN, **rest)
+
+
 def _persistent_tma_problem(tensors: dict, args: tuple, m: int, n: int, c_store_pointers: bool) -> CheckProblem:
     """A problem of the persistent TMA GEMMs (gemm_tma_kernel, gemm_fp8_tma_kernel, which share
     their constexprs): `_PROGRAMS` programs looping over the tiles, C stored through TMA or, with
@@ -49,9 +55,7 @@ def _persistent_tma_problem(tensors: dict, args: tuple, m: int, n: int, c_store_
         FLATTEN=True,
         C_STORE_POINTERS=c_store_pointers,
     )
-    return CheckProblem(
-        tensors, args, meta, (_PROGRAMS,), (_PROGRAMS,), _cdiv(m, _BM), _cdiv(n, _BN), _BM, _BN, outputs=("c",)
-    )
+    return _persistent_problem(tensors, args, meta, _cdiv(m, _BM), _cdiv(n, _BN), outputs=("c",))
 
 
 def _tma_problem(gen: torch.Generator, c_store_pointers: bool) -> CheckProblem:
@@ -156,16 +160,12 @@ def gemm_reduce(gen: torch.Generator, world: int = 2, rank: int = 1) -> CheckPro
     chunks = [[Chunk("p", (s,))] for s in range(world)] + [
         [Chunk("c", (slice(q * shard, (q + 1) * shard),))] for q in range(world)
     ]
-    return CheckProblem(
+    return _persistent_problem(
         {"a": a, "b": b, "c": c, "p": p, "out": out},
         args,
         meta,
-        (_PROGRAMS,),
-        (_PROGRAMS,),
         tiles_m,
         tiles_n,
-        _BM,
-        _BN,
         outputs=("c", "out"),
         tile_regions=regions,
         tile_waits=waits,
@@ -241,16 +241,12 @@ def moe_grouped_gemm(gen: torch.Generator, world: int = 2, rank: int = 1) -> Che
 
     waits = [[m // per_slot] for m in range(tiles_m) for _ in range(tiles_n)]
     chunks = [[Chunk("a", (slice(q * capacity, (q + 1) * capacity),))] for q in range(slots)]
-    return CheckProblem(
+    return _persistent_problem(
         {"a": a, "w": w, "c": c, "counts": counts},
         args,
         meta,
-        (_PROGRAMS,),
-        (_PROGRAMS,),
         tiles_m,
         tiles_n,
-        _BM,
-        _BN,
         outputs=("c",),
         tile_regions=regions,
         tile_waits=waits,

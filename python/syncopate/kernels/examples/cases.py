@@ -76,84 +76,41 @@ def _scale(device) -> int:
     return 4 if device.type == "cuda" else 1
 
 
-def _ag_gemm_one_tile(device, gen) -> Problem:
+def _gemm_problem(device, gen, m, n, k, *, strides=True, programs=None, **meta) -> Problem:
+    """C = A @ B with 16x16x16 blocks at m, n, k (scaled on a GPU): the kernel's arguments (with
+    the six strides unless `strides` is False), one program per tile or `programs` persistent
+    programs (then NUM_PROGS=programs), `meta`'s extra constexprs."""
     s = _scale(device)
-    M, N, K, BM, BN, BK = 80 * s, 48 * s, 40 * s, 16, 16, 16
+    M, N, K, BM, BN, BK = m * s, n * s, k * s, 16, 16, 16  # row strides: multiples of 16 bytes
     a, b, c = _gemm_tensors(device, gen, M, N, K)
-    tiles = _cdiv(M, BM) * _cdiv(N, BN)
-    return Problem(
-        {"a": a, "b": b, "c": c},
-        (a, b, c, M, N, K, a.stride(0), a.stride(1), b.stride(0), b.stride(1), c.stride(0), c.stride(1)),
-        dict(BLOCK_M=BM, BLOCK_N=BN, BLOCK_K=BK, GROUP_M=2),
-        (tiles,),
-        None,
-        M,
-        BM,
-        _cdiv(M, BM),
-        _cdiv(N, BN),
-        "c",
-        BN,
-    )
+    args = (a, b, c, M, N, K)
+    if strides:
+        args += (a.stride(0), a.stride(1), b.stride(0), b.stride(1), c.stride(0), c.stride(1))
+    tiles_m, tiles_n = _cdiv(M, BM), _cdiv(N, BN)
+    if programs is None:
+        grid_original, grid_transformed = (tiles_m * tiles_n,), None
+    else:
+        grid_original = grid_transformed = (programs * s,)
+        meta = dict(NUM_PROGS=programs * s, **meta)
+    meta.update(BLOCK_M=BM, BLOCK_N=BN, BLOCK_K=BK)
+    tensors = {"a": a, "b": b, "c": c}
+    return Problem(tensors, args, meta, grid_original, grid_transformed, M, BM, tiles_m, tiles_n, "c", BN)
+
+
+def _ag_gemm_one_tile(device, gen) -> Problem:
+    return _gemm_problem(device, gen, 80, 48, 40, GROUP_M=2)
 
 
 def _ag_gemm_tma(device, gen) -> Problem:
-    s = _scale(device)
-    M, N, K, BM, BN, BK = 80 * s, 48 * s, 40 * s, 16, 16, 16  # row strides: multiples of 16 bytes
-    a, b, c = _gemm_tensors(device, gen, M, N, K)
-    tiles = _cdiv(M, BM) * _cdiv(N, BN)
-    return Problem(
-        {"a": a, "b": b, "c": c},
-        (a, b, c, M, N, K),
-        dict(BLOCK_M=BM, BLOCK_N=BN, BLOCK_K=BK),
-        (tiles,),
-        None,
-        M,
-        BM,
-        _cdiv(M, BM),
-        _cdiv(N, BN),
-        "c",
-        BN,
-    )
+    return _gemm_problem(device, gen, 80, 48, 40, strides=False)
 
 
 def _persistent_gemm(device, gen) -> Problem:
-    s = _scale(device)
-    M, N, K, BM, BN, BK = 72 * s, 40 * s, 48 * s, 16, 16, 16
-    a, b, c = _gemm_tensors(device, gen, M, N, K)
-    programs = 3 * s
-    return Problem(
-        {"a": a, "b": b, "c": c},
-        (a, b, c, M, N, K, a.stride(0), a.stride(1), b.stride(0), b.stride(1), c.stride(0), c.stride(1)),
-        dict(NUM_PROGS=programs, BLOCK_M=BM, BLOCK_N=BN, BLOCK_K=BK, GROUP_M=2),
-        (programs,),
-        (programs,),
-        M,
-        BM,
-        _cdiv(M, BM),
-        _cdiv(N, BN),
-        "c",
-        BN,
-    )
+    return _gemm_problem(device, gen, 72, 40, 48, programs=3, GROUP_M=2)
 
 
 def _gemm_rs_producer(device, gen) -> Problem:
-    s = _scale(device)
-    M, N, K, BM, BN, BK = 64 * s, 48 * s, 24 * s, 16, 16, 16
-    a, b, c = _gemm_tensors(device, gen, M, N, K)
-    tiles = _cdiv(M, BM) * _cdiv(N, BN)
-    return Problem(
-        {"a": a, "b": b, "c": c},
-        (a, b, c, M, N, K, a.stride(0), a.stride(1), b.stride(0), b.stride(1), c.stride(0), c.stride(1)),
-        dict(BLOCK_M=BM, BLOCK_N=BN, BLOCK_K=BK),
-        (tiles,),
-        None,
-        M,
-        BM,
-        _cdiv(M, BM),
-        _cdiv(N, BN),
-        "c",
-        BN,
-    )
+    return _gemm_problem(device, gen, 64, 48, 24)
 
 
 def _rmsnorm_rows(device, gen) -> Problem:
