@@ -383,6 +383,7 @@ KernelAnalysis analyze(const Module& m, std::string_view kernel_name, const Tran
   check_block_waits(m, a);
   check_safety(m, a);
   place_waits(m, a);
+  place_notify_rows(m, a);
   return a;
 }
 

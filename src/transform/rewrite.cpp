@@ -85,11 +85,17 @@ class Rewriter {
     }
     for (const auto& n : a.notifies) {
       const LogicalLine& l = m_.lines[n.stmt];
-      // A TMA store completes asynchronously: wait for it before announcing the tile.
+      // A TMA store completes asynchronously: wait for it before announcing the tile. With the
+      // row loaded at the tile lookup (place_notify_rows), both read it from there.
       if (n.store_wait)
-        insert_after_line(n.last_line, indent_of(l.line) + "syl.tma_store_wait(sy_notify_offsets, sy_tile)");
+        insert_after_line(
+            n.last_line, indent_of(l.line) + (n.row_at_lookup ? "syl.tma_store_wait_row(sy_notify_begin, sy_notify_end)"
+                                                              : "syl.tma_store_wait(sy_notify_offsets, sy_tile)"));
       insert_after_line(n.last_line,
-                        indent_of(l.line) + "syl.notify_tile(sy_signals, sy_notify_offsets, sy_notify_slots, sy_tile)");
+                        indent_of(l.line) + (n.row_at_lookup ? "syl.notify_tile_row(sy_signals, sy_notify_slots, "
+                                                               "sy_tile, sy_notify_begin, sy_notify_end)"
+                                                             : "syl.notify_tile(sy_signals, sy_notify_offsets, "
+                                                               "sy_notify_slots, sy_tile)"));
     }
   }
 
@@ -245,6 +251,11 @@ class Rewriter {
     } else {
       insert_before_line(t.end_line, indent + fmt::format("sy_tile = syl.tile_at(sy_tile_order, {})", t.index_expr));
     }
+    // The tile's notify row, read by its notifies after the store (placement.cpp says why it is
+    // loaded here); before the wait, so that its loads are in flight with the wait's own.
+    if (t.notify_row_at_lookup)
+      insert_before_line(t.end_line,
+                         indent + "sy_notify_begin, sy_notify_end = syl.notify_row(sy_notify_offsets, sy_tile)");
     // The tile's coordinates are computed from what the wait returns (placement.cpp says why).
     // sy_seen: the last slot this program saw complete (syncopate.language, wait_for_tile).
     if (t.waits_at_lookup) {

@@ -147,7 +147,12 @@ def test_transformed_kernel_waits_before_reading_a_and_notifies_after_storing_c(
     coords = next(i for i, ln in enumerate(lines) if ln.startswith("pid_m, pid_n = syl.tile_coords(sy_tile"))
     assert wait < coords
     assert not any(ln.startswith("syl.wait_tile(") for ln in lines)
-    notify = next(i for i, ln in enumerate(lines) if ln.startswith("syl.notify_tile("))
+    # The notify row is loaded at the lookup, before the wait (its loads in flight with the
+    # wait's), and read by the notify after the store.
+    row = next(i for i, ln in enumerate(lines) if ln.startswith("sy_notify_begin, sy_notify_end = syl.notify_row("))
+    assert row < wait
+    assert not any(ln.startswith("syl.notify_tile(") for ln in lines)
+    notify = next(i for i, ln in enumerate(lines) if ln.startswith("syl.notify_tile_row("))
     # The TMA kernel reads A in its K loop helper, tma_k_loop(a_desc, ...): the call is the read.
     first_a_read = next(
         i

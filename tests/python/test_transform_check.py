@@ -165,7 +165,7 @@ def test_a_read_outside_the_wait_list_is_caught():
 
 def test_a_notify_moved_above_the_store_is_caught_naming_tile_and_chunk():
     original, transformed, problem = _planted(
-        "gemm_rs_producer", lambda t: _move_line(t, "syl.notify_tile(", "tl.store(c_ptr + rm")
+        "gemm_rs_producer", lambda t: _move_line(t, ("syl.notify_tile(", "syl.notify_tile_row("), "tl.store(c_ptr + rm")
     )
     report = check.check_transformed(original, transformed, problem, orders=1)
     early = [f for f in report.findings if f.kind == "notify-before-store"]
