@@ -42,7 +42,7 @@ from bench_wait_overhead import SHAPES, WORLD, grouped_order, load_modules  # no
 SHAPES = sorted(
     SHAPES, key=lambda s: [(32768, 4096, 4096), (8192, 8192, 8192), (1024, 8192, 8192)].count(s), reverse=True
 )
-DEFAULT_VARIANTS = ("emitted", "row at store", "rows after wait", "emitted, no wait")
+DEFAULT_VARIANTS = ("emitted", "row at lookup", "row at store", "emitted, no wait")
 
 
 def transformed_source(kernel_file: Path | None) -> str:

@@ -314,12 +314,14 @@ VARIANTS = {
     "fused@tile+prefetch": "fused@tile, and the next tile's order entry loaded one tile ahead",
     "fused@tile+all": "fused@tile with the prefetch, the slot cache and the notify row of fused+all",
     "fused, no wait": "diagnostic: fused with the wait removed (lookup and notify only)",
-    "row at store": "the emitted form with the notify row loaded by the store wait and the notify "
-    "(the transformer's output before the row moved to the tile lookup)",
-    "emitted, no wait": "diagnostic: the emitted form with the wait removed (lookup, prefetch and notify row only)",
-    "rows after wait": "the emitted form with the tile's wait and notify rows loaded for the next tile right "
-    "after this tile's wait (the order entry loaded before it, so its latency overlaps the wait) and the epoch "
-    "once before the loop: the wait reads no row it has to wait for",
+    "row at lookup": "the wait loading its own row and the notify row loaded at the tile lookup (the "
+    "transformer's output of issue 16's first round, 2026-11-25 12:02)",
+    "row at store": "row at lookup with the notify row loaded by the store wait and the notify "
+    "(the transformer's output before that)",
+    "emitted, no wait": "diagnostic: row at lookup with the wait removed (lookup, prefetch and notify row only)",
+    "rows after wait": "the tile's wait and notify rows loaded for the next tile right after this tile's wait "
+    "(the order entry loaded before it, so its latency overlaps the wait) and the epoch once before the loop: "
+    "the wait reads no row it has to wait for (what the transformer emits since round 2)",
 }
 
 
@@ -338,6 +340,38 @@ def row_at_store(source: str) -> str:
         "syl.notify_tile_row(sy_signals, sy_notify_slots, sy_tile, sy_notify_begin, sy_notify_end)",
         "syl.notify_tile(sy_signals, sy_notify_offsets, sy_notify_slots, sy_tile)",
     )
+
+
+_ROWS_CALL = (
+    "syl.wait_for_tile_row(sy_signals, sy_wait_slots, sy_slot_writers, sy_tile, sy_wait_begin, sy_wait_end, "
+    "sy_epoch_now, sy_wait_bound_ns, sy_rank, sy_error, sy_seen)"
+)
+
+
+def row_at_lookup(source: str) -> str:
+    """The transformer's output in its round-1 form (the wait loading its own row, the notify
+    row loaded at the lookup), whichever of the two forms `source` is in."""
+    if _ROWS_CALL not in source:
+        return source
+    lines = [
+        line
+        for line in source.splitlines(keepends=True)
+        if "= syl.tile_rows(" not in line
+        and "sy_epoch_now = syl.epoch_of(" not in line
+        and "sy_wait_begin, sy_wait_end, sy_notify_begin, sy_notify_end = " not in line
+    ]
+    out = []
+    for line in lines:
+        if _ROWS_CALL in line:
+            indent = line[: len(line) - len(line.lstrip())]
+            out.append(indent + _ROW + "\n")
+            line = line.replace(
+                _ROWS_CALL,
+                "syl.wait_for_tile(sy_signals, sy_wait_offsets, sy_wait_slots, sy_slot_writers, sy_tile, sy_epoch, "
+                "sy_wait_bound_ns, sy_rank, sy_error, sy_seen)",
+            )
+        out.append(line)
+    return "".join(out)
 
 
 _WAIT_CALL = (
@@ -434,6 +468,11 @@ def notify_tile_loop(signals_ptr, notify_offsets_ptr, notify_slots_ptr, tile):
 def make_variant(source: str, name: str) -> str:
     """The transformed gemm_tma_kernel source `source` changed into variant `name`."""
     if name == "emitted":
+        return source
+    if _ROWS_CALL in source and name == "rows after wait":
+        return source
+    source = row_at_lookup(source)
+    if name == "row at lookup":
         return source
     if name == "rows after wait":
         return rows_after_wait(source)

@@ -83,7 +83,7 @@ def _planted(stem, edit):
 
 # The tile's wait as the transformer inserts it: at the tile lookup (`sy_tile =
 # syl.wait_for_tile(...)`) or, when a consume is placed after a K loop, at the consume.
-WAIT = ("syl.wait_for_tile(", "syl.wait_tile(")
+WAIT = ("syl.wait_for_tile(", "syl.wait_for_tile_row(", "syl.wait_tile(")
 
 
 def _move_line(text, pattern, before):
