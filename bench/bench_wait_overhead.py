@@ -80,6 +80,7 @@ def main() -> None:
     parser.add_argument("--kernel-file", type=Path, required=True)
     parser.add_argument("--out", default=os.environ.get("OUT") or str(REPO / "bench" / "results"))
     parser.add_argument("--fp8", action="store_true", help="the FP8 kernel (kernel file: its transform)")
+    parser.add_argument("--samples", type=int, default=25, help="timed replays per variant (the median is kept)")
     args = parser.parse_args()
     gemm_mod, fused = load_modules(args.kernel_file)
     from syncopate.launch import TileTables, new_error_record, check_error
@@ -215,7 +216,7 @@ def main() -> None:
                 raise SystemExit(f"{name} {m}x{k}x{n}: relative error {errs[name]}")
         for name in errors:
             check_error(errors[name], tables[name], "gemm_fp8_tma_kernel" if fp8 else "gemm_tma_kernel")
-        t = timing.time_variants(fns, n_sets)
+        t = timing.time_variants(fns, n_sets, samples=args.samples)
         base_ms = t["untransformed"]["ms"]
         row = {
             "m": m,

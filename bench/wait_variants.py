@@ -259,7 +259,101 @@ VARIANTS = {
     "fused@tile+all": "fused@tile with the prefetch, the slot cache (the wait as shipped, syl.wait_for_tile) and "
     "the notify row of fused+all",
     "fused, no wait": "diagnostic: fused with the wait removed (lookup and notify only)",
+    "row at lookup": "the wait loading its own row and the notify row loaded at the tile lookup (the "
+    "transformer's output of issue 16's first round, 2026-11-25 12:02)",
+    "row at store": "row at lookup with the notify row loaded by the store wait and the notify "
+    "(the transformer's output before that)",
+    "emitted, no wait": "diagnostic: row at lookup with the wait removed (lookup, prefetch and notify row only)",
+    "rows after wait": "the tile's wait and notify rows loaded for the next tile right after this tile's wait "
+    "(the order entry loaded before it, so its latency overlaps the wait) and the epoch once before the loop: "
+    "the wait reads no row it has to wait for (what the transformer emits since round 2)",
 }
+
+
+_ROW = "sy_notify_begin, sy_notify_end = syl.notify_row(sy_notify_offsets, sy_tile)  # [syncopate]"
+
+
+def row_at_store(source: str) -> str:
+    """The emitted source with the notify row loaded where it is used (after the store), as the
+    transformer emitted it before the row moved to the tile lookup."""
+    lines = [line for line in source.splitlines(keepends=True) if _ROW not in line]
+    out = "".join(lines)
+    out = out.replace(
+        "syl.tma_store_wait_row(sy_notify_begin, sy_notify_end)", "syl.tma_store_wait(sy_notify_offsets, sy_tile)"
+    )
+    return out.replace(
+        "syl.notify_tile_row(sy_signals, sy_notify_slots, sy_tile, sy_notify_begin, sy_notify_end)",
+        "syl.notify_tile(sy_signals, sy_notify_offsets, sy_notify_slots, sy_tile)",
+    )
+
+
+_ROWS_CALL = (
+    "syl.wait_for_tile_row(sy_signals, sy_wait_slots, sy_slot_writers, sy_tile, sy_wait_begin, sy_wait_end, "
+    "sy_epoch_now, sy_wait_bound_ns, sy_rank, sy_error, sy_seen)"
+)
+
+
+def row_at_lookup(source: str) -> str:
+    """The transformer's output in its round-1 form (the wait loading its own row, the notify
+    row loaded at the lookup), whichever of the two forms `source` is in."""
+    if _ROWS_CALL not in source:
+        return source
+    lines = [
+        line
+        for line in source.splitlines(keepends=True)
+        if "= syl.tile_rows(" not in line
+        and "sy_epoch_now = syl.epoch_of(" not in line
+        and "sy_wait_begin, sy_wait_end, sy_notify_begin, sy_notify_end = " not in line
+    ]
+    out = []
+    for line in lines:
+        if _ROWS_CALL in line:
+            indent = line[: len(line) - len(line.lstrip())]
+            out.append(indent + _ROW + "\n")
+            line = line.replace(
+                _ROWS_CALL,
+                "syl.wait_for_tile(sy_signals, sy_wait_offsets, sy_wait_slots, sy_slot_writers, sy_tile, sy_epoch, "
+                "sy_wait_bound_ns, sy_rank, sy_error, sy_seen)",
+            )
+        out.append(line)
+    return "".join(out)
+
+
+_WAIT_CALL = (
+    "syl.wait_for_tile(sy_signals, sy_wait_offsets, sy_wait_slots, sy_slot_writers, sy_tile, sy_epoch, "
+    "sy_wait_bound_ns, sy_rank, sy_error, sy_seen)"
+)
+_ROWS_NEXT = (
+    "sy_wb_next, sy_we_next, sy_nb_next, sy_ne_next = syl.tile_rows(sy_wait_offsets, sy_notify_offsets, sy_tile_next)"
+)
+
+
+def rows_after_wait(source: str) -> str:
+    """The emitted source (a prefetched tile loop) with the next tile's wait and notify rows loaded
+    right after this tile's wait (syncopate.language's epoch_of, tile_rows, wait_for_tile_row).
+    Loading them two tiles ahead (the order entry three ahead) would hide the order load too,
+    but a value carried through two iterations stops Triton's pipeliner (no multi-buffering)."""
+    seen = "    sy_seen = syl.no_slot_seen()  # [syncopate]\n"
+    lookup = "        sy_tile = sy_tile_next  # [syncopate]\n"
+    assert seen in source and lookup in source and _WAIT_CALL in source
+    out = source.replace(
+        seen, seen + "    sy_epoch_now = syl.epoch_of(sy_epoch)  # [variant]\n    " + _ROWS_NEXT + "  # [variant]\n"
+    )
+    out = out.replace(
+        lookup,
+        lookup + "        sy_wait_begin, sy_wait_end, sy_notify_begin, sy_notify_end = "
+        "sy_wb_next, sy_we_next, sy_nb_next, sy_ne_next  # [variant]\n",
+    )
+    out = "".join(line for line in out.splitlines(keepends=True) if _ROW not in line)
+    wait = next(line for line in out.splitlines(keepends=True) if _WAIT_CALL in line)
+    indent = wait[: len(wait) - len(wait.lstrip())]
+    new_wait = wait.replace(
+        _WAIT_CALL,
+        "syl.wait_for_tile_row(sy_signals, sy_wait_slots, sy_slot_writers, sy_tile, sy_wait_begin, sy_wait_end, "
+        "sy_epoch_now, sy_wait_bound_ns, sy_rank, sy_error, sy_seen)",
+    )
+    return out.replace(wait, new_wait + indent + _ROWS_NEXT + "  # [variant]\n")
+
 
 _CONSUME = "# @sy.consume(a_ptr, m=pid_m)"
 
@@ -319,6 +413,21 @@ def notify_tile_loop(signals_ptr, notify_offsets_ptr, notify_slots_ptr, tile):
 def make_variant(source: str, name: str) -> str:
     """The transformed gemm_tma_kernel source `source` changed into variant `name`."""
     if name == "emitted":
+        return source
+    if _ROWS_CALL in source and name == "rows after wait":
+        return source
+    source = row_at_lookup(source)
+    if name == "row at lookup":
+        return source
+    if name == "rows after wait":
+        return rows_after_wait(source)
+    if name == "emitted, no wait":
+        lines = source.splitlines(keepends=True)
+        out = "".join(line for line in lines if "= syl.wait_for_tile(" not in line)
+        assert out != source
+        return out
+    source = row_at_store(source)
+    if name == "row at store":
         return source
     source = canonical(source)
     out = source.replace(_IMPORT, _IMPORT + "\nimport wait_variants as syv  # [variant]")

@@ -1,7 +1,7 @@
 """syncopate.language with hooks, for `syncopate.check` (Triton's interpreter only).
 
 A kernel transformed for checking imports this module as `syl`. Its `wait_tile`,
-`wait_for_tile` and `notify_tile` first tell the run being checked which tile is about to wait or notify (the hook
+`wait_for_tile`, `wait_for_tile_row`, `notify_tile` and `notify_tile_row` first tell the run being checked which tile is about to wait or notify (the hook
 is plain Python: under TRITON_INTERPRET=1 a kernel is Python code, so it may call it), then do
 what syncopate.language does. The run lands a late chunk when its first waiter arrives, and
 checks a tile's stores when it notifies.
@@ -11,7 +11,7 @@ import triton
 
 from syncopate import language as _sites
 from syncopate.language import *  # noqa: F401,F403  (everything else is unchanged)
-from syncopate.language import tma_store_wait  # noqa: F401
+from syncopate.language import epoch_of, notify_row, tile_rows, tma_store_wait, tma_store_wait_row  # noqa: F401
 
 # Runs being checked, by the address of their signal array (each run has its own).
 _RUNS: dict = {}
@@ -67,3 +67,19 @@ def wait_for_tile(
 def notify_tile(signals_ptr, notify_offsets_ptr, notify_slots_ptr, tile):
     _on_notify(signals_ptr, tile)
     _sites.notify_tile(signals_ptr, notify_offsets_ptr, notify_slots_ptr, tile)
+
+
+@triton.jit
+def notify_tile_row(signals_ptr, notify_slots_ptr, tile, begin, end):
+    _on_notify(signals_ptr, tile)
+    _sites.notify_tile_row(signals_ptr, notify_slots_ptr, tile, begin, end)
+
+
+@triton.jit
+def wait_for_tile_row(
+    signals_ptr, wait_slots_ptr, slot_writers_ptr, tile, begin, end, epoch, bound_ns, rank, error_ptr, seen
+):
+    _on_wait(signals_ptr, tile)
+    return _sites.wait_for_tile_row(
+        signals_ptr, wait_slots_ptr, slot_writers_ptr, tile, begin, end, epoch, bound_ns, rank, error_ptr, seen
+    )

@@ -381,12 +381,86 @@ def wait_for_tile(
 
 
 @triton.jit
-def notify_tile(signals_ptr, notify_offsets_ptr, notify_slots_ptr, tile):
-    """Adds 1 to every ready slot of `tile` (CSR row `tile` of the notify table). On the GPU one
-    PTX block (no loop, no Triton barrier: either would keep a flattened tile loop from fusing
-    or pipelining)."""
-    begin = tl.load(notify_offsets_ptr + tile)
-    end = tl.load(notify_offsets_ptr + tile + 1)
+def epoch_of(epoch_ptr):
+    """The call's number (the device word `epoch_ptr`), fixed for the whole launch: loaded once
+    before a tile loop (`sy_epoch_now = syl.epoch_of(sy_epoch)`) rather than once per tile."""
+    return tl.load(epoch_ptr)
+
+
+@triton.jit
+def tile_rows(wait_offsets_ptr, notify_offsets_ptr, tile):
+    """(wait begin, wait end, notify begin, notify end): `tile`'s rows of the wait and notify
+    tables. In a loop the transformer loads them one iteration ahead, for the next iteration's
+    tile (whose order entry it loads two ahead), so no load is waited for at a tile's start."""
+    return (
+        tl.load(wait_offsets_ptr + tile),
+        tl.load(wait_offsets_ptr + tile + 1),
+        tl.load(notify_offsets_ptr + tile),
+        tl.load(notify_offsets_ptr + tile + 1),
+    )
+
+
+@triton.jit
+def wait_for_tile_row(
+    signals_ptr, wait_slots_ptr, slot_writers_ptr, tile, begin, end, epoch, bound_ns, rank, error_ptr, seen
+):
+    """wait_for_tile with the tile's wait row [begin, end) and the call's number `epoch` given
+    (tile_rows, epoch_of): (`tile`, the last slot seen complete)."""
+    if _INTERPRET:
+        for i in range(begin, end):
+            slot = tl.load(wait_slots_ptr + i)
+            expected = epoch * tl.load(slot_writers_ptr + slot)
+            wait(signals_ptr + slot, expected, bound_ns, error_ptr, rank, slot, tile)
+        fence_proxy_async()
+    else:
+        operands = [
+            begin,
+            end,
+            wait_slots_ptr,
+            slot_writers_ptr,
+            signals_ptr,
+            epoch,
+            bound_ns,
+            error_ptr,
+            rank,
+            tile,
+            seen,
+        ]
+        if cuda_capability_geq(9, 0):
+            tile, seen = tl.inline_asm_elementwise(
+                _WAIT_FOR_TILE_PTX_FENCE,
+                _WAIT_FOR_TILE_CONSTRAINTS,
+                operands,
+                dtype=(tl.int32, tl.int32),
+                is_pure=False,
+                pack=1,
+            )
+        else:
+            tile, seen = tl.inline_asm_elementwise(
+                _WAIT_FOR_TILE_PTX,
+                _WAIT_FOR_TILE_CONSTRAINTS,
+                operands,
+                dtype=(tl.int32, tl.int32),
+                is_pure=False,
+                pack=1,
+            )
+    return tile, seen
+
+
+@triton.jit
+def notify_row(notify_offsets_ptr, tile):
+    """(begin, end): `tile`'s row of the notify table. The transformer loads it at the tile
+    lookup (`sy_notify_begin, sy_notify_end = syl.notify_row(sy_notify_offsets, sy_tile)`) when
+    the tile block runs before the notify on every path: in a flattened loop the lookup is the
+    prologue the pipeliner overlaps with the previous tile's K loop, so the loads leave the
+    epilogue (notify_tile_row and tma_store_wait_row then read the row)."""
+    return tl.load(notify_offsets_ptr + tile), tl.load(notify_offsets_ptr + tile + 1)
+
+
+@triton.jit
+def notify_tile_row(signals_ptr, notify_slots_ptr, tile, begin, end):
+    """notify_tile with the tile's notify row [begin, end) loaded before (notify_row). `tile`
+    is for the checking mode's hooks (syncopate._check_sites); the slots come from the row."""
     if _INTERPRET:
         tl.debug_barrier()
         for i in range(begin, end):
@@ -404,18 +478,27 @@ def notify_tile(signals_ptr, notify_offsets_ptr, notify_slots_ptr, tile):
 
 
 @triton.jit
-def tma_store_wait(notify_offsets_ptr, tile):
-    """When `tile` notifies anything: waits until every TMA store this thread issued has
-    completed its writes to global memory (`cp.async.bulk.wait_group 0`, not the `.read` form
-    Triton uses to reuse shared memory), then orders them before this thread's later
-    generic-proxy accesses. A tile that notifies nothing (a consumer's) does not wait, so its
-    stores keep overlapping the next tile. Hopper and newer; a no-op elsewhere and under the
+def notify_tile(signals_ptr, notify_offsets_ptr, notify_slots_ptr, tile):
+    """Adds 1 to every ready slot of `tile` (CSR row `tile` of the notify table). On the GPU one
+    PTX block (no loop, no Triton barrier: either would keep a flattened tile loop from fusing
+    or pipelining)."""
+    begin, end = notify_row(notify_offsets_ptr, tile)
+    notify_tile_row(signals_ptr, notify_slots_ptr, tile, begin, end)
+
+
+@triton.jit
+def tma_store_wait_row(begin, end):
+    """When the tile's notify row [begin, end) is not empty: waits until every TMA store this
+    thread issued has completed its writes to global memory (`cp.async.bulk.wait_group 0`, not
+    the `.read` form Triton uses to reuse shared memory), then orders them before this thread's
+    later generic-proxy accesses. A tile that notifies nothing (a consumer's) does not wait, so
+    its stores keep overlapping the next tile. Hopper and newer; a no-op elsewhere and under the
     interpreter (whose stores are synchronous)."""
     if _INTERPRET:
         pass
     else:
         if cuda_capability_geq(9, 0):
-            if tl.load(notify_offsets_ptr + tile + 1) > tl.load(notify_offsets_ptr + tile):
+            if end > begin:
                 tl.inline_asm_elementwise(
                     "cp.async.bulk.wait_group 0; fence.proxy.async.global; mov.u32 $0, 0;",
                     "=r",
@@ -424,6 +507,13 @@ def tma_store_wait(notify_offsets_ptr, tile):
                     is_pure=False,
                     pack=1,
                 )
+
+
+@triton.jit
+def tma_store_wait(notify_offsets_ptr, tile):
+    """tma_store_wait_row of `tile`'s notify row, loaded here."""
+    begin, end = notify_row(notify_offsets_ptr, tile)
+    tma_store_wait_row(begin, end)
 
 
 @triton.jit

@@ -386,6 +386,7 @@ KernelAnalysis analyze(const Module& m, std::string_view kernel_name, const Tran
   check_block_waits(flow, a);
   check_safety(flow, a);
   place_waits(flow, a);
+  place_notify_rows(flow, a);
   return a;
 }
 

@@ -30,6 +30,9 @@ struct TileBlock {
   // entry is loaded one iteration ahead (`sy_tile_next`).
   std::optional<std::size_t> loop;
   std::optional<std::array<std::string, 3>> prefetch;  // start, stop, step as written
+  // Some notify of this tile reads its notify row from `sy_notify_begin, sy_notify_end`, loaded
+  // at the end of the tile block (place_notify_rows).
+  bool notify_row_at_lookup = false;
 };
 
 // Where a wait (before) or a notify (after) goes.
@@ -43,6 +46,9 @@ struct Site {
   // consume only: the wait was moved to the tile's lookup (TileBlock::waits_at_lookup), so
   // nothing is inserted before `stmt`.
   bool at_lookup = false;
+  // produce only: the tile's notify row was loaded at its lookup (TileBlock::notify_row_at_lookup):
+  // the notify (and its store wait) read `sy_notify_begin, sy_notify_end`.
+  bool row_at_lookup = false;
 };
 
 // A `@sy.consume_block`: a wait before `site.stmt` on the chunks of one block, inside `loop`.
@@ -93,6 +99,12 @@ void check_block_waits(const KernelFlow& flow, KernelAnalysis& a);
 // module) and names m= or n= (so the tile's reads are addressed from its coordinates); else at
 // each `@sy.consume` (`syl.wait_tile`, a loop: a wait placed after a K loop keeps its overlap).
 void place_waits(const KernelFlow& flow, KernelAnalysis& a);
+
+// Where each notify's row (its CSR offsets) is loaded (placement.cpp): at the end of the tile
+// block (`sy_notify_begin, sy_notify_end = syl.notify_row(...)`) when the tile block runs before
+// the notify on every path (the notify is inside the statement list that holds the tile block),
+// so the two loads leave the tile's epilogue; else by the notify itself (`syl.notify_tile`).
+void place_notify_rows(const KernelFlow& flow, KernelAnalysis& a);
 
 // The output text, given the checked analyses of one or more kernels of the module.
 std::string rewrite(const Module& m, const std::vector<KernelAnalysis>& analyses, const TransformOptions& options);

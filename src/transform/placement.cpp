@@ -9,6 +9,17 @@
 // "Loop structure"). Moving the wait up is always correct (it waits earlier); it is done only
 // when that costs nothing: the consume follows the tile block with plain statements between.
 // A consume placed after a K loop on purpose keeps its `syl.wait_tile` where it is.
+//
+// A notify's row (the tile's two CSR offsets of the notify table) is loaded at the tile lookup
+// too, beside the wait, whenever the tile block runs before the notify on every path. In a
+// flattened loop the lookup is the prologue that the pipeliner runs while the previous tile's
+// K loop is still in flight, so the two loads leave the epilogue, where the store wait and the
+// notify would otherwise stall on them once per tile (measured on nvidia-h200 with the
+// shortest K loops, bench/bench_wait_overhead.py). Note that in a fused loop tile t+1's wait
+// (prologue) then runs before tile t's notify (epilogue): a plan in which a program's tile
+// waits on a slot raised by the same program's previous tile would wait out its bound. No plan
+// the lowering makes does that (a tile's waits are on chunks other ranks or copies produce).
+#include <optional>
 #include <set>
 #include <string>
 
@@ -81,8 +92,42 @@ class WaitPlacer {
   const KernelFlow& flow_;
 };
 
+// Hoists each notify's row load to the end of its tile block when the block dominates it.
+class NotifyRowPlacer {
+ public:
+  NotifyRowPlacer(const KernelFlow& flow, KernelAnalysis& a) : a_(a), flow_(flow) {}
+
+  void run() {
+    for (Site& n : a_.notifies) {
+      std::optional<std::size_t> t;
+      for (std::size_t i = 0; i < a_.tiles.size(); ++i)
+        if (a_.tiles[i].end_stmt <= n.stmt) t = i;
+      if (!t || !dominated_by(a_.tiles[*t], n.stmt)) continue;
+      n.row_at_lookup = true;
+      a_.tiles[*t].notify_row_at_lookup = true;
+    }
+  }
+
+ private:
+  // `s` is, or is nested in, a statement after the block in the block's own statement list (not
+  // in an else/elif/except clause of an enclosing statement: each clause is its own list).
+  // check_safety already refuses a notify outside its tile block's scope; this keeps the row's
+  // variables defined on every path should that rule ever be relaxed.
+  bool dominated_by(const TileBlock& b, std::size_t s) const {
+    const auto list = flow_.parent(b.first_stmt);
+    for (std::optional<std::size_t> at = s; at; at = flow_.parent(*at))
+      if (flow_.parent(*at) == list) return *at >= b.end_stmt;
+    return false;
+  }
+
+  KernelAnalysis& a_;
+  const KernelFlow& flow_;
+};
+
 }  // namespace
 
 void place_waits(const KernelFlow& flow, KernelAnalysis& a) { WaitPlacer(flow, a).run(); }
+
+void place_notify_rows(const KernelFlow& flow, KernelAnalysis& a) { NotifyRowPlacer(flow, a).run(); }
 
 }  // namespace syncopate::transform::detail

@@ -85,11 +85,17 @@ class Rewriter {
     }
     for (const auto& n : a.notifies) {
       const LogicalLine& l = m_.lines[n.stmt];
-      // A TMA store completes asynchronously: wait for it before announcing the tile.
+      // A TMA store completes asynchronously: wait for it before announcing the tile. With the
+      // row loaded at the tile lookup (place_notify_rows), both read it from there.
       if (n.store_wait)
-        insert_after_line(n.last_line, indent_of(l.line) + "syl.tma_store_wait(sy_notify_offsets, sy_tile)");
+        insert_after_line(
+            n.last_line, indent_of(l.line) + (n.row_at_lookup ? "syl.tma_store_wait_row(sy_notify_begin, sy_notify_end)"
+                                                              : "syl.tma_store_wait(sy_notify_offsets, sy_tile)"));
       insert_after_line(n.last_line,
-                        indent_of(l.line) + "syl.notify_tile(sy_signals, sy_notify_offsets, sy_notify_slots, sy_tile)");
+                        indent_of(l.line) + (n.row_at_lookup ? "syl.notify_tile_row(sy_signals, sy_notify_slots, "
+                                                               "sy_tile, sy_notify_begin, sy_notify_end)"
+                                                             : "syl.notify_tile(sy_signals, sy_notify_offsets, "
+                                                               "sy_notify_slots, sy_tile)"));
     }
   }
 
@@ -220,6 +226,37 @@ class Rewriter {
         {offset, erase, std::string(comma ? "," : "") + eol_ + marked(indent + names) + eol_ + rest_indent});
   }
 
+  // A tile block in `for <index> in range(start, stop, step)` that waits at its lookup: the
+  // order entry is loaded one iteration ahead, and the tile's wait and notify rows are loaded
+  // for the next iteration right after this tile's wait (the next entry's load was issued before
+  // the wait, so its latency overlaps it). The wait then reads no row it has to wait for, and
+  // the call's epoch is loaded once before the loop. One iteration ahead only: a value carried
+  // through two iterations stops Triton's pipeliner (docs/ANNOTATIONS.md, "Loop structure").
+  void replace_prefetched_lookup(const TileBlock& t, const std::string& indent) {
+    static constexpr const char* kRowsNext =
+        "sy_wait_begin_next, sy_wait_end_next, sy_notify_begin_next, sy_notify_end_next";
+    static constexpr const char* kLoadRows = " = syl.tile_rows(sy_wait_offsets, sy_notify_offsets, sy_tile_next)";
+    const auto& [start, stop, step] = *t.prefetch;
+    const LogicalLine& loop = m_.lines[*t.loop];
+    const std::string before = indent_of(loop.line);
+    insert_before_line(
+        loop.line, before + fmt::format("sy_tile_next = syl.tile_at_or(sy_tile_order, {}, {}, {})", start, stop, step));
+    insert_before_line(loop.line, before + "sy_seen = syl.no_slot_seen()");
+    insert_before_line(loop.line, before + "sy_epoch_now = syl.epoch_of(sy_epoch)");
+    insert_before_line(loop.line, before + kRowsNext + kLoadRows);
+    insert_before_line(t.end_line, indent + "sy_tile = sy_tile_next");
+    insert_before_line(t.end_line,
+                       indent + "sy_wait_begin, sy_wait_end, sy_notify_begin, sy_notify_end = " + kRowsNext);
+    insert_before_line(t.end_line,
+                       indent + fmt::format("sy_tile_next = syl.tile_at_or(sy_tile_order, {} + ({}), {}, {})",
+                                            t.index_expr, step, stop, step));
+    insert_before_line(t.end_line, indent +
+                                       "sy_tile, sy_seen = syl.wait_for_tile_row(sy_signals, sy_wait_slots, "
+                                       "sy_slot_writers, sy_tile, sy_wait_begin, sy_wait_end, sy_epoch_now, "
+                                       "sy_wait_bound_ns, sy_rank, sy_error, sy_seen)");
+    insert_before_line(t.end_line, indent + kRowsNext + kLoadRows);
+  }
+
   void replace_tile(const KernelAnalysis& a, const TileBlock& t) {
     const Annotation& open = a.annotations[t.open];
     const std::string indent = indent_of(m_.lines[t.first_stmt].line);
@@ -232,32 +269,28 @@ class Rewriter {
           {line_start(line), text.size(), indent + std::string(kInsertedMark) + " was: " + std::string(body)});
     }
     if (t.prefetch) {
-      // This iteration's order entry was loaded one iteration ahead; load the next one.
-      const auto& [start, stop, step] = *t.prefetch;
-      const LogicalLine& loop = m_.lines[*t.loop];
-      insert_before_line(
-          loop.line, indent_of(loop.line) +
-                         fmt::format("sy_tile_next = syl.tile_at_or(sy_tile_order, {}, {}, {})", start, stop, step));
-      insert_before_line(t.end_line, indent + "sy_tile = sy_tile_next");
-      insert_before_line(t.end_line, indent + fmt::format("sy_tile_next = syl.tile_at_or(sy_tile_order, {} + ({}), "
-                                                          "{}, {})",
-                                                          t.index_expr, step, stop, step));
+      replace_prefetched_lookup(t, indent);
     } else {
       insert_before_line(t.end_line, indent + fmt::format("sy_tile = syl.tile_at(sy_tile_order, {})", t.index_expr));
-    }
-    // The tile's coordinates are computed from what the wait returns (placement.cpp says why).
-    // sy_seen: the last slot this program saw complete (syncopate.language, wait_for_tile).
-    if (t.waits_at_lookup) {
-      if (t.loop) {
-        const LogicalLine& loop = m_.lines[*t.loop];
-        insert_before_line(loop.line, indent_of(loop.line) + "sy_seen = syl.no_slot_seen()");
-      } else {
-        insert_before_line(t.end_line, indent + "sy_seen = syl.no_slot_seen()");
+      // The tile's notify row, read by its notifies after the store (placement.cpp says why it
+      // is loaded here); before the wait, so that its loads are in flight with the wait's own.
+      if (t.notify_row_at_lookup)
+        insert_before_line(t.end_line,
+                           indent + "sy_notify_begin, sy_notify_end = syl.notify_row(sy_notify_offsets, sy_tile)");
+      // The tile's coordinates are computed from what the wait returns (placement.cpp says why).
+      // sy_seen: the last slot this program saw complete (syncopate.language, wait_for_tile).
+      if (t.waits_at_lookup) {
+        if (t.loop) {
+          const LogicalLine& loop = m_.lines[*t.loop];
+          insert_before_line(loop.line, indent_of(loop.line) + "sy_seen = syl.no_slot_seen()");
+        } else {
+          insert_before_line(t.end_line, indent + "sy_seen = syl.no_slot_seen()");
+        }
+        insert_before_line(t.end_line, indent +
+                                           "sy_tile, sy_seen = syl.wait_for_tile(sy_signals, sy_wait_offsets, "
+                                           "sy_wait_slots, sy_slot_writers, sy_tile, sy_epoch, sy_wait_bound_ns, "
+                                           "sy_rank, sy_error, sy_seen)");
       }
-      insert_before_line(t.end_line, indent +
-                                         "sy_tile, sy_seen = syl.wait_for_tile(sy_signals, sy_wait_offsets, "
-                                         "sy_wait_slots, sy_slot_writers, sy_tile, sy_epoch, sy_wait_bound_ns, "
-                                         "sy_rank, sy_error, sy_seen)");
     }
     if (t.n.empty())
       insert_before_line(t.end_line, indent + fmt::format("{} = syl.tile_row(sy_tile, sy_tiles_n)", t.m));

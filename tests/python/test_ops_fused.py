@@ -143,11 +143,18 @@ def test_transformed_kernel_waits_before_reading_a_and_notifies_after_storing_c(
     body = body[: body.index("\n@triton.jit")] if "\n@triton.jit" in body else body
     lines = [ln.strip() for ln in body.splitlines()]
     # Waited for at the tile lookup: the coordinates are computed from what the wait returns.
-    wait = next(i for i, ln in enumerate(lines) if ln.startswith("sy_tile, sy_seen = syl.wait_for_tile("))
+    wait = next(i for i, ln in enumerate(lines) if ln.startswith("sy_tile, sy_seen = syl.wait_for_tile_row("))
     coords = next(i for i, ln in enumerate(lines) if ln.startswith("pid_m, pid_n = syl.tile_coords(sy_tile"))
     assert wait < coords
     assert not any(ln.startswith("syl.wait_tile(") for ln in lines)
-    notify = next(i for i, ln in enumerate(lines) if ln.startswith("syl.notify_tile("))
+    # The tile's wait and notify rows were loaded one iteration ahead (the next tile's right after
+    # this tile's wait); the wait and, after the store, the notify read them.
+    rows = next(i for i, ln in enumerate(lines) if ln.startswith("sy_wait_begin, sy_wait_end, sy_notify_begin,"))
+    # (the first tile's before the loop, then the next tile's in it)
+    before_loop, rows_next = [i for i, ln in enumerate(lines) if ln.startswith("sy_wait_begin_next, sy_wait_end_next,")]
+    assert before_loop < rows < wait < rows_next < coords
+    assert not any(ln.startswith("syl.notify_tile(") for ln in lines)
+    notify = next(i for i, ln in enumerate(lines) if ln.startswith("syl.notify_tile_row("))
     # The TMA kernel reads A in its K loop helper, tma_k_loop(a_desc, ...): the call is the read.
     first_a_read = next(
         i

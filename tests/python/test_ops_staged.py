@@ -224,7 +224,7 @@ def test_transformed_kernel_waits_after_the_k_loop_and_notifies_after_the_store(
     wait = next(i for i, ln in enumerate(lines) if ln.startswith("syl.wait_tile("))
     add = next(i for i, ln in enumerate(lines) if ln.startswith("acc = _add_staged_partials("))
     store = next(i for i, ln in enumerate(lines) if ln.startswith("_store_reduced_tile("))
-    notify = next(i for i, ln in enumerate(lines) if ln.startswith("syl.notify_tile("))
+    notify = next(i for i, ln in enumerate(lines) if ln.startswith(("syl.notify_tile(", "syl.notify_tile_row(")))
     assert k_loop < wait < add < store < notify
     # The transformer's description of the accesses is what the op passes to the lowering.
     described = out[out.index("__syncopate__ = ") :].splitlines()[0]

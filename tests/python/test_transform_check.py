@@ -83,7 +83,7 @@ def _planted(stem, edit):
 
 # The tile's wait as the transformer inserts it: at the tile lookup (`sy_tile =
 # syl.wait_for_tile(...)`) or, when a consume is placed after a K loop, at the consume.
-WAIT = ("syl.wait_for_tile(", "syl.wait_tile(")
+WAIT = ("syl.wait_for_tile(", "syl.wait_for_tile_row(", "syl.wait_tile(")
 
 
 def _move_line(text, pattern, before):
@@ -165,7 +165,7 @@ def test_a_read_outside_the_wait_list_is_caught():
 
 def test_a_notify_moved_above_the_store_is_caught_naming_tile_and_chunk():
     original, transformed, problem = _planted(
-        "gemm_rs_producer", lambda t: _move_line(t, "syl.notify_tile(", "tl.store(c_ptr + rm")
+        "gemm_rs_producer", lambda t: _move_line(t, ("syl.notify_tile(", "syl.notify_tile_row("), "tl.store(c_ptr + rm")
     )
     report = check.check_transformed(original, transformed, problem, orders=1)
     early = [f for f in report.findings if f.kind == "notify-before-store"]

@@ -177,7 +177,10 @@ def test_cli_transforms_several_kernels_into_one_file(cli, tmp_path):
     assert text.count("import syncopate.language as syl  # [syncopate]") == 1
     assert text.count("sy_signals, sy_tile_order,") == 2
     assert '__syncopate__ = {"version": 2, "kernels": {"scale": {' in text
-    assert text.count("syl.wait_for_tile(") + text.count("syl.wait_tile(") == 1 and text.count("syl.notify_tile(") == 1
+    assert (
+        text.count("syl.wait_for_tile(") + text.count("syl.wait_for_tile_row(") + text.count("syl.wait_tile(") == 1
+        and text.count("syl.notify_tile(") + text.count("syl.notify_tile_row(") == 1
+    )
     py_compile.compile(str(comma), cfile=str(tmp_path / "comma.pyc"), doraise=True)
     d = json.loads(described.read_text())
     assert [k["kernel"] for k in d] == ["scale", "shift"]

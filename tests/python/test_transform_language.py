@@ -155,3 +155,40 @@ def test_wait_for_tile_returns_the_tile_and_notify_tile_adds_once_per_program(la
     assert signals.tolist() == [2, 4, 1, 2]  # tiles 0 and 2 each notify slot 3 once
     record = dict(zip(syl.ERROR_FIELDS, error.tolist()))
     assert record == {"flag": 1, "rank": 3, "slot": 2, "expected": 2, "seen": 1, "tile": 2}
+
+
+def test_the_row_forms_read_the_rows_they_are_given(language):
+    """notify_row / tile_rows load a tile's CSR rows; wait_for_tile_row, notify_tile_row and
+    tma_store_wait_row act on the rows given (loaded earlier: at the tile lookup, or one tile
+    ahead), so each must behave exactly as wait_for_tile / notify_tile on the tile's own row."""
+
+    @triton.jit
+    def by_rows(signals, wait_offsets, wait_slots, writers, epoch_ptr, error, out, notify_offsets, notify_slots):
+        pid = tl.program_id(0)
+        epoch = syl.epoch_of(epoch_ptr)
+        wb, we, nb, ne = syl.tile_rows(wait_offsets, notify_offsets, pid)
+        nb2, ne2 = syl.notify_row(notify_offsets, pid)
+        tile, seen = syl.wait_for_tile_row(signals, wait_slots, writers, pid, wb, we, epoch, 30_000, 3, error, -1)
+        tl.store(out + pid * 4, tile)
+        tl.store(out + pid * 4 + 1, (nb2 == nb) & (ne2 == ne))
+        tl.store(out + pid * 4 + 2, we - wb)
+        tl.store(out + pid * 4 + 3, ne - nb)
+        syl.tma_store_wait_row(nb, ne)  # a no-op under the interpreter (stores are synchronous)
+        syl.notify_tile_row(signals, notify_slots, tile, nb, ne)
+
+    # As the wait_for_tile test: tile 0 waits on slots 0 and 1, tile 1 on nothing, tile 2 on slot
+    # 2 (which stays short); tiles 0 and 2 notify slot 3.
+    wait_offsets = torch.tensor([0, 2, 2, 3], dtype=torch.int32)
+    wait_slots = torch.tensor([0, 1, 2], dtype=torch.int32)
+    writers = torch.tensor([1, 2, 1, 1], dtype=torch.int32)
+    epoch = torch.tensor([2], dtype=torch.int32)
+    notify_offsets = torch.tensor([0, 1, 1, 2], dtype=torch.int32)
+    notify_slots = torch.tensor([3, 3], dtype=torch.int32)
+    signals = torch.tensor([2, 4, 1, 0], dtype=torch.int32)
+    error = torch.zeros(syl.ERROR_WORDS, dtype=torch.int64)
+    out = torch.full((12,), -1, dtype=torch.int32)
+    by_rows[(3,)](signals, wait_offsets, wait_slots, writers, epoch, error, out, notify_offsets, notify_slots)
+    assert out.view(3, 4).tolist() == [[0, 1, 2, 1], [1, 1, 0, 0], [2, 1, 1, 1]]
+    assert signals.tolist() == [2, 4, 1, 2]  # tiles 0 and 2 each notify slot 3 once
+    record = dict(zip(syl.ERROR_FIELDS, error.tolist()))
+    assert record == {"flag": 1, "rank": 3, "slot": 2, "expected": 2, "seen": 1, "tile": 2}

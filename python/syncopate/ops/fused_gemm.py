@@ -64,11 +64,12 @@ def transformed_kernel(kernel_name: str, module_name: str = GEMM_MODULE):
         ) from exc
     text = getattr(result, "source", None)
     if not isinstance(text, str) or not any(
-        f"syl.{name}(" in text for name in ("wait_tile", "wait_for_tile", "notify_tile")
+        f"syl.{name}(" in text for name in ("wait_tile", "wait_for_tile", "notify_tile", "notify_tile_row")
     ):
         raise InternalError(
             f"syncopate.ops: the transformer's output for {kernel_name} of {path} has no "
-            "waits and no notifies (expected syl.wait_tile, syl.wait_for_tile or syl.notify_tile): the kernel's "
+            "waits and no notifies (expected syl.wait_tile, syl.wait_for_tile, syl.notify_tile or syl.notify_tile_row): "
+            "the kernel's "
             "annotations did not apply"
         )
     # Triton reads a kernel's source through inspect, so the module needs a real file; named

@@ -45,6 +45,7 @@ def attention_fwd_kernel(q_ptr, k_ptr, v_ptr, o_ptr, sm_scale, Z, H, H_KV, N_Q, 
     # [syncopate] was: start_m = pid // (Z * H)
     # [syncopate] was: off_hz = pid % (Z * H)
     sy_tile = syl.tile_at(sy_tile_order, tl.program_id(0))  # [syncopate]
+    sy_notify_begin, sy_notify_end = syl.notify_row(sy_notify_offsets, sy_tile)  # [syncopate]
     sy_seen = syl.no_slot_seen()  # [syncopate]
     sy_tile, sy_seen = syl.wait_for_tile(sy_signals, sy_wait_offsets, sy_wait_slots, sy_slot_writers, sy_tile, sy_epoch, sy_wait_bound_ns, sy_rank, sy_error, sy_seen)  # [syncopate]
     start_m, off_hz = syl.tile_coords(sy_tile, sy_tiles_n)  # [syncopate]
@@ -98,7 +99,7 @@ def attention_fwd_kernel(q_ptr, k_ptr, v_ptr, o_ptr, sm_scale, Z, H, H_KV, N_Q, 
     o_rows = o_ptr + off_z * stride_oz + off_h * stride_oh + piece_m * stride_op + rows_m[:, None] * stride_om
     # @sy.produce(o_ptr, m=start_m, n=off_hz)
     tl.store(o_rows + offs_d[None, :], acc.to(o_ptr.dtype.element_ty), mask=offs_m[:, None] < N_Q)
-    syl.notify_tile(sy_signals, sy_notify_offsets, sy_notify_slots, sy_tile)  # [syncopate]
+    syl.notify_tile_row(sy_signals, sy_notify_slots, sy_tile, sy_notify_begin, sy_notify_end)  # [syncopate]
 
 
 def attention_reference_args(q, k, v, o, sm_scale: float, q_start: int = 0):

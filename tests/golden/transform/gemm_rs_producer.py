@@ -21,6 +21,7 @@ def matmul_rs_kernel(a_ptr, b_ptr, c_ptr, M, N, K,
     # [syncopate] was: pid_m = tl.program_id(0) // tl.cdiv(N, BLOCK_N)
     # [syncopate] was: pid_n = tl.program_id(0) % tl.cdiv(N, BLOCK_N)
     sy_tile = syl.tile_at(sy_tile_order, tl.program_id(0))  # [syncopate]
+    sy_notify_begin, sy_notify_end = syl.notify_row(sy_notify_offsets, sy_tile)  # [syncopate]
     pid_m, pid_n = syl.tile_coords(sy_tile, sy_tiles_n)  # [syncopate]
     # @sy.end
     rm = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
@@ -38,4 +39,4 @@ def matmul_rs_kernel(a_ptr, b_ptr, c_ptr, M, N, K,
     # @sy.produce(c_ptr, m=pid_m, n=pid_n)
     tl.store(c_ptr + rm[:, None] * stride_cm + rn[None, :] * stride_cn,
              acc.to(c_ptr.dtype.element_ty), mask=mask)
-    syl.notify_tile(sy_signals, sy_notify_offsets, sy_notify_slots, sy_tile)  # [syncopate]
+    syl.notify_tile_row(sy_signals, sy_notify_slots, sy_tile, sy_notify_begin, sy_notify_end)  # [syncopate]

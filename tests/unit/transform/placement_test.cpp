@@ -42,6 +42,17 @@ constexpr const char* kWaitForTile =
     "sy_tile, sy_seen = syl.wait_for_tile(sy_signals, sy_wait_offsets, sy_wait_slots, sy_slot_writers, sy_tile, "
     "sy_epoch, sy_wait_bound_ns, sy_rank, sy_error, sy_seen)  # [syncopate]\n";
 
+constexpr const char* kWaitForTileRow =
+    "sy_tile, sy_seen = syl.wait_for_tile_row(sy_signals, sy_wait_slots, sy_slot_writers, sy_tile, sy_wait_begin, "
+    "sy_wait_end, sy_epoch_now, sy_wait_bound_ns, sy_rank, sy_error, sy_seen)  # [syncopate]\n";
+
+constexpr const char* kRowsNext =
+    "sy_wait_begin_next, sy_wait_end_next, sy_notify_begin_next, sy_notify_end_next = syl.tile_rows(sy_wait_offsets, "
+    "sy_notify_offsets, sy_tile_next)  # [syncopate]\n";
+
+constexpr const char* kNotifyRow =
+    "sy_notify_begin, sy_notify_end = syl.notify_row(sy_notify_offsets, sy_tile)  # [syncopate]\n";
+
 std::string one_tile_kernel(const std::string& after_tile_block) {
   return "def k(x_ptr, y_ptr, K, BM: tl.constexpr):\n"
          "    # @sy.tile(index=tl.program_id(0), m=pid_m)\n"
@@ -73,7 +84,7 @@ TEST(WaitPlacement, AConsumeAfterALoopWaitsWhereItIs) {
                                 "        acc += k\n"
                                 "    # @sy.consume(x_ptr, m=pid_m)\n"
                                 "    acc += tl.load(x_ptr + pid_m)\n"));
-  EXPECT_EQ(count(text, "syl.wait_for_tile("), 0u) << text;
+  EXPECT_EQ(count(text, "syl.wait_for_tile"), 0u) << text;
   EXPECT_NE(text.find("        acc += k\n    # @sy.consume(x_ptr, m=pid_m)\n    syl.wait_tile("), std::string::npos)
       << text;
 }
@@ -84,7 +95,7 @@ TEST(WaitPlacement, AConsumeAfterAHelperCallWaitsWhereItIs) {
       output_of(one_tile_kernel("    acc = _k_loop(y_ptr, pid_m, K)\n"
                                 "    # @sy.consume(x_ptr, m=pid_m)\n"
                                 "    acc += tl.load(x_ptr + pid_m)\n"));
-  EXPECT_EQ(count(text, "syl.wait_for_tile("), 0u) << text;
+  EXPECT_EQ(count(text, "syl.wait_for_tile"), 0u) << text;
   EXPECT_EQ(count(text, "    syl.wait_tile("), 1u) << text;
 }
 
@@ -93,7 +104,7 @@ TEST(WaitPlacement, AConsumeWithoutCoordinatesWaitsWhereItIs) {
   const auto text =
       output_of(one_tile_kernel("    # @sy.consume(x_ptr)\n"
                                 "    acc = tl.load(x_ptr + pid_m)\n"));
-  EXPECT_EQ(count(text, "syl.wait_for_tile("), 0u) << text;
+  EXPECT_EQ(count(text, "syl.wait_for_tile"), 0u) << text;
   EXPECT_EQ(count(text, "    syl.wait_tile("), 1u) << text;
 }
 
@@ -103,7 +114,7 @@ TEST(WaitPlacement, AConsumeInsideABranchWaitsWhereItIs) {
                                 "    if K > 0:\n"
                                 "        # @sy.consume(x_ptr, m=pid_m)\n"
                                 "        acc = tl.load(x_ptr + pid_m)\n"));
-  EXPECT_EQ(count(text, "syl.wait_for_tile("), 0u) << text;
+  EXPECT_EQ(count(text, "syl.wait_for_tile"), 0u) << text;
   EXPECT_EQ(count(text, "        syl.wait_tile("), 1u) << text;
 }
 
@@ -119,7 +130,7 @@ TEST(WaitPlacement, OneEarlyConsumeCoversTheTilesLaterOnes) {
       "    # @sy.consume(z_ptr, m=pid_m)\n"
       "    acc += tl.load(z_ptr + pid_m)\n"
       "    tl.store(y_ptr + pid_m, acc)\n");
-  EXPECT_EQ(count(text, "syl.wait_for_tile("), 1u) << text;
+  EXPECT_EQ(count(text, "syl.wait_for_tile"), 1u) << text;
   EXPECT_EQ(count(text, "syl.wait_tile("), 0u) << text;
 }
 
@@ -134,20 +145,28 @@ TEST(WaitPlacement, APersistentLoopWaitsAtTheLookupInsideTheLoop) {
       "        acc = _k_loop(x_ptr, pid_m, K)\n"
       "        # @sy.produce(y_ptr, m=pid_m)\n"
       "        tl.store(y_ptr + pid_m, acc)\n");
-  // Before the loop: the first iteration's order entry and the empty slot cache; in it, the next
-  // iteration's entry loaded one iteration ahead, then the wait, then the coordinates.
+  // Before the loop: the first iteration's order entry, the empty slot cache, the call's epoch and
+  // the first tile's rows; in it, this tile's rows (loaded one iteration ahead), the next
+  // iteration's entry, the wait on the rows, the next tile's rows, then the coordinates.
   EXPECT_NE(text.find("    sy_tile_next = syl.tile_at_or(sy_tile_order, tl.program_id(0), n_tiles, n_progs)  # "
-                      "[syncopate]\n    sy_seen = syl.no_slot_seen()  # [syncopate]\n    for t in tl.range("),
+                      "[syncopate]\n    sy_seen = syl.no_slot_seen()  # [syncopate]\n"
+                      "    sy_epoch_now = syl.epoch_of(sy_epoch)  # [syncopate]\n    " +
+                      std::string(kRowsNext) + "    for t in tl.range("),
             std::string::npos)
       << text;
   EXPECT_NE(text.find("        sy_tile = sy_tile_next  # [syncopate]\n"
+                      "        sy_wait_begin, sy_wait_end, sy_notify_begin, sy_notify_end = sy_wait_begin_next, "
+                      "sy_wait_end_next, sy_notify_begin_next, sy_notify_end_next  # [syncopate]\n"
                       "        sy_tile_next = syl.tile_at_or(sy_tile_order, t + (n_progs), n_tiles, n_progs)  # "
                       "[syncopate]\n        " +
-                      std::string(kWaitForTile) + "        pid_m = syl.tile_row(sy_tile, sy_tiles_n)"),
+                      std::string(kWaitForTileRow) + "        " + kRowsNext +
+                      "        pid_m = syl.tile_row(sy_tile, sy_tiles_n)"),
             std::string::npos)
       << text;
+  EXPECT_EQ(count(text, "syl.wait_for_tile("), 0u) << text;
+  EXPECT_EQ(count(text, "syl.notify_row("), 0u) << text;  // the notify row comes with the wait row
   EXPECT_EQ(count(text, "syl.wait_tile("), 0u) << text;
-  EXPECT_EQ(count(text, "        syl.notify_tile("), 1u) << text;
+  EXPECT_EQ(count(text, "        syl.notify_tile_row("), 1u) << text;
 }
 
 TEST(WaitPlacement, AWhileLoopGetsTheSlotCacheButNoPrefetch) {
@@ -170,6 +189,50 @@ TEST(WaitPlacement, AWhileLoopGetsTheSlotCacheButNoPrefetch) {
       std::string::npos)
       << text;
   EXPECT_EQ(count(text, "sy_tile_next"), 0u) << text;
+}
+
+// --- the notify row (place_notify_rows): loaded at the lookup when the tile block dominates ----
+
+TEST(NotifyRowPlacement, APersistentLoopLoadsTheRowAtTheLookupAndNotifiesFromIt) {
+  const auto text = output_of(
+      "def k(c_ptr, M, N, n_tiles, n_progs, BM: tl.constexpr, BN: tl.constexpr):\n"
+      "    c_desc = tl.make_tensor_descriptor(c_ptr, shape=[M, N], strides=[N, 1], block_shape=[BM, BN])\n"
+      "    for t in tl.range(tl.program_id(0), n_tiles, n_progs, flatten=True):\n"
+      "        # @sy.tile(index=t, m=pm, n=pn)\n"
+      "        pm = t // tl.cdiv(N, BN)\n"
+      "        pn = t % tl.cdiv(N, BN)\n"
+      "        # @sy.end\n"
+      "        if pm >= 0:\n"
+      "            # @sy.produce(c_ptr, m=pm, n=pn)\n"
+      "            c_desc.store([pm * BM, pn * BN], tl.zeros((BM, BN), dtype=tl.float16))\n");
+  // No consume: no wait (and no prefetch), the row right after the lookup, then the coordinates;
+  // the store wait and the notify (nested in an `if` the tile block runs before) read the row.
+  EXPECT_NE(text.find("        sy_tile = syl.tile_at(sy_tile_order, t)  # [syncopate]\n        " +
+                      std::string(kNotifyRow) + "        pm, pn = syl.tile_coords(sy_tile, sy_tiles_n)"),
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find("            syl.tma_store_wait_row(sy_notify_begin, sy_notify_end)  # [syncopate]\n"
+                      "            syl.notify_tile_row(sy_signals, sy_notify_slots, sy_tile, sy_notify_begin, "
+                      "sy_notify_end)  # [syncopate]\n"),
+            std::string::npos)
+      << text;
+  EXPECT_EQ(count(text, "syl.notify_tile("), 0u) << text;
+  EXPECT_EQ(count(text, "sy_notify_offsets, sy_tile)"), 1u) << text;  // one row load per tile
+}
+
+TEST(NotifyRowPlacement, OneRowServesEveryNotifyOfTheTile) {
+  const auto text = output_of(
+      "def k(y_ptr, z_ptr):\n"
+      "    # @sy.tile(index=tl.program_id(0), m=pid_m)\n"
+      "    pid_m = tl.program_id(0)\n"
+      "    # @sy.end\n"
+      "    # @sy.produce(y_ptr, m=pid_m)\n"
+      "    tl.store(y_ptr + pid_m, 1.0)\n"
+      "    # @sy.produce(z_ptr, m=pid_m)\n"
+      "    tl.store(z_ptr + pid_m, 1.0)\n");
+  EXPECT_EQ(count(text, kNotifyRow), 1u) << text;
+  EXPECT_EQ(count(text, "syl.notify_tile_row("), 2u) << text;
+  EXPECT_LT(text.find(kNotifyRow), text.find("pid_m = syl.tile_row(")) << text;
 }
 
 }  // namespace

@@ -75,8 +75,8 @@ TEST(Rewrite, NotifyAfterALastLineWithoutNewline) {
   const auto out = run("import triton\nimport triton.language as tl\n@triton.jit\ndef k(y_ptr):\n" + body() +
                        "    # @sy.produce(y_ptr, m=pid_m)\n    tl.store(y_ptr, x)");
   EXPECT_TRUE(contains(out,
-                       "    tl.store(y_ptr, x)\n    syl.notify_tile(sy_signals, sy_notify_offsets, "
-                       "sy_notify_slots, sy_tile)  # [syncopate]\n"))
+                       "    tl.store(y_ptr, x)\n    syl.notify_tile_row(sy_signals, sy_notify_slots, sy_tile, "
+                       "sy_notify_begin, sy_notify_end)  # [syncopate]\n"))
       << out;
 }
 
@@ -84,7 +84,7 @@ TEST(Rewrite, NotifyFollowsAWholeCompoundStatement) {
   const auto out = run("import triton\nimport triton.language as tl\n@triton.jit\ndef k(y_ptr, N):\n" + body() +
                        "    # @sy.produce(y_ptr, m=pid_m)\n    if N > 0:\n        tl.store(y_ptr, x)\n\n"
                        "    else:\n        tl.store(y_ptr, 0)  # zero\n    z = 1\n");
-  EXPECT_TRUE(contains(out, "        tl.store(y_ptr, 0)  # zero\n    syl.notify_tile(")) << out;
+  EXPECT_TRUE(contains(out, "        tl.store(y_ptr, 0)  # zero\n    syl.notify_tile_row(")) << out;
 }
 
 TEST(Rewrite, MultiLineStatementsInTheTileBlockAreCommentedLineByLine) {

@@ -445,6 +445,8 @@ TEST(SafetyAccepts, EpilogueRecomputeWrappedInItsOwnTileBlock) {
   EXPECT_TRUE(
       has(out,
           "        sy_tile = sy_tile_next  # [syncopate]\n"
+          "        sy_wait_begin, sy_wait_end, sy_notify_begin, sy_notify_end = sy_wait_begin_next, sy_wait_end_next, "
+          "sy_notify_begin_next, sy_notify_end_next  # [syncopate]\n"
           "        sy_tile_next = syl.tile_at_or(sy_tile_order, t + (NUM_SMS), tl.cdiv(M,BM)*tiles_n, NUM_SMS)"))
       << out;
   EXPECT_TRUE(has(out, "        sy_tile = syl.tile_at(sy_tile_order, tc)  # [syncopate]\n")) << out;
@@ -485,8 +487,9 @@ TEST(SafetyAccepts, TmaStoreGetsAStoreWaitBeforeItsNotify) {
       "    x = 1\n");
   EXPECT_TRUE(has(out,
                   "    c_desc.store([pm * BM, pn * BN], tl.zeros((BM, BN), dtype=tl.float16))\n"
-                  "    syl.tma_store_wait(sy_notify_offsets, sy_tile)  # [syncopate]\n"
-                  "    syl.notify_tile(sy_signals, sy_notify_offsets, sy_notify_slots, sy_tile)  # [syncopate]\n"
+                  "    syl.tma_store_wait_row(sy_notify_begin, sy_notify_end)  # [syncopate]\n"
+                  "    syl.notify_tile_row(sy_signals, sy_notify_slots, sy_tile, sy_notify_begin, sy_notify_end)  # "
+                  "[syncopate]\n"
                   "    x = 1\n"))
       << out;
 }
@@ -508,7 +511,7 @@ TEST(SafetyAccepts, HelperThatMayStoreThroughTmaGetsAStoreWaitAndPlainStoresDoNo
       "    # @sy.produce(c_ptr, m=pm)\n"
       "    _store(c_desc, c_ptr, tl.zeros((BM,), dtype=tl.float16), pm, BM, POINTERS)\n" +
       helper);
-  EXPECT_TRUE(has(out, "    syl.tma_store_wait(sy_notify_offsets, sy_tile)  # [syncopate]\n")) << out;
+  EXPECT_TRUE(has(out, "    syl.tma_store_wait_row(sy_notify_begin, sy_notify_end)  # [syncopate]\n")) << out;
   const auto plain = output_of(
       "def k(c_ptr, BM: tl.constexpr):\n"
       "    # @sy.tile(index=tl.program_id(0), m=pm)\n"
