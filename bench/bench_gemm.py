@@ -173,8 +173,16 @@ def make_inputs(shape: shapes.GemmShape, n_sets: int, dtype: torch.dtype, device
 
 
 def bench_shape(
-    shape: shapes.GemmShape, configs: dict[str, GemmConfig], model_name: str, dtype: torch.dtype, samples: int
+    shape: shapes.GemmShape,
+    configs: dict[str, GemmConfig],
+    model_name: str,
+    dtype: torch.dtype,
+    samples: int,
+    programs: dict[str, int] | None = None,
 ) -> dict:
+    """Every variant of `configs` (name -> config) and cuBLAS on one shape: checked, then timed.
+    `programs`: name -> grid size for variants launched with fewer programs than the default."""
+    programs = programs or {}
     device = torch.device("cuda")
     elem = torch.tensor([], dtype=dtype).element_size()
     per_set = (shape.m * shape.k + shape.k * shape.n + shape.m * shape.n) * elem
@@ -190,7 +198,9 @@ def bench_shape(
         if name.startswith(HOST_DESC_PREFIX):
             fns[name] = lambda i, cfg=cfg: host_descriptor_gemm()(sets[i][0], sets[i][1], sets[i][2], cfg)
         else:
-            fns[name] = lambda i, cfg=cfg: kernels.gemm(sets[i][0], sets[i][1], out=sets[i][2], config=cfg)
+            fns[name] = lambda i, cfg=cfg, grid=programs.get(name): kernels.gemm(
+                sets[i][0], sets[i][1], out=sets[i][2], config=cfg, num_programs=grid
+            )
 
     # Correctness: each variant on set 0, output poisoned first, vs an fp32 reference.
     a0, b0, out0 = sets[0]
