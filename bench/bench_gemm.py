@@ -262,6 +262,35 @@ def bench_shape(
     return row
 
 
+def shape_group(labels: list[str] | tuple[str, ...]) -> str:
+    """The docs/PERFORMANCE.md group of a local GEMM, from its first op row's label."""
+    words = labels[0].split() if labels else []
+    if "baseline" in words:
+        return "baselines"
+    if "small-M" in words:
+        return "small-M rows of the baselines"
+    if any(w in words for w in (f"M{t}" for t in shapes.DECODE_TOKENS)):
+        return "decode (M = 128-1024)"
+    if any(w in words for w in (f"M{t}" for t in shapes.MODEL_TOKENS)):
+        return "model layers (M = 4096, 8192)"
+    return "other"
+
+
+def print_groups(rows: list[dict], key: str, title: str) -> None:
+    """Per group (and all): geomean of row[key], rows within 5%, worst."""
+    groups: dict[str, list[float]] = {}
+    for r in rows:
+        if key in r:
+            groups.setdefault(shape_group(r["labels"]), []).append(r[key])
+            groups.setdefault("all", []).append(r[key])
+    for name, ratios in groups.items():
+        geo = math.exp(sum(math.log(x) for x in ratios) / len(ratios))
+        print(
+            f"{title} {name}: {len(ratios)} GEMMs, geomean {geo:.3f}, "
+            f"{sum(1 for x in ratios if x <= 1.05)}/{len(ratios)} within 5%, worst {max(ratios):.3f}"
+        )
+
+
 def print_table(rows: list[dict]) -> None:
     print(
         f"{'M':>6} {'K':>6} {'N':>6} {'B':>2} {'cuBLAS ms':>9} {'model ms':>9} "
@@ -284,6 +313,7 @@ def print_table(rows: list[dict]) -> None:
             f"model config: geomean time ratio vs cuBLAS {geo:.3f}; "
             f"{within}/{len(ratios)} rows within 5%; worst {max(ratios):.3f}"
         )
+    print_groups(rows, "ratio_model", "bf16 model config,")
     failed = [
         (r["m"], r["k"], r["n"], n)
         for r in rows
@@ -521,6 +551,7 @@ def print_fp8_table(rows: list[dict]) -> None:
                 f"fp8 {mode} scales, model config: geomean {geo:.3f}; "
                 f"{sum(1 for x in ratios if x <= 1.05)}/{len(ratios)} within 5%; worst {max(ratios):.3f}"
             )
+        print_groups(rows, f"ratio_model_{mode}", f"fp8 {mode} scales,")
     failed = [
         (r["m"], r["k"], r["n"], n)
         for r in rows
@@ -555,10 +586,46 @@ def main() -> int:
     parser.add_argument(
         "--both-layouts", action="store_true", help="run every selected shape with B as [K, N] and as [N, K]"
     )
+    parser.add_argument(
+        "--issue",
+        action="store_true",
+        help="the whole issue-18 table in one run: every op-row GEMM in both B layouts, the model's "
+        "config vs cuBLAS, then the same shapes in FP8 vs torch._scaled_mm (implies --model-only "
+        "--both-layouts; use with --precompile)",
+    )
     args = parser.parse_args()
     if not torch.cuda.is_available():
         print("bench_gemm: no CUDA device", file=sys.stderr)
         return 2
+    if args.issue:
+        args.model_only = args.both_layouts = True
+        status = run(dataclasses.replace(_Args(**vars(args)), fp8=False))
+        return status or run(dataclasses.replace(_Args(**vars(args)), fp8=True))
+    return run(args)
+
+
+@dataclasses.dataclass(frozen=True)
+class _Args:
+    """The parsed options, copyable with a field changed (--issue runs bf16, then FP8)."""
+
+    sweep: bool
+    quick: bool
+    samples: int
+    dtype: str
+    out: str
+    limit: int
+    small_m: bool
+    fp8: bool
+    wide: bool
+    model_only: bool
+    shapes: str
+    precompile: int
+    both_layouts: bool
+    issue: bool
+
+
+def run(args) -> int:
+    """One bench_gemm run (bf16 or, with args.fp8, FP8) of the rows args select."""
     dtype = torch.bfloat16 if args.dtype == "bf16" else torch.float16
     torch.backends.cuda.matmul.allow_tf32 = False  # the fp32 reference must be fp32
     torch.manual_seed(0)
