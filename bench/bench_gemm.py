@@ -262,6 +262,49 @@ def bench_shape(
     return row
 
 
+def parse_config_name(name: str) -> GemmConfig:
+    """GemmConfig.name back to the config (efficiency 1.0: not part of the name)."""
+    parts = name.split("_")
+    bm, bn, bk = (int(x) for x in parts[0].split("x"))
+    fields = {"split_k": 1, "split_fixup": False, "persistent": True, "stream_k": False, "flatten": True}
+    stages = warps = group = epilogue = None
+    ws = True
+    for part in parts[1:]:
+        if part in ("ws", "nows"):
+            ws = part == "ws"
+        elif part == "nf":
+            fields["flatten"] = False
+        elif part == "np":
+            fields["persistent"] = False
+        elif part == "sk":
+            fields["stream_k"] = True
+        elif part[0] == "s" and part[1:].isdigit():
+            stages = int(part[1:])
+        elif part[0] == "w" and part[1:].isdigit():
+            warps = int(part[1:])
+        elif part[0] == "g" and part[1:].isdigit():
+            group = int(part[1:])
+        elif part[0] == "e" and part[1:].isdigit():
+            epilogue = int(part[1:])
+        elif part[0] == "k" and part[1:].rstrip("f").isdigit():
+            fields["split_k"] = int(part[1:].rstrip("f"))
+            fields["split_fixup"] = part.endswith("f")
+        else:
+            raise ValueError(f"config name {name!r}: unknown part {part!r}")
+    if None in (stages, warps, group, epilogue):
+        raise ValueError(f"config name {name!r}: stages, warps, group and epilogue are required")
+    cfg = GemmConfig(bm, bn, bk, group, stages, warps, ws, epilogue, 1.0, **fields)
+    if cfg.name != name:
+        raise ValueError(f"config name {name!r} parsed as {cfg.name!r}")
+    return cfg
+
+
+def earlier_choices(path: str) -> dict[tuple, GemmConfig]:
+    """(m, k, n, layout) -> the config an earlier run's model chose (its JSON's model_choice)."""
+    rows = json.loads(Path(path).read_text())["rows"]
+    return {(r["m"], r["k"], r["n"], r["b_layout"]): parse_config_name(r["model_choice"]) for r in rows}
+
+
 def shape_group(labels: list[str] | tuple[str, ...]) -> str:
     """The docs/PERFORMANCE.md group of a local GEMM, from its first op row's label."""
     words = labels[0].split() if labels else []
@@ -314,6 +357,7 @@ def print_table(rows: list[dict]) -> None:
             f"{within}/{len(ratios)} rows within 5%; worst {max(ratios):.3f}"
         )
     print_groups(rows, "ratio_model", "bf16 model config,")
+    print_groups(rows, "ratio_compare", "bf16 --compare run's choice,")
     failed = [
         (r["m"], r["k"], r["n"], n)
         for r in rows
@@ -586,6 +630,14 @@ def main() -> int:
     parser.add_argument(
         "--both-layouts", action="store_true", help="run every selected shape with B as [K, N] and as [N, K]"
     )
+    parser.add_argument("--min-m", type=int, default=0, help="only rows with M at least this")
+    parser.add_argument(
+        "--compare",
+        default="",
+        metavar="JSON",
+        help="also time, on each shape, the config an earlier bench_gemm run's model chose for it "
+        "(before/after of a model change in one run)",
+    )
     parser.add_argument(
         "--issue",
         action="store_true",
@@ -621,6 +673,8 @@ class _Args:
     shapes: str
     precompile: int
     both_layouts: bool
+    min_m: int
+    compare: str
     issue: bool
 
 
@@ -636,6 +690,9 @@ def run(args) -> int:
         gemm_shapes = [s for s in gemm_shapes if any("baseline" in l for l in s.labels)]
     if args.small_m:
         gemm_shapes = [s for s in gemm_shapes if s.m <= SMALL_M_MAX]
+    if args.min_m:
+        gemm_shapes = [s for s in gemm_shapes if s.m >= args.min_m]
+    compare = earlier_choices(args.compare) if args.compare else {}
     if args.shapes:
         gemm_shapes = select_shapes(shapes.local_gemm_shapes(), parse_shapes(args.shapes))
     if args.both_layouts:
@@ -740,6 +797,9 @@ def run(args) -> int:
             configs.setdefault(fixup.name, fixup)
         if args.model_only:
             configs = {chosen.name: chosen}
+        earlier = compare.get((shape.m, shape.k, shape.n, shape.b_layout))
+        if earlier is not None:
+            configs.setdefault(earlier.name, earlier)
         plans.append((shape, chosen, configs))
     if args.precompile:
         precompile(
@@ -758,6 +818,12 @@ def run(args) -> int:
         )
     for shape, chosen, configs in plans:
         row = bench_shape(shape, configs, chosen.name, dtype, args.samples)
+        earlier = compare.get((shape.m, shape.k, shape.n, shape.b_layout))
+        earlier_ms = row["variants"].get(earlier.name, {}).get("ms") if earlier else None
+        cublas_ms = row["variants"]["cublas"].get("ms")
+        if earlier_ms and cublas_ms and not row["variants"][earlier.name]["failed_check"]:
+            row["compare_choice"] = earlier.name
+            row["ratio_compare"] = earlier_ms / cublas_ms
         rows.append(row)
         print(
             f"  {shape.m}x{shape.k}x{shape.n} {shape.b_layout}: model/cuBLAS "

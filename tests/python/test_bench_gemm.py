@@ -102,3 +102,21 @@ def test_small_m_sweep_candidates_follow_the_wave_fill_rule():
     # Rows at cuBLAS last time: only the two main blocks (and their splits).
     short = sweep_small_m.candidates(1024, 8192, 8192, 132, short=True)
     assert {(c.block_m, c.block_n) for c, _ in short.values()} == {(128, 256), (128, 128)}
+
+
+def test_config_names_parse_back_to_their_configs():
+    for cfg in (
+        bench_gemm.GemmConfig(128, 64, 64, 8, 6, 4, True, 1, 0.69, split_k=2),
+        bench_gemm.GemmConfig(64, 128, 64, 8, 4, 4, True, 1, 1.0, persistent=False),
+        bench_gemm.GemmConfig(128, 256, 64, 8, 3, 8, False, 2, 1.0, flatten=False, split_k=3, split_fixup=True),
+    ):
+        assert bench_gemm.parse_config_name(cfg.name).name == cfg.name
+    with pytest.raises(ValueError, match="unknown part"):
+        bench_gemm.parse_config_name("128x128x64_s4_w4_g8_ws_e1_zz")
+
+
+def test_compare_reads_an_earlier_runs_choices():
+    path = Path(__file__).resolve().parents[2] / "bench/results/gemm-nvidia-h200-2026-11-25"
+    earlier = bench_gemm.earlier_choices(str(path / "bench_gemm_nvidia-h200_2026-11-25_0907_smallm.json"))
+    assert len(earlier) == 33
+    assert earlier[(128, 7168, 4096, "nk")].name == "128x64x64_s6_w4_g8_ws_e1_k2"
