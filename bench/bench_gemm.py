@@ -696,7 +696,9 @@ def run(args) -> int:
     if args.shapes:
         gemm_shapes = select_shapes(shapes.local_gemm_shapes(), parse_shapes(args.shapes))
     if args.both_layouts:
-        gemm_shapes = [dataclasses.replace(s, b_layout=layout) for s in gemm_shapes for layout in ("kn", "nk")]
+        # A GEMM that already appears in both layouts is run once per layout.
+        both = [dataclasses.replace(s, b_layout=layout) for s in gemm_shapes for layout in ("kn", "nk")]
+        gemm_shapes = list({(s.m, s.k, s.n, s.b_layout): s for s in reversed(both)}.values())[::-1]
     if args.limit:
         gemm_shapes = gemm_shapes[: args.limit]
     print(
