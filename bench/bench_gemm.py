@@ -769,7 +769,7 @@ def run(args) -> int:
         return 0
     plans = []
     for shape in gemm_shapes:
-        chosen = kernels.select_config(shape.m, shape.n, shape.k, torch.device("cuda"), dtype)
+        chosen = kernels.select_config(shape.m, shape.n, shape.k, torch.device("cuda"), dtype, local=True)
         configs = {chosen.name: chosen}
         if args.sweep:
             for cfg in tuple(kernels.CANDIDATES) + SWEEP_EXTRA:

@@ -80,7 +80,7 @@ def main() -> int:
     kernels, _ = load_kernels()
     configs = sys.modules[kernels.choose_config.__module__]
     rows, num_sms = measured_rows(args.sweeps)
-    blocks = list(configs.CANDIDATES)
+    blocks = list(configs.CANDIDATES) + list(configs.LOCAL_CANDIDATES)
     for spec in args.add:
         dims, stages, warps, epilogue, eff = spec.split(":")
         bm, bn, bk = (int(x) for x in dims.split("x"))

@@ -219,7 +219,7 @@ def main() -> int:
         short = before.get((shape.m, shape.k, shape.n, shape.b_layout), 2.0) <= 1.02
         if shape in other:
             short = before.get((shape.m, shape.k, shape.n, "kn" if shape.b_layout == "nk" else "nk"), 2.0) <= 1.02
-        chosen = kernels.select_config(shape.m, shape.n, shape.k, torch.device("cuda"), torch.bfloat16)
+        chosen = kernels.select_config(shape.m, shape.n, shape.k, torch.device("cuda"), torch.bfloat16, local=True)
         cands = {chosen.name: (chosen, None)}
         cands.update(candidates(shape.m, shape.n, shape.k, num_sms, short))
         plans.append((shape, chosen, cands))

@@ -83,6 +83,10 @@ CANDIDATES: tuple[GemmConfig, ...] = (
     GemmConfig(128, 64, 64, 8, 6, 4, True, 1, 0.69),
     GemmConfig(64, 64, 128, 8, 4, 4, True, 1, 0.55),
 )
+# Blocks only the plain local GEMM (`gemm()`: gemm_tma_host_kernel and the split-K kernels)
+# offers, never the fused ops: every block of CANDIDATES is also compiled into every transformed
+# kernel (tests/python/compile_fused_kernels.py), these are not.
+LOCAL_CANDIDATES: tuple[GemmConfig, ...] = ()
 SPLIT_K_FACTORS = (1, 2, 3, 4)
 # Pipeline fill and epilogue of one tile, in K-steps (fitted).
 TILE_FIXED_STEPS = 4.0
@@ -126,11 +130,11 @@ def estimated_cost(cfg: GemmConfig, m: int, n: int, k: int, num_sms: int) -> flo
     return cost
 
 
-def candidate_configs(k: int, fixup: bool = False) -> list[GemmConfig]:
-    """Every block of CANDIDATES with every split factor that leaves enough K per slice (and,
-    with fixup, each split also as the one-launch fixup variant)."""
+def candidate_configs(k: int, fixup: bool = False, local: bool = False) -> list[GemmConfig]:
+    """Every block of CANDIDATES (and with local, LOCAL_CANDIDATES) with every split factor that
+    leaves enough K per slice (and, with fixup, each split also as the one-launch fixup variant)."""
     out = []
-    for cfg in CANDIDATES:
+    for cfg in CANDIDATES + (LOCAL_CANDIDATES if local else ()):
         k_steps = math.ceil(k / cfg.block_k)
         for split in SPLIT_K_FACTORS:
             if split == 1 or k_steps >= split * MIN_K_STEPS_PER_SPLIT:
@@ -150,18 +154,20 @@ def choose_config(
     allow_split_k: bool = True,
     candidates: tuple[GemmConfig, ...] | None = None,
     fixup: bool | None = None,
+    local: bool = False,
 ) -> GemmConfig:
     """The candidate with the lowest estimated cost that fits in shared memory.
 
     allow_split_k=False for callers that need every tile final when its program finishes
-    (a producer that signals tiles as they are stored).
+    (a producer that signals tiles as they are stored). local=True for the plain local GEMM,
+    which also offers LOCAL_CANDIDATES.
     """
     if m <= 0 or n <= 0 or k <= 0:
         raise ValueError(f"choose_config: shape must be positive, got M={m} N={n} K={k}")
     if num_sms <= 0:
         raise ValueError(f"choose_config: num_sms must be positive, got {num_sms}")
     fixup = FIXUP_IN_MODEL if fixup is None else fixup
-    pool = list(candidates) if candidates is not None else candidate_configs(k, fixup=fixup)
+    pool = list(candidates) if candidates is not None else candidate_configs(k, fixup=fixup, local=local)
     if not allow_split_k:
         pool = [c for c in pool if c.split_k == 1]
     fitting = [c for c in pool if c.shared_memory_bytes(element_size) <= shared_memory_limit]

@@ -434,21 +434,22 @@ def device_limits(device: torch.device) -> tuple[int, int]:
 
 
 def select_config(m: int, n: int, k: int, device: torch.device, dtype: torch.dtype,
-                  allow_split_k: bool = True) -> GemmConfig:
-    """The configuration `gemm` uses for this shape on this device."""
+                  allow_split_k: bool = True, local: bool = False) -> GemmConfig:
+    """The configuration for this shape on this device. local=True: `gemm`'s own choice, which
+    may take a block of configs.LOCAL_CANDIDATES (blocks the fused ops do not compile)."""
     if device.type != "cuda":
         return INTERPRETER_CONFIG
     num_sms, smem = device_limits(device)
     # Triton itself keeps a little shared memory (barriers); leave it a margin.
     return _memoized_choice(m, n, k, num_sms, torch.tensor([], dtype=dtype).element_size(),
-                            smem - 1024, allow_split_k)
+                            smem - 1024, allow_split_k, local)
 
 
 # choose_config is a pure function of its arguments; remembering its answers keeps the model
 # (a dozen candidates) off the per-call host path of small GEMMs.
 _memoized_choice = functools.lru_cache(maxsize=4096)(
-    lambda m, n, k, sms, elem, smem, split: choose_config(m, n, k, sms, elem, smem,
-                                                         allow_split_k=split))
+    lambda m, n, k, sms, elem, smem, split, local: choose_config(m, n, k, sms, elem, smem,
+                                                                allow_split_k=split, local=local))
 
 
 def gemm(a: torch.Tensor, b: torch.Tensor, *, out: torch.Tensor | None = None,
@@ -477,7 +478,8 @@ def gemm(a: torch.Tensor, b: torch.Tensor, *, out: torch.Tensor | None = None,
     if k == 0:
         return out.zero_()
     cfg = config if config is not None else select_config(m, n, k, a.device, a.dtype,
-                                                          allow_split_k=not c_store_pointers)
+                                                          allow_split_k=not c_store_pointers,
+                                                          local=True)
     tiles = triton.cdiv(m, cfg.block_m) * triton.cdiv(n, cfg.block_n)
     if num_programs is None:
         num_programs = device_limits(a.device)[0] if a.is_cuda else 4
