@@ -160,7 +160,11 @@ def precompile(tasks: dict, workers: int, deadline: float) -> set:
     futures = [pool.submit(compile_one, item) for item in tasks.items()]
     try:
         for future in concurrent.futures.as_completed(futures, timeout=max(1.0, deadline - time.time())):
-            key, problem = future.result()
+            try:
+                key, problem = future.result()
+            except Exception as error:  # a worker that died (e.g. BrokenProcessPool): skip its kernel
+                problems.append(f"{type(error).__name__}: {str(error)[:200]}")
+                continue
             (problems.append(problem) if problem else done.add(key))
     except concurrent.futures.TimeoutError:
         print(f"precompile: deadline reached, {len(done)}/{len(tasks)} compiled", flush=True)
