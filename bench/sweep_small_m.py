@@ -271,7 +271,21 @@ def main() -> int:
                 runnable[name] = (cfg, grid)
         configs = {name: cfg for name, (cfg, _) in runnable.items()}
         programs = {name: grid for name, (_, grid) in runnable.items() if grid is not None}
-        row = bench_gemm.bench_shape(shape, configs, chosen.name, torch.bfloat16, args.samples, programs)
+        try:
+            row = bench_gemm.bench_shape(shape, configs, chosen.name, torch.bfloat16, args.samples, programs)
+        except Exception as error:  # recorded; the next shape still runs
+            print(f"{shape.m}x{shape.k}x{shape.n} {shape.b_layout}: {type(error).__name__}: {error}", flush=True)
+            report["rows"].append(
+                {
+                    "m": shape.m,
+                    "k": shape.k,
+                    "n": shape.n,
+                    "b_layout": shape.b_layout,
+                    "error": f"{type(error).__name__}: {str(error)[:500]}",
+                }
+            )
+            torch.cuda.empty_cache()
+            continue
         cublas = row["variants"]["cublas"].get("ms")
         for name, v in row["variants"].items():
             if "ms" in v and cublas:
