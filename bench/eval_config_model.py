@@ -35,7 +35,7 @@ def plain_variants(row: dict) -> dict[str, float]:
 
 def evaluate(rows: list[dict], num_sms: int, choose) -> list[dict]:
     out = []
-    for row in rows:
+    for row in (r for r in rows if "variants" in r):
         cublas = row["variants"]["cublas"].get("ms")
         if not cublas:
             continue

@@ -37,7 +37,7 @@ def measured_rows(paths: list[str]) -> tuple[list[tuple], int]:
     for path in paths:
         report = json.loads(Path(path).read_text())
         num_sms = report.get("num_sms", num_sms)
-        for r in report["rows"]:
+        for r in (r for r in report["rows"] if "variants" in r):
             times = {
                 n: v["ms"]
                 for n, v in r["variants"].items()
