@@ -266,7 +266,8 @@ def parse_config_name(name: str) -> GemmConfig:
     """GemmConfig.name back to the config (efficiency 1.0: not part of the name)."""
     parts = name.split("_")
     bm, bn, bk = (int(x) for x in parts[0].split("x"))
-    fields = {"split_k": 1, "split_fixup": False, "persistent": True, "stream_k": False, "flatten": True}
+    fields = {"split_k": 1, "split_fixup": False, "split_tail": False, "persistent": True, "stream_k": False}
+    fields["flatten"] = True
     stages = warps = group = epilogue = None
     ws = True
     for part in parts[1:]:
@@ -286,9 +287,10 @@ def parse_config_name(name: str) -> GemmConfig:
             group = int(part[1:])
         elif part[0] == "e" and part[1:].isdigit():
             epilogue = int(part[1:])
-        elif part[0] == "k" and part[1:].rstrip("f").isdigit():
+        elif part[0] in "kt" and part[1:].rstrip("f").isdigit():
             fields["split_k"] = int(part[1:].rstrip("f"))
             fields["split_fixup"] = part.endswith("f")
+            fields["split_tail"] = part[0] == "t"
         else:
             raise ValueError(f"config name {name!r}: unknown part {part!r}")
     if None in (stages, warps, group, epilogue):
@@ -406,6 +408,9 @@ def launch_grid(cfg: GemmConfig, m: int, n: int, k: int, num_sms: int) -> int:
     if cfg.stream_k:
         return max(1, min(num_sms, tiles * math.ceil(k / cfg.block_k)))
     work = tiles * cfg.split_k
+    if cfg.split_tail:
+        dp_tiles = kernels.gemm_module.split_tail_work(tiles, num_sms)
+        work = dp_tiles + (tiles - dp_tiles) * cfg.split_k
     programs = num_sms if cfg.persistent else work
     return max(1, min(programs, work if cfg.split_k > 1 else tiles))
 

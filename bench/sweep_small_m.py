@@ -19,6 +19,9 @@ Which candidates, and why (the bound of each row decides what can help it):
 - 64-row and 128x64 blocks with 112 KiB of shared memory fit two programs per multiprocessor:
   with one program per tile (non-persistent) the hardware overlaps one's epilogue with the
   other's loads; timed where their tiles exceed one wave.
+- Split-K of the last partial wave only (whole tiles for the whole waves, one launch of
+  gemm_split_tail_kernel plus a reduction of the tail tiles' partials) for the two main blocks
+  where their tiles fill 1.1-3.9 waves: the quantisation loss without partials for every tile.
 - A balanced grid below one wave (every program the same number of tiles) for persistent
   blocks whose tiles fill 1-2 waves: the same number of waves, fewer programs contending.
 Compile time bounds the sweep: every distinct kernel is compiled first in parallel processes
@@ -107,6 +110,14 @@ def candidates(m: int, n: int, k: int, num_sms: int, short: bool) -> dict[str, t
                     continue
                 if wave_fill(items, num_sms) >= GOOD_FILL:
                     cfg = config_of(block, split_k=split)
+                    out[cfg.name] = (cfg, None)
+        # Split only the last partial wave's tiles (gemm_split_tail_kernel): whole waves stay
+        # whole tiles, the tail tiles' K is split to fill the last wave.
+        if main and num_sms < tiles < 4 * num_sms and tiles % num_sms:
+            tail = tiles % num_sms
+            for split in (2, 3, 4):
+                if tail * split <= num_sms and math.ceil(k / bk) >= split * MIN_K_STEPS_PER_SPLIT:
+                    cfg = config_of(block, split_k=split, split_tail=True)
                     out[cfg.name] = (cfg, None)
         if not short and num_sms < tiles < 2 * num_sms and main:
             grid = math.ceil(tiles / 2)

@@ -108,6 +108,7 @@ def test_config_names_parse_back_to_their_configs():
     for cfg in (
         bench_gemm.GemmConfig(128, 64, 64, 8, 6, 4, True, 1, 0.69, split_k=2),
         bench_gemm.GemmConfig(64, 128, 64, 8, 4, 4, True, 1, 1.0, persistent=False),
+        bench_gemm.GemmConfig(128, 128, 64, 8, 4, 4, True, 1, 1.0, split_k=2, split_tail=True),
         bench_gemm.GemmConfig(128, 256, 64, 8, 3, 8, False, 2, 1.0, flatten=False, split_k=3, split_fixup=True),
     ):
         assert bench_gemm.parse_config_name(cfg.name).name == cfg.name

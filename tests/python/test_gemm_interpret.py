@@ -344,3 +344,31 @@ def test_model_keeps_wide_blocks_where_tiles_fill_the_chip():
     ]:
         pick = _kernel_configs.choose_config(m, n, k, 132, 2, _SMEM_H100)
         assert (pick.block_m, pick.block_n, pick.split_k) == (*block, 1), (m, n, k, pick.name)
+
+
+@pytest.mark.parametrize("b_is_nk", [False, True])
+@pytest.mark.parametrize(
+    "shape, programs, split",
+    [
+        ((96, 96, 128), 4, 2),  # 9 tiles on 4 programs: 8 whole, 1 tile in 2 slices
+        ((70, 100, 160), 5, 3),  # 12 tiles (ragged edges) on 5: 10 whole, 2 tiles in 3 slices
+        ((64, 64, 96), 4, 2),  # 4 tiles on 4: a whole wave, nothing split
+        ((32, 64, 128), 4, 2),  # 2 tiles on 4: under one wave, every tile split
+    ],
+)
+def test_split_tail_matches_reference(b_is_nk, shape, programs, split):
+    """gemm_split_tail_kernel + split_tail_reduce_kernel: whole tiles for the whole waves, the
+    last partial wave's tiles split over K and summed by the second kernel."""
+    m, n, k = shape
+    a, b = _operands(m, n, k, torch.float16, b_is_nk, seed=m + n + k + split)
+    cfg = GemmConfig(32, 32, 32, 2, 1, 4, False, 1, 1.0, split_k=split, split_tail=True)
+    out = torch.full((m, n), float("nan"), dtype=torch.float16)
+    c = gemm_module.gemm(a, b, out=out, config=cfg, num_programs=programs)
+    assert not torch.isnan(c).any(), "some output elements were never written"
+    assert _rel_error(c, a, b) < 1e-2
+
+
+def test_split_tail_work_keeps_whole_waves():
+    assert gemm_module.split_tail_work(160, 132) == 132
+    assert gemm_module.split_tail_work(264, 132) == 264  # two whole waves: nothing to split
+    assert gemm_module.split_tail_work(96, 132) == 0

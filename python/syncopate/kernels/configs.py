@@ -48,12 +48,21 @@ class GemmConfig:
     # remaining tiles (one to two waves' worth) spread evenly over every program; a tile whose
     # K-steps two programs share is summed by the last to finish it, in the same launch.
     stream_k: bool = False
+    # With split_k > 1: split only the tiles of the last, partial wave (gemm_split_tail_kernel):
+    # the whole waves run as whole tiles stored straight to C, the remaining tiles' K is split
+    # split_k ways so that they fill the last wave, and a second small kernel sums only those
+    # tiles' partials. For tile counts just over a whole number of waves (1.1-1.5).
+    split_tail: bool = False
 
     @property
     def name(self) -> str:
         ws = "ws" if self.warp_specialize else "nows"
         flat = "" if self.flatten else "_nf"
-        split = f"_k{self.split_k}{'f' if self.split_fixup else ''}" if self.split_k > 1 else ""
+        split = (
+            f"_{'t' if self.split_tail else 'k'}{self.split_k}{'f' if self.split_fixup else ''}"
+            if self.split_k > 1
+            else ""
+        )
         grid = ("" if self.persistent else "_np") + ("_sk" if self.stream_k else "")
         return (
             f"{self.block_m}x{self.block_n}x{self.block_k}_s{self.num_stages}"
