@@ -90,16 +90,27 @@ def main() -> int:
         dims, stages, warps = spec.split(":")
         unsplit_only.add((*(int(x) for x in dims.split("x")), int(stages), int(warps)))
     efficiency = {block_key(c): c.efficiency for c in blocks}
-    consts = {"TILE_FIXED_STEPS": configs.TILE_FIXED_STEPS, "SPLIT_K_COST_PER_MB": configs.SPLIT_K_COST_PER_MB}
+    consts = {
+        "TILE_FIXED_STEPS": configs.TILE_FIXED_STEPS,
+        "SPLIT_K_COST_PER_MB": configs.SPLIT_K_COST_PER_MB,
+        "SPLIT_TAIL_LAUNCH_STEPS": configs.SPLIT_TAIL_LAUNCH_STEPS,
+    }
 
     def pool_for(eff):
         base = [dataclasses.replace(c, efficiency=eff[block_key(c)]) for c in blocks]
-        return [
-            dataclasses.replace(c, split_k=s)
-            for c in base
-            for s in configs.SPLIT_K_FACTORS
-            if s == 1 or block_key(c) not in unsplit_only
-        ]
+        return (
+            [
+                dataclasses.replace(c, split_k=s)
+                for c in base
+                for s in configs.SPLIT_K_FACTORS
+                if s == 1 or block_key(c) not in unsplit_only
+            ]
+            + [
+                dataclasses.replace(c, split_k=s, split_tail=True)
+                for c in base[:2]  # the two main blocks (configs.CANDIDATES[:2])
+                for s in configs.SPLIT_K_FACTORS[1:]
+            ]
+        )
 
     def evaluate(eff, const, report=False):
         for name, value in const.items():

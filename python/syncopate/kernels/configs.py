@@ -112,6 +112,10 @@ SPLIT_K_FIXUP_COST_PER_MB = 0.5
 # us), so the model keeps the two-launch split; the fixup stays for a producer that needs its
 # tiles final in one launch (docs/PERFORMANCE.md).
 FIXUP_IN_MODEL = False
+# The split-tail's second launch (the tail tiles' reduction), in K-steps (ESTIMATED until fitted).
+SPLIT_TAIL_LAUNCH_STEPS = 3.0
+# Whether candidate_configs(local=True) offers the split-tail variants of the main blocks.
+SPLIT_TAIL_IN_MODEL = False
 # Below this many K-steps per slice, splitting K only adds overhead.
 MIN_K_STEPS_PER_SPLIT = 8
 _REFERENCE_AREA = 128 * 256
@@ -129,9 +133,24 @@ def estimated_cost(cfg: GemmConfig, m: int, n: int, k: int, num_sms: int) -> flo
     scaled by block area over efficiency (a partial block costs a full one). Split-K adds
     the traffic of its fp32 partials. Unit: one K-step of a 128x256x64 block.
     """
-    work = math.ceil(m / cfg.block_m) * math.ceil(n / cfg.block_n) * cfg.split_k
+    tiles = math.ceil(m / cfg.block_m) * math.ceil(n / cfg.block_n)
+    area = cfg.block_m * cfg.block_n / _REFERENCE_AREA
+    if cfg.split_tail and cfg.split_k > 1:
+        # Whole waves of whole tiles, then the tail tiles' K slices (gemm_split_tail_kernel);
+        # partials and the reduction launch for the tail tiles only.
+        tail = tiles % num_sms if tiles > num_sms else tiles
+        whole_steps = math.ceil(k / cfg.block_k) * cfg.block_k / 64
+        cost = (tiles - tail) // num_sms * (whole_steps + TILE_FIXED_STEPS) * area / cfg.efficiency
+        if tail:
+            slice_steps = math.ceil(math.ceil(k / cfg.block_k) / cfg.split_k) * cfg.block_k / 64
+            cost += _waves(tail * cfg.split_k, num_sms) * (slice_steps + TILE_FIXED_STEPS) * area / cfg.efficiency
+            cost += (
+                SPLIT_TAIL_LAUNCH_STEPS + SPLIT_K_COST_PER_MB * cfg.split_k * tail * cfg.block_m * cfg.block_n * 4 / 1e6
+            )
+        return cost
+    work = tiles * cfg.split_k
     k_steps = math.ceil(math.ceil(k / cfg.block_k) / cfg.split_k) * cfg.block_k / 64
-    per_item = (k_steps + TILE_FIXED_STEPS) * (cfg.block_m * cfg.block_n / _REFERENCE_AREA)
+    per_item = (k_steps + TILE_FIXED_STEPS) * area
     cost = _waves(work, num_sms) * per_item / cfg.efficiency
     if cfg.split_k > 1:
         per_mb = SPLIT_K_FIXUP_COST_PER_MB if cfg.split_fixup else SPLIT_K_COST_PER_MB
@@ -150,6 +169,8 @@ def candidate_configs(k: int, fixup: bool = False, local: bool = False) -> list[
                 out.append(dataclasses.replace(cfg, split_k=split))
                 if split > 1 and fixup:
                     out.append(dataclasses.replace(cfg, split_k=split, split_fixup=True))
+                if split > 1 and local and SPLIT_TAIL_IN_MODEL and cfg in CANDIDATES[:2]:
+                    out.append(dataclasses.replace(cfg, split_k=split, split_tail=True))
     return out
 
 
