@@ -89,13 +89,26 @@ CANDIDATES: tuple[GemmConfig, ...] = (
     GemmConfig(128, 256, 64, 8, 3, 8, True, 2, 1.00),
     GemmConfig(128, 128, 64, 8, 4, 4, True, 1, 0.91),
     GemmConfig(64, 128, 64, 8, 4, 4, True, 1, 0.59),
-    GemmConfig(128, 64, 64, 8, 6, 4, True, 1, 0.69),
-    GemmConfig(64, 64, 128, 8, 4, 4, True, 1, 0.55),
+    GemmConfig(128, 64, 64, 8, 6, 4, True, 1, 0.72),
+    GemmConfig(64, 64, 128, 8, 4, 4, True, 1, 0.52),
 )
 # Blocks only the plain local GEMM (`gemm()`: gemm_tma_host_kernel and the split-K kernels)
 # offers, never the fused ops: every block of CANDIDATES is also compiled into every transformed
 # kernel (tests/python/compile_fused_kernels.py), these are not.
-LOCAL_CANDIDATES: tuple[GemmConfig, ...] = ()
+# Fitted to the nvidia-h200 sweep of 2026-11-25 (bench/sweep_small_m.py, 64 small-M GEMMs in both
+# layouts, bench/results/gemm18-nvidia-h200-2026-11-25/) with bench/fit_config_model.py:
+# - 128x128 with 6 stages instead of 4 (224 KiB of shared memory: 192 KiB of pipeline, 32 KiB
+#   of epilogue): 4-10% faster than 4 stages on every M = 256-1024 row where 128x128 tiles fill
+#   about one wave (256 x 4096 x 8192: 1.022 vs 1.116 of cuBLAS). At small M the tile's K loop
+#   is the whole program (one tile per program), so the pipeline's depth sets how much of B is
+#   in flight; efficiency 0.97 of 128x256.
+# - 128x64 with BLOCK_K 128, 4 stages: the best block of the long-K decode row 128 x 14336 x 8192
+#   (one wave of 128 tiles without split-K partials).
+# Offered unsplit only: their split-K variants were not measured.
+LOCAL_CANDIDATES: tuple[GemmConfig, ...] = (
+    GemmConfig(128, 128, 64, 8, 6, 4, True, 1, 0.97),
+    GemmConfig(128, 64, 128, 8, 4, 4, True, 1, 0.70),
+)
 SPLIT_K_FACTORS = (1, 2, 3, 4)
 # Pipeline fill and epilogue of one tile, in K-steps (fitted).
 TILE_FIXED_STEPS = 4.0
@@ -112,10 +125,14 @@ SPLIT_K_FIXUP_COST_PER_MB = 0.5
 # us), so the model keeps the two-launch split; the fixup stays for a producer that needs its
 # tiles final in one launch (docs/PERFORMANCE.md).
 FIXUP_IN_MODEL = False
-# The split-tail's second launch (the tail tiles' reduction), in K-steps (ESTIMATED until fitted).
-SPLIT_TAIL_LAUNCH_STEPS = 3.0
-# Whether candidate_configs(local=True) offers the split-tail variants of the main blocks.
-SPLIT_TAIL_IN_MODEL = False
+# The split-tail's second launch (the tail tiles' reduction), in K-steps.
+SPLIT_TAIL_LAUNCH_STEPS = 3.0  # fitting it (fit_config_model.py) left it unchanged
+# Whether candidate_configs(local=True) offers the split-tail variants of the main blocks, and
+# below how many waves of tiles. Timed on nvidia-h200 (2026-11-25, sweep_small_m, tiles of 1.1-3.9
+# waves): 1024 x 8192 x 5120 1.289 -> 1.129 of cuBLAS (128x256, 28 tail tiles in 4 slices),
+# 512 x 8192 x 5120 1.336 -> 1.234 (128x128, 4 slices).
+SPLIT_TAIL_IN_MODEL = True
+SPLIT_TAIL_MAX_WAVES = 4
 # Below this many K-steps per slice, splitting K only adds overhead.
 MIN_K_STEPS_PER_SPLIT = 8
 _REFERENCE_AREA = 128 * 256
@@ -137,7 +154,11 @@ def estimated_cost(cfg: GemmConfig, m: int, n: int, k: int, num_sms: int) -> flo
     area = cfg.block_m * cfg.block_n / _REFERENCE_AREA
     if cfg.split_tail and cfg.split_k > 1:
         # Whole waves of whole tiles, then the tail tiles' K slices (gemm_split_tail_kernel);
-        # partials and the reduction launch for the tail tiles only.
+        # partials and the reduction launch for the tail tiles only. Offered only under
+        # SPLIT_TAIL_MAX_WAVES waves of tiles, where it was measured and where the last partial
+        # wave is a large share of the time.
+        if tiles >= SPLIT_TAIL_MAX_WAVES * num_sms:
+            return math.inf
         tail = tiles % num_sms if tiles > num_sms else tiles
         whole_steps = math.ceil(k / cfg.block_k) * cfg.block_k / 64
         cost = (tiles - tail) // num_sms * (whole_steps + TILE_FIXED_STEPS) * area / cfg.efficiency
@@ -164,7 +185,7 @@ def candidate_configs(k: int, fixup: bool = False, local: bool = False) -> list[
     out = []
     for cfg in CANDIDATES + (LOCAL_CANDIDATES if local else ()):
         k_steps = math.ceil(k / cfg.block_k)
-        for split in SPLIT_K_FACTORS:
+        for split in SPLIT_K_FACTORS if cfg in CANDIDATES else (1,):
             if split == 1 or k_steps >= split * MIN_K_STEPS_PER_SPLIT:
                 out.append(dataclasses.replace(cfg, split_k=split))
                 if split > 1 and fixup:
