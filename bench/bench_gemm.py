@@ -8,6 +8,12 @@
     python bench/bench_gemm.py --fp8           # FP8 (e4m3) rows vs torch._scaled_mm, per-tensor
                                                # and row-wise scales
     --shapes 128x8192x5120nk,256x2048x8192kn   # only these local GEMMs (MxKxN + B layout)
+    python bench/bench_gemm.py --issue --precompile 15 --samples 10
+                                               # issue 18's whole table in one run: every op-row
+                                               # GEMM in both B layouts vs cuBLAS, then FP8 vs
+                                               # torch._scaled_mm; within-5% counts per group
+    --compare OLD.json                         # also time OLD's model choice on each row
+    --min-m 4096                               # only rows with M >= 4096
 
 Each shape: fresh random bf16 inputs (several sets when one fits in L2), outputs poisoned with
 NaN, relative error of every variant vs an fp32 reference, then all variants timed in the same
