@@ -8,6 +8,12 @@
     python bench/bench_gemm.py --fp8           # FP8 (e4m3) rows vs torch._scaled_mm, per-tensor
                                                # and row-wise scales
     --shapes 128x8192x5120nk,256x2048x8192kn   # only these local GEMMs (MxKxN + B layout)
+    python bench/bench_gemm.py --issue --precompile 15 --samples 10
+                                               # issue 18's whole table in one run: every op-row
+                                               # GEMM in both B layouts vs cuBLAS, then FP8 vs
+                                               # torch._scaled_mm; within-5% counts per group
+    --compare OLD.json                         # also time OLD's model choice on each row
+    --min-m 4096                               # only rows with M >= 4096
 
 Each shape: fresh random bf16 inputs (several sets when one fits in L2), outputs poisoned with
 NaN, relative error of every variant vs an fp32 reference, then all variants timed in the same
@@ -173,8 +179,16 @@ def make_inputs(shape: shapes.GemmShape, n_sets: int, dtype: torch.dtype, device
 
 
 def bench_shape(
-    shape: shapes.GemmShape, configs: dict[str, GemmConfig], model_name: str, dtype: torch.dtype, samples: int
+    shape: shapes.GemmShape,
+    configs: dict[str, GemmConfig],
+    model_name: str,
+    dtype: torch.dtype,
+    samples: int,
+    programs: dict[str, int] | None = None,
 ) -> dict:
+    """Every variant of `configs` (name -> config) and cuBLAS on one shape: checked, then timed.
+    `programs`: name -> grid size for variants launched with fewer programs than the default."""
+    programs = programs or {}
     device = torch.device("cuda")
     elem = torch.tensor([], dtype=dtype).element_size()
     per_set = (shape.m * shape.k + shape.k * shape.n + shape.m * shape.n) * elem
@@ -190,7 +204,9 @@ def bench_shape(
         if name.startswith(HOST_DESC_PREFIX):
             fns[name] = lambda i, cfg=cfg: host_descriptor_gemm()(sets[i][0], sets[i][1], sets[i][2], cfg)
         else:
-            fns[name] = lambda i, cfg=cfg: kernels.gemm(sets[i][0], sets[i][1], out=sets[i][2], config=cfg)
+            fns[name] = lambda i, cfg=cfg, grid=programs.get(name): kernels.gemm(
+                sets[i][0], sets[i][1], out=sets[i][2], config=cfg, num_programs=grid
+            )
 
     # Correctness: each variant on set 0, output poisoned first, vs an fp32 reference.
     a0, b0, out0 = sets[0]
@@ -252,6 +268,80 @@ def bench_shape(
     return row
 
 
+def parse_config_name(name: str) -> GemmConfig:
+    """GemmConfig.name back to the config (efficiency 1.0: not part of the name)."""
+    parts = name.split("_")
+    bm, bn, bk = (int(x) for x in parts[0].split("x"))
+    fields = {"split_k": 1, "split_fixup": False, "split_tail": False, "persistent": True, "stream_k": False}
+    fields["flatten"] = True
+    stages = warps = group = epilogue = None
+    ws = True
+    for part in parts[1:]:
+        if part in ("ws", "nows"):
+            ws = part == "ws"
+        elif part == "nf":
+            fields["flatten"] = False
+        elif part == "np":
+            fields["persistent"] = False
+        elif part == "sk":
+            fields["stream_k"] = True
+        elif part[0] == "s" and part[1:].isdigit():
+            stages = int(part[1:])
+        elif part[0] == "w" and part[1:].isdigit():
+            warps = int(part[1:])
+        elif part[0] == "g" and part[1:].isdigit():
+            group = int(part[1:])
+        elif part[0] == "e" and part[1:].isdigit():
+            epilogue = int(part[1:])
+        elif part[0] in "kt" and part[1:].rstrip("f").isdigit():
+            fields["split_k"] = int(part[1:].rstrip("f"))
+            fields["split_fixup"] = part.endswith("f")
+            fields["split_tail"] = part[0] == "t"
+        else:
+            raise ValueError(f"config name {name!r}: unknown part {part!r}")
+    if None in (stages, warps, group, epilogue):
+        raise ValueError(f"config name {name!r}: stages, warps, group and epilogue are required")
+    cfg = GemmConfig(bm, bn, bk, group, stages, warps, ws, epilogue, 1.0, **fields)
+    if cfg.name != name:
+        raise ValueError(f"config name {name!r} parsed as {cfg.name!r}")
+    return cfg
+
+
+def earlier_choices(path: str) -> dict[tuple, GemmConfig]:
+    """(m, k, n, layout) -> the config an earlier run's model chose (its JSON's model_choice)."""
+    rows = json.loads(Path(path).read_text())["rows"]
+    return {(r["m"], r["k"], r["n"], r["b_layout"]): parse_config_name(r["model_choice"]) for r in rows}
+
+
+def shape_group(labels: list[str] | tuple[str, ...]) -> str:
+    """The docs/PERFORMANCE.md group of a local GEMM, from its first op row's label."""
+    words = labels[0].split() if labels else []
+    if "baseline" in words:
+        return "baselines"
+    if "small-M" in words:
+        return "small-M rows of the baselines"
+    if any(w in words for w in (f"M{t}" for t in shapes.DECODE_TOKENS)):
+        return "decode (M = 128-1024)"
+    if any(w in words for w in (f"M{t}" for t in shapes.MODEL_TOKENS)):
+        return "model layers (M = 4096, 8192)"
+    return "other"
+
+
+def print_groups(rows: list[dict], key: str, title: str) -> None:
+    """Per group (and all): geomean of row[key], rows within 5%, worst."""
+    groups: dict[str, list[float]] = {}
+    for r in rows:
+        if key in r:
+            groups.setdefault(shape_group(r["labels"]), []).append(r[key])
+            groups.setdefault("all", []).append(r[key])
+    for name, ratios in groups.items():
+        geo = math.exp(sum(math.log(x) for x in ratios) / len(ratios))
+        print(
+            f"{title} {name}: {len(ratios)} GEMMs, geomean {geo:.3f}, "
+            f"{sum(1 for x in ratios if x <= 1.05)}/{len(ratios)} within 5%, worst {max(ratios):.3f}"
+        )
+
+
 def print_table(rows: list[dict]) -> None:
     print(
         f"{'M':>6} {'K':>6} {'N':>6} {'B':>2} {'cuBLAS ms':>9} {'model ms':>9} "
@@ -274,6 +364,8 @@ def print_table(rows: list[dict]) -> None:
             f"model config: geomean time ratio vs cuBLAS {geo:.3f}; "
             f"{within}/{len(ratios)} rows within 5%; worst {max(ratios):.3f}"
         )
+    print_groups(rows, "ratio_model", "bf16 model config,")
+    print_groups(rows, "ratio_compare", "bf16 --compare run's choice,")
     failed = [
         (r["m"], r["k"], r["n"], n)
         for r in rows
@@ -322,6 +414,9 @@ def launch_grid(cfg: GemmConfig, m: int, n: int, k: int, num_sms: int) -> int:
     if cfg.stream_k:
         return max(1, min(num_sms, tiles * math.ceil(k / cfg.block_k)))
     work = tiles * cfg.split_k
+    if cfg.split_tail:
+        dp_tiles = kernels.gemm_module.split_tail_work(tiles, num_sms)
+        work = dp_tiles + (tiles - dp_tiles) * cfg.split_k
     programs = num_sms if cfg.persistent else work
     return max(1, min(programs, work if cfg.split_k > 1 else tiles))
 
@@ -511,6 +606,7 @@ def print_fp8_table(rows: list[dict]) -> None:
                 f"fp8 {mode} scales, model config: geomean {geo:.3f}; "
                 f"{sum(1 for x in ratios if x <= 1.05)}/{len(ratios)} within 5%; worst {max(ratios):.3f}"
             )
+        print_groups(rows, f"ratio_model_{mode}", f"fp8 {mode} scales,")
     failed = [
         (r["m"], r["k"], r["n"], n)
         for r in rows
@@ -545,10 +641,56 @@ def main() -> int:
     parser.add_argument(
         "--both-layouts", action="store_true", help="run every selected shape with B as [K, N] and as [N, K]"
     )
+    parser.add_argument("--min-m", type=int, default=0, help="only rows with M at least this")
+    parser.add_argument(
+        "--compare",
+        default="",
+        metavar="JSON",
+        help="also time, on each shape, the config an earlier bench_gemm run's model chose for it "
+        "(before/after of a model change in one run)",
+    )
+    parser.add_argument(
+        "--issue",
+        action="store_true",
+        help="the whole issue-18 table in one run: every op-row GEMM in both B layouts, the model's "
+        "config vs cuBLAS, then the same shapes in FP8 vs torch._scaled_mm (implies --model-only "
+        "--both-layouts; use with --precompile)",
+    )
     args = parser.parse_args()
     if not torch.cuda.is_available():
         print("bench_gemm: no CUDA device", file=sys.stderr)
         return 2
+    if args.issue:
+        args.model_only = args.both_layouts = True
+        status = run(dataclasses.replace(_Args(**vars(args)), fp8=False))
+        return status or run(dataclasses.replace(_Args(**vars(args)), fp8=True))
+    return run(args)
+
+
+@dataclasses.dataclass(frozen=True)
+class _Args:
+    """The parsed options, copyable with a field changed (--issue runs bf16, then FP8)."""
+
+    sweep: bool
+    quick: bool
+    samples: int
+    dtype: str
+    out: str
+    limit: int
+    small_m: bool
+    fp8: bool
+    wide: bool
+    model_only: bool
+    shapes: str
+    precompile: int
+    both_layouts: bool
+    min_m: int
+    compare: str
+    issue: bool
+
+
+def run(args) -> int:
+    """One bench_gemm run (bf16 or, with args.fp8, FP8) of the rows args select."""
     dtype = torch.bfloat16 if args.dtype == "bf16" else torch.float16
     torch.backends.cuda.matmul.allow_tf32 = False  # the fp32 reference must be fp32
     torch.manual_seed(0)
@@ -559,10 +701,15 @@ def main() -> int:
         gemm_shapes = [s for s in gemm_shapes if any("baseline" in l for l in s.labels)]
     if args.small_m:
         gemm_shapes = [s for s in gemm_shapes if s.m <= SMALL_M_MAX]
+    if args.min_m:
+        gemm_shapes = [s for s in gemm_shapes if s.m >= args.min_m]
+    compare = earlier_choices(args.compare) if args.compare else {}
     if args.shapes:
         gemm_shapes = select_shapes(shapes.local_gemm_shapes(), parse_shapes(args.shapes))
     if args.both_layouts:
-        gemm_shapes = [dataclasses.replace(s, b_layout=layout) for s in gemm_shapes for layout in ("kn", "nk")]
+        # A GEMM that already appears in both layouts is run once per layout.
+        both = [dataclasses.replace(s, b_layout=layout) for s in gemm_shapes for layout in ("kn", "nk")]
+        gemm_shapes = list({(s.m, s.k, s.n, s.b_layout): s for s in reversed(both)}.values())[::-1]
     if args.limit:
         gemm_shapes = gemm_shapes[: args.limit]
     print(
@@ -633,7 +780,7 @@ def main() -> int:
         return 0
     plans = []
     for shape in gemm_shapes:
-        chosen = kernels.select_config(shape.m, shape.n, shape.k, torch.device("cuda"), dtype)
+        chosen = kernels.select_config(shape.m, shape.n, shape.k, torch.device("cuda"), dtype, local=True)
         configs = {chosen.name: chosen}
         if args.sweep:
             for cfg in tuple(kernels.CANDIDATES) + SWEEP_EXTRA:
@@ -663,6 +810,9 @@ def main() -> int:
             configs.setdefault(fixup.name, fixup)
         if args.model_only:
             configs = {chosen.name: chosen}
+        earlier = compare.get((shape.m, shape.k, shape.n, shape.b_layout))
+        if earlier is not None:
+            configs.setdefault(earlier.name, earlier)
         plans.append((shape, chosen, configs))
     if args.precompile:
         precompile(
@@ -681,6 +831,12 @@ def main() -> int:
         )
     for shape, chosen, configs in plans:
         row = bench_shape(shape, configs, chosen.name, dtype, args.samples)
+        earlier = compare.get((shape.m, shape.k, shape.n, shape.b_layout))
+        earlier_ms = row["variants"].get(earlier.name, {}).get("ms") if earlier else None
+        cublas_ms = row["variants"]["cublas"].get("ms")
+        if earlier_ms and cublas_ms and not row["variants"][earlier.name]["failed_check"]:
+            row["compare_choice"] = earlier.name
+            row["ratio_compare"] = earlier_ms / cublas_ms
         rows.append(row)
         print(
             f"  {shape.m}x{shape.k}x{shape.n} {shape.b_layout}: model/cuBLAS "

@@ -5,6 +5,7 @@
   launch; bf16, several blocks, both B layouts, shapes with and without whole waves, shapes that
   are not multiples of the block; five calls on the same counters (they must come back to zero);
 - the non-persistent grid (one program per tile or per split-K work item);
+- the split tail (whole waves whole, the last wave's tiles split over K) and the model's picks;
 against an fp32 reference, outputs NaN-poisoned.
 
     PYTHONPATH=$(tests/gpu/stage_package.sh) python3 -m pytest -q tests/gpu/test_gemm_gpu.py
@@ -71,5 +72,35 @@ def test_non_persistent_grid_matches_reference(split_k, layout):
     a, b = _operands(m, n, k, layout, seed=split_k)
     out = torch.full((m, n), float("nan"), dtype=torch.bfloat16, device="cuda")
     gemm_module.gemm(a, b, out=out, config=cfg)
+    torch.cuda.synchronize()
+    assert _rel(out, a.float() @ b.float()) < 1e-2
+
+
+@pytest.mark.parametrize("block", [(128, 256, 3, 8, 2), (128, 128, 4, 4, 1)], ids=["128x256", "128x128"])
+@pytest.mark.parametrize("split", [2, 4])
+@pytest.mark.parametrize("layout", ["kn", "nk"])
+# 1000 x 5000 x 4096: edges not multiples of the block, tiles past one wave (tail split); 256 x
+# 2048 x 1024: under one wave (every tile split).
+@pytest.mark.parametrize("shape", [(1000, 5000, 4096), (256, 2048, 1024)])
+def test_split_tail_matches_reference(block, split, layout, shape):
+    """gemm_split_tail_kernel + split_tail_reduce_kernel: whole waves whole, the last wave's
+    tiles split over K and summed by the second launch."""
+    m, n, k = shape
+    bm, bn, stages, warps, epilogue = block
+    cfg = GemmConfig(bm, bn, 64, 8, stages, warps, True, epilogue, 1.0, split_k=split, split_tail=True)
+    a, b = _operands(m, n, k, layout, seed=m + split)
+    out = torch.full((m, n), float("nan"), dtype=torch.bfloat16, device="cuda")
+    gemm_module.gemm(a, b, out=out, config=cfg)
+    torch.cuda.synchronize()
+    assert _rel(out, a.float() @ b.float()) < 1e-2
+
+
+@pytest.mark.parametrize("shape", [(256, 8192, 8192), (1024, 5120, 8192), (128, 3072, 4096), (4096, 2560, 8192)])
+def test_model_choice_matches_reference(shape):
+    """The plain gemm()'s own pick (configs.LOCAL_CANDIDATES and the split tail included)."""
+    m, n, k = shape
+    a, b = _operands(m, n, k, "nk", seed=n)
+    out = torch.full((m, n), float("nan"), dtype=torch.bfloat16, device="cuda")
+    gemm_module.gemm(a, b, out=out)
     torch.cuda.synchronize()
     assert _rel(out, a.float() @ b.float()) < 1e-2

@@ -73,3 +73,51 @@ def test_wide_candidates_split_and_stream_k_only_where_tiles_leave_the_chip_idle
     big = bench_gemm.wide_candidates(2048, 3584, 2048, 132)
     assert not any(c.split_k > 1 for c in big)
     assert any(not c.persistent and (c.block_m, c.block_n) == (128, 256) for c in big)  # 224 tiles
+
+
+def test_shape_groups_are_the_performance_tables_groups():
+    groups = [bench_gemm.shape_group(s.labels) for s in shapes.local_gemm_shapes()]
+    assert {g: groups.count(g) for g in set(groups)} == {
+        "baselines": 12,
+        "small-M rows of the baselines": 18,
+        "model layers (M = 4096, 8192)": 32,
+        "decode (M = 128-1024)": 24,
+    }
+
+
+def test_small_m_sweep_candidates_follow_the_wave_fill_rule():
+    import sweep_small_m
+
+    decode = sweep_small_m.candidates(128, 4096, 2048, 132, short=False)
+    # 128 tiles of 128x32 fill one wave: the block is timed unsplit at M = 128 ...
+    assert "128x32x128_s4_w4_g8_ws_e1" in decode
+    assert "128x32x128_s4_w4_g8_ws_e1" not in sweep_small_m.candidates(256, 4096, 2048, 132, short=False)
+    for name, (cfg, grid) in decode.items():
+        tiles = -(-128 // cfg.block_m) * -(-4096 // cfg.block_n)
+        if cfg.split_k > 1:  # ... and every split leaves >= 8 K-steps per slice and fills >= 0.7 waves
+            assert -(-2048 // cfg.block_k) >= 8 * cfg.split_k, name
+            assert sweep_small_m.wave_fill(tiles * cfg.split_k, 132) >= sweep_small_m.GOOD_FILL, name
+    # 512 x 5120: 160 tiles of 128x128 (1.2 waves): also on a balanced grid of 80 programs.
+    assert sweep_small_m.candidates(512, 5120, 8192, 132, short=False)["grid80/128x128x64_s4_w4_g8_ws_e1"][1] == 80
+    # Rows at cuBLAS last time: only the two main blocks (and their splits).
+    short = sweep_small_m.candidates(1024, 8192, 8192, 132, short=True)
+    assert {(c.block_m, c.block_n) for c, _ in short.values()} == {(128, 256), (128, 128)}
+
+
+def test_config_names_parse_back_to_their_configs():
+    for cfg in (
+        bench_gemm.GemmConfig(128, 64, 64, 8, 6, 4, True, 1, 0.69, split_k=2),
+        bench_gemm.GemmConfig(64, 128, 64, 8, 4, 4, True, 1, 1.0, persistent=False),
+        bench_gemm.GemmConfig(128, 128, 64, 8, 4, 4, True, 1, 1.0, split_k=2, split_tail=True),
+        bench_gemm.GemmConfig(128, 256, 64, 8, 3, 8, False, 2, 1.0, flatten=False, split_k=3, split_fixup=True),
+    ):
+        assert bench_gemm.parse_config_name(cfg.name).name == cfg.name
+    with pytest.raises(ValueError, match="unknown part"):
+        bench_gemm.parse_config_name("128x128x64_s4_w4_g8_ws_e1_zz")
+
+
+def test_compare_reads_an_earlier_runs_choices():
+    path = Path(__file__).resolve().parents[2] / "bench/results/gemm-nvidia-h200-2026-11-25"
+    earlier = bench_gemm.earlier_choices(str(path / "bench_gemm_nvidia-h200_2026-11-25_0907_smallm.json"))
+    assert len(earlier) == 33
+    assert earlier[(128, 7168, 4096, "nk")].name == "128x64x64_s6_w4_g8_ws_e1_k2"

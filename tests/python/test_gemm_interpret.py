@@ -344,3 +344,63 @@ def test_model_keeps_wide_blocks_where_tiles_fill_the_chip():
     ]:
         pick = _kernel_configs.choose_config(m, n, k, 132, 2, _SMEM_H100)
         assert (pick.block_m, pick.block_n, pick.split_k) == (*block, 1), (m, n, k, pick.name)
+
+
+@pytest.mark.parametrize("b_is_nk", [False, True])
+@pytest.mark.parametrize(
+    "shape, programs, split",
+    [
+        ((96, 96, 128), 4, 2),  # 9 tiles on 4 programs: 8 whole, 1 tile in 2 slices
+        ((70, 100, 160), 5, 3),  # 12 tiles (ragged edges) on 5: 10 whole, 2 tiles in 3 slices
+        ((64, 64, 96), 4, 2),  # 4 tiles on 4: a whole wave, nothing split
+        ((32, 64, 128), 4, 2),  # 2 tiles on 4: under one wave, every tile split
+    ],
+)
+def test_split_tail_matches_reference(b_is_nk, shape, programs, split):
+    """gemm_split_tail_kernel + split_tail_reduce_kernel: whole tiles for the whole waves, the
+    last partial wave's tiles split over K and summed by the second kernel."""
+    m, n, k = shape
+    a, b = _operands(m, n, k, torch.float16, b_is_nk, seed=m + n + k + split)
+    cfg = GemmConfig(32, 32, 32, 2, 1, 4, False, 1, 1.0, split_k=split, split_tail=True)
+    out = torch.full((m, n), float("nan"), dtype=torch.float16)
+    c = gemm_module.gemm(a, b, out=out, config=cfg, num_programs=programs)
+    assert not torch.isnan(c).any(), "some output elements were never written"
+    assert _rel_error(c, a, b) < 1e-2
+
+
+def test_split_tail_work_keeps_whole_waves():
+    assert gemm_module.split_tail_work(160, 132) == 132
+    assert gemm_module.split_tail_work(264, 132) == 264  # two whole waves: nothing to split
+    assert gemm_module.split_tail_work(96, 132) == 0
+
+
+def test_local_model_takes_the_blocks_fitted_to_the_small_m_sweep():
+    """The plain local GEMM's picks (local=True) on the rows of the nvidia-h200 sweep of
+    2026-11-25 (bench/results/gemm18-nvidia-h200-2026-11-25/): the measured best of each."""
+
+    def pick(m, n, k):
+        c = _kernel_configs.choose_config(m, n, k, 132, 2, _SMEM_H100, local=True)
+        return (c.block_m, c.block_n, c.block_k, c.num_stages, c.split_k, c.split_tail)
+
+    # 128x128 tiles about one wave: six stages (4-10% faster than four).
+    assert pick(256, 8192, 8192) == (128, 128, 64, 6, 1, False)
+    assert pick(512, 3072, 4096) == (128, 128, 64, 6, 1, False)
+    # 1.2 waves of tiles: whole tiles for the first wave, the 28 tail tiles split in 4.
+    assert pick(1024, 5120, 8192) == (128, 256, 64, 3, 4, True)
+    assert pick(512, 5120, 8192) == (128, 128, 64, 4, 4, True)
+    # Decode, short K: 128x64 split 2 (one wave of 96 items).
+    assert pick(128, 3072, 4096) == (128, 64, 64, 6, 2, False)
+    # Whole waves of 128x256 stay unsplit; many waves never take the split tail.
+    assert pick(1024, 8192, 2048) == (128, 256, 64, 3, 1, False)
+    assert pick(8192, 8192, 8192) == (128, 256, 64, 3, 1, False)
+
+
+def test_fused_callers_never_get_local_blocks_or_the_split_tail():
+    local_names = {c.name for c in _kernel_configs.LOCAL_CANDIDATES}
+    for m, n, k in [(256, 8192, 8192), (1024, 5120, 8192), (512, 3072, 4096), (4096, 2560, 8192)]:
+        for split in (True, False):
+            c = _kernel_configs.choose_config(m, n, k, 132, 2, _SMEM_H100, allow_split_k=split)
+            assert c.name not in local_names and not c.split_tail, (m, n, k, c.name)
+    tail = GemmConfig(128, 256, 64, 8, 3, 8, True, 2, 1.0, split_k=2, split_tail=True)
+    assert _kernel_configs.estimated_cost(tail, 8192, 8192, 8192, 132) == float("inf")  # 15.5 waves
+    assert _kernel_configs.estimated_cost(tail, 1024, 5120, 8192, 132) < float("inf")

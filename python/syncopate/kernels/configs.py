@@ -48,12 +48,21 @@ class GemmConfig:
     # remaining tiles (one to two waves' worth) spread evenly over every program; a tile whose
     # K-steps two programs share is summed by the last to finish it, in the same launch.
     stream_k: bool = False
+    # With split_k > 1: split only the tiles of the last, partial wave (gemm_split_tail_kernel):
+    # the whole waves run as whole tiles stored straight to C, the remaining tiles' K is split
+    # split_k ways so that they fill the last wave, and a second small kernel sums only those
+    # tiles' partials. For tile counts just over a whole number of waves (1.1-1.5).
+    split_tail: bool = False
 
     @property
     def name(self) -> str:
         ws = "ws" if self.warp_specialize else "nows"
         flat = "" if self.flatten else "_nf"
-        split = f"_k{self.split_k}{'f' if self.split_fixup else ''}" if self.split_k > 1 else ""
+        split = (
+            f"_{'t' if self.split_tail else 'k'}{self.split_k}{'f' if self.split_fixup else ''}"
+            if self.split_k > 1
+            else ""
+        )
         grid = ("" if self.persistent else "_np") + ("_sk" if self.stream_k else "")
         return (
             f"{self.block_m}x{self.block_n}x{self.block_k}_s{self.num_stages}"
@@ -80,8 +89,25 @@ CANDIDATES: tuple[GemmConfig, ...] = (
     GemmConfig(128, 256, 64, 8, 3, 8, True, 2, 1.00),
     GemmConfig(128, 128, 64, 8, 4, 4, True, 1, 0.91),
     GemmConfig(64, 128, 64, 8, 4, 4, True, 1, 0.59),
-    GemmConfig(128, 64, 64, 8, 6, 4, True, 1, 0.69),
-    GemmConfig(64, 64, 128, 8, 4, 4, True, 1, 0.55),
+    GemmConfig(128, 64, 64, 8, 6, 4, True, 1, 0.72),
+    GemmConfig(64, 64, 128, 8, 4, 4, True, 1, 0.52),
+)
+# Blocks only the plain local GEMM (`gemm()`: gemm_tma_host_kernel and the split-K kernels)
+# offers, never the fused ops: every block of CANDIDATES is also compiled into every transformed
+# kernel (tests/python/compile_fused_kernels.py), these are not.
+# Fitted to the nvidia-h200 sweep of 2026-11-25 (bench/sweep_small_m.py, 64 small-M GEMMs in both
+# layouts, bench/results/gemm18-nvidia-h200-2026-11-25/) with bench/fit_config_model.py:
+# - 128x128 with 6 stages instead of 4 (224 KiB of shared memory: 192 KiB of pipeline, 32 KiB
+#   of epilogue): 4-10% faster than 4 stages on every M = 256-1024 row where 128x128 tiles fill
+#   about one wave (256 x 4096 x 8192: 1.022 vs 1.116 of cuBLAS). At small M the tile's K loop
+#   is the whole program (one tile per program), so the pipeline's depth sets how much of B is
+#   in flight; efficiency 0.97 of 128x256.
+# - 128x64 with BLOCK_K 128, 4 stages: the best block of the long-K decode row 128 x 14336 x 8192
+#   (one wave of 128 tiles without split-K partials).
+# Offered unsplit only: their split-K variants were not measured.
+LOCAL_CANDIDATES: tuple[GemmConfig, ...] = (
+    GemmConfig(128, 128, 64, 8, 6, 4, True, 1, 0.97),
+    GemmConfig(128, 64, 128, 8, 4, 4, True, 1, 0.70),
 )
 SPLIT_K_FACTORS = (1, 2, 3, 4)
 # Pipeline fill and epilogue of one tile, in K-steps (fitted).
@@ -99,6 +125,14 @@ SPLIT_K_FIXUP_COST_PER_MB = 0.5
 # us), so the model keeps the two-launch split; the fixup stays for a producer that needs its
 # tiles final in one launch (docs/PERFORMANCE.md).
 FIXUP_IN_MODEL = False
+# The split-tail's second launch (the tail tiles' reduction), in K-steps.
+SPLIT_TAIL_LAUNCH_STEPS = 3.0  # fitting it (fit_config_model.py) left it unchanged
+# Whether candidate_configs(local=True) offers the split-tail variants of the main blocks, and
+# below how many waves of tiles. Timed on nvidia-h200 (2026-11-25, sweep_small_m, tiles of 1.1-3.9
+# waves): 1024 x 8192 x 5120 1.289 -> 1.129 of cuBLAS (128x256, 28 tail tiles in 4 slices),
+# 512 x 8192 x 5120 1.336 -> 1.234 (128x128, 4 slices).
+SPLIT_TAIL_IN_MODEL = True
+SPLIT_TAIL_MAX_WAVES = 4
 # Below this many K-steps per slice, splitting K only adds overhead.
 MIN_K_STEPS_PER_SPLIT = 8
 _REFERENCE_AREA = 128 * 256
@@ -116,9 +150,28 @@ def estimated_cost(cfg: GemmConfig, m: int, n: int, k: int, num_sms: int) -> flo
     scaled by block area over efficiency (a partial block costs a full one). Split-K adds
     the traffic of its fp32 partials. Unit: one K-step of a 128x256x64 block.
     """
-    work = math.ceil(m / cfg.block_m) * math.ceil(n / cfg.block_n) * cfg.split_k
+    tiles = math.ceil(m / cfg.block_m) * math.ceil(n / cfg.block_n)
+    area = cfg.block_m * cfg.block_n / _REFERENCE_AREA
+    if cfg.split_tail and cfg.split_k > 1:
+        # Whole waves of whole tiles, then the tail tiles' K slices (gemm_split_tail_kernel);
+        # partials and the reduction launch for the tail tiles only. Offered only under
+        # SPLIT_TAIL_MAX_WAVES waves of tiles, where it was measured and where the last partial
+        # wave is a large share of the time.
+        if tiles >= SPLIT_TAIL_MAX_WAVES * num_sms:
+            return math.inf
+        tail = tiles % num_sms if tiles > num_sms else tiles
+        whole_steps = math.ceil(k / cfg.block_k) * cfg.block_k / 64
+        cost = (tiles - tail) // num_sms * (whole_steps + TILE_FIXED_STEPS) * area / cfg.efficiency
+        if tail:
+            slice_steps = math.ceil(math.ceil(k / cfg.block_k) / cfg.split_k) * cfg.block_k / 64
+            cost += _waves(tail * cfg.split_k, num_sms) * (slice_steps + TILE_FIXED_STEPS) * area / cfg.efficiency
+            cost += (
+                SPLIT_TAIL_LAUNCH_STEPS + SPLIT_K_COST_PER_MB * cfg.split_k * tail * cfg.block_m * cfg.block_n * 4 / 1e6
+            )
+        return cost
+    work = tiles * cfg.split_k
     k_steps = math.ceil(math.ceil(k / cfg.block_k) / cfg.split_k) * cfg.block_k / 64
-    per_item = (k_steps + TILE_FIXED_STEPS) * (cfg.block_m * cfg.block_n / _REFERENCE_AREA)
+    per_item = (k_steps + TILE_FIXED_STEPS) * area
     cost = _waves(work, num_sms) * per_item / cfg.efficiency
     if cfg.split_k > 1:
         per_mb = SPLIT_K_FIXUP_COST_PER_MB if cfg.split_fixup else SPLIT_K_COST_PER_MB
@@ -126,17 +179,19 @@ def estimated_cost(cfg: GemmConfig, m: int, n: int, k: int, num_sms: int) -> flo
     return cost
 
 
-def candidate_configs(k: int, fixup: bool = False) -> list[GemmConfig]:
-    """Every block of CANDIDATES with every split factor that leaves enough K per slice (and,
-    with fixup, each split also as the one-launch fixup variant)."""
+def candidate_configs(k: int, fixup: bool = False, local: bool = False) -> list[GemmConfig]:
+    """Every block of CANDIDATES (and with local, LOCAL_CANDIDATES) with every split factor that
+    leaves enough K per slice (and, with fixup, each split also as the one-launch fixup variant)."""
     out = []
-    for cfg in CANDIDATES:
+    for cfg in CANDIDATES + (LOCAL_CANDIDATES if local else ()):
         k_steps = math.ceil(k / cfg.block_k)
-        for split in SPLIT_K_FACTORS:
+        for split in SPLIT_K_FACTORS if cfg in CANDIDATES else (1,):
             if split == 1 or k_steps >= split * MIN_K_STEPS_PER_SPLIT:
                 out.append(dataclasses.replace(cfg, split_k=split))
                 if split > 1 and fixup:
                     out.append(dataclasses.replace(cfg, split_k=split, split_fixup=True))
+                if split > 1 and local and SPLIT_TAIL_IN_MODEL and cfg in CANDIDATES[:2]:
+                    out.append(dataclasses.replace(cfg, split_k=split, split_tail=True))
     return out
 
 
@@ -150,18 +205,20 @@ def choose_config(
     allow_split_k: bool = True,
     candidates: tuple[GemmConfig, ...] | None = None,
     fixup: bool | None = None,
+    local: bool = False,
 ) -> GemmConfig:
     """The candidate with the lowest estimated cost that fits in shared memory.
 
     allow_split_k=False for callers that need every tile final when its program finishes
-    (a producer that signals tiles as they are stored).
+    (a producer that signals tiles as they are stored). local=True for the plain local GEMM,
+    which also offers LOCAL_CANDIDATES.
     """
     if m <= 0 or n <= 0 or k <= 0:
         raise ValueError(f"choose_config: shape must be positive, got M={m} N={n} K={k}")
     if num_sms <= 0:
         raise ValueError(f"choose_config: num_sms must be positive, got {num_sms}")
     fixup = FIXUP_IN_MODEL if fixup is None else fixup
-    pool = list(candidates) if candidates is not None else candidate_configs(k, fixup=fixup)
+    pool = list(candidates) if candidates is not None else candidate_configs(k, fixup=fixup, local=local)
     if not allow_split_k:
         pool = [c for c in pool if c.split_k == 1]
     fitting = [c for c in pool if c.shared_memory_bytes(element_size) <= shared_memory_limit]

@@ -180,6 +180,17 @@ def gemm_tma_kernel(a_ptr, b_ptr, c_ptr, M, N, K, stride_am, stride_b, stride_cm
 
 
 @triton.jit
+def grouped_tma_tile(a_desc, b_desc, tile_id, num_pid_m, num_pid_n, k_tiles, B_IS_NK: tl.constexpr,
+                     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr):
+    """One tile of the host-descriptor kernels (not annotated, so the tile's coordinates may come
+    from a helper): its fp32 accumulator over the whole K, and its offsets (off_m, off_n)."""
+    pid_m, pid_n = grouped_tile(tile_id, num_pid_m, num_pid_n, GROUP_M)
+    off_m = pid_m * BLOCK_M
+    off_n = pid_n * BLOCK_N
+    return tma_k_loop(a_desc, b_desc, off_m, off_n, 0, k_tiles, B_IS_NK, BLOCK_M, BLOCK_N, BLOCK_K), off_m, off_n
+
+
+@triton.jit
 def gemm_tma_host_kernel(a_desc, b_desc, c_desc, M, N, K, num_programs, B_IS_NK: tl.constexpr,
                          BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
                          GROUP_M: tl.constexpr, EPILOGUE_SPLIT: tl.constexpr, FLATTEN: tl.constexpr = True):
@@ -195,10 +206,8 @@ def gemm_tma_host_kernel(a_desc, b_desc, c_desc, M, N, K, num_programs, B_IS_NK:
     """
     num_pid_m, num_pid_n, num_tiles, k_tiles = tile_grid(M, N, K, BLOCK_M, BLOCK_N, BLOCK_K)
     for tile_id in tl.range(tl.program_id(0), num_tiles, num_programs, flatten=FLATTEN):
-        pid_m, pid_n = grouped_tile(tile_id, num_pid_m, num_pid_n, GROUP_M)
-        off_m = pid_m * BLOCK_M
-        off_n = pid_n * BLOCK_N
-        acc = tma_k_loop(a_desc, b_desc, off_m, off_n, 0, k_tiles, B_IS_NK, BLOCK_M, BLOCK_N, BLOCK_K)
+        acc, off_m, off_n = grouped_tma_tile(a_desc, b_desc, tile_id, num_pid_m, num_pid_n, k_tiles, B_IS_NK,
+                                             BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M)
         tma_store_tile(c_desc, acc.to(c_desc.dtype), off_m, off_n, BLOCK_M, BLOCK_N, EPILOGUE_SPLIT)
 
 
@@ -260,6 +269,66 @@ def gemm_split_k_kernel(a_ptr, b_ptr, partial_ptr, M, N, K, stride_am, stride_b,
         cols = off_n + tl.arange(0, BLOCK_N)
         p_ptrs = partial_ptr + split.to(tl.int64) * M * N + rows[:, None] * N + cols[None, :]
         tl.store(p_ptrs, acc, mask=(rows[:, None] < M) & (cols[None, :] < N))
+
+
+@triton.jit
+def gemm_split_tail_kernel(a_desc, b_desc, c_ptr, partial_ptr, M, N, K, stride_cm, num_programs,
+                           dp_tiles, SPLIT_K: tl.constexpr, B_IS_NK: tl.constexpr,
+                           BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+                           GROUP_M: tl.constexpr):
+    """Whole tiles for the whole waves, split-K for the tiles of the last partial wave.
+
+    Work items: the first dp_tiles tiles (in grouped order) whole, each stored to C; then each
+    remaining tile as SPLIT_K items over slices of K, their fp32 partials written to
+    partial[tail tile, slice] for `split_tail_reduce_kernel`. Both stores are masked plain stores
+    (no branch in the flattened loop). TMA descriptors made on the host.
+    """
+    num_pid_m, num_pid_n, num_tiles, k_tiles = tile_grid(M, N, K, BLOCK_M, BLOCK_N, BLOCK_K)
+    num_work = dp_tiles + (num_tiles - dp_tiles) * SPLIT_K
+    k_tiles_per_split = tl.cdiv(k_tiles, SPLIT_K)
+    for work in tl.range(tl.program_id(0), num_work, num_programs, flatten=True):
+        whole = work < dp_tiles
+        in_tail = work >= dp_tiles
+        tail_work = tl.maximum(work - dp_tiles, 0)
+        tile_id = tl.where(whole, work, dp_tiles + tail_work // SPLIT_K)
+        split = tail_work % SPLIT_K
+        k_begin = tl.where(whole, 0, split * k_tiles_per_split)
+        k_end = tl.where(whole, k_tiles, tl.minimum(k_begin + k_tiles_per_split, k_tiles))
+        pid_m, pid_n = grouped_tile(tile_id, num_pid_m, num_pid_n, GROUP_M)
+        off_m = pid_m * BLOCK_M
+        off_n = pid_n * BLOCK_N
+        acc = tma_k_loop(a_desc, b_desc, off_m, off_n, k_begin, k_end, B_IS_NK, BLOCK_M, BLOCK_N, BLOCK_K)
+        rows = tl.arange(0, BLOCK_M)
+        cols = tl.arange(0, BLOCK_N)
+        inside = ((off_m + rows)[:, None] < M) & ((off_n + cols)[None, :] < N)
+        tl.store(c_ptr + (off_m + rows)[:, None] * stride_cm + (off_n + cols)[None, :],
+                 acc.to(c_ptr.dtype.element_ty), mask=inside & whole)
+        slot = (tile_id - dp_tiles).to(tl.int64) * SPLIT_K + split
+        tl.store(partial_ptr + slot * (BLOCK_M * BLOCK_N) + rows[:, None] * BLOCK_N + cols[None, :],
+                 acc, mask=(rows[:, None] >= 0) & in_tail)
+
+
+@triton.jit
+def split_tail_reduce_kernel(partial_ptr, c_ptr, M, N, stride_cm, dp_tiles, SPLIT_K: tl.constexpr,
+                             BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, GROUP_M: tl.constexpr,
+                             ROWS: tl.constexpr):
+    """C tile of tail tile program_id(0) (ROWS rows of it per program_id(1)) = the sum of its
+    SPLIT_K partials from gemm_split_tail_kernel."""
+    num_pid_m = tl.cdiv(M, BLOCK_M)
+    num_pid_n = tl.cdiv(N, BLOCK_N)
+    tail = tl.program_id(0)
+    pid_m, pid_n = grouped_tile(dp_tiles + tail, num_pid_m, num_pid_n, GROUP_M)
+    r0 = tl.program_id(1) * ROWS
+    rows = r0 + tl.arange(0, ROWS)
+    cols = tl.arange(0, BLOCK_N)
+    acc = tl.zeros((ROWS, BLOCK_N), dtype=tl.float32)
+    for s in tl.static_range(SPLIT_K):
+        base = partial_ptr + (tail.to(tl.int64) * SPLIT_K + s) * (BLOCK_M * BLOCK_N)
+        acc += tl.load(base + rows[:, None] * BLOCK_N + cols[None, :])
+    out_rows = pid_m * BLOCK_M + rows
+    out_cols = pid_n * BLOCK_N + cols
+    tl.store(c_ptr + out_rows[:, None] * stride_cm + out_cols[None, :], acc.to(c_ptr.dtype.element_ty),
+             mask=(out_rows[:, None] < M) & (out_cols[None, :] < N))
 
 
 @triton.jit
@@ -459,21 +528,22 @@ def device_limits(device: torch.device) -> tuple[int, int]:
 
 
 def select_config(m: int, n: int, k: int, device: torch.device, dtype: torch.dtype,
-                  allow_split_k: bool = True) -> GemmConfig:
-    """The configuration `gemm` uses for this shape on this device."""
+                  allow_split_k: bool = True, local: bool = False) -> GemmConfig:
+    """The configuration for this shape on this device. local=True: `gemm`'s own choice, which
+    may take a block of configs.LOCAL_CANDIDATES (blocks the fused ops do not compile)."""
     if device.type != "cuda":
         return INTERPRETER_CONFIG
     num_sms, smem = device_limits(device)
     # Triton itself keeps a little shared memory (barriers); leave it a margin.
     return _memoized_choice(m, n, k, num_sms, torch.tensor([], dtype=dtype).element_size(),
-                            smem - 1024, allow_split_k)
+                            smem - 1024, allow_split_k, local)
 
 
 # choose_config is a pure function of its arguments; remembering its answers keeps the model
 # (a dozen candidates) off the per-call host path of small GEMMs.
 _memoized_choice = functools.lru_cache(maxsize=4096)(
-    lambda m, n, k, sms, elem, smem, split: choose_config(m, n, k, sms, elem, smem,
-                                                         allow_split_k=split))
+    lambda m, n, k, sms, elem, smem, split, local: choose_config(m, n, k, sms, elem, smem,
+                                                                allow_split_k=split, local=local))
 
 
 def gemm(a: torch.Tensor, b: torch.Tensor, *, out: torch.Tensor | None = None,
@@ -498,7 +568,8 @@ def gemm(a: torch.Tensor, b: torch.Tensor, *, out: torch.Tensor | None = None,
     if k == 0:
         return out.zero_()
     cfg = config if config is not None else select_config(m, n, k, a.device, a.dtype,
-                                                          allow_split_k=not c_store_pointers)
+                                                          allow_split_k=not c_store_pointers,
+                                                          local=True)
     tiles = triton.cdiv(m, cfg.block_m) * triton.cdiv(n, cfg.block_n)
     if num_programs is None:
         num_programs = device_limits(a.device)[0] if a.is_cuda else 4
@@ -521,6 +592,8 @@ def gemm(a: torch.Tensor, b: torch.Tensor, *, out: torch.Tensor | None = None,
         _stream_k_gemm(a_view, b_view, out, b_is_nk, cfg, num_programs)
     elif use_tma and cfg.split_k > 1 and cfg.split_fixup and not c_store_pointers:
         _split_k_fixup_gemm(a_view, b_view, out, b_is_nk, cfg, num_programs)
+    elif use_tma and cfg.split_k > 1 and cfg.split_tail and not c_store_pointers:
+        _split_tail_gemm(a_view, b_view, out, b_is_nk, cfg, num_programs)
     elif use_tma and cfg.split_k > 1 and not c_store_pointers:
         _split_k_gemm(a_view, b_view, out, b_is_nk, cfg, num_programs, host_descriptors)
     elif use_tma and host_descriptors and not c_store_pointers:
@@ -571,6 +644,35 @@ def _split_k_gemm(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor, b_is_nk: 
     block = 1024
     split_k_reduce_kernel[(triton.cdiv(m * n, block),)](
         partial, out, m, n, out.stride(0), SPLIT_K=cfg.split_k, BLOCK=block, num_warps=4)
+
+
+def split_tail_work(tiles: int, num_programs: int) -> int:
+    """dp_tiles of gemm_split_tail_kernel: the tiles of the whole waves (all of them when the
+    count is a whole number of waves, none when it is under one wave)."""
+    return tiles if tiles % num_programs == 0 else (tiles // num_programs) * num_programs
+
+
+def _split_tail_gemm(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor, b_is_nk: bool,
+                     cfg: GemmConfig, num_programs: int) -> None:
+    m, k = a.shape
+    n = out.shape[1]
+    tiles = triton.cdiv(m, cfg.block_m) * triton.cdiv(n, cfg.block_n)
+    dp_tiles = split_tail_work(tiles, num_programs)
+    tail = tiles - dp_tiles
+    work = dp_tiles + tail * cfg.split_k
+    grid = max(1, min(num_programs, work))
+    partial = torch.empty((max(tail, 1), cfg.split_k, cfg.block_m, cfg.block_n), dtype=torch.float32,
+                          device=a.device)
+    a_desc, b_desc = _host_operand_descriptors(a, b, b_is_nk, cfg)
+    gemm_split_tail_kernel[(grid,)](
+        a_desc, b_desc, out, partial, m, n, k, out.stride(0), grid, dp_tiles, SPLIT_K=cfg.split_k,
+        B_IS_NK=b_is_nk, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k,
+        GROUP_M=cfg.group_m, num_stages=cfg.num_stages, num_warps=cfg.num_warps)
+    if tail:
+        rows = min(32, cfg.block_m)
+        split_tail_reduce_kernel[(tail, cfg.block_m // rows)](
+            partial, out, m, n, out.stride(0), dp_tiles, SPLIT_K=cfg.split_k, BLOCK_M=cfg.block_m,
+            BLOCK_N=cfg.block_n, GROUP_M=cfg.group_m, ROWS=rows, num_warps=4)
 
 
 # The fixup kernel's per-tile arrival counters, per (device, stream): zero between launches (the

@@ -30,8 +30,11 @@ import triton
 import triton.language as tl
 
 from .configs import INTERPRETER_CONFIG, GemmConfig
-from .gemm import (device_limits, ensure_descriptor_allocator, grouped_tile, interpreter_active, result_tensor,
-                   select_config, store_c_tile, tma_compatible, tma_gemm_prologue, tma_k_loop)
+from triton.tools.tensor_descriptor import TensorDescriptor
+
+from .gemm import (device_limits, ensure_descriptor_allocator, grouped_tile, grouped_tma_tile, interpreter_active,
+                   result_tensor, select_config, store_c_tile, tile_grid, tma_compatible, tma_gemm_prologue,
+                   tma_k_loop, tma_store_tile)
 
 FP8_DTYPE = torch.float8_e4m3fn
 OUT_DTYPE = torch.bfloat16
@@ -74,6 +77,25 @@ def gemm_fp8_tma_kernel(a_ptr, b_ptr, c_ptr, scale_a_ptr, scale_b_ptr, M, N, K, 
         # @sy.produce(c_ptr, m=pid_m, n=pid_n)
         store_c_tile(acc.to(c_ptr.dtype.element_ty), c_desc, c_ptr, off_m, off_n, M, N, stride_cm, BLOCK_M, BLOCK_N,
                      EPILOGUE_SPLIT, C_STORE_POINTERS)
+
+
+@triton.jit
+def gemm_fp8_tma_host_kernel(a_desc, b_desc, c_desc, scale_a_ptr, scale_b_ptr, M, N, K, stride_sa,
+                             stride_sb, num_programs, B_IS_NK: tl.constexpr, BLOCK_M: tl.constexpr,
+                             BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
+                             EPILOGUE_SPLIT: tl.constexpr, FLATTEN: tl.constexpr = True):
+    """gemm_fp8_tma_kernel with the TMA descriptors of A, B and C made on the host: what a plain
+    `gemm_fp8` call runs on a GPU. The same reason as gemm.py's gemm_tma_host_kernel: descriptors
+    made in the kernel cost every program a global-memory write and a fence before its first
+    load (1-2.4 us per launch measured for bf16 on nvidia-h200), which a 10-30 us small-M FP8
+    GEMM feels. Not annotated: the fused FP8 ops are transformed from gemm_fp8_tma_kernel."""
+    num_pid_m, num_pid_n, num_tiles, k_tiles = tile_grid(M, N, K, BLOCK_M, BLOCK_N, BLOCK_K)
+    for tile_id in tl.range(tl.program_id(0), num_tiles, num_programs, flatten=FLATTEN):
+        acc, off_m, off_n = grouped_tma_tile(a_desc, b_desc, tile_id, num_pid_m, num_pid_n, k_tiles, B_IS_NK,
+                                             BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M)
+        acc = _scale_tile(acc, scale_a_ptr, stride_sa, scale_b_ptr, stride_sb, off_m, off_n, M, N,
+                          BLOCK_M, BLOCK_N)
+        tma_store_tile(c_desc, acc.to(c_desc.dtype), off_m, off_n, BLOCK_M, BLOCK_N, EPILOGUE_SPLIT)
 
 
 def scale_stride(scale: torch.Tensor, length: int, operand: str, per: str) -> int:
@@ -193,7 +215,7 @@ def select_fp8_config(m: int, n: int, k: int, device: torch.device,
 def gemm_fp8(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, scale_b: torch.Tensor, *,
              out: torch.Tensor | None = None, config: GemmConfig | None = None,
              num_programs: int | None = None, c_store_pointers: bool = False,
-             k_major_b: bool = True) -> torch.Tensor:
+             k_major_b: bool = True, host_descriptors: bool | None = None) -> torch.Tensor:
     """bf16 C = (A @ B) * scale_a * scale_b for e4m3 A [M, K] and B [K, N] (a weight stored
     [N, K] is passed as `W.t()`, read in place), fp32 accumulation; like torch._scaled_mm.
 
@@ -201,6 +223,8 @@ def gemm_fp8(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, scale_b: t
     scale_b: 1 element or N (per column, shape [N] or [1, N]).
     A B stored [K, N] is read through a kept K-major copy (KMajorCopies); k_major_b=False reads
     it in place instead (the slow in-kernel transpose, kept for measuring it).
+    `host_descriptors`: TMA descriptors made on the host (gemm_fp8_tma_host_kernel; the default
+    on a GPU unless c_store_pointers) or in the kernel (gemm_fp8_tma_kernel, the annotated one).
     """
     stride_sa, stride_sb = check_fp8_operands(a, b, scale_a, scale_b)
     m, k = a.shape
@@ -231,6 +255,19 @@ def gemm_fp8(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, scale_b: t
     if num_programs is None:
         num_programs = device_limits(a.device)[0] if a.is_cuda else 4
     grid_size = max(1, min(num_programs, tiles))
+    if host_descriptors is None:
+        host_descriptors = a.is_cuda and not interpreter_active()
+    if host_descriptors and not c_store_pointers:
+        a_desc = TensorDescriptor.from_tensor(a_view, [cfg.block_m, cfg.block_k])
+        b_desc = TensorDescriptor.from_tensor(
+            b_view, [cfg.block_n, cfg.block_k] if b_is_nk else [cfg.block_k, cfg.block_n])
+        c_desc = TensorDescriptor.from_tensor(out, [cfg.block_m, cfg.block_n // cfg.epilogue_split])
+        gemm_fp8_tma_host_kernel[(grid_size,)](
+            a_desc, b_desc, c_desc, scale_a, scale_b, m, n, k, stride_sa, stride_sb, grid_size,
+            B_IS_NK=b_is_nk, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k,
+            GROUP_M=cfg.group_m, EPILOGUE_SPLIT=cfg.epilogue_split, FLATTEN=cfg.flatten,
+            num_stages=cfg.num_stages, num_warps=cfg.num_warps)
+        return out
     if a.is_cuda:
         ensure_descriptor_allocator()
     gemm_fp8_tma_kernel[(grid_size,)](
