@@ -153,7 +153,9 @@ def test_under_the_callers_capture_a_repeated_call_is_recorded_into_it(cpu_runti
 
 @pytest.mark.parametrize("where", ["kernel", "runtime"])
 @pytest.mark.parametrize("cls,kw", OPS, ids=IDS)
-def test_an_earlier_timeout_is_raised_before_a_repeated_call_launches_anything(cpu_runtime, monkeypatch, cls, kw, where):
+def test_an_earlier_timeout_is_raised_before_a_repeated_call_launches_anything(
+    cpu_runtime, monkeypatch, cls, kw, where
+):
     """The host sees a timeout of an earlier call (the kernel's flag copied to pinned memory, or
     the runtime's mapped record): the guarded replay launches nothing and the full path raises
     it, naming the chunk, as report_timeouts always did; the next call replays again."""
@@ -208,3 +210,17 @@ def test_fp8_and_torch_fallback_contexts_have_no_fast_path(cpu_runtime, monkeypa
     del h.ctx.ws.monitor
     h.ctx.gemm.flag_on_host = Watched()
     assert h.ctx._fast_path() is None
+
+
+@pytest.mark.parametrize("cls,kw", OPS, ids=IDS)
+def test_graphs_turned_off_after_a_capture_make_every_call_eager(cpu_runtime, monkeypatch, cls, kw):
+    """tests/gpu/test_graphs_gpu.py interleaves eager calls by turning the context's graphs off:
+    the fast path must not replay a graph then."""
+    h = Harness(monkeypatch, cls, kw)
+    h.warm()
+    h.ctx.graphs.enabled = False
+    h.call(check=False)
+    assert h.launches() == 0 and h.enqueued() == 3
+    h.ctx.graphs.enabled = True
+    h.call(check=False)
+    assert h.launches() == 1 and h.enqueued() == 3

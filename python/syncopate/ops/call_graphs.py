@@ -114,11 +114,13 @@ class CallGraphs:
 
     def replay_cached(self, key: Hashable, monitor=None, flag=None) -> bool:
         """The fast path of a call that repeats an earlier one: replays the graph captured for
-        `key` and returns True, unless there is none, the current stream is being captured, or
+        `key` and returns True, unless graphs are off or there is none, the current stream is being captured, or
         `monitor` / `flag` show an earlier timeout; then nothing is launched and False says the
         call must take the full path (run), which enqueues into the caller's capture or raises
         the timeout. The caller has checked that its operands are what the graph was captured
         for (OpContext._replay_if_cached)."""
+        if not self.enabled:  # graphs turned off after some were made: every call eager
+            return False
         graph = self._graphs.get(key)
         if graph is None or not graph.replay_unless(monitor, flag):
             return False
