@@ -11,9 +11,10 @@
 #        chunks) x 3 shapes, with the op's graph (BENCH_EAGER=--eager: eager contexts too),
 #        torch.mm beside; kernel starts of the op, the bare replay of its graph and torch.mm side
 #        by side.
-#   ROUND=2: shared world 2 (both ranks on the one GPU, gloo): test_graphs_gpu.py (missing chunk
-#     inside both graphs: the fast path must hand the timeout to the full path) and the bench's
-#     rows (correctness and host time only; starts meaningless there).
+#   ROUND=2: test_graphs_gpu.py with 200 calls / replays at world 1 and at shared world 2 (both
+#     ranks on the one GPU, gloo; the missing chunk inside both graphs: the fast path must hand
+#     the timeout to the full path), then the bench's shared world 2 rows (correctness and host
+#     time only; starts meaningless there).
 # Earlier rounds (session of 2026-11-25 morning, the path before the fast path): see git log.
 set -u
 ROUND=${ROUND:-1}
@@ -53,8 +54,9 @@ if [ "$ROUND" = 1 ]; then
   step 95 bench_w1.log python3 bench/bench_call_path.py --out-dir "$dest" $BENCH_EAGER \
     --variants AgGemm,GemmRs-chunks,GemmRs-epilogue,GemmAr-chunks
 else
-  step 45 graphs_w2.log "${TR[@]}" --nproc_per_node=2 tests/gpu/test_graphs_gpu.py --calls 20 --hang-dump-s 40
-  step 90 bench_w2.log "${TR[@]}" --nproc_per_node=2 bench/bench_call_path.py --out-dir "$dest" \
+  step 35 graphs_w1_200.log "${TR[@]}" --nproc_per_node=1 tests/gpu/test_graphs_gpu.py --calls 200 --hang-dump-s 33
+  step 55 graphs_w2_200.log "${TR[@]}" --nproc_per_node=2 tests/gpu/test_graphs_gpu.py --calls 200 --hang-dump-s 50
+  step 60 bench_w2.log "${TR[@]}" --nproc_per_node=2 bench/bench_call_path.py --out-dir "$dest" \
     --variants AgGemm,GemmRs-chunks,GemmRs-epilogue,GemmAr-chunks --start-calls 5
 fi
 for f in "$dest"/*.log; do
