@@ -138,6 +138,9 @@ def main():
     )
     parser.add_argument("--eager", action="store_true", help="also time each context with graph=False")
     parser.add_argument(
+        "--no-full-path", action="store_true", help="skip the context with the fast path off (the path before it)"
+    )
+    parser.add_argument(
         "--start-calls", type=int, default=15, help="calls per kernel-start median (each of op, replay, torch.mm)"
     )
     args = parser.parse_args()
@@ -199,9 +202,14 @@ def main():
                     kw["plan"] = sy.make_plan(
                         "all-gather", world_size=world, shape=[m_op, k], algorithm="direct", dtype="bf16", tensor="a"
                     )
-                modes = (True, False) if args.eager else (True,)
-                ctxs = {
-                    g: classes[cls_name](
+                # graph: the op as a user runs it (its own graph; repeated calls take the fast
+                # path); full: the same with the fast path off, every call through the full
+                # checks (the call path before the fast path, measured on the same host; it pays
+                # one more look for a fast path per call, about 0.1 us); eager: graph=False.
+                tags = ["graph"] + (["full"] if not args.no_full_path else []) + (["eager"] if args.eager else [])
+
+                def make_ctx(tag):
+                    ctx = classes[cls_name](
                         group,
                         m=m_op,
                         k=k,
@@ -211,36 +219,42 @@ def main():
                         mode="fused",
                         algorithm="direct",
                         split=1,
-                        graph=g,
+                        graph=tag != "eager",
                         **kw,
                     )
-                    for g in modes
-                }
+                    if tag == "full":
+                        ctx._fast_path = lambda: None  # never armed: OpContext._run_call
+                    return ctx
+
+                ctxs = {tag: make_ctx(tag) for tag in tags}
                 op_key = {"AgGemm": "ag_gemm", "GemmRs": "gemm_rs", "GemmAr": "gemm_ar"}[cls_name]
                 err = 0.0
                 expected = ref.reference(op_key, a, b, world, rank)
-                for g, ctx in ctxs.items():
-                    for _ in range(2):  # with graph=True: eager + capture, then the fast path's replay
+                for ctx in ctxs.values():
+                    for _ in range(2):  # with a graph: eager + capture, then a replay (graph: the fast path's)
                         out.fill_(float("nan"))
                         ctx(a, b, out=out)
                         err = max(err, ref.rel_error(out, expected))
-                kernel = ctxs[True].kernel_name
+                graph_ctx = ctxs["graph"]
+                kernel = graph_ctx.kernel_name
                 row.update(
                     rel_err=err,
                     kernel=kernel,
-                    input_tensor=getattr(ctxs[True], "input", ""),
-                    call_mode={str(g): c.call_mode for g, c in ctxs.items()},
-                    fast_path=ctxs[True]._fast is not None,  # repeated calls take OpContext._fast_call
+                    input_tensor=getattr(graph_ctx, "input", ""),
+                    call_mode={tag: c.call_mode for tag, c in ctxs.items()},
+                    fast_path=graph_ctx._fast is not None,  # repeated calls take OpContext._fast_call
                 )
-                for g, ctx in ctxs.items():
-                    tag = "graph" if g else "eager"
+                for tag, ctx in ctxs.items():
                     row[f"host_us_{tag}"] = host_us(lambda: ctx(a, b, out=out, check=False))
                     ctx.check()
-                # Where the graph path's host time goes: the replay alone, the argument checks alone.
-                graph_ctx = ctxs[True]
+                # Where the graph path's host time goes: the replay alone, the guarded replay the
+                # fast path makes (capture query and timeout looks included), the full checks alone.
                 replay = next(iter(graph_ctx.graphs._graphs.values()), None)
                 if replay is not None:
                     row["replay_only_host_us"] = host_us(replay.replay)
+                    fast = graph_ctx._fast
+                    if fast is not None:
+                        row["guarded_replay_host_us"] = host_us(lambda: replay.replay_unless(fast[-2], fast[-1]))
                     graph_ctx.check()
                 a_shape = (m_op // world, k) if cls_name == "AgGemm" else (m_op, k)
                 row["checks_only_host_us"] = host_us(
@@ -251,19 +265,19 @@ def main():
                 row["torch_mm_host_us"] = host_us(lambda: torch.mm(local_a, b, out=mm_out))
                 # Kernel starts side by side, call by call in one profile: the op with its graph,
                 # the bare replay of that same graph (the floor of any call that replays it),
-                # torch.mm (an op that does nothing before its kernel) and, with --eager, the
-                # eager context.
+                # torch.mm (an op that does nothing before its kernel), the full path and, with
+                # --eager, the eager context.
                 fns = {"graph": ((lambda: graph_ctx(a, b, out=out, check=False)), (kernel,))}
                 if replay is not None:
                     fns["replay"] = (replay.replay, (kernel,))
                 fns["mm"] = ((lambda: torch.mm(local_a, b, out=mm_out)), MM_KERNEL_NAMES)
-                eager_ctx = ctxs.get(False)
-                if eager_ctx is not None:
-                    fns["eager"] = ((lambda: eager_ctx(a, b, out=out, check=False)), (kernel,))
+                for tag in ("full", "eager"):
+                    if tag in ctxs:
+                        fns[tag] = ((lambda ctx=ctxs[tag]: ctx(a, b, out=out, check=False)), (kernel,))
                 starts = calls_to_start_us(fns, clock, calls=args.start_calls)
                 for ctx in ctxs.values():
                     ctx.check()
-                for tag in ("graph", "eager"):
+                for tag in ("graph", "full", "eager"):
                     if tag in starts:
                         row[f"kernel_start_us_{tag}"] = starts[tag]["us"]
                         row[f"kernel_start_{tag}"] = starts[tag]
@@ -313,9 +327,14 @@ def main():
                     f"(profiler offset spread {g_start.get('profiler_offset_spread_us', nan):.1f} us, "
                     f"a Triton probe starts {g_start.get('triton_probe_us', nan):.1f} us after its call)"
                 )
+                say(
+                    f"{'':18s} {'':16s} full path (fast path off): {row.get('host_us_full', nan):.1f} us host, "
+                    f"kernel {row.get('kernel_start_us_full', nan):.1f} us after it; guarded replay alone "
+                    f"{row.get('guarded_replay_host_us', nan):.1f} us host"
+                )
                 say(f"{'':18s} {'':16s} {describe_targets(row)}")
                 del ctxs
-                graph_ctx = eager_ctx = replay = fns = None  # every context of the row freed before the next
+                graph_ctx = replay = fns = ctx = None  # every context of the row freed before the next
             except Exception as exc:  # noqa: BLE001 - a failed row is reported, the rest still run
                 row["error"] = f"{type(exc).__name__}: {exc}"
                 say(f"{name:18s} {f'{m_op}x{k}x{n}':>16s} ERROR {row['error'][:200]}")
