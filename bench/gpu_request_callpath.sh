@@ -12,10 +12,10 @@
 #        torch.mm beside; kernel starts of the op, the bare replay of its graph and torch.mm side
 #        by side.
 #   ROUND=2: the bench at world 1 again with the same host's before (a context with the fast path
-#     off: every call through the full checks) and eager contexts beside, and the guarded
-#     replay's own host time; then test_graphs_gpu.py with 200 calls / replays at world 1 and at
-#     shared world 2 (both ranks on the one GPU, gloo; the missing chunk inside both graphs: the
-#     fast path must hand the timeout to the full path).
+#     off: every call through the full checks) beside (BENCH_EAGER=--eager: eager too), and the guarded
+#     replay's own host time; then test_graphs_gpu.py with 200 calls / replays at shared world 2
+#     (both ranks on the one GPU, gloo; the missing chunk inside both graphs: the fast path must
+#     hand the timeout to the full path) and at world 1.
 #   Round 1 (nvidia-h200, 2026-11-25 12:0x): GuardedReplay + HostFlagCopy 2/2; graphs world 1
 #     45/45 (20 calls); bench 12 rows in 45 s: host 8.4-17.3 us with the graph (replay alone
 #     4.7-9.7 us), start - replay start +4.6..+15.9 us, start - torch.mm start -17.9..+1.8 us.
@@ -58,10 +58,10 @@ if [ "$ROUND" = 1 ]; then
   step 95 bench_w1.log python3 bench/bench_call_path.py --out-dir "$dest" $BENCH_EAGER \
     --variants AgGemm,GemmRs-chunks,GemmRs-epilogue,GemmAr-chunks
 else
-  step 62 bench_w1.log python3 bench/bench_call_path.py --out-dir "$dest" --eager \
+  step 70 bench_w1.log python3 bench/bench_call_path.py --out-dir "$dest" $BENCH_EAGER \
     --variants AgGemm,GemmRs-chunks,GemmRs-epilogue,GemmAr-chunks
-  step 30 graphs_w1_200.log "${TR[@]}" --nproc_per_node=1 tests/gpu/test_graphs_gpu.py --calls 200 --hang-dump-s 28
-  step 48 graphs_w2_200.log "${TR[@]}" --nproc_per_node=2 tests/gpu/test_graphs_gpu.py --calls 200 --hang-dump-s 45
+  step 45 graphs_w2_200.log "${TR[@]}" --nproc_per_node=2 tests/gpu/test_graphs_gpu.py --calls 200 --hang-dump-s 42
+  step 25 graphs_w1_200.log "${TR[@]}" --nproc_per_node=1 tests/gpu/test_graphs_gpu.py --calls 200 --hang-dump-s 23
 fi
 for f in "$dest"/*.log; do
   echo "== $(basename "$f")"
