@@ -1,27 +1,58 @@
 """The call path of the fused ops: host time per call and time from the call to the fused kernel.
 
-    python bench/bench_call_path.py [--out-dir bench/results]                 # world 1
-    torchrun --nproc_per_node=2 bench/bench_call_path.py [--out-dir ...]      # world 2
+    python bench/bench_call_path.py [--out-dir bench/results] [--eager]                 # world 1
+    torchrun --nproc_per_node=2 bench/bench_call_path.py [--out-dir ...]               # world 2
 
 Per op variant (AgGemm; GemmRs with reduce-add chunks and with the staged epilogue; GemmAr with
-chunks) x shape (256 to 8192 rows), each with its own CUDA graph (graph=True, the default) and
-eager (graph=False), fused, copy-engine:
+chunks) x shape (256 to 8192 rows), each with its own CUDA graph (graph=True, the default) and,
+with --eager, eager (graph=False), fused, copy-engine:
   host_us          host time of one call, back to back with no synchronisation (median of
                    batches of calls, each batch timed with a host clock after a synchronize);
   kernel_start_us  from the call (the host clock just before it) to the start of the fused kernel,
                    the GPU idle before each call: both put on the GPU's %globaltimer by
                    bench/call_clock.py (a host<->GPU ping-pong, and a probe kernel stamping
-                   globaltimer inside the same profile), median over calls, with the
-                   calibration's uncertainty;
-beside torch.mm's host time and its kernel start measured the same way (the same local GEMM),
-and, where ranks have their own GPUs, the host time of the NCCL collective (what the sequential
-path issues). --variants picks rows: AgGemm (its own plan, which reads the caller's shard in
-place), AgGemm-copy (a plan without an input: the shard is copied into the heap before the
-GEMM, the path before 2026-11-25), GemmRs-chunks, GemmRs-epilogue, GemmAr-chunks.
+                   globaltimer inside the same profile), median over --start-calls calls, with
+                   the calibration's uncertainty;
+beside the bare replay of the op's own graph (its host time and its kernel start: what is left
+of a call that does nothing but launch the graph), torch.mm's host time and kernel start (the
+same local GEMM), and, where ranks have their own GPUs, the host time of the NCCL collective
+(what the sequential path issues). The kernel starts of the op, the bare replay and torch.mm
+(and the eager context) are measured side by side: call by call in turn, in one profile, on one
+calibration (call_clock.calls_to_start_us), so drift of the host or the GPU falls on all alike.
+--variants picks rows: AgGemm (its own plan, which reads the caller's shard in place),
+AgGemm-copy (a plan without an input: the shard is copied into the heap before the GEMM, the
+path before 2026-11-25), GemmRs-chunks, GemmRs-epilogue, GemmAr-chunks.
 Every context's result is checked once against an fp32 reference before it is timed.
 With ranks sharing one GPU (world > GPUs: gloo, no NCCL) the numbers are printed but marked
 `shared_gpu`: time-slicing between the processes makes them meaningless as performance.
 JSON + log under --out-dir, named with the device kind and the date.
+
+Targets (issue 14), each printed per row as met or NOT met and counted at the end:
+  host <= 20 us with the op's graph, and <= 1.5x (torch.mm + the collective's issue);
+  kernel start <= 15 us after the call (absolute);
+  kernel start - the bare replay's start <= 5 us, and kernel start - torch.mm's start <= 10 us.
+
+Kernel-start targets. The absolute 15 us assumed a host whose launch path costs about 5 us; on
+the lent VMs even torch.mm's kernel starts 17-46 us after its call under this instrument (the
+profiler's callbacks add 1-2 us to every CUDA API call, and the hosts' launch paths are slow:
+torch.mm alone takes 21-31 us of host time on one of them), so the absolute target measures the
+host more than the op. It is kept and printed, and two relative targets say what the op itself
+adds, against floors measured on the same host in the same profile:
+  X = 5 us over the bare replay of the op's own graph. Both launch the same graph, so the
+    difference is the op's host work before its launch: a repeated call's fast path compares a
+    dozen tensor attributes and makes one runtime call that also asks the capture status (a
+    second CUDA API call, which the profiler slows by 1-2 us). That is about 2-3 us on the
+    slowest host measured (the full checks there: 3 us, the whole Python path 8-17 us before the
+    fast path); 5 us leaves the instrument's spread (+-1 us calibration, medians of 15 calls
+    that move by 1-3 us) without admitting the old path.
+  Y = 10 us over torch.mm's start. Beyond its launch, the op's graph runs a device preamble
+    before the GEMM (epoch advance, the peers' exit wait, the entry raise, the fork of the side
+    streams: dependent nodes of about 1-3 us each), and its host work is X at most. The issue's
+    15 us over a ~5 us launch path is the same 10 us budget for the op's own work over what the
+    host charges any kernel.
+Neither relative target is met by measuring differently: the op's call, the bare replay and
+torch.mm are timed by the same clock in the same profile, each call from the host clock just
+before it, and a row whose median moved by noise shows it in its min_us beside the median.
 """
 
 from __future__ import annotations
@@ -48,8 +79,18 @@ VARIANTS = {
     "GemmRs-epilogue": ("GemmRs", {"reduce": "epilogue"}),
     "GemmAr-chunks": ("GemmAr", {"reduce": "chunks"}),
 }
+# The issue's absolute targets (host time with the op's graph; call -> kernel start), printed
+# and kept in the JSON, met or not.
 TARGET_HOST_US = 20.0
+TARGET_HOST_OVER_BASELINE = 1.5  # host time with the graph / (torch.mm + the collective's issue)
 TARGET_START_US = 15.0
+# The kernel-start targets relative to the instrument's floors on the same host (module
+# docstring, "Kernel-start targets"): the op's start less the bare replay of its own graph,
+# and less torch.mm's start, each measured side by side in one profile.
+TARGET_START_OVER_REPLAY_US = 5.0
+TARGET_START_OVER_MM_US = 10.0
+# Kernels torch.mm may launch (cuBLAS / cuBLASLt / CUTLASS names on sm_90).
+MM_KERNEL_NAMES = ("gemm", "Kernel", "sm90", "cutlass", "nvjet")
 
 
 def host_us(fn, batches=15, per_batch=20):
@@ -96,6 +137,12 @@ def main():
         "--variants", default=",".join(VARIANTS), help=f"comma-separated rows to run, of {', '.join(VARIANTS)}"
     )
     parser.add_argument("--eager", action="store_true", help="also time each context with graph=False")
+    parser.add_argument(
+        "--no-full-path", action="store_true", help="skip the context with the fast path off (the path before it)"
+    )
+    parser.add_argument(
+        "--start-calls", type=int, default=15, help="calls per kernel-start median (each of op, replay, torch.mm)"
+    )
     args = parser.parse_args()
     variants = [v for v in args.variants.split(",") if v]
     unknown = [v for v in variants if v not in VARIANTS]
@@ -112,7 +159,7 @@ def main():
         torch.cuda.set_device(0)
     import test_ops_gpu as ref
     import syncopate as sy
-    from call_clock import GpuClock, call_to_start_us
+    from call_clock import GpuClock, calls_to_start_us
     from syncopate.ops.gemm_ar import GemmAr
     from syncopate.ops.ag_gemm import AgGemm
     from syncopate.ops.gemm_rs import GemmRs
@@ -155,9 +202,14 @@ def main():
                     kw["plan"] = sy.make_plan(
                         "all-gather", world_size=world, shape=[m_op, k], algorithm="direct", dtype="bf16", tensor="a"
                     )
-                modes = (True, False) if args.eager else (True,)
-                ctxs = {
-                    g: classes[cls_name](
+                # graph: the op as a user runs it (its own graph; repeated calls take the fast
+                # path); full: the same with the fast path off, every call through the full
+                # checks (the call path before the fast path, measured on the same host; it pays
+                # one more look for a fast path per call, about 0.1 us); eager: graph=False.
+                tags = ["graph"] + (["full"] if not args.no_full_path else []) + (["eager"] if args.eager else [])
+
+                def make_ctx(tag):
+                    ctx = classes[cls_name](
                         group,
                         m=m_op,
                         k=k,
@@ -167,37 +219,42 @@ def main():
                         mode="fused",
                         algorithm="direct",
                         split=1,
-                        graph=g,
+                        graph=tag != "eager",
                         **kw,
                     )
-                    for g in modes
-                }
+                    if tag == "full":
+                        ctx._fast_path = lambda: None  # never armed: OpContext._run_call
+                    return ctx
+
+                ctxs = {tag: make_ctx(tag) for tag in tags}
                 op_key = {"AgGemm": "ag_gemm", "GemmRs": "gemm_rs", "GemmAr": "gemm_ar"}[cls_name]
                 err = 0.0
-                for g, ctx in ctxs.items():
-                    out.fill_(float("nan"))
-                    ctx(a, b, out=out)
-                    err = max(err, ref.rel_error(out, ref.reference(op_key, a, b, world, rank)))
-                kernel = ctxs[True].kernel_name
+                expected = ref.reference(op_key, a, b, world, rank)
+                for ctx in ctxs.values():
+                    for _ in range(2):  # with a graph: eager + capture, then a replay (graph: the fast path's)
+                        out.fill_(float("nan"))
+                        ctx(a, b, out=out)
+                        err = max(err, ref.rel_error(out, expected))
+                graph_ctx = ctxs["graph"]
+                kernel = graph_ctx.kernel_name
                 row.update(
                     rel_err=err,
                     kernel=kernel,
-                    input_tensor=getattr(ctxs[True], "input", ""),
-                    call_mode={str(g): c.call_mode for g, c in ctxs.items()},
+                    input_tensor=getattr(graph_ctx, "input", ""),
+                    call_mode={tag: c.call_mode for tag, c in ctxs.items()},
+                    fast_path=graph_ctx._fast is not None,  # repeated calls take OpContext._fast_call
                 )
-                for g, ctx in ctxs.items():
-                    tag = "graph" if g else "eager"
+                for tag, ctx in ctxs.items():
                     row[f"host_us_{tag}"] = host_us(lambda: ctx(a, b, out=out, check=False))
-                    start = call_to_start_us(lambda: ctx(a, b, out=out, check=False), (kernel,), clock)
-                    row[f"kernel_start_us_{tag}"] = start["us"]
-                    row[f"kernel_start_{tag}"] = start
                     ctx.check()
-                # Where the graph path's host time goes: the replay alone, the argument checks alone.
-                graph_ctx = ctxs[True]
-                if graph_ctx.graphs._graphs:
-                    replay = next(iter(graph_ctx.graphs._graphs.values()))
+                # Where the graph path's host time goes: the replay alone, the guarded replay the
+                # fast path makes (capture query and timeout looks included), the full checks alone.
+                replay = next(iter(graph_ctx.graphs._graphs.values()), None)
+                if replay is not None:
                     row["replay_only_host_us"] = host_us(replay.replay)
-                    row["replay_only_start_us"] = call_to_start_us(replay.replay, (kernel,), clock)["us"]
+                    fast = graph_ctx._fast
+                    if fast is not None:
+                        row["guarded_replay_host_us"] = host_us(lambda: replay.replay_unless(fast[-2], fast[-1]))
                     graph_ctx.check()
                 a_shape = (m_op // world, k) if cls_name == "AgGemm" else (m_op, k)
                 row["checks_only_host_us"] = host_us(
@@ -206,13 +263,36 @@ def main():
                 local_a = torch.randn(m_op, k, generator=gen, device=device).to(dtype)  # the whole local GEMM
                 mm_out = torch.empty(m_op, n, dtype=dtype, device=device)
                 row["torch_mm_host_us"] = host_us(lambda: torch.mm(local_a, b, out=mm_out))
-                # torch.mm's own kernel, measured the same way: an op that does nothing before its kernel.
-                mm_start = call_to_start_us(
-                    lambda: torch.mm(local_a, b, out=mm_out), ("gemm", "Kernel", "sm90", "cutlass", "nvjet"), clock
-                )
-                row["torch_mm_start_us"] = mm_start["us"]
-                row["torch_mm_start"] = mm_start
+                # Kernel starts side by side, call by call in one profile: the op with its graph,
+                # the bare replay of that same graph (the floor of any call that replays it),
+                # torch.mm (an op that does nothing before its kernel), the full path and, with
+                # --eager, the eager context.
+                fns = {"graph": ((lambda: graph_ctx(a, b, out=out, check=False)), (kernel,))}
+                if replay is not None:
+                    fns["replay"] = (replay.replay, (kernel,))
+                fns["mm"] = ((lambda: torch.mm(local_a, b, out=mm_out)), MM_KERNEL_NAMES)
+                for tag in ("full", "eager"):
+                    if tag in ctxs:
+                        fns[tag] = ((lambda ctx=ctxs[tag]: ctx(a, b, out=out, check=False)), (kernel,))
+                starts = calls_to_start_us(fns, clock, calls=args.start_calls)
+                for ctx in ctxs.values():
+                    ctx.check()
+                for tag in ("graph", "full", "eager"):
+                    if tag in starts:
+                        row[f"kernel_start_us_{tag}"] = starts[tag]["us"]
+                        row[f"kernel_start_{tag}"] = starts[tag]
+                if "replay" in starts:
+                    row["replay_only_start_us"] = starts["replay"]["us"]
+                    row["replay_only_start"] = starts["replay"]
+                row["torch_mm_start_us"] = starts["mm"]["us"]
+                row["torch_mm_start"] = starts["mm"]
                 row["start_graph_minus_mm_start_us"] = row["kernel_start_us_graph"] - row["torch_mm_start_us"]
+                row["start_graph_minus_replay_start_us"] = row["kernel_start_us_graph"] - row.get(
+                    "replay_only_start_us", float("nan")
+                )
+                row["host_graph_minus_replay_host_us"] = row["host_us_graph"] - row.get(
+                    "replay_only_host_us", float("nan")
+                )
                 row["collective_host_us"] = None
                 if world > 1 and not shared:
                     import torch.distributed as dist
@@ -227,11 +307,8 @@ def main():
                     row["collective_host_us"] = host_us(coll)
                 base = row["torch_mm_host_us"] + (row["collective_host_us"] or 0.0)
                 row["host_graph_over_baseline"] = row["host_us_graph"] / base
-                row["targets"] = {
-                    "host_graph_le_20us": row["host_us_graph"] <= TARGET_HOST_US,
-                    "host_graph_le_1.5x_baseline": row["host_graph_over_baseline"] <= 1.5,
-                    "kernel_start_graph_le_15us": row["kernel_start_us_graph"] <= TARGET_START_US,
-                }
+                row["targets"] = targets_met(row)
+                row["graph_captures"] = graph_ctx.graphs.captures  # 1: every timed call replayed
                 coll_txt = (
                     f"{row['collective_host_us']:9.1f}" if row["collective_host_us"] is not None else f"{'-':>9s}"
                 )
@@ -250,7 +327,14 @@ def main():
                     f"(profiler offset spread {g_start.get('profiler_offset_spread_us', nan):.1f} us, "
                     f"a Triton probe starts {g_start.get('triton_probe_us', nan):.1f} us after its call)"
                 )
+                say(
+                    f"{'':18s} {'':16s} full path (fast path off): {row.get('host_us_full', nan):.1f} us host, "
+                    f"kernel {row.get('kernel_start_us_full', nan):.1f} us after it; guarded replay alone "
+                    f"{row.get('guarded_replay_host_us', nan):.1f} us host"
+                )
+                say(f"{'':18s} {'':16s} {describe_targets(row)}")
                 del ctxs
+                graph_ctx = replay = fns = ctx = None  # every context of the row freed before the next
             except Exception as exc:  # noqa: BLE001 - a failed row is reported, the rest still run
                 row["error"] = f"{type(exc).__name__}: {exc}"
                 say(f"{name:18s} {f'{m_op}x{k}x{n}':>16s} ERROR {row['error'][:200]}")
@@ -258,8 +342,57 @@ def main():
             write_results(args.out_dir, kind, world, shared, rows, rank)  # after each row: a time limit keeps the rest
             if gg is not None:
                 gg.barrier()
+    say("targets (module docstring):\n" + summarize_targets([r for r in rows if "targets" in r]))
     if rank == 0:
         print(f"wrote {results_path(args.out_dir, kind, world, shared)}", flush=True)
+
+
+def targets_met(row: dict) -> dict:
+    """Each target of the module docstring: met (True), missed (False), or None if unmeasured."""
+
+    def le(value, bound):
+        return None if value is None or value != value else bool(value <= bound)
+
+    return {
+        f"host_graph_le_{TARGET_HOST_US:g}us": le(row.get("host_us_graph"), TARGET_HOST_US),
+        f"host_graph_le_{TARGET_HOST_OVER_BASELINE:g}x_baseline": le(
+            row.get("host_graph_over_baseline"), TARGET_HOST_OVER_BASELINE
+        ),
+        f"kernel_start_graph_le_{TARGET_START_US:g}us": le(row.get("kernel_start_us_graph"), TARGET_START_US),
+        f"start_minus_replay_start_le_{TARGET_START_OVER_REPLAY_US:g}us": le(
+            row.get("start_graph_minus_replay_start_us"), TARGET_START_OVER_REPLAY_US
+        ),
+        f"start_minus_mm_start_le_{TARGET_START_OVER_MM_US:g}us": le(
+            row.get("start_graph_minus_mm_start_us"), TARGET_START_OVER_MM_US
+        ),
+    }
+
+
+def describe_targets(row: dict) -> str:
+    """One line: each target with the row's value and met / NOT met."""
+    nan = float("nan")
+    shown = (  # (label, value, format), in the order of targets_met
+        ("host <= 20 us", row.get("host_us_graph", nan), "{:.1f} us"),
+        ("host <= 1.5x mm+coll", row.get("host_graph_over_baseline", nan), "{:.2f}x"),
+        ("start <= 15 us", row.get("kernel_start_us_graph", nan), "{:.1f} us"),
+        ("start - replay start <= 5 us", row.get("start_graph_minus_replay_start_us", nan), "{:+.1f} us"),
+        ("start - mm start <= 10 us", row.get("start_graph_minus_mm_start_us", nan), "{:+.1f} us"),
+    )
+    words = {True: "met", False: "NOT met", None: "not measured"}
+    parts = [
+        f"{label} ({fmt.format(value)}): {words[met]}"
+        for (label, value, fmt), met in zip(shown, row["targets"].values())
+    ]
+    return "targets: " + "; ".join(parts)
+
+
+def summarize_targets(rows: list) -> str:
+    """How many measured rows meet each target."""
+    lines = []
+    for name in rows[0]["targets"] if rows else ():
+        seen = [r["targets"][name] for r in rows if "targets" in r and r["targets"][name] is not None]
+        lines.append(f"  {name}: met on {sum(seen)} of {len(seen)} rows")
+    return "\n".join(lines)
 
 
 def results_path(out_dir, kind, world, shared) -> Path:
@@ -280,7 +413,13 @@ def write_results(out_dir, kind, world, shared, rows, rank) -> None:
                 "world": world,
                 "shared_gpu": shared,
                 "date": str(datetime.date.today()),
-                "targets": {"host_us_graph": TARGET_HOST_US, "kernel_start_us": TARGET_START_US},
+                "targets": {
+                    "host_us_graph": TARGET_HOST_US,
+                    "host_graph_over_baseline": TARGET_HOST_OVER_BASELINE,
+                    "kernel_start_us": TARGET_START_US,
+                    "kernel_start_minus_replay_start_us": TARGET_START_OVER_REPLAY_US,
+                    "kernel_start_minus_torch_mm_start_us": TARGET_START_OVER_MM_US,
+                },
                 "kernel_start_method": "bench/call_clock.py (host clock and profiler kernel starts on %globaltimer)",
                 "rows": rows,
             },

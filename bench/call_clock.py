@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import statistics
 import time
-from typing import Callable, Iterable
+from typing import Callable, Dict, Iterable, Tuple
 
 import torch
 import triton
@@ -98,49 +98,72 @@ def call_to_start_us(
 ) -> dict:
     """Median microseconds from the host's call of fn() to the start of fn()'s first kernel named
     in kernel_names, the GPU idle before each call; with the calibration's uncertainties."""
+    return calls_to_start_us({"fn": (fn, kernel_names)}, clock, calls=calls, probes=probes)["fn"]
+
+
+def calls_to_start_us(
+    fns: Dict[str, Tuple[Callable[[], object], Iterable[str]]], clock: GpuClock, calls: int = 10, probes: int = 8
+) -> Dict[str, dict]:
+    """call_to_start_us for several calls at once, in one profile and one calibration: round by
+    round, each fn once (in the order given), so that drift of the host or the GPU between them
+    falls on every one alike; what the benchmark compares (an op's kernel start against the bare
+    replay of its own graph and against torch.mm's) is measured side by side. fns: name ->
+    (fn, kernel names to look for after its call)."""
     from torch.profiler import ProfilerActivity, profile
 
-    names = tuple(kernel_names)
-    fn()  # anything lazily initialised, outside the measurement
+    names = {key: tuple(kernel_names) for key, (_, kernel_names) in fns.items()}
+    for fn, _ in fns.values():
+        fn()  # anything lazily initialised, outside the measurement
     clock.probe(0)
     torch.cuda.synchronize()
     clock.calibrate()
     clock.stamps_dev.zero_()
-    host, probe_host = [], []
+    host = []  # (perf_counter_ns just before the call, its fn's key), in call order
+    probe_host = []
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
         for j in range(probes):
             torch.cuda.synchronize()
             probe_host.append(time.perf_counter_ns())
             clock.probe(j)
         for _ in range(calls):
-            torch.cuda.synchronize()
-            host.append(time.perf_counter_ns())
-            fn()
+            for key, (fn, _) in fns.items():
+                torch.cuda.synchronize()
+                host.append((time.perf_counter_ns(), key))
+                fn()
         torch.cuda.synchronize()
     gpu = _kernel_events(prof)
     stamped = clock.stamps_dev[:probes].tolist()
     probe_starts = [t for t, name in gpu if "_stamp_kernel" in name]
     if len(probe_starts) != probes:
-        return {"us": float("nan"), "samples": 0, "error": f"{len(probe_starts)} probe kernels seen of {probes}"}
+        error = {"us": float("nan"), "samples": 0, "error": f"{len(probe_starts)} probe kernels seen of {probes}"}
+        return {key: dict(error) for key in fns}
     to_global = [g - t for g, t in zip(stamped, probe_starts)]
     prof_offset = statistics.median(to_global)
-    starts = [t + prof_offset for t, name in gpu if any(k in name for k in names)]
-    # Each call's kernel: the first named one from just before the call (the calibration's
-    # uncertainty) to the next call; a negative delay would show a calibration gone wrong.
+    starts = [(t + prof_offset, name) for t, name in gpu]
+    # Each call's kernel: the first one named for its fn from just before the call (the
+    # calibration's uncertainty) to the next call; a negative delay would show a calibration
+    # gone wrong. Every call synchronizes before the next, so a window holds one call's kernels.
     slack = 2 * clock.uncertainty_ns + 1_000
-    calls_global = [h + clock.offset_ns for h in host] + [float("inf")]
-    delays = []
-    for i in range(calls):
-        mine = [s for s in starts if calls_global[i] - slack <= s < calls_global[i + 1] - slack]
+    calls_global = [h + clock.offset_ns for h, _ in host] + [float("inf")]
+    delays = {key: [] for key in fns}
+    for i, (_, key) in enumerate(host):
+        mine = [
+            s
+            for s, name in starts
+            if calls_global[i] - slack <= s < calls_global[i + 1] - slack and any(k in name for k in names[key])
+        ]
         if mine:
-            delays.append((mine[0] - calls_global[i]) / 1e3)
+            delays[key].append((mine[0] - calls_global[i]) / 1e3)
     # The probe itself, from its stamp alone (no profiler clock): a Triton launch's own path.
     probe_delays = [(g - (h + clock.offset_ns)) / 1e3 for g, h in zip(stamped, probe_host)]
     return {
-        "us": statistics.median(delays) if delays else float("nan"),
-        "min_us": min(delays) if delays else float("nan"),
-        "samples": len(delays),
-        "triton_probe_us": statistics.median(probe_delays),
-        "host_offset_uncertainty_us": clock.uncertainty_ns / 1e3,
-        "profiler_offset_spread_us": (max(to_global) - min(to_global)) / 1e3,
+        key: {
+            "us": statistics.median(d) if d else float("nan"),
+            "min_us": min(d) if d else float("nan"),
+            "samples": len(d),
+            "triton_probe_us": statistics.median(probe_delays),
+            "host_offset_uncertainty_us": clock.uncertainty_ns / 1e3,
+            "profiler_offset_spread_us": (max(to_global) - min(to_global)) / 1e3,
+        }
+        for key, d in delays.items()
     }

@@ -1,29 +1,35 @@
 #!/usr/bin/env bash
-# The callpath helper's GPU batch (issue 14), one GPU, under 120 s wall. Run from the repository
-# root of the merged tree with PYTHONPATH pointing at the staged package (the batch built
-# build-gpu and exported it); writes $OUT/callpath/ (or bench/results/callpath/).
-#   ROUND=1 (default): the fix of the hang and the input path as AG+GEMM's default:
-#     1. tests/gpu/stress_wait_timeout.py: every program of a launch times out at once, 300
-#        launches, shipped wait vs --old (the pre-fix record write: a CAS behind a CTA barrier
-#        that some warps skip); a launch that never finishes = the hang;
-#     2. tests/gpu/test_graphs_gpu.py at shared world 2 (the case that hung) and world 1;
-#     3. tests/gpu/test_ops_gpu.py --quick at shared world 2.
-#   ROUND=2: bench/bench_call_path.py (kernel start on %globaltimer, bench/call_clock.py) at
-#     world 1 (AgGemm from its input / AgGemm-copy) and shared world 2 (AgGemm),
-#     3 shapes; the missing-chunk section of test_ops_gpu.py --quick at shared world 2 (round 1
-#     ran out of time before it); the old wait under stress for 3000 launches.
-#   Round 1 (nvidia-h200, 2026-11-25 08:3x): stress shipped 300/300, old 299/300 (launch 0: a
-#   program's reduction after the wait came out wrong); graphs world 1 45/45, shared world 2
-#   100/100 with the input path (the case that hung passes); ops --quick shared 2: 177 PASS, 0
-#   FAIL before the 40 s limit (cut in the missing-chunk section).
+# The call-path GPU batch (issue 14), one GPU, under 145 s wall. Run from the repository root of
+# the merged tree with PYTHONPATH pointing at the staged package (the batch built build-gpu and
+# exported it); writes $OUT/$NAME/ (NAME defaults to call14; without OUT, bench/results/).
+#   ROUND=1 (default): the fast path of a repeated call (OpContext._fast_call, one guarded replay
+#     through the runtime's replay_graph_unless):
+#     1. the C++ GPU test of the guarded replay (GuardedReplay.*, with HostFlagCopy.*);
+#     2. tests/gpu/test_graphs_gpu.py at world 1, 20 calls (own graph = the fast path; user
+#        graph; interleaved own / user / eager);
+#     3. bench/bench_call_path.py at world 1, every op (AgGemm, GemmRs chunks + epilogue, GemmAr
+#        chunks) x 3 shapes, with the op's graph (BENCH_EAGER=--eager: eager contexts too),
+#        torch.mm beside; kernel starts of the op, the bare replay of its graph and torch.mm side
+#        by side.
+#   ROUND=2: the bench at world 1 again with the same host's before (a context with the fast path
+#     off: every call through the full checks) beside (BENCH_EAGER=--eager: eager too), and the guarded
+#     replay's own host time; then test_graphs_gpu.py with 200 calls / replays at shared world 2
+#     (both ranks on the one GPU, gloo; the missing chunk inside both graphs: the fast path must
+#     hand the timeout to the full path) and at world 1.
+#   Round 1 (nvidia-h200, 2026-11-25 12:0x): GuardedReplay + HostFlagCopy 2/2; graphs world 1
+#     45/45 (20 calls); bench 12 rows in 45 s: host 8.4-17.3 us with the graph (replay alone
+#     4.7-9.7 us), start - replay start +4.6..+15.9 us, start - torch.mm start -17.9..+1.8 us.
+# Earlier rounds (session of 2026-11-25 morning, the path before the fast path): see git log.
 set -u
 ROUND=${ROUND:-1}
-dest="${OUT:-bench/results}/callpath"
+NAME=${NAME:-call14}
+BENCH_EAGER=${BENCH_EAGER:-}
+dest="${OUT:-bench/results}/$NAME"
 mkdir -p "$dest"
 export PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 export CUDA_DEVICE_MAX_CONNECTIONS=32
 t0=$(date +%s)
-deadline=$((t0 + 112))
+deadline=$((t0 + 140))
 nvidia-smi --query-gpu=name,compute_cap,clocks.sm --format=csv > "$dest/gpu.txt" 2>&1
 git log --oneline -1 > "$dest/commit.txt" 2>&1
 
@@ -40,22 +46,26 @@ step() {
 }
 # torchrun on this one GPU (the ranks share it above world 1)
 TR=(python3 -m torch.distributed.run --standalone)
+CPP_TEST=build-gpu/tests/gpu/syncopate_runtime_gpu_test
 
 if [ "$ROUND" = 1 ]; then
-  step 10 stress_shipped.log python3 tests/gpu/stress_wait_timeout.py --launches 300
-  step 10 stress_old.log python3 tests/gpu/stress_wait_timeout.py --launches 300 --old
-  step 35 graphs_w2.log "${TR[@]}" --nproc_per_node=2 tests/gpu/test_graphs_gpu.py --calls 10 --hang-dump-s 28
-  step 25 graphs_w1.log "${TR[@]}" --nproc_per_node=1 tests/gpu/test_graphs_gpu.py --calls 10 --hang-dump-s 20
-  step 40 ops_w2.log "${TR[@]}" --nproc_per_node=2 tests/gpu/test_ops_gpu.py --quick
+  if [ -x "$CPP_TEST" ]; then
+    step 10 guarded_replay.log "$CPP_TEST" --gtest_filter='GuardedReplay.*:HostFlagCopy.*'
+  else
+    echo "skipped: $CPP_TEST not built" > "$dest/guarded_replay.log"
+  fi
+  step 30 graphs_w1.log "${TR[@]}" --nproc_per_node=1 tests/gpu/test_graphs_gpu.py --calls 20 --hang-dump-s 28
+  step 95 bench_w1.log python3 bench/bench_call_path.py --out-dir "$dest" $BENCH_EAGER \
+    --variants AgGemm,GemmRs-chunks,GemmRs-epilogue,GemmAr-chunks
 else
-  step 55 bench_w1.log python3 bench/bench_call_path.py --out-dir "$dest" --variants AgGemm,AgGemm-copy
-  step 32 bench_w2.log "${TR[@]}" --nproc_per_node=2 bench/bench_call_path.py --out-dir "$dest" --variants AgGemm
-  step 15 ops_w2_missing.log "${TR[@]}" --nproc_per_node=2 tests/gpu/test_ops_gpu.py --quick --only missing-chunk
-  step 10 stress_old.log python3 tests/gpu/stress_wait_timeout.py --launches 3000 --old
+  step 70 bench_w1.log python3 bench/bench_call_path.py --out-dir "$dest" $BENCH_EAGER \
+    --variants AgGemm,GemmRs-chunks,GemmRs-epilogue,GemmAr-chunks
+  step 45 graphs_w2_200.log "${TR[@]}" --nproc_per_node=2 tests/gpu/test_graphs_gpu.py --calls 200 --hang-dump-s 42
+  step 25 graphs_w1_200.log "${TR[@]}" --nproc_per_node=1 tests/gpu/test_graphs_gpu.py --calls 200 --hang-dump-s 23
 fi
 for f in "$dest"/*.log; do
   echo "== $(basename "$f")"
-  grep -E "^SUMMARY|^FAIL|^BAD|hang|Timeout|Traceback|^rc=|Error" "$f" | head -20
+  grep -E "^SUMMARY|^FAIL|^BAD|^\[  FAILED|^\[  PASSED|hang|Timeout|Traceback|^rc=|Error|targets|met on" "$f" | head -30
 done > "$dest/summary.txt" 2>&1
 cat "$dest/summary.txt"
 exit 0

@@ -1,15 +1,23 @@
 """The Python work of one fused call that replays its graph, on the CPU (no GPU needed).
 
-    TRITON_INTERPRET=1 python bench/profile_call_path_cpu.py [--calls 5000] [--top 15]
+    TRITON_INTERPRET=1 python bench/profile_call_path_cpu.py [--calls 5000] [--top 15] [--no-profile]
 
 A world-1 context of each op is built on the CPU with the runtime's workspace stood in
 (tests/python/test_ops_fused.py's FakeWorkspace), its kernel's warm-up and launch made no-ops,
 and CUDA graphs faked the way tests/python/test_call_graphs.py fakes them: the capture-status
-query, the current device, the raw current stream and the graph launch are cheap Python
-functions. Every call after the first is then a "replay", and what is timed and counted is the
-call's own Python path: the argument checks, the look at earlier timeouts, the graph lookup and
-the launch call. Prints per op: microseconds per call on this CPU (with the fakes: the CUDA calls
-a GPU would make cost more), Python function calls per call (cProfile, C functions included)
+query, the current device, the raw current stream, the graph launch and the guarded replay
+are cheap Python functions. Every call after the first is then a "replay", and what is timed
+and counted is the call's own Python path, two ways:
+  fast  the path a repeated call takes (OpContext._fast_call: the operands' metadata compared
+        with what the checks accept, one guarded replay that also asks the capture status and
+        looks for earlier timeouts);
+  full  the path every call took before it (the argument checks, check_out, the capture-status
+        query, the look at earlier timeouts, the graph lookup and the launch), kept for first
+        calls, new addresses, check=True, FP8, and whatever the fast path declines;
+and `bare`, the fake launch alone (what is left of a call that does nothing but replay).
+Batches of each alternate, and the medians are printed (this machine is shared: single runs
+move by 2x). Prints per op: microseconds per call on this CPU (with the fakes: the CUDA calls a
+GPU would make cost more), Python function calls per call (cProfile, C functions included)
 and where the time goes.
 """
 
@@ -19,6 +27,7 @@ import argparse
 import cProfile
 import os
 import pstats
+import statistics
 import sys
 import time
 from pathlib import Path
@@ -53,6 +62,10 @@ def fake_cuda_graphs():
         @staticmethod
         def launch_graph(handle, stream):
             pass
+
+        @staticmethod
+        def replay_graph_unless(handle, stream, monitor, flag):
+            return not (monitor.timed_out or flag.value)
 
     torch.cuda.CUDAGraph = Graph
     torch.cuda.graph = Capture
@@ -101,35 +114,72 @@ def build(cls_name: str):
     return ctx, a, b, out
 
 
+class _Watched:
+    """The runtime's WaitMonitor (`timed_out`) and the kernel's HostFlag (`value`), as the
+    bindings expose them: what the fast path hands the guarded replay."""
+
+    timed_out = False
+    value = 0
+
+
+def _batches(fns: dict, calls: int, rounds: int = 9) -> dict:
+    """Median microseconds per call of each fn, batches of `calls` alternating between them."""
+    times = {name: [] for name in fns}
+    for _ in range(rounds):
+        for name, fn in fns.items():
+            t0 = time.perf_counter()
+            for _ in range(calls):
+                fn()
+            times[name].append((time.perf_counter() - t0) / calls * 1e6)
+    return {name: statistics.median(ts) for name, ts in times.items()}
+
+
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--calls", type=int, default=5000)
     parser.add_argument("--top", type=int, default=12)
+    parser.add_argument("--no-profile", action="store_true", help="timings only, no cProfile listing")
     args = parser.parse_args()
     fake_cuda_graphs()
-    for cls_name in ("AgGemm", "GemmRs"):
-        ctx, a, b, out = build(cls_name)
+    from syncopate.ops.call_graphs import _Graph
 
-        def call():
-            ctx(a, b, out=out, check=False)
+    for cls_name in ("AgGemm", "GemmRs", "GemmAr"):
+        calls = {}
+        for path in ("fast", "full"):
+            ctx, a, b, out = build(cls_name)
+            ctx.ws.monitor = _Watched()
+            ctx.gemm.flag_on_host = _Watched()
+            if path == "full":
+                ctx._fast_path = lambda: None  # every call takes the full path
 
-        call()  # eager + capture
-        assert ctx.graphs.captures == 1
-        for _ in range(200):
-            call()
-        t0 = time.perf_counter()
-        for _ in range(args.calls):
-            call()
-        us = (time.perf_counter() - t0) / args.calls * 1e6
-        prof = cProfile.Profile()
-        prof.enable()
-        for _ in range(args.calls):
-            call()
-        prof.disable()
-        stats = pstats.Stats(prof)
-        per_call = stats.total_calls / args.calls
-        print(f"{cls_name}: {us:.2f} us per replayed call on this CPU, {per_call:.1f} Python-level calls per call")
-        stats.sort_stats("tottime").print_stats(args.top)
+            def call(ctx=ctx, a=a, b=b, out=out):
+                ctx(a, b, out=out, check=False)
+
+            call()  # eager + capture
+            assert ctx.graphs.captures == 1
+            for _ in range(200):
+                call()
+            assert (ctx._fast is not None) == (path == "fast")
+            calls[path] = call
+        graph = next(iter(ctx.graphs._graphs.values()))
+        assert isinstance(graph, _Graph)
+        calls["bare"] = graph.replay
+        us = _batches(calls, max(1, args.calls // 9))
+        print(
+            f"{cls_name}: per replayed call on this CPU: fast {us['fast']:.2f} us, full {us['full']:.2f} us, "
+            f"bare replay {us['bare']:.2f} us"
+        )
+        if args.no_profile:
+            continue
+        for path in ("fast", "full"):
+            prof = cProfile.Profile()
+            prof.enable()
+            for _ in range(args.calls):
+                calls[path]()
+            prof.disable()
+            stats = pstats.Stats(prof)
+            print(f"{cls_name} {path}: {stats.total_calls / args.calls:.1f} Python-level calls per call")
+            stats.sort_stats("tottime").print_stats(args.top)
     return 0
 
 

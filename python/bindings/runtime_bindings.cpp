@@ -184,7 +184,7 @@ NB_MODULE(_runtime, m) {
       .def(nb::init<>())
       .def("check", &WaitMonitor::check, "Raises WaitTimeoutError if a runtime wait timed out.")
       .def("clear", &WaitMonitor::clear)
-      .def_prop_ro("timed_out", [](const WaitMonitor& w) { return w.snapshot().flag != 0; });
+      .def_prop_ro("timed_out", &WaitMonitor::timed_out);
 
   nb::class_<HostFlag>(m, "HostFlag")
       .def(nb::init<>())
@@ -202,6 +202,16 @@ NB_MODULE(_runtime, m) {
       "launch_graph",
       [](std::uintptr_t graph_exec, std::uintptr_t stream) { runtime::launch_graph(graph_exec, as_stream(stream)); },
       "graph_exec"_a, "stream"_a, "cudaGraphLaunch of an instantiated graph (torch: raw_cuda_graph_exec())");
+  m.def(
+      "replay_graph_unless",
+      [](std::uintptr_t graph_exec, std::uintptr_t stream, const WaitMonitor* monitor, const HostFlag* flag) {
+        return runtime::replay_graph_unless(graph_exec, as_stream(stream), monitor, flag) ==
+               runtime::ReplayOutcome::launched;
+      },
+      "graph_exec"_a, "stream"_a, "monitor"_a.none(), "flag"_a.none(),
+      "Launches the graph and returns True unless the stream is being captured, an earlier wait "
+      "timed out (monitor's record or flag; None: not watched) or the capture status is "
+      "unreadable; then nothing is launched (runtime/graph_launch.hpp)");
   nb::class_<NcclComm>(m, "NcclComm")
       .def(
           "__init__",

@@ -39,6 +39,11 @@ WaitRecord WaitMonitor::snapshot() const {
   return out;
 }
 
+bool WaitMonitor::timed_out() const {
+  const volatile WaitRecord* r = host_record_;
+  return r->flag != 0;
+}
+
 void WaitMonitor::check() {
   const WaitRecord r = snapshot();
   if (r.flag == 0) return;

@@ -28,7 +28,9 @@
 #include "syncopate/common/error.hpp"
 #include "syncopate/lower/signal_table.hpp"
 #include "syncopate/plan/verify.hpp"
+#include "syncopate/runtime/graph_launch.hpp"
 #include "syncopate/runtime/host_flag.hpp"
+#include "syncopate/runtime/wait_monitor.hpp"
 #include "syncopate/runtime/rank_schedule.hpp"
 
 namespace syncopate::gpu_test {
@@ -333,6 +335,81 @@ TEST(HostFlagCopy, EagerAndCapturedCopiesReachTheHost) {
   cudaGraphExecDestroy(exec);
   cudaGraphDestroy(graph);
   cudaStreamDestroy(stream);
+  cudaFree(word);
+}
+
+// The ops' fast path replays a call's graph through replay_graph_unless: it must launch only when
+// the stream is not being captured and neither the runtime's record nor the kernel's host flag
+// shows an earlier timeout, and launch nothing otherwise (the caller then takes the full path).
+TEST(GuardedReplay, LaunchesOnlyWhenNotCapturedAndNothingTimedOut) {
+  using runtime::ReplayOutcome;
+  int* word = nullptr;
+  int64_t* flag_word = nullptr;
+  ASSERT_EQ(cudaMalloc(reinterpret_cast<void**>(&word), sizeof(int)), cudaSuccess);
+  ASSERT_EQ(cudaMalloc(reinterpret_cast<void**>(&flag_word), sizeof(int64_t)), cudaSuccess);
+  cudaStream_t stream = nullptr;
+  ASSERT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
+  cudaGraph_t graph = nullptr;
+  cudaGraphExec_t exec = nullptr;
+  ASSERT_EQ(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), cudaSuccess);
+  ASSERT_EQ(cudaMemsetAsync(word, 1, sizeof(int), stream), cudaSuccess);
+  ASSERT_EQ(cudaStreamEndCapture(stream, &graph), cudaSuccess);
+  ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
+  const auto handle = reinterpret_cast<std::uintptr_t>(exec);
+  auto word_value = [&] {
+    int v = -1;
+    EXPECT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+    EXPECT_EQ(cudaMemcpy(&v, word, sizeof v, cudaMemcpyDeviceToHost), cudaSuccess);
+    return v;
+  };
+  auto reset = [&] { ASSERT_EQ(cudaMemset(word, 0, sizeof(int)), cudaSuccess); };
+  runtime::WaitMonitor monitor;
+  runtime::HostFlag flag;
+
+  reset();
+  EXPECT_EQ(runtime::replay_graph_unless(handle, stream, &monitor, &flag), ReplayOutcome::launched);
+  EXPECT_EQ(word_value(), 0x01010101) << "the clear case must launch the graph";
+  EXPECT_EQ(runtime::replay_graph_unless(handle, stream, nullptr, nullptr), ReplayOutcome::launched);
+
+  // The kernel's flag, copied to the host by an earlier call: nothing launched.
+  reset();
+  const int64_t timed_out = 1;
+  ASSERT_EQ(cudaMemcpy(flag_word, &timed_out, sizeof timed_out, cudaMemcpyHostToDevice), cudaSuccess);
+  flag.enqueue_copy(flag_word, stream);
+  ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+  EXPECT_EQ(runtime::replay_graph_unless(handle, stream, &monitor, &flag), ReplayOutcome::timed_out);
+  EXPECT_EQ(word_value(), 0);
+  flag.clear();
+
+  // The runtime's record (mapped host memory the wait kernels write): nothing launched.
+  runtime::WaitRecord record;
+  record.flag = 1;
+  ASSERT_EQ(cudaMemcpy(monitor.device_record(), &record, sizeof record, cudaMemcpyDefault), cudaSuccess);
+  EXPECT_TRUE(monitor.timed_out());
+  EXPECT_EQ(runtime::replay_graph_unless(handle, stream, &monitor, &flag), ReplayOutcome::timed_out);
+  EXPECT_EQ(runtime::replay_graph_unless(handle, stream, nullptr, &flag), ReplayOutcome::launched)
+      << "an unwatched monitor is not looked at";
+  EXPECT_EQ(word_value(), 0x01010101);
+  monitor.clear();
+  EXPECT_FALSE(monitor.timed_out());
+
+  // Under the caller's capture: nothing launched, nothing recorded.
+  reset();
+  cudaGraph_t user = nullptr;
+  ASSERT_EQ(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), cudaSuccess);
+  EXPECT_EQ(runtime::replay_graph_unless(handle, stream, &monitor, &flag), ReplayOutcome::capturing);
+  ASSERT_EQ(cudaStreamEndCapture(stream, &user), cudaSuccess);
+  size_t nodes = 99;
+  ASSERT_EQ(cudaGraphGetNodes(user, nullptr, &nodes), cudaSuccess);
+  EXPECT_EQ(nodes, 0u);
+  EXPECT_EQ(word_value(), 0);
+  EXPECT_EQ(cudaGetLastError(), cudaSuccess);
+
+  cudaGraphDestroy(user);
+  cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(graph);
+  cudaStreamDestroy(stream);
+  cudaFree(flag_word);
   cudaFree(word);
 }
 

@@ -18,6 +18,7 @@ class FakeGraphs:
     def __init__(self, monkeypatch):
         self.capturing = False
         self.log = []
+        self.guarded = 0  # guarded replays asked of the runtime (the fast path's one call)
         fake = self
 
         class Graph:
@@ -42,6 +43,17 @@ class FakeGraphs:
         class Launch:
             def launch_graph(self, handle, stream):
                 fake.log.append(("launch", handle, stream))
+
+            def replay_graph_unless(self, handle, stream, monitor, flag):
+                """runtime/graph_launch.hpp's guarded replay: launches unless the stream is being
+                captured or the watched records show a timeout; True if it launched."""
+                fake.guarded += 1
+                if fake.capturing:
+                    return False
+                if (monitor is not None and monitor.timed_out) or (flag is not None and flag.value != 0):
+                    return False
+                fake.log.append(("launch", handle, stream))
+                return True
 
         monkeypatch.setattr(torch.cuda, "CUDAGraph", Graph)
         monkeypatch.setattr(torch.cuda, "graph", Capture)
@@ -152,3 +164,42 @@ def test_a_call_under_the_callers_capture_named_by_the_caller_is_recorded_withou
     fake.capturing = True
     graphs.run((1,), fake.enqueue("user"), under_capture=True)
     assert fake.log == [("enqueue", "user", "captured")] and fake.queries == 0
+
+
+class Watched:
+    """What the guarded replay watches: the runtime's WaitMonitor (`timed_out`) and the kernel's
+    HostFlag (`value`), as the bindings expose them."""
+
+    def __init__(self):
+        self.timed_out = False
+        self.value = 0
+
+    def clear(self):  # HostFlag.clear
+        self.value = 0
+
+
+def test_replay_cached_launches_a_known_key_and_declines_anything_else_without_launching(monkeypatch):
+    fake = FakeGraphs(monkeypatch)
+    graphs = call_graphs.CallGraphs("AgGemm", enabled=True, limit=2)
+    monitor, flag = Watched(), Watched()
+    assert not graphs.replay_cached((1,), monitor, flag) and fake.guarded == 0  # no graph: no runtime call
+    graphs.run((1,), fake.enqueue("a"))
+    graphs.run((2,), fake.enqueue("b"))
+    launches = lambda: [e for e in fake.log if e[0] == "launch"]  # noqa: E731
+    assert graphs.replay_cached((1,), monitor, flag) and len(launches()) == 1
+    assert fake.queries == 2, "the fast path asks torch nothing: the runtime call reads the capture status"
+    # (1,) is now the most recently used: a third key evicts (2,).
+    graphs.run((3,), fake.enqueue("c"))
+    assert not graphs.replay_cached((2,), monitor, flag)
+    for watched in (monitor, flag):  # an earlier timeout: nothing launched, the full path raises it
+        if watched is monitor:
+            monitor.timed_out = True
+        else:
+            flag.value = 1
+        assert not graphs.replay_cached((1,), monitor, flag)
+        monitor.timed_out, flag.value = False, 0
+    fake.capturing = True  # the caller's capture: nothing launched, the full path records into it
+    assert not graphs.replay_cached((1,), monitor, flag)
+    fake.capturing = False
+    assert len(launches()) == 1
+    assert graphs.replay_cached((1,), None, None) and len(launches()) == 2

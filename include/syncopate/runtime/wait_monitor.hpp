@@ -21,6 +21,8 @@ class WaitMonitor {
   WaitRecord* device_record() const { return device_record_; }
   // A copy of the record as it stands now.
   WaitRecord snapshot() const;
+  // Whether a wait has timed out (the record's flag alone: a host read, no copy of the record).
+  bool timed_out() const;
   // Throws WaitTimeoutError naming rank, slot, expected, seen and chunk if a wait timed out,
   // and clears the record so the next call starts clean.
   void check();

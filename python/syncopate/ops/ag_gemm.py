@@ -95,6 +95,9 @@ class AgGemm(OpContext):
                 self.gemm = self._make_gemm(accesses, producer=False)
                 self.gemm.warm_up(self.a_full, self._scratch_b(), out, self.signals)
 
+    def _operand_shapes(self):
+        return (self.shard_rows, self.k), (self.m, self.n)
+
     def _build_fp8_rows(self, packed: torch.Tensor) -> None:
         """FP8: the gathered rows [M, K + 16] (A, then each row's fp32 scale), their views, this
         rank's rows, and the per-column buffer of B's scales (ops/fp8.py)."""
@@ -126,6 +129,10 @@ class AgGemm(OpContext):
         heap's copy is overwritten by the next call). check: synchronize and raise a
         WaitTimeoutError now (else errors surface at the next check()). scale_a / scale_b: the
         FP8 scales (ops/fp8.py; required with FP8 operands, refused otherwise); c is then bf16."""
+        if not check and gathered_out is None and scale_a is None and scale_b is None:
+            done = self._fast_call(a_shard, b, out)  # a repeated call: one guarded replay
+            if done is not None:
+                return done
         self._check_operands(a_shard, "a_shard", (self.shard_rows, self.k), b, "b", a_to_kernel=False)
         if self.fp8:
             sa, sb = check_scales("AgGemm", scale_a, scale_b, self.shard_rows, self.n, self.device)
@@ -151,7 +158,10 @@ class AgGemm(OpContext):
             full = self.a_full if gathered_out is None else gathered_out
             dist.all_gather_into_tensor(full, a_shard, group=self.group)
             return torch.matmul(full, b, out=out)
-        key = (a_shard.data_ptr(), b.data_ptr(), out.data_ptr(), 0 if gathered_out is None else gathered_out.data_ptr())
+        # The operands' addresses (what the graph bakes in), as _fast_call looks them up.
+        key = (a_shard.data_ptr(), b.data_ptr(), out.data_ptr())
+        if gathered_out is not None:
+            key += (gathered_out.data_ptr(),)
         self._run_call(key, lambda: self._enqueue(a_shard, b, out, gathered_out), check)
         return out
 

@@ -44,18 +44,27 @@ class _Graph:
     (what Triton's launcher does): building a torch.cuda.Stream object per replay cost
     microseconds of the call's host time."""
 
-    __slots__ = ("graph", "exec_handle", "launch", "device")
+    __slots__ = ("graph", "exec_handle", "launch", "launch_unless", "device")
 
     def __init__(self, graph: "torch.cuda.CUDAGraph", device: int):
         from syncopate.runtime import require_runtime
 
+        runtime = require_runtime()
         self.graph = graph
         self.exec_handle = int(graph.raw_cuda_graph_exec())
-        self.launch = require_runtime().launch_graph
+        self.launch = runtime.launch_graph
+        self.launch_unless = runtime.replay_graph_unless
         self.device = device
 
     def replay(self) -> None:
         self.launch(self.exec_handle, torch._C._cuda_getCurrentRawStream(self.device))
+
+    def replay_unless(self, monitor, flag) -> bool:
+        """Launches the graph unless the current stream is being captured or `monitor` / `flag`
+        (the runtime's wait record, the kernel's host flag; None: not watched) show an earlier
+        timeout: all in one runtime call (graph_launch.hpp). True if it launched."""
+        stream = torch._C._cuda_getCurrentRawStream(self.device)
+        return self.launch_unless(self.exec_handle, stream, monitor, flag)
 
 
 class CallGraphs:
@@ -102,6 +111,21 @@ class CallGraphs:
             return
         self._graphs.move_to_end(key)
         graph.replay()
+
+    def replay_cached(self, key: Hashable, monitor=None, flag=None) -> bool:
+        """The fast path of a call that repeats an earlier one: replays the graph captured for
+        `key` and returns True, unless graphs are off or there is none, the current stream is being captured, or
+        `monitor` / `flag` show an earlier timeout; then nothing is launched and False says the
+        call must take the full path (run), which enqueues into the caller's capture or raises
+        the timeout. The caller has checked that its operands are what the graph was captured
+        for (OpContext._replay_if_cached)."""
+        if not self.enabled:  # graphs turned off after some were made: every call eager
+            return False
+        graph = self._graphs.get(key)
+        if graph is None or not graph.replay_unless(monitor, flag):
+            return False
+        self._graphs.move_to_end(key)
+        return True
 
     def _capture(self, enqueue: Callable[[], None]) -> _Graph:
         graph = torch.cuda.CUDAGraph()

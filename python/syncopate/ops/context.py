@@ -218,7 +218,7 @@ class OpContext:
         """One call's device work through the context's graphs (see CallGraphs.run). Before it,
         without synchronizing, raises a wait that timed out in an earlier call (report_timeouts);
         after it, if `check` and nothing is being captured, synchronizes and raises one of this
-        call."""
+        call. Once a graph exists, later calls may take the fast path (_fast_call)."""
         under_capture = capturing()  # asked once per call (each query costs host time)
         if not under_capture:
             self.report_timeouts()
@@ -229,8 +229,83 @@ class OpContext:
                 self.gemm.copy_flag_to_host()
 
         self.graphs.run(key, work, under_capture)
+        if self._fast is None and self.graphs.captures:
+            self._fast = self._fast_path()
         if check and not under_capture:
             self.check()
+
+    # -- the fast path of a call that repeats an earlier one --------------------------------------
+    _fast = None  # what _fast_call compares, once the context has a graph (_fast_path)
+
+    def _operand_shapes(self):
+        """(a's shape, out's shape) a call takes (the shapes _check_operands and check_out want)."""
+        raise NotImplementedError
+
+    def _fast_path(self):
+        """What a call's operands must be for _fast_call to replay a graph without the full
+        checks, or None where this context has no fast path: FP8 (the scales are copied per
+        call), the torch fallback, or a timeout record the guarded replay could not watch (the
+        runtime's WaitMonitor and the kernel's HostFlag are what report_timeouts reads)."""
+        if self.fp8 or self.ws is None or not self.graphs.enabled:
+            return None
+        monitor = getattr(self.ws, "monitor", None)
+        flag = None if self.gemm is None else getattr(self.gemm, "flag_on_host", None)
+        if monitor is None or (self.gemm is not None and flag is None):
+            return None
+        a_shape, out_shape = (tuple(s) for s in self._operand_shapes())
+        b_shape = (self.k, self.n)
+        # The strides each check accepts, in the form a contiguous tensor has: a and out
+        # contiguous, b row-major [K, N] ("kn") or the transpose of a row-major [N, K] ("nk").
+        b_stride = (self.n, 1) if self.b_layout == "kn" else (1, self.k)
+        return (
+            self.dtype,
+            self.out_dtype,
+            self.device,
+            a_shape,
+            (a_shape[1], 1),
+            b_shape,
+            b_stride,
+            out_shape,
+            (out_shape[1], 1),
+            monitor,
+            flag,
+        )
+
+    def _fast_call(self, a: torch.Tensor, b: torch.Tensor, out: Optional[torch.Tensor]) -> Optional[torch.Tensor]:
+        """The host path of a call that repeats an earlier one (docs/RUNTIME.md, "The host's
+        share of a call"): `out` (a new tensor if None) once the graph captured for these
+        operands' addresses has been replayed, or None, having launched nothing, when the call
+        must take the full path: no graph yet or for these addresses, an operand whose dtype,
+        shape, strides or device is not exactly what the checks accept (the full path then
+        raises the error), the stream being captured by the caller, or an earlier timeout to
+        report. Equivalent to the full checks: everything they read is compared here (shape,
+        dtype, device, strides), except the alignment, which depends on the address alone and
+        was checked when the graph for these addresses was made. The capture query, both
+        timeout looks and the launch are one runtime call (CallGraphs.replay_cached)."""
+        fast = self._fast
+        if fast is None:
+            return None
+        dtype, out_dtype, device, a_shape, a_stride, b_shape, b_stride, out_shape, out_stride, monitor, flag = fast
+        if out is None:
+            out = torch.empty(out_shape, dtype=out_dtype, device=device)
+        if (
+            a.dtype is not dtype
+            or b.dtype is not dtype
+            or out.dtype is not out_dtype
+            or a.shape != a_shape
+            or b.shape != b_shape
+            or out.shape != out_shape
+            or a.stride() != a_stride
+            or b.stride() != b_stride
+            or out.stride() != out_stride
+            or a.device != device
+            or b.device != device
+            or out.device != device
+        ):
+            return None
+        if not self.graphs.replay_cached((a.data_ptr(), b.data_ptr(), out.data_ptr()), monitor, flag):
+            return None
+        return out
 
     def report_timeouts(self) -> None:
         """Raises WaitTimeoutError (through check(), which names the chunk) if a wait of an

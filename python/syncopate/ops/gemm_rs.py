@@ -195,6 +195,10 @@ class ProducerGemm(OpContext):
             dist.reduce_scatter_tensor(out, self.c, group=self.group)
         return out
 
+    def _operand_shapes(self):
+        rows = self.m if self.collective == "all-reduce" else self.shard_rows
+        return (self.m, self.k), (rows, self.n)
+
     def _result_view(self) -> torch.Tensor:
         lo = self.rank * self.shard_rows
         return self.c[lo : lo + self.shard_rows]
@@ -213,6 +217,10 @@ class ProducerGemm(OpContext):
         raise a WaitTimeoutError now (else errors surface at the next check()). scale_a / scale_b:
         the FP8 scales (ops/fp8.py: A's per tensor or per row of a, B's per tensor or per column);
         required with FP8 operands, refused otherwise. The result is then bf16, reduced in bf16."""
+        if not check and scale_a is None and scale_b is None:
+            done = self._fast_call(a, b_shard, out)  # a repeated call: one guarded replay
+            if done is not None:
+                return done
         who = type(self).__name__
         self._check_operands(a, "a", (self.m, self.k), b_shard, "b_shard", a_to_kernel=True)
         key = (a.data_ptr(), b_shard.data_ptr())
@@ -221,8 +229,7 @@ class ProducerGemm(OpContext):
             key += (sa.data_ptr(), sb.data_ptr())
         else:
             refuse_scales(who, self.dtype, scale_a, scale_b)
-        rows = self.m if self.collective == "all-reduce" else self.shard_rows
-        out = check_out(out, (rows, self.n), self.out_dtype, self.device, who)
+        out = check_out(out, self._operand_shapes()[1], self.out_dtype, self.device, who)
         if self.fp8:
             # Captured with the call when it runs through the context's graph (_run_call).
             def set_scales():
