@@ -103,6 +103,12 @@ class NotifyRowPlacer {
       for (std::size_t i = 0; i < a_.tiles.size(); ++i)
         if (a_.tiles[i].end_stmt <= n.stmt) t = i;
       if (!t || !dominated_by(a_.tiles[*t], n.stmt)) continue;
+      // Not in a prefetched tile loop (rows loaded one tile ahead and carried to the notify):
+      // there the producer's notify never reached the signals. GemmRs (copy engine) at world 2
+      // on nvidia-h200 timed out on every ready slot with "seen 0", and passed with the same
+      // kernel's notify reading its row at the store (2026-11-25). The cause inside Triton's
+      // pipelined loop is not found; the notify's `bar.sync` on carried values is the suspect.
+      if (a_.tiles[*t].prefetch) continue;
       n.row_at_lookup = true;
       a_.tiles[*t].notify_row_at_lookup = true;
     }

@@ -91,8 +91,8 @@ def gemm_fp8_tma_kernel(a_ptr, b_ptr, c_ptr, scale_a_ptr, scale_b_ptr, M, N, K, 
         # @sy.produce(c_ptr, m=pid_m, n=pid_n)
         store_c_tile(acc.to(c_ptr.dtype.element_ty), c_desc, c_ptr, off_m, off_n, M, N, stride_cm, BLOCK_M, BLOCK_N,
                      EPILOGUE_SPLIT, C_STORE_POINTERS)
-        syl.tma_store_wait_row(sy_notify_begin, sy_notify_end)  # [syncopate]
-        syl.notify_tile_row(sy_signals, sy_notify_slots, sy_tile, sy_notify_begin, sy_notify_end)  # [syncopate]
+        syl.tma_store_wait(sy_notify_offsets, sy_tile)  # [syncopate]
+        syl.notify_tile(sy_signals, sy_notify_offsets, sy_notify_slots, sy_tile)  # [syncopate]
 
 
 @triton.jit
