@@ -169,7 +169,8 @@ TEST(WaitPlacement, APersistentLoopWaitsAtTheLookupInsideTheLoop) {
   // In a prefetched loop the notify reads its row at the store, not from the carried rows
   // (placement.cpp: the carried form lost a GEMM+RS producer's notifies on the GPU).
   EXPECT_EQ(count(text, "syl.notify_tile_row("), 0u) << text;
-  EXPECT_EQ(count(text, "        syl.notify_tile(sy_signals, sy_notify_offsets, sy_notify_slots, sy_tile)"), 1u) << text;
+  EXPECT_EQ(count(text, "        syl.notify_tile(sy_signals, sy_notify_offsets, sy_notify_slots, sy_tile)"), 1u)
+      << text;
 }
 
 TEST(WaitPlacement, AWhileLoopGetsTheSlotCacheButNoPrefetch) {
