@@ -346,37 +346,49 @@ def wait_for_tile(
         begin = tl.load(wait_offsets_ptr + tile)
         end = tl.load(wait_offsets_ptr + tile + 1)
         epoch = tl.load(epoch_ptr)
-        operands = [
-            begin,
-            end,
-            wait_slots_ptr,
-            slot_writers_ptr,
-            signals_ptr,
-            epoch,
-            bound_ns,
-            error_ptr,
-            rank,
-            tile,
-            seen,
-        ]
-        if cuda_capability_geq(9, 0):
-            tile, seen = tl.inline_asm_elementwise(
-                _WAIT_FOR_TILE_PTX_FENCE,
-                _WAIT_FOR_TILE_CONSTRAINTS,
-                operands,
-                dtype=(tl.int32, tl.int32),
-                is_pure=False,
-                pack=1,
-            )
-        else:
-            tile, seen = tl.inline_asm_elementwise(
-                _WAIT_FOR_TILE_PTX,
-                _WAIT_FOR_TILE_CONSTRAINTS,
-                operands,
-                dtype=(tl.int32, tl.int32),
-                is_pure=False,
-                pack=1,
-            )
+        tile, seen = _wait_row_ptx(
+            signals_ptr, wait_slots_ptr, slot_writers_ptr, tile, begin, end, epoch, bound_ns, rank, error_ptr, seen
+        )
+    return tile, seen
+
+
+@triton.jit
+def _wait_row_ptx(
+    signals_ptr, wait_slots_ptr, slot_writers_ptr, tile, begin, end, epoch, bound_ns, rank, error_ptr, seen
+):
+    """The GPU form of wait_for_tile and wait_for_tile_row: one PTX block over the row
+    [begin, end) (the fenced variant on Hopper and newer)."""
+    operands = [
+        begin,
+        end,
+        wait_slots_ptr,
+        slot_writers_ptr,
+        signals_ptr,
+        epoch,
+        bound_ns,
+        error_ptr,
+        rank,
+        tile,
+        seen,
+    ]
+    if cuda_capability_geq(9, 0):
+        tile, seen = tl.inline_asm_elementwise(
+            _WAIT_FOR_TILE_PTX_FENCE,
+            _WAIT_FOR_TILE_CONSTRAINTS,
+            operands,
+            dtype=(tl.int32, tl.int32),
+            is_pure=False,
+            pack=1,
+        )
+    else:
+        tile, seen = tl.inline_asm_elementwise(
+            _WAIT_FOR_TILE_PTX,
+            _WAIT_FOR_TILE_CONSTRAINTS,
+            operands,
+            dtype=(tl.int32, tl.int32),
+            is_pure=False,
+            pack=1,
+        )
     return tile, seen
 
 
@@ -413,37 +425,9 @@ def wait_for_tile_row(
             wait(signals_ptr + slot, expected, bound_ns, error_ptr, rank, slot, tile)
         fence_proxy_async()
     else:
-        operands = [
-            begin,
-            end,
-            wait_slots_ptr,
-            slot_writers_ptr,
-            signals_ptr,
-            epoch,
-            bound_ns,
-            error_ptr,
-            rank,
-            tile,
-            seen,
-        ]
-        if cuda_capability_geq(9, 0):
-            tile, seen = tl.inline_asm_elementwise(
-                _WAIT_FOR_TILE_PTX_FENCE,
-                _WAIT_FOR_TILE_CONSTRAINTS,
-                operands,
-                dtype=(tl.int32, tl.int32),
-                is_pure=False,
-                pack=1,
-            )
-        else:
-            tile, seen = tl.inline_asm_elementwise(
-                _WAIT_FOR_TILE_PTX,
-                _WAIT_FOR_TILE_CONSTRAINTS,
-                operands,
-                dtype=(tl.int32, tl.int32),
-                is_pure=False,
-                pack=1,
-            )
+        tile, seen = _wait_row_ptx(
+            signals_ptr, wait_slots_ptr, slot_writers_ptr, tile, begin, end, epoch, bound_ns, rank, error_ptr, seen
+        )
     return tile, seen
 
 
