@@ -39,7 +39,7 @@ from pathlib import Path
 
 # The package staged by run.sh has no calib/ (an installed one does): use the repository's.
 os.environ.setdefault("SYNCOPATE_CALIBRATION", str(Path(__file__).resolve().parents[2] / "calib" / "h200.json"))
-# The staged epilogue is opt-in for reduce="auto" until these rows pass on a GPU (ops/staged_gemm.py):
+# The staged epilogue is opt-in for reduce="auto" until its speed is measured on several GPUs (ops/staged_gemm.py):
 # here auto may take it, so its choice is exercised too.
 os.environ.setdefault("SYNCOPATE_AUTO_STAGED", "1")
 
