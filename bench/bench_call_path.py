@@ -404,7 +404,9 @@ def stamped_measurement(ctx, a, b, out, expected, clock, calls, ref) -> dict:
         "profiler_adds_graph_us": profiled["floor"]["stamps"][0]["us"] - plain["floor"]["stamps"][0]["us"],
         "profiler_adds_triton_us": profiled["triton"]["stamps"][0]["us"] - plain["triton"]["stamps"][0]["us"],
         "profiler_adds_op_gemm_stamp_us": profiled["op"]["stamps"][1]["us"] - before_gemm["us"],
-        "stamp_clock_uncertainty_us": max(plain["op"]["host_offset_uncertainty_us"], profiled["op"]["host_offset_uncertainty_us"]),
+        "stamp_clock_uncertainty_us": max(
+            plain["op"]["host_offset_uncertainty_us"], profiled["op"]["host_offset_uncertainty_us"]
+        ),
         "stamp_clock_drift_us": plain["op"]["clock_drift_us"],
         "timer_step_us": plain["op"]["timer_step_us"],
         "stamped": {"plain": plain, "profiled": profiled},
