@@ -257,7 +257,7 @@ def main():
                     row["replay_only_host_us"] = host_us(replay.replay)
                     fast = graph_ctx._fast
                     if fast is not None:
-                        row["guarded_replay_host_us"] = host_us(lambda: replay.replay_unless(fast[-2], fast[-1]))
+                        row["guarded_replay_host_us"] = host_us(lambda: replay.replay_unless(fast.monitor, fast.flag))
                     graph_ctx.check()
                 a_shape = (m_op // world, k) if cls_name == "AgGemm" else (m_op, k)
                 row["checks_only_host_us"] = host_us(
