@@ -13,6 +13,13 @@ with --eager, eager (graph=False), fused, copy-engine:
                    bench/call_clock.py (a host<->GPU ping-pong, and a probe kernel stamping
                    globaltimer inside the same profile), median over --start-calls calls, with
                    the calibration's uncertainty;
+  stamps           the same without the profiler (call_clock.py, "The profiler-free instrument"):
+                   the op's graph re-captured with a %globaltimer stamp as its first node and
+                   one right before the GEMM, the GPU drained before each call; the GEMM's start
+                   lies between that stamp and the stamp plus the gap to the GEMM measured in a
+                   profiled run of the same graph; floors on the same clock: a graph of one
+                   stamp launched as the fast path launches, and an eager Triton stamp; and
+                   what the profiler adds to each;
 beside the bare replay of the op's own graph (its host time and its kernel start: what is left
 of a call that does nothing but launch the graph), torch.mm's host time and kernel start (the
 same local GEMM), and, where ranks have their own GPUs, the host time of the NCCL collective
@@ -250,6 +257,18 @@ def main():
                 for tag, ctx in ctxs.items():
                     row[f"host_us_{tag}"] = host_us(lambda: ctx(a, b, out=out, check=False))
                     ctx.check()
+                # The same calls with new tensor objects each call (views of the same tensors:
+                # the same addresses, so the same graph): the fast path compares every operand's
+                # metadata instead of recognising the objects that passed last time.
+                # (Cycling through 64 prepared views adds about 0.1 us per call.)
+                views = iter([(a.view(a.shape), b.view(b.shape), out.view(out.shape)) for _ in range(64)] * 64)
+
+                def call_new_objects():
+                    va, vb, vo = next(views)
+                    graph_ctx(va, vb, out=vo, check=False)
+
+                row["host_us_graph_new_objects"] = host_us(call_new_objects, batches=15, per_batch=20)
+                graph_ctx.check()
                 # Where the graph path's host time goes: the replay alone, the guarded replay the
                 # fast path makes (capture query and timeout looks included), the full checks alone.
                 replay = next(iter(graph_ctx.graphs._graphs.values()), None)
@@ -351,6 +370,10 @@ def main():
                         f"(Triton); clock +-{row['stamp_clock_uncertainty_us']:.1f} us, drift "
                         f"{row['stamp_clock_drift_us']:+.1f} us, timer step {row['timer_step_us']:.3f} us"
                     )
+                say(
+                    f"{'':18s} {'':16s} host with new tensor objects each call (all compared): "
+                    f"{row['host_us_graph_new_objects']:.1f} us"
+                )
                 say(f"{'':18s} {'':16s} {describe_targets(row)}")
                 del ctxs
                 graph_ctx = replay = fns = ctx = None  # every context of the row freed before the next

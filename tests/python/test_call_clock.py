@@ -89,3 +89,60 @@ def test_each_gemm_is_paired_with_the_last_stamp_before_it(monkeypatch):
     assert gap["min_us"] == 2.0 and gap["max_us"] == 2.5 and gap["us"] == 2.25
     monkeypatch.setattr(call_clock, "_kernel_events", lambda prof: [(1, "gemm_tma_kernel")])
     assert call_clock._gemm_after_stamp_us(None, ("gemm_tma_kernel",))["samples"] == 0
+
+
+class BookkeepingClock:
+    """GpuClock's interface on the CPU: calibrations give offsets from a list (globaltimer -
+    perf_counter_ns), the stamps live in a CPU tensor that the timed functions write."""
+
+    def __init__(self, offsets):
+        self.device = torch.device("cpu")
+        self.offsets = list(offsets)
+        self.offset_ns, self.uncertainty_ns = 0, float("inf")
+        self.stamps_dev = torch.zeros(8, dtype=torch.int64)
+        self.calibrations = 0
+
+    def calibrate(self):
+        self.offset_ns = self.offsets[min(self.calibrations, len(self.offsets) - 1)]
+        self.uncertainty_ns = 400.0
+        self.calibrations += 1
+
+
+def test_stamped_starts_times_each_stamp_from_the_host_clock_read_just_before_the_call(monkeypatch):
+    import time
+
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda device=None: None)
+    monkeypatch.setattr(call_clock, "timer_step_ns", lambda device: 32.0)
+    clock = BookkeepingClock([10_000, 10_000])
+    calls = []
+
+    def op():  # "stamps" 5 us and 8 us after the host clock read inside the call
+        now = time.perf_counter_ns() + clock.offset_ns
+        calls.append(now)
+        clock.stamps_dev[0] = now + 5_000
+        clock.stamps_dev[3] = now + 8_000
+
+    def floor():
+        clock.stamps_dev[2] = time.perf_counter_ns() + clock.offset_ns + 2_000
+
+    result = call_clock.stamped_starts(
+        {"op": (op, (0, 3)), "floor": (floor, (2,)), "none": (lambda: None, (1,))}, clock, calls=5
+    )
+    assert len(calls) == 1 + 5, "one warm-up call, then one per round"
+    first, gemm = result["op"]["stamps"]
+    assert (first["slot"], gemm["slot"]) == (0, 3) and first["samples"] == gemm["samples"] == 5
+    assert 5.0 <= first["min_us"] <= first["us"] < 5.0 + 2_000, "never earlier than the stamp's own lead"
+    assert 8.0 <= gemm["min_us"] < 8.0 + 2_000
+    assert 2.0 <= result["floor"]["stamps"][0]["min_us"] < 2.0 + 2_000
+    none = result["none"]["stamps"][0]
+    assert none["samples"] == 0 and none["us"] != none["us"], "a stamp never written is no sample (NaN)"
+    assert result["op"]["host_offset_uncertainty_us"] == 0.4 and result["op"]["timer_step_us"] == 0.032
+    assert clock.calibrations == 2, "calibrated before and after the block"
+
+
+def test_stamped_starts_reports_the_drift_between_its_calibrations(monkeypatch):
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda device=None: None)
+    monkeypatch.setattr(call_clock, "timer_step_ns", lambda device: 32.0)
+    clock = BookkeepingClock([10_000, 12_500])
+    result = call_clock.stamped_starts({"f": (lambda: None, (0,))}, clock, calls=2)
+    assert result["f"]["clock_drift_us"] == 2.5
