@@ -56,7 +56,7 @@ CPP_TEST=build-gpu/tests/gpu/syncopate_runtime_gpu_test
 VARIANTS=AgGemm,GemmRs-chunks,GemmRs-epilogue,GemmAr-chunks
 if [ "$ROUND" = 3 ]; then
   step 28 graphs_w1.log "${TR[@]}" --nproc_per_node=1 tests/gpu/test_graphs_gpu.py --calls 20 --hang-dump-s 26
-  step 50 bench_w1.log python3 bench/bench_call_path.py --out-dir "$dest" --no-full-path --variants "$VARIANTS"
+  step 50 bench_w1.log python3 bench/bench_call_path.py --out-dir "$dest" --no-full-path --eager --variants "$VARIANTS"
   step 62 bench_w2_shared.log "${TR[@]}" --nproc_per_node=2 bench/bench_call_path.py --out-dir "$dest" \
     --no-full-path --start-calls 10 --variants "$VARIANTS"
 elif [ "$ROUND" = 1 ]; then
