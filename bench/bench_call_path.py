@@ -153,6 +153,11 @@ def main():
     parser.add_argument(
         "--no-stamps", action="store_true", help="skip the profiler-free instrument (device stamps, call_clock.py)"
     )
+    parser.add_argument(
+        "--no-split-start",
+        action="store_true",
+        help="skip the context whose call starts with begin + publish (three kernels) instead of one",
+    )
     args = parser.parse_args()
     variants = [v for v in args.variants.split(",") if v]
     unknown = [v for v in variants if v not in VARIANTS]
@@ -217,6 +222,7 @@ def main():
                 # checks (the call path before the fast path, measured on the same host; it pays
                 # one more look for a fast path per call, about 0.1 us); eager: graph=False.
                 tags = ["graph"] + (["full"] if not args.no_full_path else []) + (["eager"] if args.eager else [])
+                tags += ["split"] if not args.no_split_start else []
 
                 def make_ctx(tag):
                     ctx = classes[cls_name](
@@ -234,6 +240,11 @@ def main():
                     )
                     if tag == "full":
                         ctx._fast_path = lambda: None  # never armed: OpContext._run_call
+                    if tag == "split":
+                        # The call's start as three kernels (begin, then publish), as before
+                        # RankExecutor::begin_and_publish: the same host, the one-kernel start's before.
+                        ws = ctx.ws
+                        ws.begin_and_publish = lambda stream=None: (ws.begin(stream), ws.publish(stream))
                     return ctx
 
                 ctxs = {tag: make_ctx(tag) for tag in tags}
@@ -332,7 +343,11 @@ def main():
                     # with a stamp as its first node and one right before the GEMM; the floor
                     # (a graph of one stamp, launched as the fast path launches) and an eager
                     # Triton stamp beside it; then the same calls inside the profiler.
-                    row.update(stamped_measurement(graph_ctx, a, b, out, expected, clock, args.start_calls, ref))
+                    row.update(
+                        stamped_measurement(
+                            graph_ctx, a, b, out, expected, clock, args.start_calls, ref, split_ctx=ctxs.get("split")
+                        )
+                    )
                 base = row["torch_mm_host_us"] + (row["collective_host_us"] or 0.0)
                 row["host_graph_over_baseline"] = row["host_us_graph"] / base
                 row["targets"] = targets_met(row)
@@ -370,6 +385,12 @@ def main():
                         f"(Triton); clock +-{row['stamp_clock_uncertainty_us']:.1f} us, drift "
                         f"{row['stamp_clock_drift_us']:+.1f} us, timer step {row['timer_step_us']:.3f} us"
                     )
+                if "split_start_stamp_gemm_us" in row:
+                    say(
+                        f"{'':18s} {'':16s} start as begin + publish (three kernels): GEMM stamp "
+                        f"{row['split_start_stamp_gemm_us']:.1f} us (first node {row['split_start_first_node_us']:.1f})"
+                        f" against {row['stamp_gemm_us']:.1f} us with one kernel"
+                    )
                 say(
                     f"{'':18s} {'':16s} host with new tensor objects each call (all compared): "
                     f"{row['host_us_graph_new_objects']:.1f} us"
@@ -389,35 +410,45 @@ def main():
         print(f"wrote {results_path(args.out_dir, kind, world, shared)}", flush=True)
 
 
-def stamped_measurement(ctx, a, b, out, expected, clock, calls, ref) -> dict:
+def stamped_measurement(ctx, a, b, out, expected, clock, calls, ref, split_ctx=None) -> dict:
     """The profiler-free kernel-start row fields (call_clock.py, "The profiler-free instrument"):
     the op's context instrumented (its later calls stamp slot 0 first and slot 1 right before
     the GEMM), the floor graph stamping slot 2, an eager Triton stamp into slot 3; medians of
-    `calls` calls each, without and then with the profiler."""
+    `calls` calls each, without and then with the profiler. split_ctx: the same op whose call
+    starts with begin + publish (three kernels), instrumented alike and timed in turn with it."""
     from call_clock import StampGraph, instrument_op, stamped_starts
 
     floor = StampGraph(clock, 2)
-    instrument_op(ctx, clock, first_slot=0, gemm_slot=1)
-    captures = ctx.graphs.captures
+    ops = {"op": ctx} if split_ctx is None else {"op": ctx, "split": split_ctx}
+    captures = {key: c.graphs.captures for key, c in ops.items()}
     err = 0.0
-    for _ in range(2):  # the first call captures the stamped graph, the second replays it (fast path)
-        out.fill_(float("nan"))
-        ctx(a, b, out=out, check=False)
-        ctx.check()
-        err = max(err, ref.rel_error(out, expected))
-    fns = {
-        "op": ((lambda: ctx(a, b, out=out, check=False)), (0, 1)),
-        "floor": (floor.replay, (2,)),
-        "triton": ((lambda: clock.probe(3)), (3,)),
-    }
+    for c in ops.values():
+        instrument_op(c, clock, first_slot=0, gemm_slot=1)
+        for _ in range(2):  # the first call captures the stamped graph, the second replays it (fast path)
+            out.fill_(float("nan"))
+            c(a, b, out=out, check=False)
+            c.check()
+            err = max(err, ref.rel_error(out, expected))
+    fns = {key: ((lambda c=c: c(a, b, out=out, check=False)), (0, 1)) for key, c in ops.items()}
+    fns["floor"] = (floor.replay, (2,))
+    fns["triton"] = ((lambda: clock.probe(3)), (3,))
     plain = stamped_starts(fns, clock, calls=calls)
     profiled = stamped_starts(fns, clock, calls=calls, profiled=True, gap_kernels=(ctx.kernel_name,))
-    ctx.check()
+    for c in ops.values():
+        c.check()
     first, before_gemm = plain["op"]["stamps"]
     gap = profiled["op"].get("gemm_after_stamp_us", {"us": float("nan")})
+    split = {}
+    if split_ctx is not None:
+        split = {
+            "split_start_first_node_us": plain["split"]["stamps"][0]["us"],
+            "split_start_stamp_gemm_us": plain["split"]["stamps"][1]["us"],
+            "split_start_recaptures": split_ctx.graphs.captures - captures["split"],
+        }
     return {
+        **split,
         "stamped_rel_err": err,
-        "stamped_recaptures": ctx.graphs.captures - captures,  # 1: every timed stamped call replayed
+        "stamped_recaptures": ctx.graphs.captures - captures["op"],  # 1: every timed stamped call replayed
         "stamp_first_node_us": first["us"],
         "stamp_gemm_us": before_gemm["us"],  # the GEMM's start, lower bound (no profiler)
         "gemm_after_stamp_us": gap["us"],  # the GEMM's start less that stamp's (profiled, device clock)

@@ -16,6 +16,7 @@ COLUMNS = (  # (header, row key, format)
     ("torch.mm host (us)", "torch_mm_host_us", "{:.1f}"),
     ("first node (us)", "stamp_first_node_us", "{:.1f}"),
     ("GEMM start, stamps (us)", None, None),  # [lower, upper]
+    ("GEMM stamp, start as 3 kernels (us)", "split_start_stamp_gemm_us", "{:.1f}"),
     ("floor: bare graph (us)", "floor_graph_us", "{:.1f}"),
     ("floor: eager Triton (us)", "floor_triton_us", "{:.1f}"),
     ("profiler adds, graph (us)", "profiler_adds_graph_us", "{:+.1f}"),
@@ -53,7 +54,9 @@ def table(doc: dict) -> str:
 def main(argv) -> int:
     for path in argv[1:]:
         doc = json.loads(open(path).read())
-        print(f"{path}: {doc['kind']}, world {doc['world']}{' (shared GPU)' if doc['shared_gpu'] else ''}, {doc['date']}")
+        print(
+            f"{path}: {doc['kind']}, world {doc['world']}{' (shared GPU)' if doc['shared_gpu'] else ''}, {doc['date']}"
+        )
         print(table(doc))
     return 0
 
