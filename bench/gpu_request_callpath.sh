@@ -22,7 +22,8 @@
 #   ROUND=3: the profiler-free instrument (bench/call_clock.py: %globaltimer stamps in the op's
 #     graph, the floor graph, the profiler's own share) and the leaner fast path (operands that
 #     passed last time not read again): tests/gpu/test_graphs_gpu.py at world 1 (20 calls: the
-#     fast path replays correctly), then the bench, every op x 3 shapes, at world 1 and at world
+#     fast path replays correctly; before it the C++ OneKernelStart and GuardedReplay GPU tests),
+#     then the bench, every op x 3 shapes, at world 1 and at world
 #     2 with both ranks sharing the GPU (timings there are marked shared_gpu, not performance).
 # Earlier rounds (session of 2026-11-25 morning, the path before the fast path): see git log.
 set -u
@@ -55,9 +56,14 @@ CPP_TEST=build-gpu/tests/gpu/syncopate_runtime_gpu_test
 
 VARIANTS=AgGemm,GemmRs-chunks,GemmRs-epilogue,GemmAr-chunks
 if [ "$ROUND" = 3 ]; then
-  step 28 graphs_w1.log "${TR[@]}" --nproc_per_node=1 tests/gpu/test_graphs_gpu.py --calls 20 --hang-dump-s 26
+  if [ -x "$CPP_TEST" ]; then
+    step 12 one_kernel_start.log "$CPP_TEST" --gtest_filter='OneKernelStart*:GuardedReplay.*'
+  else
+    echo "skipped: $CPP_TEST not built" > "$dest/one_kernel_start.log"
+  fi
+  step 26 graphs_w1.log "${TR[@]}" --nproc_per_node=1 tests/gpu/test_graphs_gpu.py --calls 20 --hang-dump-s 24
   step 50 bench_w1.log python3 bench/bench_call_path.py --out-dir "$dest" --no-full-path --eager --variants "$VARIANTS"
-  step 62 bench_w2_shared.log "${TR[@]}" --nproc_per_node=2 bench/bench_call_path.py --out-dir "$dest" \
+  step 52 bench_w2_shared.log "${TR[@]}" --nproc_per_node=2 bench/bench_call_path.py --out-dir "$dest" \
     --no-full-path --start-calls 10 --variants "$VARIANTS"
 elif [ "$ROUND" = 1 ]; then
   if [ -x "$CPP_TEST" ]; then
