@@ -377,8 +377,8 @@ def main():
                 )
                 if "stamp_gemm_us" in row:
                     say(
-                        f"{'':18s} {'':16s} no profiler: GEMM start in [{row['stamp_gemm_us']:.1f}, "
-                        f"{row['gemm_start_upper_us']:.1f}] us after the call (graph's first node "
+                        f"{'':18s} {'':16s} no profiler: GEMM start {row['stamp_gemm_us']:.1f} us after the call "
+                        f"(at most {row['gemm_start_upper_us']:.1f}; graph's first node "
                         f"{row['stamp_first_node_us']:.1f}); floor: bare graph {row['floor_graph_us']:.1f} us, "
                         f"eager Triton stamp {row['floor_triton_us']:.1f} us; profiler adds "
                         f"{row['profiler_adds_graph_us']:+.1f} us (graph) {row['profiler_adds_triton_us']:+.1f} us "
@@ -388,8 +388,7 @@ def main():
                 if "split_start_stamp_gemm_us" in row:
                     say(
                         f"{'':18s} {'':16s} start as begin + publish (three kernels): GEMM stamp "
-                        f"{row['split_start_stamp_gemm_us']:.1f} us (first node {row['split_start_first_node_us']:.1f})"
-                        f" against {row['stamp_gemm_us']:.1f} us with one kernel"
+                        f"{row['split_start_stamp_gemm_us']:.1f} us against {row['stamp_gemm_us']:.1f} us with one kernel"
                     )
                 say(
                     f"{'':18s} {'':16s} host with new tensor objects each call (all compared): "
@@ -412,58 +411,69 @@ def main():
 
 def stamped_measurement(ctx, a, b, out, expected, clock, calls, ref, split_ctx=None) -> dict:
     """The profiler-free kernel-start row fields (call_clock.py, "The profiler-free instrument"):
-    the op's context instrumented (its later calls stamp slot 0 first and slot 1 right before
-    the GEMM), the floor graph stamping slot 2, an eager Triton stamp into slot 3; medians of
-    `calls` calls each, without and then with the profiler. split_ctx: the same op whose call
-    starts with begin + publish (three kernels), instrumented alike and timed in turn with it."""
+    the op's context instrumented with a stamp right before the GEMM alone (slot 1: where the
+    GEMM starts), the floor graph stamping slot 2, an eager Triton stamp into slot 3, medians of
+    `calls` calls each, without and then with the profiler (which also gives the gap from that
+    stamp to the GEMM); then the op re-captured with a stamp as its graph's first node alone
+    (slot 0). split_ctx: the same op whose call starts with begin + publish (three kernels),
+    its GEMM stamped alike and timed in turn with it."""
     from call_clock import StampGraph, instrument_op, stamped_starts
 
     floor = StampGraph(clock, 2)
     ops = {"op": ctx} if split_ctx is None else {"op": ctx, "split": split_ctx}
-    captures = {key: c.graphs.captures for key, c in ops.items()}
     err = 0.0
-    for c in ops.values():
-        instrument_op(c, clock, first_slot=0, gemm_slot=1)
+
+    def instrument(c, first_slot, gemm_slot):
+        nonlocal err
+        instrument_op(c, clock, first_slot=first_slot, gemm_slot=gemm_slot)
+        captures = c.graphs.captures
         for _ in range(2):  # the first call captures the stamped graph, the second replays it (fast path)
             out.fill_(float("nan"))
             c(a, b, out=out, check=False)
             c.check()
             err = max(err, ref.rel_error(out, expected))
-    fns = {key: ((lambda c=c: c(a, b, out=out, check=False)), (0, 1)) for key, c in ops.items()}
+        return captures
+
+    captures = {key: instrument(c, None, 1) for key, c in ops.items()}
+    fns = {key: ((lambda c=c: c(a, b, out=out, check=False)), (1,)) for key, c in ops.items()}
     fns["floor"] = (floor.replay, (2,))
     fns["triton"] = ((lambda: clock.probe(3)), (3,))
     plain = stamped_starts(fns, clock, calls=calls)
     profiled = stamped_starts(fns, clock, calls=calls, profiled=True, gap_kernels=(ctx.kernel_name,))
+    recaptures = {key: c.graphs.captures - captures[key] for key, c in ops.items()}
+    instrument(ctx, 0, None)
+    first = stamped_starts({"op": ((lambda: ctx(a, b, out=out, check=False)), (0,))}, clock, calls=calls)
     for c in ops.values():
         c.check()
-    first, before_gemm = plain["op"]["stamps"]
+    before_gemm = plain["op"]["stamps"][0]
     gap = profiled["op"].get("gemm_after_stamp_us", {"us": float("nan")})
     split = {}
     if split_ctx is not None:
         split = {
-            "split_start_first_node_us": plain["split"]["stamps"][0]["us"],
-            "split_start_stamp_gemm_us": plain["split"]["stamps"][1]["us"],
-            "split_start_recaptures": split_ctx.graphs.captures - captures["split"],
+            "split_start_stamp_gemm_us": plain["split"]["stamps"][0]["us"],
+            "split_start_recaptures": recaptures["split"],
         }
     return {
         **split,
         "stamped_rel_err": err,
-        "stamped_recaptures": ctx.graphs.captures - captures["op"],  # 1: every timed stamped call replayed
-        "stamp_first_node_us": first["us"],
-        "stamp_gemm_us": before_gemm["us"],  # the GEMM's start, lower bound (no profiler)
+        "stamped_recaptures": recaptures["op"],  # 1: every timed stamped call replayed
+        "stamp_first_node_us": first["op"]["stamps"][0]["us"],  # the op graph's first node (own capture)
+        "stamp_gemm_us": before_gemm["us"],  # where the GEMM starts (no profiler)
         "gemm_after_stamp_us": gap["us"],  # the GEMM's start less that stamp's (profiled, device clock)
         "gemm_start_upper_us": before_gemm["us"] + gap["us"],
         "floor_graph_us": plain["floor"]["stamps"][0]["us"],
         "floor_triton_us": plain["triton"]["stamps"][0]["us"],
         "profiler_adds_graph_us": profiled["floor"]["stamps"][0]["us"] - plain["floor"]["stamps"][0]["us"],
         "profiler_adds_triton_us": profiled["triton"]["stamps"][0]["us"] - plain["triton"]["stamps"][0]["us"],
-        "profiler_adds_op_gemm_stamp_us": profiled["op"]["stamps"][1]["us"] - before_gemm["us"],
+        "profiler_adds_op_gemm_stamp_us": profiled["op"]["stamps"][0]["us"] - before_gemm["us"],
         "stamp_clock_uncertainty_us": max(
-            plain["op"]["host_offset_uncertainty_us"], profiled["op"]["host_offset_uncertainty_us"]
+            plain["op"]["host_offset_uncertainty_us"],
+            profiled["op"]["host_offset_uncertainty_us"],
+            first["op"]["host_offset_uncertainty_us"],
         ),
         "stamp_clock_drift_us": plain["op"]["clock_drift_us"],
         "timer_step_us": plain["op"]["timer_step_us"],
-        "stamped": {"plain": plain, "profiled": profiled},
+        "stamped": {"plain": plain, "profiled": profiled, "first_node": first},
     }
 
 

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import statistics
 import time
-from typing import Callable, Dict, Iterable, Tuple
+from typing import Callable, Dict, Iterable, Optional, Tuple
 
 import torch
 import triton
@@ -176,17 +176,19 @@ def calls_to_start_us(
 # records. What follows measures without it. Every timed call stamps %globaltimer from the
 # device itself into clock.stamps_dev (a one-CTA kernel whose first instruction reads the
 # timer): for an op, one stamp captured as the first node of its graph and one on the same
-# stream right before the fused GEMM's launch (instrument_op); for the floor, a graph holding
+# stream right before the fused GEMM's launch (instrument_op, each in its own capture: a
+# stamp is a kernel, and the first one would delay the second); for the floor, a graph holding
 # nothing but a stamp, replayed through the same runtime call as the ops' fast path
 # (StampGraph). Each call starts with the GPU drained (a device-wide synchronize) and is timed
 # from the host clock read just before it; the host clock is put on globaltimer by ping-pong
 # calibrations before and after each block, interpolated in between (their difference is the
 # drift, reported), and the timer's own step is measured (timer_step_ns). The stamp right
-# before the GEMM starts when the GEMM's predecessors on the stream are done: the GEMM itself
-# starts after that stamp has run, so its start lies in [stamp, stamp + the stamp's own
-# duration and the node gap], and that gap is measured in a profiled run of the same
-# instrumented graph (gemm_after_stamp_us: two device-side starts on one clock, which the
-# profiler's host-side callbacks do not move).
+# before the GEMM (in a graph with no other stamp) starts when the GEMM's predecessors on the
+# stream are done, i.e. where the GEMM would start without it; with it, the GEMM starts after
+# the stamp has run, so the GEMM's start in the uninstrumented graph is about the stamp and at
+# most the stamp + the gap to the GEMM, which a profiled run of the same graph measures
+# (gemm_after_stamp_us: two device-side starts on one clock, which the profiler's host-side
+# callbacks do not move).
 
 
 @triton.jit
@@ -230,28 +232,32 @@ class StampGraph:
         self.replay = self._graph.replay
 
 
-def instrument_op(ctx, clock: GpuClock, first_slot: int = 0, gemm_slot: int = 1) -> None:
+def instrument_op(ctx, clock: GpuClock, first_slot: Optional[int] = 0, gemm_slot: Optional[int] = 1) -> None:
     """Makes every later call of the op context `ctx` stamp globaltimer as its first device work
-    (clock.stamps_dev[first_slot]) and right before its fused GEMM on the same stream
-    ([gemm_slot]); its graphs are dropped, so the next call captures them with the stamps (a
-    call that repeats it then takes the fast path as before). Benchmark use only: the stamps
-    delay the GEMM by one small kernel."""
+    (clock.stamps_dev[first_slot]; None: no such stamp) and right before its fused GEMM on the
+    same stream ([gemm_slot]; None: none); its graphs are dropped, so the next call captures
+    them with the stamps (a call that repeats it then takes the fast path as before). Called
+    again, it replaces the earlier stamps (it wraps the context's own run and launch, kept on
+    the first call). Benchmark use only: each stamp is one more small kernel on the stream, so
+    the first-node stamp delays everything after it, the GEMM's stamp included; the GEMM's
+    start is measured with the GEMM's stamp alone (bench_call_path.stamped_measurement)."""
     graphs, gemm = ctx.graphs, ctx.gemm
-    run, launch = graphs.run, gemm.launch
+    originals = ctx.__dict__.setdefault("_unstamped", (graphs.run, gemm.launch))
+    run, launch = originals
 
     def stamped_run(key, enqueue, under_capture=None):
         def work():
             clock.probe(first_slot)
             enqueue()
 
-        return run(key, work, under_capture)
+        return run(key, work if first_slot is not None else enqueue, under_capture)
 
     def stamped_launch(*args, **kwargs):
         clock.probe(gemm_slot)
         return launch(*args, **kwargs)
 
     graphs.run = stamped_run
-    gemm.launch = stamped_launch
+    gemm.launch = stamped_launch if gemm_slot is not None else launch
     graphs.clear()
 
 

@@ -146,3 +146,23 @@ def test_stamped_starts_reports_the_drift_between_its_calibrations(monkeypatch):
     clock = BookkeepingClock([10_000, 12_500])
     result = call_clock.stamped_starts({"f": (lambda: None, (0,))}, clock, calls=2)
     assert result["f"]["clock_drift_us"] == 2.5
+
+
+def test_instrument_op_again_replaces_the_stamps(cpu_runtime, monkeypatch):
+    """The GEMM's stamp alone, then the first node's alone (each in its own capture: a stamp is a
+    kernel and would delay what follows it), never both stacked."""
+    h = Harness(monkeypatch, AgGemm, {})
+    h.warm()
+    clock = FakeClock(h.fake.log)
+    call_clock.instrument_op(h.ctx, clock, first_slot=None, gemm_slot=1)
+    start = len(h.fake.log)
+    h.call(check=False)
+    new = [e for e in h.fake.log[start:] if isinstance(e, tuple) and e[0] in ("stamp", "kernel")]
+    assert new == [("stamp", 1), ("kernel",)] * 2, new  # the eager call and its capture
+    call_clock.instrument_op(h.ctx, clock, first_slot=0, gemm_slot=None)
+    start = len(h.fake.log)
+    h.call(check=False)
+    new = [e for e in h.fake.log[start:] if isinstance(e, tuple) and e[0] in ("stamp", "kernel")]
+    assert new == [("stamp", 0), ("kernel",)] * 2, new
+    h.call(check=False)
+    assert h.ctx.graphs.captures == 3 and h.launches() == 1, "the re-captured graph replays"
