@@ -26,8 +26,9 @@
 #     then the bench, every op x 3 shapes, at world 1 and at world
 #     2 with both ranks sharing the GPU (timings there are marked shared_gpu, not performance).
 #   ROUND=4: the GEMM's start measured with its own stamp alone (round 3 had the first-node stamp
-#     in the same graph, a kernel ahead of it: +1-2 us), at world 1 every op x 3 shapes; shared
-#     world 2 for the rows round 3 had no time for (2048 and 8192 rows).
+#     in the same graph, a kernel ahead of it: +1-2 us), at world 1 every op x 3 shapes; graphs at
+#     shared world 2 (the one-kernel start with a peer, a missing chunk in both graphs); shared
+#     world 2 bench for the rows round 3 had no time for (2048 and 8192 rows).
 #   Round 3 (nvidia-h100-x1, 2026-11-25 15:00): OneKernelStart not in that build (GuardedReplay
 #     1/1); graphs world 1 45/45; bench world 1 12/12 rows; shared world 2 5 of 12 rows in 52 s.
 # Earlier rounds (session of 2026-11-25 morning, the path before the fast path): see git log.
@@ -77,7 +78,8 @@ elif [ "$ROUND" = 4 ]; then
     echo "skipped: $CPP_TEST not built" > "$dest/one_kernel_start.log"
   fi
   step 45 bench_w1.log python3 bench/bench_call_path.py --out-dir "$dest" --no-full-path --variants "$VARIANTS"
-  step 85 bench_w2_shared.log "${TR[@]}" --nproc_per_node=2 bench/bench_call_path.py --out-dir "$dest" \
+  step 30 graphs_w2.log "${TR[@]}" --nproc_per_node=2 tests/gpu/test_graphs_gpu.py --calls 20 --hang-dump-s 28
+  step 55 bench_w2_shared.log "${TR[@]}" --nproc_per_node=2 bench/bench_call_path.py --out-dir "$dest" \
     --no-full-path --start-calls 8 --shapes 2048,8192 --variants "$VARIANTS"
 elif [ "$ROUND" = 1 ]; then
   if [ -x "$CPP_TEST" ]; then
