@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import statistics
 import time
-from typing import Callable, Dict, Iterable, Tuple
+from typing import Callable, Dict, Iterable, Optional, Tuple
 
 import torch
 import triton
@@ -167,3 +167,195 @@ def calls_to_start_us(
         }
         for key, d in delays.items()
     }
+
+
+# -- The profiler-free instrument (2026-11-25 evening) ----------------------------------------
+#
+# The profiler's numbers above carry its own cost: every CUDA API call made while it records
+# goes through CUPTI's callbacks, and the kernel starts it reports come from its activity
+# records. What follows measures without it. Every timed call stamps %globaltimer from the
+# device itself into clock.stamps_dev (a one-CTA kernel whose first instruction reads the
+# timer): for an op, one stamp captured as the first node of its graph and one on the same
+# stream right before the fused GEMM's launch (instrument_op, each in its own capture: a
+# stamp is a kernel, and the first one would delay the second); for the floor, a graph holding
+# nothing but a stamp, replayed through the same runtime call as the ops' fast path
+# (StampGraph). Each call starts with the GPU drained (a device-wide synchronize) and is timed
+# from the host clock read just before it; the host clock is put on globaltimer by ping-pong
+# calibrations before and after each block, interpolated in between (their difference is the
+# drift, reported), and the timer's own step is measured (timer_step_ns). The stamp right
+# before the GEMM (in a graph with no other stamp) starts when the GEMM's predecessors on the
+# stream are done, i.e. where the GEMM would start without it; with it, the GEMM starts after
+# the stamp has run, so the GEMM's start in the uninstrumented graph is about the stamp and at
+# most the stamp + the gap to the GEMM, which a profiled run of the same graph measures
+# (gemm_after_stamp_us: two device-side starts on one clock, which the profiler's host-side
+# callbacks do not move).
+
+
+@triton.jit
+def _timer_steps_kernel(out_ptr, steps, bound_ns):
+    """Writes `steps` successive distinct %globaltimer values (each wait bounded by bound_ns)."""
+    start = syl.now_ns()
+    last = start
+    for i in range(steps):
+        t = syl.now_ns()
+        while (t == last) & (t - start < bound_ns):
+            t = syl.now_ns()
+        tl.store(out_ptr + i, t)
+        last = t
+
+
+def timer_step_ns(device: torch.device, steps: int = 64) -> float:
+    """The median step of %globaltimer on this GPU, in ns (its resolution: a stamp is late by
+    up to one step)."""
+    out = torch.zeros(steps, dtype=torch.int64, device=device)
+    _timer_steps_kernel[(1,)](out, steps, 10_000_000, num_warps=1)
+    torch.cuda.synchronize(device)
+    values = out.tolist()
+    diffs = [b - a for a, b in zip(values, values[1:]) if b > a]
+    return float(statistics.median(diffs)) if diffs else float("nan")
+
+
+class StampGraph:
+    """A CUDA graph of one stamp kernel (into clock.stamps_dev[slot]), replayed the way an op's
+    fast path replays its graph (ops/call_graphs._Graph: one runtime call, cudaGraphLaunch on
+    the current stream): the floor of any call that launches a graph."""
+
+    def __init__(self, clock: GpuClock, slot: int):
+        from syncopate.ops.call_graphs import _Graph
+
+        clock.probe(slot)  # compiled and loaded outside the capture
+        torch.cuda.synchronize(clock.device)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph, capture_error_mode="thread_local"):
+            clock.probe(slot)
+        self._graph = _Graph(graph, torch.cuda.current_device())
+        self.replay = self._graph.replay
+
+
+def instrument_op(ctx, clock: GpuClock, first_slot: Optional[int] = 0, gemm_slot: Optional[int] = 1) -> None:
+    """Makes every later call of the op context `ctx` stamp globaltimer as its first device work
+    (clock.stamps_dev[first_slot]; None: no such stamp) and right before its fused GEMM on the
+    same stream ([gemm_slot]; None: none); its graphs are dropped, so the next call captures
+    them with the stamps (a call that repeats it then takes the fast path as before). Called
+    again, it replaces the earlier stamps (it wraps the context's own run and launch, kept on
+    the first call). Benchmark use only: each stamp is one more small kernel on the stream, so
+    the first-node stamp delays everything after it, the GEMM's stamp included; the GEMM's
+    start is measured with the GEMM's stamp alone (bench_call_path.stamped_measurement)."""
+    graphs, gemm = ctx.graphs, ctx.gemm
+    originals = ctx.__dict__.setdefault("_unstamped", (graphs.run, gemm.launch))
+    run, launch = originals
+
+    def stamped_run(key, enqueue, under_capture=None):
+        def work():
+            clock.probe(first_slot)
+            enqueue()
+
+        return run(key, work if first_slot is not None else enqueue, under_capture)
+
+    def stamped_launch(*args, **kwargs):
+        clock.probe(gemm_slot)
+        return launch(*args, **kwargs)
+
+    graphs.run = stamped_run
+    gemm.launch = stamped_launch if gemm_slot is not None else launch
+    graphs.clear()
+
+
+def _interpolated(before: Tuple[int, int], after: Tuple[int, int], host_ns: int) -> float:
+    """globaltimer - perf_counter_ns at host_ns, linear between two calibrations (host ns, offset)."""
+    (t0, o0), (t1, o1) = before, after
+    if t1 == t0:
+        return float(o0)
+    return o0 + (o1 - o0) * (host_ns - t0) / (t1 - t0)
+
+
+def stamped_starts(
+    fns: Dict[str, Tuple[Callable[[], object], Tuple[int, ...]]],
+    clock: GpuClock,
+    calls: int = 15,
+    profiled: bool = False,
+    gap_kernels: Iterable[str] = (),
+) -> Dict[str, dict]:
+    """Microseconds from each call to each of its stamps, no profiler (profiled=True: the same
+    inside torch.profiler, to measure what the profiler itself adds). fns: name -> (fn, slots):
+    fn's device work stamps clock.stamps_dev[slot] for each slot. Round by round each fn once,
+    the GPU drained before each call. Per name and slot: median and min over the calls; per
+    block: the calibrations' uncertainty, the drift between them and the timer's step.
+    gap_kernels (profiled only): kernel names whose start less the last stamp kernel's start
+    before it is reported as gemm_after_stamp_us (the stamp before the GEMM, then the GEMM)."""
+    import contextlib
+
+    from torch.profiler import ProfilerActivity, profile
+
+    for fn, _ in fns.values():
+        fn()  # anything lazily initialised (a graph's capture), outside the measurement
+    torch.cuda.synchronize(clock.device)
+    step_ns = timer_step_ns(clock.device)
+    clock.calibrate()
+    before = (time.perf_counter_ns(), clock.offset_ns)
+    unc_before = clock.uncertainty_ns
+    samples = {key: [] for key in fns}  # key -> [(host ns, [stamps])]
+    stamps = clock.stamps_dev
+    recorder = profile(activities=[ProfilerActivity.CUDA]) if profiled else contextlib.nullcontext()
+    with recorder as prof:
+        for _ in range(calls):
+            for key, (fn, slots) in fns.items():
+                stamps.zero_()
+                torch.cuda.synchronize(clock.device)  # the GPU idle at the call
+                host = time.perf_counter_ns()
+                fn()
+                torch.cuda.synchronize(clock.device)
+                values = stamps[: max(slots) + 1].tolist()
+                samples[key].append((host, [values[s] for s in slots]))
+    clock.calibrate()
+    after = (time.perf_counter_ns(), clock.offset_ns)
+    uncertainty_us = max(unc_before, clock.uncertainty_ns) / 1e3
+    drift_us = (after[1] - before[1]) / 1e3
+    gap = None
+    if profiled and gap_kernels:
+        gap = _gemm_after_stamp_us(prof, tuple(gap_kernels))
+    result = {}
+    for key, (_, slots) in fns.items():
+        per_slot = []
+        for j, slot in enumerate(slots):
+            delays = [
+                (vals[j] - (host + _interpolated(before, after, host))) / 1e3
+                for host, vals in samples[key]
+                if vals[j] != 0
+            ]
+            per_slot.append(
+                {
+                    "slot": slot,
+                    "us": statistics.median(delays) if delays else float("nan"),
+                    "min_us": min(delays) if delays else float("nan"),
+                    "max_us": max(delays) if delays else float("nan"),
+                    "samples": len(delays),
+                }
+            )
+        result[key] = {
+            "stamps": per_slot,
+            "profiled": profiled,
+            "host_offset_uncertainty_us": uncertainty_us,
+            "clock_drift_us": drift_us,
+            "timer_step_us": step_ns / 1e3,
+            "calls": calls,
+        }
+        if gap is not None:
+            result[key]["gemm_after_stamp_us"] = gap
+    return result
+
+
+def _gemm_after_stamp_us(prof, kernel_names: Tuple[str, ...]) -> dict:
+    """From a profile: each kernel named in kernel_names, its start less the start of the last
+    stamp kernel before it (both on the profiler's device clock); median, min and max in us."""
+    events = _kernel_events(prof)
+    gaps, last_stamp = [], None
+    for start, name in events:
+        if "_stamp_kernel" in name:
+            last_stamp = start
+        elif last_stamp is not None and any(k in name for k in kernel_names):
+            gaps.append((start - last_stamp) / 1e3)
+            last_stamp = None
+    if not gaps:
+        return {"us": float("nan"), "samples": 0}
+    return {"us": statistics.median(gaps), "min_us": min(gaps), "max_us": max(gaps), "samples": len(gaps)}

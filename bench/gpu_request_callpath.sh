@@ -19,6 +19,18 @@
 #   Round 1 (nvidia-h200, 2026-11-25 12:0x): GuardedReplay + HostFlagCopy 2/2; graphs world 1
 #     45/45 (20 calls); bench 12 rows in 45 s: host 8.4-17.3 us with the graph (replay alone
 #     4.7-9.7 us), start - replay start +4.6..+15.9 us, start - torch.mm start -17.9..+1.8 us.
+#   ROUND=3: the profiler-free instrument (bench/call_clock.py: %globaltimer stamps in the op's
+#     graph, the floor graph, the profiler's own share) and the leaner fast path (operands that
+#     passed last time not read again): tests/gpu/test_graphs_gpu.py at world 1 (20 calls: the
+#     fast path replays correctly; before it the C++ OneKernelStart and GuardedReplay GPU tests),
+#     then the bench, every op x 3 shapes, at world 1 and at world
+#     2 with both ranks sharing the GPU (timings there are marked shared_gpu, not performance).
+#   ROUND=4: the GEMM's start measured with its own stamp alone (round 3 had the first-node stamp
+#     in the same graph, a kernel ahead of it: +1-2 us), at world 1 every op x 3 shapes; graphs at
+#     shared world 2 (the one-kernel start with a peer, a missing chunk in both graphs); shared
+#     world 2 bench for the rows round 3 had no time for (2048 and 8192 rows).
+#   Round 3 (nvidia-h100-x1, 2026-11-25 15:00): OneKernelStart not in that build (GuardedReplay
+#     1/1); graphs world 1 45/45; bench world 1 12/12 rows; shared world 2 5 of 12 rows in 52 s.
 # Earlier rounds (session of 2026-11-25 morning, the path before the fast path): see git log.
 set -u
 ROUND=${ROUND:-1}
@@ -48,7 +60,28 @@ step() {
 TR=(python3 -m torch.distributed.run --standalone)
 CPP_TEST=build-gpu/tests/gpu/syncopate_runtime_gpu_test
 
-if [ "$ROUND" = 1 ]; then
+VARIANTS=AgGemm,GemmRs-chunks,GemmRs-epilogue,GemmAr-chunks
+if [ "$ROUND" = 3 ]; then
+  if [ -x "$CPP_TEST" ]; then
+    step 12 one_kernel_start.log "$CPP_TEST" --gtest_filter='OneKernelStart*:GuardedReplay.*'
+  else
+    echo "skipped: $CPP_TEST not built" > "$dest/one_kernel_start.log"
+  fi
+  step 26 graphs_w1.log "${TR[@]}" --nproc_per_node=1 tests/gpu/test_graphs_gpu.py --calls 20 --hang-dump-s 24
+  step 50 bench_w1.log python3 bench/bench_call_path.py --out-dir "$dest" --no-full-path --eager --variants "$VARIANTS"
+  step 52 bench_w2_shared.log "${TR[@]}" --nproc_per_node=2 bench/bench_call_path.py --out-dir "$dest" \
+    --no-full-path --start-calls 10 --variants "$VARIANTS"
+elif [ "$ROUND" = 4 ]; then
+  if [ -x "$CPP_TEST" ]; then
+    step 8 one_kernel_start.log "$CPP_TEST" --gtest_filter='OneKernelStart*'
+  else
+    echo "skipped: $CPP_TEST not built" > "$dest/one_kernel_start.log"
+  fi
+  step 45 bench_w1.log python3 bench/bench_call_path.py --out-dir "$dest" --no-full-path --variants "$VARIANTS"
+  step 30 graphs_w2.log "${TR[@]}" --nproc_per_node=2 tests/gpu/test_graphs_gpu.py --calls 20 --hang-dump-s 28
+  step 55 bench_w2_shared.log "${TR[@]}" --nproc_per_node=2 bench/bench_call_path.py --out-dir "$dest" \
+    --no-full-path --start-calls 8 --shapes 2048,8192 --variants "$VARIANTS"
+elif [ "$ROUND" = 1 ]; then
   if [ -x "$CPP_TEST" ]; then
     step 10 guarded_replay.log "$CPP_TEST" --gtest_filter='GuardedReplay.*:HostFlagCopy.*'
   else

@@ -244,6 +244,8 @@ NB_MODULE(_runtime, m) {
       .def(
           "publish", [](RankExecutor& e, std::uintptr_t s) { e.publish(as_stream(s)); }, "stream"_a)
       .def(
+          "begin_and_publish", [](RankExecutor& e, std::uintptr_t s) { e.begin_and_publish(as_stream(s)); }, "stream"_a)
+      .def(
           "fork", [](RankExecutor& e, std::uintptr_t s) { e.fork(as_stream(s)); }, "stream"_a)
       .def("issue_chunks", &RankExecutor::issue_chunks)
       .def(

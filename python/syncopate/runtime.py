@@ -223,6 +223,11 @@ class PlanWorkspace:
         """Raises the entry counter: this rank's inputs are in place."""
         self.executor.publish(self._stream(stream))
 
+    def begin_and_publish(self, stream=None) -> None:
+        """begin() then publish(), for a call with no inputs to put in place in between: one
+        device kernel instead of two or three, so what is launched next starts a node earlier."""
+        self.executor.begin_and_publish(self._stream(stream))
+
     def fork(self, stream=None) -> None:
         """The side streams start after what the stream holds now (not after a kernel launched next)."""
         self.executor.fork(self._stream(stream))

@@ -34,11 +34,11 @@ __device__ __forceinline__ void store_release_sys(std::int32_t* p, std::int32_t 
   asm volatile("st.release.sys.global.b32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
 }
 
-// One thread per condition. A waiter that sees another's timeout stops at once.
-__global__ void bounded_wait_kernel(WaitBatch batch, WaitRecord* record) {
-  if (static_cast<int>(threadIdx.x) >= batch.count) return;
-  const WaitCondition c = batch.conditions[threadIdx.x];
-  const std::int32_t expected = expected_value(*batch.epoch, c.epoch_offset, c.writers);
+// Waits for one condition against the epoch value `epoch_now`, bounded; a waiter that sees
+// another's timeout stops at once.
+__device__ void bounded_wait_one(const WaitBatch& batch, const WaitCondition& c, std::int32_t epoch_now,
+                                 WaitRecord* record) {
+  const std::int32_t expected = expected_value(epoch_now, c.epoch_offset, c.writers);
   volatile WaitRecord* rec = record;
   const std::int64_t start = global_timer_ns();
   for (std::uint32_t spin = 0;; ++spin) {
@@ -66,7 +66,32 @@ __global__ void bounded_wait_kernel(WaitBatch batch, WaitRecord* record) {
     }
     __nanosleep(256);
   }
+}
+
+// One thread per condition.
+__global__ void bounded_wait_kernel(WaitBatch batch, WaitRecord* record) {
+  if (static_cast<int>(threadIdx.x) >= batch.count) return;
+  bounded_wait_one(batch, batch.conditions[threadIdx.x], *batch.epoch, record);
   __threadfence_system();
+}
+
+// epoch_advance, bounded_wait, signal_raise in one block: thread 0 advances the epoch and hands
+// the new value to the waiters through shared memory; the raise follows every wait.
+__global__ void begin_publish_kernel(std::int32_t* epoch, WaitBatch batch, WaitRecord* record,
+                                     std::int32_t* entry_slot) {
+  __shared__ std::int32_t epoch_now;
+  if (threadIdx.x == 0) {
+    epoch_now = next_epoch(*epoch);
+    *epoch = epoch_now;
+  }
+  __syncthreads();
+  if (static_cast<int>(threadIdx.x) < batch.count)
+    bounded_wait_one(batch, batch.conditions[threadIdx.x], epoch_now, record);
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    __threadfence_system();  // everything this stream wrote before, and the epoch, is visible first
+    store_release_sys(entry_slot, epoch_now);
+  }
 }
 
 __global__ void epoch_advance_kernel(std::int32_t* epoch) { *epoch = next_epoch(*epoch); }
@@ -290,6 +315,17 @@ void launch_bounded_wait(cudaStream_t stream, const WaitBatch& batch, WaitRecord
   SY_CUDA_CHECK_LAUNCH();
 }
 
+void launch_begin_publish(cudaStream_t stream, std::int32_t* epoch, const WaitBatch& batch, WaitRecord* record,
+                          std::int32_t* entry_slot) {
+  if (batch.count < 0 || batch.count > kMaxWaitConditions)
+    throw InternalError("begin_publish with " + std::to_string(batch.count) + " conditions (at most " +
+                        std::to_string(kMaxWaitConditions) + ")");
+  if (batch.count > 0 && batch.epoch != epoch)
+    throw InternalError("begin_publish: the batch waits on another epoch word");
+  begin_publish_kernel<<<1, 32, 0, stream>>>(epoch, batch, record, entry_slot);
+  SY_CUDA_CHECK_LAUNCH();
+}
+
 void launch_epoch_advance(cudaStream_t stream, std::int32_t* epoch) {
   epoch_advance_kernel<<<1, 1, 0, stream>>>(epoch);
   SY_CUDA_CHECK_LAUNCH();
@@ -341,6 +377,7 @@ void warm_up_kernels() {
   SY_CUDA_CHECK(cudaFuncGetAttributes(&attr, bounded_wait_kernel));
   SY_CUDA_CHECK(cudaFuncGetAttributes(&attr, epoch_advance_kernel));
   SY_CUDA_CHECK(cudaFuncGetAttributes(&attr, signal_raise_kernel));
+  SY_CUDA_CHECK(cudaFuncGetAttributes(&attr, begin_publish_kernel));
   SY_CUDA_CHECK(cudaFuncGetAttributes(&attr, copy_2d_kernel<uint4>));
   SY_CUDA_CHECK(cudaFuncGetAttributes(&attr, copy_2d_kernel<uint2>));
   SY_CUDA_CHECK(cudaFuncGetAttributes(&attr, copy_2d_kernel<std::uint32_t>));

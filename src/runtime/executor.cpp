@@ -145,17 +145,22 @@ void RankExecutor::wait_all(cudaStream_t stream, const std::vector<WaitRef>& wai
     batch.count = 0;
   };
   for (const auto& w : waits) {
-    auto& c = batch.conditions[batch.count++];
-    c.addr = (w.in_control() ? control(w.rank) : signals(w.rank)) + w.slot;
-    c.writers = w.writers;
-    c.epoch_offset = w.epoch_offset;
-    c.owner = w.rank;
-    c.slot = w.slot;
-    c.chunk = w.chunk;
-    c.kind = static_cast<std::int32_t>(w.kind);
+    batch.conditions[batch.count++] = condition(w);
     if (batch.count == kMaxWaitConditions) flush();
   }
   if (batch.count > 0) flush();
+}
+
+WaitCondition RankExecutor::condition(const WaitRef& w) const {
+  WaitCondition c;
+  c.addr = (w.in_control() ? control(w.rank) : signals(w.rank)) + w.slot;
+  c.writers = w.writers;
+  c.epoch_offset = w.epoch_offset;
+  c.owner = w.rank;
+  c.slot = w.slot;
+  c.chunk = w.chunk;
+  c.kind = static_cast<std::int32_t>(w.kind);
+  return c;
 }
 
 void RankExecutor::set_control(cudaStream_t stream, int slot) {
@@ -166,6 +171,22 @@ void RankExecutor::begin(cudaStream_t stream) {
   DeviceScope scope(heap_.device());
   launch_epoch_advance(stream, epoch_word());
   wait_all(stream, schedule_.begin_waits);
+}
+
+void RankExecutor::begin_and_publish(cudaStream_t stream) {
+  const auto& waits = schedule_.begin_waits;
+  if (waits.size() > static_cast<std::size_t>(kMaxWaitConditions)) {  // more peers than one batch holds
+    begin(stream);
+    publish(stream);
+    return;
+  }
+  DeviceScope scope(heap_.device());
+  WaitBatch batch;
+  batch.rank = heap_.rank();
+  batch.bound_ns = options_.wait_bound_ns;
+  batch.epoch = epoch_word();
+  for (const auto& w : waits) batch.conditions[batch.count++] = condition(w);
+  launch_begin_publish(stream, epoch_word(), batch, monitor_.device_record(), control(heap_.rank()) + kEntrySlot);
 }
 
 void RankExecutor::publish(cudaStream_t stream) {

@@ -256,6 +256,56 @@ std::vector<Case> back_to_back_cases() {
 
 INSTANTIATE_TEST_SUITE_P(AllBackends, BackToBack, testing::ValuesIn(back_to_back_cases()), case_name);
 
+// begin_and_publish (one kernel: the epoch advance, the wait for the peers' exit counters, the
+// entry raise) in place of begin + publish, for 100 calls after a first call that put the inputs
+// in place (an all-gather leaves its own rows as they are, so the result stays call 1's): every
+// peer's waits on this rank's entry counter and landing slots must hold each call (else the
+// monitor reports a timeout), and the epoch word must have advanced once per call.
+class OneKernelStart : public testing::TestWithParam<Case> {};
+
+TEST_P(OneKernelStart, HundredCallsMatchBeginThenPublish) {
+  const int world = test_world();
+  if (skip_nccl(GetParam(), world)) GTEST_SKIP() << "nccl needs one GPU per rank";
+  const auto p = make_case_plan(GetParam(), world);
+  LocalGroup g(p, test_options());
+  const auto n = p.tensors.at(p.collective.tensor).elements();
+  constexpr std::int32_t kCalls = 101;
+  std::vector<const float*> staged;
+  for (int r = 0; r < world; ++r) staged.push_back(g.upload(r, inputs(r, 1, n)));
+  std::vector<std::int32_t> epochs(world, -1);
+  g.on_every_rank([&](int r) {
+    auto& ex = g.executor(r);
+    ordered_call(g, r, staged[r], n * sizeof(float));
+    for (std::int32_t call = 2; call <= kCalls; ++call) {
+      ex.begin_and_publish(g.stream(r));
+      g.barrier();  // every entry raise enqueued before any rank's waits for it (shared GPUs)
+      ex.fork(g.stream(r));
+      ex.issue_chunks();
+      ex.wait_landed(g.stream(r));
+      ex.end(g.stream(r));
+      g.barrier();
+    }
+    ASSERT_EQ(cudaStreamSynchronize(g.stream(r)), cudaSuccess);
+    ASSERT_EQ(cudaMemcpy(&epochs[r], ex.epoch_word(), sizeof(std::int32_t), cudaMemcpyDeviceToHost), cudaSuccess);
+  });
+  g.monitor().check();
+  for (int q = 0; q < world; ++q) {
+    EXPECT_EQ(epochs[q], kCalls) << "rank " << q;
+    ASSERT_EQ(check_result(g, p, q, 1), 0) << "rank " << q;
+  }
+}
+
+std::vector<Case> one_kernel_start_cases() {
+  std::vector<Case> out;
+  for (auto backend : {Backend::copy_engine, Backend::sm_copy}) {
+    out.push_back({Collective::all_gather, Algorithm::ring, backend, 2, 0});
+    out.push_back({Collective::all_gather, Algorithm::direct, backend, 1, 1});
+  }
+  return out;
+}
+
+INSTANTIATE_TEST_SUITE_P(CopyBackends, OneKernelStart, testing::ValuesIn(one_kernel_start_cases()), case_name);
+
 // A chunk that never moves must end in a WaitTimeoutError naming it, not in a hang.
 class MissingChunk : public testing::TestWithParam<Case> {};
 

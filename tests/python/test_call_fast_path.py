@@ -224,3 +224,88 @@ def test_graphs_turned_off_after_a_capture_make_every_call_eager(cpu_runtime, mo
     h.ctx.graphs.enabled = True
     h.call(check=False)
     assert h.launches() == 1 and h.enqueued() == 3
+
+
+class _CountedReads:
+    """Counts Tensor.is_contiguous calls (each operand's comparison makes one)."""
+
+    def __init__(self, monkeypatch):
+        self.n = 0
+        real = torch.Tensor.is_contiguous
+
+        def counted(t, *args, **kwargs):
+            self.n += 1
+            return real(t, *args, **kwargs)
+
+        monkeypatch.setattr(torch.Tensor, "is_contiguous", counted)
+
+
+@pytest.mark.parametrize("cls,kw", OPS, ids=IDS)
+def test_operands_that_passed_are_not_read_again_until_changed_in_place(cpu_runtime, monkeypatch, cls, kw):
+    h = Harness(monkeypatch, cls, kw)
+    h.warm()
+    reads = _CountedReads(monkeypatch)
+    h.call(check=False)  # the first fast call compares all three and remembers them
+    assert h.launches() == 1 and reads.n >= 2
+    reads.n = 0
+    for i in range(2, 5):
+        h.call(check=False)
+        assert h.launches() == i
+    assert reads.n == 0, "the same tensor objects, unchanged: no metadata read"
+    h.a.add_(0)  # an in-place write bumps a's version counter: a is compared again (b and out not)
+    h.call(check=False)
+    assert h.launches() == 5 and reads.n == 1
+    reads.n = 0
+    h.call(check=False)
+    assert h.launches() == 6 and reads.n == 0
+    fresh = h.a.view(h.a.shape)  # another object at the same address: compared
+    h.call(a=fresh, check=False)
+    assert h.launches() == 7 and reads.n == 1
+
+
+def _changed_in_place(h):
+    """(what, change, error, message): each changes a remembered operand in place, keeping its
+    object and its address; the fast path must see it and the full path refuse it."""
+    rows, cols = h.a.shape
+    yield "a, strided", lambda: h.a.as_strided_((rows, cols), (1, rows)), UserError, "must be contiguous"
+    yield "a, fewer rows", lambda: h.a.resize_(rows - 1, cols), ShapeError, "expected"
+    yield "b, transposed", lambda: h.b.t_(), ShapeError, "expected"
+    yield "out, fewer rows", lambda: h.out.resize_(h.out.shape[0] - 1, h.out.shape[1]), UserError, "out must be"
+
+
+@pytest.mark.parametrize("case", [c[0] for c in _changed_in_place(type("H", (), {"a": torch.empty(2, 2)})())])
+@pytest.mark.parametrize("cls,kw", OPS, ids=IDS)
+def test_an_operand_changed_in_place_at_its_address_is_refused(cpu_runtime, monkeypatch, cls, kw, case):
+    h = Harness(monkeypatch, cls, kw)
+    h.warm()
+    h.call(check=False)
+    h.call(check=False)  # remembered, then replayed without reads
+    assert h.launches() == 2
+    what, change, error, message = next(c for c in _changed_in_place(h) if c[0] == case)
+    ptrs = (h.a.data_ptr(), h.b.data_ptr(), h.out.data_ptr())
+    change()
+    assert (h.a.data_ptr(), h.b.data_ptr(), h.out.data_ptr()) == ptrs, "the same addresses"
+    with pytest.raises(error, match=message):
+        h.call(check=False)
+    assert h.launches() == 2 and h.enqueued() == 2, f"{what}: nothing may run"
+
+
+@pytest.mark.parametrize("cls,kw", OPS, ids=IDS)
+def test_inference_tensors_take_the_fast_path_compared_each_call(cpu_runtime, monkeypatch, cls, kw):
+    """Tensors made under torch.inference_mode() have no version counter: never remembered,
+    compared on every call, and refused like any other at a cached address."""
+    h = Harness(monkeypatch, cls, kw)
+    h.warm()
+    with torch.inference_mode():
+        a, b, out = h.a.clone(), h.b.clone(), h.out.clone()
+        h.call(a=a, b=b, out=out, check=False)  # new addresses: full path, captured
+        assert h.ctx.graphs.captures == 2 and h.launches() == 0
+        reads = _CountedReads(monkeypatch)
+        for i in range(1, 4):
+            h.call(a=a, b=b, out=out, check=False)
+            assert h.launches() == i
+        assert reads.n == 3 * 3, "every call compares all three"
+        assert h.ctx._fast.seen == [None, None, None]
+        with pytest.raises(UserError, match="operands must be torch.float16"):
+            h.call(a=a.view(torch.bfloat16), b=b, out=out, check=False)
+    assert h.launches() == 3

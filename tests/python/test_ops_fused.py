@@ -473,6 +473,10 @@ class FakeWorkspace:
     def publish(self):
         self.log.append(("publish",))
 
+    def begin_and_publish(self):
+        self.epoch_word += 1
+        self.log.append(("begin_and_publish",))
+
     def fork(self):
         self.log.append(("fork",))
         self._move_local_chunks()
@@ -546,7 +550,8 @@ def test_context_at_world_one_runs_the_fused_kernel_or_torch(cpu_runtime, cls, m
         assert got is out
         assert torch.allclose(out.double(), a.double() @ b.double(), rtol=2e-2, atol=2e-2)
     steps = [entry[0] for entry in ctx.ws.log]
-    assert steps.count("begin") == 2 and steps.count("end") == 2 and steps.count("check") == 2
+    assert steps.count("begin_and_publish" if mode == "fused" else "begin") == 2  # one device step for both
+    assert steps.count("end") == 2 and steps.count("check") == 2
     assert int(ctx.ws.epoch_word) == 2  # advanced by each call's begin, on the "device"
     assert ctx.call_mode == "eager"  # no CUDA graphs on the CPU
     if mode == "fused":
@@ -580,7 +585,7 @@ def test_a_call_stays_asynchronous_and_a_later_call_raises_an_earlier_timeout(cp
     a, b = torch.randn(m // 1, k, generator=gen).half(), _b(k, n, "kn", gen)
     ctx(a, b)
     steps = [entry[0] for entry in ctx.ws.log]
-    assert steps.count("begin") == 1 and "check" not in steps  # no synchronization by default
+    assert steps.count("begin_and_publish") == 1 and "check" not in steps  # no synchronization by default
     slot = ctx.gemm.tables.wait_slots[0] if ctx.gemm.tables.wait_slots else 0
     if where == "kernel":  # what a tile's bounded wait writes (language.py ERROR_FIELDS)
         ctx.gemm.error[:6] = torch.tensor([1, 0, slot, 5, 0, 3])
@@ -596,7 +601,7 @@ def test_a_call_stays_asynchronous_and_a_later_call_raises_an_earlier_timeout(cp
         expected = r"^rank 0: landing slot 2 \(chunk 1\)"
     with pytest.raises(WaitTimeoutError, match=expected):
         ctx(a, b)
-    assert [entry[0] for entry in ctx.ws.log].count("begin") == 1  # raised before enqueuing
+    assert [entry[0] for entry in ctx.ws.log].count("begin_and_publish") == 1  # raised before enqueuing
     assert not ctx.gemm.timed_out()  # reported once: the record was cleared
     out = ctx(a, b)
     assert torch.allclose(out.double(), a.double() @ b.double(), rtol=2e-2, atol=2e-2)
@@ -616,8 +621,9 @@ def _log_kernel_launches(ctx):
 
 @pytest.mark.parametrize("cls,reduce", [(AgGemm, None), (GemmRs, "chunks"), (GemmAr, "chunks")])
 def test_a_fused_call_launches_the_gemm_before_the_host_issues_any_chunk(cpu_runtime, cls, reduce):
-    """The call path: begin (epoch advanced on the device), inputs, publish, fork, then the fused
-    kernel at once, and only then the chunks (their host work must not delay the kernel).
+    """The call path: begin and publish as one device step (epoch advanced on the device; no
+    inputs to put in place between them), fork, then the fused kernel at once, and only then
+    the chunks (their host work must not delay the kernel).
     AG+GEMM's inputs are only a binding: its local chunk reads the caller's shard in place (no
     copy into the heap before the kernel) and has put the own rows there for the kernel."""
     m, k, n = 70, 40, 48
@@ -645,13 +651,13 @@ def test_a_fused_call_launches_the_gemm_before_the_host_issues_any_chunk(cpu_run
         out = ctx(a, b, check=False)
         steps = [entry[0] for entry in ctx.ws.log]
         if cls is AgGemm:
-            assert steps == ["begin", "bind_source", "publish", "fork", "kernel", "issue_chunks", "end"], steps
-            assert ctx.ws.log[1] == ("bind_source", "a_in", a.data_ptr())
+            assert steps == ["bind_source", "begin_and_publish", "fork", "kernel", "issue_chunks", "end"], steps
+            assert ctx.ws.log[0] == ("bind_source", "a_in", a.data_ptr())
             assert ctx.ws.moved == [(c.id, "bound") for c in ctx.plan.chunks if c.src == c.dst] != []
             assert torch.isnan(ctx.ws.tensor("a_in", torch.float16)).all(), "nothing copied into the heap's input"
             assert torch.allclose(out.double(), a.double() @ b.double(), rtol=2e-2, atol=2e-2)
         else:
-            assert steps == ["begin", "publish", "fork", "kernel", "issue_chunks", "wait_landed", "end"], steps
+            assert steps == ["begin_and_publish", "fork", "kernel", "issue_chunks", "wait_landed", "end"], steps
     assert int(ctx.ws.epoch_word) == 2
 
 
@@ -766,7 +772,7 @@ def test_ag_gemm_hands_out_the_gathered_a_before_the_heap_can_be_reused(cpu_runt
     assert torch.equal(gathered, a)
     assert torch.allclose(out.double(), a.double() @ b.double(), rtol=2e-2, atol=2e-2)
     steps = [e[0] for e in ctx.ws.log]
-    assert steps == ["begin", "bind_source", "publish", "fork", "kernel", "issue_chunks", "wait_landed", "end"], steps
+    assert steps == ["bind_source", "begin_and_publish", "fork", "kernel", "issue_chunks", "wait_landed", "end"], steps
     with pytest.raises(UserError, match=r"AgGemm: out must be a contiguous \[64, 40\]"):
         ctx(a, b, gathered_out=torch.empty(m, k + 1, dtype=torch.float16))
 

@@ -535,7 +535,7 @@ def test_context_at_world_one_runs_the_staged_kernel(cpu_runtime, cls, layout):
         else:
             assert torch.isnan(ctx.c).all(), "the own rows go straight to out, never to the heap's C"
     # The side streams fork before the kernel, whose launch precedes the chunks' issue.
-    call = ["begin", "publish", "fork", "issue_chunks"]
+    call = ["begin_and_publish", "fork", "issue_chunks"]
     if cls is GemmRs:  # no landing wait after the kernel and no copy-out
         assert [e[0] for e in ctx.ws.log] == (call + ["end", "check"]) * 2
     else:  # the kernel, the gathered boxes' landings, the copy-out (checked above), the end

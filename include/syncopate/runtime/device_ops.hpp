@@ -6,6 +6,8 @@
 //    so the same enqueued (or graph-captured) work is right for every call;
 //  - signal_raise: release-store the epoch word's value into a slot (landing slots and the
 //    entry/exit counters have one writer: after call e they hold e);
+//  - begin_publish: epoch_advance, bounded_wait and signal_raise of a call's start in one
+//    kernel (one graph node instead of three dependent ones before the GEMM can start);
 //  - copy_2d: the SM-driven copy backend (a few blocks, vector loads where aligned);
 //  - add_2d: dst += src over a pitched region (16-byte vectors, fp32 accumulation for f16/bf16);
 //    plain stores when the caller is the box's only adder at the time, packed atomics when not
@@ -48,6 +50,12 @@ struct WaitBatch {
 void launch_epoch_advance(cudaStream_t stream, std::int32_t* epoch);
 void launch_signal_raise(cudaStream_t stream, std::int32_t* slot, const std::int32_t* epoch);
 void launch_bounded_wait(cudaStream_t stream, const WaitBatch& batch, WaitRecord* record);
+// Advances *epoch, waits (bounded, as launch_bounded_wait) for batch's conditions (none: no
+// wait) against the advanced epoch, then release-stores it into *entry_slot: what
+// launch_epoch_advance, launch_bounded_wait and launch_signal_raise do in turn, in one launch.
+// batch.epoch must be `epoch`.
+void launch_begin_publish(cudaStream_t stream, std::int32_t* epoch, const WaitBatch& batch, WaitRecord* record,
+                          std::int32_t* entry_slot);
 // `src` and `dst` are the tensor (or staging) bases the copy's offsets are relative to.
 void launch_copy_2d(cudaStream_t stream, const std::byte* src, std::byte* dst, const Copy2D& copy, int max_blocks);
 void launch_add_2d(cudaStream_t stream, plan::DType dtype, const std::byte* src, std::byte* dst, const Copy2D& copy,

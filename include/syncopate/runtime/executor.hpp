@@ -41,6 +41,8 @@ namespace detail {
 struct ChunkMove;  // backend.hpp
 }  // namespace detail
 
+struct WaitCondition;  // device_ops.hpp
+
 struct ExecutorOptions {
   std::int64_t wait_bound_ns = 10'000'000'000;  // every wait gives up after this long
   int drop_chunk = -1;                          // test hook: this chunk is never moved, so its waiters time out
@@ -77,6 +79,10 @@ class RankExecutor {
   //             nothing reads or writes the plan's buffers any more.
   void begin(cudaStream_t stream);
   void publish(cudaStream_t stream);
+  //   begin_and_publish  begin then publish where the caller has no inputs to put in place in
+  //             between: one kernel (device_ops.hpp, begin_publish) instead of two or three
+  //             dependent ones, so the GEMM launched next starts a node earlier.
+  void begin_and_publish(cudaStream_t stream);
   void fork(cudaStream_t stream);
   void issue_chunks();
   void wait_landed(cudaStream_t stream);
@@ -118,6 +124,7 @@ class RankExecutor {
  private:
   struct Impl;
   void wait_all(cudaStream_t stream, const std::vector<WaitRef>& waits);
+  WaitCondition condition(const WaitRef& w) const;
   void set_control(cudaStream_t stream, int slot);
   void issue_step(const ChunkStep& step, cudaStream_t stream);
   void issue_group(const std::vector<const ChunkStep*>& steps, cudaStream_t stream);

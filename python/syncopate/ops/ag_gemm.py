@@ -210,19 +210,27 @@ class AgGemm(OpContext):
         """One call's device work on the current stream; the GEMM is launched before the host
         issues any chunk (its tiles wait for them on the device)."""
         ws = self.ws
-        ws.begin()
-        if self.input and a_shard.is_contiguous():
+        in_place = bool(self.input) and a_shard.is_contiguous()
+        if in_place and self.gemm is not None:
+            # Nothing to put in place on the device (the local chunks read the caller's shard
+            # where it is): begin and publish are one kernel, and the GEMM follows it.
             ws.bind_source(self.input, a_shard)
-        elif self.input:  # a strided shard: into the heap's input first (its local chunk reads it there)
-            ws.bind_source(self.input, None)
-            self.a_input.copy_(a_shard)
+            ws.begin_and_publish()
         else:
-            self.a_local.copy_(a_shard)
+            ws.begin()
+            if in_place:
+                ws.bind_source(self.input, a_shard)
+            elif self.input:  # a strided shard: into the heap's input first (its local chunk reads it there)
+                ws.bind_source(self.input, None)
+                self.a_input.copy_(a_shard)
+            else:
+                self.a_local.copy_(a_shard)
+            if self.gemm is not None:
+                ws.publish()
         if self.gemm is None:
             ws.issue(wait_landed=True)
             torch.matmul(self.a_full, b, out=out)
         else:
-            ws.publish()
             ws.fork()
             self.gemm.launch(self.a_full, b, out, self.signals, ws.epoch_word)
             ws.issue_chunks()

@@ -5,7 +5,8 @@ gemm_rs.py."""
 
 from __future__ import annotations
 
-from typing import Optional
+import weakref
+from typing import NamedTuple, Optional, Tuple
 
 import torch
 
@@ -36,6 +37,26 @@ CONTEXT_DTYPES = SUPPORTED_DTYPES + (torch.float8_e4m3fn,)
 
 def default_device(device) -> torch.device:
     return torch.device(device) if device is not None else torch.device("cuda", torch.cuda.current_device())
+
+
+class _FastPath(NamedTuple):
+    """What OpContext._fast_call compares a repeated call's operands with, and what it replays
+    through (OpContext._fast_path)."""
+
+    dtype: torch.dtype
+    out_dtype: torch.dtype
+    device: torch.device
+    device_index: int  # what Tensor.get_device() returns for an operand on `device`
+    a_shape: torch.Size
+    b_shape: torch.Size
+    out_shape: torch.Size
+    b_nk_stride: Optional[Tuple[int, int]]  # B's strides for an "nk" B; None: "kn", a contiguous B
+    monitor: object  # the runtime's WaitMonitor
+    flag: object  # the kernel's HostFlag (None without a fused kernel)
+    graphs: CallGraphs
+    # Per operand (a, b, out): (weak reference, version counter) of the tensor object whose
+    # metadata was last compared and passed, or None (OpContext._fast_call).
+    seen: list
 
 
 class OpContext:
@@ -252,23 +273,26 @@ class OpContext:
         flag = None if self.gemm is None else getattr(self.gemm, "flag_on_host", None)
         if monitor is None or (self.gemm is not None and flag is None):
             return None
-        a_shape, out_shape = (tuple(s) for s in self._operand_shapes())
-        b_shape = (self.k, self.n)
-        # The strides each check accepts, in the form a contiguous tensor has: a and out
-        # contiguous, b row-major [K, N] ("kn") or the transpose of a row-major [N, K] ("nk").
-        b_stride = (self.n, 1) if self.b_layout == "kn" else (1, self.k)
-        return (
-            self.dtype,
-            self.out_dtype,
-            self.device,
-            a_shape,
-            (a_shape[1], 1),
-            b_shape,
-            b_stride,
-            out_shape,
-            (out_shape[1], 1),
-            monitor,
-            flag,
+        a_shape, out_shape = (torch.Size(s) for s in self._operand_shapes())
+        # B's layout as the checks read it: "kn" is a contiguous [K, N]; "nk" the transpose of a
+        # contiguous [N, K], compared here by its strides (stricter than the check's
+        # b.t().is_contiguous() only where a dimension is 1; such a call declines to the full path).
+        b_nk_stride = (1, self.k) if self.b_layout == "nk" else None
+        return _FastPath(
+            dtype=self.dtype,
+            out_dtype=self.out_dtype,
+            device=self.device,
+            # A CUDA device without an index matches no operand (the full checks compare
+            # devices and refuse "cuda:0" against "cuda", so such a context never gets here).
+            device_index=-1 if self.device.type != "cuda" else (-2 if self.device.index is None else self.device.index),
+            a_shape=a_shape,
+            b_shape=torch.Size((self.k, self.n)),
+            out_shape=out_shape,
+            b_nk_stride=b_nk_stride,
+            monitor=monitor,
+            flag=flag,
+            graphs=self.graphs,
+            seen=[None, None, None],
         )
 
     def _fast_call(self, a: torch.Tensor, b: torch.Tensor, out: Optional[torch.Tensor]) -> Optional[torch.Tensor]:
@@ -276,36 +300,73 @@ class OpContext:
         share of a call"): `out` (a new tensor if None) once the graph captured for these
         operands' addresses has been replayed, or None, having launched nothing, when the call
         must take the full path: no graph yet or for these addresses, an operand whose dtype,
-        shape, strides or device is not exactly what the checks accept (the full path then
-        raises the error), the stream being captured by the caller, or an earlier timeout to
-        report. Equivalent to the full checks: everything they read is compared here (shape,
-        dtype, device, strides), except the alignment, which depends on the address alone and
-        was checked when the graph for these addresses was made. The capture query, both
-        timeout looks and the launch are one runtime call (CallGraphs.replay_cached)."""
+        shape, contiguity or device is not what the checks accept (the full path then raises
+        the error), the stream being captured by the caller, or an earlier timeout to report.
+
+        Each operand's metadata is compared (_fast_compare) unless it is the very tensor object
+        that passed last time with its version counter unchanged: every in-place operation on a
+        tensor or a view of it bumps that counter, the metadata ones included (t_, resize_,
+        as_strided_, set_, squeeze_...), so an unchanged counter on the same object means
+        unchanged metadata. Not seen: `t.data = other` (it swaps the metadata without a bump),
+        where `other` starts at the same address (another address misses the graph lookup).
+        Tensors made under torch.inference_mode() have no counter and are compared every call.
+        A training or serving loop that reuses its buffers thus pays an identity test and a
+        counter read per operand (the comparison read a dozen attributes, each building a
+        Python object: more host time than the launch itself on the slower hosts). The address
+        key is read every call; the alignment depends on it alone and was checked when the
+        graph for these addresses was made. The capture query, both timeout looks and the
+        launch are one runtime call (CallGraphs.replay_cached)."""
         fast = self._fast
         if fast is None:
             return None
-        dtype, out_dtype, device, a_shape, a_stride, b_shape, b_stride, out_shape, out_stride, monitor, flag = fast
+        seen = fast.seen
         if out is None:
-            out = torch.empty(out_shape, dtype=out_dtype, device=device)
-        if (
-            a.dtype is not dtype
-            or b.dtype is not dtype
-            or out.dtype is not out_dtype
-            or a.shape != a_shape
-            or b.shape != b_shape
-            or out.shape != out_shape
-            or a.stride() != a_stride
-            or b.stride() != b_stride
-            or out.stride() != out_stride
-            or a.device != device
-            or b.device != device
-            or out.device != device
-        ):
+            out = torch.empty(fast.out_shape, dtype=fast.out_dtype, device=fast.device)
+            out_ok = True  # made right here; not remembered (a new object each call)
+        else:
+            s = seen[2]
+            out_ok = s is not None and s[0]() is out and out._version == s[1]
+        s = seen[0]
+        a_ok = s is not None and s[0]() is a and a._version == s[1]
+        s = seen[1]
+        b_ok = s is not None and s[0]() is b and b._version == s[1]
+        if not (a_ok and b_ok and out_ok) and not self._fast_compare(fast, a, b, out, a_ok, b_ok, out_ok):
             return None
-        if not self.graphs.replay_cached((a.data_ptr(), b.data_ptr(), out.data_ptr()), monitor, flag):
+        if not fast.graphs.replay_cached((a.data_ptr(), b.data_ptr(), out.data_ptr()), fast.monitor, fast.flag):
             return None
         return out
+
+    @staticmethod
+    def _fast_compare(fast: "_FastPath", a, b, out, a_ok: bool, b_ok: bool, out_ok: bool) -> bool:
+        """Whether the operands not yet known good (a_ok, b_ok, out_ok False) are what the full
+        checks accept, read with the same meaning: is_contiguous for a, out and a "kn" B (the
+        strides for an "nk" B: stricter only where a dimension is 1, and such a call declines
+        to the full path), get_device for the device (for a CUDA context's index it holds only
+        for a tensor on that GPU). Those that pass are remembered in fast.seen."""
+        dtype, index = fast.dtype, fast.device_index
+        if not a_ok and (
+            a.dtype is not dtype or a.shape != fast.a_shape or not a.is_contiguous() or a.get_device() != index
+        ):
+            return False
+        if not b_ok and (
+            b.dtype is not dtype
+            or b.shape != fast.b_shape
+            or (not b.is_contiguous() if fast.b_nk_stride is None else b.stride() != fast.b_nk_stride)
+            or b.get_device() != index
+        ):
+            return False
+        if not out_ok and (
+            out.dtype is not fast.out_dtype
+            or out.shape != fast.out_shape
+            or not out.is_contiguous()
+            or out.get_device() != index
+        ):
+            return False
+        seen = fast.seen
+        for i, (t, ok) in enumerate(((a, a_ok), (b, b_ok), (out, out_ok))):
+            if not ok:
+                seen[i] = None if t.is_inference() else (weakref.ref(t), t._version)
+        return True
 
     def report_timeouts(self) -> None:
         """Raises WaitTimeoutError (through check(), which names the chunk) if a wait of an

@@ -255,15 +255,16 @@ class ProducerGemm(OpContext):
     def _enqueue(self, a: torch.Tensor, b_shard: torch.Tensor, out: torch.Tensor) -> None:
         """One call's device work (reduce-add chunks) on the current stream."""
         ws = self.ws
-        ws.begin()
         if self.gemm is None:
+            ws.begin()
             self._local_gemm(a, b_shard, self.c)
             ws.issue(wait_landed=True)
         else:
+            # begin and publish in one kernel (no inputs to put in place: the GEMM reads `a`).
             # The side streams fork before the GEMM is launched, so the chunks (which wait on the
             # tiles' ready slots on their own streams) do not wait for the whole GEMM, and the
             # host issues them only after the launch.
-            ws.publish()
+            ws.begin_and_publish()
             ws.fork()
             scales = (self.sa, self.sb) if self.fp8 else ()
             self.gemm.launch(a, b_shard, self.c, self.signals, ws.epoch_word, *scales)
@@ -342,8 +343,7 @@ class ProducerGemm(OpContext):
         of this call or the next overwrites what a kernel still reads: docs/RUNTIME.md, "Staged
         epilogue"."""
         ws = self.ws
-        ws.begin()
-        ws.publish()
+        ws.begin_and_publish()
         ws.fork()
         self.gemm.launch(
             a, b_shard, self.c, self.signals, ws.epoch_word, self.p, out if self.staged_writes_out else self.own_rows
