@@ -264,9 +264,13 @@ VARIANTS = {
     "row at store": "row at lookup with the notify row loaded by the store wait and the notify "
     "(the transformer's output before that)",
     "emitted, no wait": "diagnostic: row at lookup with the wait removed (lookup, prefetch and notify row only)",
-    "rows after wait": "the tile's wait and notify rows loaded for the next tile right after this tile's wait "
-    "(the order entry loaded before it, so its latency overlaps the wait) and the epoch once before the loop: "
-    "the wait reads no row it has to wait for (what the transformer emits since round 2)",
+    "notify row carried": "diagnostic, WRONG on a GPU: the emitted form with the notify row also loaded one tile "
+    "ahead and carried to the notify (the form of 2026-11-25 12:33); Triton's loop fusion gives the epilogue the "
+    "next tile's row, so every tile raises its successor's slots (src/transform/placement.cpp)",
+    "rows after wait": "the tile's wait row loaded for the next tile right after this tile's wait "
+    "(the order entry loaded before it, so its latency overlaps the wait), the notify row loaded from the tile "
+    "at its lookup, and the epoch once before the loop: the wait reads no row it has to wait for (what the "
+    "transformer emits since 2026-11-25's fifth session)",
 }
 
 
@@ -301,9 +305,10 @@ def row_at_lookup(source: str) -> str:
     lines = [
         line
         for line in source.splitlines(keepends=True)
-        if "= syl.tile_rows(" not in line
+        if "= syl.wait_row(" not in line
         and "sy_epoch_now = syl.epoch_of(" not in line
-        and "sy_wait_begin, sy_wait_end, sy_notify_begin, sy_notify_end = " not in line
+        and "sy_wait_begin, sy_wait_end = " not in line
+        and _ROW not in line
     ]
     out = []
     for line in lines:
@@ -323,28 +328,26 @@ _WAIT_CALL = (
     "syl.wait_for_tile(sy_signals, sy_wait_offsets, sy_wait_slots, sy_slot_writers, sy_tile, sy_epoch, "
     "sy_wait_bound_ns, sy_rank, sy_error, sy_seen)"
 )
-_ROWS_NEXT = (
-    "sy_wb_next, sy_we_next, sy_nb_next, sy_ne_next = syl.tile_rows(sy_wait_offsets, sy_notify_offsets, sy_tile_next)"
-)
+_ROWS_NEXT = "sy_wb_next, sy_we_next = syl.wait_row(sy_wait_offsets, sy_tile_next)"
 
 
 def rows_after_wait(source: str) -> str:
-    """The emitted source (a prefetched tile loop) with the next tile's wait and notify rows loaded
-    right after this tile's wait (syncopate.language's epoch_of, tile_rows, wait_for_tile_row).
-    Loading them two tiles ahead (the order entry three ahead) would hide the order load too,
-    but a value carried through two iterations stops Triton's pipeliner (no multi-buffering)."""
+    """The emitted source (a prefetched tile loop) with the next tile's wait row loaded right after
+    this tile's wait (syncopate.language's epoch_of, wait_row, wait_for_tile_row), the notify row
+    loaded from the tile at its lookup. Loading the wait row two tiles ahead (the order entry
+    three ahead) would hide the order load too, but a value carried through two iterations stops
+    Triton's pipeliner (no multi-buffering). The notify row is not carried: Triton's loop fusion
+    hands the epilogue the next tile's (src/transform/placement.cpp)."""
     seen = "    sy_seen = syl.no_slot_seen()  # [syncopate]\n"
     lookup = "        sy_tile = sy_tile_next  # [syncopate]\n"
-    assert seen in source and lookup in source and _WAIT_CALL in source
+    assert seen in source and lookup in source and _WAIT_CALL in source and _ROW in source
     out = source.replace(
         seen, seen + "    sy_epoch_now = syl.epoch_of(sy_epoch)  # [variant]\n    " + _ROWS_NEXT + "  # [variant]\n"
     )
     out = out.replace(
         lookup,
-        lookup + "        sy_wait_begin, sy_wait_end, sy_notify_begin, sy_notify_end = "
-        "sy_wb_next, sy_we_next, sy_nb_next, sy_ne_next  # [variant]\n",
+        lookup + "        sy_wait_begin, sy_wait_end = sy_wb_next, sy_we_next  # [variant]\n",
     )
-    out = "".join(line for line in out.splitlines(keepends=True) if _ROW not in line)
     wait = next(line for line in out.splitlines(keepends=True) if _WAIT_CALL in line)
     indent = wait[: len(wait) - len(wait.lstrip())]
     new_wait = wait.replace(
@@ -410,10 +413,35 @@ def notify_tile_loop(signals_ptr, notify_offsets_ptr, notify_slots_ptr, tile):
         tl.atomic_add(signals_ptr + slot, 1, sem="release", scope="sys")
 
 
+_NOTIFY_ROW_NEXT = "sy_nb_next, sy_ne_next = syl.notify_row(sy_notify_offsets, sy_tile_next)  # [variant]"
+
+
+def notify_row_carried(source: str) -> str:
+    """The emitted source with the notify row loaded one tile ahead beside the wait row and
+    carried to the notify (what "notify row carried" describes)."""
+    take = "sy_wait_begin, sy_wait_end = sy_wait_begin_next, sy_wait_end_next  # [syncopate]"
+    assert take in source and _ROW in source, "not a prefetched tile loop with the notify row at the lookup"
+    out = "".join(line for line in source.splitlines(keepends=True) if _ROW not in line)
+    out = out.replace(
+        take,
+        "sy_wait_begin, sy_wait_end, sy_notify_begin, sy_notify_end = sy_wait_begin_next, sy_wait_end_next, "
+        "sy_nb_next, sy_ne_next  # [variant]",
+    )
+    lines = []
+    for line in out.splitlines(keepends=True):
+        lines.append(line)
+        if "sy_wait_begin_next, sy_wait_end_next = syl.wait_row(" in line:
+            indent = line[: len(line) - len(line.lstrip())]
+            lines.append(indent + _NOTIFY_ROW_NEXT + "\n")
+    return "".join(lines)
+
+
 def make_variant(source: str, name: str) -> str:
     """The transformed gemm_tma_kernel source `source` changed into variant `name`."""
     if name == "emitted":
         return source
+    if name == "notify row carried":
+        return notify_row_carried(source)
     if _ROWS_CALL in source and name == "rows after wait":
         return source
     source = row_at_lookup(source)

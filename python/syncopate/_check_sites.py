@@ -11,7 +11,7 @@ import triton
 
 from syncopate import language as _sites
 from syncopate.language import *  # noqa: F401,F403  (everything else is unchanged)
-from syncopate.language import epoch_of, notify_row, tile_rows, tma_store_wait, tma_store_wait_row  # noqa: F401
+from syncopate.language import epoch_of, notify_row, tma_store_wait, tma_store_wait_row, wait_row  # noqa: F401
 
 # Runs being checked, by the address of their signal array (each run has its own).
 _RUNS: dict = {}

@@ -400,16 +400,12 @@ def epoch_of(epoch_ptr):
 
 
 @triton.jit
-def tile_rows(wait_offsets_ptr, notify_offsets_ptr, tile):
-    """(wait begin, wait end, notify begin, notify end): `tile`'s rows of the wait and notify
-    tables. In a loop the transformer loads them one iteration ahead, for the next iteration's
-    tile (whose order entry it loads two ahead), so no load is waited for at a tile's start."""
-    return (
-        tl.load(wait_offsets_ptr + tile),
-        tl.load(wait_offsets_ptr + tile + 1),
-        tl.load(notify_offsets_ptr + tile),
-        tl.load(notify_offsets_ptr + tile + 1),
-    )
+def wait_row(wait_offsets_ptr, tile):
+    """(begin, end): `tile`'s row of the wait table. In a loop the transformer loads it one
+    iteration ahead, for the next iteration's tile (whose order entry it loads two ahead), so
+    no load is waited for at a tile's start. The notify row is never carried that way
+    (notify_row: loaded from the tile at its own lookup)."""
+    return tl.load(wait_offsets_ptr + tile), tl.load(wait_offsets_ptr + tile + 1)
 
 
 @triton.jit
@@ -417,7 +413,7 @@ def wait_for_tile_row(
     signals_ptr, wait_slots_ptr, slot_writers_ptr, tile, begin, end, epoch, bound_ns, rank, error_ptr, seen
 ):
     """wait_for_tile with the tile's wait row [begin, end) and the call's number `epoch` given
-    (tile_rows, epoch_of): (`tile`, the last slot seen complete)."""
+    (wait_row, epoch_of): (`tile`, the last slot seen complete)."""
     if _INTERPRET:
         for i in range(begin, end):
             slot = tl.load(wait_slots_ptr + i)
@@ -437,7 +433,10 @@ def notify_row(notify_offsets_ptr, tile):
     lookup (`sy_notify_begin, sy_notify_end = syl.notify_row(sy_notify_offsets, sy_tile)`) when
     the tile block runs before the notify on every path: in a flattened loop the lookup is the
     prologue the pipeliner overlaps with the previous tile's K loop, so the loads leave the
-    epilogue (notify_tile_row and tma_store_wait_row then read the row)."""
+    epilogue (notify_tile_row and tma_store_wait_row then read the row). Always from the tile
+    itself, never one iteration ahead and carried: Triton's loop fusion gives the epilogue a
+    carried variable as the same tile's prologue left it (the next tile's row; the transformer's
+    placement.cpp)."""
     return tl.load(notify_offsets_ptr + tile), tl.load(notify_offsets_ptr + tile + 1)
 
 

@@ -19,6 +19,17 @@
 // (prologue) then runs before tile t's notify (epilogue): a plan in which a program's tile
 // waits on a slot raised by the same program's previous tile would wait out its bound. No plan
 // the lowering makes does that (a tile's waits are on chunks other ranks or copies produce).
+//
+// The notify row is always loaded from the tile itself at its own lookup, never carried from the
+// previous iteration (the wait row may be: rewrite.cpp, replace_prefetched_lookup). Triton's
+// loop fusion (3.6, `tl.range(..., flatten=True)`) hands the epilogue the tile loop's carried
+// variables as the same tile's prologue left them: a row loaded one tile ahead and carried to
+// the notify was the *next* tile's row there (the fused loop's yield forwards the prologue's new
+// value at once; seen in the TTGIR of the transformed gemm.py). Every producer tile raised its
+// successor's slots, and GEMM+RS at world 2 timed out on its ready slots ("seen 0"). A value the
+// prologue computes (this tile's row) is carried to the epilogue correctly, like the tile's
+// coordinates. tests/gpu/test_transform_gpu.py checks on the GPU that each tile of the fused
+// GEMM raises its own slots.
 #include <optional>
 #include <set>
 #include <string>
@@ -103,12 +114,6 @@ class NotifyRowPlacer {
       for (std::size_t i = 0; i < a_.tiles.size(); ++i)
         if (a_.tiles[i].end_stmt <= n.stmt) t = i;
       if (!t || !dominated_by(a_.tiles[*t], n.stmt)) continue;
-      // Not in a prefetched tile loop (rows loaded one tile ahead and carried to the notify):
-      // there the producer's notify never reached the signals. GemmRs (copy engine) at world 2
-      // on nvidia-h200 timed out on every ready slot with "seen 0", and passed with the same
-      // kernel's notify reading its row at the store (2026-11-25). The cause inside Triton's
-      // pipelined loop is not found; the notify's `bar.sync` on carried values is the suspect.
-      if (a_.tiles[*t].prefetch) continue;
       n.row_at_lookup = true;
       a_.tiles[*t].notify_row_at_lookup = true;
     }

@@ -227,15 +227,16 @@ class Rewriter {
   }
 
   // A tile block in `for <index> in range(start, stop, step)` that waits at its lookup: the
-  // order entry is loaded one iteration ahead, and the tile's wait and notify rows are loaded
-  // for the next iteration right after this tile's wait (the next entry's load was issued before
-  // the wait, so its latency overlaps it). The wait then reads no row it has to wait for, and
-  // the call's epoch is loaded once before the loop. One iteration ahead only: a value carried
-  // through two iterations stops Triton's pipeliner (docs/ANNOTATIONS.md, "Loop structure").
+  // order entry is loaded one iteration ahead, and the tile's wait row is loaded for the next
+  // iteration right after this tile's wait (the next entry's load was issued before the wait, so
+  // its latency overlaps it). The wait then reads no row it has to wait for, and the call's
+  // epoch is loaded once before the loop. One iteration ahead only: a value carried through two
+  // iterations stops Triton's pipeliner (docs/ANNOTATIONS.md, "Loop structure"). The notify row
+  // is this tile's, loaded here from the tile itself and never carried from the previous
+  // iteration: placement.cpp says why.
   void replace_prefetched_lookup(const TileBlock& t, const std::string& indent) {
-    static constexpr const char* kRowsNext =
-        "sy_wait_begin_next, sy_wait_end_next, sy_notify_begin_next, sy_notify_end_next";
-    static constexpr const char* kLoadRows = " = syl.tile_rows(sy_wait_offsets, sy_notify_offsets, sy_tile_next)";
+    static constexpr const char* kRowNext = "sy_wait_begin_next, sy_wait_end_next";
+    static constexpr const char* kLoadRow = " = syl.wait_row(sy_wait_offsets, sy_tile_next)";
     const auto& [start, stop, step] = *t.prefetch;
     const LogicalLine& loop = m_.lines[*t.loop];
     const std::string before = indent_of(loop.line);
@@ -243,10 +244,10 @@ class Rewriter {
         loop.line, before + fmt::format("sy_tile_next = syl.tile_at_or(sy_tile_order, {}, {}, {})", start, stop, step));
     insert_before_line(loop.line, before + "sy_seen = syl.no_slot_seen()");
     insert_before_line(loop.line, before + "sy_epoch_now = syl.epoch_of(sy_epoch)");
-    insert_before_line(loop.line, before + kRowsNext + kLoadRows);
+    insert_before_line(loop.line, before + kRowNext + kLoadRow);
     insert_before_line(t.end_line, indent + "sy_tile = sy_tile_next");
-    insert_before_line(t.end_line,
-                       indent + "sy_wait_begin, sy_wait_end, sy_notify_begin, sy_notify_end = " + kRowsNext);
+    insert_before_line(t.end_line, indent + "sy_wait_begin, sy_wait_end = " + kRowNext);
+    if (t.notify_row_at_lookup) insert_notify_row(t, indent);
     insert_before_line(t.end_line,
                        indent + fmt::format("sy_tile_next = syl.tile_at_or(sy_tile_order, {} + ({}), {}, {})",
                                             t.index_expr, step, stop, step));
@@ -254,7 +255,14 @@ class Rewriter {
                                        "sy_tile, sy_seen = syl.wait_for_tile_row(sy_signals, sy_wait_slots, "
                                        "sy_slot_writers, sy_tile, sy_wait_begin, sy_wait_end, sy_epoch_now, "
                                        "sy_wait_bound_ns, sy_rank, sy_error, sy_seen)");
-    insert_before_line(t.end_line, indent + kRowsNext + kLoadRows);
+    insert_before_line(t.end_line, indent + kRowNext + kLoadRow);
+  }
+
+  // The tile's notify row, read by its notifies after the store (placement.cpp says why it is
+  // loaded here); before the wait, so that its loads are in flight with the wait's own.
+  void insert_notify_row(const TileBlock& t, const std::string& indent) {
+    insert_before_line(t.end_line,
+                       indent + "sy_notify_begin, sy_notify_end = syl.notify_row(sy_notify_offsets, sy_tile)");
   }
 
   void replace_tile(const KernelAnalysis& a, const TileBlock& t) {
@@ -272,11 +280,7 @@ class Rewriter {
       replace_prefetched_lookup(t, indent);
     } else {
       insert_before_line(t.end_line, indent + fmt::format("sy_tile = syl.tile_at(sy_tile_order, {})", t.index_expr));
-      // The tile's notify row, read by its notifies after the store (placement.cpp says why it
-      // is loaded here); before the wait, so that its loads are in flight with the wait's own.
-      if (t.notify_row_at_lookup)
-        insert_before_line(t.end_line,
-                           indent + "sy_notify_begin, sy_notify_end = syl.notify_row(sy_notify_offsets, sy_tile)");
+      if (t.notify_row_at_lookup) insert_notify_row(t, indent);
       // The tile's coordinates are computed from what the wait returns (placement.cpp says why).
       // sy_seen: the last slot this program saw complete (syncopate.language, wait_for_tile).
       if (t.waits_at_lookup) {

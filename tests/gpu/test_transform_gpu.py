@@ -251,3 +251,75 @@ def test_producer_chunks_leave_after_their_tiles(sy):
         sy.launch.check_error(error, tables, case.kernel)
         assert signals.tolist() == [epoch * w for w in writers]
         torch.testing.assert_close(out, ref.tensors["c"], rtol=0, atol=0)
+
+
+# The fused GEMM as the ops run it (kernels/gemm.py's gemm_tma_kernel through the transformer;
+# C stored with plain stores, as a GEMM+RS producer). (BLOCK_M, BLOCK_N, EPILOGUE_SPLIT,
+# num_warps, warp_specialize): the 128x256 block with 8 warps and the 128x128 one with 4.
+FUSED_CONFIGS = [(128, 256, 2, 8, True), (128, 256, 2, 8, False), (128, 128, 1, 4, False)]
+
+
+@pytest.mark.parametrize("config", FUSED_CONFIGS, ids=lambda c: f"{c[0]}x{c[1]}_w{c[3]}_ws{int(c[4])}")
+def test_each_tile_of_the_fused_gemm_raises_its_own_slots(sy, config):
+    """Every tile notifies a slot of its own, and a persistent program runs several tiles with a
+    K loop of several steps (flattened and pipelined by Triton): after each call every slot must
+    hold the epoch exactly. A notify that read another tile's row (the next tile's: what a
+    notify row carried from the previous iteration gave under Triton's loop fusion, see
+    src/transform/placement.cpp) leaves slots at 0 and raises others twice."""
+    import importlib
+
+    block_m, block_n, split, warps, ws = config
+    fused = importlib.import_module("syncopate.ops.fused_gemm")
+    kernel = fused.transformed_kernel("gemm_tma_kernel")
+    m, n, k = 1024, 1024, 512  # 8 K-steps of 64 per tile
+    tiles_m, tiles_n = m // block_m, n // block_n
+    tiles = tiles_m * tiles_n
+    programs = 5  # several tiles per program, not evenly
+    gen = torch.Generator().manual_seed(21)
+    a = torch.randn(m, k, generator=gen).to(device="cuda", dtype=torch.bfloat16)
+    b = torch.randn(k, n, generator=gen).to(device="cuda", dtype=torch.bfloat16)
+    ref = (a.float() @ b.float()).to(torch.bfloat16)
+    order = sy.cases.shuffled_order(tiles, 31)
+    tables = sy.launch.TileTables.from_lists(
+        order, tiles_n, [[] for _ in range(tiles)], [[t] for t in range(tiles)], [1] * tiles
+    )
+    signals = torch.zeros(tiles, dtype=torch.int32, device="cuda")
+    arrays = tables.device_arrays(signals.device)
+    error = sy.launch.new_error_record(signals.device)
+    c = torch.empty(m, n, dtype=torch.bfloat16, device="cuda")
+    for epoch in (1, 2):
+        c.fill_(float("nan"))
+        sy.launch.launch(
+            kernel,
+            (programs,),
+            tables,
+            a,
+            b,
+            c,
+            m,
+            n,
+            k,
+            k,
+            n,
+            n,
+            programs,
+            signals=signals,
+            epoch=epoch,
+            error=error,
+            device_arrays=arrays,
+            B_IS_NK=False,
+            BLOCK_M=block_m,
+            BLOCK_N=block_n,
+            BLOCK_K=64,
+            GROUP_M=8,
+            EPILOGUE_SPLIT=split,
+            WARP_SPECIALIZE=ws,
+            FLATTEN=True,
+            C_STORE_POINTERS=True,
+            num_warps=warps,
+            num_stages=3,
+        )
+        sy.launch.check_error(error, tables, "gemm_tma_kernel")
+        wrong = {t: v for t, v in enumerate(signals.tolist()) if v != epoch}
+        assert not wrong, f"epoch {epoch}: slots (one per tile) not at {epoch}: {wrong}"
+        torch.testing.assert_close(c.float(), ref.float(), rtol=2e-2, atol=2e-1)

@@ -73,15 +73,21 @@ def dot_loop_depths(ttgir: str) -> list:
     return depths
 
 
-def transformed(module, kernel_name: str):
+def transformed(module, kernel_name: str, form: str = "transformed"):
     """The kernel as the transformer rewrites it, loaded from a file next to its module's package
-    (so relative imports resolve)."""
+    (so relative imports resolve). form "notify-row-carried": with the notify row carried one tile
+    ahead instead (bench/wait_variants.py; wrong on a GPU), to show notify_rows tells them apart."""
     path = module.__file__
     source = Path(path).read_text(encoding="utf-8")
     text = _core.transform(source, path, kernel_name).source
-    out = Path(tempfile.mkdtemp(prefix="syncopate-loops-")) / f"{kernel_name}_transformed.py"
+    if form == "notify-row-carried":
+        sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
+        import wait_variants
+
+        text = wait_variants.make_variant(text, "notify row carried")
+    out = Path(tempfile.mkdtemp(prefix="syncopate-loops-")) / f"{kernel_name}_{form}.py"
     out.write_text(text, encoding="utf-8")
-    name = f"syncopate.kernels._loops_{kernel_name}"
+    name = f"syncopate.kernels._loops_{kernel_name}_{form.replace('-', '_')}"
     spec = importlib.util.spec_from_file_location(name, out)
     mod = importlib.util.module_from_spec(spec)
     sys.modules[name] = mod
@@ -131,6 +137,105 @@ def wait_order(ttgir: str) -> dict:
             body = lines[i : region_end(lines, i)]
             if any(TMA_LOAD in b for b in body):
                 out["wait_before_loads_in_load_partition"] = wait_before_first_load(body)
+    return out
+
+
+NOTIFY_ASM = "SY_NOTIFY_SLOT"  # a label of syl.notify_tile(_row)'s PTX block
+SSA_DEF = re.compile(r"^\s*(%[\w.$-]+)(?::\d+)? = ")
+SSA = r"%[\w.$#-]+"
+
+
+def region_scopes(lines: list) -> list:
+    """For each line, the lines opening the regions that enclose it (innermost last)."""
+    stack, out = [], []
+    for i, ln in enumerate(lines):
+        s = ln.strip()
+        if s.startswith("}"):
+            if stack:
+                stack.pop()
+            if s.endswith("{"):  # '} else {': the same op's next region
+                stack.append(i)
+        out.append(tuple(stack))
+        if not s.startswith("}") and s.endswith("{"):
+            stack.append(i)
+    return out
+
+
+def ssa_operands(text: str) -> list:
+    """The SSA values of `%a, %b#1, ... : types`."""
+    return [t.strip() for t in text.split(" : ")[0].split(",") if t.strip().startswith("%")]
+
+
+def notify_rows(ttgir: str) -> list:
+    """For each notify PTX block: where the row it reads ([begin, end) of the notify table) was
+    loaded. Its `begin` is followed back through loop-carried values and `scf.if` results to the
+    load; "waited tile" when that load reads the notify table at the tile the wait beside it (in
+    the same region) waited on. Else "other tile" (e.g. the next tile's: a row carried from the
+    previous iteration, which Triton's loop fusion hands the epilogue as the same tile's
+    prologue left it), "not beside the wait" (loaded at the store) or why it was not found. A
+    structural check of the compiled kernel: the GPU test (tests/gpu/test_transform_gpu.py,
+    each tile raising its own slots) is the proof."""
+    lines = ttgir.splitlines()
+    scope = region_scopes(lines)
+
+    def carried(line: str) -> list:  # (block argument, initial value) of an scf.for
+        return re.findall(rf"({SSA}) = ({SSA})", line.split("iter_args(", 1)[1]) if "iter_args(" in line else []
+
+    def visible_def(name: str, use: int):
+        base = name.split("#")[0]
+        for d in range(use - 1, -1, -1):
+            m = SSA_DEF.match(lines[d])
+            if m and m.group(1) == base and scope[use][: len(scope[d])] == scope[d]:
+                return d
+            if d in scope[use] and any(arg == base for arg, _ in carried(lines[d])):
+                return d
+        return None
+
+    def region_yield(opener: int):
+        want = len(lines[opener]) - len(lines[opener].lstrip()) + 2
+        for i in range(opener + 1, len(lines)):
+            indent = len(lines[i]) - len(lines[i].lstrip())
+            if indent < want and lines[i].strip().startswith("}"):
+                return None
+            if indent == want and lines[i].strip().startswith("scf.yield"):
+                return i
+        return None
+
+    def trace(name: str, use: int, steps: int = 0):
+        d = visible_def(name, use)
+        if d is None or steps > 64:
+            return d
+        args = carried(lines[d]) if d in scope[use] else []
+        if any(arg == name for arg, _ in args):  # a loop-carried value: what the body yields
+            k = [arg for arg, _ in args].index(name)
+            y = region_yield(d)
+            value = ssa_operands(lines[y].strip()[len("scf.yield") :])[k]
+            return trace(args[k][1], d, steps + 1) if value == name else trace(value, y, steps + 1)
+        if " scf.if " in lines[d]:  # what the then-region yields
+            t = region_yield(d)
+            k = int(name.split("#")[1]) if "#" in name else 0
+            return trace(ssa_operands(lines[t].strip()[len("scf.yield") :])[k], t, steps + 1)
+        return d
+
+    out = []
+    for n, ln in enumerate(lines):
+        if NOTIFY_ASM not in ln:
+            continue
+        load = trace(ssa_operands(ln.split("pure = false} ", 1)[1])[0], n)
+        m = re.search(rf"tt\.load ({SSA})", lines[load]) if load is not None else None
+        addr = trace(m.group(1), load) if m else None
+        m = re.search(rf"tt\.addptr ({SSA}), ({SSA})", lines[addr]) if addr is not None else None
+        if not m or m.group(1) != "%sy_notify_offsets":
+            out.append("not loaded from the notify table")
+            continue
+        waits = [w for w, wl in enumerate(lines) if WAIT_ASM in wl and scope[w] == scope[addr]]
+        if not waits:
+            out.append("not beside the wait")
+            continue
+        wait = lines[waits[0]]
+        tile_in = ssa_operands(wait.split("pure = false} ", 1)[1])[9]  # wait_for_tile(_row)'s tile
+        tile_out = SSA_DEF.match(wait).group(1) + "#0"
+        out.append("waited tile" if m.group(2) in (tile_in, tile_out) else "other tile")
     return out
 
 
@@ -188,6 +293,7 @@ VARIANTS = [
     ("gemm_tma_kernel", "transformed", 100, True, 8),
     ("gemm_fp8_tma_kernel", "original", 90, False, 8),
     ("gemm_fp8_tma_kernel", "transformed", 90, False, 8),
+    ("gemm_tma_kernel", "notify-row-carried", 90, False, 8),
 ]
 
 
@@ -232,7 +338,7 @@ def main(argv) -> int:
         if name == "gemm_tma_kernel" and warps == 4:
             values.update(BLOCK_N=128, EPILOGUE_SPLIT=1)
         row = dict(kernel=name, form=form, sm=capability, warp_specialize=ws, num_warps=warps)
-        kernel = getattr(module, name) if form == "original" else transformed(module, name)
+        kernel = getattr(module, name) if form == "original" else transformed(module, name, form)
         result, diagnostics = captured_stderr(lambda: compile_kernel(kernel, pointers, values, capability, warps, 3))
         if isinstance(result, Exception):
             row.update(compiled=False, error=failure(result, diagnostics))
@@ -242,6 +348,7 @@ def main(argv) -> int:
                 dot_loop_depths=dot_loop_depths(result),
                 buffer_depths=buffer_depths(result),
                 warp_specialized="ttg.warp_specialize(" in result,
+                notify_rows=notify_rows(result),
                 **wait_order(result),
             )
         print(json.dumps(row), flush=True)

@@ -147,15 +147,25 @@ def test_transformed_kernel_waits_before_reading_a_and_notifies_after_storing_c(
     coords = next(i for i, ln in enumerate(lines) if ln.startswith("pid_m, pid_n = syl.tile_coords(sy_tile"))
     assert wait < coords
     assert not any(ln.startswith("syl.wait_tile(") for ln in lines)
-    # The tile's wait row (with its notify row, unused) was loaded one iteration ahead (the next
-    # tile's right after this tile's wait); the notify loads its own row after the store
-    # (placement.cpp: the row carried from the lookup lost GEMM+RS producers' notifies on a GPU).
-    rows = next(i for i, ln in enumerate(lines) if ln.startswith("sy_wait_begin, sy_wait_end, sy_notify_begin,"))
+    # The tile's wait row was loaded one iteration ahead (the next tile's right after this tile's
+    # wait); its notify row is loaded from the tile itself at the lookup, never carried from the
+    # previous iteration (placement.cpp: under Triton's loop fusion the carried row was the next
+    # tile's at the notify), and the store wait and the notify read it.
+    rows = next(i for i, ln in enumerate(lines) if ln.startswith("sy_wait_begin, sy_wait_end = sy_wait_begin_next,"))
+    notify_row = next(
+        i for i, ln in enumerate(lines) if ln.startswith("sy_notify_begin, sy_notify_end = syl.notify_row(")
+    )
+    assert lines[notify_row].startswith("sy_notify_begin, sy_notify_end = syl.notify_row(sy_notify_offsets, sy_tile)")
     # (the first tile's before the loop, then the next tile's in it)
-    before_loop, rows_next = [i for i, ln in enumerate(lines) if ln.startswith("sy_wait_begin_next, sy_wait_end_next,")]
-    assert before_loop < rows < wait < rows_next < coords
-    assert not any(ln.startswith("syl.notify_tile_row(") for ln in lines)
-    notify = next(i for i, ln in enumerate(lines) if ln.startswith("syl.notify_tile(sy_signals, sy_notify_offsets,"))
+    before_loop, rows_next = [
+        i for i, ln in enumerate(lines) if ln.startswith("sy_wait_begin_next, sy_wait_end_next =")
+    ]
+    assert before_loop < rows < notify_row < wait < rows_next < coords
+    assert not any("sy_notify_begin_next" in ln or "sy_notify_end_next" in ln for ln in lines)
+    assert not any(ln.startswith("syl.notify_tile(") for ln in lines)
+    notify = next(
+        i for i, ln in enumerate(lines) if ln.startswith("syl.notify_tile_row(sy_signals, sy_notify_slots, sy_tile,")
+    )
     # The TMA kernel reads A in its K loop helper, tma_k_loop(a_desc, ...): the call is the read.
     first_a_read = next(
         i

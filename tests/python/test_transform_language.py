@@ -158,7 +158,7 @@ def test_wait_for_tile_returns_the_tile_and_notify_tile_adds_once_per_program(la
 
 
 def test_the_row_forms_read_the_rows_they_are_given(language):
-    """notify_row / tile_rows load a tile's CSR rows; wait_for_tile_row, notify_tile_row and
+    """notify_row / wait_row load a tile's CSR rows; wait_for_tile_row, notify_tile_row and
     tma_store_wait_row act on the rows given (loaded earlier: at the tile lookup, or one tile
     ahead), so each must behave exactly as wait_for_tile / notify_tile on the tile's own row."""
 
@@ -166,11 +166,11 @@ def test_the_row_forms_read_the_rows_they_are_given(language):
     def by_rows(signals, wait_offsets, wait_slots, writers, epoch_ptr, error, out, notify_offsets, notify_slots):
         pid = tl.program_id(0)
         epoch = syl.epoch_of(epoch_ptr)
-        wb, we, nb, ne = syl.tile_rows(wait_offsets, notify_offsets, pid)
-        nb2, ne2 = syl.notify_row(notify_offsets, pid)
+        wb, we = syl.wait_row(wait_offsets, pid)
+        nb, ne = syl.notify_row(notify_offsets, pid)
         tile, seen = syl.wait_for_tile_row(signals, wait_slots, writers, pid, wb, we, epoch, 30_000, 3, error, -1)
         tl.store(out + pid * 4, tile)
-        tl.store(out + pid * 4 + 1, (nb2 == nb) & (ne2 == ne))
+        tl.store(out + pid * 4 + 1, (tl.load(wait_offsets + pid) == wb) & (tl.load(notify_offsets + pid + 1) == ne))
         tl.store(out + pid * 4 + 2, we - wb)
         tl.store(out + pid * 4 + 3, ne - nb)
         syl.tma_store_wait_row(nb, ne)  # a no-op under the interpreter (stores are synchronous)

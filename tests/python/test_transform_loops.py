@@ -11,7 +11,8 @@ What must hold (docs/ANNOTATIONS.md, "Loop structure"): the transformed GEMM, wh
 its tile lookup and loop-free, fuses like the original and is pipelined (three buffers for
 num_stages=3), and in the fused loop the wait comes before the first TMA load; with warp
 specialisation it compiles on sm_90 (8 and 4 warps) and on sm_100, where the partition that
-issues the TMA loads runs the wait before them. gemm_reduce waits after its K loop
+issues the TMA loads runs the wait before them; the notify reads the row loaded beside the wait
+for the tile it waited on. gemm_reduce waits after its K loop
 (`syl.wait_tile`, a loop), so its transformed loops stay apart. A kernel whose Triton build
 cannot target a variant is reported by the script as not compiled with the failing pass, and
 the test names it.
@@ -38,7 +39,7 @@ def rows():
     done = subprocess.run([sys.executable, str(SCRIPT)], env=env, capture_output=True, text=True, timeout=1800)
     assert done.returncode == 0, done.stderr[-4000:]
     out = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
-    assert len(out) == 11, done.stdout
+    assert len(out) == 12, done.stdout
     return {(r["kernel"], r["form"], r["sm"], r["warp_specialize"], r["num_warps"]): r for r in out}
 
 
@@ -110,3 +111,27 @@ def test_the_ops_fused_config_leaves_warp_specialisation_where_it_is_safe():
         assert fused_config(config).warp_specialize == (config.num_warps >= 8), config
         assert not fused_config(config, (10, 0)).warp_specialize, config
         assert not fused_config(config, (12, 0)).warp_specialize, config
+
+
+def test_the_notify_reads_the_row_loaded_for_the_tile_it_waited_on(rows):
+    """In the compiled fused loop, the row each notify reads was loaded beside the tile's wait from
+    the tile that wait waited on, not carried from an earlier iteration: Triton's loop fusion hands
+    the epilogue a tile-loop variable as the same tile's prologue left it, so a row carried one
+    tile ahead was the next tile's there (src/transform/placement.cpp). compile_loop_structure.py's
+    notify_rows follows the notify's operand back to its load; the GPU test of the same rule is
+    tests/gpu/test_transform_gpu.py (each tile of the fused GEMM raises exactly its own slots)."""
+    for key in [
+        ("gemm_tma_kernel", "transformed", 90, False, 8),
+        ("gemm_tma_kernel", "transformed", 90, True, 8),
+        ("gemm_tma_kernel", "transformed", 90, True, 4),
+        ("gemm_fp8_tma_kernel", "transformed", 90, False, 8),
+    ]:
+        row = compiled(rows[key])
+        assert row["notify_rows"] and set(row["notify_rows"]) == {"waited tile"}, row
+    for ws in (False, True):  # sm_100's pipeliner peels the last iteration: its notify is not followed
+        row = compiled(rows[("gemm_tma_kernel", "transformed", 100, ws, 8)])
+        assert "waited tile" in row["notify_rows"] and "other tile" not in row["notify_rows"], row
+    # The form that lost GEMM+RS notifies on the GPU (the row loaded one tile ahead and carried to
+    # the notify) is told apart.
+    row = compiled(rows[("gemm_tma_kernel", "notify-row-carried", 90, False, 8)])
+    assert "other tile" in row["notify_rows"], row

@@ -71,15 +71,16 @@ def gemm_fp8_tma_kernel(a_ptr, b_ptr, c_ptr, scale_a_ptr, scale_b_ptr, M, N, K, 
     sy_tile_next = syl.tile_at_or(sy_tile_order, tl.program_id(0), num_tiles, num_programs)  # [syncopate]
     sy_seen = syl.no_slot_seen()  # [syncopate]
     sy_epoch_now = syl.epoch_of(sy_epoch)  # [syncopate]
-    sy_wait_begin_next, sy_wait_end_next, sy_notify_begin_next, sy_notify_end_next = syl.tile_rows(sy_wait_offsets, sy_notify_offsets, sy_tile_next)  # [syncopate]
+    sy_wait_begin_next, sy_wait_end_next = syl.wait_row(sy_wait_offsets, sy_tile_next)  # [syncopate]
     for tile_id in tl.range(tl.program_id(0), num_tiles, num_programs, flatten=FLATTEN, warp_specialize=WARP_SPECIALIZE):
         # @sy.tile(index=tile_id, m=pid_m, n=pid_n)
         # [syncopate] was: pid_m, pid_n = grouped_tile(tile_id, num_pid_m, num_pid_n, GROUP_M)
         sy_tile = sy_tile_next  # [syncopate]
-        sy_wait_begin, sy_wait_end, sy_notify_begin, sy_notify_end = sy_wait_begin_next, sy_wait_end_next, sy_notify_begin_next, sy_notify_end_next  # [syncopate]
+        sy_wait_begin, sy_wait_end = sy_wait_begin_next, sy_wait_end_next  # [syncopate]
+        sy_notify_begin, sy_notify_end = syl.notify_row(sy_notify_offsets, sy_tile)  # [syncopate]
         sy_tile_next = syl.tile_at_or(sy_tile_order, tile_id + (num_programs), num_tiles, num_programs)  # [syncopate]
         sy_tile, sy_seen = syl.wait_for_tile_row(sy_signals, sy_wait_slots, sy_slot_writers, sy_tile, sy_wait_begin, sy_wait_end, sy_epoch_now, sy_wait_bound_ns, sy_rank, sy_error, sy_seen)  # [syncopate]
-        sy_wait_begin_next, sy_wait_end_next, sy_notify_begin_next, sy_notify_end_next = syl.tile_rows(sy_wait_offsets, sy_notify_offsets, sy_tile_next)  # [syncopate]
+        sy_wait_begin_next, sy_wait_end_next = syl.wait_row(sy_wait_offsets, sy_tile_next)  # [syncopate]
         pid_m, pid_n = syl.tile_coords(sy_tile, sy_tiles_n)  # [syncopate]
         # @sy.end
         off_m = pid_m * BLOCK_M
@@ -91,8 +92,8 @@ def gemm_fp8_tma_kernel(a_ptr, b_ptr, c_ptr, scale_a_ptr, scale_b_ptr, M, N, K, 
         # @sy.produce(c_ptr, m=pid_m, n=pid_n)
         store_c_tile(acc.to(c_ptr.dtype.element_ty), c_desc, c_ptr, off_m, off_n, M, N, stride_cm, BLOCK_M, BLOCK_N,
                      EPILOGUE_SPLIT, C_STORE_POINTERS)
-        syl.tma_store_wait(sy_notify_offsets, sy_tile)  # [syncopate]
-        syl.notify_tile(sy_signals, sy_notify_offsets, sy_notify_slots, sy_tile)  # [syncopate]
+        syl.tma_store_wait_row(sy_notify_begin, sy_notify_end)  # [syncopate]
+        syl.notify_tile_row(sy_signals, sy_notify_slots, sy_tile, sy_notify_begin, sy_notify_end)  # [syncopate]
 
 
 @triton.jit

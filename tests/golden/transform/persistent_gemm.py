@@ -31,15 +31,15 @@ def matmul_persistent(a_ptr, b_ptr, c_ptr, M, N, K,
     sy_tile_next = syl.tile_at_or(sy_tile_order, start_pid, num_tiles, NUM_PROGS)  # [syncopate]
     sy_seen = syl.no_slot_seen()  # [syncopate]
     sy_epoch_now = syl.epoch_of(sy_epoch)  # [syncopate]
-    sy_wait_begin_next, sy_wait_end_next, sy_notify_begin_next, sy_notify_end_next = syl.tile_rows(sy_wait_offsets, sy_notify_offsets, sy_tile_next)  # [syncopate]
+    sy_wait_begin_next, sy_wait_end_next = syl.wait_row(sy_wait_offsets, sy_tile_next)  # [syncopate]
     for tile_id in tl.range(start_pid, num_tiles, NUM_PROGS):
         # @sy.tile(index=tile_id, m=pid_m, n=pid_n)
         # [syncopate] was: pid_m, pid_n = grouped_tile(tile_id, num_pid_m, num_pid_n, GROUP_M)
         sy_tile = sy_tile_next  # [syncopate]
-        sy_wait_begin, sy_wait_end, sy_notify_begin, sy_notify_end = sy_wait_begin_next, sy_wait_end_next, sy_notify_begin_next, sy_notify_end_next  # [syncopate]
+        sy_wait_begin, sy_wait_end = sy_wait_begin_next, sy_wait_end_next  # [syncopate]
         sy_tile_next = syl.tile_at_or(sy_tile_order, tile_id + (NUM_PROGS), num_tiles, NUM_PROGS)  # [syncopate]
         sy_tile, sy_seen = syl.wait_for_tile_row(sy_signals, sy_wait_slots, sy_slot_writers, sy_tile, sy_wait_begin, sy_wait_end, sy_epoch_now, sy_wait_bound_ns, sy_rank, sy_error, sy_seen)  # [syncopate]
-        sy_wait_begin_next, sy_wait_end_next, sy_notify_begin_next, sy_notify_end_next = syl.tile_rows(sy_wait_offsets, sy_notify_offsets, sy_tile_next)  # [syncopate]
+        sy_wait_begin_next, sy_wait_end_next = syl.wait_row(sy_wait_offsets, sy_tile_next)  # [syncopate]
         pid_m, pid_n = syl.tile_coords(sy_tile, sy_tiles_n)  # [syncopate]
         # @sy.end
         offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)

@@ -47,8 +47,7 @@ constexpr const char* kWaitForTileRow =
     "sy_wait_end, sy_epoch_now, sy_wait_bound_ns, sy_rank, sy_error, sy_seen)  # [syncopate]\n";
 
 constexpr const char* kRowsNext =
-    "sy_wait_begin_next, sy_wait_end_next, sy_notify_begin_next, sy_notify_end_next = syl.tile_rows(sy_wait_offsets, "
-    "sy_notify_offsets, sy_tile_next)  # [syncopate]\n";
+    "sy_wait_begin_next, sy_wait_end_next = syl.wait_row(sy_wait_offsets, sy_tile_next)  # [syncopate]\n";
 
 constexpr const char* kNotifyRow =
     "sy_notify_begin, sy_notify_end = syl.notify_row(sy_notify_offsets, sy_tile)  # [syncopate]\n";
@@ -146,8 +145,9 @@ TEST(WaitPlacement, APersistentLoopWaitsAtTheLookupInsideTheLoop) {
       "        # @sy.produce(y_ptr, m=pid_m)\n"
       "        tl.store(y_ptr + pid_m, acc)\n");
   // Before the loop: the first iteration's order entry, the empty slot cache, the call's epoch and
-  // the first tile's rows; in it, this tile's rows (loaded one iteration ahead), the next
-  // iteration's entry, the wait on the rows, the next tile's rows, then the coordinates.
+  // the first tile's wait row; in it, this tile's wait row (loaded one iteration ahead), its notify
+  // row (loaded from the tile itself), the next iteration's entry, the wait on the row, the next
+  // tile's wait row, then the coordinates.
   EXPECT_NE(text.find("    sy_tile_next = syl.tile_at_or(sy_tile_order, tl.program_id(0), n_tiles, n_progs)  # "
                       "[syncopate]\n    sy_seen = syl.no_slot_seen()  # [syncopate]\n"
                       "    sy_epoch_now = syl.epoch_of(sy_epoch)  # [syncopate]\n    " +
@@ -155,21 +155,26 @@ TEST(WaitPlacement, APersistentLoopWaitsAtTheLookupInsideTheLoop) {
             std::string::npos)
       << text;
   EXPECT_NE(text.find("        sy_tile = sy_tile_next  # [syncopate]\n"
-                      "        sy_wait_begin, sy_wait_end, sy_notify_begin, sy_notify_end = sy_wait_begin_next, "
-                      "sy_wait_end_next, sy_notify_begin_next, sy_notify_end_next  # [syncopate]\n"
+                      "        sy_wait_begin, sy_wait_end = sy_wait_begin_next, sy_wait_end_next  # [syncopate]\n"
+                      "        " +
+                      std::string(kNotifyRow) +
                       "        sy_tile_next = syl.tile_at_or(sy_tile_order, t + (n_progs), n_tiles, n_progs)  # "
                       "[syncopate]\n        " +
-                      std::string(kWaitForTileRow) + "        " + kRowsNext +
-                      "        pid_m = syl.tile_row(sy_tile, sy_tiles_n)"),
+                      kWaitForTileRow + "        " + kRowsNext + "        pid_m = syl.tile_row(sy_tile, sy_tiles_n)"),
             std::string::npos)
       << text;
   EXPECT_EQ(count(text, "syl.wait_for_tile("), 0u) << text;
-  EXPECT_EQ(count(text, "syl.notify_row("), 0u) << text;
   EXPECT_EQ(count(text, "syl.wait_tile("), 0u) << text;
-  // In a prefetched loop the notify reads its row at the store, not from the carried rows
-  // (placement.cpp: the carried form lost a GEMM+RS producer's notifies on the GPU).
-  EXPECT_EQ(count(text, "syl.notify_tile_row("), 0u) << text;
-  EXPECT_EQ(count(text, "        syl.notify_tile(sy_signals, sy_notify_offsets, sy_notify_slots, sy_tile)"), 1u)
+  // No notify row is carried from the previous iteration (placement.cpp: Triton's loop fusion
+  // gives the epilogue the next tile's): the notify reads the row loaded from its own tile.
+  EXPECT_EQ(count(text, "_next"),
+            count(text, "sy_tile_next") + count(text, "sy_wait_begin_next") + count(text, "sy_wait_end_next"))
+      << text;
+  EXPECT_EQ(count(text, "syl.notify_row("), 1u) << text;
+  EXPECT_EQ(count(text, "syl.notify_tile("), 0u) << text;
+  EXPECT_EQ(
+      count(text, "        syl.notify_tile_row(sy_signals, sy_notify_slots, sy_tile, sy_notify_begin, sy_notify_end)"),
+      1u)
       << text;
 }
 

@@ -445,8 +445,7 @@ TEST(SafetyAccepts, EpilogueRecomputeWrappedInItsOwnTileBlock) {
   EXPECT_TRUE(
       has(out,
           "        sy_tile = sy_tile_next  # [syncopate]\n"
-          "        sy_wait_begin, sy_wait_end, sy_notify_begin, sy_notify_end = sy_wait_begin_next, sy_wait_end_next, "
-          "sy_notify_begin_next, sy_notify_end_next  # [syncopate]\n"
+          "        sy_wait_begin, sy_wait_end = sy_wait_begin_next, sy_wait_end_next  # [syncopate]\n"
           "        sy_tile_next = syl.tile_at_or(sy_tile_order, t + (NUM_SMS), tl.cdiv(M,BM)*tiles_n, NUM_SMS)"))
       << out;
   EXPECT_TRUE(has(out, "        sy_tile = syl.tile_at(sy_tile_order, tc)  # [syncopate]\n")) << out;
