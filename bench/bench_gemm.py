@@ -414,7 +414,10 @@ def launch_grid(cfg: GemmConfig, m: int, n: int, k: int, num_sms: int) -> int:
     if cfg.stream_k:
         return max(1, min(num_sms, tiles * math.ceil(k / cfg.block_k)))
     work = tiles * cfg.split_k
-    if cfg.split_tail:
+    if cfg.split_tail and cfg.split_fixup:
+        dp_tiles = kernels.gemm_one_launch_module.tail_fixup_split(tiles, num_sms, True)
+        work = max(dp_tiles, (tiles - dp_tiles) * cfg.split_k)
+    elif cfg.split_tail:
         dp_tiles = kernels.gemm_module.split_tail_work(tiles, num_sms)
         work = dp_tiles + (tiles - dp_tiles) * cfg.split_k
     programs = num_sms if cfg.persistent else work
@@ -430,7 +433,7 @@ def compile_task(kind: str, cfg: GemmConfig, shape, mode: str, num_sms: int) -> 
     slots = 0
     if cfg.stream_k:
         tiles = math.ceil(shape.m / cfg.block_m) * math.ceil(shape.n / cfg.block_n)
-        slots = kernels.gemm_module.stream_k_split(tiles, math.ceil(shape.k / cfg.block_k), grid)[1]
+        slots = kernels.gemm_one_launch_module.stream_k_split(tiles, math.ceil(shape.k / cfg.block_k), grid)[1]
     key = (kind, dataclasses.replace(cfg, persistent=True), shape.b_layout, mode, grid % 16 == 0, grid == 1, slots)
     return key, (kind, cfg, shape.b_layout, mode, shape.m, shape.k, shape.n, grid)
 

@@ -41,6 +41,7 @@ _kernels = importlib.util.module_from_spec(_spec)
 sys.modules[_spec.name] = _kernels
 _spec.loader.exec_module(_kernels)
 gemm_module = importlib.import_module("syncopate_kernels_under_test.gemm")
+one_launch_module = importlib.import_module("syncopate_kernels_under_test.gemm_one_launch")
 from syncopate_kernels_under_test.configs import GemmConfig  # noqa: E402
 
 
@@ -300,12 +301,12 @@ def test_stream_k_matches_reference_and_leaves_counters_zero(b_is_nk, shape, num
 
 def test_stream_k_split_keeps_the_last_one_to_two_waves_for_stream_k():
     # 12 tiles on 4 programs: two whole waves of tiles, the last 4 tiles (one wave) stream-K.
-    assert gemm_module.stream_k_split(12, 2, 4)[0] == 8
-    assert gemm_module.stream_k_split(7, 2, 4)[0] == 0  # under two waves: all stream-K
+    assert one_launch_module.stream_k_split(12, 2, 4)[0] == 8
+    assert one_launch_module.stream_k_split(7, 2, 4)[0] == 0  # under two waves: all stream-K
     # 4 tiles x 5 K-steps over 5 programs: 4 K-steps each, a tile spans at most 3 programs
     # (slots rounded up to a power of two).
-    assert gemm_module.stream_k_split(4, 5, 5) == (0, 4)
-    assert gemm_module.stream_k_split(32, 112, 132)[1] == 8  # 27 K-steps each: up to 6 programs
+    assert one_launch_module.stream_k_split(4, 5, 5) == (0, 4)
+    assert one_launch_module.stream_k_split(32, 112, 132)[1] == 8  # 27 K-steps each: up to 6 programs
 
 
 @pytest.mark.parametrize("b_is_nk", [False, True])
@@ -366,6 +367,42 @@ def test_split_tail_matches_reference(b_is_nk, shape, programs, split):
     c = gemm_module.gemm(a, b, out=out, config=cfg, num_programs=programs)
     assert not torch.isnan(c).any(), "some output elements were never written"
     assert _rel_error(c, a, b) < 1e-2
+
+
+@pytest.mark.parametrize("b_is_nk", [False, True])
+@pytest.mark.parametrize(
+    "shape,programs,split",
+    [
+        ((70, 100, 160), 5, 3),  # 12 tiles (ragged edges) on 5: 10 whole, 2 tiles in 3 slices
+        ((64, 64, 96), 4, 2),  # 4 tiles on 4: a whole wave, nothing split
+        ((32, 64, 128), 4, 2),  # 2 tiles on 4: under one wave, every tile split
+    ],
+)
+def test_split_tail_in_one_launch_matches_reference_and_leaves_counters_zero(b_is_nk, shape, programs, split):
+    """gemm_tail_fixup_kernel with whole waves whole (split_tail + split_fixup): the tail tiles'
+    slices summed by the last slice to finish, in the same launch; twice on the same counters."""
+    m, n, k = shape
+    a, b = _operands(m, n, k, torch.bfloat16, b_is_nk, seed=m + n + k + split + 1)
+    cfg = GemmConfig(32, 32, 32, 2, 1, 4, False, 1, 1.0, split_k=split, split_tail=True, split_fixup=True)
+    counters = torch.zeros(-(-m // 32) * -(-n // 32), dtype=torch.int32)
+    original = gemm_module._counters
+    gemm_module._counters = lambda device, count: counters
+    try:
+        for _ in range(2):
+            out = torch.full((m, n), float("nan"), dtype=torch.bfloat16)
+            c = gemm_module.gemm(a, b, out=out, config=cfg, num_programs=programs)
+            assert not torch.isnan(c).any(), "some output elements were never written"
+            assert _rel_error(c, a, b) < 1e-2
+            assert int(counters.abs().sum()) == 0
+    finally:
+        gemm_module._counters = original
+
+
+def test_tail_fixup_split_keeps_whole_waves_only_for_the_split_tail():
+    assert one_launch_module.tail_fixup_split(160, 132, True) == 132
+    assert one_launch_module.tail_fixup_split(264, 132, True) == 264
+    assert one_launch_module.tail_fixup_split(96, 132, True) == 0
+    assert one_launch_module.tail_fixup_split(160, 132, False) == 0  # plain split-K: every tile split
 
 
 def test_split_tail_work_keeps_whole_waves():

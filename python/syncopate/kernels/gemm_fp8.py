@@ -235,8 +235,10 @@ def gemm_fp8(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, scale_b: t
     if k == 0:
         return out.zero_()
     cfg = config if config is not None else select_fp8_config(m, n, k, a.device)
-    if cfg.split_k > 1:
-        raise ValueError(f"gemm_fp8: config {cfg.name} splits K; the FP8 kernel has no split-K")
+    one_launch = cfg.stream_k or (cfg.split_k > 1 and cfg.split_fixup)
+    if cfg.split_k > 1 and not cfg.split_fixup:
+        raise ValueError(f"gemm_fp8: config {cfg.name} splits K in two launches; FP8 splits K only in "
+                         "one launch (split_fixup)")
     a_view = a if a.stride(1) == 1 else a.contiguous()
     # B as the [N, K] tensor the FP8 MMA reads: a transposed view of one in place, else the
     # kept K-major copy (KMajorCopies: the [K, N] path is several times slower).
@@ -257,6 +259,13 @@ def gemm_fp8(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, scale_b: t
     grid_size = max(1, min(num_programs, tiles))
     if host_descriptors is None:
         host_descriptors = a.is_cuda and not interpreter_active()
+    if one_launch and not c_store_pointers:
+        from .gemm import _counters
+        from .gemm_one_launch import one_launch_gemm
+
+        one_launch_gemm(a_view, b_view, out, b_is_nk, cfg, num_programs, lambda tiles: _counters(a.device, tiles),
+                        scales=(scale_a, scale_b, stride_sa, stride_sb))
+        return out
     if host_descriptors and not c_store_pointers:
         a_desc = TensorDescriptor.from_tensor(a_view, [cfg.block_m, cfg.block_k])
         b_desc = TensorDescriptor.from_tensor(
