@@ -133,6 +133,18 @@ SPLIT_TAIL_LAUNCH_STEPS = 3.0  # fitting it (fit_config_model.py) left it unchan
 # 512 x 8192 x 5120 1.336 -> 1.234 (128x128, 4 slices).
 SPLIT_TAIL_IN_MODEL = True
 SPLIT_TAIL_MAX_WAVES = 4
+# Stream-K in one launch (gemm_one_launch.gemm_stream_k_flat_kernel): whole waves of whole tiles,
+# then the K-steps of the last one to two waves' tiles spread evenly over every program, walked
+# by one pipelined loop. Offered by candidate_configs(local=True) for STREAM_K_BLOCKS when
+# STREAM_K_IN_MODEL, below STREAM_K_MAX_WAVES waves of tiles. STREAM_K_FIXED_STEPS: a program's
+# fixed cost in K-steps (pipeline fill, its partials, the sum of the tiles it finishes).
+STREAM_K_IN_MODEL = False
+STREAM_K_MAX_WAVES = 2
+STREAM_K_FIXED_STEPS = 6.0
+STREAM_K_BLOCKS: tuple[GemmConfig, ...] = ()
+# Whether candidate_configs(local=True) offers the split tail in one launch
+# (gemm_one_launch.gemm_tail_fixup_kernel, split_tail + split_fixup) instead of the two-launch one.
+ONE_LAUNCH_SPLIT_TAIL = False
 # Below this many K-steps per slice, splitting K only adds overhead.
 MIN_K_STEPS_PER_SPLIT = 8
 _REFERENCE_AREA = 128 * 256
@@ -159,16 +171,27 @@ def estimated_cost(cfg: GemmConfig, m: int, n: int, k: int, num_sms: int) -> flo
         # wave is a large share of the time.
         if tiles >= SPLIT_TAIL_MAX_WAVES * num_sms:
             return math.inf
+        launch = 0.0 if cfg.split_fixup else SPLIT_TAIL_LAUNCH_STEPS
+        per_mb = SPLIT_K_FIXUP_COST_PER_MB if cfg.split_fixup else SPLIT_K_COST_PER_MB
         tail = tiles % num_sms if tiles > num_sms else tiles
         whole_steps = math.ceil(k / cfg.block_k) * cfg.block_k / 64
         cost = (tiles - tail) // num_sms * (whole_steps + TILE_FIXED_STEPS) * area / cfg.efficiency
         if tail:
             slice_steps = math.ceil(math.ceil(k / cfg.block_k) / cfg.split_k) * cfg.block_k / 64
             cost += _waves(tail * cfg.split_k, num_sms) * (slice_steps + TILE_FIXED_STEPS) * area / cfg.efficiency
-            cost += (
-                SPLIT_TAIL_LAUNCH_STEPS + SPLIT_K_COST_PER_MB * cfg.split_k * tail * cfg.block_m * cfg.block_n * 4 / 1e6
-            )
+            cost += launch + per_mb * cfg.split_k * tail * cfg.block_m * cfg.block_n * 4 / 1e6
         return cost
+    if cfg.stream_k:
+        # Whole waves of whole tiles but the last one or two, whose K-steps every program shares
+        # evenly (gemm_one_launch.stream_k_split).
+        if tiles >= STREAM_K_MAX_WAVES * num_sms:
+            return math.inf
+        k_tiles = math.ceil(k / cfg.block_k)
+        step = cfg.block_k / 64
+        whole_waves = max(0, tiles // num_sms - 1)
+        units = (tiles - whole_waves * num_sms) * k_tiles
+        steps = whole_waves * (k_tiles * step + TILE_FIXED_STEPS) + math.ceil(units / num_sms) * step
+        return (steps + STREAM_K_FIXED_STEPS) * area / cfg.efficiency
     work = tiles * cfg.split_k
     k_steps = math.ceil(math.ceil(k / cfg.block_k) / cfg.split_k) * cfg.block_k / 64
     per_item = (k_steps + TILE_FIXED_STEPS) * area
@@ -191,7 +214,11 @@ def candidate_configs(k: int, fixup: bool = False, local: bool = False) -> list[
                 if split > 1 and fixup:
                     out.append(dataclasses.replace(cfg, split_k=split, split_fixup=True))
                 if split > 1 and local and SPLIT_TAIL_IN_MODEL and cfg in CANDIDATES[:2]:
-                    out.append(dataclasses.replace(cfg, split_k=split, split_tail=True))
+                    out.append(
+                        dataclasses.replace(cfg, split_k=split, split_tail=True, split_fixup=ONE_LAUNCH_SPLIT_TAIL)
+                    )
+    if local and STREAM_K_IN_MODEL:
+        out.extend(dataclasses.replace(cfg, stream_k=True) for cfg in STREAM_K_BLOCKS)
     return out
 
 

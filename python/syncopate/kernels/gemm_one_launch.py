@@ -32,7 +32,7 @@ import triton.language as tl
 from triton.tools.tensor_descriptor import TensorDescriptor
 
 from .configs import GemmConfig
-from .gemm import grouped_tile, grouped_tma_tile, tile_grid, tma_k_loop, tma_store_tile
+from .gemm import grouped_tile, grouped_tma_tile, interpreter_active, tile_grid, tma_k_loop, tma_store_tile
 from .gemm_fp8 import _scale_tile
 
 
@@ -229,7 +229,7 @@ def one_launch_gemm(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor, b_is_nk
         partial = torch.empty((max(tail, 1), slots, cfg.block_m, cfg.block_n), dtype=torch.float32, device=a.device)
         gemm_stream_k_flat_kernel[(grid,)](
             a_desc, b_desc, c_desc, out, partial, counters(max(tail, 1)), scale_a, scale_b, m, n, k, out.stride(0),
-            stride_sa, stride_sb, grid, dp_tiles, MAX_SLOTS=slots, ASM_BARRIER=a.is_cuda, **common)
+            stride_sa, stride_sb, grid, dp_tiles, MAX_SLOTS=slots, ASM_BARRIER=not interpreter_active(), **common)
         return
     dp_tiles = tail_fixup_split(tiles, num_programs, cfg.split_tail)
     tail = tiles - dp_tiles
