@@ -433,7 +433,7 @@ def compile_task(kind: str, cfg: GemmConfig, shape, mode: str, num_sms: int) -> 
     slots = 0
     if cfg.stream_k:
         tiles = math.ceil(shape.m / cfg.block_m) * math.ceil(shape.n / cfg.block_n)
-        slots = kernels.gemm_one_launch_module.stream_k_split(tiles, math.ceil(shape.k / cfg.block_k), grid)[1]
+        slots = kernels.gemm_one_launch_module.stream_k_slots(tiles, math.ceil(shape.k / cfg.block_k), grid)
     key = (kind, dataclasses.replace(cfg, persistent=True), shape.b_layout, mode, grid % 16 == 0, grid == 1, slots)
     return key, (kind, cfg, shape.b_layout, mode, shape.m, shape.k, shape.n, grid)
 

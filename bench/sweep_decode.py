@@ -62,8 +62,14 @@ SK_BLOCKS = (
     (128, 64, 128, 4, 4, 1),
     (64, 128, 64, 4, 4, 1),
 )
-FIXUP_BLOCKS = ((128, 128, 64, 4, 4, 1), (128, 128, 64, 6, 4, 1), (128, 64, 64, 6, 4, 1), (128, 64, 128, 4, 4, 1),
-                (64, 128, 64, 4, 4, 1), (64, 64, 128, 4, 4, 1))
+FIXUP_BLOCKS = (
+    (128, 128, 64, 4, 4, 1),
+    (128, 128, 64, 6, 4, 1),
+    (128, 64, 64, 6, 4, 1),
+    (128, 64, 128, 4, 4, 1),
+    (64, 128, 64, 4, 4, 1),
+    (64, 64, 128, 4, 4, 1),
+)
 TAIL_BLOCKS = ((128, 256, 64, 3, 8, 2), (128, 128, 64, 4, 4, 1), (128, 128, 64, 6, 4, 1))
 FP8_SK_BLOCKS = ((128, 64, 128, 6, 4, 1), (128, 128, 128, 4, 4, 1), (128, 256, 128, 3, 8, 2), (64, 128, 128, 4, 4, 1))
 FP8_FIXUP_BLOCKS = ((128, 64, 128, 6, 4, 1), (128, 128, 128, 4, 4, 1), (64, 128, 128, 4, 4, 1))
@@ -87,9 +93,11 @@ def candidates(m: int, n: int, k: int, num_sms: int, fp8: bool = False) -> dict[
             continue
         for split in (2, 3, 4, 6):
             items = tiles * split
-            if items <= num_sms and sweep_small_m.wave_fill(items, num_sms) >= 0.7 and math.ceil(
-                k / block[2]
-            ) >= split * MIN_K_STEPS_PER_SPLIT:
+            if (
+                items <= num_sms
+                and sweep_small_m.wave_fill(items, num_sms) >= 0.7
+                and math.ceil(k / block[2]) >= split * MIN_K_STEPS_PER_SPLIT
+            ):
                 cfg = config_of(block, split_k=split, split_fixup=True)
                 out[cfg.name] = cfg
     for block in () if fp8 else TAIL_BLOCKS:
@@ -110,7 +118,11 @@ def compile_one(task: tuple) -> tuple:
     try:
         dtype = torch.float8_e4m3fn if kind == "fp8" else torch.bfloat16
         a = torch.randn(m, k, device="cuda").to(dtype)
-        b = torch.randn(n, k, device="cuda").to(dtype).t() if layout == "nk" else torch.randn(k, n, device="cuda").to(dtype)
+        b = (
+            torch.randn(n, k, device="cuda").to(dtype).t()
+            if layout == "nk"
+            else torch.randn(k, n, device="cuda").to(dtype)
+        )
         if kind == "fp8":
             kernels.gemm_fp8(a, b, torch.tensor(1.0, device="cuda"), torch.ones(1, n, device="cuda"), config=cfg)
         else:
@@ -188,7 +200,9 @@ def main() -> int:
     tasks = {}
     for kind, s, _, cands in rows:
         for cfg in cands.values():
-            tasks.setdefault(key_of(kind, cfg, s.b_layout, s.m, s.k, s.n, num_sms), (kind, cfg, s.b_layout, s.m, s.k, s.n))
+            tasks.setdefault(
+                key_of(kind, cfg, s.b_layout, s.m, s.k, s.n, num_sms), (kind, cfg, s.b_layout, s.m, s.k, s.n)
+            )
     print(f"device {props.name} ({kind_name}), {num_sms} SMs; {len(rows)} rows, {len(tasks)} kernels", flush=True)
     compiled = sweep_small_m.precompile(tasks, args.workers, start + args.budget * args.compile_share, compile_one)
     print(f"compiled {len(compiled)}/{len(tasks)} kernels at {time.time() - start:.0f} s", flush=True)
@@ -217,7 +231,9 @@ def main() -> int:
             print("budget reached; stopping", flush=True)
             break
         runnable = {
-            name: cfg for name, cfg in cands.items() if key_of(kind, cfg, s.b_layout, s.m, s.k, s.n, num_sms) in compiled
+            name: cfg
+            for name, cfg in cands.items()
+            if key_of(kind, cfg, s.b_layout, s.m, s.k, s.n, num_sms) in compiled
         }
         try:
             if kind == "fp8":
@@ -230,8 +246,16 @@ def main() -> int:
                         v["ratio"] = v["ms"] / cublas
         except Exception as error:  # recorded; the next row still runs
             print(f"{kind} {s.m}x{s.k}x{s.n} {s.b_layout}: {type(error).__name__}: {error}", flush=True)
-            report["rows"].append({"kind": kind, "m": s.m, "k": s.k, "n": s.n, "b_layout": s.b_layout,
-                                   "error": f"{type(error).__name__}: {str(error)[:500]}"})
+            report["rows"].append(
+                {
+                    "kind": kind,
+                    "m": s.m,
+                    "k": s.k,
+                    "n": s.n,
+                    "b_layout": s.b_layout,
+                    "error": f"{type(error).__name__}: {str(error)[:500]}",
+                }
+            )
             torch.cuda.empty_cache()
             continue
         row["kind"] = kind
@@ -241,11 +265,14 @@ def main() -> int:
         if kind == "fp8":
             summary = " ".join(
                 f"{mode}: model {row.get(f'ratio_model_{mode}', math.nan):.3f} best "
-                f"{row.get(f'ratio_best_{mode}', math.nan):.3f} ({row.get(f'best_{mode}')})" for mode in ("tensor", "row")
+                f"{row.get(f'ratio_best_{mode}', math.nan):.3f} ({row.get(f'best_{mode}')})"
+                for mode in ("tensor", "row")
             )
         else:
-            summary = (f"model {row.get('ratio_model', math.nan):.3f} ({model.name}); best "
-                       f"{row.get('ratio_best', math.nan):.3f} ({row.get('best_variant')})")
+            summary = (
+                f"model {row.get('ratio_model', math.nan):.3f} ({model.name}); best "
+                f"{row.get('ratio_best', math.nan):.3f} ({row.get('best_variant')})"
+            )
         print(f"{kind} {s.m}x{s.k}x{s.n} {s.b_layout}: {summary} [{time.time() - start:.0f} s]", flush=True)
     report["complete"] = len(report["rows"]) == len(rows)
     path.write_text(json.dumps(report, indent=1))

@@ -274,7 +274,7 @@ def test_model_offers_fixup_variants_only_when_asked():
     [
         ((40, 48, 160), 5),  # 4 tiles x 5 K-steps over 5 programs: every tile shared
         ((64, 96, 96), 4),  # 6 tiles < two waves: all stream-K, 4.5 K-steps per program
-        ((128, 96, 64), 4),  # 12 tiles: 8 whole tiles (two waves), then 4 tiles stream-K
+        ((128, 96, 64), 4),  # 12 tiles over 4 programs: 6 K-steps each, some tiles whole
         ((32, 32, 64), 7),  # 1 tile of 2 K-steps over 7 programs: five programs get nothing
     ],
 )
@@ -299,14 +299,13 @@ def test_stream_k_matches_reference_and_leaves_counters_zero(b_is_nk, shape, num
         gemm_module._counters = original
 
 
-def test_stream_k_split_keeps_the_last_one_to_two_waves_for_stream_k():
-    # 12 tiles on 4 programs: two whole waves of tiles, the last 4 tiles (one wave) stream-K.
-    assert one_launch_module.stream_k_split(12, 2, 4)[0] == 8
-    assert one_launch_module.stream_k_split(7, 2, 4)[0] == 0  # under two waves: all stream-K
+def test_stream_k_slots_cover_the_most_programs_a_tile_can_span():
     # 4 tiles x 5 K-steps over 5 programs: 4 K-steps each, a tile spans at most 3 programs
     # (slots rounded up to a power of two).
-    assert one_launch_module.stream_k_split(4, 5, 5) == (0, 4)
-    assert one_launch_module.stream_k_split(32, 112, 132)[1] == 8  # 27 K-steps each: up to 6 programs
+    assert one_launch_module.stream_k_slots(4, 5, 5) == 4
+    assert one_launch_module.stream_k_slots(32, 112, 132) == 8  # 27 K-steps each: up to 6 programs
+    assert one_launch_module.stream_k_slots(48, 64, 132) == 4  # 23 K-steps each: up to 4 programs
+    assert one_launch_module.stream_k_slots(1, 2, 7) == 4  # 1 tile of 2 K-steps on 7: up to 3
 
 
 @pytest.mark.parametrize("b_is_nk", [False, True])

@@ -133,9 +133,8 @@ SPLIT_TAIL_LAUNCH_STEPS = 3.0  # fitting it (fit_config_model.py) left it unchan
 # 512 x 8192 x 5120 1.336 -> 1.234 (128x128, 4 slices).
 SPLIT_TAIL_IN_MODEL = True
 SPLIT_TAIL_MAX_WAVES = 4
-# Stream-K in one launch (gemm_one_launch.gemm_stream_k_flat_kernel): whole waves of whole tiles,
-# then the K-steps of the last one to two waves' tiles spread evenly over every program, walked
-# by one pipelined loop. Offered by candidate_configs(local=True) for STREAM_K_BLOCKS when
+# Stream-K in one launch (gemm_one_launch.gemm_stream_k_flat_kernel): the K-steps of every tile
+# spread evenly over every program, walked by one pipelined loop. Offered by candidate_configs(local=True) for STREAM_K_BLOCKS when
 # STREAM_K_IN_MODEL, below STREAM_K_MAX_WAVES waves of tiles. STREAM_K_FIXED_STEPS: a program's
 # fixed cost in K-steps (pipeline fill, its partials, the sum of the tiles it finishes).
 STREAM_K_IN_MODEL = False
@@ -182,15 +181,10 @@ def estimated_cost(cfg: GemmConfig, m: int, n: int, k: int, num_sms: int) -> flo
             cost += launch + per_mb * cfg.split_k * tail * cfg.block_m * cfg.block_n * 4 / 1e6
         return cost
     if cfg.stream_k:
-        # Whole waves of whole tiles but the last one or two, whose K-steps every program shares
-        # evenly (gemm_one_launch.stream_k_split).
+        # Every tile's K-steps shared evenly by every program (gemm_one_launch), under two waves.
         if tiles >= STREAM_K_MAX_WAVES * num_sms:
             return math.inf
-        k_tiles = math.ceil(k / cfg.block_k)
-        step = cfg.block_k / 64
-        whole_waves = max(0, tiles // num_sms - 1)
-        units = (tiles - whole_waves * num_sms) * k_tiles
-        steps = whole_waves * (k_tiles * step + TILE_FIXED_STEPS) + math.ceil(units / num_sms) * step
+        steps = math.ceil(tiles * math.ceil(k / cfg.block_k) / num_sms) * cfg.block_k / 64
         return (steps + STREAM_K_FIXED_STEPS) * area / cfg.efficiency
     work = tiles * cfg.split_k
     k_steps = math.ceil(math.ceil(k / cfg.block_k) / cfg.split_k) * cfg.block_k / 64
