@@ -609,6 +609,13 @@ def print_fp8_table(rows: list[dict]) -> None:
                 f"fp8 {mode} scales, model config: geomean {geo:.3f}; "
                 f"{sum(1 for x in ratios if x <= 1.05)}/{len(ratios)} within 5%; worst {max(ratios):.3f}"
             )
+        before = [r[f"ratio_compare_{mode}"] for r in rows if f"ratio_compare_{mode}" in r]
+        if before:
+            geo = math.exp(sum(math.log(x) for x in before) / len(before))
+            print(
+                f"fp8 {mode} scales, --compare config (same run): geomean {geo:.3f}; "
+                f"{sum(1 for x in before if x <= 1.05)}/{len(before)} within 5%; worst {max(before):.3f}"
+            )
         print_groups(rows, f"ratio_model_{mode}", f"fp8 {mode} scales,")
     failed = [
         (r["m"], r["k"], r["n"], n)
@@ -754,6 +761,9 @@ def run(args) -> int:
             configs = {chosen.name: chosen}
             for cfg in () if args.model_only else FP8_EXTRA:
                 configs.setdefault(cfg.name, cfg)
+            earlier = compare.get((shape.m, shape.k, shape.n, shape.b_layout))
+            if earlier is not None:
+                configs.setdefault(earlier.name, earlier)
             plans.append((shape, chosen, configs))
         if args.precompile:
             precompile(
@@ -767,6 +777,13 @@ def run(args) -> int:
             )
         for shape, chosen, configs in plans:
             row = bench_fp8_shape(shape, configs, chosen.name, args.samples)
+            earlier = compare.get((shape.m, shape.k, shape.n, shape.b_layout))
+            for mode in ("tensor", "row") if earlier is not None else ():
+                ref_ms = row["variants"][f"scaled_mm/{mode}"].get("ms")
+                mine = row["variants"].get(f"{earlier.name}/{mode}", {})
+                if ref_ms and "ms" in mine and not mine["failed_check"]:
+                    row["compare_choice"] = earlier.name
+                    row[f"ratio_compare_{mode}"] = mine["ms"] / ref_ms
             rows.append(row)
             print(
                 f"  fp8 {shape.m}x{shape.k}x{shape.n} {shape.b_layout}: model/_scaled_mm tensor "
