@@ -757,7 +757,9 @@ def run(args) -> int:
     if args.fp8:
         plans = []
         for shape in gemm_shapes:
-            chosen = kernels.gemm_fp8_module.select_fp8_config(shape.m, shape.n, shape.k, torch.device("cuda"))
+            chosen = kernels.gemm_fp8_module.select_fp8_config(
+                shape.m, shape.n, shape.k, torch.device("cuda"), local=True
+            )
             configs = {chosen.name: chosen}
             for cfg in () if args.model_only else FP8_EXTRA:
                 configs.setdefault(cfg.name, cfg)

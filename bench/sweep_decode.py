@@ -159,7 +159,7 @@ def plan(num_sms: int, device_ok: bool):
     for m, k, n, layout in FP8_ROWS:
         shape = known.get((m, k, n, layout)) or shapes.GemmShape(m, k, n, layout, labels=("fp8",))
         if device_ok:
-            model = kernels.gemm_fp8_module.select_fp8_config(m, n, k, torch.device("cuda"))
+            model = kernels.gemm_fp8_module.select_fp8_config(m, n, k, torch.device("cuda"), local=True)
         else:
             base = kernels.choose_config(m, n, k, num_sms, 2, 232448 - 1024)
             model = dataclasses.replace(base, block_k=min(2 * base.block_k, 128))

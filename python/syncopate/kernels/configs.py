@@ -144,6 +144,9 @@ STREAM_K_BLOCKS: tuple[GemmConfig, ...] = ()
 # Whether candidate_configs(local=True) offers the split tail in one launch
 # (gemm_one_launch.gemm_tail_fixup_kernel, split_tail + split_fixup) instead of the two-launch one.
 ONE_LAUNCH_SPLIT_TAIL = False
+# Whether the plain gemm_fp8 call (choose_fp8_config(local=True)) takes the local candidates, the
+# one-launch splits and stream-K.
+FP8_LOCAL_IN_MODEL = False
 # Below this many K-steps per slice, splitting K only adds overhead.
 MIN_K_STEPS_PER_SPLIT = 8
 _REFERENCE_AREA = 128 * 256
@@ -249,6 +252,26 @@ def choose_config(
             f"(smallest needs {min(c.shared_memory_bytes(element_size) for c in pool)})"
         )
     return min(fitting, key=lambda c: estimated_cost(c, m, n, k, num_sms))
+
+
+def fp8_runnable(cfg: GemmConfig) -> bool:
+    """Whether gemm_fp8 runs cfg: unsplit, or split only in one launch (split_fixup, stream-K)."""
+    return cfg.stream_k or cfg.split_k == 1 or cfg.split_fixup
+
+
+def choose_fp8_config(
+    m: int, n: int, k: int, num_sms: int, shared_memory_limit: int, local: bool = False
+) -> GemmConfig:
+    """The FP8 GEMM's block: the bf16 model's choice (2-byte stages are what an FP8 block with
+    twice the BLOCK_K needs) with BLOCK_K doubled up to 128, so a K-step moves the same bytes.
+    local=True (the plain gemm_fp8 call, when FP8_LOCAL_IN_MODEL): the local candidates, the
+    one-launch splits and stream-K included; else (the fused FP8 ops) unsplit candidates only."""
+    if local and FP8_LOCAL_IN_MODEL:
+        pool = tuple(c for c in candidate_configs(k, fixup=True, local=True) if fp8_runnable(c))
+        cfg = choose_config(m, n, k, num_sms, 2, shared_memory_limit, candidates=pool)
+    else:
+        cfg = choose_config(m, n, k, num_sms, 2, shared_memory_limit, allow_split_k=False)
+    return dataclasses.replace(cfg, block_k=min(2 * cfg.block_k, 128))
 
 
 # Used when the interpreter runs the kernel on the CPU: small blocks keep it fast, and the

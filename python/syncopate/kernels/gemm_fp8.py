@@ -22,18 +22,17 @@ e4m3 tl.dot exactly after widening, checked against an fp32 reference).
 
 from __future__ import annotations
 
-import dataclasses
 import weakref
 
 import torch
 import triton
 import triton.language as tl
 
-from .configs import INTERPRETER_CONFIG, GemmConfig
+from .configs import INTERPRETER_CONFIG, GemmConfig, choose_fp8_config
 from triton.tools.tensor_descriptor import TensorDescriptor
 
 from .gemm import (device_limits, ensure_descriptor_allocator, grouped_tile, grouped_tma_tile, interpreter_active,
-                   result_tensor, select_config, store_c_tile, tile_grid, tma_compatible, tma_gemm_prologue,
+                   result_tensor, store_c_tile, tile_grid, tma_compatible, tma_gemm_prologue,
                    tma_k_loop, tma_store_tile)
 
 FP8_DTYPE = torch.float8_e4m3fn
@@ -199,17 +198,15 @@ class KMajorCopies:
 k_major_copies = KMajorCopies()
 
 
-def select_fp8_config(m: int, n: int, k: int, device: torch.device,
-                      allow_split_k: bool = False) -> GemmConfig:
-    """The block configuration for an FP8 GEMM: the bf16 model's choice at 1-byte elements
-    (BLOCK_K doubled up to 128, so a K-step moves the same bytes and the MMA the same K-work per
-    byte)."""
+def select_fp8_config(m: int, n: int, k: int, device: torch.device, local: bool = False) -> GemmConfig:
+    """The block configuration for an FP8 GEMM on this device (configs.choose_fp8_config: the
+    bf16 model's choice with BLOCK_K doubled up to 128). local=True: the plain gemm_fp8 call's
+    choice, which may split K in one launch; the fused FP8 ops take the unsplit one."""
     if device.type != "cuda":
         return INTERPRETER_CONFIG
-    # The bf16 choice (its shared-memory check counts 2-byte stages and a bf16 epilogue, which
-    # is what an FP8 block with twice the BLOCK_K needs).
-    cfg = select_config(m, n, k, device, torch.bfloat16, allow_split_k=allow_split_k)
-    return dataclasses.replace(cfg, block_k=min(2 * cfg.block_k, 128))
+    num_sms, smem = device_limits(device)
+    # Triton itself keeps a little shared memory (barriers); leave it a margin.
+    return choose_fp8_config(m, n, k, num_sms, smem - 1024, local=local)
 
 
 def gemm_fp8(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, scale_b: torch.Tensor, *,
@@ -234,7 +231,7 @@ def gemm_fp8(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, scale_b: t
         return out
     if k == 0:
         return out.zero_()
-    cfg = config if config is not None else select_fp8_config(m, n, k, a.device)
+    cfg = config if config is not None else select_fp8_config(m, n, k, a.device, local=not c_store_pointers)
     one_launch = cfg.stream_k or (cfg.split_k > 1 and cfg.split_fixup)
     if cfg.split_k > 1 and not cfg.split_fixup:
         raise ValueError(f"gemm_fp8: config {cfg.name} splits K in two launches; FP8 splits K only in "
