@@ -22,7 +22,6 @@ Writes one JSON after every row.
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import datetime
 import json
 import math
@@ -161,8 +160,7 @@ def plan(num_sms: int, device_ok: bool):
         if device_ok:
             model = kernels.gemm_fp8_module.select_fp8_config(m, n, k, torch.device("cuda"), local=True)
         else:
-            base = kernels.choose_config(m, n, k, num_sms, 2, 232448 - 1024)
-            model = dataclasses.replace(base, block_k=min(2 * base.block_k, 128))
+            model = kernels.gemm_fp8_module.choose_fp8_config(m, n, k, num_sms, 232448 - 1024, local=True)
         cands = {model.name: model}
         cands.update(candidates(m, n, k, num_sms, fp8=True))
         out.append(("fp8", shape, model, cands))
