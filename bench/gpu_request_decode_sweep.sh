@@ -12,7 +12,7 @@ mkdir -p "$dest"
 export PYTHONUNBUFFERED=1
 start=$(date +%s)
 nvidia-smi --query-gpu=name,compute_cap,clocks.sm,clocks.max.sm --format=csv > "$dest/gpu.txt" 2>&1
-timeout 143 python3 bench/sweep_decode.py --budget 136 --compile-share 0.5 --workers 15 --samples 10 \
+timeout 143 python3 bench/sweep_decode.py --budget 136 --compile-share 0.55 --workers 15 --samples 10 \
     --out "$dest" > "$dest/sweep_decode.log" 2>&1
 echo "rc=$? wall=$(( $(date +%s) - start )) s" >> "$dest/sweep_decode.log"
 tail -n 30 "$dest/sweep_decode.log"

@@ -6,7 +6,7 @@ cuBLAS and on the small-M FP8 rows that miss torch._scaled_mm (issue 18).
 
 The rows: the 10 decode GEMMs (M = 128..1024, both B layouts) still above 1.04x cuBLAS in the
 nvidia-h200 verification of 2026-11-25 (bench/results/gemm18-nvidia-h200-2026-11-25/), and the
-three small-M FP8 rows of that run. Candidates per row, beside the model's current pick:
+12 small-M FP8 GEMMs above 1.05x torch._scaled_mm (per-tensor) on nvidia-h100-x1 that day. Candidates per row, beside the model's current pick:
 - stream-K with one flattened K-step loop (gemm_stream_k_flat_kernel) for six blocks: every
   program the same number of K-steps, no idle multiprocessor in the last wave;
 - split-K in one launch with host descriptors (gemm_tail_fixup_kernel, dp_tiles 0) where the
@@ -51,7 +51,23 @@ DECODE_ROWS = (
     (128, 7168, 4096),
     (128, 4096, 8192),
 )
-FP8_ROWS = ((128, 8192, 5120, "nk"), (512, 4096, 3072, "nk"), (256, 2048, 8192, "kn"))
+# (M, K, N, layout): the small-M FP8 rows above 1.05x torch._scaled_mm (per-tensor scales) on
+# nvidia-h100-x1, 2026-11-25 14:07 (main's bench/results/gemm18-nvidia-h100-x1-2026-11-25/), worst
+# first; [N, K] B only (a [K, N] FP8 B runs the same kernel on its kept K-major copy).
+FP8_ROWS = (
+    (128, 7168, 4096, "nk"),
+    (128, 4096, 3072, "nk"),
+    (512, 8192, 5120, "nk"),
+    (512, 4096, 3072, "nk"),
+    (128, 8192, 5120, "nk"),
+    (128, 2048, 4096, "nk"),
+    (1024, 4096, 3072, "nk"),
+    (256, 8192, 8192, "nk"),
+    (256, 2048, 8192, "nk"),
+    (256, 4096, 8192, "nk"),
+    (1024, 8192, 5120, "nk"),
+    (512, 7168, 4096, "nk"),
+)
 # (BM, BN, BK, stages, warps, epilogue split)
 SK_BLOCKS = (
     (128, 256, 64, 3, 8, 2),
@@ -72,6 +88,7 @@ FIXUP_BLOCKS = (
 TAIL_BLOCKS = ((128, 256, 64, 3, 8, 2), (128, 128, 64, 4, 4, 1), (128, 128, 64, 6, 4, 1))
 FP8_SK_BLOCKS = ((128, 64, 128, 6, 4, 1), (128, 128, 128, 4, 4, 1), (128, 256, 128, 3, 8, 2), (64, 128, 128, 4, 4, 1))
 FP8_FIXUP_BLOCKS = ((128, 64, 128, 6, 4, 1), (128, 128, 128, 4, 4, 1), (64, 128, 128, 4, 4, 1))
+FP8_TAIL_BLOCKS = ((128, 256, 128, 3, 8, 2), (128, 128, 128, 4, 4, 1))
 MIN_K_STEPS_PER_SPLIT = 8
 
 
@@ -99,7 +116,7 @@ def candidates(m: int, n: int, k: int, num_sms: int, fp8: bool = False) -> dict[
             ):
                 cfg = config_of(block, split_k=split, split_fixup=True)
                 out[cfg.name] = cfg
-    for block in () if fp8 else TAIL_BLOCKS:
+    for block in FP8_TAIL_BLOCKS if fp8 else TAIL_BLOCKS:
         tiles = math.ceil(m / block[0]) * math.ceil(n / block[1])
         if num_sms < tiles < 4 * num_sms and tiles % num_sms:
             for split in (2, 3, 4):
