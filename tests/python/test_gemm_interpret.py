@@ -423,12 +423,51 @@ def test_local_model_takes_the_blocks_fitted_to_the_small_m_sweep():
     assert pick(512, 3072, 4096) == (128, 128, 64, 6, 1, False)
     # 1.2 waves of tiles: whole tiles for the first wave, the 28 tail tiles split in 4.
     assert pick(1024, 5120, 8192) == (128, 256, 64, 3, 4, True)
-    assert pick(512, 5120, 8192) == (128, 128, 64, 4, 4, True)
+    # ... and 512 x 5120 x 8192's 28 tail tiles (0.21 of a wave): 128x128 with six stages, split 4
+    # in one launch (the nvidia-h100-x1 sweep of the one-launch kernels, 2026-11-25 15:00).
+    assert pick(512, 5120, 8192) == (128, 128, 64, 6, 4, True)
     # Decode, short K: 128x64 split 2 (one wave of 96 items).
     assert pick(128, 3072, 4096) == (128, 64, 64, 6, 2, False)
     # Whole waves of 128x256 stay unsplit; many waves never take the split tail.
     assert pick(1024, 8192, 2048) == (128, 256, 64, 3, 1, False)
     assert pick(8192, 8192, 8192) == (128, 256, 64, 3, 1, False)
+
+
+def test_local_model_takes_the_one_launch_split_tail_only_for_a_small_last_wave():
+    """configs.ONE_LAUNCH_SPLIT_TAIL: the 128x128 s6 split tail in one launch is the pick only
+    where there is a whole wave and the last partial wave holds <= a quarter of a wave (the rows
+    of the one-launch sweep where it won); elsewhere the picks of the afternoon's rule stay."""
+
+    def pick(m, n, k):
+        return _kernel_configs.choose_config(m, n, k, 132, 2, _SMEM_H100, local=True)
+
+    won = pick(512, 5120, 8192)
+    assert won.split_fixup and won.split_tail and won.num_stages == 6 and won.split_k == 4
+    # 60 tail tiles of 128x128 (0.45 of a wave): 128x256 unsplit, as measured best.
+    assert pick(1024, 3072, 4096).name == "128x256x64_s3_w8_g8_ws_e2"
+    # 56 tail tiles: 128x256's two-launch split tail (a tie with the one-launch one).
+    assert pick(1024, 5120, 8192).name == "128x256x64_s3_w8_g8_ws_e2_t4"
+    # No whole wave (M = 128): the two-launch split and the unsplit narrow blocks stay.
+    assert pick(128, 4096, 7168).name == "128x64x64_s6_w4_g8_ws_e1_k2"
+    assert pick(128, 3072, 4096).name == "128x64x64_s6_w4_g8_ws_e1_k2"
+    assert pick(128, 8192, 4096).name == "128x64x64_s6_w4_g8_ws_e1"
+    tail = dataclasses.replace(_kernel_configs.LOCAL_CANDIDATES[0], split_k=2, split_tail=True, split_fixup=True)
+    cost = _kernel_configs.estimated_cost
+    assert cost(tail, 512, 5120, 8192, 132) < float("inf")  # 160 tiles: 28 past the wave
+    assert cost(tail, 512, 4096, 8192, 132) == float("inf")  # 128 tiles: no whole wave
+    assert cost(tail, 1024, 3072, 4096, 132) == float("inf")  # 192 tiles: 60 past the wave
+    # The one-launch variants are the local GEMM's only: a fused caller never gets them.
+    assert not _kernel_configs.choose_config(512, 5120, 8192, 132, 2, _SMEM_H100).split_fixup
+
+
+def test_fp8_picks_are_unsplit_while_the_fp8_one_launch_rule_is_off():
+    """configs.FP8_LOCAL_IN_MODEL is off (the one-launch splits lost on the FP8 rows): the plain
+    gemm_fp8 call's pick is the fused FP8 ops' unsplit pick, BLOCK_K doubled."""
+    assert not _kernel_configs.FP8_LOCAL_IN_MODEL
+    for m, n, k in [(128, 4096, 7168), (512, 5120, 8192), (256, 8192, 2048), (4096, 8192, 8192)]:
+        local = _kernel_configs.choose_fp8_config(m, n, k, 132, _SMEM_H100, local=True)
+        fused = _kernel_configs.choose_fp8_config(m, n, k, 132, _SMEM_H100)
+        assert local == fused and local.split_k == 1 and not local.stream_k and local.block_k == 128
 
 
 def test_fused_callers_never_get_local_blocks_or_the_split_tail():

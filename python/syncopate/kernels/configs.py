@@ -134,18 +134,36 @@ SPLIT_TAIL_LAUNCH_STEPS = 3.0  # fitting it (fit_config_model.py) left it unchan
 SPLIT_TAIL_IN_MODEL = True
 SPLIT_TAIL_MAX_WAVES = 4
 # Stream-K in one launch (gemm_one_launch.gemm_stream_k_flat_kernel): the K-steps of every tile
-# spread evenly over every program, walked by one pipelined loop. Offered by candidate_configs(local=True) for STREAM_K_BLOCKS when
-# STREAM_K_IN_MODEL, below STREAM_K_MAX_WAVES waves of tiles. STREAM_K_FIXED_STEPS: a program's
-# fixed cost in K-steps (pipeline fill, its partials, the sum of the tiles it finishes).
+# spread evenly over every program, walked by one pipelined loop. Offered by
+# candidate_configs(local=True) for STREAM_K_BLOCKS when STREAM_K_IN_MODEL, below
+# STREAM_K_MAX_WAVES waves of tiles. STREAM_K_FIXED_STEPS: a program's fixed cost in K-steps
+# (pipeline fill, its partials, the sum of the tiles it finishes). OFF: swept on
+# nvidia-h100-x1 (2026-11-25 15:00, bench/sweep_decode.py, bench/results/gemm18-decode-nvidia-
+# h100-x1-2026-11-25/) on the 20 decode GEMMs that miss cuBLAS: best block per row 1.18-2.35x
+# cuBLAS, slower than the model's pick on every row (e.g. 512 x 4096 x 3072, 128x128 s5: 2.10 vs
+# 1.19; 128 x 14336 x 8192 nk, 128x64x128: 1.18 vs 1.11).
 STREAM_K_IN_MODEL = False
 STREAM_K_MAX_WAVES = 2
 STREAM_K_FIXED_STEPS = 6.0
 STREAM_K_BLOCKS: tuple[GemmConfig, ...] = ()
-# Whether candidate_configs(local=True) offers the split tail in one launch
-# (gemm_one_launch.gemm_tail_fixup_kernel, split_tail + split_fixup) instead of the two-launch one.
-ONE_LAUNCH_SPLIT_TAIL = False
+# The split tail in one launch (gemm_one_launch.gemm_tail_fixup_kernel, split_tail + split_fixup)
+# of ONE_LAUNCH_TAIL_BLOCKS, offered by candidate_configs(local=True) when ONE_LAUNCH_SPLIT_TAIL,
+# where the whole waves are at least one and the last partial wave holds at most
+# ONE_LAUNCH_TAIL_MAX_FILL of a wave (its few tiles split 3-4 ways). The same sweep: 128x128
+# with 6 stages, the 28 tail tiles of 512 x 8192 x 5120 in 3-4 slices, 1.205-1.223 of cuBLAS vs
+# 1.269-1.310 for the two-launch split tail of 128x128 s4 the model took (both layouts); where the
+# tail is larger (1024 x 4096 x 3072: 60 tail tiles, 1.30 vs 1.20 for 128x256 unsplit;
+# 1024 x 8192 x 5120: 56, 1.15-1.16, a tie with 128x256's two-launch tail) or there is no whole
+# wave (the M = 128 rows: the best split-K in one launch 1.5-31% slower than the model's two-launch
+# split or unsplit block, e.g. 128 x 7168 x 4096 nk 1.20 vs 1.16) it did not win. Its partials cost SPLIT_K_FIXUP_COST_PER_MB, no second launch.
+ONE_LAUNCH_SPLIT_TAIL = True
+ONE_LAUNCH_TAIL_BLOCKS: tuple[GemmConfig, ...] = (LOCAL_CANDIDATES[0],)
+ONE_LAUNCH_TAIL_MAX_FILL = 0.25
 # Whether the plain gemm_fp8 call (choose_fp8_config(local=True)) takes the local candidates, the
-# one-launch splits and stream-K.
+# one-launch splits and stream-K. OFF: in the same sweep, on the 12 small-M FP8 GEMMs above 1.05x
+# torch._scaled_mm (per-tensor scales), a one-launch split beat the FP8 pick on one row only
+# (128 x 7168 x 4096, 128x64 split 2: 1.31 vs 1.41) and lost on the others (128 x 4096 x 3072
+# 1.40 vs 1.35, 128 x 8192 x 5120 1.44 vs 1.11), stream-K on every row (1.4-2.8x).
 FP8_LOCAL_IN_MODEL = False
 # Below this many K-steps per slice, splitting K only adds overhead.
 MIN_K_STEPS_PER_SPLIT = 8
@@ -172,6 +190,8 @@ def estimated_cost(cfg: GemmConfig, m: int, n: int, k: int, num_sms: int) -> flo
         # SPLIT_TAIL_MAX_WAVES waves of tiles, where it was measured and where the last partial
         # wave is a large share of the time.
         if tiles >= SPLIT_TAIL_MAX_WAVES * num_sms:
+            return math.inf
+        if cfg.split_fixup and (tiles <= num_sms or tiles % num_sms > ONE_LAUNCH_TAIL_MAX_FILL * num_sms):
             return math.inf
         launch = 0.0 if cfg.split_fixup else SPLIT_TAIL_LAUNCH_STEPS
         per_mb = SPLIT_K_FIXUP_COST_PER_MB if cfg.split_fixup else SPLIT_K_COST_PER_MB
@@ -211,9 +231,12 @@ def candidate_configs(k: int, fixup: bool = False, local: bool = False) -> list[
                 if split > 1 and fixup:
                     out.append(dataclasses.replace(cfg, split_k=split, split_fixup=True))
                 if split > 1 and local and SPLIT_TAIL_IN_MODEL and cfg in CANDIDATES[:2]:
-                    out.append(
-                        dataclasses.replace(cfg, split_k=split, split_tail=True, split_fixup=ONE_LAUNCH_SPLIT_TAIL)
-                    )
+                    out.append(dataclasses.replace(cfg, split_k=split, split_tail=True))
+    if local and ONE_LAUNCH_SPLIT_TAIL:
+        for cfg in ONE_LAUNCH_TAIL_BLOCKS:
+            for split in SPLIT_K_FACTORS[1:]:
+                if math.ceil(k / cfg.block_k) >= split * MIN_K_STEPS_PER_SPLIT:
+                    out.append(dataclasses.replace(cfg, split_k=split, split_tail=True, split_fixup=True))
     if local and STREAM_K_IN_MODEL:
         out.extend(dataclasses.replace(cfg, stream_k=True) for cfg in STREAM_K_BLOCKS)
     return out
