@@ -414,7 +414,10 @@ def launch_grid(cfg: GemmConfig, m: int, n: int, k: int, num_sms: int) -> int:
     if cfg.stream_k:
         return max(1, min(num_sms, tiles * math.ceil(k / cfg.block_k)))
     work = tiles * cfg.split_k
-    if cfg.split_tail:
+    if cfg.split_tail and cfg.split_fixup:
+        dp_tiles = kernels.gemm_one_launch_module.tail_fixup_split(tiles, num_sms, True)
+        work = max(dp_tiles, (tiles - dp_tiles) * cfg.split_k)
+    elif cfg.split_tail:
         dp_tiles = kernels.gemm_module.split_tail_work(tiles, num_sms)
         work = dp_tiles + (tiles - dp_tiles) * cfg.split_k
     programs = num_sms if cfg.persistent else work
@@ -430,7 +433,7 @@ def compile_task(kind: str, cfg: GemmConfig, shape, mode: str, num_sms: int) -> 
     slots = 0
     if cfg.stream_k:
         tiles = math.ceil(shape.m / cfg.block_m) * math.ceil(shape.n / cfg.block_n)
-        slots = kernels.gemm_module.stream_k_split(tiles, math.ceil(shape.k / cfg.block_k), grid)[1]
+        slots = kernels.gemm_one_launch_module.stream_k_slots(tiles, math.ceil(shape.k / cfg.block_k), grid)
     key = (kind, dataclasses.replace(cfg, persistent=True), shape.b_layout, mode, grid % 16 == 0, grid == 1, slots)
     return key, (kind, cfg, shape.b_layout, mode, shape.m, shape.k, shape.n, grid)
 
@@ -606,6 +609,13 @@ def print_fp8_table(rows: list[dict]) -> None:
                 f"fp8 {mode} scales, model config: geomean {geo:.3f}; "
                 f"{sum(1 for x in ratios if x <= 1.05)}/{len(ratios)} within 5%; worst {max(ratios):.3f}"
             )
+        before = [r[f"ratio_compare_{mode}"] for r in rows if f"ratio_compare_{mode}" in r]
+        if before:
+            geo = math.exp(sum(math.log(x) for x in before) / len(before))
+            print(
+                f"fp8 {mode} scales, --compare config (same run): geomean {geo:.3f}; "
+                f"{sum(1 for x in before if x <= 1.05)}/{len(before)} within 5%; worst {max(before):.3f}"
+            )
         print_groups(rows, f"ratio_model_{mode}", f"fp8 {mode} scales,")
     failed = [
         (r["m"], r["k"], r["n"], n)
@@ -747,10 +757,15 @@ def run(args) -> int:
     if args.fp8:
         plans = []
         for shape in gemm_shapes:
-            chosen = kernels.gemm_fp8_module.select_fp8_config(shape.m, shape.n, shape.k, torch.device("cuda"))
+            chosen = kernels.gemm_fp8_module.select_fp8_config(
+                shape.m, shape.n, shape.k, torch.device("cuda"), local=True
+            )
             configs = {chosen.name: chosen}
             for cfg in () if args.model_only else FP8_EXTRA:
                 configs.setdefault(cfg.name, cfg)
+            earlier = compare.get((shape.m, shape.k, shape.n, shape.b_layout))
+            if earlier is not None:
+                configs.setdefault(earlier.name, earlier)
             plans.append((shape, chosen, configs))
         if args.precompile:
             precompile(
@@ -764,6 +779,13 @@ def run(args) -> int:
             )
         for shape, chosen, configs in plans:
             row = bench_fp8_shape(shape, configs, chosen.name, args.samples)
+            earlier = compare.get((shape.m, shape.k, shape.n, shape.b_layout))
+            for mode in ("tensor", "row") if earlier is not None else ():
+                ref_ms = row["variants"][f"scaled_mm/{mode}"].get("ms")
+                mine = row["variants"].get(f"{earlier.name}/{mode}", {})
+                if ref_ms and "ms" in mine and not mine["failed_check"]:
+                    row["compare_choice"] = earlier.name
+                    row[f"ratio_compare_{mode}"] = mine["ms"] / ref_ms
             rows.append(row)
             print(
                 f"  fp8 {shape.m}x{shape.k}x{shape.n} {shape.b_layout}: model/_scaled_mm tensor "

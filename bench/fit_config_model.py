@@ -2,8 +2,9 @@
 
     python bench/fit_config_model.py SWEEP.json [SWEEP.json ...]
 
-The model (configs.estimated_cost) has one efficiency per candidate block plus two constants
-(TILE_FIXED_STEPS, SPLIT_K_COST_PER_MB). For a setting of them, each swept row gets the pick
+The model (configs.estimated_cost) has one efficiency per candidate block plus its constants
+(TILE_FIXED_STEPS, SPLIT_K_COST_PER_MB, SPLIT_TAIL_LAUNCH_STEPS; with --stream-k blocks also
+STREAM_K_FIXED_STEPS and their efficiencies, with --one-launch SPLIT_K_FIXUP_COST_PER_MB). For a setting of them, each swept row gets the pick
 `choose_config` would make among the configs the sweep measured on that row; the loss is the
 sum over rows of log(time of the pick / time of the fastest measured candidate). Coordinate
 descent over a multiplicative grid per parameter, a few rounds. Prints the fitted values, the
@@ -76,6 +77,18 @@ def main() -> int:
     parser.add_argument(
         "--no-split", action="append", default=[], metavar="BMxBNxBK:STAGES:WARPS", help="offer this block unsplit only"
     )
+    parser.add_argument(
+        "--stream-k",
+        action="append",
+        default=[],
+        metavar="BMxBNxBK:STAGES:WARPS:EPILOGUE:EFFICIENCY",
+        help="a stream-K block (gemm_one_launch) to fit, efficiency fitted beside STREAM_K_FIXED_STEPS",
+    )
+    parser.add_argument(
+        "--one-launch",
+        action="store_true",
+        help="offer the split-K and split-tail variants in one launch (split_fixup) beside the two-launch ones",
+    )
     args = parser.parse_args()
     kernels, _ = load_kernels()
     configs = sys.modules[kernels.choose_config.__module__]
@@ -89,27 +102,43 @@ def main() -> int:
     for spec in args.no_split:
         dims, stages, warps = spec.split(":")
         unsplit_only.add((*(int(x) for x in dims.split("x")), int(stages), int(warps)))
+    stream_k = []
+    for spec in args.stream_k:
+        dims, stages, warps, epilogue, eff = spec.split(":")
+        bm, bn, bk = (int(x) for x in dims.split("x"))
+        stream_k.append(
+            kernels.GemmConfig(bm, bn, bk, 8, int(stages), int(warps), True, int(epilogue), float(eff), stream_k=True)
+        )
     efficiency = {block_key(c): c.efficiency for c in blocks}
+    efficiency.update({("sk", *block_key(c)): c.efficiency for c in stream_k})
     consts = {
         "TILE_FIXED_STEPS": configs.TILE_FIXED_STEPS,
         "SPLIT_K_COST_PER_MB": configs.SPLIT_K_COST_PER_MB,
         "SPLIT_TAIL_LAUNCH_STEPS": configs.SPLIT_TAIL_LAUNCH_STEPS,
     }
+    if stream_k:
+        consts["STREAM_K_FIXED_STEPS"] = configs.STREAM_K_FIXED_STEPS
+    if args.one_launch:
+        consts["SPLIT_K_FIXUP_COST_PER_MB"] = configs.SPLIT_K_FIXUP_COST_PER_MB
 
     def pool_for(eff):
         base = [dataclasses.replace(c, efficiency=eff[block_key(c)]) for c in blocks]
+        fixups = (False, True) if args.one_launch else (False,)
         return (
             [
-                dataclasses.replace(c, split_k=s)
+                dataclasses.replace(c, split_k=s, split_fixup=f and s > 1)
                 for c in base
                 for s in configs.SPLIT_K_FACTORS
-                if s == 1 or block_key(c) not in unsplit_only
+                for f in fixups
+                if (s == 1 or block_key(c) not in unsplit_only) and not (f and s == 1)
             ]
             + [
-                dataclasses.replace(c, split_k=s, split_tail=True)
-                for c in base[:2]  # the two main blocks (configs.CANDIDATES[:2])
+                dataclasses.replace(c, split_k=s, split_tail=True, split_fixup=f)
+                for c in base[:2] + [c for c in base if c.num_stages == 6 and c.block_n == 128]
                 for s in configs.SPLIT_K_FACTORS[1:]
+                for f in fixups
             ]
+            + [dataclasses.replace(c, efficiency=eff[("sk", *block_key(c))]) for c in stream_k]
         )
 
     def evaluate(eff, const, report=False):

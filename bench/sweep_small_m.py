@@ -163,12 +163,13 @@ def compile_one(task: tuple) -> tuple:
         return key, f"{cfg.name} {layout}: {type(error).__name__}: {str(error)[:200]}"
 
 
-def precompile(tasks: dict, workers: int, deadline: float) -> set:
-    """Compiles every task in `workers` processes; returns the keys compiled before `deadline`."""
+def precompile(tasks: dict, workers: int, deadline: float, compile_fn=None) -> set:
+    """Compiles every task in `workers` processes (with compile_fn, default compile_one: it takes
+    (key, task), returns (key, problem or "")); returns the keys compiled before `deadline`."""
     done, problems = set(), []
     ctx = multiprocessing.get_context("spawn")
     pool = concurrent.futures.ProcessPoolExecutor(max_workers=workers, mp_context=ctx)
-    futures = [pool.submit(compile_one, item) for item in tasks.items()]
+    futures = [pool.submit(compile_fn or compile_one, item) for item in tasks.items()]
     try:
         for future in concurrent.futures.as_completed(futures, timeout=max(1.0, deadline - time.time())):
             try:

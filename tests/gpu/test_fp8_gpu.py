@@ -3,9 +3,11 @@
 - kernels/gemm_fp8.py: e4m3 A and B, per-tensor and row-wise scales, both B layouts, shapes
   that are not multiples of the block, NaN-poisoned output, against the fp32 product of the
   dequantised operands and against torch._scaled_mm (same operands and scales);
-- kernels/gemm.py's split-K fixup kernel (the last program of a tile sums the slices, one
-  launch): bf16, several splits and blocks, run repeatedly on the same counters (they must come
-  back to zero, else the next call's tiles would be summed by the wrong program), vs fp32.
+- the one-launch kernels (kernels/gemm_one_launch.py: split-K, the split tail and stream-K, each
+  tile summed by its last contributor in the same launch): bf16 split-K with several splits and
+  blocks, and FP8 with per-tensor and row scales (applied after the sum), run repeatedly on the
+  same counters (they must come back to zero, else the next call's tiles would be summed by the
+  wrong program), vs fp32.
 
     PYTHONPATH=$(tests/gpu/stage_package.sh) python3 -m pytest -q tests/gpu/test_fp8_gpu.py
 """
@@ -121,3 +123,34 @@ def test_fp8_kn_b_is_read_through_one_kept_k_major_copy():
     assert _rel(fp8_gemm(a, b, sa, sb), ref) < 5e-3
     assert _rel(fp8_gemm(a, b, sa, sb, k_major_b=False), ref) < 5e-3
     assert copies.get(b) is not kept
+
+
+FP8_ONE_LAUNCH = [
+    GemmConfig(128, 128, 128, 8, 4, 4, True, 1, 1.0, stream_k=True),
+    GemmConfig(128, 64, 128, 8, 6, 4, True, 1, 1.0, stream_k=True),
+    GemmConfig(128, 128, 128, 8, 4, 4, True, 1, 1.0, split_k=3, split_fixup=True),
+    GemmConfig(128, 128, 128, 8, 4, 4, True, 1, 1.0, split_k=2, split_fixup=True, split_tail=True),
+]
+
+
+@pytest.mark.skipif(not HAS_FP8, reason="this GPU has no FP8 tensor cores (capability < 8.9)")
+@pytest.mark.parametrize("cfg", FP8_ONE_LAUNCH, ids=lambda c: c.name)
+@pytest.mark.parametrize("mode", ["tensor", "row"])
+# 128 x 5120 x 8192: under one wave (every tile shared / split); 1000 x 3000 x 2048: ragged edges,
+# 192 tiles of 128x128 (whole waves first, then the rest shared).
+@pytest.mark.parametrize("shape", [(128, 5120, 8192), (1000, 3000, 2048)])
+def test_fp8_one_launch_kernels_match_reference_every_call(cfg, mode, shape):
+    """kernels/gemm_one_launch.py with FP8 scales (applied after the partials are summed):
+    stream-K, split-K and the split tail, each summed in the same launch; five calls on the same
+    counters, which must come back to zero."""
+    m, n, k = shape
+    a, b, sa, sb = _fp8_operands(m, n, k, "nk", mode, seed=m + n + cfg.block_n)
+    ref = (a.float() @ b.float()) * sa.reshape(-1, 1) * sb.reshape(1, -1)
+    out = torch.empty(m, n, dtype=torch.bfloat16, device="cuda")
+    for _ in range(5):
+        out.fill_(float("nan"))
+        fp8_gemm(a, b, sa, sb, out=out, config=cfg)
+        torch.cuda.synchronize()
+        assert _rel(out, ref) < 5e-3
+    counters = gemm_module._fixup_counters[(out.device.index, torch.cuda.current_stream().cuda_stream)]
+    assert int(counters.abs().sum()) == 0

@@ -1,9 +1,12 @@
 """The local GEMM's schedules on one GPU (world 1): correctness only.
 
-- stream-K (kernels/gemm.py:gemm_stream_k_kernel): whole waves of whole tiles, the rest's
-  K-steps spread over every program, shared tiles summed by the last contributor in the same
-  launch; bf16, several blocks, both B layouts, shapes with and without whole waves, shapes that
-  are not multiples of the block; five calls on the same counters (they must come back to zero);
+- stream-K (kernels/gemm_one_launch.py:gemm_stream_k_flat_kernel): whole waves of whole tiles,
+  the rest's K-steps spread over every program in one pipelined loop, shared tiles summed by the
+  last contributor in the same launch; bf16, several blocks, both B layouts, shapes with and
+  without whole waves, shapes that are not multiples of the block; five calls on the same
+  counters (they must come back to zero); replays of a CUDA graph that captured it;
+- the split tail in one launch (gemm_tail_fixup_kernel: whole waves whole, the last wave's tiles
+  split over K and summed by their last slice);
 - the non-persistent grid (one program per tile or per split-K work item);
 - the split tail (whole waves whole, the last wave's tiles split over K) and the model's picks;
 against an fp32 reference, outputs NaN-poisoned.
@@ -40,7 +43,7 @@ def _operands(m, n, k, layout, seed):
     return a, b
 
 
-STREAM_K_BLOCKS = [(128, 128, 4, 4, 1), (64, 128, 4, 4, 1), (128, 256, 3, 8, 1)]
+STREAM_K_BLOCKS = [(128, 128, 4, 4, 1), (64, 128, 4, 4, 1), (128, 256, 3, 8, 2), (128, 64, 6, 4, 1)]
 
 
 @pytest.mark.parametrize("block", STREAM_K_BLOCKS, ids=lambda b: f"{b[0]}x{b[1]}")
@@ -104,3 +107,52 @@ def test_model_choice_matches_reference(shape):
     gemm_module.gemm(a, b, out=out)
     torch.cuda.synchronize()
     assert _rel(out, a.float() @ b.float()) < 1e-2
+
+
+@pytest.mark.parametrize("block", [(128, 256, 3, 8, 2), (128, 128, 6, 4, 1)], ids=["128x256", "128x128s6"])
+@pytest.mark.parametrize("split", [2, 4])
+@pytest.mark.parametrize("layout", ["kn", "nk"])
+@pytest.mark.parametrize("shape", [(1000, 5000, 4096), (256, 2048, 1024)])
+def test_split_tail_in_one_launch_matches_reference_every_call(block, split, layout, shape):
+    """gemm_tail_fixup_kernel (split_tail + split_fixup): whole waves whole, the last wave's tiles
+    split over K and summed by their last slice in the same launch; five calls, counters zero."""
+    m, n, k = shape
+    bm, bn, stages, warps, epilogue = block
+    cfg = GemmConfig(
+        bm, bn, 64, 8, stages, warps, True, epilogue, 1.0, split_k=split, split_tail=True, split_fixup=True
+    )
+    a, b = _operands(m, n, k, layout, seed=m + split + 1)
+    ref = a.float() @ b.float()
+    out = torch.empty(m, n, dtype=torch.bfloat16, device="cuda")
+    for _ in range(5):
+        out.fill_(float("nan"))
+        gemm_module.gemm(a, b, out=out, config=cfg)
+        torch.cuda.synchronize()
+        assert _rel(out, ref) < 1e-2
+    counters = gemm_module._fixup_counters[(out.device.index, torch.cuda.current_stream().cuda_stream)]
+    assert int(counters.abs().sum()) == 0
+
+
+def test_stream_k_in_a_cuda_graph_matches_reference_every_replay():
+    """Captured once, replayed on new inputs: the counters the capture zeroed come back to zero
+    after every replay, so each replay's shared tiles are summed by their own last program."""
+    m, n, k = 128, 3072, 4096
+    cfg = GemmConfig(128, 64, 64, 8, 6, 4, True, 1, 1.0, stream_k=True)
+    a, b = _operands(m, n, k, "nk", seed=11)
+    out = torch.empty(m, n, dtype=torch.bfloat16, device="cuda")
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        gemm_module.gemm(a, b, out=out, config=cfg)  # compiles outside the capture
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph, stream=stream):
+            gemm_module.gemm(a, b, out=out, config=cfg)
+    torch.cuda.current_stream().wait_stream(stream)
+    for seed in range(3):
+        new_a, new_b = _operands(m, n, k, "nk", seed=100 + seed)
+        a.copy_(new_a)
+        b.copy_(new_b)
+        out.fill_(float("nan"))
+        graph.replay()
+        torch.cuda.synchronize()
+        assert _rel(out, a.float() @ b.float()) < 1e-2

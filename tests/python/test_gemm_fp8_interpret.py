@@ -7,6 +7,7 @@ interpreter computes an e4m3 tl.dot by widening the operands (exact: every e4m3 
 float32), so the only error left is the bf16 rounding of C. Also the refusals by name.
 """
 
+import dataclasses
 import importlib
 import importlib.util
 import os
@@ -103,6 +104,39 @@ def test_host_descriptor_kernel_matches_fp32_reference(mode, b_is_nk, cfg):
     assert not torch.isnan(c).any(), "some output elements were never written"
     ref = _reference(a, b, sa, sb)
     assert ((c.double() - ref.double()).norm() / ref.double().norm()).item() < 4e-3
+
+
+@pytest.mark.parametrize("mode", ["tensor", "rowwise"])
+@pytest.mark.parametrize("b_is_nk", [False, True])
+@pytest.mark.parametrize(
+    "cfg",
+    [
+        dataclasses.replace(SMALL, stream_k=True),
+        dataclasses.replace(SMALL, split_k=2, split_fixup=True),
+        dataclasses.replace(SMALL, split_k=3, split_fixup=True, split_tail=True),
+    ],
+    ids=["stream-k", "split-k-one-launch", "split-tail-one-launch"],
+)
+def test_one_launch_kernels_apply_the_scales_after_the_sum(mode, b_is_nk, cfg):
+    """kernels/gemm_one_launch.py with FP8 operands: 72 x 48 x 160 is 6 tiles of 32x32 with 5
+    K-steps on 4 programs (stream-K: tiles shared by 2 programs; the split tail: 4 whole, 2 split);
+    the row/column scales multiply the summed tile (a scale applied to each partial would be
+    the same only for per-tensor scales)."""
+    m, n, k = 72, 48, 160
+    a, b, gen = _operands(m, n, k, b_is_nk, seed=11)
+    sa, sb = _scales(m, n, mode, gen)
+    out = torch.full((m, n), float("nan"), dtype=torch.bfloat16)
+    c = fp8.gemm_fp8(a, b, sa, sb, out=out, config=cfg, num_programs=4)
+    assert not torch.isnan(c).any(), "some output elements were never written"
+    ref = _reference(a, b, sa, sb)
+    assert ((c.double() - ref.double()).norm() / ref.double().norm()).item() < 4e-3
+
+
+def test_two_launch_split_k_is_refused_for_fp8():
+    a, b, gen = _operands(32, 32, 64, True, seed=2)
+    sa, sb = _scales(32, 32, "tensor", gen)
+    with pytest.raises(ValueError, match="one launch"):
+        fp8.gemm_fp8(a, b, sa, sb, config=dataclasses.replace(SMALL, split_k=2))
 
 
 def test_scales_change_the_result_per_row_and_column():
@@ -202,7 +236,9 @@ def test_kn_b_is_read_through_one_kept_k_major_copy():
 
 def test_fp8_config_doubles_block_k_up_to_128(monkeypatch):
     """FP8 takes the bf16 choice with BLOCK_K doubled (same bytes per K-step), at most 128."""
+    configs = sys.modules[fp8.GemmConfig.__module__]
     for bf16_k, fp8_k in ((64, 128), (128, 128)):
         cfg = fp8.GemmConfig(64, 64, bf16_k, 8, 4, 4, True, 1, 1.0)
-        monkeypatch.setattr(fp8, "select_config", lambda *args, cfg=cfg, **kwargs: cfg)
-        assert fp8.select_fp8_config(128, 4096, 2048, torch.device("cuda")).block_k == fp8_k
+        monkeypatch.setattr(configs, "choose_config", lambda *args, cfg=cfg, **kwargs: cfg)
+        for local in (False, True):
+            assert configs.choose_fp8_config(128, 4096, 2048, 132, 227 * 1024, local=local).block_k == fp8_k

@@ -41,6 +41,7 @@ _kernels = importlib.util.module_from_spec(_spec)
 sys.modules[_spec.name] = _kernels
 _spec.loader.exec_module(_kernels)
 gemm_module = importlib.import_module("syncopate_kernels_under_test.gemm")
+one_launch_module = importlib.import_module("syncopate_kernels_under_test.gemm_one_launch")
 from syncopate_kernels_under_test.configs import GemmConfig  # noqa: E402
 
 
@@ -273,7 +274,7 @@ def test_model_offers_fixup_variants_only_when_asked():
     [
         ((40, 48, 160), 5),  # 4 tiles x 5 K-steps over 5 programs: every tile shared
         ((64, 96, 96), 4),  # 6 tiles < two waves: all stream-K, 4.5 K-steps per program
-        ((128, 96, 64), 4),  # 12 tiles: 8 whole tiles (two waves), then 4 tiles stream-K
+        ((128, 96, 64), 4),  # 12 tiles over 4 programs: 6 K-steps each, some tiles whole
         ((32, 32, 64), 7),  # 1 tile of 2 K-steps over 7 programs: five programs get nothing
     ],
 )
@@ -298,14 +299,13 @@ def test_stream_k_matches_reference_and_leaves_counters_zero(b_is_nk, shape, num
         gemm_module._counters = original
 
 
-def test_stream_k_split_keeps_the_last_one_to_two_waves_for_stream_k():
-    # 12 tiles on 4 programs: two whole waves of tiles, the last 4 tiles (one wave) stream-K.
-    assert gemm_module.stream_k_split(12, 2, 4)[0] == 8
-    assert gemm_module.stream_k_split(7, 2, 4)[0] == 0  # under two waves: all stream-K
+def test_stream_k_slots_cover_the_most_programs_a_tile_can_span():
     # 4 tiles x 5 K-steps over 5 programs: 4 K-steps each, a tile spans at most 3 programs
     # (slots rounded up to a power of two).
-    assert gemm_module.stream_k_split(4, 5, 5) == (0, 4)
-    assert gemm_module.stream_k_split(32, 112, 132)[1] == 8  # 27 K-steps each: up to 6 programs
+    assert one_launch_module.stream_k_slots(4, 5, 5) == 4
+    assert one_launch_module.stream_k_slots(32, 112, 132) == 8  # 27 K-steps each: up to 6 programs
+    assert one_launch_module.stream_k_slots(48, 64, 132) == 4  # 23 K-steps each: up to 4 programs
+    assert one_launch_module.stream_k_slots(1, 2, 7) == 4  # 1 tile of 2 K-steps on 7: up to 3
 
 
 @pytest.mark.parametrize("b_is_nk", [False, True])
@@ -368,6 +368,42 @@ def test_split_tail_matches_reference(b_is_nk, shape, programs, split):
     assert _rel_error(c, a, b) < 1e-2
 
 
+@pytest.mark.parametrize("b_is_nk", [False, True])
+@pytest.mark.parametrize(
+    "shape,programs,split",
+    [
+        ((70, 100, 160), 5, 3),  # 12 tiles (ragged edges) on 5: 10 whole, 2 tiles in 3 slices
+        ((64, 64, 96), 4, 2),  # 4 tiles on 4: a whole wave, nothing split
+        ((32, 64, 128), 4, 2),  # 2 tiles on 4: under one wave, every tile split
+    ],
+)
+def test_split_tail_in_one_launch_matches_reference_and_leaves_counters_zero(b_is_nk, shape, programs, split):
+    """gemm_tail_fixup_kernel with whole waves whole (split_tail + split_fixup): the tail tiles'
+    slices summed by the last slice to finish, in the same launch; twice on the same counters."""
+    m, n, k = shape
+    a, b = _operands(m, n, k, torch.bfloat16, b_is_nk, seed=m + n + k + split + 1)
+    cfg = GemmConfig(32, 32, 32, 2, 1, 4, False, 1, 1.0, split_k=split, split_tail=True, split_fixup=True)
+    counters = torch.zeros(-(-m // 32) * -(-n // 32), dtype=torch.int32)
+    original = gemm_module._counters
+    gemm_module._counters = lambda device, count: counters
+    try:
+        for _ in range(2):
+            out = torch.full((m, n), float("nan"), dtype=torch.bfloat16)
+            c = gemm_module.gemm(a, b, out=out, config=cfg, num_programs=programs)
+            assert not torch.isnan(c).any(), "some output elements were never written"
+            assert _rel_error(c, a, b) < 1e-2
+            assert int(counters.abs().sum()) == 0
+    finally:
+        gemm_module._counters = original
+
+
+def test_tail_fixup_split_keeps_whole_waves_only_for_the_split_tail():
+    assert one_launch_module.tail_fixup_split(160, 132, True) == 132
+    assert one_launch_module.tail_fixup_split(264, 132, True) == 264
+    assert one_launch_module.tail_fixup_split(96, 132, True) == 0
+    assert one_launch_module.tail_fixup_split(160, 132, False) == 0  # plain split-K: every tile split
+
+
 def test_split_tail_work_keeps_whole_waves():
     assert gemm_module.split_tail_work(160, 132) == 132
     assert gemm_module.split_tail_work(264, 132) == 264  # two whole waves: nothing to split
@@ -387,12 +423,51 @@ def test_local_model_takes_the_blocks_fitted_to_the_small_m_sweep():
     assert pick(512, 3072, 4096) == (128, 128, 64, 6, 1, False)
     # 1.2 waves of tiles: whole tiles for the first wave, the 28 tail tiles split in 4.
     assert pick(1024, 5120, 8192) == (128, 256, 64, 3, 4, True)
-    assert pick(512, 5120, 8192) == (128, 128, 64, 4, 4, True)
+    # ... and 512 x 5120 x 8192's 28 tail tiles (0.21 of a wave): 128x128 with six stages, split 4
+    # in one launch (the nvidia-h100-x1 sweep of the one-launch kernels, 2026-11-25 15:00).
+    assert pick(512, 5120, 8192) == (128, 128, 64, 6, 4, True)
     # Decode, short K: 128x64 split 2 (one wave of 96 items).
     assert pick(128, 3072, 4096) == (128, 64, 64, 6, 2, False)
     # Whole waves of 128x256 stay unsplit; many waves never take the split tail.
     assert pick(1024, 8192, 2048) == (128, 256, 64, 3, 1, False)
     assert pick(8192, 8192, 8192) == (128, 256, 64, 3, 1, False)
+
+
+def test_local_model_takes_the_one_launch_split_tail_only_for_a_small_last_wave():
+    """configs.ONE_LAUNCH_SPLIT_TAIL: the 128x128 s6 split tail in one launch is the pick only
+    where there is a whole wave and the last partial wave holds <= a quarter of a wave (the rows
+    of the one-launch sweep where it won); elsewhere the picks of the afternoon's rule stay."""
+
+    def pick(m, n, k):
+        return _kernel_configs.choose_config(m, n, k, 132, 2, _SMEM_H100, local=True)
+
+    won = pick(512, 5120, 8192)
+    assert won.split_fixup and won.split_tail and won.num_stages == 6 and won.split_k == 4
+    # 60 tail tiles of 128x128 (0.45 of a wave): 128x256 unsplit, as measured best.
+    assert pick(1024, 3072, 4096).name == "128x256x64_s3_w8_g8_ws_e2"
+    # 56 tail tiles: 128x256's two-launch split tail (a tie with the one-launch one).
+    assert pick(1024, 5120, 8192).name == "128x256x64_s3_w8_g8_ws_e2_t4"
+    # No whole wave (M = 128): the two-launch split and the unsplit narrow blocks stay.
+    assert pick(128, 4096, 7168).name == "128x64x64_s6_w4_g8_ws_e1_k2"
+    assert pick(128, 3072, 4096).name == "128x64x64_s6_w4_g8_ws_e1_k2"
+    assert pick(128, 8192, 4096).name == "128x64x64_s6_w4_g8_ws_e1"
+    tail = dataclasses.replace(_kernel_configs.LOCAL_CANDIDATES[0], split_k=2, split_tail=True, split_fixup=True)
+    cost = _kernel_configs.estimated_cost
+    assert cost(tail, 512, 5120, 8192, 132) < float("inf")  # 160 tiles: 28 past the wave
+    assert cost(tail, 512, 4096, 8192, 132) == float("inf")  # 128 tiles: no whole wave
+    assert cost(tail, 1024, 3072, 4096, 132) == float("inf")  # 192 tiles: 60 past the wave
+    # The one-launch variants are the local GEMM's only: a fused caller never gets them.
+    assert not _kernel_configs.choose_config(512, 5120, 8192, 132, 2, _SMEM_H100).split_fixup
+
+
+def test_fp8_picks_are_unsplit_while_the_fp8_one_launch_rule_is_off():
+    """configs.FP8_LOCAL_IN_MODEL is off (the one-launch splits lost on the FP8 rows): the plain
+    gemm_fp8 call's pick is the fused FP8 ops' unsplit pick, BLOCK_K doubled."""
+    assert not _kernel_configs.FP8_LOCAL_IN_MODEL
+    for m, n, k in [(128, 4096, 7168), (512, 5120, 8192), (256, 8192, 2048), (4096, 8192, 8192)]:
+        local = _kernel_configs.choose_fp8_config(m, n, k, 132, _SMEM_H100, local=True)
+        fused = _kernel_configs.choose_fp8_config(m, n, k, 132, _SMEM_H100)
+        assert local == fused and local.split_k == 1 and not local.stream_k and local.block_k == 128
 
 
 def test_fused_callers_never_get_local_blocks_or_the_split_tail():

@@ -133,6 +133,38 @@ SPLIT_TAIL_LAUNCH_STEPS = 3.0  # fitting it (fit_config_model.py) left it unchan
 # 512 x 8192 x 5120 1.336 -> 1.234 (128x128, 4 slices).
 SPLIT_TAIL_IN_MODEL = True
 SPLIT_TAIL_MAX_WAVES = 4
+# Stream-K in one launch (gemm_one_launch.gemm_stream_k_flat_kernel): the K-steps of every tile
+# spread evenly over every program, walked by one pipelined loop. Offered by
+# candidate_configs(local=True) for STREAM_K_BLOCKS when STREAM_K_IN_MODEL, below
+# STREAM_K_MAX_WAVES waves of tiles. STREAM_K_FIXED_STEPS: a program's fixed cost in K-steps
+# (pipeline fill, its partials, the sum of the tiles it finishes). OFF: swept on
+# nvidia-h100-x1 (2026-11-25 15:00, bench/sweep_decode.py, bench/results/gemm18-decode-nvidia-
+# h100-x1-2026-11-25/) on the 20 decode GEMMs that miss cuBLAS: best block per row 1.18-2.35x
+# cuBLAS, slower than the model's pick on every row (e.g. 512 x 4096 x 3072, 128x128 s5: 2.10 vs
+# 1.19; 128 x 14336 x 8192 nk, 128x64x128: 1.18 vs 1.11).
+STREAM_K_IN_MODEL = False
+STREAM_K_MAX_WAVES = 2
+STREAM_K_FIXED_STEPS = 6.0
+STREAM_K_BLOCKS: tuple[GemmConfig, ...] = ()
+# The split tail in one launch (gemm_one_launch.gemm_tail_fixup_kernel, split_tail + split_fixup)
+# of ONE_LAUNCH_TAIL_BLOCKS, offered by candidate_configs(local=True) when ONE_LAUNCH_SPLIT_TAIL,
+# where the whole waves are at least one and the last partial wave holds at most
+# ONE_LAUNCH_TAIL_MAX_FILL of a wave (its few tiles split 3-4 ways). The same sweep: 128x128
+# with 6 stages, the 28 tail tiles of 512 x 8192 x 5120 in 3-4 slices, 1.205-1.223 of cuBLAS vs
+# 1.269-1.310 for the two-launch split tail of 128x128 s4 the model took (both layouts); where the
+# tail is larger (1024 x 4096 x 3072: 60 tail tiles, 1.30 vs 1.20 for 128x256 unsplit;
+# 1024 x 8192 x 5120: 56, 1.15-1.16, a tie with 128x256's two-launch tail) or there is no whole
+# wave (the M = 128 rows: the best split-K in one launch 1.5-31% slower than the model's two-launch
+# split or unsplit block, e.g. 128 x 7168 x 4096 nk 1.20 vs 1.16) it did not win. Its partials cost SPLIT_K_FIXUP_COST_PER_MB, no second launch.
+ONE_LAUNCH_SPLIT_TAIL = True
+ONE_LAUNCH_TAIL_BLOCKS: tuple[GemmConfig, ...] = (LOCAL_CANDIDATES[0],)
+ONE_LAUNCH_TAIL_MAX_FILL = 0.25
+# Whether the plain gemm_fp8 call (choose_fp8_config(local=True)) takes the local candidates, the
+# one-launch splits and stream-K. OFF: in the same sweep, on the 12 small-M FP8 GEMMs above 1.05x
+# torch._scaled_mm (per-tensor scales), a one-launch split beat the FP8 pick on one row only
+# (128 x 7168 x 4096, 128x64 split 2: 1.31 vs 1.41) and lost on the others (128 x 4096 x 3072
+# 1.40 vs 1.35, 128 x 8192 x 5120 1.44 vs 1.11), stream-K on every row (1.4-2.8x).
+FP8_LOCAL_IN_MODEL = False
 # Below this many K-steps per slice, splitting K only adds overhead.
 MIN_K_STEPS_PER_SPLIT = 8
 _REFERENCE_AREA = 128 * 256
@@ -159,16 +191,24 @@ def estimated_cost(cfg: GemmConfig, m: int, n: int, k: int, num_sms: int) -> flo
         # wave is a large share of the time.
         if tiles >= SPLIT_TAIL_MAX_WAVES * num_sms:
             return math.inf
+        if cfg.split_fixup and (tiles <= num_sms or tiles % num_sms > ONE_LAUNCH_TAIL_MAX_FILL * num_sms):
+            return math.inf
+        launch = 0.0 if cfg.split_fixup else SPLIT_TAIL_LAUNCH_STEPS
+        per_mb = SPLIT_K_FIXUP_COST_PER_MB if cfg.split_fixup else SPLIT_K_COST_PER_MB
         tail = tiles % num_sms if tiles > num_sms else tiles
         whole_steps = math.ceil(k / cfg.block_k) * cfg.block_k / 64
         cost = (tiles - tail) // num_sms * (whole_steps + TILE_FIXED_STEPS) * area / cfg.efficiency
         if tail:
             slice_steps = math.ceil(math.ceil(k / cfg.block_k) / cfg.split_k) * cfg.block_k / 64
             cost += _waves(tail * cfg.split_k, num_sms) * (slice_steps + TILE_FIXED_STEPS) * area / cfg.efficiency
-            cost += (
-                SPLIT_TAIL_LAUNCH_STEPS + SPLIT_K_COST_PER_MB * cfg.split_k * tail * cfg.block_m * cfg.block_n * 4 / 1e6
-            )
+            cost += launch + per_mb * cfg.split_k * tail * cfg.block_m * cfg.block_n * 4 / 1e6
         return cost
+    if cfg.stream_k:
+        # Every tile's K-steps shared evenly by every program (gemm_one_launch), under two waves.
+        if tiles >= STREAM_K_MAX_WAVES * num_sms:
+            return math.inf
+        steps = math.ceil(tiles * math.ceil(k / cfg.block_k) / num_sms) * cfg.block_k / 64
+        return (steps + STREAM_K_FIXED_STEPS) * area / cfg.efficiency
     work = tiles * cfg.split_k
     k_steps = math.ceil(math.ceil(k / cfg.block_k) / cfg.split_k) * cfg.block_k / 64
     per_item = (k_steps + TILE_FIXED_STEPS) * area
@@ -192,6 +232,13 @@ def candidate_configs(k: int, fixup: bool = False, local: bool = False) -> list[
                     out.append(dataclasses.replace(cfg, split_k=split, split_fixup=True))
                 if split > 1 and local and SPLIT_TAIL_IN_MODEL and cfg in CANDIDATES[:2]:
                     out.append(dataclasses.replace(cfg, split_k=split, split_tail=True))
+    if local and ONE_LAUNCH_SPLIT_TAIL:
+        for cfg in ONE_LAUNCH_TAIL_BLOCKS:
+            for split in SPLIT_K_FACTORS[1:]:
+                if math.ceil(k / cfg.block_k) >= split * MIN_K_STEPS_PER_SPLIT:
+                    out.append(dataclasses.replace(cfg, split_k=split, split_tail=True, split_fixup=True))
+    if local and STREAM_K_IN_MODEL:
+        out.extend(dataclasses.replace(cfg, stream_k=True) for cfg in STREAM_K_BLOCKS)
     return out
 
 
@@ -228,6 +275,26 @@ def choose_config(
             f"(smallest needs {min(c.shared_memory_bytes(element_size) for c in pool)})"
         )
     return min(fitting, key=lambda c: estimated_cost(c, m, n, k, num_sms))
+
+
+def fp8_runnable(cfg: GemmConfig) -> bool:
+    """Whether gemm_fp8 runs cfg: unsplit, or split only in one launch (split_fixup, stream-K)."""
+    return cfg.stream_k or cfg.split_k == 1 or cfg.split_fixup
+
+
+def choose_fp8_config(
+    m: int, n: int, k: int, num_sms: int, shared_memory_limit: int, local: bool = False
+) -> GemmConfig:
+    """The FP8 GEMM's block: the bf16 model's choice (2-byte stages are what an FP8 block with
+    twice the BLOCK_K needs) with BLOCK_K doubled up to 128, so a K-step moves the same bytes.
+    local=True (the plain gemm_fp8 call, when FP8_LOCAL_IN_MODEL): the local candidates, the
+    one-launch splits and stream-K included; else (the fused FP8 ops) unsplit candidates only."""
+    if local and FP8_LOCAL_IN_MODEL:
+        pool = tuple(c for c in candidate_configs(k, fixup=True, local=True) if fp8_runnable(c))
+        cfg = choose_config(m, n, k, num_sms, 2, shared_memory_limit, candidates=pool)
+    else:
+        cfg = choose_config(m, n, k, num_sms, 2, shared_memory_limit, allow_split_k=False)
+    return dataclasses.replace(cfg, block_k=min(2 * cfg.block_k, 128))
 
 
 # Used when the interpreter runs the kernel on the CPU: small blocks keep it fast, and the

@@ -332,133 +332,6 @@ def split_tail_reduce_kernel(partial_ptr, c_ptr, M, N, stride_cm, dp_tiles, SPLI
 
 
 @triton.jit
-def gemm_split_k_fixup_kernel(a_ptr, b_ptr, c_ptr, partial_ptr, counter_ptr, M, N, K, stride_am,
-                              stride_b, stride_cm, num_programs, SPLIT_K: tl.constexpr,
-                              B_IS_NK: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                              BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
-                              FIXUP_ROWS: tl.constexpr = 32):
-    """Split-K in one launch: the last program to finish a slice of a tile sums the tile.
-
-    Work items are (tile, K slice) as in gemm_split_k_kernel. Each writes its fp32 partial to
-    its slot of the workspace, then increments the tile's counter (acquire-release, GPU scope);
-    the program that sees SPLIT_K - 1 there is the last, reads the other slots, adds its own
-    accumulator, stores C and resets the counter for the next call. No program ever waits for
-    another (no deadlock whatever the schedule), and a tile is stored once, final: the place a
-    producer's notify would go. The counters must be zero before the first launch.
-    The last program sums from the workspace (its own slice included, written like the others)
-    FIXUP_ROWS rows at a time: summing whole tiles in registers beside the accumulator spills
-    for 128x256 blocks (255 registers and spill stores, checked with ptxas for sm_90a).
-    """
-    a_desc, b_desc = operand_descriptors(a_ptr, b_ptr, M, N, K, stride_am, stride_b, B_IS_NK, BLOCK_M, BLOCK_N,
-                                         BLOCK_K)
-    num_pid_m, num_pid_n, num_tiles, k_tiles = tile_grid(M, N, K, BLOCK_M, BLOCK_N, BLOCK_K)
-    for work in tl.range(tl.program_id(0), num_tiles * SPLIT_K, num_programs):
-        tile_id, split, pid_m, pid_n, k_begin, k_end = split_k_work_item(work, num_pid_m, num_pid_n, k_tiles,
-                                                                         SPLIT_K, GROUP_M)
-        off_m = pid_m * BLOCK_M
-        off_n = pid_n * BLOCK_N
-        acc = tma_k_loop(a_desc, b_desc, off_m, off_n, k_begin, k_end, B_IS_NK, BLOCK_M, BLOCK_N, BLOCK_K)
-        cols = off_n + tl.arange(0, BLOCK_N)
-        # The workspace is tile-major ([tiles, SPLIT_K, BLOCK_M, BLOCK_N]): a tile's slots are
-        # contiguous, and no mask is needed on the partials themselves.
-        tile_base = partial_ptr + tile_id.to(tl.int64) * (SPLIT_K * BLOCK_M * BLOCK_N)
-        in_tile = tl.arange(0, BLOCK_M)[:, None] * BLOCK_N + tl.arange(0, BLOCK_N)[None, :]
-        tl.store(tile_base + split * (BLOCK_M * BLOCK_N) + in_tile, acc, cache_modifier=".cg")
-        # Every thread's partial is written before the counter is raised (release), and the
-        # last program reads the others' partials only after it saw them all (acquire).
-        tl.debug_barrier()
-        arrived = tl.atomic_add(counter_ptr + tile_id, 1, sem="acq_rel", scope="gpu")
-        if arrived == SPLIT_K - 1:
-            part = tl.arange(0, FIXUP_ROWS)[:, None] * BLOCK_N + tl.arange(0, BLOCK_N)[None, :]
-            for r in tl.static_range(0, BLOCK_M, FIXUP_ROWS):
-                total = tl.zeros((FIXUP_ROWS, BLOCK_N), dtype=tl.float32)
-                for s in tl.static_range(SPLIT_K):
-                    total += tl.load(tile_base + s * (BLOCK_M * BLOCK_N) + r * BLOCK_N + part,
-                                     cache_modifier=".cg")
-                part_rows = off_m + r + tl.arange(0, FIXUP_ROWS)
-                tl.store(c_ptr + part_rows[:, None] * stride_cm + cols[None, :],
-                         total.to(c_ptr.dtype.element_ty),
-                         mask=(part_rows[:, None] < M) & (cols[None, :] < N))
-            tl.atomic_xchg(counter_ptr + tile_id, 0, sem="relaxed", scope="gpu")
-
-
-# dp_tiles varies with the shape: not specialised on (no recompile per value).
-@triton.jit(do_not_specialize=["dp_tiles"])
-def gemm_stream_k_kernel(a_ptr, b_ptr, c_ptr, partial_ptr, counter_ptr, M, N, K, stride_am, stride_b,
-                         stride_cm, num_programs, dp_tiles, B_IS_NK: tl.constexpr, BLOCK_M: tl.constexpr,
-                         BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
-                         MAX_SLOTS: tl.constexpr, FIXUP_ROWS: tl.constexpr = 32):
-    """Stream-K in one launch: the first `dp_tiles` tiles (whole waves) as whole tiles, then the
-    K-steps of the other tiles laid end to end and cut into `num_programs` equal ranges, one per
-    program; no program idles in the last wave.
-
-    A program's range covers the end of one tile, whole tiles, the start of another. A tile
-    whose K-steps one program covers is stored directly; a shared tile's contributors each
-    write their fp32 partial to their slot (slot = program - the tile's first contributor) of a
-    tile-major workspace [tiles, MAX_SLOTS, BLOCK_M, BLOCK_N], then add the number of K-steps
-    they did to the tile's counter (acquire-release); the one that completes the count sums the
-    slots, stores the tile once (final) and resets the counter. No program waits for another.
-    The counters must be zero before the first launch. The sum reads the slots unrolled
-    (MAX_SLOTS, a power of two, masked past the tile's contributors): its loads are in flight
-    together, where a loop over the slots would pay one L2 latency per slot.
-    """
-    a_desc, b_desc, c_desc, num_pid_m, num_pid_n, num_tiles, k_tiles = tma_gemm_prologue(
-        a_ptr, b_ptr, c_ptr, M, N, K, stride_am, stride_b, stride_cm, B_IS_NK, BLOCK_M, BLOCK_N, BLOCK_K, 1)
-    pid = tl.program_id(0)
-    for tile_id in tl.range(pid, dp_tiles, num_programs):
-        pid_m, pid_n = grouped_tile(tile_id, num_pid_m, num_pid_n, GROUP_M)
-        acc = tma_k_loop(
-            a_desc, b_desc, pid_m * BLOCK_M, pid_n * BLOCK_N, 0, k_tiles, B_IS_NK, BLOCK_M, BLOCK_N, BLOCK_K
-        )
-        c_desc.store([pid_m * BLOCK_M, pid_n * BLOCK_N], acc.to(c_ptr.dtype.element_ty))
-    # The stream-K part: units are (tile, K-step) of tiles dp_tiles.., numbered from 0.
-    total = (num_tiles - dp_tiles).to(tl.int64) * k_tiles
-    u = pid.to(tl.int64) * total // num_programs
-    u_end = (pid.to(tl.int64) + 1) * total // num_programs
-    in_tile = tl.arange(0, BLOCK_M)[:, None] * BLOCK_N + tl.arange(0, BLOCK_N)[None, :]
-    while u < u_end:
-        local_tile = u // k_tiles
-        k_begin = (u - local_tile * k_tiles).to(tl.int32)
-        k_end = tl.minimum(k_tiles, k_begin + (u_end - u)).to(tl.int32)
-        tile_id = dp_tiles + local_tile.to(tl.int32)
-        pid_m, pid_n = grouped_tile(tile_id, num_pid_m, num_pid_n, GROUP_M)
-        off_m = pid_m * BLOCK_M
-        off_n = pid_n * BLOCK_N
-        acc = tma_k_loop(a_desc, b_desc, off_m, off_n, k_begin, k_end, B_IS_NK, BLOCK_M, BLOCK_N, BLOCK_K)
-        if k_begin == 0 and k_end == k_tiles:
-            c_desc.store([off_m, off_n], acc.to(c_ptr.dtype.element_ty))
-        else:
-            # The tile's first contributor: the program whose range holds the tile's first unit.
-            first = (((local_tile * k_tiles + 1) * num_programs - 1) // total).to(tl.int32)
-            tile_base = partial_ptr + tile_id.to(tl.int64) * (MAX_SLOTS * BLOCK_M * BLOCK_N)
-            tl.store(tile_base + (pid - first) * (BLOCK_M * BLOCK_N) + in_tile, acc, cache_modifier=".cg")
-            tl.debug_barrier()
-            done = k_end - k_begin
-            arrived = tl.atomic_add(counter_ptr + tile_id, done, sem="acq_rel", scope="gpu")
-            if arrived + done == k_tiles:
-                last = ((((local_tile + 1) * k_tiles) * num_programs - 1) // total).to(tl.int32)
-                cols = off_n + tl.arange(0, BLOCK_N)
-                part = tl.arange(0, FIXUP_ROWS)[:, None] * BLOCK_N + tl.arange(0, BLOCK_N)[None, :]
-                for r in tl.static_range(0, BLOCK_M, FIXUP_ROWS):
-                    sum_rows = tl.zeros((FIXUP_ROWS, BLOCK_N), dtype=tl.float32)
-                    for s in tl.static_range(MAX_SLOTS):
-                        sum_rows += tl.load(
-                            tile_base + s * (BLOCK_M * BLOCK_N) + r * BLOCK_N + part,
-                            mask=(part >= 0) & (s <= last - first),
-                            other=0.0,
-                            cache_modifier=".cg",
-                        )
-                    part_rows = off_m + r + tl.arange(0, FIXUP_ROWS)
-                    tl.store(
-                        c_ptr + part_rows[:, None] * stride_cm + cols[None, :],
-                        sum_rows.to(c_ptr.dtype.element_ty),
-                        mask=(part_rows[:, None] < M) & (cols[None, :] < N),
-                    )
-                tl.atomic_xchg(counter_ptr + tile_id, 0, sem="relaxed", scope="gpu")
-        u += k_end - k_begin
-
-
-@triton.jit
 def split_k_reduce_kernel(partial_ptr, c_ptr, M, N, stride_cm, SPLIT_K: tl.constexpr,
                           BLOCK: tl.constexpr):
     """C = sum over s of partial[s], cast to C's dtype."""
@@ -588,10 +461,10 @@ def gemm(a: torch.Tensor, b: torch.Tensor, *, out: torch.Tensor | None = None,
                and tma_compatible(out))
     if use_tma and a.is_cuda:
         ensure_descriptor_allocator()
-    if use_tma and cfg.stream_k and not c_store_pointers:
-        _stream_k_gemm(a_view, b_view, out, b_is_nk, cfg, num_programs)
-    elif use_tma and cfg.split_k > 1 and cfg.split_fixup and not c_store_pointers:
-        _split_k_fixup_gemm(a_view, b_view, out, b_is_nk, cfg, num_programs)
+    if use_tma and (cfg.stream_k or (cfg.split_k > 1 and cfg.split_fixup)) and not c_store_pointers:
+        from .gemm_one_launch import one_launch_gemm  # imports this module's helpers
+
+        one_launch_gemm(a_view, b_view, out, b_is_nk, cfg, num_programs, lambda tiles: _counters(a.device, tiles))
     elif use_tma and cfg.split_k > 1 and cfg.split_tail and not c_store_pointers:
         _split_tail_gemm(a_view, b_view, out, b_is_nk, cfg, num_programs)
     elif use_tma and cfg.split_k > 1 and not c_store_pointers:
@@ -694,48 +567,6 @@ def _counters(device: torch.device, tiles: int) -> torch.Tensor:
         counters = torch.zeros(max(tiles, 1024), dtype=torch.int32, device=device)
         _fixup_counters[key] = counters
     return counters
-
-
-def _split_k_fixup_gemm(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor, b_is_nk: bool,
-                        cfg: GemmConfig, num_programs: int) -> None:
-    m, k = a.shape
-    n = out.shape[1]
-    tiles = triton.cdiv(m, cfg.block_m) * triton.cdiv(n, cfg.block_n)
-    partial = torch.empty((tiles, cfg.split_k, cfg.block_m, cfg.block_n), dtype=torch.float32,
-                          device=a.device)
-    grid = max(1, min(num_programs, tiles * cfg.split_k))
-    gemm_split_k_fixup_kernel[(grid,)](
-        a, b, out, partial, _counters(a.device, tiles), m, n, k, a.stride(0), b.stride(0),
-        out.stride(0), grid, SPLIT_K=cfg.split_k, B_IS_NK=b_is_nk, BLOCK_M=cfg.block_m,
-        BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k, GROUP_M=cfg.group_m,
-        num_stages=cfg.num_stages, num_warps=cfg.num_warps)
-
-
-def stream_k_split(tiles: int, k_tiles: int, num_programs: int) -> tuple[int, int]:
-    """(dp_tiles, MAX_SLOTS) of gemm_stream_k_kernel: the whole waves done as whole tiles (all
-    but the last one to two waves' worth), and a power of two at least the most programs any
-    one stream-K tile can be shared by (its workspace slots)."""
-    dp_tiles = max(0, tiles // num_programs - 1) * num_programs
-    per_program = (tiles - dp_tiles) * k_tiles // num_programs
-    shared_by = min(num_programs, -(-k_tiles // max(per_program, 1)) + 1)
-    return dp_tiles, triton.next_power_of_2(shared_by)
-
-
-def _stream_k_gemm(
-    a: torch.Tensor, b: torch.Tensor, out: torch.Tensor, b_is_nk: bool, cfg: GemmConfig, num_programs: int
-) -> None:
-    m, k = a.shape
-    n = out.shape[1]
-    tiles = triton.cdiv(m, cfg.block_m) * triton.cdiv(n, cfg.block_n)
-    k_tiles = triton.cdiv(k, cfg.block_k)
-    grid = max(1, min(num_programs, tiles * k_tiles))
-    dp_tiles, max_slots = stream_k_split(tiles, k_tiles, grid)
-    partial = torch.empty((tiles, max_slots, cfg.block_m, cfg.block_n), dtype=torch.float32, device=a.device)
-    gemm_stream_k_kernel[(grid,)](a, b, out, partial, _counters(a.device, tiles), m, n, k, a.stride(0),
-                                  b.stride(0), out.stride(0), grid, dp_tiles, B_IS_NK=b_is_nk,
-                                  BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k,
-                                  GROUP_M=cfg.group_m, MAX_SLOTS=max_slots, num_stages=cfg.num_stages,
-                                  num_warps=cfg.num_warps)
 
 
 def linear(x: torch.Tensor, weight: torch.Tensor, *, out: torch.Tensor | None = None) -> torch.Tensor:

@@ -22,18 +22,17 @@ e4m3 tl.dot exactly after widening, checked against an fp32 reference).
 
 from __future__ import annotations
 
-import dataclasses
 import weakref
 
 import torch
 import triton
 import triton.language as tl
 
-from .configs import INTERPRETER_CONFIG, GemmConfig
+from .configs import INTERPRETER_CONFIG, GemmConfig, choose_fp8_config
 from triton.tools.tensor_descriptor import TensorDescriptor
 
 from .gemm import (device_limits, ensure_descriptor_allocator, grouped_tile, grouped_tma_tile, interpreter_active,
-                   result_tensor, select_config, store_c_tile, tile_grid, tma_compatible, tma_gemm_prologue,
+                   result_tensor, store_c_tile, tile_grid, tma_compatible, tma_gemm_prologue,
                    tma_k_loop, tma_store_tile)
 import syncopate.language as syl  # [syncopate]
 __syncopate__ = {"version": 2, "kernel": "gemm_fp8_tma_kernel", "params": ["sy_signals", "sy_tile_order", "sy_tiles_n", "sy_wait_offsets", "sy_wait_slots", "sy_notify_offsets", "sy_notify_slots", "sy_slot_writers", "sy_epoch", "sy_wait_bound_ns", "sy_rank", "sy_error"], "accesses": [{"tensor": "a", "param": "a_ptr", "role": "consume", "m_dim": 0, "n_dim": -1}, {"tensor": "c", "param": "c_ptr", "role": "produce", "m_dim": 0, "n_dim": 1}]}  # [syncopate]
@@ -216,17 +215,15 @@ class KMajorCopies:
 k_major_copies = KMajorCopies()
 
 
-def select_fp8_config(m: int, n: int, k: int, device: torch.device,
-                      allow_split_k: bool = False) -> GemmConfig:
-    """The block configuration for an FP8 GEMM: the bf16 model's choice at 1-byte elements
-    (BLOCK_K doubled up to 128, so a K-step moves the same bytes and the MMA the same K-work per
-    byte)."""
+def select_fp8_config(m: int, n: int, k: int, device: torch.device, local: bool = False) -> GemmConfig:
+    """The block configuration for an FP8 GEMM on this device (configs.choose_fp8_config: the
+    bf16 model's choice with BLOCK_K doubled up to 128). local=True: the plain gemm_fp8 call's
+    choice, which may split K in one launch; the fused FP8 ops take the unsplit one."""
     if device.type != "cuda":
         return INTERPRETER_CONFIG
-    # The bf16 choice (its shared-memory check counts 2-byte stages and a bf16 epilogue, which
-    # is what an FP8 block with twice the BLOCK_K needs).
-    cfg = select_config(m, n, k, device, torch.bfloat16, allow_split_k=allow_split_k)
-    return dataclasses.replace(cfg, block_k=min(2 * cfg.block_k, 128))
+    num_sms, smem = device_limits(device)
+    # Triton itself keeps a little shared memory (barriers); leave it a margin.
+    return choose_fp8_config(m, n, k, num_sms, smem - 1024, local=local)
 
 
 def gemm_fp8(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, scale_b: torch.Tensor, *,
@@ -251,9 +248,11 @@ def gemm_fp8(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, scale_b: t
         return out
     if k == 0:
         return out.zero_()
-    cfg = config if config is not None else select_fp8_config(m, n, k, a.device)
-    if cfg.split_k > 1:
-        raise ValueError(f"gemm_fp8: config {cfg.name} splits K; the FP8 kernel has no split-K")
+    cfg = config if config is not None else select_fp8_config(m, n, k, a.device, local=not c_store_pointers)
+    one_launch = cfg.stream_k or (cfg.split_k > 1 and cfg.split_fixup)
+    if cfg.split_k > 1 and not cfg.split_fixup:
+        raise ValueError(f"gemm_fp8: config {cfg.name} splits K in two launches; FP8 splits K only in "
+                         "one launch (split_fixup)")
     a_view = a if a.stride(1) == 1 else a.contiguous()
     # B as the [N, K] tensor the FP8 MMA reads: a transposed view of one in place, else the
     # kept K-major copy (KMajorCopies: the [K, N] path is several times slower).
@@ -274,6 +273,13 @@ def gemm_fp8(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, scale_b: t
     grid_size = max(1, min(num_programs, tiles))
     if host_descriptors is None:
         host_descriptors = a.is_cuda and not interpreter_active()
+    if one_launch and not c_store_pointers:
+        from .gemm import _counters
+        from .gemm_one_launch import one_launch_gemm
+
+        one_launch_gemm(a_view, b_view, out, b_is_nk, cfg, num_programs, lambda tiles: _counters(a.device, tiles),
+                        scales=(scale_a, scale_b, stride_sa, stride_sb))
+        return out
     if host_descriptors and not c_store_pointers:
         a_desc = TensorDescriptor.from_tensor(a_view, [cfg.block_m, cfg.block_k])
         b_desc = TensorDescriptor.from_tensor(
