@@ -271,6 +271,14 @@ detail::ChunkMove RankExecutor::make_move(const ChunkStep& step) const {
     move.dst = tensor(c.dst, c.dst_tensor);
     if (staging >= 0) move.staging_at_dst = heap_.base(c.dst) + staging;
   }
+  if (c.runtime_rows && reads && writes) {
+    // The count was landed on dst by an earlier chunk from the same src (the verifier's
+    // runtime-rows rules), which this step follows in stream order or behind a wait.
+    move.row_count =
+        reinterpret_cast<const std::int32_t*>(tensor(c.dst, c.runtime_rows->counts)) + c.runtime_rows->index;
+    move.counted = counted_rows(c.box, src_spec.shape, c.dst_box, dst_spec.shape, c.runtime_rows->dim,
+                                plan::dtype_size(src_spec.dtype));
+  }
   if (step.landing_slot >= 0) {
     move.landing = signals(c.dst) + step.landing_slot;
     // The rank that raises a landing slot issues the step: its own epoch word is the call's.

@@ -6,7 +6,8 @@
 //    so the same enqueued (or graph-captured) work is right for every call;
 //  - signal_raise: release-store the epoch word's value into a slot (landing slots and the
 //    entry/exit counters have one writer: after call e they hold e);
-//  - copy_2d: the SM-driven copy backend (a few blocks, vector loads where aligned);
+//  - copy_2d: the SM-driven copy backend (a few blocks, vector loads where aligned); copy_counted:
+//    the same for a chunk with run-time rows, its size read on the device;
 //  - add_2d: dst += src over a pitched region (16-byte vectors, fp32 accumulation for f16/bf16);
 //    plain stores when the caller is the box's only adder at the time, packed atomics when not
 //    (ChunkStep::atomic_add says which).
@@ -50,6 +51,10 @@ void launch_signal_raise(cudaStream_t stream, std::int32_t* slot, const std::int
 void launch_bounded_wait(cudaStream_t stream, const WaitBatch& batch, WaitRecord* record);
 // `src` and `dst` are the tensor (or staging) bases the copy's offsets are relative to.
 void launch_copy_2d(cudaStream_t stream, const std::byte* src, std::byte* dst, const Copy2D& copy, int max_blocks);
+// The copy cut to the first n counted positions, n read from `count` on the device (a chunk with
+// run-time rows on the SM-copy backend: only the rows that came move).
+void launch_copy_counted(cudaStream_t stream, const std::byte* src, std::byte* dst, const Copy2D& full,
+                         const CountedRows& rows, const std::int32_t* count, int max_blocks);
 void launch_add_2d(cudaStream_t stream, plan::DType dtype, const std::byte* src, std::byte* dst, const Copy2D& copy,
                    int max_blocks, bool atomic);
 // Loads every kernel above on the current device. Throws DeviceError.
