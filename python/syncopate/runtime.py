@@ -142,6 +142,9 @@ class PlanWorkspace:
     GEMM+RS); any other shape raises UserError naming the access. With no accesses the tables
     hold landing slots only.
     extra_bytes: more symmetric space after the plan's regions (see extra_offset).
+    local_rows_in_place: local chunks with run-time rows copy nothing, their landings are raised
+    (ExecutorOptions::local_rows_in_place): the caller writes their rows into the destination
+    box before publish (the MoE dispatch's own slots, read in place).
     """
 
     def __init__(
@@ -156,6 +159,7 @@ class PlanWorkspace:
         drop_chunk: int = -1,
         sm_copy_blocks: int = 16,
         extra_bytes: int = 0,
+        local_rows_in_place: bool = False,
     ):
         rt = require_runtime()
         from syncopate import plan_to_json
@@ -184,6 +188,7 @@ class PlanWorkspace:
             wait_bound_ns=int(wait_bound_ns),
             drop_chunk=int(drop_chunk),
             sm_copy_blocks=int(sm_copy_blocks),
+            local_rows_in_place=bool(local_rows_in_place),
         )
         self.wait_bound_ns = int(wait_bound_ns)
         # This rank's epoch word (control slot of the heap): advanced on the device by begin().

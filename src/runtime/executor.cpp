@@ -304,6 +304,8 @@ void RankExecutor::issue_step(const ChunkStep& step, cudaStream_t stream) {
   if (dropped(step)) return;  // test hook: the chunk goes missing
   const detail::ChunkMove move = make_move(step);
   const detail::BackendEnv env{stream, nccl_, options_.sm_copy_blocks};
+  if (options_.local_rows_in_place && step.role == StepRole::local && move.chunk->runtime_rows)
+    return detail::raise_landing(move, env);  // the caller put the rows in place
   const auto& backend = detail::backend_for(move.chunk->backend);
   if (step.role == StepRole::nccl_send || step.role == StepRole::nccl_recv)
     watched(stream, {&step}, [&] { backend.move(move, env); });

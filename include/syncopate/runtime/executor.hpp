@@ -47,7 +47,12 @@ struct ExecutorOptions {
   int drop_on_rank = -1;                        // with drop_chunk: only this rank skips its part (an NCCL send whose
                                                 // recv is still posted); -1: every rank
   int sm_copy_blocks = 16;                      // blocks of the SM-copy and add kernels
-  bool high_priority_streams = true;            // the plan's streams at the device's greatest priority
+  // A local chunk with run-time rows (src == dst: the MoE dispatch's own slots) moves nothing:
+  // its landing is raised in its place in the stream. The caller wrote those rows into the
+  // chunk's destination box before publish (the consumer reads them there, in place); the plan
+  // and its waits are unchanged.
+  bool local_rows_in_place = false;
+  bool high_priority_streams = true;  // the plan's streams at the device's greatest priority
 };
 
 class RankExecutor {
