@@ -41,6 +41,9 @@ SHAPES = {
     # name: (tokens per rank, experts, top_k, hidden, intermediate)
     "mixtral": (4096, 8, 2, 4096, 14336),
     "deepseek": (2048, 64, 8, 7168, 2048),
+    # DeepSeek-V3's routed experts (256, top-8, hidden 7168, expert width 2048) at the 4096
+    # tokens per rank of DeepEP's normal-kernel benchmark
+    "deepseek-v3": (4096, 256, 8, 7168, 2048),
     "small": (512, 8, 2, 1024, 2048),
 }
 
