@@ -4,7 +4,7 @@
 # counted-rows SM copy case and the withheld plan chunk; examples/moe_layer.py fused, skewed;
 # bench/bench_moe.py at world 1 (sequential vs fused copy-engine vs fused SM-copy vs simulator).
 # Runs from the repository root of the merged tree with the staged package on PYTHONPATH;
-# < 150 s in all (every step under `timeout`); writes "$OUT/moe19/".
+# < 150 s in all (every step under `timeout`); writes "$OUT/moe/".
 set -uo pipefail
 cd "$(git rev-parse --show-toplevel 2>/dev/null || pwd)"
 out="${OUT:-/tmp}/moe"
