@@ -142,9 +142,9 @@ class PlanWorkspace:
     GEMM+RS); any other shape raises UserError naming the access. With no accesses the tables
     hold landing slots only.
     extra_bytes: more symmetric space after the plan's regions (see extra_offset).
-    local_rows_in_place: local chunks with run-time rows copy nothing, their landings are raised
-    (ExecutorOptions::local_rows_in_place): the caller writes their rows into the destination
-    box before publish (the MoE dispatch's own slots, read in place).
+    in_place_chunks: local copy chunks the caller moves itself (ExecutorOptions::in_place_chunks):
+    each copies nothing, its landing is raised after its waits; the caller reads or writes the
+    data in place (the MoE dispatch's and combine's own slots).
     """
 
     def __init__(
@@ -159,7 +159,7 @@ class PlanWorkspace:
         drop_chunk: int = -1,
         sm_copy_blocks: int = 16,
         extra_bytes: int = 0,
-        local_rows_in_place: bool = False,
+        in_place_chunks: Sequence[int] = (),
     ):
         rt = require_runtime()
         from syncopate import plan_to_json
@@ -188,7 +188,7 @@ class PlanWorkspace:
             wait_bound_ns=int(wait_bound_ns),
             drop_chunk=int(drop_chunk),
             sm_copy_blocks=int(sm_copy_blocks),
-            local_rows_in_place=bool(local_rows_in_place),
+            in_place_chunks=[int(c) for c in in_place_chunks],
         )
         self.wait_bound_ns = int(wait_bound_ns)
         # This rank's epoch word (control slot of the heap): advanced on the device by begin().

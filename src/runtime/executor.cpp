@@ -61,6 +61,17 @@ RankExecutor::RankExecutor(plan::CommPlan plan, std::vector<lower::SignalTable> 
     throw UserError(fmt::format("rank {}: heap-not-connected: map the peers before building an executor", r));
   if (options_.wait_bound_ns <= 0)
     throw UserError(fmt::format("rank {}: bad-wait-bound: {} ns (must be positive)", r, options_.wait_bound_ns));
+  for (int id : options_.in_place_chunks) {
+    if (id < 0 || static_cast<std::size_t>(id) >= plan_.chunks.size())
+      throw UserError(
+          fmt::format("rank {}: in-place-chunk: chunk {} is not in the plan ({} chunks)", r, id, plan_.chunks.size()));
+    const auto& c = plan_.chunks[static_cast<std::size_t>(id)];
+    if (c.src != c.dst || c.op != plan::ChunkOp::copy)
+      throw UserError(
+          fmt::format("rank {}, chunk {}: in-place-chunk: only a local copy (src == dst) can be left to "
+                      "the caller, this one is {} {} -> {}",
+                      r, id, plan::to_string(c.op), c.src, c.dst));
+  }
   bool uses_nccl = false;
   for (const auto& steps : schedule_.streams)
     for (const auto& step : steps) {
@@ -246,6 +257,11 @@ bool RankExecutor::dropped(const ChunkStep& step) const {
   return step.chunk == options_.drop_chunk && (options_.drop_on_rank < 0 || options_.drop_on_rank == heap_.rank());
 }
 
+bool RankExecutor::in_place(const ChunkStep& step) const {
+  return step.role == StepRole::local && std::find(options_.in_place_chunks.begin(), options_.in_place_chunks.end(),
+                                                   step.chunk) != options_.in_place_chunks.end();
+}
+
 detail::ChunkMove RankExecutor::make_move(const ChunkStep& step) const {
   const plan::Chunk& c = plan_.chunks[step.chunk];
   const auto& src_spec = plan_.tensors.at(c.tensor);
@@ -304,8 +320,7 @@ void RankExecutor::issue_step(const ChunkStep& step, cudaStream_t stream) {
   if (dropped(step)) return;  // test hook: the chunk goes missing
   const detail::ChunkMove move = make_move(step);
   const detail::BackendEnv env{stream, nccl_, options_.sm_copy_blocks};
-  if (options_.local_rows_in_place && step.role == StepRole::local && move.chunk->runtime_rows)
-    return detail::raise_landing(move, env);  // the caller put the rows in place
+  if (in_place(step)) return detail::raise_landing(move, env);  // the caller moves the data itself
   const auto& backend = detail::backend_for(move.chunk->backend);
   if (step.role == StepRole::nccl_send || step.role == StepRole::nccl_recv)
     watched(stream, {&step}, [&] { backend.move(move, env); });

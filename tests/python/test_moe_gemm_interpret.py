@@ -347,18 +347,55 @@ def test_pack_rows_puts_own_rows_in_x_recv_and_the_rest_in_x_send(rank):
 
 class _OneRankCombineStandIn:
     """MoeFusedCombine at world 1 without the CUDA runtime: the combine plan's only chunks are
-    local (y_send slot e -> y_recv slot e), so y_recv is y_send; the notifying grouped GEMM (the
-    original) runs under the interpreter. Checks MoeDispatchCombine's slot scatter and gather."""
+    local and, left to the caller, copy nothing, so y_recv stays NaN and every row is gathered
+    from y_send (`gather_rows`); the notifying grouped GEMM (the original) runs under the
+    interpreter. Checks MoeDispatchCombine's slot scatter, `local_rows` and the gather."""
 
     def __init__(self, group, *, local_experts, capacity, in_features, hidden, dtype, device, backend):
         self.capacity, self.hidden = capacity, hidden
         self.a_slots = torch.full((local_experts * capacity, in_features), float("nan"), dtype=dtype)
 
-    def __call__(self, a_slots, counts, w, dest):
-        y = torch.full((a_slots.shape[0], self.hidden), float("nan"), dtype=a_slots.dtype)
-        args, meta = moe_fused.grouped_gemm_args(a_slots, w, y, counts, self.capacity, 16, 16, 16, 2)
+    def __call__(self, a_slots, counts, w, dest, local):
+        assert local == (0, dest.shape[0])
+        y_send = torch.full((a_slots.shape[0], self.hidden), float("nan"), dtype=a_slots.dtype)
+        args, meta = moe_fused.grouped_gemm_args(a_slots, w, y_send, counts, self.capacity, 16, 16, 16, 2)
         moe_gemm.moe_grouped_gemm[(2,)](*args, **meta)
-        return y[dest]
+        return moe_fused.gather_rows(y_send, torch.full_like(y_send, float("nan")), dest, local)
+
+
+@pytest.mark.parametrize("rank", [0, 2])
+def test_gather_rows_takes_own_rows_from_y_send_and_the_rest_from_y_recv(rank):
+    world, experts, capacity, hidden = 3, 2, 8, 4
+    gen = torch.Generator().manual_seed(10 + rank)
+    send_counts = torch.randint(0, capacity + 1, (world, experts), generator=gen)
+    send_counts[rank, 1] = 0
+    counts = [[int(v) for v in row] for row in send_counts.tolist()]
+    dest = moe_fused.sent_rows(counts, capacity, torch.device("cpu"))
+    landed = torch.randn(world * experts * capacity, hidden, generator=gen)  # y_recv as chunks landed it
+    own = slice(rank * experts * capacity, (rank + 1) * experts * capacity)
+    y_send, y_recv = torch.full_like(landed, float("nan")), landed.clone()
+    y_send[own], y_recv[own] = landed[own], float("nan")  # own slots: never copied, read from y_send
+    got = moe_fused.gather_rows(y_send, y_recv, dest, moe_fused.local_rows(counts, rank))
+    torch.testing.assert_close(got, landed[dest])
+    torch.testing.assert_close(moe_fused.gather_rows(y_send, landed, dest, None), landed[dest])
+
+
+@pytest.mark.parametrize("world, rank", [(1, 0), (3, 1), (4, 3)])
+def test_own_chunks_are_the_local_copies_of_the_own_slots(world, rank):
+    """The chunks the MoE ops leave to the caller: the dispatch plan's rows chunks rank -> rank
+    (one per expert, not the counts chunk), the combine plan's local chunks (one per expert)."""
+    _core = pytest.importorskip("syncopate._core")
+    experts = 2
+    dispatch = _core.make_moe_dispatch_plan(world_size=world, local_experts=experts, capacity=64, hidden=16)
+    assert moe_fused.own_chunks(dispatch, rank) == [
+        moe_fused.rows_chunk_id(world, experts, rank, rank, e) for e in range(experts)
+    ]
+    combine = moe_fused.combine_plan(world, experts, 64, 16, backend="copy-engine")
+    ids = moe_fused.own_chunks(combine, rank)
+    assert len(ids) == experts
+    for i in ids:
+        c = combine.chunks[i]
+        assert c.src == c.dst == rank and c.box.offset == c.dst_box.offset
 
 
 def test_fused_dispatch_packing_matches_sequential(monkeypatch):

@@ -47,11 +47,12 @@ struct ExecutorOptions {
   int drop_on_rank = -1;                        // with drop_chunk: only this rank skips its part (an NCCL send whose
                                                 // recv is still posted); -1: every rank
   int sm_copy_blocks = 16;                      // blocks of the SM-copy and add kernels
-  // A local chunk with run-time rows (src == dst: the MoE dispatch's own slots) moves nothing:
-  // its landing is raised in its place in the stream. The caller wrote those rows into the
-  // chunk's destination box before publish (the consumer reads them there, in place); the plan
-  // and its waits are unchanged.
-  bool local_rows_in_place = false;
+  // Local copy chunks (src == dst) the caller moves itself: each moves nothing, its landing is
+  // raised in its place in the stream, after its waits. The caller reads or writes the data in
+  // place (the MoE dispatch packs its own rows straight into x_recv's local slots; the MoE
+  // combine gathers its own rows from y_send); the plan and every wait are unchanged. The
+  // constructor refuses, naming the chunk, an id that is not a local copy of the plan.
+  std::vector<int> in_place_chunks;
   bool high_priority_streams = true;  // the plan's streams at the device's greatest priority
 };
 
@@ -127,6 +128,7 @@ class RankExecutor {
   void issue_step(const ChunkStep& step, cudaStream_t stream);
   void issue_group(const std::vector<const ChunkStep*>& steps, cudaStream_t stream);
   bool dropped(const ChunkStep& step) const;
+  bool in_place(const ChunkStep& step) const;
   detail::ChunkMove make_move(const ChunkStep& step) const;
   // Issues the NCCL calls `issue` enqueues on `stream` under the watchdog (see above).
   void watched(cudaStream_t stream, const std::vector<const ChunkStep*>& steps, const std::function<void()>& issue);

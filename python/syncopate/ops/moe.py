@@ -294,7 +294,8 @@ class MoeDispatchCombine:
         fused.a_slots[_slot_rows(layout.recv_counts, self.capacity, h.device)] = h
         counts = to_device(torch.tensor([v for row in layout.recv_counts for v in row], dtype=torch.int32), h.device)
         dest = moe_fused.sent_rows(layout.send_counts, self.capacity, h.device)
-        return fused(fused.a_slots, counts, w_down, dest)
+        local = moe_fused.local_rows(layout.send_counts, self.rank)  # gathered in place from y_send
+        return fused(fused.a_slots, counts, w_down, dest, local)
 
     # -- the collectives ----------------------------------------------------------------------------
     def _exchange_counts(self, send_counts: tuple) -> tuple:

@@ -264,6 +264,31 @@ def local_rows(send_counts: Sequence[Sequence[int]], rank: int) -> tuple:
     return first, first + sum(int(v) for v in send_counts[rank])
 
 
+def own_chunks(plan, rank: int) -> list:
+    """Ids of the plan's copies of `rank`'s own slots (src == dst == rank, the rows chunks of the
+    dispatch plan, every local chunk of the combine plan; the dispatch plan's local counts chunk
+    still moves): the MoE ops read or write those slots in place (PlanWorkspace in_place_chunks)."""
+    return [c.id for c in plan.chunks if c.src == rank and c.dst == rank and c.tensor in ("x_send", COMBINE_SEND)]
+
+
+def gather_rows(y_send: torch.Tensor, y_recv: torch.Tensor, dest, local: Optional[tuple]) -> torch.Tensor:
+    """The combine's counterpart of `pack_rows`: the experts' outputs for a rank's rows in the
+    order it sent them (`dest`: their places in y_recv's slots), rows local[0]:local[1] (its own
+    experts') straight from y_send's local slots (slot (r, e) sits at the same rows of both),
+    the others from y_recv, where the plan's chunks landed them. local None: all from y_recv."""
+    if local is None:
+        return y_recv[dest]
+    lo, hi = local
+    out = torch.empty((dest.shape[0], y_recv.shape[1]), dtype=y_recv.dtype, device=y_recv.device)
+    if lo > 0:
+        out[:lo] = y_recv[dest[:lo]]
+    if hi > lo:
+        out[lo:hi] = y_send[dest[lo:hi]]
+    if hi < dest.shape[0]:
+        out[hi:] = y_recv[dest[hi:]]
+    return out
+
+
 def pack_rows(x_send: torch.Tensor, x_recv: Optional[torch.Tensor], rows, dest, local: tuple) -> None:
     """Writes a call's routed rows into their capacity slots: rows[local[0]:local[1]] (for this
     rank's own experts) straight into x_recv, where the grouped GEMM reads them in place (slot
@@ -356,7 +381,7 @@ class MoeFusedDispatch:
             device=device,
             wait_bound_ns=wait_bound_ns,
             drop_chunk=drop_chunk,  # test hook: the runtime never issues this chunk
-            local_rows_in_place=local_in_place,
+            in_place_chunks=own_chunks(self.plan, self.rank) if local_in_place else (),
         )
         self.local_in_place = local_in_place
         self.x_send = self.ws.tensor("x_send", dtype)
@@ -437,7 +462,7 @@ class MoeFusedDispatch:
         this rank's own experts (`local_rows`). Returns h (enqueued, not waited for).
         local_in_place: those rows go straight into x_recv's local slots, where the tiles read
         them, and the runtime raises the local chunks' landings without copying
-        (ExecutorOptions::local_rows_in_place)."""
+        (PlanWorkspace in_place_chunks: `own_chunks`)."""
         self.check()
         ws = self.ws
         h = torch.empty((self.x_recv.shape[0], self.n), dtype=self.dtype, device=self.device)
@@ -663,12 +688,15 @@ class MoeFusedCombine:
     as they are stored, while the combine plan's chunks (copy engine or SM copy) carry each
     (destination rank, expert) slot home as soon as its last tile is done, the own slots first.
 
-    A call (`__call__(a_slots, counts, w, dest)`): a_slots [W * E * C, K] the experts' inputs in
-    the dispatch's slots (slot s * E + e: rows from rank s for expert e, the first counts[q]
-    real), counts the device int32 [W * E] of those, w [E, K, H], dest the rows this rank sent
-    (`sent_rows`). begin, fork, the GEMM, the chunks, wait until this rank's slots landed, gather
-    y_recv[dest] (the experts' outputs for this rank's rows, in the order they were sent), end.
-    The weighted sum over each token's k rows is the caller's (MoeDispatchCombine)."""
+    A call (`__call__(a_slots, counts, w, dest, local)`): a_slots [W * E * C, K] the experts'
+    inputs in the dispatch's slots (slot s * E + e: rows from rank s for expert e, the first
+    counts[q] real), counts the device int32 [W * E] of those, w [E, K, H], dest the rows this
+    rank sent (`sent_rows`), local (first, end) of those for its own experts (`local_rows`).
+    begin, fork, the GEMM, the chunks, wait until this rank's slots landed, gather the experts'
+    outputs for this rank's rows in the order they were sent (`gather_rows`: with
+    local_in_place, the default, its own slots straight from y_send, their local chunks copying
+    nothing), end. The weighted sum over each token's k rows is the caller's
+    (MoeDispatchCombine)."""
 
     def __init__(
         self,
@@ -683,6 +711,7 @@ class MoeFusedCombine:
         backend: str = "copy-engine",
         config: Optional[GroupedConfig] = None,
         wait_bound_ns: int = 10_000_000_000,
+        local_in_place: bool = True,
     ):
         from syncopate.runtime import PlanWorkspace, plan_dtype
 
@@ -706,7 +735,9 @@ class MoeFusedCombine:
             accesses=[(COMBINE_SEND, "produce", 0, 1)],
             device=device,
             wait_bound_ns=wait_bound_ns,
+            in_place_chunks=own_chunks(self.plan, self.rank) if local_in_place else (),
         )
+        self.local_in_place = local_in_place
         # The experts' inputs in the dispatch's slots (the caller scatters its rows in; rows
         # past a slot's count are never stored, whatever they hold).
         self.a_slots = torch.empty((rows, in_features), dtype=dtype, device=device)
@@ -779,7 +810,7 @@ class MoeFusedCombine:
             self.ws.check()
             check_error(self.error, self.tables, COMBINE_KERNEL)
 
-    def __call__(self, a_slots: torch.Tensor, counts: torch.Tensor, w: torch.Tensor, dest: torch.Tensor):
+    def __call__(self, a_slots: torch.Tensor, counts: torch.Tensor, w: torch.Tensor, dest: torch.Tensor, local: tuple):
         self.check()
         ws = self.ws
         ws.begin()
@@ -788,7 +819,8 @@ class MoeFusedCombine:
         self._launch(a_slots, w, self.y_send, counts, self.signals, ws.epoch_word)
         ws.issue_chunks()
         ws.wait_landed()
-        back = self.y_recv[dest]  # before end(): after it, peers may write the next call's rows
+        # before end(): after it, peers may write the next call's rows
+        back = gather_rows(self.y_send, self.y_recv, dest, local if self.local_in_place else None)
         ws.end()
         self.pending = True
         return back
