@@ -71,6 +71,12 @@ __global__ void bounded_wait_kernel(WaitBatch batch, WaitRecord* record) {
 
 __global__ void epoch_advance_kernel(std::int32_t* epoch) { *epoch = next_epoch(*epoch); }
 
+__global__ void signal_raise_many_kernel(RaiseBatch batch, const std::int32_t* epoch) {
+  if (static_cast<int>(threadIdx.x) >= batch.count) return;
+  __threadfence_system();  // as signal_raise_kernel, for each slot
+  store_release_sys(batch.slots[threadIdx.x], *epoch);
+}
+
 __global__ void signal_raise_kernel(std::int32_t* slot, const std::int32_t* epoch) {
   __threadfence_system();  // everything this stream wrote before is visible first
   store_release_sys(slot, *epoch);
@@ -329,6 +335,15 @@ void launch_epoch_advance(cudaStream_t stream, std::int32_t* epoch) {
   SY_CUDA_CHECK_LAUNCH();
 }
 
+void launch_signal_raise_many(cudaStream_t stream, const RaiseBatch& batch, const std::int32_t* epoch) {
+  if (batch.count <= 0) return;
+  if (batch.count > kMaxRaisedSlots)
+    throw InternalError("signal raise with " + std::to_string(batch.count) + " slots (at most " +
+                        std::to_string(kMaxRaisedSlots) + ")");
+  signal_raise_many_kernel<<<1, 32, 0, stream>>>(batch, epoch);
+  SY_CUDA_CHECK_LAUNCH();
+}
+
 void launch_signal_raise(cudaStream_t stream, std::int32_t* slot, const std::int32_t* epoch) {
   signal_raise_kernel<<<1, 1, 0, stream>>>(slot, epoch);
   SY_CUDA_CHECK_LAUNCH();
@@ -396,6 +411,7 @@ void warm_up_kernels() {
   SY_CUDA_CHECK(cudaFuncGetAttributes(&attr, bounded_wait_kernel));
   SY_CUDA_CHECK(cudaFuncGetAttributes(&attr, epoch_advance_kernel));
   SY_CUDA_CHECK(cudaFuncGetAttributes(&attr, signal_raise_kernel));
+  SY_CUDA_CHECK(cudaFuncGetAttributes(&attr, signal_raise_many_kernel));
   SY_CUDA_CHECK(cudaFuncGetAttributes(&attr, copy_2d_kernel<uint4>));
   SY_CUDA_CHECK(cudaFuncGetAttributes(&attr, copy_2d_kernel<uint2>));
   SY_CUDA_CHECK(cudaFuncGetAttributes(&attr, copy_2d_kernel<std::uint32_t>));

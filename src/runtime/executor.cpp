@@ -214,15 +214,31 @@ void RankExecutor::issue_chunks() {
   for (std::size_t s = 0; s < schedule_.streams.size(); ++s) {
     cudaStream_t side = impl_->streams[s];
     const auto& steps = schedule_.streams[s];
+    // A run of in-place steps without waits raises its landings in one launch (the MoE ops'
+    // own slots: one per local expert), at the place of the run's first step that is not one.
+    RaiseBatch raises;
+    auto flush = [&] {
+      launch_signal_raise_many(side, raises, epoch_word());
+      raises.count = 0;
+    };
     for (const auto& batch : step_batches(steps)) {
-      if (steps[batch.begin].group == plan::kNoGroup) {
-        issue_step(steps[batch.begin], side);
+      const ChunkStep& first = steps[batch.begin];
+      if (first.group == plan::kNoGroup) {
+        if (in_place(first) && first.waits.empty() && first.landing_slot >= 0 && !dropped(first)) {
+          raises.slots[raises.count++] = signals(heap_.rank()) + first.landing_slot;
+          if (raises.count == kMaxRaisedSlots) flush();
+          continue;
+        }
+        flush();
+        issue_step(first, side);
         continue;
       }
+      flush();
       std::vector<const ChunkStep*> members;
       for (auto i = batch.begin; i < batch.end; ++i) members.push_back(&steps[i]);
       issue_group(members, side);
     }
+    flush();
     SY_CUDA_CHECK(cudaEventRecord(impl_->joins[s], side));
   }
 }

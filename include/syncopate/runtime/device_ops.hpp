@@ -48,6 +48,14 @@ struct WaitBatch {
 
 void launch_epoch_advance(cudaStream_t stream, std::int32_t* epoch);
 void launch_signal_raise(cudaStream_t stream, std::int32_t* slot, const std::int32_t* epoch);
+// The same for up to kMaxRaisedSlots slots in one launch (in-place chunks: one launch for a run
+// of them instead of one each). The pointers travel by value, so a captured graph replays them.
+inline constexpr int kMaxRaisedSlots = 32;
+struct RaiseBatch {
+  std::int32_t* slots[kMaxRaisedSlots] = {};
+  std::int32_t count = 0;
+};
+void launch_signal_raise_many(cudaStream_t stream, const RaiseBatch& batch, const std::int32_t* epoch);
 void launch_bounded_wait(cudaStream_t stream, const WaitBatch& batch, WaitRecord* record);
 // `src` and `dst` are the tensor (or staging) bases the copy's offsets are relative to.
 void launch_copy_2d(cudaStream_t stream, const std::byte* src, std::byte* dst, const Copy2D& copy, int max_blocks);
