@@ -13,7 +13,8 @@ own, rank 0 writes the rows):
                    config ops/moe_fused.py picks (grouped_config); syncopate_local_sweep_ms
                    times it beside other configs (--sweep N) and without TMA (_ptr)
   fused            MoeDispatchCombine(mode="fused"): the MoE dispatch plan's copy-engine chunks
-                   (whole capacity slots) overlapped with the transformed grouped GEMM, the
+                   (whole capacity slots; sm_copy_*: the same with SM-copy chunks, which move
+                   only each slot's counted rows) overlapped with the transformed grouped GEMM, the
                    whole dispatch (packing, counts, rows, GEMM, unpacking with a host sync);
                    and its parts: fused_call_ms (MoeFusedDispatch alone: pack, chunks, kernel),
                    fused_kernel_landed_ms (the transformed kernel, chunks already landed),
@@ -40,6 +41,9 @@ SHAPES = {
     # name: (tokens per rank, experts, top_k, hidden, intermediate)
     "mixtral": (4096, 8, 2, 4096, 14336),
     "deepseek": (2048, 64, 8, 7168, 2048),
+    # DeepSeek-V3's routed experts (256, top-8, hidden 7168, expert width 2048) at the 4096
+    # tokens per rank of DeepEP's normal-kernel benchmark
+    "deepseek-v3": (4096, 256, 8, 7168, 2048),
     "small": (512, 8, 2, 1024, 2048),
 }
 
@@ -284,6 +288,29 @@ def run_shape(name, skewed, group, rank, world, device, args):
                 row.update(combine_rows(layer, h, layout, fused, x, ids, w_up, inter, hidden, top_k, gen, device, args))
             except Exception as exc:
                 row["combine_error"] = f"{type(exc).__name__}: {exc}"[:300]
+        if args.sm_copy:
+            # The same with SM-copy chunks: only each slot's counted rows move (the copy kernel
+            # reads the count on the device), keys prefixed sm_copy_.
+            try:
+                fused_sm = MoeDispatchCombine(
+                    group if world > 1 else None,
+                    num_experts=experts,
+                    top_k=top_k,
+                    capacity=fused_capacity,
+                    mode="fused",
+                    backend="sm-copy",
+                )
+                h_sm, _ = fused_sm.dispatch_gemm(x, ids, w_up)
+                row["sm_copy_fused_rel_err_vs_sequential"] = float((h_sm.float() - h.float()).norm() / h.float().norm())
+                row["sm_copy_fused_ms"] = time_ms(lambda: fused_sm.dispatch_gemm(x, ids, w_up), args.warmup, args.iters)
+                row.update({f"sm_copy_{k}": v for k, v in fused_parts(fused_sm, x, ids, w_up, args).items()})
+                if args.combine:
+                    comb = combine_rows(
+                        layer, h, layout, fused_sm, x, ids, w_up, inter, hidden, top_k, gen, device, args
+                    )
+                    row.update({f"sm_copy_{k}": v for k, v in comb.items() if k.startswith("combine_fused")})
+            except Exception as exc:
+                row["sm_copy_error"] = f"{type(exc).__name__}: {exc}"[:300]
         if args.profile_dir:
             try:
                 profile_calls(f"{name}-{'skewed' if skewed else 'balanced'}", fused, layer, x, ids, w_up, args)
@@ -333,6 +360,9 @@ def main():
     )
     parser.add_argument("--no-combine", dest="combine", action="store_false", help="skip the combine rows")
     parser.add_argument("--no-fused", dest="fused", action="store_false", help="skip the fused dispatch rows")
+    parser.add_argument(
+        "--no-sm-copy", dest="sm_copy", action="store_false", help="skip the fused rows with SM-copy chunks"
+    )
     args = parser.parse_args()
     SWEEP.extend(_sweep())
     world = int(os.environ.get("WORLD_SIZE", "1"))
@@ -345,6 +375,19 @@ def main():
         dist.init_process_group("nccl")
         group = dist.group.WORLD
     device = torch.device("cuda", torch.cuda.current_device())
+    import datetime
+
+    import triton
+
+    run = dict(
+        device=torch.cuda.get_device_name(device),
+        date_utc=datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M"),
+        world=world,
+        torch=torch.__version__,
+        triton=triton.__version__,
+        warmup=args.warmup,
+        iters=args.iters,
+    )
     rows = []
     if args.only:  # in the order given
         todo = [(entry.split(":")[0], entry.split(":")[1] == "skewed") for entry in args.only.split(",")]
@@ -363,7 +406,7 @@ def main():
             print(json.dumps(row), flush=True)
             if args.out:  # after every row: a run cut off by its time limit keeps what it measured
                 Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-                Path(args.out).write_text(json.dumps(rows, indent=1) + "\n")
+                Path(args.out).write_text(json.dumps(dict(run=run, rows=rows), indent=1) + "\n")
 
 
 if __name__ == "__main__":

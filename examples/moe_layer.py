@@ -3,6 +3,7 @@
     torchrun --nproc-per-node W examples/moe_layer.py [--size tiny-top2|tiny-top8|mixtral|deepseek]
                                                       [--routing random|skewed] [--tokens T]
                                                       [--capacity C] [--mode auto|fused|sequential]
+                                                      [--backend copy-engine|sm-copy]
 
 Each rank holds T tokens and E/W experts (SwiGLU: gate and up [H, F] in one [H, 2F] matrix, down
 [F, H]); a router picks each token's top-k experts. The layer dispatches the tokens to their
@@ -91,7 +92,12 @@ def run_layer(cfg: MoeConfig, args, rank: int, world: int, group, device) -> dic
     router, gate_up, down = full_weights(cfg, args.seed, device, dtype)
     local = slice(rank * cfg.experts // world, (rank + 1) * cfg.experts // world)
     layer = MoeDispatchCombine(
-        group, num_experts=cfg.experts, top_k=cfg.top_k, capacity=args.capacity, mode=getattr(args, "mode", "auto")
+        group,
+        num_experts=cfg.experts,
+        top_k=cfg.top_k,
+        capacity=args.capacity,
+        mode=getattr(args, "mode", "auto"),
+        backend=getattr(args, "backend", "copy-engine"),
     )
     report = {"steps": []}
     for step in range(args.steps):
@@ -128,6 +134,12 @@ def parse_args(argv=None):
         choices=("auto", "fused", "sequential"),
         default="auto",
         help="the dispatch: fused needs --capacity (a multiple of 64) and CUDA",
+    )
+    p.add_argument(
+        "--backend",
+        choices=("copy-engine", "sm-copy"),
+        default="copy-engine",
+        help="the fused calls' chunks (sm-copy: the dispatch moves only each slot's counted rows)",
     )
     p.add_argument("--seed", type=int, default=0)
     return p.parse_args(argv)

@@ -226,15 +226,17 @@ NB_MODULE(_runtime, m) {
       .def(
           "__init__",
           [](RankExecutor* self, const PreparedPlan& prepared, SymmetricHeap& heap, WaitMonitor& monitor,
-             NcclComm* nccl, std::int64_t wait_bound_ns, int drop_chunk, int sm_copy_blocks) {
+             NcclComm* nccl, std::int64_t wait_bound_ns, int drop_chunk, int sm_copy_blocks,
+             std::vector<int> in_place_chunks) {
             runtime::ExecutorOptions o;
             o.wait_bound_ns = wait_bound_ns;
             o.drop_chunk = drop_chunk;
             o.sm_copy_blocks = sm_copy_blocks;
+            o.in_place_chunks = std::move(in_place_chunks);
             new (self) RankExecutor(prepared.plan, prepared.tables, heap, monitor, nccl, o);
           },
           "prepared"_a, "heap"_a, "monitor"_a, "nccl"_a.none(), "wait_bound_ns"_a = 10'000'000'000, "drop_chunk"_a = -1,
-          "sm_copy_blocks"_a = 16,
+          "sm_copy_blocks"_a = 16, "in_place_chunks"_a = std::vector<int>{},
           // the executor refers to heap, monitor and communicator: keep them alive with it
           nb::keep_alive<1, 3>(), nb::keep_alive<1, 4>(), nb::keep_alive<1, 5>())
       // One call: begin, (inputs), publish, fork, (kernel), issue_chunks, [wait_landed], end;

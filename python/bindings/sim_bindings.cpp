@@ -97,6 +97,9 @@ void bind_timelines(nb::module_& m) {
       .def_rw("tile_scale", &sim::GemmShape::tile_scale,
               "Run-time row counts: tile_scale[r][t] is the share of a full tile's work tile t of rank r does "
               "(0: past its slot's count). Empty: every tile full.")
+      .def_rw("chunk_rows", &sim::GemmShape::chunk_rows,
+              "Run-time rows moved: chunk_rows[c] of chunk c's capacity positions move (SM-copy chunks with "
+              "runtime_rows; other chunks move their whole box). Empty: whole boxes.")
       .def("grid", &sim::GemmShape::grid)
       .def("flops", &sim::GemmShape::flops);
 

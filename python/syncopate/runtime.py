@@ -142,6 +142,9 @@ class PlanWorkspace:
     GEMM+RS); any other shape raises UserError naming the access. With no accesses the tables
     hold landing slots only.
     extra_bytes: more symmetric space after the plan's regions (see extra_offset).
+    in_place_chunks: local copy chunks the caller moves itself (ExecutorOptions::in_place_chunks):
+    each copies nothing, its landing is raised after its waits; the caller reads or writes the
+    data in place (the MoE dispatch's and combine's own slots).
     """
 
     def __init__(
@@ -156,6 +159,7 @@ class PlanWorkspace:
         drop_chunk: int = -1,
         sm_copy_blocks: int = 16,
         extra_bytes: int = 0,
+        in_place_chunks: Sequence[int] = (),
     ):
         rt = require_runtime()
         from syncopate import plan_to_json
@@ -184,6 +188,7 @@ class PlanWorkspace:
             wait_bound_ns=int(wait_bound_ns),
             drop_chunk=int(drop_chunk),
             sm_copy_blocks=int(sm_copy_blocks),
+            in_place_chunks=[int(c) for c in in_place_chunks],
         )
         self.wait_bound_ns = int(wait_bound_ns)
         # This rank's epoch word (control slot of the heap): advanced on the device by begin().

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string_view>
 #include <vector>
 
@@ -29,6 +30,11 @@ struct ChunkMove {
   std::int32_t* landing = nullptr;      // landing slot on chunk->dst; null if the peer raises it
   const std::int32_t* epoch = nullptr;  // the raising rank's epoch word: the landing slot's value
   bool atomic_add = false;              // reduce-add: another adder may touch the box meanwhile
+  // A chunk with run-time rows: its count on chunk->dst, and how its copies shrink with the
+  // count (absent: the box's shape does not allow cutting it, the whole box moves). Backends
+  // whose sizes are host values (copy engine, NCCL) move the whole box.
+  const std::int32_t* row_count = nullptr;
+  std::optional<CountedRows> counted;
 };
 
 struct BackendEnv {

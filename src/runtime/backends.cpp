@@ -36,10 +36,14 @@ void copy_engine_move(const ChunkMove& m, const BackendEnv& env) {
 }
 
 // SM copy: a kernel on a few blocks reads and writes through the peer mapping; reduce-add adds
-// straight from the source (a pulled chunk: remote 16-byte loads, local stores). Then the
-// landing slot is raised.
+// straight from the source (a pulled chunk: remote 16-byte loads, local stores). A chunk with
+// run-time rows moves only its counted rows (the kernel reads the count). Then the landing slot
+// is raised.
 void sm_copy_move(const ChunkMove& m, const BackendEnv& env) {
-  if (m.chunk->op == plan::ChunkOp::copy) {
+  if (m.chunk->op == plan::ChunkOp::copy && m.row_count != nullptr && m.counted) {
+    for (const auto& c : m.copies)
+      launch_copy_counted(env.stream, m.src, m.dst, c, *m.counted, m.row_count, env.sm_copy_blocks);
+  } else if (m.chunk->op == plan::ChunkOp::copy) {
     for (const auto& c : m.copies) launch_copy_2d(env.stream, m.src, m.dst, c, env.sm_copy_blocks);
   } else {
     add_copies(m.src, m.dst, m.copies, m, env);

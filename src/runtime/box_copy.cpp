@@ -78,6 +78,33 @@ std::vector<Copy2D> box_copies(const plan::Box& src_box, const std::vector<std::
   }
 }
 
+std::optional<CountedRows> counted_rows(const plan::Box& src_box, const std::vector<std::int64_t>& src_shape,
+                                        const plan::Box& dst_box, const std::vector<std::int64_t>& dst_shape, int dim,
+                                        int elem_size) {
+  check_box(src_box, src_shape, "source");
+  check_box(dst_box, dst_shape, "destination");
+  const std::size_t rank = src_shape.size();
+  if (dim < 0 || static_cast<std::size_t>(dim) >= rank || src_box.extent != dst_box.extent) return std::nullopt;
+  // The same run dim `k` as box_copies.
+  std::size_t k = rank - 1;
+  while (k > 0 && src_box.extent[k] == src_shape[k] && dst_box.extent[k] == dst_shape[k]) --k;
+  const auto d = static_cast<std::size_t>(dim);
+  const std::int64_t capacity = src_box.extent[d];
+  if (d == k) return CountedRows{CountedAlong::width, row_major_strides(src_shape)[k] * elem_size, capacity};
+  if (d + 1 == k) return CountedRows{CountedAlong::height, 1, capacity};
+  return std::nullopt;
+}
+
+Copy2D counted_copy(const Copy2D& full, const CountedRows& rows, std::int64_t n) {
+  const std::int64_t live = n < 0 ? 0 : (n > rows.capacity ? rows.capacity : n);
+  Copy2D c = full;
+  if (rows.along == CountedAlong::width)
+    c.width = live * rows.unit;
+  else
+    c.height = live * rows.unit;
+  return c;
+}
+
 std::int64_t total_bytes(const std::vector<Copy2D>& copies) {
   std::int64_t n = 0;
   for (const auto& c : copies) n += c.bytes();

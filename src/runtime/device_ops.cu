@@ -96,6 +96,12 @@ __global__ void begin_publish_kernel(std::int32_t* epoch, WaitBatch batch, WaitR
 
 __global__ void epoch_advance_kernel(std::int32_t* epoch) { *epoch = next_epoch(*epoch); }
 
+__global__ void signal_raise_many_kernel(RaiseBatch batch, const std::int32_t* epoch) {
+  if (static_cast<int>(threadIdx.x) >= batch.count) return;
+  __threadfence_system();  // as signal_raise_kernel, for each slot
+  store_release_sys(batch.slots[threadIdx.x], *epoch);
+}
+
 __global__ void signal_raise_kernel(std::int32_t* slot, const std::int32_t* epoch) {
   __threadfence_system();  // everything this stream wrote before is visible first
   store_release_sys(slot, *epoch);
@@ -104,6 +110,28 @@ __global__ void signal_raise_kernel(std::int32_t* slot, const std::int32_t* epoc
 template <class Unit>
 __global__ void copy_2d_kernel(const std::byte* src, std::byte* dst, std::int64_t units_per_row, std::int64_t rows,
                                std::int64_t src_pitch, std::int64_t dst_pitch) {
+  const std::int64_t total = units_per_row * rows;
+  const std::int64_t step = static_cast<std::int64_t>(gridDim.x) * blockDim.x;
+  for (std::int64_t i = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; i < total; i += step) {
+    const std::int64_t row = i / units_per_row;
+    const std::int64_t col = i - row * units_per_row;
+    reinterpret_cast<Unit*>(dst + row * dst_pitch)[col] = reinterpret_cast<const Unit*>(src + row * src_pitch)[col];
+  }
+}
+
+// The same copy cut on the device to the first n of `capacity` counted positions (a chunk with
+// run-time rows, box_copy.hpp CountedRows): n is read from `count` when the kernel starts (it was
+// written before, in stream order or behind a wait), so the bytes moved follow each call's count.
+template <class Unit>
+__global__ void copy_counted_kernel(const std::byte* src, std::byte* dst, std::int64_t units_per_row, std::int64_t rows,
+                                    std::int64_t src_pitch, std::int64_t dst_pitch, bool along_width, std::int64_t unit,
+                                    std::int64_t capacity, const std::int32_t* count) {
+  std::int64_t n = *reinterpret_cast<const volatile std::int32_t*>(count);
+  n = n < 0 ? 0 : (n > capacity ? capacity : n);
+  if (along_width)
+    units_per_row = n * unit;
+  else
+    rows = n * unit;
   const std::int64_t total = units_per_row * rows;
   const std::int64_t step = static_cast<std::int64_t>(gridDim.x) * blockDim.x;
   for (std::int64_t i = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; i < total; i += step) {
@@ -279,6 +307,18 @@ void launch_copy_units(cudaStream_t stream, const std::byte* src, std::byte* dst
   SY_CUDA_CHECK_LAUNCH();
 }
 
+template <class Unit>
+void launch_counted_units(cudaStream_t stream, const std::byte* src, std::byte* dst, const Copy2D& c,
+                          const CountedRows& rows, const std::int32_t* count, int max_blocks) {
+  const auto size = static_cast<std::int64_t>(sizeof(Unit));
+  const bool along_width = rows.along == CountedAlong::width;
+  const std::int64_t unit = along_width ? rows.unit / size : rows.unit;
+  copy_counted_kernel<Unit><<<blocks_for(c.width / size * c.height, max_blocks), kThreads, 0, stream>>>(
+      src + c.src_offset, dst + c.dst_offset, c.width / size, c.height, c.src_pitch, c.dst_pitch, along_width, unit,
+      rows.capacity, count);
+  SY_CUDA_CHECK_LAUNCH();
+}
+
 template <class T>
 void launch_add_typed(cudaStream_t stream, const std::byte* src, std::byte* dst, const Copy2D& c, int max_blocks,
                       bool atomic) {
@@ -331,6 +371,15 @@ void launch_epoch_advance(cudaStream_t stream, std::int32_t* epoch) {
   SY_CUDA_CHECK_LAUNCH();
 }
 
+void launch_signal_raise_many(cudaStream_t stream, const RaiseBatch& batch, const std::int32_t* epoch) {
+  if (batch.count <= 0) return;
+  if (batch.count > kMaxRaisedSlots)
+    throw InternalError("signal raise with " + std::to_string(batch.count) + " slots (at most " +
+                        std::to_string(kMaxRaisedSlots) + ")");
+  signal_raise_many_kernel<<<1, 32, 0, stream>>>(batch, epoch);
+  SY_CUDA_CHECK_LAUNCH();
+}
+
 void launch_signal_raise(cudaStream_t stream, std::int32_t* slot, const std::int32_t* epoch) {
   signal_raise_kernel<<<1, 1, 0, stream>>>(slot, epoch);
   SY_CUDA_CHECK_LAUNCH();
@@ -349,6 +398,27 @@ void launch_copy_2d(cudaStream_t stream, const std::byte* src, std::byte* dst, c
       return launch_copy_units<std::uint16_t>(stream, src, dst, copy, max_blocks);
     default:
       return launch_copy_units<std::uint8_t>(stream, src, dst, copy, max_blocks);
+  }
+}
+
+void launch_copy_counted(cudaStream_t stream, const std::byte* src, std::byte* dst, const Copy2D& full,
+                         const CountedRows& rows, const std::int32_t* count, int max_blocks) {
+  if (full.bytes() == 0) return;
+  if (count == nullptr) throw InternalError("counted copy without a count");
+  // The vector unit must divide every width n rows can give: the bytes per counted position.
+  Copy2D aligned = full;
+  if (rows.along == CountedAlong::width) aligned.width = rows.unit;
+  switch (unit_bytes(src, dst, aligned)) {
+    case 16:
+      return launch_counted_units<uint4>(stream, src, dst, full, rows, count, max_blocks);
+    case 8:
+      return launch_counted_units<uint2>(stream, src, dst, full, rows, count, max_blocks);
+    case 4:
+      return launch_counted_units<std::uint32_t>(stream, src, dst, full, rows, count, max_blocks);
+    case 2:
+      return launch_counted_units<std::uint16_t>(stream, src, dst, full, rows, count, max_blocks);
+    default:
+      return launch_counted_units<std::uint8_t>(stream, src, dst, full, rows, count, max_blocks);
   }
 }
 
@@ -378,11 +448,17 @@ void warm_up_kernels() {
   SY_CUDA_CHECK(cudaFuncGetAttributes(&attr, epoch_advance_kernel));
   SY_CUDA_CHECK(cudaFuncGetAttributes(&attr, signal_raise_kernel));
   SY_CUDA_CHECK(cudaFuncGetAttributes(&attr, begin_publish_kernel));
+  SY_CUDA_CHECK(cudaFuncGetAttributes(&attr, signal_raise_many_kernel));
   SY_CUDA_CHECK(cudaFuncGetAttributes(&attr, copy_2d_kernel<uint4>));
   SY_CUDA_CHECK(cudaFuncGetAttributes(&attr, copy_2d_kernel<uint2>));
   SY_CUDA_CHECK(cudaFuncGetAttributes(&attr, copy_2d_kernel<std::uint32_t>));
   SY_CUDA_CHECK(cudaFuncGetAttributes(&attr, copy_2d_kernel<std::uint16_t>));
   SY_CUDA_CHECK(cudaFuncGetAttributes(&attr, copy_2d_kernel<std::uint8_t>));
+  SY_CUDA_CHECK(cudaFuncGetAttributes(&attr, copy_counted_kernel<uint4>));
+  SY_CUDA_CHECK(cudaFuncGetAttributes(&attr, copy_counted_kernel<uint2>));
+  SY_CUDA_CHECK(cudaFuncGetAttributes(&attr, copy_counted_kernel<std::uint32_t>));
+  SY_CUDA_CHECK(cudaFuncGetAttributes(&attr, copy_counted_kernel<std::uint16_t>));
+  SY_CUDA_CHECK(cudaFuncGetAttributes(&attr, copy_counted_kernel<std::uint8_t>));
   for (const void* kernel : {reinterpret_cast<const void*>(add_2d_kernel<float, false>),
                              reinterpret_cast<const void*>(add_2d_kernel<float, true>),
                              reinterpret_cast<const void*>(add_2d_kernel<__half, false>),

@@ -61,6 +61,17 @@ RankExecutor::RankExecutor(plan::CommPlan plan, std::vector<lower::SignalTable> 
     throw UserError(fmt::format("rank {}: heap-not-connected: map the peers before building an executor", r));
   if (options_.wait_bound_ns <= 0)
     throw UserError(fmt::format("rank {}: bad-wait-bound: {} ns (must be positive)", r, options_.wait_bound_ns));
+  for (int id : options_.in_place_chunks) {
+    if (id < 0 || static_cast<std::size_t>(id) >= plan_.chunks.size())
+      throw UserError(
+          fmt::format("rank {}: in-place-chunk: chunk {} is not in the plan ({} chunks)", r, id, plan_.chunks.size()));
+    const auto& c = plan_.chunks[static_cast<std::size_t>(id)];
+    if (c.src != c.dst || c.op != plan::ChunkOp::copy)
+      throw UserError(
+          fmt::format("rank {}, chunk {}: in-place-chunk: only a local copy (src == dst) can be left to "
+                      "the caller, this one is {} {} -> {}",
+                      r, id, plan::to_string(c.op), c.src, c.dst));
+  }
   bool uses_nccl = false;
   for (const auto& steps : schedule_.streams)
     for (const auto& step : steps) {
@@ -224,15 +235,31 @@ void RankExecutor::issue_chunks() {
   for (std::size_t s = 0; s < schedule_.streams.size(); ++s) {
     cudaStream_t side = impl_->streams[s];
     const auto& steps = schedule_.streams[s];
+    // A run of in-place steps without waits raises its landings in one launch (the MoE ops'
+    // own slots: one per local expert), at the place of the run's first step that is not one.
+    RaiseBatch raises;
+    auto flush = [&] {
+      launch_signal_raise_many(side, raises, epoch_word());
+      raises.count = 0;
+    };
     for (const auto& batch : step_batches(steps)) {
-      if (steps[batch.begin].group == plan::kNoGroup) {
-        issue_step(steps[batch.begin], side);
+      const ChunkStep& first = steps[batch.begin];
+      if (first.group == plan::kNoGroup) {
+        if (in_place(first) && first.waits.empty() && first.landing_slot >= 0 && !dropped(first)) {
+          raises.slots[raises.count++] = signals(heap_.rank()) + first.landing_slot;
+          if (raises.count == kMaxRaisedSlots) flush();
+          continue;
+        }
+        flush();
+        issue_step(first, side);
         continue;
       }
+      flush();
       std::vector<const ChunkStep*> members;
       for (auto i = batch.begin; i < batch.end; ++i) members.push_back(&steps[i]);
       issue_group(members, side);
     }
+    flush();
     SY_CUDA_CHECK(cudaEventRecord(impl_->joins[s], side));
   }
 }
@@ -267,6 +294,11 @@ bool RankExecutor::dropped(const ChunkStep& step) const {
   return step.chunk == options_.drop_chunk && (options_.drop_on_rank < 0 || options_.drop_on_rank == heap_.rank());
 }
 
+bool RankExecutor::in_place(const ChunkStep& step) const {
+  return step.role == StepRole::local && std::find(options_.in_place_chunks.begin(), options_.in_place_chunks.end(),
+                                                   step.chunk) != options_.in_place_chunks.end();
+}
+
 detail::ChunkMove RankExecutor::make_move(const ChunkStep& step) const {
   const plan::Chunk& c = plan_.chunks[step.chunk];
   const auto& src_spec = plan_.tensors.at(c.tensor);
@@ -291,6 +323,14 @@ detail::ChunkMove RankExecutor::make_move(const ChunkStep& step) const {
   if (writes) {
     move.dst = tensor(c.dst, c.dst_tensor);
     if (staging >= 0) move.staging_at_dst = heap_.base(c.dst) + staging;
+  }
+  if (c.runtime_rows && reads && writes) {
+    // The count was landed on dst by an earlier chunk from the same src (the verifier's
+    // runtime-rows rules), which this step follows in stream order or behind a wait.
+    move.row_count =
+        reinterpret_cast<const std::int32_t*>(tensor(c.dst, c.runtime_rows->counts)) + c.runtime_rows->index;
+    move.counted = counted_rows(c.box, src_spec.shape, c.dst_box, dst_spec.shape, c.runtime_rows->dim,
+                                plan::dtype_size(src_spec.dtype));
   }
   if (step.landing_slot >= 0) {
     move.landing = signals(c.dst) + step.landing_slot;
@@ -317,6 +357,7 @@ void RankExecutor::issue_step(const ChunkStep& step, cudaStream_t stream) {
   if (dropped(step)) return;  // test hook: the chunk goes missing
   const detail::ChunkMove move = make_move(step);
   const detail::BackendEnv env{stream, nccl_, options_.sm_copy_blocks};
+  if (in_place(step)) return detail::raise_landing(move, env);  // the caller moves the data itself
   const auto& backend = detail::backend_for(move.chunk->backend);
   if (step.role == StepRole::nccl_send || step.role == StepRole::nccl_recv)
     watched(stream, {&step}, [&] { backend.move(move, env); });

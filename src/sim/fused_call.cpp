@@ -42,6 +42,17 @@ std::vector<lower::TileAccess> default_accesses(const plan::CommPlan& plan) {
                   spec.dim));
 }
 
+void check_chunk_rows(const GemmShape& gemm, const plan::CommPlan& plan) {
+  if (gemm.chunk_rows.empty()) return;
+  if (gemm.chunk_rows.size() != plan.chunks.size())
+    throw UserError(fmt::format("simulate: gemm.chunk_rows has {} entries for a plan of {} chunks (one per chunk)",
+                                gemm.chunk_rows.size(), plan.chunks.size()));
+  for (std::size_t c = 0; c < gemm.chunk_rows.size(); ++c)
+    if (gemm.chunk_rows[c] < 0)
+      throw UserError(
+          fmt::format("simulate: gemm.chunk_rows chunk {}: {} rows, a count must be >= 0", c, gemm.chunk_rows[c]));
+}
+
 void check_tile_scale(const GemmShape& gemm, int world_size) {
   if (gemm.tile_scale.empty()) return;
   if (static_cast<int>(gemm.tile_scale.size()) != world_size)
@@ -63,7 +74,7 @@ void check_tile_scale(const GemmShape& gemm, int world_size) {
 void reorder(FusedCall& call, schedule::OrderKind order, const Calibration& calib, int group_m) {
   // Consumed chunks are ranked by when they land, produced chunks by when they would leave,
   // both with communication alone (the schedule cannot know more before it exists).
-  const Timeline comm = simulate_comm_alone(call.plan, calib);
+  const Timeline comm = simulate_comm_alone(call.plan, calib, call.gemm.chunk_rows);
   std::vector<double> when(call.plan.chunks.size());
   std::vector<bool> produced(call.plan.chunks.size(), false);
   for (const auto& table : call.tables)

@@ -33,13 +33,29 @@ std::vector<int> issuers(const plan::CommPlan& plan) {
   return issuer;
 }
 
+// The bytes chunk `ch` moves: its box, or for run-time rows on a backend that moves only the
+// counted rows (SM copy), the box cut to `rows` along the runtime_rows dim.
+double chunk_bytes(const plan::Chunk& ch, std::size_t c, int elem_size, const std::vector<std::int64_t>& chunk_rows) {
+  const double whole = static_cast<double>(ch.box.elements()) * elem_size;
+  if (chunk_rows.empty() || !ch.runtime_rows || ch.backend != plan::Backend::sm_copy) return whole;
+  const auto dim = static_cast<std::size_t>(ch.runtime_rows->dim);
+  const std::int64_t capacity = dim < ch.box.extent.size() ? ch.box.extent[dim] : 0;
+  if (capacity <= 0) return whole;
+  const std::int64_t rows = std::clamp<std::int64_t>(chunk_rows[c], 0, capacity);
+  return whole * static_cast<double>(rows) / static_cast<double>(capacity);
+}
+
 // Chunks with sizes, lanes and happens-before edges; no gates yet.
-std::vector<EngineChunk> base_chunks(const plan::CommPlan& plan, const Calibration& calib) {
+std::vector<EngineChunk> base_chunks(const plan::CommPlan& plan, const Calibration& calib,
+                                     const std::vector<std::int64_t>& chunk_rows) {
   const plan::DependencyGraph graph(plan);
   const auto issuer = issuers(plan);
   if (!plan.nodes.empty() && static_cast<int>(plan.nodes.size()) != plan.world_size)
     throw UserError(fmt::format("simulate: nodes-count: the plan names {} nodes for a world of {}", plan.nodes.size(),
                                 plan.world_size));
+  if (!chunk_rows.empty() && chunk_rows.size() != plan.chunks.size())
+    throw UserError(fmt::format("simulate: chunk_rows has {} entries for a plan of {} chunks (one per chunk)",
+                                chunk_rows.size(), plan.chunks.size()));
   std::vector<EngineChunk> out(plan.chunks.size());
   for (std::size_t c = 0; c < plan.chunks.size(); ++c) {
     const auto& ch = plan.chunks[c];
@@ -54,7 +70,7 @@ std::vector<EngineChunk> base_chunks(const plan::CommPlan& plan, const Calibrati
     e.src = ch.src;
     e.dst = ch.dst;
     e.backend = ch.backend;
-    e.bytes = static_cast<double>(ch.box.elements()) * plan::dtype_size(tensor->second.dtype);
+    e.bytes = chunk_bytes(ch, c, plan::dtype_size(tensor->second.dtype), chunk_rows);
     e.issuer = issuer[c];
     e.stream = ch.stream;
     e.inter_node = plan::node_of(plan, ch.src) != plan::node_of(plan, ch.dst);
@@ -73,6 +89,7 @@ std::vector<EngineChunk> base_chunks(const plan::CommPlan& plan, const Calibrati
 void check_call(const FusedCall& call) {
   const int world = call.plan.world_size;
   check_tile_scale(call.gemm, world);
+  check_chunk_rows(call.gemm, call.plan);
   const auto tiles = call.gemm.grid().count();
   if (static_cast<int>(call.tables.size()) != world || static_cast<int>(call.orders.size()) != world)
     throw UserError(fmt::format("simulate: the call has {} signal tables and {} tile orders for a world of {}",
@@ -322,7 +339,7 @@ Timeline simulate_fused(const FusedCall& call, const Calibration& calib, const S
   EngineInput in;
   in.label = "fused";
   in.dynamic_assignment = options.dynamic_assignment;
-  in.chunks = base_chunks(call.plan, calib);
+  in.chunks = base_chunks(call.plan, calib, call.gemm.chunk_rows);
   const CallPath path = call_path(call.plan, calib, produces(call));
   // The runtime starts an NCCL group once every member's waits hold: gate members together.
   const auto gates = merge_group_gates(call.plan, chunk_gates(call));
@@ -411,11 +428,11 @@ Timeline simulate_kernel_level(const FusedCall& call, const Calibration& base_ca
     throw UserError(
         "simulate: kernel_level: sm_carveout with residency: a carveout is cuBLAS's way to "
         "leave SMs free, residency the Triton GEMM's; choose one");
-  const Timeline comm = simulate_comm_alone(call.plan, calib);
+  const Timeline comm = simulate_comm_alone(call.plan, calib, call.gemm.chunk_rows);
   EngineInput in;
   in.label = "kernel-level";
   in.dynamic_assignment = options.dynamic_assignment;
-  in.chunks = base_chunks(call.plan, calib);
+  in.chunks = base_chunks(call.plan, calib, call.gemm.chunk_rows);
   // The runtime starts an NCCL group once every member's waits hold: gate members together.
   const auto gates = merge_group_gates(call.plan, chunk_gates(call));
   std::vector<std::vector<EngineKernel>> kernels;
@@ -481,7 +498,7 @@ Timeline simulate_sequential(const FusedCall& call, const Calibration& calib, co
   in.label = "sequential";
   in.dynamic_assignment = options.dynamic_assignment;
   in.compute_slowdown = false;
-  in.chunks = base_chunks(call.plan, calib);
+  in.chunks = base_chunks(call.plan, calib, call.gemm.chunk_rows);
   const bool gemm_first = produces(call);
   for (int r = 0; r < call.plan.world_size; ++r) {
     auto er = rank_shell(call, r, calib.sms, calib);
@@ -501,11 +518,12 @@ Timeline simulate_sequential(const FusedCall& call, const Calibration& calib, co
   return detail::run_engine(in, calib);
 }
 
-Timeline simulate_comm_alone(const plan::CommPlan& plan, const Calibration& calib) {
+Timeline simulate_comm_alone(const plan::CommPlan& plan, const Calibration& calib,
+                             const std::vector<std::int64_t>& chunk_rows) {
   EngineInput in;
   in.label = "communication alone";
   in.compute_slowdown = false;
-  in.chunks = base_chunks(plan, calib);
+  in.chunks = base_chunks(plan, calib, chunk_rows);
   in.ranks.resize(plan.world_size);
   return detail::run_engine(in, calib);
 }
@@ -533,7 +551,7 @@ Timeline simulate_gemm_alone(const GemmShape& gemm, int world_size, const Calibr
 Prediction predict(const FusedCall& call, const Calibration& calib, const SimOptions& options) {
   Prediction p;
   p.gemm_alone_us = simulate_gemm_alone(call.gemm, call.plan.world_size, calib).total_us;
-  p.comm_alone_us = simulate_comm_alone(call.plan, calib).total_us;
+  p.comm_alone_us = simulate_comm_alone(call.plan, calib, call.gemm.chunk_rows).total_us;
   p.floor_us = std::max(p.gemm_alone_us, p.comm_alone_us);
   p.fused = simulate_fused(call, calib, options);
   if (call.plan.collective.staged()) {  // not a mode this plan can run in (see simulate_kernel_level)

@@ -13,11 +13,15 @@ counts), and with NaN in the rows past each count (a TMA block loads them); the 
 kernel with every chunk landed; with the rows, counts and signals landed late by the copy engine
 from a side stream in a shuffled order while the kernel spins (rows poisoned with NaN before);
 a withheld chunk ending in WaitTimeoutError naming that chunk (the host waits for that kernel
-at most 10 s, so a wait that does not end is reported, not hung on).
+at most 10 s, so a wait that does not end is reported, not hung on); and one rows chunk of the
+fused dispatch's plan never issued by the runtime (drop_chunk): its destination rank's check()
+names it.
 fused: MoeDispatchCombine(mode="fused") against mode="sequential" on the same skewed routing, new
 routing each call: the dispatch (the MoE dispatch plan's copy-engine / SM-copy chunks overlapped
 with the transformed waiting grouped GEMM) and the combine of silu(h) (the notifying grouped GEMM
-whose slots go home as their tiles finish, then the weighted sum).
+whose slots go home as their tiles finish, then the weighted sum). With SM-copy chunks, only each
+slot's counted rows move, and the local rows are read in place: MoeFusedDispatch alone with
+x_recv poisoned with NaN keeps NaN past every count.
 Prints one line per case and `SUMMARY world=W passed=P failed=F`; exits 1 on any failure. With
 --results-file, each rank's log also holds every case's start time, and (faulthandler) every
 thread's stack whenever a case runs longer than --case-limit-s.
@@ -328,6 +332,154 @@ def run_fused(res, group_obj, calls):
         res.record(f"fused combine backend={backend} world={world} calls={calls}", combine_ok, combine_detail)
 
 
+def _slot_problem(world, experts, capacity, hidden, source):
+    """Rank `source`'s send counts [W][E] (0 and a full slot included) and rows, the same on every
+    rank (seeded by the source), so a receiver knows what each slot must hold."""
+    gen = torch.Generator().manual_seed(500 + source)
+    counts = torch.randint(0, capacity + 1, (world, experts), generator=gen)
+    counts[source, 0], counts[(source + 1) % world, experts - 1] = 0, capacity
+    counts = [[int(v) for v in row] for row in counts.tolist()]
+    rows = torch.randn(sum(map(sum, counts)), hidden, generator=gen)
+    return counts, rows
+
+
+def run_slots_moved(res, group_obj):
+    """MoeFusedDispatch alone, with x_recv poisoned (NaN) before the call: every slot (s, e) holds
+    exactly the rows rank s sent for expert e, h their product; with SM-copy chunks (the copy
+    kernel reads each count on the device) and with the local rows read in place, the rows past
+    each count keep their NaN (nothing moved them). Cases: SM copy with and without the local
+    rows in place, copy engine in place (its chunks move whole slots: rows past the count are
+    not checked there, except the local slots at world 1)."""
+    from syncopate.ops import moe_fused
+
+    rank, world, device = group_obj.rank, group_obj.world, group_obj.device
+    experts, capacity, hidden, n = 2, 128, 128, 128
+    group = group_obj.group if world > 1 else None
+    problems = [_slot_problem(world, experts, capacity, hidden, s) for s in range(world)]
+    counts, rows = problems[rank]
+    w = (torch.randn(experts, hidden, n, generator=torch.Generator().manual_seed(9)) / hidden**0.5).to(
+        device, torch.bfloat16
+    )
+    for backend, in_place in (("sm-copy", True), ("sm-copy", False), ("copy-engine", True)):
+        name = f"fused dispatch slots moved backend={backend} local_in_place={in_place} world={world}"
+        res.start(name)
+        try:
+            op = moe_fused.MoeFusedDispatch(
+                group,
+                local_experts=experts,
+                capacity=capacity,
+                hidden=hidden,
+                out_features=n,
+                dtype=torch.bfloat16,
+                device=device,
+                backend=backend,
+                local_in_place=in_place,
+            )
+            torch.cuda.synchronize()
+            group_obj.barrier()
+            op.x_recv.fill_(float("nan"))
+            torch.cuda.synchronize()
+            group_obj.barrier()  # no peer lands rows before every rank poisoned its own
+            dest = moe_fused.sent_rows(counts, capacity, device)
+            send = torch.tensor([v for row in counts for v in row], dtype=torch.int32, device=device)
+            h = op(rows.to(device, torch.bfloat16), dest, send, w, moe_fused.local_rows(counts, rank))
+            op.check()
+            torch.cuda.synchronize()
+            group_obj.barrier()
+            ok, detail, moved, not_moved, worst = True, "", 0, 0, 0.0
+            for s, (s_counts, s_rows) in enumerate(problems):
+                first = sum(map(sum, s_counts[:rank]))  # where s's rows for this rank start
+                for e in range(experts):
+                    cnt = s_counts[rank][e]
+                    want = s_rows[first : first + cnt].to(device, torch.bfloat16)
+                    first += cnt
+                    q = s * experts + e
+                    slot = op.x_recv[q * capacity : (q + 1) * capacity]
+                    if not torch.equal(slot[:cnt], want):
+                        ok, detail = False, f"slot (source {s}, expert {e}): its {cnt} rows are not the sent ones"
+                        break
+                    untouched = torch.isnan(slot[cnt:].float()).all()
+                    counted = backend == "sm-copy" or (in_place and s == rank)
+                    if counted and not untouched:
+                        ok, detail = False, f"slot (source {s}, expert {e}): rows past its count {cnt} were written"
+                        break
+                    moved, not_moved = moved + cnt, not_moved + capacity - cnt
+                    if cnt:
+                        got = h[q * capacity : q * capacity + cnt].float()
+                        worst = max(worst, rel_err(got, want.float() @ w[e].float()))
+                if not ok:
+                    break
+            if ok:
+                ok = worst < 2e-2
+                detail = f"rows moved={moved} rows past the counts={not_moved} worst_rel_err={worst:.2e}"
+        except Exception as exc:
+            ok, detail = False, f"{type(exc).__name__}: {exc}\n{traceback.format_exc()}"
+        group_obj.barrier()
+        res.record(name, ok, detail)
+
+
+def run_withheld_plan_chunk(res, group_obj):
+    """The fused dispatch with one rows chunk of its plan never issued (the runtime's drop_chunk
+    hook): chunk (rank 0 -> rank W-1, expert 1). Rank W-1's tiles of that slot time out and its
+    check() raises WaitTimeoutError naming the chunk; no rank hangs (the host waits for the
+    kernel at most 10 s)."""
+    from syncopate.errors import WaitTimeoutError
+    from syncopate.ops import moe_fused
+
+    rank, world, device = group_obj.rank, group_obj.world, group_obj.device
+    experts, capacity, hidden, n, rows_per_slot = 2, 128, 128, 128, 5
+    chunk = moe_fused.rows_chunk_id(world, experts, 0, world - 1, 1)
+    group = group_obj.group if world > 1 else None
+    res.start(f"fused dispatch withheld plan chunk {chunk} world={world}")
+    # Every rank starts the call together, and the bound leaves room for 4 ranks time-slicing one
+    # GPU: with 200 ms and no barrier, a rank still loading its kernel entered late and its peers'
+    # waits for its entry timed out too (shared world 4, nvidia-h100-x1, 2026-11-25).
+    try:
+        op = moe_fused.MoeFusedDispatch(
+            group,
+            local_experts=experts,
+            capacity=capacity,
+            hidden=hidden,
+            out_features=n,
+            dtype=torch.bfloat16,
+            device=device,
+            backend="sm-copy",
+            wait_bound_ns=2_000_000_000,
+            drop_chunk=chunk,
+        )
+        slots = world * experts
+        rows = torch.randn(slots * rows_per_slot, hidden, device=device).to(torch.bfloat16)
+        dest = torch.tensor(
+            [q * capacity + i for q in range(slots) for i in range(rows_per_slot)], device=device, dtype=torch.long
+        )
+        send_counts = torch.full((slots,), rows_per_slot, dtype=torch.int32, device=device)
+        w = torch.randn(experts, hidden, n, device=device).to(torch.bfloat16)
+        torch.cuda.synchronize()
+        group_obj.barrier()
+        op(rows, dest, send_counts, w, (rank * experts * rows_per_slot, (rank + 1) * experts * rows_per_slot))
+        done = torch.cuda.Event()
+        done.record()
+        deadline = time.perf_counter() + 10.0
+        while not done.query():
+            if time.perf_counter() > deadline:
+                raise AssertionError("the call had not ended 10 s after it started (its waits' bound is 2 s)")
+            time.sleep(0.001)
+        try:
+            op.check()
+            error = None
+        except WaitTimeoutError as exc:
+            error = str(exc).splitlines()[0]
+        if rank == world - 1:
+            ok = error is not None and f"chunk {chunk}" in error
+            detail = error or "no WaitTimeoutError"
+        else:  # a rank the chunk is not for sees nothing missing
+            ok, detail = error is None, error or "no timeout (the chunk was not for this rank)"
+    except Exception as exc:
+        ok, detail = False, f"{type(exc).__name__}: {exc}\n{traceback.format_exc()}"
+    group_obj.barrier()
+    res.record(f"fused dispatch withheld plan chunk {chunk} world={world}", ok, detail)
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--calls", type=int, default=20)
@@ -343,12 +495,18 @@ def main():
     if rank == 0:
         print(f"== mode: {group_obj.mode}", flush=True)
     start = time.perf_counter()
+    # The single-call cases first, then the fused ops: a run cut off by its time limit still
+    # reports them.
+    run_slots_moved(res, group_obj)
+    group_obj.barrier()
+    run_withheld_plan_chunk(res, group_obj)
+    group_obj.barrier()
+    run_fused(res, group_obj, args.calls)
+    group_obj.barrier()
     try:
         run_sequential(res, group_obj, args.calls)
     except Exception as exc:
         res.record("sequential", False, f"{type(exc).__name__}: {exc}\n{traceback.format_exc()}")
-    group_obj.barrier()
-    run_fused(res, group_obj, args.calls)
     group_obj.barrier()
     run_grouped_gemm(res, group_obj.device, rank)
     group_obj.barrier()

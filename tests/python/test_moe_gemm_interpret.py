@@ -22,7 +22,7 @@ torch = pytest.importorskip("torch")
 triton = pytest.importorskip("triton")
 tl = pytest.importorskip("triton.language")
 
-from syncopate.errors import ShapeError, WaitTimeoutError  # noqa: E402
+from syncopate.errors import ShapeError, UserError, WaitTimeoutError  # noqa: E402
 from syncopate.kernels import moe_gemm  # noqa: E402
 from syncopate.launch import launch  # noqa: E402
 from syncopate.ops import moe_fused  # noqa: E402
@@ -99,21 +99,25 @@ def test_transformed_equals_original(shuffled):
     torch.testing.assert_close(c, ref, rtol=0, atol=0, equal_nan=True)
 
 
-def test_late_chunks_landed_by_a_thread_in_shuffled_order():
-    a_full, w, counts = _problem(7)
+@pytest.mark.parametrize("seed,counted", [(7, False), (7, True), (19, True)])
+def test_late_chunks_landed_by_a_thread_in_shuffled_order(seed, counted):
+    """counted: each chunk lands only its slot's counted rows, as the SM-copy backend moves them
+    (the rest of the slot keeps what it held: NaN here)."""
+    a_full, w, counts = _problem(seed)
     ref = _run_original(a_full, w, counts)
     a = torch.full_like(a_full, float("nan"))  # nothing has landed
     stale = torch.full_like(counts, CAPACITY)  # last call's counts: all full
     signals = torch.zeros(WORLD * EXPERTS, dtype=torch.int32)
     arrival = list(range(WORLD * EXPERTS))
-    random.Random(11).shuffle(arrival)
+    random.Random(11 + seed).shuffle(arrival)
 
     def land():
         for q in arrival:
             time.sleep(0.02)
             stale[q] = counts[q]  # the counts chunk lands first (the rows chunk depends on it)
             at = q * CAPACITY
-            a[at : at + CAPACITY] = a_full[at : at + CAPACITY]
+            rows = int(counts[q]) if counted else CAPACITY
+            a[at : at + rows] = a_full[at : at + rows]
             signals[q] = 1  # then the rows chunk's landing signal
 
     c = torch.full_like(ref, float("nan"))
@@ -291,36 +295,107 @@ def test_capacity_not_a_multiple_of_block_m_is_refused():
 
 
 class _OneRankFusedStandIn:
-    """MoeFusedDispatch at world 1 without the CUDA runtime: the plan's only chunks are local
-    (x_send slot e -> x_recv slot e, send_counts -> recv_counts), so x_recv is x_send; the
-    grouped GEMM runs under the interpreter. Checks MoeDispatchCombine's packing and unpacking."""
+    """MoeFusedDispatch at world 1 without the CUDA runtime: the plan's only chunks are local and,
+    read in place, copy nothing (the runtime raises their landings), so the grouped GEMM (under
+    the interpreter) reads x_recv as `pack_rows` left it: x_send stays NaN. Checks
+    MoeDispatchCombine's packing, `local_rows` and the unpacking."""
 
     def __init__(self, group, *, local_experts, capacity, hidden, out_features, dtype, device, backend):
         self.experts, self.capacity, self.n, self.block_m = local_experts, capacity, out_features, 16
         self.x_send = torch.full((local_experts * capacity, hidden), float("nan"), dtype=dtype)
+        self.x_recv = torch.full_like(self.x_send, float("nan"))
 
-    def __call__(self, rows, dest, send_counts, w):
-        self.x_send[dest] = rows
-        h = torch.full((self.x_send.shape[0], self.n), float("nan"), dtype=rows.dtype)
-        args, meta = moe_fused.grouped_gemm_args(self.x_send, w, h, send_counts, self.capacity, self.block_m, 16, 16, 2)
+    def __call__(self, rows, dest, send_counts, w, local):
+        assert local == (0, rows.shape[0])  # world 1: every row is for this rank's experts
+        moe_fused.pack_rows(self.x_send, self.x_recv, rows, dest, local)
+        assert torch.isnan(self.x_send).all()
+        h = torch.full((self.x_recv.shape[0], self.n), float("nan"), dtype=rows.dtype)
+        args, meta = moe_fused.grouped_gemm_args(self.x_recv, w, h, send_counts, self.capacity, self.block_m, 16, 16, 2)
         moe_gemm.moe_grouped_gemm[(2,)](*args, **meta)
         return h
 
 
+@pytest.mark.parametrize("rank", [0, 1, 2])
+def test_pack_rows_puts_own_rows_in_x_recv_and_the_rest_in_x_send(rank):
+    """With the local rows read in place, x_send holds every row bound for a peer and x_recv's
+    local slots the rows for this rank's own experts, at the places the plain packing gives
+    (empty experts and a full slot included); nothing else is written."""
+    world, experts, capacity, hidden = 3, 2, 8, 4
+    gen = torch.Generator().manual_seed(rank)
+    send_counts = torch.randint(0, capacity + 1, (world, experts), generator=gen)
+    send_counts[rank, 0], send_counts[(rank + 1) % world, 1] = 0, capacity
+    counts = [[int(v) for v in row] for row in send_counts.tolist()]
+    dest = moe_fused.sent_rows(counts, capacity, torch.device("cpu"))
+    rows = torch.randn(dest.shape[0], hidden, generator=gen)
+    plain = torch.full((world * experts * capacity, hidden), float("nan"))
+    plain[dest] = rows
+    x_send, x_recv = torch.full_like(plain, float("nan")), torch.full_like(plain, float("nan"))
+    lo, hi = moe_fused.local_rows(counts, rank)
+    assert hi - lo == sum(counts[rank])
+    moe_fused.pack_rows(x_send, x_recv, rows, dest, (lo, hi))
+    own = slice(rank * experts * capacity, (rank + 1) * experts * capacity)
+    assert torch.isnan(x_send[own]).all()
+    torch.testing.assert_close(x_recv[own], plain[own], equal_nan=True)
+    mask = torch.ones(plain.shape[0], dtype=torch.bool)
+    mask[own] = False
+    assert torch.isnan(x_recv[mask]).all()
+    torch.testing.assert_close(x_send[mask], plain[mask], equal_nan=True)
+    both = torch.full_like(plain, float("nan"))
+    moe_fused.pack_rows(both, None, rows, dest, (lo, hi))  # not in place: all into x_send
+    torch.testing.assert_close(both, plain, equal_nan=True)
+
+
 class _OneRankCombineStandIn:
     """MoeFusedCombine at world 1 without the CUDA runtime: the combine plan's only chunks are
-    local (y_send slot e -> y_recv slot e), so y_recv is y_send; the notifying grouped GEMM (the
-    original) runs under the interpreter. Checks MoeDispatchCombine's slot scatter and gather."""
+    local and, left to the caller, copy nothing, so y_recv stays NaN and every row is gathered
+    from y_send (`gather_rows`); the notifying grouped GEMM (the original) runs under the
+    interpreter. Checks MoeDispatchCombine's slot scatter, `local_rows` and the gather."""
 
     def __init__(self, group, *, local_experts, capacity, in_features, hidden, dtype, device, backend):
         self.capacity, self.hidden = capacity, hidden
         self.a_slots = torch.full((local_experts * capacity, in_features), float("nan"), dtype=dtype)
 
-    def __call__(self, a_slots, counts, w, dest):
-        y = torch.full((a_slots.shape[0], self.hidden), float("nan"), dtype=a_slots.dtype)
-        args, meta = moe_fused.grouped_gemm_args(a_slots, w, y, counts, self.capacity, 16, 16, 16, 2)
+    def __call__(self, a_slots, counts, w, dest, local):
+        assert local == (0, dest.shape[0])
+        y_send = torch.full((a_slots.shape[0], self.hidden), float("nan"), dtype=a_slots.dtype)
+        args, meta = moe_fused.grouped_gemm_args(a_slots, w, y_send, counts, self.capacity, 16, 16, 16, 2)
         moe_gemm.moe_grouped_gemm[(2,)](*args, **meta)
-        return y[dest]
+        return moe_fused.gather_rows(y_send, torch.full_like(y_send, float("nan")), dest, local)
+
+
+@pytest.mark.parametrize("rank", [0, 2])
+def test_gather_rows_takes_own_rows_from_y_send_and_the_rest_from_y_recv(rank):
+    world, experts, capacity, hidden = 3, 2, 8, 4
+    gen = torch.Generator().manual_seed(10 + rank)
+    send_counts = torch.randint(0, capacity + 1, (world, experts), generator=gen)
+    send_counts[rank, 1] = 0
+    counts = [[int(v) for v in row] for row in send_counts.tolist()]
+    dest = moe_fused.sent_rows(counts, capacity, torch.device("cpu"))
+    landed = torch.randn(world * experts * capacity, hidden, generator=gen)  # y_recv as chunks landed it
+    own = slice(rank * experts * capacity, (rank + 1) * experts * capacity)
+    y_send, y_recv = torch.full_like(landed, float("nan")), landed.clone()
+    y_send[own], y_recv[own] = landed[own], float("nan")  # own slots: never copied, read from y_send
+    got = moe_fused.gather_rows(y_send, y_recv, dest, moe_fused.local_rows(counts, rank))
+    torch.testing.assert_close(got, landed[dest])
+    torch.testing.assert_close(moe_fused.gather_rows(y_send, landed, dest, None), landed[dest])
+
+
+@pytest.mark.parametrize("world, rank", [(1, 0), (3, 1), (4, 3)])
+def test_own_chunks_are_the_local_copies_of_the_own_slots(world, rank):
+    """The chunks the MoE ops leave to the caller: the dispatch plan's rows chunks rank -> rank
+    (one per expert, not the counts chunk), the combine plan's local chunks (one per expert)."""
+    _core = pytest.importorskip("syncopate._core")
+    experts = 2
+    dispatch = _core.make_moe_dispatch_plan(world_size=world, local_experts=experts, capacity=64, hidden=16)
+    assert moe_fused.own_chunks(dispatch, rank) == [
+        moe_fused.rows_chunk_id(world, experts, rank, rank, e) for e in range(experts)
+    ]
+    combine = moe_fused.combine_plan(world, experts, 64, 16, backend="copy-engine")
+    ids = moe_fused.own_chunks(combine, rank)
+    assert len(ids) == experts
+    for i in ids:
+        c = combine.chunks[i]
+        assert c.src == c.dst == rank and c.box.offset == c.dst_box.offset
 
 
 def test_fused_dispatch_packing_matches_sequential(monkeypatch):
@@ -524,6 +599,46 @@ def test_simulator_models_run_time_counts():
     skewed = moe_fused.predict_for_counts(hot, capacity, hidden, n, calibration=calib)
     assert less.fused_us <= skewed.fused_us <= same.fused_us  # fused is bound by the chunks here
     assert less.sequential_us < skewed.sequential_us < same.sequential_us
+
+
+def test_simulator_moves_only_counted_rows_on_sm_copy():
+    """SM-copy chunks move only the counted rows (GemmShape.chunk_rows): emptier slots predict
+    less communication and an earlier fused end than full ones; copy-engine chunks move whole
+    slots whatever the counts; every rows chunk gets its own slot's count."""
+    calib = _h200()
+    world, experts, capacity, hidden, n = 2, 2, 1024, 4096, 256  # communication-bound
+    full = [[[capacity] * experts for _ in range(world)] for _ in range(world)]
+    few = [[[capacity // 8, 0] for _ in range(world)] for _ in range(world)]
+    pred = {
+        (backend, name): moe_fused.predict_for_counts(counts, capacity, hidden, n, backend=backend, calibration=calib)
+        for backend in ("sm-copy", "copy-engine")
+        for name, counts in (("full", full), ("few", few))
+    }
+    assert pred["sm-copy", "few"].comm_alone_us < 0.5 * pred["sm-copy", "full"].comm_alone_us
+    assert pred["sm-copy", "few"].fused_us < pred["sm-copy", "full"].fused_us
+    assert pred["copy-engine", "few"].comm_alone_us == pytest.approx(pred["copy-engine", "full"].comm_alone_us)
+    hist = [[[1, 2], [3, 4]], [[5, 6], [7, 8]]]  # recv_counts[r][s][e]
+    rows = moe_fused.chunk_rows_for_counts(hist)
+    for r in range(world):
+        for s in range(world):
+            for e in range(experts):
+                assert rows[moe_fused.rows_chunk_id(world, experts, s, r, e)] == hist[r][s][e]
+    assert sorted(rows)[: world * world] == [0] * (world * world)  # the counts chunks
+
+
+def test_simulator_refuses_chunk_rows_of_the_wrong_shape_by_name():
+    _core = pytest.importorskip("syncopate._core")
+    import syncopate as sy
+
+    plan = _core.make_moe_dispatch_plan(world_size=1, local_experts=2, capacity=64, hidden=64, backend="sm-copy")
+    gemm = sy.GemmShape(2 * 64, 64, 64, 64, 64)
+    access = _core.TileAccess("x_recv", "consume", 0, -1, False)
+    gemm.chunk_rows = [0, 1]
+    with pytest.raises(UserError, match=r"chunk_rows has 2 entries for a plan of 3 chunks"):
+        _core.simulate(plan, gemm, _h200(), accesses=[access])
+    gemm.chunk_rows = [0, -1, 2]
+    with pytest.raises(UserError, match=r"chunk_rows chunk 1: -1 rows"):
+        _core.simulate(plan, gemm, _h200(), accesses=[access])
 
 
 def test_tile_scale_for_counts_marks_tiles_past_the_counts():

@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <vector>
 
 #include "syncopate/plan/chunk.hpp"
@@ -46,5 +47,25 @@ bool dst_contiguous(const std::vector<Copy2D>& copies);
 // row, copy after copy, no gaps. For staging areas (NCCL pack/unpack, copy-engine reduce-add).
 std::vector<Copy2D> to_packed_dst(const std::vector<Copy2D>& copies);
 std::vector<Copy2D> from_packed_src(const std::vector<Copy2D>& copies);
+
+// A chunk with run-time rows (plan::RuntimeRows) need move only the first n of the `capacity`
+// positions of its box along `dim`, n read on the device. How each of the box's copies shrinks
+// with n: along the run (dim is the run's leading dim: width = n * unit bytes) or along the rows
+// (dim is the row dim: height = n * unit, unit 1). Absent where dim is further out (it enumerates
+// separate copies) or inside the run behind a partial dim: those move the whole box.
+enum class CountedAlong { width, height };
+struct CountedRows {
+  CountedAlong along = CountedAlong::width;
+  std::int64_t unit = 0;      // bytes (width) or rows (height) per counted position
+  std::int64_t capacity = 0;  // the box's extent along dim: n is clamped to 0..capacity
+  friend bool operator==(const CountedRows&, const CountedRows&) = default;
+};
+std::optional<CountedRows> counted_rows(const plan::Box& src_box, const std::vector<std::int64_t>& src_shape,
+                                        const plan::Box& dst_box, const std::vector<std::int64_t>& dst_shape, int dim,
+                                        int elem_size);
+
+// One copy of the box cut to its first n positions along dim (n clamped to 0..capacity): the
+// host's statement of what the counted SM copy computes on the device.
+Copy2D counted_copy(const Copy2D& full, const CountedRows& rows, std::int64_t n);
 
 }  // namespace syncopate::runtime

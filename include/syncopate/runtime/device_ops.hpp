@@ -8,7 +8,8 @@
 //    entry/exit counters have one writer: after call e they hold e);
 //  - begin_publish: epoch_advance, bounded_wait and signal_raise of a call's start in one
 //    kernel (one graph node instead of three dependent ones before the GEMM can start);
-//  - copy_2d: the SM-driven copy backend (a few blocks, vector loads where aligned);
+//  - copy_2d: the SM-driven copy backend (a few blocks, vector loads where aligned); copy_counted:
+//    the same for a chunk with run-time rows, its size read on the device;
 //  - add_2d: dst += src over a pitched region (16-byte vectors, fp32 accumulation for f16/bf16);
 //    plain stores when the caller is the box's only adder at the time, packed atomics when not
 //    (ChunkStep::atomic_add says which).
@@ -49,6 +50,14 @@ struct WaitBatch {
 
 void launch_epoch_advance(cudaStream_t stream, std::int32_t* epoch);
 void launch_signal_raise(cudaStream_t stream, std::int32_t* slot, const std::int32_t* epoch);
+// The same for up to kMaxRaisedSlots slots in one launch (in-place chunks: one launch for a run
+// of them instead of one each). The pointers travel by value, so a captured graph replays them.
+inline constexpr int kMaxRaisedSlots = 32;
+struct RaiseBatch {
+  std::int32_t* slots[kMaxRaisedSlots] = {};
+  std::int32_t count = 0;
+};
+void launch_signal_raise_many(cudaStream_t stream, const RaiseBatch& batch, const std::int32_t* epoch);
 void launch_bounded_wait(cudaStream_t stream, const WaitBatch& batch, WaitRecord* record);
 // Advances *epoch, waits (bounded, as launch_bounded_wait) for batch's conditions (none: no
 // wait) against the advanced epoch, then release-stores it into *entry_slot: what
@@ -58,6 +67,10 @@ void launch_begin_publish(cudaStream_t stream, std::int32_t* epoch, const WaitBa
                           std::int32_t* entry_slot);
 // `src` and `dst` are the tensor (or staging) bases the copy's offsets are relative to.
 void launch_copy_2d(cudaStream_t stream, const std::byte* src, std::byte* dst, const Copy2D& copy, int max_blocks);
+// The copy cut to the first n counted positions, n read from `count` on the device (a chunk with
+// run-time rows on the SM-copy backend: only the rows that came move).
+void launch_copy_counted(cudaStream_t stream, const std::byte* src, std::byte* dst, const Copy2D& full,
+                         const CountedRows& rows, const std::int32_t* count, int max_blocks);
 void launch_add_2d(cudaStream_t stream, plan::DType dtype, const std::byte* src, std::byte* dst, const Copy2D& copy,
                    int max_blocks, bool atomic);
 // Loads every kernel above on the current device. Throws DeviceError.

@@ -49,7 +49,13 @@ struct ExecutorOptions {
   int drop_on_rank = -1;                        // with drop_chunk: only this rank skips its part (an NCCL send whose
                                                 // recv is still posted); -1: every rank
   int sm_copy_blocks = 16;                      // blocks of the SM-copy and add kernels
-  bool high_priority_streams = true;            // the plan's streams at the device's greatest priority
+  // Local copy chunks (src == dst) the caller moves itself: each moves nothing, its landing is
+  // raised in its place in the stream, after its waits. The caller reads or writes the data in
+  // place (the MoE dispatch packs its own rows straight into x_recv's local slots; the MoE
+  // combine gathers its own rows from y_send); the plan and every wait are unchanged. The
+  // constructor refuses, naming the chunk, an id that is not a local copy of the plan.
+  std::vector<int> in_place_chunks;
+  bool high_priority_streams = true;  // the plan's streams at the device's greatest priority
 };
 
 class RankExecutor {
@@ -129,6 +135,7 @@ class RankExecutor {
   void issue_step(const ChunkStep& step, cudaStream_t stream);
   void issue_group(const std::vector<const ChunkStep*>& steps, cudaStream_t stream);
   bool dropped(const ChunkStep& step) const;
+  bool in_place(const ChunkStep& step) const;
   detail::ChunkMove make_move(const ChunkStep& step) const;
   // Issues the NCCL calls `issue` enqueues on `stream` under the watchdog (see above).
   void watched(cudaStream_t stream, const std::vector<const ChunkStep*>& steps, const std::function<void()>& issue);

@@ -25,6 +25,12 @@ struct GemmShape {
   // past its slot's count (it waits, then returns). Empty: every tile is full; else one row per
   // rank with one entry per tile, each >= 0 (check_tile_scale).
   std::vector<std::vector<double>> tile_scale;
+  // Run-time rows moved: chunk_rows[c] of the capacity positions of chunk c's box along its
+  // runtime_rows dim move this call (the SM-copy backend moves only the counted rows; the copy
+  // engine and NCCL move the whole box, so their chunks ignore it, as do chunks without
+  // runtime_rows). Empty: every chunk moves its whole box; else one entry >= 0 per chunk
+  // (check_chunk_rows).
+  std::vector<std::int64_t> chunk_rows;
 
   lower::TileGrid grid() const { return {m, n, block_m, block_n}; }
   double flops() const { return 2.0 * double(m) * double(n) * double(k); }
@@ -53,6 +59,9 @@ std::vector<lower::TileAccess> default_accesses(const plan::CommPlan& plan);
 // Throws UserError naming the rank (and tile) when gemm.tile_scale is set but is not one row of
 // grid().count() entries >= 0 per rank of world_size.
 void check_tile_scale(const GemmShape& gemm, int world_size);
+// Throws UserError naming the chunk when gemm.chunk_rows is set but is not one entry >= 0 per
+// chunk of the plan.
+void check_chunk_rows(const GemmShape& gemm, const plan::CommPlan& plan);
 
 // Lowers the plan for the GEMM's grid and orders each rank's tiles. Arrival order is driven by
 // the simulator's own prediction of each chunk's landing (or, for produced chunks, leaving)

@@ -64,7 +64,9 @@ struct Prediction {
 Timeline simulate_fused(const FusedCall& call, const Calibration& calib, const SimOptions& options = {});
 Timeline simulate_kernel_level(const FusedCall& call, const Calibration& calib, const SimOptions& options = {});
 Timeline simulate_sequential(const FusedCall& call, const Calibration& calib, const SimOptions& options = {});
-Timeline simulate_comm_alone(const plan::CommPlan& plan, const Calibration& calib);
+// chunk_rows: as GemmShape::chunk_rows (empty: whole boxes).
+Timeline simulate_comm_alone(const plan::CommPlan& plan, const Calibration& calib,
+                             const std::vector<std::int64_t>& chunk_rows = {});
 Timeline simulate_gemm_alone(const GemmShape& gemm, int world_size, const Calibration& calib);
 
 Prediction predict(const FusedCall& call, const Calibration& calib, const SimOptions& options = {});

@@ -33,7 +33,7 @@ reads that slot's count on the device. The combine is the notifying grouped GEMM
 slots, each tile announcing its rows once stored, while the return all-to-all's chunk of each
 (home rank, expert) slot leaves as soon as the slot's last tile is done; the home rank then sums
 each token's k rows with its weights. Both need `capacity` (a multiple of FUSED_BLOCK_M) and
-CUDA; the chunks move whole capacity slots. Both are correct on nvidia-h200 at world 1 and 2
+CUDA; copy-engine chunks move whole capacity slots, SM-copy dispatch chunks only the counted rows. Both are correct on nvidia-h200 at world 1 and 2
 (ranks sharing the GPU) but were slower than sequential where measured, so mode="auto" runs
 sequential and says why in `reason` / `combine_reason`. Fused calls do not wait for their
 kernels: a call's bounded waits are checked when the next fused call starts, or by check().
@@ -195,7 +195,7 @@ class MoeDispatchCombine:
         return "fused", "mode='fused'"
 
     def _dispatch_fused(self, x, rows, expert_of_row, send, send_counts, recv_counts, order, w_up):
-        from syncopate.ops.moe_fused import MoeFusedDispatch
+        from syncopate.ops.moe_fused import MoeFusedDispatch, local_rows
 
         key = (x.shape[1], w_up.shape[2], x.dtype, x.device)
         fused = self._fused.get(key)
@@ -215,7 +215,8 @@ class MoeDispatchCombine:
         starts = torch.cumsum(flat_send, 0) - flat_send
         within = torch.arange(rows.shape[0], device=x.device) - starts[expert_of_row]
         dest = expert_of_row * self.capacity + within  # slot (rank j, expert e) = global expert id
-        h_slots = fused(rows, dest, flat_send.to(torch.int32), w_up)
+        local = local_rows(send_counts, self.rank)  # read in place from x_recv's local slots
+        h_slots = fused(rows, dest, flat_send.to(torch.int32), w_up, local)
         # The sequential layout: by local expert, then source rank (gathered on the device).
         h = h_slots[_slot_rows(recv_counts, self.capacity, x.device)]
         regroup = _expert_major(recv_counts, x.device)
@@ -293,7 +294,8 @@ class MoeDispatchCombine:
         fused.a_slots[_slot_rows(layout.recv_counts, self.capacity, h.device)] = h
         counts = to_device(torch.tensor([v for row in layout.recv_counts for v in row], dtype=torch.int32), h.device)
         dest = moe_fused.sent_rows(layout.send_counts, self.capacity, h.device)
-        return fused(fused.a_slots, counts, w_down, dest)
+        local = moe_fused.local_rows(layout.send_counts, self.rank)  # gathered in place from y_send
+        return fused(fused.a_slots, counts, w_down, dest, local)
 
     # -- the collectives ----------------------------------------------------------------------------
     def _exchange_counts(self, send_counts: tuple) -> tuple:

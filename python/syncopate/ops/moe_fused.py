@@ -257,6 +257,56 @@ def grouped_gemm_args(
     return args, meta
 
 
+def local_rows(send_counts: Sequence[Sequence[int]], rank: int) -> tuple:
+    """(first, end) of the rows `rank` routes to its own experts, in send order (grouped by
+    global expert, so the rows for rank j's experts are one run): send_counts[j][e] host ints."""
+    first = sum(int(v) for row in send_counts[:rank] for v in row)
+    return first, first + sum(int(v) for v in send_counts[rank])
+
+
+def own_chunks(plan, rank: int) -> list:
+    """Ids of the plan's copies of `rank`'s own slots (src == dst == rank, the rows chunks of the
+    dispatch plan, every local chunk of the combine plan; the dispatch plan's local counts chunk
+    still moves): the MoE ops read or write those slots in place (PlanWorkspace in_place_chunks)."""
+    return [c.id for c in plan.chunks if c.src == rank and c.dst == rank and c.tensor in ("x_send", COMBINE_SEND)]
+
+
+def gather_rows(y_send: torch.Tensor, y_recv: torch.Tensor, dest, local: Optional[tuple]) -> torch.Tensor:
+    """The combine's counterpart of `pack_rows`: the experts' outputs for a rank's rows in the
+    order it sent them (`dest`: their places in y_recv's slots), rows local[0]:local[1] (its own
+    experts') straight from y_send's local slots (slot (r, e) sits at the same rows of both),
+    the others from y_recv, where the plan's chunks landed them. local None: all from y_recv."""
+    if local is None:
+        return y_recv[dest]
+    lo, hi = local
+    out = torch.empty((dest.shape[0], y_recv.shape[1]), dtype=y_recv.dtype, device=y_recv.device)
+    if lo > 0:
+        out[:lo] = y_recv[dest[:lo]]
+    if hi > lo:
+        out[lo:hi] = y_send[dest[lo:hi]]
+    if hi < dest.shape[0]:
+        out[hi:] = y_recv[dest[hi:]]
+    return out
+
+
+def pack_rows(x_send: torch.Tensor, x_recv: Optional[torch.Tensor], rows, dest, local: tuple) -> None:
+    """Writes a call's routed rows into their capacity slots: rows[local[0]:local[1]] (for this
+    rank's own experts) straight into x_recv, where the grouped GEMM reads them in place (slot
+    (r, e) sits at the same rows of x_send and x_recv, so `dest` serves both), the others into
+    x_send, whence the plan's chunks carry them. x_recv None: every row into x_send (the local
+    chunks copy them)."""
+    lo, hi = local
+    if x_recv is None:
+        x_send[dest] = rows
+        return
+    if lo > 0:
+        x_send[dest[:lo]] = rows[:lo]
+    if hi > lo:
+        x_recv[dest[lo:hi]] = rows[lo:hi]
+    if hi < rows.shape[0]:
+        x_send[dest[hi:]] = rows[hi:]
+
+
 def reference(a: torch.Tensor, w: torch.Tensor, counts: Sequence[int], capacity: int) -> list:
     """[(rows, slot's product in fp32)] per slot: a's first counts[q] rows of slot q times w[e]."""
     experts = w.shape[0]
@@ -273,8 +323,9 @@ class MoeFusedDispatch:
     (source, expert) chunk, local slots first.
 
     A call: begin (epoch), pack this rank's routed rows into its x_send slots and its counts into
-    send_counts (heap), publish, fork, launch the grouped GEMM, issue the chunks, end. Chunks move
-    whole capacity slots (the copy engine's sizes are host values); the GEMM reads each slot's
+    send_counts (heap), publish, fork, launch the grouped GEMM, issue the chunks, end. Copy-engine
+    chunks move whole capacity slots (their sizes are host values), SM-copy chunks only each
+    slot's counted rows (the copy kernel reads the count on the device); the GEMM reads each slot's
     count from recv_counts after its wait and computes only those rows. Returns h [W * E * C, N]
     in capacity slots (slot s * E + e: rows from rank s for local expert e); the slots' rows past
     their count are unspecified. Nothing waits for the kernel: the call's waits are checked when
@@ -294,6 +345,8 @@ class MoeFusedDispatch:
         backend: str = "copy-engine",
         config: Optional[GroupedConfig] = None,
         wait_bound_ns: int = 10_000_000_000,
+        drop_chunk: int = -1,
+        local_in_place: bool = True,
     ):
         from syncopate import _core
         from syncopate.runtime import PlanWorkspace
@@ -327,7 +380,10 @@ class MoeFusedDispatch:
             accesses=[("x_recv", "consume", 0, -1)],
             device=device,
             wait_bound_ns=wait_bound_ns,
+            drop_chunk=drop_chunk,  # test hook: the runtime never issues this chunk
+            in_place_chunks=own_chunks(self.plan, self.rank) if local_in_place else (),
         )
+        self.local_in_place = local_in_place
         self.x_send = self.ws.tensor("x_send", dtype)
         self.x_recv = self.ws.tensor("x_recv", dtype)
         self.send_counts = self.ws.tensor("send_counts", torch.int32).view(-1)
@@ -397,15 +453,21 @@ class MoeFusedDispatch:
             self.ws.check()
             check_error(self.error, self.tables, KERNEL)
 
-    def __call__(self, rows: torch.Tensor, dest: torch.Tensor, send_counts: torch.Tensor, w: torch.Tensor):
+    def __call__(
+        self, rows: torch.Tensor, dest: torch.Tensor, send_counts: torch.Tensor, w: torch.Tensor, local: tuple
+    ):
         """rows [R, H]: this rank's routed rows in send order (grouped by global expert);
         dest [R]: each row's position in x_send (slot * capacity + index in slot);
-        send_counts [W * E] int32 (device); w [E, H, N]. Returns h (enqueued, not waited for)."""
+        send_counts [W * E] int32 (device); w [E, H, N]; local: (first, end) of the rows for
+        this rank's own experts (`local_rows`). Returns h (enqueued, not waited for).
+        local_in_place: those rows go straight into x_recv's local slots, where the tiles read
+        them, and the runtime raises the local chunks' landings without copying
+        (PlanWorkspace in_place_chunks: `own_chunks`)."""
         self.check()
         ws = self.ws
         h = torch.empty((self.x_recv.shape[0], self.n), dtype=self.dtype, device=self.device)
         ws.begin()
-        self.x_send[dest] = rows
+        pack_rows(self.x_send, self.x_recv if self.local_in_place else None, rows, dest, local)
         self.send_counts.copy_(send_counts)
         ws.publish()
         ws.fork()
@@ -451,11 +513,12 @@ def predict_for_counts(
 ):
     """The simulator's prediction of the fused dispatch for one routing histogram:
     recv_counts[r][s][e] rows that rank r receives from rank s for its local expert e (every
-    rank's DispatchLayout.recv_counts). Chunks move whole capacity slots (as the copy engine
-    and SM copy do), and a tile whose rows start past its slot's count waits for its chunk but
-    computes nothing (GemmShape.tile_scale 0). The sequential prediction is the same plan's
-    collective, then the same tiles: an upper bound for the sequential path, whose all-to-all
-    moves only the counted rows. Blocks default to the fused op's (`grouped_config`)."""
+    rank's DispatchLayout.recv_counts). Copy-engine chunks move whole capacity slots, SM-copy
+    chunks only the counted rows (GemmShape.chunk_rows, from `chunk_rows_for_counts`), and a
+    tile whose rows start past its slot's count waits for its chunk but computes nothing
+    (GemmShape.tile_scale 0). The sequential prediction is the same plan's collective, then the
+    same tiles: on the copy engine an upper bound for the sequential path, whose all-to-all moves
+    only the counted rows. Blocks default to the fused op's (`grouped_config`)."""
     world = len(recv_counts)
     cfg = grouped_config(capacity)
     block_m = cfg.block_m if block_m is None else block_m
@@ -464,6 +527,20 @@ def predict_for_counts(
     return _predict(
         world, experts, capacity, hidden, out_features, recv_counts, dtype, backend, block_m, block_n, calibration
     )
+
+
+def chunk_rows_for_counts(recv_counts: Sequence[Sequence[Sequence[int]]]) -> list:
+    """[chunk id] rows each chunk of the MoE dispatch plan carries for this histogram: the rows
+    chunk (s -> r, e) recv_counts[r][s][e], the counts chunks 0 (they carry no run-time rows).
+    Call `tile_scale_for_counts` first: it checks the histogram."""
+    world = len(recv_counts)
+    experts = len(recv_counts[0][0])
+    rows = [0] * (world * world * (1 + experts))
+    for r, per_source in enumerate(recv_counts):
+        for s, row in enumerate(per_source):
+            for e, n in enumerate(row):
+                rows[rows_chunk_id(world, experts, s, r, e)] = int(n)
+    return rows
 
 
 def tile_scale_for_counts(
@@ -518,6 +595,7 @@ def _predict(
     gemm = sy.GemmShape(world * local_experts * capacity, out_features, hidden, block_m, block_n)
     if recv_counts is not None:
         gemm.tile_scale = tile_scale_for_counts(recv_counts, capacity, block_m, -(-out_features // block_n))
+        gemm.chunk_rows = chunk_rows_for_counts(recv_counts)
     calib = calibration if calibration is not None else cached_calibration(calibration_name())
     access = _core.TileAccess("x_recv", "consume", 0, -1, False)
     return _core.simulate(plan, gemm, calib, accesses=[access])
@@ -610,12 +688,15 @@ class MoeFusedCombine:
     as they are stored, while the combine plan's chunks (copy engine or SM copy) carry each
     (destination rank, expert) slot home as soon as its last tile is done, the own slots first.
 
-    A call (`__call__(a_slots, counts, w, dest)`): a_slots [W * E * C, K] the experts' inputs in
-    the dispatch's slots (slot s * E + e: rows from rank s for expert e, the first counts[q]
-    real), counts the device int32 [W * E] of those, w [E, K, H], dest the rows this rank sent
-    (`sent_rows`). begin, fork, the GEMM, the chunks, wait until this rank's slots landed, gather
-    y_recv[dest] (the experts' outputs for this rank's rows, in the order they were sent), end.
-    The weighted sum over each token's k rows is the caller's (MoeDispatchCombine)."""
+    A call (`__call__(a_slots, counts, w, dest, local)`): a_slots [W * E * C, K] the experts'
+    inputs in the dispatch's slots (slot s * E + e: rows from rank s for expert e, the first
+    counts[q] real), counts the device int32 [W * E] of those, w [E, K, H], dest the rows this
+    rank sent (`sent_rows`), local (first, end) of those for its own experts (`local_rows`).
+    begin, fork, the GEMM, the chunks, wait until this rank's slots landed, gather the experts'
+    outputs for this rank's rows in the order they were sent (`gather_rows`: with
+    local_in_place, the default, its own slots straight from y_send, their local chunks copying
+    nothing), end. The weighted sum over each token's k rows is the caller's
+    (MoeDispatchCombine)."""
 
     def __init__(
         self,
@@ -630,6 +711,7 @@ class MoeFusedCombine:
         backend: str = "copy-engine",
         config: Optional[GroupedConfig] = None,
         wait_bound_ns: int = 10_000_000_000,
+        local_in_place: bool = True,
     ):
         from syncopate.runtime import PlanWorkspace, plan_dtype
 
@@ -653,7 +735,9 @@ class MoeFusedCombine:
             accesses=[(COMBINE_SEND, "produce", 0, 1)],
             device=device,
             wait_bound_ns=wait_bound_ns,
+            in_place_chunks=own_chunks(self.plan, self.rank) if local_in_place else (),
         )
+        self.local_in_place = local_in_place
         # The experts' inputs in the dispatch's slots (the caller scatters its rows in; rows
         # past a slot's count are never stored, whatever they hold).
         self.a_slots = torch.empty((rows, in_features), dtype=dtype, device=device)
@@ -726,7 +810,7 @@ class MoeFusedCombine:
             self.ws.check()
             check_error(self.error, self.tables, COMBINE_KERNEL)
 
-    def __call__(self, a_slots: torch.Tensor, counts: torch.Tensor, w: torch.Tensor, dest: torch.Tensor):
+    def __call__(self, a_slots: torch.Tensor, counts: torch.Tensor, w: torch.Tensor, dest: torch.Tensor, local: tuple):
         self.check()
         ws = self.ws
         ws.begin()
@@ -735,7 +819,8 @@ class MoeFusedCombine:
         self._launch(a_slots, w, self.y_send, counts, self.signals, ws.epoch_word)
         ws.issue_chunks()
         ws.wait_landed()
-        back = self.y_recv[dest]  # before end(): after it, peers may write the next call's rows
+        # before end(): after it, peers may write the next call's rows
+        back = gather_rows(self.y_send, self.y_recv, dest, local if self.local_in_place else None)
         ws.end()
         self.pending = True
         return back

@@ -1,5 +1,7 @@
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include "syncopate/common/error.hpp"
 #include "syncopate/runtime/add_launch.hpp"
 #include "syncopate/runtime/box_copy.hpp"
@@ -113,6 +115,55 @@ TEST(BoxCopy, RejectsBoxesOutsideTheirTensorNamingTheSide) {
 // The reduce-add kernel's launch shape: full blocks, never more blocks than allowed, threads
 // along a row only as many as the row has units (narrow boxes put the block on rows instead),
 // and wide rows spread over the allowed blocks.
+// A chunk with run-time rows moves the first n positions of its box along `dim`: for every n
+// from 0 to the capacity (and past it: clamped), the counted copies move exactly the bytes of the
+// box cut to n along dim (the brute-force reference), on every shape where counting applies.
+TEST(CountedRows, CutCopiesMoveExactlyTheFirstNRowsOfTheBox) {
+  struct Case {
+    Shape ss, ds;
+    plan::Box sb, db;
+    int dim;
+    CountedAlong along;
+  };
+  const std::vector<Case> cases = {
+      // the MoE dispatch: slot (j, e) of x_send [W * E * C, H] into slot (s, e) of x_recv
+      {{24, 8}, {24, 8}, {{8, 0}, {4, 8}}, {{16, 0}, {4, 8}}, 0, CountedAlong::width},
+      // one slot that is the whole tensor (world 1, one expert)
+      {{4, 8}, {4, 8}, {{0, 0}, {4, 8}}, {{0, 0}, {4, 8}}, 0, CountedAlong::width},
+      // rows of a column block: dim 0 is the row dim of pitched copies
+      {{6, 16}, {6, 5}, {{1, 3}, {4, 5}}, {{2, 0}, {4, 5}}, 0, CountedAlong::height},
+      // 3-d, counted along the middle dim, the last whole: the run's leading dim
+      {{2, 6, 7}, {3, 6, 7}, {{1, 2, 0}, {1, 3, 7}}, {{0, 1, 0}, {1, 3, 7}}, 1, CountedAlong::width},
+      // 3-d, counted along the middle dim, the last partial: the rows of one copy per outer index
+      {{2, 6, 7}, {3, 6, 7}, {{0, 2, 1}, {2, 3, 5}}, {{1, 1, 2}, {2, 3, 5}}, 1, CountedAlong::height},
+  };
+  for (const auto& k : cases) {
+    const auto rows = counted_rows(k.sb, k.ss, k.db, k.ds, k.dim, 2);
+    ASSERT_TRUE(rows.has_value());
+    EXPECT_EQ(rows->along, k.along);
+    const std::int64_t capacity = k.sb.extent[static_cast<std::size_t>(k.dim)];
+    EXPECT_EQ(rows->capacity, capacity);
+    const auto full = box_copies(k.sb, k.ss, k.db, k.ds, 2);
+    for (std::int64_t n = -1; n <= capacity + 2; ++n) {
+      const std::int64_t live = std::clamp<std::int64_t>(n, 0, capacity);
+      plan::Box sb = k.sb, db = k.db;
+      sb.extent[static_cast<std::size_t>(k.dim)] = live;
+      db.extent[static_cast<std::size_t>(k.dim)] = live;
+      std::vector<Copy2D> cut;
+      for (const auto& c : full) cut.push_back(counted_copy(c, *rows, n));
+      EXPECT_EQ(bytes_moved(cut), reference(sb, k.ss, db, k.ds, 2)) << "n = " << n << ", dim " << k.dim;
+    }
+  }
+}
+
+TEST(CountedRows, AbsentWhereTheDimEnumeratesSeparateCopiesOrIsOutsideTheBox) {
+  // dim 0 of a 3-d box whose last dim is partial: each index of dim 0 is its own copy
+  EXPECT_FALSE(counted_rows({{0, 0, 1}, {2, 3, 5}}, {2, 6, 7}, {{0, 0, 0}, {2, 3, 5}}, {2, 3, 5}, 0, 2));
+  // dim inside the run behind a partial dim: rows 0..n of dim 2 are not contiguous
+  EXPECT_FALSE(counted_rows({{0, 1, 0}, {2, 3, 7}}, {2, 6, 7}, {{0, 0, 0}, {2, 3, 7}}, {2, 3, 7}, 2, 2));
+  EXPECT_FALSE(counted_rows({{0, 0}, {4, 8}}, {4, 8}, {{0, 0}, {4, 8}}, {4, 8}, 2, 2));
+}
+
 TEST(AddLaunchShape, FullBlocksWithinTheBlockCap) {
   for (std::int64_t units : {1, 2, 3, 7, 8, 100, 511, 512, 513, 4096, 1 << 20})
     for (std::int64_t rows : {1, 2, 5, 64, 1000, 1 << 16})
