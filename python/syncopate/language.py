@@ -283,6 +283,14 @@ _WAIT_FOR_TILE_PTX_FENCE: tl.constexpr = tl.constexpr(
     _WAIT_FOR_TILE.replace("FENCE", "@%sp7 fence.proxy.async.global;")
 )
 _WAIT_FOR_TILE_CONSTRAINTS: tl.constexpr = tl.constexpr("=r,=r,r,r,l,l,l,r,l,l,r,r,r")
+# wait_for_block on the GPU: the same block over a block's row, returning $13 (the loop variable
+# of the visit) instead of the tile, which the error record still names ($11).
+_WAIT_FOR_BLOCK = _WAIT_FOR_TILE.replace("mov.b32 $0, $11;", "mov.b32 $0, $13;")
+_WAIT_FOR_BLOCK_PTX: tl.constexpr = tl.constexpr(_WAIT_FOR_BLOCK.replace("FENCE\n", ""))
+_WAIT_FOR_BLOCK_PTX_FENCE: tl.constexpr = tl.constexpr(
+    _WAIT_FOR_BLOCK.replace("FENCE", "@%sp7 fence.proxy.async.global;")
+)
+_WAIT_FOR_BLOCK_CONSTRAINTS: tl.constexpr = tl.constexpr("=r,=r,r,r,l,l,l,r,l,l,r,r,r,r")
 
 # notify_tile on the GPU: one PTX block. When the tile notifies anything (begin < end, the same
 # for every thread), a CTA barrier (every thread's stores of the tile are issued; the barrier is
@@ -561,6 +569,90 @@ def wait_block(
         expected = epoch * tl.load(slot_writers_ptr + slot)
         wait(signals_ptr + slot, expected, bound_ns, error_ptr, rank, slot, tile)
     fence_proxy_async()
+
+
+@triton.jit
+def wait_for_block(
+    signals_ptr,
+    block_offsets_ptr,
+    block_slots_ptr,
+    slot_writers_ptr,
+    key,
+    block,
+    blocks,
+    tile,
+    epoch_ptr,
+    bound_ns,
+    rank,
+    error_ptr,
+    value,
+):
+    """wait_block, returning `value` (the loop variable) once the block's chunks have landed.
+    Placed at the top of an order=arrival loop (`start_n = syl.wait_for_block(..., start_n)`), so
+    every address of the iteration, computed from the loop variable, depends on the wait: Triton's
+    pipeliner, which keeps data dependences, not the order of side effects, issues a block's
+    prefetch only after its wait. On the GPU one PTX block (no loop), so the loop still pipelines;
+    under the interpreter wait_block. The PTX block runs only when the block has slots to wait on
+    (an `if`, which the pipeliner predicates with its iteration: a prologue iteration past the
+    loop's end waits on nothing). A block outside [0, blocks) reads its row's nearest block,
+    never a slot from outside the row."""
+    block = tl.minimum(tl.maximum(block, 0), blocks - 1)
+    if _INTERPRET:
+        wait_block(
+            signals_ptr,
+            block_offsets_ptr,
+            block_slots_ptr,
+            slot_writers_ptr,
+            key,
+            block,
+            blocks,
+            tile,
+            epoch_ptr,
+            bound_ns,
+            rank,
+            error_ptr,
+        )
+    else:
+        row = key * blocks + block
+        begin = tl.load(block_offsets_ptr + row)
+        end = tl.load(block_offsets_ptr + row + 1)
+        # The PTX block under an `if`: Triton's pipeliner predicates an scf.if (its condition and
+        # the iteration's) but refuses an inline asm with side effects at the top of the loop.
+        if begin < end:
+            epoch = tl.load(epoch_ptr)
+            operands = [
+                begin,
+                end,
+                block_slots_ptr,
+                slot_writers_ptr,
+                signals_ptr,
+                epoch,
+                bound_ns,
+                error_ptr,
+                rank,
+                tile,
+                no_slot_seen(),
+                value,
+            ]
+            if cuda_capability_geq(9, 0):
+                value, _ = tl.inline_asm_elementwise(
+                    _WAIT_FOR_BLOCK_PTX_FENCE,
+                    _WAIT_FOR_BLOCK_CONSTRAINTS,
+                    operands,
+                    dtype=(tl.int32, tl.int32),
+                    is_pure=False,
+                    pack=1,
+                )
+            else:
+                value, _ = tl.inline_asm_elementwise(
+                    _WAIT_FOR_BLOCK_PTX,
+                    _WAIT_FOR_BLOCK_CONSTRAINTS,
+                    operands,
+                    dtype=(tl.int32, tl.int32),
+                    is_pure=False,
+                    pack=1,
+                )
+    return value
 
 
 @triton.jit
