@@ -5,8 +5,10 @@ output (tests/golden/transform/attention.py), each timed against the untransform
 same configuration and run (medians of device-event samples), outputs poisoned and checked
 against the untransformed output:
   transformed        the transformer's output as shipped: the arrival-order remap
-                     (`block_in_order`) and one loop-free wait per iteration at the top of the
-                     loop (`wait_for_block`, returning the loop variable)
+                     (`block_at`, from the start block loaded before the loop by `block_row`)
+                     and one loop-free wait per iteration at the top of the loop
+                     (`wait_for_block`, returning the loop variable; no table load when the
+                     row has no slot)
   loop wait          the same wait as a statement through `wait_block` (a loop: Triton does not
                      pipeline a loop with a loop inside)
   ascending          without the remap: blocks visited 0, 1, ...
@@ -38,7 +40,7 @@ import torch
 
 ROOT = Path(__file__).resolve().parents[1]
 GOLDEN = ROOT / "tests" / "golden" / "transform" / "attention.py"
-REMAP = "start_n = syl.block_in_order("
+REMAP = "start_n = syl.block_at("
 WAIT = "start_n = syl.wait_for_block("
 VARIANTS = ("transformed", "loop wait", "ascending", "no block wait", "tile wait only")
 
@@ -54,7 +56,10 @@ def variant_sources(text: str) -> dict:
 
     # `start_n = syl.wait_for_block(args..., start_n)` -> `syl.wait_block(args...)`
     loop_wait = re.sub(
-        r"start_n = syl\.wait_for_block\((.*), start_n\)", r"syl.wait_block(\1)", lines[waits[0]], count=1
+        r"start_n = syl\.wait_for_block\((.*), start_n, sy_block_row_waits\)",
+        r"syl.wait_block(\1)",
+        lines[waits[0]],
+        count=1,
     )
     assert loop_wait != lines[waits[0]]
     return {

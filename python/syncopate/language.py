@@ -535,7 +535,8 @@ def put(dst_ptr, src_ptr, num_elements, BLOCK: tl.constexpr):
 #
 # wait_block waits on the landing slots of one block: row `key * blocks + block` of the block
 # tables (CSR, as the tile tables), for the call whose number the epoch word holds.
-# block_in_order renumbers a loop's variable so that `for v in range(start, stop, step)` visits
+# block_at (from block_row's position, loaded before the loop; block_in_order in one call)
+# renumbers a loop's variable so that `for v in range(start, stop, step)` visits
 # the same values from block `first[key]` (a block number `v // step`) downwards, wrapping around
 # to the top. The templates land a rank's K/V pieces in the order own piece, rank - 1, rank - 2,
 # ... (ring and all-to-all alike), so with `first` the last block of the own piece the loop visits
@@ -586,8 +587,11 @@ def wait_for_block(
     rank,
     error_ptr,
     value,
+    row_waits,
 ):
     """wait_block, returning `value` (the loop variable) once the block's chunks have landed.
+    `row_waits` (block_row, loaded before the loop): whether the table row has any slot; when it
+    has none the iteration loads nothing from the tables.
     Placed at the top of an order=arrival loop (`start_n = syl.wait_for_block(..., start_n)`), so
     every address of the iteration, computed from the loop variable, depends on the wait: Triton's
     pipeliner, which keeps data dependences, not the order of side effects, issues a block's
@@ -612,7 +616,7 @@ def wait_for_block(
             rank,
             error_ptr,
         )
-    else:
+    elif row_waits:
         row = key * blocks + block
         begin = tl.load(block_offsets_ptr + row)
         end = tl.load(block_offsets_ptr + row + 1)
@@ -656,12 +660,33 @@ def wait_for_block(
 
 
 @triton.jit
-def block_in_order(v, start, stop, step, first_ptr, key):
-    """The value of the loop variable that iteration `v` visits: the loop's values from block
-    `first_ptr[key]` (clamped into the loop) downwards, wrapping around to the top."""
+def block_row(first_ptr, block_offsets_ptr, key, blocks, start, stop, step):
+    """(top, row_waits) of an order=arrival loop `range(start, stop, step)`, loaded before it:
+    the loop's position (from 0) of block `first_ptr[key]`, clamped into the loop (block_at
+    starts there), and whether table row `key` has any slot to wait on (wait_for_block)."""
     count = (stop - start + step - 1) // step
     top = tl.load(first_ptr + key) - start // step
     top = tl.where((top < 0) | (top >= count), count - 1, top)
+    row_waits = tl.load(block_offsets_ptr + (key + 1) * blocks) > tl.load(block_offsets_ptr + key * blocks)
+    return top, row_waits
+
+
+@triton.jit
+def block_at(v, start, stop, step, top):
+    """The value of the loop variable that iteration `v` visits: the loop's values from position
+    `top` (block_row) downwards, wrapping around to the top. Arithmetic only (no load)."""
+    count = (stop - start + step - 1) // step
     position = top - (v - start) // step
     position = tl.where(position < 0, position + count, position)
     return start + position * step
+
+
+@triton.jit
+def block_in_order(v, start, stop, step, first_ptr, key):
+    """The value of the loop variable that iteration `v` visits: the loop's values from block
+    `first_ptr[key]` (clamped into the loop) downwards, wrapping around to the top (block_row and
+    block_at in one call, loading `first_ptr[key]` each time)."""
+    count = (stop - start + step - 1) // step
+    top = tl.load(first_ptr + key) - start // step
+    top = tl.where((top < 0) | (top >= count), count - 1, top)
+    return block_at(v, start, stop, step, top)

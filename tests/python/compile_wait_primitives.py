@@ -57,7 +57,7 @@ def block_wait_for(signals, offsets, slots, writers, epoch, bound_ns, rank, erro
     total = 0
     for block in range(0, blocks):
         block = syl.wait_for_block(
-            signals, offsets, slots, writers, tile, block, blocks, tile, epoch, bound_ns, rank, error, block
+            signals, offsets, slots, writers, tile, block, blocks, tile, epoch, bound_ns, rank, error, block, blocks > 0
         )
         total += block
     tl.store(out + tile, total)

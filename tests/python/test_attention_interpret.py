@@ -112,6 +112,7 @@ def _hooked_wait_for_block(
     rank,
     error_ptr,
     value,
+    row_waits,
 ):
     _on_block(key, block, tile)
     return _sites_wait_for_block(
@@ -128,6 +129,7 @@ def _hooked_wait_for_block(
         rank,
         error_ptr,
         value,
+        row_waits,
     )
 
 
@@ -314,7 +316,7 @@ def test_late_pieces_land_in_arrival_order_and_are_never_read_early(sy, heads, k
 def test_without_the_waits_a_late_block_is_read(sy):
     def drop_waits(source):
         assert "syl.wait_for_block(" in source
-        return source.replace("syl.wait_for_block(", "(lambda *a: a[-1])(")
+        return source.replace("syl.wait_for_block(", "(lambda *a: a[-2])(")  # the loop variable
 
     unsafe = sy.load("sy_test_attention_unsafe", GOLDEN, drop_waits)
     o, run, _ = _late_run(sy, unsafe.attention_fwd_kernel, 2, 2, 64, False, 1)

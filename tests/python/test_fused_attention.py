@@ -377,6 +377,7 @@ def _no_wait_for_block(
     rank,
     error_ptr,
     value,
+    row_waits,
 ):
     return value
 

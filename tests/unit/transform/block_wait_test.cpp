@@ -75,7 +75,8 @@ TEST(BlockWait, WaitGoesBeforeTheMarkedStatementInsideTheLoop) {
                   "# [syncopate]\n"
                   "        kb = tl.load(k_ptr + pid_h * N + cols)\n"))
       << r.source;
-  EXPECT_FALSE(has(r.source, "block_in_order")) << "source order: the loop is not renumbered";
+  EXPECT_FALSE(has(r.source, "block_at")) << "source order: the loop is not renumbered";
+  EXPECT_FALSE(has(r.source, "block_row")) << r.source;
   EXPECT_FALSE(has(r.source, "syl.wait_tile")) << "no whole-tile wait was asked for";
   ASSERT_EQ(r.accesses.size(), 1u);
   EXPECT_TRUE(r.accesses[0].per_block);
@@ -114,11 +115,13 @@ TEST(BlockWait, ArrivalOrderRenumbersTheLoopVariableThenWaitsFirstInTheBody) {
   // pipelined prefetch of the block cannot go before its wait); nothing is inserted at the site.
   const auto r = result_of(kv_kernel("# @sy.consume_block(k_ptr, block=start_n // BN, n=pid_h, order=arrival)"));
   EXPECT_TRUE(has(r.source,
+                  "    sy_block_top, sy_block_row_waits = syl.block_row(sy_block_first, sy_block_wait_offsets, "
+                  "pid_h, sy_blocks, 0, N, BN)  # [syncopate]\n"
                   "    for start_n in range(0, N, BN):\n"
-                  "        start_n = syl.block_in_order(start_n, 0, N, BN, sy_block_first, pid_h)  # [syncopate]\n"
+                  "        start_n = syl.block_at(start_n, 0, N, BN, sy_block_top)  # [syncopate]\n"
                   "        start_n = syl.wait_for_block(sy_signals, sy_block_wait_offsets, sy_block_wait_slots, "
                   "sy_slot_writers, pid_h, start_n // BN, sy_blocks, sy_tile, sy_epoch, sy_wait_bound_ns, sy_rank, "
-                  "sy_error, start_n)  # [syncopate]\n"
+                  "sy_error, start_n, sy_block_row_waits)  # [syncopate]\n"
                   "        cols = start_n + tl.arange(0, BN)\n"
                   "        # @sy.consume_block(k_ptr, block=start_n // BN, n=pid_h, order=arrival)\n"
                   "        kb = tl.load(k_ptr + pid_h * N + cols)\n"))
@@ -131,7 +134,8 @@ TEST(BlockWait, ArrivalOrderRenumbersTheLoopVariableThenWaitsFirstInTheBody) {
 TEST(BlockWait, WithoutNTheTableHasOneRow) {
   const auto r = result_of(kv_kernel("# @sy.consume_block(k_ptr, block=start_n // BN, order=\"arrival\")",
                                      "for start_n in tl.range(0, N, BN):"));
-  EXPECT_TRUE(has(r.source, "start_n = syl.block_in_order(start_n, 0, N, BN, sy_block_first, 0)")) << r.source;
+  EXPECT_TRUE(has(r.source, "syl.block_row(sy_block_first, sy_block_wait_offsets, 0, sy_blocks, 0, N, BN)"))
+      << r.source;
   EXPECT_TRUE(has(r.source, "sy_slot_writers, 0, start_n // BN, sy_blocks,")) << r.source;
 }
 
@@ -150,16 +154,16 @@ TEST(BlockWait, TwoTensorsOfOneLoopRenumberItOnce) {
       "        acc += kb * vb\n"
       "    tl.store(o_ptr + pid_m * BN + tl.arange(0, BN), acc)\n";
   const auto r = result_of(src);
-  const auto first = r.source.find("block_in_order");
-  ASSERT_NE(first, std::string::npos);
-  EXPECT_EQ(r.source.find("block_in_order", first + 1), std::string::npos) << r.source;
+  EXPECT_EQ(count_of(r.source, "syl.block_row("), 1u) << r.source;
+  EXPECT_EQ(count_of(r.source, "syl.block_at("), 1u) << r.source;
   EXPECT_EQ(r.accesses.size(), 2u);
   // One wait per iteration too: both consume_blocks name block j // BN of the one table row.
   const auto wait = r.source.find("j = syl.wait_for_block(");
   ASSERT_NE(wait, std::string::npos) << r.source;
   EXPECT_EQ(count_of(r.source, "syl.wait_for_block("), 1u) << r.source;
   EXPECT_FALSE(has(r.source, "syl.wait_block(")) << r.source;
-  EXPECT_LT(r.source.find("j = syl.block_in_order"), wait) << r.source;
+  EXPECT_LT(r.source.find("j = syl.block_at"), wait) << r.source;
+  EXPECT_LT(r.source.find("syl.block_row("), r.source.find("for j in range")) << "loaded before the loop";
 }
 
 // Source order: K and V of one block, waited for before each read.
