@@ -41,7 +41,7 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 GOLDEN = ROOT / "tests" / "golden" / "transform" / "attention.py"
 REMAP = "start_n = syl.block_at("
-WAIT = "start_n = syl.wait_for_block("
+WAIT = "start_n, sy_block_seen = syl.wait_for_block("
 VARIANTS = ("transformed", "loop wait", "ascending", "no block wait", "tile wait only")
 
 
@@ -54,9 +54,9 @@ def variant_sources(text: str) -> dict:
     def without(drop):
         return "".join(line for i, line in enumerate(lines) if i not in drop)
 
-    # `start_n = syl.wait_for_block(args..., start_n)` -> `syl.wait_block(args...)`
+    # `start_n, sy_block_seen = syl.wait_for_block(args..., start_n, ...)` -> `syl.wait_block(args...)`
     loop_wait = re.sub(
-        r"start_n = syl\.wait_for_block\((.*), start_n, sy_block_row_waits\)",
+        r"start_n, sy_block_seen = syl\.wait_for_block\((.*), start_n, sy_block_row_waits, sy_block_seen\)",
         r"syl.wait_block(\1)",
         lines[waits[0]],
         count=1,

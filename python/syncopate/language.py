@@ -588,11 +588,14 @@ def wait_for_block(
     error_ptr,
     value,
     row_waits,
+    seen,
 ):
-    """wait_block, returning `value` (the loop variable) once the block's chunks have landed.
-    `row_waits` (block_row, loaded before the loop): whether the table row has any slot; when it
-    has none the iteration loads nothing from the tables.
-    Placed at the top of an order=arrival loop (`start_n = syl.wait_for_block(..., start_n)`), so
+    """wait_block, returning (`value`, the last slot seen complete) once the block's chunks have
+    landed; `value` is the loop variable. `row_waits` (block_row, loaded before the loop): whether
+    the table row has any slot; when it has none the iteration loads nothing from the tables.
+    `seen` (carried from the previous iteration, no_slot_seen() before the loop): a slot equal to
+    it is not loaded again, so the blocks of one piece cost one acquire load between them.
+    Placed at the top of an order=arrival loop (`start_n, sy_block_seen = syl.wait_for_block(..., start_n, ...)`), so
     every address of the iteration, computed from the loop variable, depends on the wait: Triton's
     pipeliner, which keeps data dependences, not the order of side effects, issues a block's
     prefetch only after its wait. On the GPU one PTX block (no loop), so the loop still pipelines;
@@ -635,11 +638,11 @@ def wait_for_block(
                 error_ptr,
                 rank,
                 tile,
-                no_slot_seen(),
+                seen,
                 value,
             ]
             if cuda_capability_geq(9, 0):
-                value, _ = tl.inline_asm_elementwise(
+                value, seen = tl.inline_asm_elementwise(
                     _WAIT_FOR_BLOCK_PTX_FENCE,
                     _WAIT_FOR_BLOCK_CONSTRAINTS,
                     operands,
@@ -648,7 +651,7 @@ def wait_for_block(
                     pack=1,
                 )
             else:
-                value, _ = tl.inline_asm_elementwise(
+                value, seen = tl.inline_asm_elementwise(
                     _WAIT_FOR_BLOCK_PTX,
                     _WAIT_FOR_BLOCK_CONSTRAINTS,
                     operands,
@@ -656,19 +659,20 @@ def wait_for_block(
                     is_pure=False,
                     pack=1,
                 )
-    return value
+    return value, seen
 
 
 @triton.jit
 def block_row(first_ptr, block_offsets_ptr, key, blocks, start, stop, step):
-    """(top, row_waits) of an order=arrival loop `range(start, stop, step)`, loaded before it:
-    the loop's position (from 0) of block `first_ptr[key]`, clamped into the loop (block_at
-    starts there), and whether table row `key` has any slot to wait on (wait_for_block)."""
+    """(top, row_waits, seen) of an order=arrival loop `range(start, stop, step)`, loaded before
+    it: the loop's position (from 0) of block `first_ptr[key]`, clamped into the loop (block_at
+    starts there), whether table row `key` has any slot to wait on, and no_slot_seen() (the
+    wait_for_block of the first iteration)."""
     count = (stop - start + step - 1) // step
     top = tl.load(first_ptr + key) - start // step
     top = tl.where((top < 0) | (top >= count), count - 1, top)
     row_waits = tl.load(block_offsets_ptr + (key + 1) * blocks) > tl.load(block_offsets_ptr + key * blocks)
-    return top, row_waits
+    return top, row_waits, no_slot_seen()
 
 
 @triton.jit

@@ -72,14 +72,15 @@ class Rewriter {
       const std::string suffix = reordered.empty() ? "" : fmt::format("_{}", reordered.size());
       reordered.push_back(b.loop);
       const std::string key = b.key.empty() ? "0" : b.key;
-      const std::string top = "sy_block_top" + suffix, row_waits = "sy_block_row_waits" + suffix;
+      const std::string top = "sy_block_top" + suffix, row_waits = "sy_block_row_waits" + suffix,
+                        seen = "sy_block_seen" + suffix;
       // Before the loop: where the visit starts and whether the row has any slot at all (both
       // loaded once, so no load of the tables sits in a block's address chain in the loop).
       const LogicalLine& header = m_.lines[b.loop];
       insert_before_line(header.line,
-                         indent_of(header.line) + fmt::format("{}, {} = syl.block_row(sy_block_first, "
+                         indent_of(header.line) + fmt::format("{}, {}, {} = syl.block_row(sy_block_first, "
                                                               "sy_block_wait_offsets, {}, sy_blocks, {}, {}, {})",
-                                                              top, row_waits, key, b.start, b.stop, b.step));
+                                                              top, row_waits, seen, key, b.start, b.stop, b.step));
       const LogicalLine& body = m_.lines[b.loop + 1];
       insert_before_line(
           body.line, indent_of(body.line) + fmt::format("{} = syl.block_at({}, {}, {}, {}, {})", b.loop_var, b.loop_var,
@@ -87,10 +88,10 @@ class Rewriter {
       insert_before_line(
           body.line,
           indent_of(body.line) +
-              fmt::format("{} = syl.wait_for_block(sy_signals, sy_block_wait_offsets, sy_block_wait_slots, "
+              fmt::format("{}, {} = syl.wait_for_block(sy_signals, sy_block_wait_offsets, sy_block_wait_slots, "
                           "sy_slot_writers, {}, {}, sy_blocks, sy_tile, sy_epoch, sy_wait_bound_ns, sy_rank, "
-                          "sy_error, {}, {})",
-                          b.loop_var, key, b.block_expr, b.loop_var, row_waits));
+                          "sy_error, {}, {}, {})",
+                          b.loop_var, seen, key, b.block_expr, b.loop_var, row_waits, seen));
     }
     // Source order: a wait before each consume_block's statement (wait_block, a loop: the loop
     // around it is not pipelined, so no read is hoisted above it), except one that repeats an

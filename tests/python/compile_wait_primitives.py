@@ -55,9 +55,24 @@ def block_wait(signals, offsets, slots, writers, epoch, bound_ns, rank, error, o
 def block_wait_for(signals, offsets, slots, writers, epoch, bound_ns, rank, error, out, blocks):
     tile = tl.program_id(0)
     total = 0
+    seen = syl.no_slot_seen()
     for block in range(0, blocks):
-        block = syl.wait_for_block(
-            signals, offsets, slots, writers, tile, block, blocks, tile, epoch, bound_ns, rank, error, block, blocks > 0
+        block, seen = syl.wait_for_block(
+            signals,
+            offsets,
+            slots,
+            writers,
+            tile,
+            block,
+            blocks,
+            tile,
+            epoch,
+            bound_ns,
+            rank,
+            error,
+            block,
+            blocks > 0,
+            seen,
         )
         total += block
     tl.store(out + tile, total)

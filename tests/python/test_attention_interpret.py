@@ -113,6 +113,7 @@ def _hooked_wait_for_block(
     error_ptr,
     value,
     row_waits,
+    seen,
 ):
     _on_block(key, block, tile)
     return _sites_wait_for_block(
@@ -130,6 +131,7 @@ def _hooked_wait_for_block(
         error_ptr,
         value,
         row_waits,
+        seen,
     )
 
 
@@ -316,7 +318,7 @@ def test_late_pieces_land_in_arrival_order_and_are_never_read_early(sy, heads, k
 def test_without_the_waits_a_late_block_is_read(sy):
     def drop_waits(source):
         assert "syl.wait_for_block(" in source
-        return source.replace("syl.wait_for_block(", "(lambda *a: a[-2])(")  # the loop variable
+        return source.replace("syl.wait_for_block(", "(lambda *a: (a[-3], a[-1]))(")  # the loop variable, seen
 
     unsafe = sy.load("sy_test_attention_unsafe", GOLDEN, drop_waits)
     o, run, _ = _late_run(sy, unsafe.attention_fwd_kernel, 2, 2, 64, False, 1)

@@ -378,8 +378,9 @@ def _no_wait_for_block(
     error_ptr,
     value,
     row_waits,
+    seen,
 ):
-    return value
+    return value, seen
 
 
 @pytest.mark.parametrize("op,check", [("ulysses", True), ("ring", True), ("ring", False)])

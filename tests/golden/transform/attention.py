@@ -69,10 +69,10 @@ def attention_fwd_kernel(q_ptr, k_ptr, v_ptr, o_ptr, sm_scale, Z, H, H_KV, N_Q, 
     hi = N_KV
     if CAUSAL:
         hi = tl.minimum(N_KV, Q_START + (start_m + 1) * BLOCK_M)
-    sy_block_top, sy_block_row_waits = syl.block_row(sy_block_first, sy_block_wait_offsets, off_hz, sy_blocks, 0, hi, BLOCK_N)  # [syncopate]
+    sy_block_top, sy_block_row_waits, sy_block_seen = syl.block_row(sy_block_first, sy_block_wait_offsets, off_hz, sy_blocks, 0, hi, BLOCK_N)  # [syncopate]
     for start_n in range(0, hi, BLOCK_N):
         start_n = syl.block_at(start_n, 0, hi, BLOCK_N, sy_block_top)  # [syncopate]
-        start_n = syl.wait_for_block(sy_signals, sy_block_wait_offsets, sy_block_wait_slots, sy_slot_writers, off_hz, start_n // BLOCK_N, sy_blocks, sy_tile, sy_epoch, sy_wait_bound_ns, sy_rank, sy_error, start_n, sy_block_row_waits)  # [syncopate]
+        start_n, sy_block_seen = syl.wait_for_block(sy_signals, sy_block_wait_offsets, sy_block_wait_slots, sy_slot_writers, off_hz, start_n // BLOCK_N, sy_blocks, sy_tile, sy_epoch, sy_wait_bound_ns, sy_rank, sy_error, start_n, sy_block_row_waits, sy_block_seen)  # [syncopate]
         offs_n = start_n + tl.arange(0, BLOCK_N)
         piece_n = start_n // PIECE
         cols_n = start_n - piece_n * PIECE + tl.arange(0, BLOCK_N)

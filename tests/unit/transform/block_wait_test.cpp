@@ -115,13 +115,13 @@ TEST(BlockWait, ArrivalOrderRenumbersTheLoopVariableThenWaitsFirstInTheBody) {
   // pipelined prefetch of the block cannot go before its wait); nothing is inserted at the site.
   const auto r = result_of(kv_kernel("# @sy.consume_block(k_ptr, block=start_n // BN, n=pid_h, order=arrival)"));
   EXPECT_TRUE(has(r.source,
-                  "    sy_block_top, sy_block_row_waits = syl.block_row(sy_block_first, sy_block_wait_offsets, "
-                  "pid_h, sy_blocks, 0, N, BN)  # [syncopate]\n"
+                  "    sy_block_top, sy_block_row_waits, sy_block_seen = syl.block_row(sy_block_first, "
+                  "sy_block_wait_offsets, pid_h, sy_blocks, 0, N, BN)  # [syncopate]\n"
                   "    for start_n in range(0, N, BN):\n"
                   "        start_n = syl.block_at(start_n, 0, N, BN, sy_block_top)  # [syncopate]\n"
-                  "        start_n = syl.wait_for_block(sy_signals, sy_block_wait_offsets, sy_block_wait_slots, "
-                  "sy_slot_writers, pid_h, start_n // BN, sy_blocks, sy_tile, sy_epoch, sy_wait_bound_ns, sy_rank, "
-                  "sy_error, start_n, sy_block_row_waits)  # [syncopate]\n"
+                  "        start_n, sy_block_seen = syl.wait_for_block(sy_signals, sy_block_wait_offsets, "
+                  "sy_block_wait_slots, sy_slot_writers, pid_h, start_n // BN, sy_blocks, sy_tile, sy_epoch, "
+                  "sy_wait_bound_ns, sy_rank, sy_error, start_n, sy_block_row_waits, sy_block_seen)  # [syncopate]\n"
                   "        cols = start_n + tl.arange(0, BN)\n"
                   "        # @sy.consume_block(k_ptr, block=start_n // BN, n=pid_h, order=arrival)\n"
                   "        kb = tl.load(k_ptr + pid_h * N + cols)\n"))
@@ -158,7 +158,7 @@ TEST(BlockWait, TwoTensorsOfOneLoopRenumberItOnce) {
   EXPECT_EQ(count_of(r.source, "syl.block_at("), 1u) << r.source;
   EXPECT_EQ(r.accesses.size(), 2u);
   // One wait per iteration too: both consume_blocks name block j // BN of the one table row.
-  const auto wait = r.source.find("j = syl.wait_for_block(");
+  const auto wait = r.source.find("j, sy_block_seen = syl.wait_for_block(");
   ASSERT_NE(wait, std::string::npos) << r.source;
   EXPECT_EQ(count_of(r.source, "syl.wait_for_block("), 1u) << r.source;
   EXPECT_FALSE(has(r.source, "syl.wait_block(")) << r.source;
