@@ -1,17 +1,29 @@
 """Where the transformed attention kernel's cost goes with nothing to wait for (issue 20's
-target: within 5% of the untransformed kernel). One GPU, world 1: every piece in place, every
-signal raised. Variants are text edits of the transformer's output
-(tests/golden/transform/attention.py), each timed against the untransformed kernel in the same
-run (medians of device-event samples), outputs poisoned and checked against the untransformed
-output:
-  transformed        the transformer's output as shipped
-  ascending          without the arrival-order remap (`block_in_order`): blocks visited 0, 1, ...
-  one wait per block without the second, identical `wait_block` (the v load's: K and V of a
-                     block land with the same chunks here, so its wait re-checks the same slots)
-  no block waits     neither in-loop wait (the remap stays)
-  tile wait only     neither in-loop wait nor the remap: what the tile-level code alone costs
+target: within 5% of the untransformed kernel, causal and not, head dim 64 and 128). One GPU,
+world 1: every piece in place, every signal raised. Variants are text edits of the transformer's
+output (tests/golden/transform/attention.py), each timed against the untransformed kernel in the
+same configuration and run (medians of device-event samples), outputs poisoned and checked
+against the untransformed output:
+  transformed        the transformer's output as shipped: the arrival-order remap
+                     (`block_at`, from the start block loaded before the loop by `block_row`)
+                     and one loop-free wait per iteration at the top of the loop
+                     (`wait_for_block`, returning the loop variable; no table load when the
+                     row has no slot)
+  loop wait          the same wait as a statement through `wait_block` (a loop: Triton does not
+                     pipeline a loop with a loop inside)
+  ascending          without the remap: blocks visited 0, 1, ...
+  no block wait      without the in-loop wait (the remap stays)
+  tile wait only     neither the in-loop wait nor the remap: what the tile-level code alone costs
+Each variant runs with two sets of tables: "no slots" (K/V one piece, the own: no block has a
+slot to wait on) and "4 pieces landed" (four pieces, every signal raised: the blocks outside the
+own piece check one raised slot each).
+Configurations: BLOCK_M x BLOCK_N, warps, stages (`--configs 128x64w8s3,64x64w4s3`; the fused ops
+launch 128 x 64 with 8 warps and 3 stages where S_loc is a multiple of 128).
 
-    python bench/bench_attention_wait_variants.py [--seqs 8192,32768]
+    python bench/bench_attention_wait_variants.py [--seqs 8192] [--head-dims 64,128]
+        [--configs 128x64w8s3,64x64w4s3] [--variants transformed,loop wait,...] [--device-kind K]
+
+Writes $OUT/bench_attention_wait_variants[_<kind>_<date>].json (or under bench/results/).
 """
 
 import argparse
@@ -19,6 +31,7 @@ import datetime
 import importlib.util
 import json
 import os
+import re
 import sys
 import tempfile
 from pathlib import Path
@@ -27,26 +40,42 @@ import torch
 
 ROOT = Path(__file__).resolve().parents[1]
 GOLDEN = ROOT / "tests" / "golden" / "transform" / "attention.py"
-REMAP = "start_n = syl.block_in_order("
-WAIT = "syl.wait_block("
+REMAP = "start_n = syl.block_at("
+WAIT = "start_n, sy_block_seen = syl.wait_for_block("
+VARIANTS = ("transformed", "loop wait", "ascending", "no block wait", "tile wait only")
 
 
 def variant_sources(text: str) -> dict:
     lines = text.splitlines(keepends=True)
     waits = [i for i, line in enumerate(lines) if WAIT in line]
     remap = [i for i, line in enumerate(lines) if REMAP in line]
-    assert len(waits) == 2 and len(remap) == 1, "the golden attention kernel changed shape"
+    assert len(waits) == 1 and len(remap) == 1, "the golden attention kernel changed shape"
 
     def without(drop):
         return "".join(line for i, line in enumerate(lines) if i not in drop)
 
+    # `start_n, sy_block_seen = syl.wait_for_block(args..., start_n, ...)` -> `syl.wait_block(args...)`
+    loop_wait = re.sub(
+        r"start_n, sy_block_seen = syl\.wait_for_block\((.*), start_n, sy_block_row_waits, sy_block_seen\)",
+        r"syl.wait_block(\1)",
+        lines[waits[0]],
+        count=1,
+    )
+    assert loop_wait != lines[waits[0]]
     return {
         "transformed": text,
+        "loop wait": "".join(loop_wait if i == waits[0] else line for i, line in enumerate(lines)),
         "ascending": without(set(remap)),
-        "one wait per block": without({waits[1]}),
-        "no block waits": without(set(waits)),
+        "no block wait": without(set(waits)),
         "tile wait only": without(set(waits) | set(remap)),
     }
+
+
+def parse_config(text: str):
+    m = re.fullmatch(r"(\d+)x(\d+)w(\d+)s(\d+)", text.strip())
+    if not m:
+        sys.exit(f"bench_attention_wait_variants.py: --configs entry {text!r} is not like 128x64w8s3")
+    return tuple(int(g) for g in m.groups())
 
 
 def load(name: str, source: str, tmp: Path):
@@ -78,8 +107,12 @@ def timed(fn, samples=9, reps=3):
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--heads", type=int, default=16)
-    parser.add_argument("--head-dim", type=int, default=128)
-    parser.add_argument("--seqs", default="8192,32768")
+    parser.add_argument("--head-dims", default="64,128")
+    parser.add_argument("--seqs", default="8192")
+    parser.add_argument("--configs", default="128x64w8s3,64x64w4s3")
+    parser.add_argument("--variants", default=",".join(VARIANTS))
+    parser.add_argument("--samples", type=int, default=9)
+    parser.add_argument("--device-kind", default="", help="the machine's kind, for the JSON and its file name")
     args = parser.parse_args()
     if not torch.cuda.is_available():
         sys.exit("bench_attention_wait_variants.py: needs a CUDA GPU")
@@ -87,100 +120,110 @@ def main() -> int:
     import syncopate.launch as launch
     from syncopate.kernels.attention import attention_fwd_kernel, attention_reference_args
 
+    wanted = [v.strip() for v in args.variants.split(",") if v.strip()]
+    unknown = [v for v in wanted if v not in VARIANTS]
+    if unknown:
+        sys.exit(f"bench_attention_wait_variants.py: unknown variants {unknown}; known: {VARIANTS}")
     tmp = Path(tempfile.mkdtemp(prefix="sy-attn-variants-"))
-    modules = {name: load(name, src, tmp) for name, src in variant_sources(GOLDEN.read_text()).items()}
-    dev, h, d, bm, bn = torch.device("cuda"), args.heads, args.head_dim, 128, 64
-    rows = []
-    for s in (int(x) for x in args.seqs.split(",")):
-        q, k, v = (torch.randn(1, h, s, d, device=dev, dtype=torch.float16) for _ in range(3))
-        o = torch.empty_like(q)
-        tiles = -(-s // bm) * h
-        kernel_args = attention_reference_args(q, k, v, o, d**-0.5, 0)
-        tables = launch.TileTables.from_lists(list(range(tiles)), h, [[]] * tiles, [[]] * tiles, [1])
-        blocks = block_tables.BlockTables.pieces_table(h, s, bn, 1, 0)
-        bound = dict(
-            tables.device_arrays(dev),
-            **blocks.device_arrays(dev),
-            sy_signals=torch.ones(1, dtype=torch.int32, device=dev),
-            sy_tiles_n=h,
-            sy_epoch=launch.epoch_word(1, dev),
-            sy_wait_bound_ns=2_000_000_000,
-            sy_rank=0,
-            sy_error=launch.new_error_record(dev),
-            sy_blocks=blocks.blocks,
-            HEAD_DIM=d,
-            BLOCK_M=bm,
-            BLOCK_N=bn,
-        )
-        for causal in (False, True):
-            fns = {
-                "untransformed": lambda: attention_fwd_kernel[(tiles,)](
-                    *kernel_args, HEAD_DIM=d, BLOCK_M=bm, BLOCK_N=bn, CAUSAL=causal
-                )
-            }
-            for name, module in modules.items():
-                launch.unspecialize(module.attention_fwd_kernel)
-                fns[name] = lambda m=module: m.attention_fwd_kernel[(tiles,)](*kernel_args, **bound, CAUSAL=causal)
-            o.fill_(float("nan"))
-            fns["untransformed"]()
-            ref = o.clone()
-            times = {}
-            for name, fn in fns.items():
-                o.fill_(float("nan"))
-                fn()
-                torch.cuda.synchronize()
-                same = bool(torch.allclose(o.float(), ref.float(), rtol=1e-2, atol=1e-2))
-                times[name] = timed(fn)
-                ratio = times[name] / times["untransformed"]
-                rows.append(
-                    {"seq": s, "causal": causal, "variant": name, "ms": times[name], "ratio": ratio, "matches": same}
-                )
-                print(
-                    f"S={s:>6} causal={causal!s:5} {name:20} {times[name]:9.3f} ms  x{ratio:.3f}  {'ok' if same else 'MISMATCH'}",
-                    flush=True,
-                )
-    # The untransformed kernel's configurations (the fused ops launch 64 x 64 blocks, 4 warps,
-    # 2 stages; this benchmark's rows above use 128 x 64 and Triton's defaults).
-    s = int(args.seqs.split(",")[0])
-    q, k, v = (torch.randn(1, h, s, d, device=dev, dtype=torch.float16) for _ in range(3))
-    o = torch.empty_like(q)
-    kernel_args = attention_reference_args(q, k, v, o, d**-0.5, 0)
-    for causal in (False, True):
-        base = None
-        for bm_, bn_, warps, stages in (
-            (64, 64, 4, 2),
-            (128, 64, 4, 3),
-            (128, 64, 8, 3),
-            (128, 64, 8, 2),
-            (128, 128, 8, 2),
-            (64, 64, 4, 3),
-            (128, 32, 4, 3),
-        ):
-            tiles_ = -(-s // bm_) * h
-
-            def fn(bm_=bm_, bn_=bn_, warps=warps, stages=stages, tiles_=tiles_):
-                attention_fwd_kernel[(tiles_,)](
-                    *kernel_args,
-                    HEAD_DIM=d,
-                    BLOCK_M=bm_,
-                    BLOCK_N=bn_,
-                    CAUSAL=causal,
-                    num_warps=warps,
-                    num_stages=stages,
-                )
-
-            try:
-                ms = timed(fn)
-            except Exception as exc:  # a config that does not fit (shared memory, registers)
-                print(f"S={s:>6} causal={causal!s:5} config {bm_}x{bn_} w{warps} s{stages}: {type(exc).__name__}")
-                continue
-            base = base or ms
-            rows.append({"seq": s, "causal": causal, "variant": f"config {bm_}x{bn_} w{warps} s{stages}", "ms": ms})
-            print(f"S={s:>6} causal={causal!s:5} config {bm_}x{bn_} w{warps} s{stages}: {ms:9.3f} ms", flush=True)
+    sources = variant_sources(GOLDEN.read_text())
+    modules = {name: load(name, sources[name], tmp) for name in wanted}
+    configs = [parse_config(c) for c in args.configs.split(",")]
+    dev, h = torch.device("cuda"), args.heads
+    now = datetime.datetime.now(datetime.timezone.utc)
+    meta = {"device": torch.cuda.get_device_name(), "device_kind": args.device_kind, "date": now.isoformat()}
     out_dir = Path(os.environ.get("OUT", ROOT / "bench" / "results"))
     out_dir.mkdir(parents=True, exist_ok=True)
-    meta = {"device": torch.cuda.get_device_name(), "date": datetime.datetime.now(datetime.timezone.utc).isoformat()}
-    (out_dir / "bench_attention_wait_variants.json").write_text(json.dumps({**meta, "rows": rows}, indent=1))
+    suffix = f"_{args.device_kind}_{now:%Y-%m-%d_%H%M}" if args.device_kind else ""
+    out_file = out_dir / f"bench_attention_wait_variants{suffix}.json"
+    rows = []
+    for s in (int(x) for x in args.seqs.split(",")):
+        for d in (int(x) for x in args.head_dims.split(",")):
+            q, k, v = (torch.randn(1, h, s, d, device=dev, dtype=torch.float16) for _ in range(3))
+            o = torch.empty_like(q)
+            kernel_args = attention_reference_args(q, k, v, o, d**-0.5, 0)
+            for bm, bn, warps, stages in configs:
+                tiles = -(-s // bm) * h
+
+                def bound_for(pieces):
+                    """The kernel's tables: K/V as `pieces` pieces, rank 0's own, every one landed
+                    (1: no block has a slot to wait on; 4: blocks outside the own piece check one
+                    raised slot each, what a wait costs once its chunk is in)."""
+                    tables = launch.TileTables.from_lists(
+                        list(range(tiles)), h, [[]] * tiles, [[]] * tiles, [1] * pieces
+                    )
+                    blocks = block_tables.BlockTables.pieces_table(h, s, bn, pieces, 0)
+                    return dict(
+                        tables.device_arrays(dev),
+                        **blocks.device_arrays(dev),
+                        sy_signals=torch.ones(pieces, dtype=torch.int32, device=dev),
+                        sy_tiles_n=h,
+                        sy_epoch=launch.epoch_word(1, dev),
+                        sy_wait_bound_ns=2_000_000_000,
+                        sy_rank=0,
+                        sy_error=launch.new_error_record(dev),
+                        sy_blocks=blocks.blocks,
+                        HEAD_DIM=d,
+                        BLOCK_M=bm,
+                        BLOCK_N=bn,
+                        num_warps=warps,
+                        num_stages=stages,
+                    )
+
+                tables_by_name = {"no slots": bound_for(1), "4 pieces landed": bound_for(4)}
+                config = f"{bm}x{bn} w{warps} s{stages}"
+                for causal in (False, True):
+                    fns = {
+                        "untransformed": lambda bm=bm, bn=bn, warps=warps, stages=stages, tiles=tiles: (
+                            attention_fwd_kernel[(tiles,)](
+                                *kernel_args,
+                                HEAD_DIM=d,
+                                BLOCK_M=bm,
+                                BLOCK_N=bn,
+                                CAUSAL=causal,
+                                num_warps=warps,
+                                num_stages=stages,
+                            )
+                        )
+                    }
+                    for name, module in modules.items():
+                        launch.unspecialize(module.attention_fwd_kernel)
+                        for tables_name, bound in tables_by_name.items():
+                            fns[f"{name}, {tables_name}"] = (
+                                lambda m=module, tiles=tiles, bound=bound: m.attention_fwd_kernel[(tiles,)](
+                                    *kernel_args, **bound, CAUSAL=causal
+                                )
+                            )
+                    o.fill_(float("nan"))
+                    fns["untransformed"]()
+                    ref = o.clone()
+                    times = {}
+                    for name, fn in fns.items():
+                        o.fill_(float("nan"))
+                        fn()
+                        torch.cuda.synchronize()
+                        same = bool(torch.allclose(o.float(), ref.float(), rtol=1e-2, atol=1e-2))
+                        times[name] = timed(fn, samples=args.samples)
+                        ratio = times[name] / times["untransformed"]
+                        rows.append(
+                            {
+                                "seq": s,
+                                "head_dim": d,
+                                "heads": h,
+                                "config": config,
+                                "causal": causal,
+                                "variant": name,
+                                "ms": times[name],
+                                "ratio": ratio,
+                                "matches": same,
+                            }
+                        )
+                        print(
+                            f"S={s:>6} d={d:>3} {config:15} causal={causal!s:5} {name:32} {times[name]:9.3f} ms  "
+                            f"x{ratio:.3f}  {'ok' if same else 'MISMATCH'}",
+                            flush=True,
+                        )
+                    # Written after every case: a run cut short keeps what it measured.
+                    out_file.write_text(json.dumps({**meta, "rows": rows}, indent=1))
     return 0
 
 

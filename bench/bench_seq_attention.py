@@ -12,8 +12,11 @@ overlaps); the simulator's sequential and fused times for worlds 1-8 (sim/attent
 Timings on a shared GPU mean nothing.
 
     python bench/bench_seq_attention.py [--heads 16] [--head-dim 128] [--seqs 8192,16384,...]
+        [--device-kind nvidia-h200]
 
-Writes JSON to $OUT/bench_seq_attention.json (or bench/results/) and prints a table.
+The local and transformed kernels run in the fused ops' configuration (128 x 64 blocks, 8 warps,
+3 stages). Writes JSON to $OUT/bench_seq_attention[_<kind>_<date>].json (or under bench/results/)
+after every (S, causal) and prints a table.
 """
 
 import argparse
@@ -67,6 +70,8 @@ def main() -> int:
     parser.add_argument("--seqs", default="8192,16384,32768,65536,131072")
     parser.add_argument("--reps", type=int, default=3)
     parser.add_argument("--samples", type=int, default=7)
+    parser.add_argument("--causal", default="false,true", help="which of non-causal / causal to run")
+    parser.add_argument("--device-kind", default="", help="the machine's kind, for the JSON and its file name")
     args = parser.parse_args()
     if not torch.cuda.is_available():
         sys.exit("bench_seq_attention.py: needs a CUDA GPU")
@@ -85,11 +90,16 @@ def main() -> int:
     )
     golden = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(golden)
-    dev, h, d, bm, bn = torch.device("cuda"), args.heads, args.head_dim, 64, 64  # the fused ops' blocks
+    dev, h, d, bm, bn = torch.device("cuda"), args.heads, args.head_dim, 128, 64  # the fused ops' blocks
+    config = dict(num_warps=8, num_stages=3)  # and their warps and stages (ops/fused_attention.py)
     rows = []
     out_dir = Path(os.environ.get("OUT", ROOT / "bench" / "results"))
     out_dir.mkdir(parents=True, exist_ok=True)
-    meta = {"device": torch.cuda.get_device_name(), "date": datetime.datetime.now(datetime.timezone.utc).isoformat()}
+    now = datetime.datetime.now(datetime.timezone.utc)
+    meta = {"device": torch.cuda.get_device_name(), "device_kind": args.device_kind, "date": now.isoformat()}
+    suffix = f"_{args.device_kind}_{now:%Y-%m-%d_%H%M}" if args.device_kind else ""
+    out_file = out_dir / f"bench_seq_attention{suffix}.json"
+    causal_cases = [{"false": False, "true": True}[c.strip()] for c in args.causal.split(",")]
     for s in (int(x) for x in args.seqs.split(",")):
         q, k, v = (torch.randn(1, h, s, d, device=dev, dtype=torch.float16) for _ in range(3))
         o = torch.empty_like(q)
@@ -114,15 +124,15 @@ def main() -> int:
             BLOCK_N=bn,
         )
         launch.unspecialize(golden.attention_fwd_kernel)
-        for causal in (False, True):
+        for causal in causal_cases:
             variants = {
                 "sdpa": lambda: torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=causal),
                 "local_kernel": lambda: attention_fwd_kernel[(tiles,)](
-                    *kernel_args, HEAD_DIM=d, BLOCK_M=bm, BLOCK_N=bn, CAUSAL=causal, num_warps=4, num_stages=3
+                    *kernel_args, HEAD_DIM=d, BLOCK_M=bm, BLOCK_N=bn, CAUSAL=causal, **config
                 ),
                 # tables bound once, as the fused ops do (launch.launch would rebuild the block tables)
                 "transformed_nothing_to_wait": lambda: golden.attention_fwd_kernel[(tiles,)](
-                    *kernel_args, **bound, CAUSAL=causal, num_warps=4, num_stages=3
+                    *kernel_args, **bound, CAUSAL=causal, **config
                 ),
                 "ulysses_sequential": lambda: ulysses_attention(q, k, v, causal=causal),
                 "ring_sequential": lambda: ring_attention(q, k, v, causal=causal),
@@ -184,7 +194,7 @@ def main() -> int:
                         flush=True,
                     )
             # Written after every (S, causal): a run cut short keeps what it measured.
-            (out_dir / "bench_seq_attention.json").write_text(json.dumps({**meta, "rows": rows}, indent=1))
+            out_file.write_text(json.dumps({**meta, "rows": rows}, indent=1))
     return 0
 
 

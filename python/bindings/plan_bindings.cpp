@@ -27,6 +27,7 @@
 #include "syncopate/plan/expert_parallel.hpp"
 #include "syncopate/plan/import.hpp"
 #include "syncopate/plan/json.hpp"
+#include "syncopate/plan/sequence_parallel.hpp"
 #include "syncopate/plan/templates.hpp"
 #include "syncopate/plan/verify.hpp"
 
@@ -253,6 +254,24 @@ void bind_verifier(nb::module_& m) {
       "backend"_a = "copy-engine",
       "The MoE dispatch plan (plan/expert_parallel.hpp): counts all-to-all, then rows chunks per (source, "
       "destination, local expert) of capacity rows whose count is read on the device from recv_counts.");
+  m.def(
+      "make_zigzag_gather_plan",
+      [](int world_size, std::vector<std::int64_t> shape, std::string_view dtype, std::string_view backend,
+         std::string tensor, std::string output) {
+        plan::ZigzagGatherOptions o;
+        o.world_size = world_size;
+        o.shape = std::move(shape);
+        o.dtype = enum_arg<plan::DType>(dtype, "dtype");
+        o.backend = enum_arg<plan::Backend>(backend, "backend");
+        o.tensor = std::move(tensor);
+        o.output = std::move(output);
+        return plan::make_zigzag_gather_plan(o);
+      },
+      nb::kw_only(), "world_size"_a, "shape"_a, "dtype"_a = "bf16", "backend"_a = "copy-engine", "tensor"_a = "kv",
+      "output"_a = "kv_all",
+      "The zig-zag gather (plan/sequence_parallel.hpp): rank r's [Z, H, S_loc, D] piece is global half-pieces r "
+      "and 2W - 1 - r (S_loc / 2 positions each); the plan gathers every rank's halves, around the ring, into "
+      "`output` [Z, H, W * S_loc, D] at their global positions.");
   m.def("moe_rows_chunk", &plan::moe_rows_chunk, "world_size"_a, "local_experts"_a, "src"_a, "dst"_a, "expert"_a,
         "Id of the rows chunk src -> dst for local expert `expert` of dst in make_moe_dispatch_plan's plan.");
   m.def("verify", &plan::verify, "plan"_a,

@@ -283,6 +283,14 @@ _WAIT_FOR_TILE_PTX_FENCE: tl.constexpr = tl.constexpr(
     _WAIT_FOR_TILE.replace("FENCE", "@%sp7 fence.proxy.async.global;")
 )
 _WAIT_FOR_TILE_CONSTRAINTS: tl.constexpr = tl.constexpr("=r,=r,r,r,l,l,l,r,l,l,r,r,r")
+# wait_for_block on the GPU: the same block over a block's row, returning $13 (the loop variable
+# of the visit) instead of the tile, which the error record still names ($11).
+_WAIT_FOR_BLOCK = _WAIT_FOR_TILE.replace("mov.b32 $0, $11;", "mov.b32 $0, $13;")
+_WAIT_FOR_BLOCK_PTX: tl.constexpr = tl.constexpr(_WAIT_FOR_BLOCK.replace("FENCE\n", ""))
+_WAIT_FOR_BLOCK_PTX_FENCE: tl.constexpr = tl.constexpr(
+    _WAIT_FOR_BLOCK.replace("FENCE", "@%sp7 fence.proxy.async.global;")
+)
+_WAIT_FOR_BLOCK_CONSTRAINTS: tl.constexpr = tl.constexpr("=r,=r,r,r,l,l,l,r,l,l,r,r,r,r")
 
 # notify_tile on the GPU: one PTX block. When the tile notifies anything (begin < end, the same
 # for every thread), a CTA barrier (every thread's stores of the tile are issued; the barrier is
@@ -526,7 +534,8 @@ def put(dst_ptr, src_ptr, num_elements, BLOCK: tl.constexpr):
 #
 # wait_block waits on the landing slots of one block: row `key * blocks + block` of the block
 # tables (CSR, as the tile tables), for the call whose number the epoch word holds.
-# block_in_order renumbers a loop's variable so that `for v in range(start, stop, step)` visits
+# block_at (from block_row's position, loaded before the loop; block_in_order in one call)
+# renumbers a loop's variable so that `for v in range(start, stop, step)` visits
 # the same values from block `first[key]` (a block number `v // step`) downwards, wrapping around
 # to the top. The templates land a rank's K/V pieces in the order own piece, rank - 1, rank - 2,
 # ... (ring and all-to-all alike), so with `first` the last block of the own piece the loop visits
@@ -563,12 +572,124 @@ def wait_block(
 
 
 @triton.jit
-def block_in_order(v, start, stop, step, first_ptr, key):
-    """The value of the loop variable that iteration `v` visits: the loop's values from block
-    `first_ptr[key]` (clamped into the loop) downwards, wrapping around to the top."""
+def wait_for_block(
+    signals_ptr,
+    block_offsets_ptr,
+    block_slots_ptr,
+    slot_writers_ptr,
+    key,
+    block,
+    blocks,
+    tile,
+    epoch_ptr,
+    bound_ns,
+    rank,
+    error_ptr,
+    value,
+    row_waits,
+    seen,
+):
+    """wait_block, returning (`value`, the last slot seen complete) once the block's chunks have
+    landed; `value` is the loop variable. `row_waits` (block_row, loaded before the loop): whether
+    the table row has any slot; when it has none the iteration loads nothing from the tables.
+    `seen` (carried from the previous iteration, no_slot_seen() before the loop): a slot equal to
+    it is not loaded again, so the blocks of one piece cost one acquire load between them.
+    Placed at the top of an order=arrival loop (`start_n, sy_block_seen = syl.wait_for_block(..., start_n, ...)`), so
+    every address of the iteration, computed from the loop variable, depends on the wait: Triton's
+    pipeliner, which keeps data dependences, not the order of side effects, issues a block's
+    prefetch only after its wait. On the GPU one PTX block (no loop), so the loop still pipelines;
+    under the interpreter wait_block. The PTX block runs only when the block has slots to wait on
+    (an `if`, which the pipeliner predicates with its iteration: a prologue iteration past the
+    loop's end waits on nothing). A block outside [0, blocks) reads its row's nearest block,
+    never a slot from outside the row."""
+    block = tl.minimum(tl.maximum(block, 0), blocks - 1)
+    if _INTERPRET:
+        wait_block(
+            signals_ptr,
+            block_offsets_ptr,
+            block_slots_ptr,
+            slot_writers_ptr,
+            key,
+            block,
+            blocks,
+            tile,
+            epoch_ptr,
+            bound_ns,
+            rank,
+            error_ptr,
+        )
+    elif row_waits:
+        row = key * blocks + block
+        begin = tl.load(block_offsets_ptr + row)
+        end = tl.load(block_offsets_ptr + row + 1)
+        # The PTX block under an `if`: Triton's pipeliner predicates an scf.if (its condition and
+        # the iteration's) but refuses an inline asm with side effects at the top of the loop.
+        if begin < end:
+            epoch = tl.load(epoch_ptr)
+            operands = [
+                begin,
+                end,
+                block_slots_ptr,
+                slot_writers_ptr,
+                signals_ptr,
+                epoch,
+                bound_ns,
+                error_ptr,
+                rank,
+                tile,
+                seen,
+                value,
+            ]
+            if cuda_capability_geq(9, 0):
+                value, seen = tl.inline_asm_elementwise(
+                    _WAIT_FOR_BLOCK_PTX_FENCE,
+                    _WAIT_FOR_BLOCK_CONSTRAINTS,
+                    operands,
+                    dtype=(tl.int32, tl.int32),
+                    is_pure=False,
+                    pack=1,
+                )
+            else:
+                value, seen = tl.inline_asm_elementwise(
+                    _WAIT_FOR_BLOCK_PTX,
+                    _WAIT_FOR_BLOCK_CONSTRAINTS,
+                    operands,
+                    dtype=(tl.int32, tl.int32),
+                    is_pure=False,
+                    pack=1,
+                )
+    return value, seen
+
+
+@triton.jit
+def block_row(first_ptr, block_offsets_ptr, key, blocks, start, stop, step):
+    """(top, row_waits, seen) of an order=arrival loop `range(start, stop, step)`, loaded before
+    it: the loop's position (from 0) of block `first_ptr[key]`, clamped into the loop (block_at
+    starts there), whether table row `key` has any slot to wait on, and no_slot_seen() (the
+    wait_for_block of the first iteration)."""
     count = (stop - start + step - 1) // step
     top = tl.load(first_ptr + key) - start // step
     top = tl.where((top < 0) | (top >= count), count - 1, top)
+    row_waits = tl.load(block_offsets_ptr + (key + 1) * blocks) > tl.load(block_offsets_ptr + key * blocks)
+    return top, row_waits, no_slot_seen()
+
+
+@triton.jit
+def block_at(v, start, stop, step, top):
+    """The value of the loop variable that iteration `v` visits: the loop's values from position
+    `top` (block_row) downwards, wrapping around to the top. Arithmetic only (no load)."""
+    count = (stop - start + step - 1) // step
     position = top - (v - start) // step
     position = tl.where(position < 0, position + count, position)
     return start + position * step
+
+
+@triton.jit
+def block_in_order(v, start, stop, step, first_ptr, key):
+    """The value of the loop variable that iteration `v` visits: the loop's values from block
+    `first_ptr[key]` (clamped into the loop) downwards, wrapping around to the top (block_row and
+    block_at in one call, loading `first_ptr[key]` each time)."""
+    count = (stop - start + step - 1) // step
+    top = tl.load(first_ptr + key) - start // step
+    top = tl.where((top < 0) | (top >= count), count - 1, top)
+    return block_at(v, start, stop, step, top)

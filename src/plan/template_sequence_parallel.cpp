@@ -2,6 +2,8 @@
 // over heads, and the ring pass of K/V pieces through a double buffer.
 #include "syncopate/plan/sequence_parallel.hpp"
 
+#include <array>
+
 #include <fmt/core.h>
 #include <fmt/format.h>
 
@@ -116,6 +118,70 @@ CommPlan make_ring_pass_plan(const RingPassOptions& o) {
       if (o.backend == Backend::nccl && src != r) plan.ranks[static_cast<std::size_t>(r)].streams[0].push_back(c.id);
       now[static_cast<std::size_t>(r)] = c.id;
       plan.chunks.push_back(std::move(c));
+    }
+    landed = now;
+  }
+  return plan;
+}
+
+CommPlan make_zigzag_gather_plan(const ZigzagGatherOptions& o) {
+  check_world(o.world_size);
+  check_shape(o.shape);
+  if (o.shape.size() != 4 || o.shape[2] % 2 != 0)
+    throw ShapeError(
+        fmt::format("zig-zag gather: shape {} is not [Z, H, S_loc, D] with S_loc even (each rank "
+                    "holds two half-pieces of S_loc / 2 positions)",
+                    shape_text(o.shape)));
+  if (o.tensor.empty() || o.output.empty() || o.tensor == o.output)
+    throw ShapeError(fmt::format("zig-zag gather: the piece \"{}\" and the gathered \"{}\" need two distinct names",
+                                 o.tensor, o.output));
+  const int w = o.world_size;
+  const std::int64_t half = o.shape[2] / 2;
+  CommPlan plan;
+  plan.collective.kind = Collective::custom;
+  plan.collective.tensor = o.tensor;
+  plan.collective.output = o.output;
+  plan.collective.algorithm = Algorithm::ring;
+  plan.world_size = w;
+  plan.tensors[o.tensor] = TensorSpec{o.shape, o.dtype, "row-major"};
+  std::vector<std::int64_t> gathered = o.shape;
+  gathered[2] = o.shape[2] * w;
+  plan.tensors[o.output] = TensorSpec{gathered, o.dtype, "row-major"};
+  for (int r = 0; r < w; ++r) plan.ranks.push_back(RankProgram{r, {std::vector<int>{}}});
+  // Positions [start, start + half) along the sequence dim, the rest whole.
+  const auto seq_box = [&](std::int64_t start) {
+    Box b{std::vector<std::int64_t>{0, 0, start, 0}, o.shape};
+    b.extent[2] = half;
+    return b;
+  };
+  // landed[r][h]: the chunk that last landed half h of the piece rank r forwards next.
+  std::vector<std::array<int, 2>> landed(static_cast<std::size_t>(w), {-1, -1});
+  for (int s = 0; s < w; ++s) {
+    std::vector<std::array<int, 2>> now(static_cast<std::size_t>(w), {-1, -1});
+    for (int r = 0; r < w; ++r) {
+      const int src = s == 0 ? r : (r - 1 + w) % w;
+      const int owner = ((r - s) % w + w) % w;  // whose halves this step brings to r
+      for (int h = 0; h < 2; ++h) {
+        const std::int64_t at = zigzag_half_piece(owner, h, w) * half;
+        Chunk c;
+        c.id = static_cast<int>(plan.chunks.size());
+        c.tensor = s == 0 ? o.tensor : o.output;
+        c.box = s == 0 ? seq_box(h * half) : seq_box(at);
+        c.dst_tensor = o.output;
+        c.dst_box = seq_box(at);
+        c.src = src;
+        c.dst = r;
+        c.backend = s == 0 ? Backend::copy_engine : o.backend;
+        c.op = ChunkOp::copy;
+        c.stream = 0;
+        if (s >= 1) c.deps.push_back(landed[static_cast<std::size_t>(src)][static_cast<std::size_t>(h)]);
+        if (o.backend == Backend::nccl && s >= 1) c.group = s - 1;  // one group per step
+        plan.ranks[static_cast<std::size_t>(src)].streams[0].push_back(c.id);
+        if (o.backend == Backend::nccl && s >= 1 && src != r)
+          plan.ranks[static_cast<std::size_t>(r)].streams[0].push_back(c.id);
+        now[static_cast<std::size_t>(r)][static_cast<std::size_t>(h)] = c.id;
+        plan.chunks.push_back(std::move(c));
+      }
     }
     landed = now;
   }

@@ -59,6 +59,9 @@ struct BlockSite {
   bool arrival = false;                     // order=arrival: the loop visits blocks in landing order
   std::size_t loop = 0;                     // the innermost enclosing `for` (logical line)
   std::string loop_var, start, stop, step;  // its `range(start, stop, step)` (arrival only)
+  // Source order: an earlier consume_block of the same loop waits on the same block of the same
+  // row, and nothing the two read is assigned between them: this one needs no wait of its own.
+  bool repeats = false;
 };
 
 struct KernelAnalysis {

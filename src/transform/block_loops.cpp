@@ -43,6 +43,8 @@ class BlockLoopChecker {
       if (b.arrival) check_arrival(b);
       check_agreement(b);
     }
+    for (BlockSite& b : a_.block_waits)
+      if (!b.arrival) mark_repeat(b);
   }
 
  private:
@@ -126,14 +128,17 @@ class BlockLoopChecker {
       for (const auto& tok : tokenize(*e, m_.filename))
         if (tok.kind == TokenKind::name && !is_keyword(tok.text)) bounds.emplace(tok.text);
     bounds.insert(b.loop_var);
+    // The table row (n=) too: the iteration's wait goes at the top of the loop's body.
+    for (const auto& tok : tokenize(b.key, m_.filename))
+      if (tok.kind == TokenKind::name && !is_keyword(tok.text)) bounds.emplace(tok.text);
     const std::size_t end = flow_.statement_end(b.loop);
     for (std::size_t s = b.loop + 1; s < end; ++s)
       for (const auto& v : flow_.assigned(s))
         if (bounds.count(v))
           fail_line(s, a,
                     fmt::format("'{}' is assigned inside the loop at line {} ('{}'), whose order=arrival visit "
-                                "computes each iteration's block from the loop's variable and bounds; assign it "
-                                "before the loop",
+                                "computes each iteration's block, and waits for it, at the top of the loop's body "
+                                "from the loop's variable, bounds and n=; assign it before the loop",
                                 v, line_of(b.loop), header(b.loop)));
     // Pointers made from a block-consumed tensor and advanced each iteration follow the
     // iteration's place in the loop, not the block it now visits.
@@ -170,6 +175,36 @@ class BlockLoopChecker {
                         ann(other).line,
                         other.arrival != b.arrival ? fmt::format("order={}", other.arrival ? "arrival" : "source")
                                                    : fmt::format("n={}", other.key.empty() ? "<none>" : other.key)));
+    }
+  }
+
+  // Source order: `b` repeats an earlier consume_block of its loop when both sit directly in the
+  // loop's body (not under an `if` or an inner loop, so the earlier one ran in this iteration),
+  // name the same block and row, and nothing either reads is assigned between them. Waits only
+  // ever see slots grow within a call, so the second would find what the first found.
+  void mark_repeat(BlockSite& b) const {
+    const int body_col = m_.lines[b.loop + 1].col;
+    const auto direct = [&](const BlockSite& s) {
+      return m_.lines[s.site.stmt].col == body_col && flow_.enclosing_loops(s.site.stmt).front() == b.loop;
+    };
+    if (!direct(b)) return;
+    std::set<std::string> names;
+    for (const std::string* e : {&b.key, &b.block_expr})
+      for (const auto& tok : tokenize(*e, m_.filename))
+        if (tok.kind == TokenKind::name && !is_keyword(tok.text)) names.emplace(tok.text);
+    for (const BlockSite& other : a_.block_waits) {
+      if (&other == &b) return;
+      if (other.loop != b.loop || other.arrival || !direct(other) || other.site.stmt >= b.site.stmt) continue;
+      if (without_spaces(other.key) != without_spaces(b.key) ||
+          without_spaces(other.block_expr) != without_spaces(b.block_expr))
+        continue;
+      bool changed = false;
+      for (std::size_t s = other.site.stmt; s < b.site.stmt && !changed; ++s)
+        for (const auto& v : flow_.assigned(s)) changed = changed || names.count(v) > 0;
+      if (!changed) {
+        b.repeats = true;
+        return;
+      }
     }
   }
 

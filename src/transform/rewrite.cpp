@@ -61,19 +61,43 @@ class Rewriter {
                       fmt::format("syl.wait_tile(sy_signals, sy_wait_offsets, sy_wait_slots, sy_slot_writers, sy_tile, "
                                   "sy_epoch, sy_wait_bound_ns, sy_rank, sy_error)"));
     }
-    // Arrival order first: the loop's variable is renumbered at the top of its body, before any
-    // wait or read of the iteration (one renumbering per loop).
+    // Arrival order: the loop's variable is renumbered at the top of its body (from the start
+    // block loaded before the loop), then the iteration's block waited for there, the wait returning the variable
+    // (wait_for_block), so that every address of the iteration depends on the wait and a pipelined prefetch of a block
+    // follows its wait. The loop's consume_blocks share one block (the variable over the step)
+    // and one table row (check_block_waits), so one wait per loop covers them all.
     std::vector<std::size_t> reordered;
     for (const auto& b : a.block_waits) {
       if (!b.arrival || std::find(reordered.begin(), reordered.end(), b.loop) != reordered.end()) continue;
+      const std::string suffix = reordered.empty() ? "" : fmt::format("_{}", reordered.size());
       reordered.push_back(b.loop);
+      const std::string key = b.key.empty() ? "0" : b.key;
+      const std::string top = "sy_block_top" + suffix, row_waits = "sy_block_row_waits" + suffix,
+                        seen = "sy_block_seen" + suffix;
+      // Before the loop: where the visit starts and whether the row has any slot at all (both
+      // loaded once, so no load of the tables sits in a block's address chain in the loop).
+      const LogicalLine& header = m_.lines[b.loop];
+      insert_before_line(header.line,
+                         indent_of(header.line) + fmt::format("{}, {}, {} = syl.block_row(sy_block_first, "
+                                                              "sy_block_wait_offsets, {}, sy_blocks, {}, {}, {})",
+                                                              top, row_waits, seen, key, b.start, b.stop, b.step));
       const LogicalLine& body = m_.lines[b.loop + 1];
       insert_before_line(
+          body.line, indent_of(body.line) + fmt::format("{} = syl.block_at({}, {}, {}, {}, {})", b.loop_var, b.loop_var,
+                                                        b.start, b.stop, b.step, top));
+      insert_before_line(
           body.line,
-          indent_of(body.line) + fmt::format("{} = syl.block_in_order({}, {}, {}, {}, sy_block_first, {})", b.loop_var,
-                                             b.loop_var, b.start, b.stop, b.step, b.key.empty() ? "0" : b.key));
+          indent_of(body.line) +
+              fmt::format("{}, {} = syl.wait_for_block(sy_signals, sy_block_wait_offsets, sy_block_wait_slots, "
+                          "sy_slot_writers, {}, {}, sy_blocks, sy_tile, sy_epoch, sy_wait_bound_ns, sy_rank, "
+                          "sy_error, {}, {}, {})",
+                          b.loop_var, seen, key, b.block_expr, b.loop_var, row_waits, seen));
     }
+    // Source order: a wait before each consume_block's statement (wait_block, a loop: the loop
+    // around it is not pipelined, so no read is hoisted above it), except one that repeats an
+    // earlier wait of the same iteration (same table row, same block: check_block_waits marks it).
     for (const auto& b : a.block_waits) {
+      if (b.arrival || b.repeats) continue;
       const LogicalLine& l = m_.lines[b.site.stmt];
       insert_before_line(
           l.line,

@@ -91,10 +91,13 @@ def _original(sy, q, k, v, causal, q_start=0):
     return o
 
 
-def _transformed(sy, q, k, v, causal, world, rank, signals, bound=2_000_000_000, sync=True):
+def _transformed(sy, q, k, v, causal, world, rank, signals, bound=2_000_000_000, sync=True, bm=BM):
+    """The golden kernel, tiles shuffled; `bm` 128: the fused ops' configuration (128 x 64
+    blocks, 8 warps, 3 stages), else 64 x 64 with Triton's default warps and stages."""
     o = torch.empty_like(q)
     tiles_n = q.shape[0] * q.shape[1]
-    tiles = -(-q.shape[2] // BM) * tiles_n
+    tiles = -(-q.shape[2] // bm) * tiles_n
+    config = dict(num_warps=8, num_stages=3) if bm == 128 else {}
     order = list(range(tiles))
     random.Random(1).shuffle(order)
     tables = sy.launch.TileTables.from_lists(
@@ -112,9 +115,10 @@ def _transformed(sy, q, k, v, causal, world, rank, signals, bound=2_000_000_000,
         blocks=blocks,
         sync=sync,
         HEAD_DIM=q.shape[-1],
-        BLOCK_M=BM,
+        BLOCK_M=bm,
         BLOCK_N=BN,
         CAUSAL=causal,
+        **config,
     )
     return o, tables, error
 
@@ -135,12 +139,16 @@ def test_local_kernel_and_transformed_in_place(sy, dtype, d, causal, h, h_kv):
     torch.testing.assert_close(t.float(), ref, rtol=2e-2, atol=2e-2)
 
 
+@pytest.mark.parametrize("bm", [64, 128])
 @pytest.mark.parametrize("causal", [False, True])
-def test_late_pieces_from_a_side_stream(sy, causal):
+def test_late_pieces_from_a_side_stream(sy, causal, bm):
+    """The in-loop wait is loop-free on the GPU, so the K/V loop is pipelined: a block's prefetch
+    must still follow its wait (it depends on the loop variable the wait returns). NaN in every
+    piece until it lands, late, in a random order: the output has the in-place bits."""
     world, rank, s_loc, d = 4, 1, 512, 128
     q, k_full, v_full = _qkv(8, 4, s_loc, world * s_loc, d, torch.float16, seed=3)
     signals = torch.ones(world, dtype=torch.int32, device=DEV)
-    expected, _, _ = _transformed(sy, q, k_full, v_full, causal, world, rank, signals)
+    expected, _, _ = _transformed(sy, q, k_full, v_full, causal, world, rank, signals, bm=bm)
     k = torch.full_like(k_full, float("nan"))
     v = torch.full_like(v_full, float("nan"))
     own = slice(rank * s_loc, (rank + 1) * s_loc)
@@ -157,7 +165,7 @@ def test_late_pieces_from_a_side_stream(sy, causal):
         scratch[:, :, own].copy_(v_full[:, :, own])
         torch.zeros(world, dtype=torch.int32, device=DEV)[0:1].fill_(1)
     torch.cuda.synchronize()
-    late, tables, error = _transformed(sy, q, k, v, causal, world, rank, signals, sync=False)
+    late, tables, error = _transformed(sy, q, k, v, causal, world, rank, signals, sync=False, bm=bm)
     pieces = [p for p in range(world) if p != rank]
     random.Random(7).shuffle(pieces)
     with torch.cuda.stream(side):
@@ -170,6 +178,7 @@ def test_late_pieces_from_a_side_stream(sy, causal):
     torch.cuda.synchronize()
     sy.launch.check_error(error, tables, "attention_fwd_kernel")  # names the tile, slot and chunk
     # Same tile order, same visit order, same data: the same bits as with every piece in place.
+    assert not torch.isnan(late).any(), "a block was read before it landed"
     torch.testing.assert_close(late, expected, rtol=0, atol=0)
 
 

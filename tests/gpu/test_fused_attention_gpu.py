@@ -94,6 +94,8 @@ def cases(world, quick):
             for causal in (False, True):
                 rows.append((op, dict(z=1, h=gqa_h, h_kv=gqa_kv, s_loc=512, d=128, dtype=dtype, causal=causal)))
         rows.append((op, dict(z=2, h=mha_h, h_kv=mha_h, s_loc=256, d=64, dtype=torch.float16, causal=True)))
+        # S_loc not a multiple of 128: 64 x 64 blocks (the cases above run 128 x 64)
+        rows.append((op, dict(z=1, h=mha_h, h_kv=mha_h, s_loc=192, d=64, dtype=torch.float16, causal=True)))
     return rows
 
 

@@ -4,10 +4,13 @@ its bundled ptxas, no GPU needed, for test_attention_compile.py:
 
     python tests/python/compile_attention_kernels.py   # prints one JSON line per variant
 
-Each line: {"kernel": "original"|"transformed", "head_dim", "causal", "ok", "error"}, for the
-original at head dim 128 causal and the transformed at 64 (not causal) and 128 (causal). Runs in a
-process whose triton.language no interpreter run has patched (conftest.py's run_compile_script
-says why). TRITON_INTERPRET must be unset.
+Each line: {"kernel": "original"|"transformed", "head_dim", "causal", "ok", "error",
+"async_copies"}, for the original at head dim 128 causal and the transformed at 64 (not causal)
+and 128 (causal), in the fused ops' configuration (128 x 64 blocks, 8 warps, 3 stages) with the
+divisibility Triton's launcher gives arguments that are multiples of 16 (pointers, strides,
+lengths). `async_copies` counts the pipelined loads in the TTGIR: the in-loop wait must leave the
+K/V loop pipelined as the original's is. Runs in a process whose triton.language no interpreter
+run has patched (conftest.py's run_compile_script says why). TRITON_INTERPRET must be unset.
 """
 
 import importlib.util
@@ -56,6 +59,17 @@ def signature(kernel, head_dim, causal):
     return sig, constexprs
 
 
+def divisible(kernel, sig):
+    """Triton's launcher marks an int or pointer argument that is a multiple of 16 (0 included)
+    tt.divisibility 16: the pointers, strides and lengths of a real launch."""
+    names = ("N_Q", "N_KV", "PIECE")
+    return {
+        (i,): [["tt.divisibility", 16]]
+        for i, name in enumerate(kernel.arg_names)
+        if sig[name].startswith("*") or name.startswith("stride_") or name in names
+    }
+
+
 def main() -> int:
     failed = 0
     kernels = {which: load(f"attention_{which}", path).attention_fwd_kernel for which, path in FILES.items()}
@@ -64,9 +78,14 @@ def main() -> int:
     for which, head_dim, causal in (("original", 128, True), ("transformed", 64, False), ("transformed", 128, True)):
         kernel = kernels[which]
         sig, constexprs = signature(kernel, head_dim, causal)
-        row = {"kernel": which, "head_dim": head_dim, "causal": causal, "ok": True, "error": ""}
+        row = {"kernel": which, "head_dim": head_dim, "causal": causal, "ok": True, "error": "", "async_copies": 0}
         try:
-            triton.compile(ASTSource(kernel, signature=sig, constexprs=constexprs), target=GPUTarget("cuda", 90, 32))
+            compiled = triton.compile(
+                ASTSource(kernel, signature=sig, constexprs=constexprs, attrs=divisible(kernel, sig)),
+                target=GPUTarget("cuda", 90, 32),
+                options={"num_warps": 8, "num_stages": 3},
+            )
+            row["async_copies"] = compiled.asm["ttgir"].count("ttg.async_copy_global_to_local")
         except Exception as e:  # reported, the test shows it
             row.update(ok=False, error=f"{type(e).__name__}: {e}"[:2000])
             failed += 1

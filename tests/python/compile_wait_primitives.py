@@ -51,6 +51,33 @@ def block_wait(signals, offsets, slots, writers, epoch, bound_ns, rank, error, o
     tl.store(out + tile, tile)
 
 
+@triton.jit
+def block_wait_for(signals, offsets, slots, writers, epoch, bound_ns, rank, error, out, blocks):
+    tile = tl.program_id(0)
+    total = 0
+    seen = syl.no_slot_seen()
+    for block in range(0, blocks):
+        block, seen = syl.wait_for_block(
+            signals,
+            offsets,
+            slots,
+            writers,
+            tile,
+            block,
+            blocks,
+            tile,
+            epoch,
+            bound_ns,
+            rank,
+            error,
+            block,
+            blocks > 0,
+            seen,
+        )
+        total += block
+    tl.store(out + tile, total)
+
+
 TABLES = {"signals": "*i32", "offsets": "*i32", "slots": "*i32", "writers": "*i32", "epoch": "*i32"}
 KERNELS = [
     (
@@ -69,7 +96,14 @@ KERNELS = [
     ),
     ("wait_tile", tile_wait, dict(TABLES, bound_ns="i64", rank="i32", error="*i64", out="*i32")),
     ("wait_block", block_wait, dict(TABLES, bound_ns="i64", rank="i32", error="*i64", out="*i32", blocks="i32")),
+    (
+        "wait_for_block",
+        block_wait_for,
+        dict(TABLES, bound_ns="i64", rank="i32", error="*i64", out="*i32", blocks="i32"),
+    ),
 ]
+# The CAS claiming the timeout record: Triton's spelling (wait) or the PTX blocks' (wait_for_*).
+CAS = ("atom.global.acq_rel.sys.cas.b64", "atom.acq_rel.sys.global.cas.b64")
 
 
 def main() -> int:
@@ -81,7 +115,7 @@ def main() -> int:
             )
             ptx = compiled.asm["ptx"]
             found = [m.group(0).strip() for m in BARRIER.finditer(ptx)]
-            if "cubin" not in compiled.asm or "atom.global.acq_rel.sys.cas.b64" not in ptx:
+            if "cubin" not in compiled.asm or not any(cas in ptx for cas in CAS):
                 print(f"FAIL {name} num_warps={warps}: no cubin, or no CAS claiming the timeout record", flush=True)
                 failed += 1
             elif found:

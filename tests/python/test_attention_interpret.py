@@ -6,7 +6,7 @@ landing slot per piece, the own piece local. The runs:
 - every piece in place, tiles in a shuffled order: the output matches SDPA on the gathered
   sequence (causal and not, head dim 64 and 128, GQA);
 - pieces land late: each non-own piece holds NaN and its slot stays low until the first
-  `wait_block` on it, which lands it then (the latest a peer could): no NaN reaches the output,
+  `wait_for_block` on it, which lands it then (the latest a peer could): no NaN reaches the output,
   so no block is read before its wait; the loop visits blocks in arrival order (own piece, then
   rank - 1, ...), so the pieces land in the order the ring delivers them;
 - the same kernel with its in-loop waits removed reads NaN (the late-landing check can fail);
@@ -66,7 +66,7 @@ def _scalar(value) -> int:
 
 
 class LateRun:
-    """Lands a piece (land(p)) when the first wait_block on one of its blocks comes, unless it is
+    """Lands a piece (land(p)) when the first wait_for_block on one of its blocks comes, unless it is
     withheld; records the blocks each tile visits."""
 
     def __init__(self, signals, land, piece_len, block, rank, withheld=None, slot_of=None):
@@ -94,11 +94,11 @@ def _on_block(key, block, tile):
         RUN["current"].on_block(_scalar(key), _scalar(block), _scalar(tile))
 
 
-_sites_wait_block = None  # syncopate.language.wait_block, set by the fixture
+_sites_wait_for_block = None  # syncopate.language.wait_for_block, set by the fixture
 
 
 @triton.jit
-def _hooked_wait_block(
+def _hooked_wait_for_block(
     signals_ptr,
     block_offsets_ptr,
     block_slots_ptr,
@@ -111,9 +111,12 @@ def _hooked_wait_block(
     bound_ns,
     rank,
     error_ptr,
+    value,
+    row_waits,
+    seen,
 ):
     _on_block(key, block, tile)
-    _sites_wait_block(
+    return _sites_wait_for_block(
         signals_ptr,
         block_offsets_ptr,
         block_slots_ptr,
@@ -126,6 +129,9 @@ def _hooked_wait_block(
         bound_ns,
         rank,
         error_ptr,
+        value,
+        row_waits,
+        seen,
     )
 
 
@@ -140,12 +146,12 @@ def sy(tmp_path_factory):
     if not language.INTERPRET:
         pytest.skip("syncopate.language was imported before TRITON_INTERPRET=1 was set")
 
-    # syl with a hook in wait_block: plain Python, callable from an interpreted kernel.
+    # syl with a hook in wait_for_block: plain Python, callable from an interpreted kernel.
     hooks = types.ModuleType(HOOKS)
     hooks.__dict__.update({k: getattr(language, k) for k in dir(language) if not k.startswith("__")})
 
-    globals()["_sites_wait_block"] = language.wait_block
-    hooks.wait_block = _hooked_wait_block
+    globals()["_sites_wait_for_block"] = language.wait_for_block
+    hooks.wait_for_block = _hooked_wait_for_block
     sys.modules[HOOKS] = hooks
 
     folder = tmp_path_factory.mktemp("attention")
@@ -302,8 +308,7 @@ def test_late_pieces_land_in_arrival_order_and_are_never_read_early(sy, heads, k
     assert run.landed == [p for p in expected_landing if p in needed]
     # Each tile visits its blocks from the own piece's last block (or the diagonal) downwards.
     for tile, waits in run.visits.items():
-        blocks = waits[0::2]
-        assert waits[1::2] == blocks, "each iteration waits for its block before K and before V"
+        blocks = waits  # one wait per iteration, at its top: K and V of a block land together
         assert blocks == sorted(blocks, key=lambda b: ((rank * 2 + 1 - b) % 8)), (tile, blocks)
         assert len(blocks) == len(set(blocks))
         if not causal:
@@ -312,7 +317,8 @@ def test_late_pieces_land_in_arrival_order_and_are_never_read_early(sy, heads, k
 
 def test_without_the_waits_a_late_block_is_read(sy):
     def drop_waits(source):
-        return source.replace("syl.wait_block(", "(lambda *a: None)(")
+        assert "syl.wait_for_block(" in source
+        return source.replace("syl.wait_for_block(", "(lambda *a: (a[-3], a[-1]))(")  # the loop variable, seen
 
     unsafe = sy.load("sy_test_attention_unsafe", GOLDEN, drop_waits)
     o, run, _ = _late_run(sy, unsafe.attention_fwd_kernel, 2, 2, 64, False, 1)

@@ -357,13 +357,13 @@ def test_without_the_waits_blocks_are_read_before_they_land(fake_runtime, monkey
     """The same run with the kernel's in-loop waits removed reads NaN: the late landing can fail."""
     import syncopate.language as language
 
-    monkeypatch.setattr(language, "wait_block", _no_wait_block)
+    monkeypatch.setattr(language, "wait_for_block", _no_wait_for_block)
     results, _, _ = _run_op(fake_runtime, "ring", 2, False, calls=1)
     assert any(torch.isnan(outs[0]).any() for outs in results)
 
 
 @triton.jit
-def _no_wait_block(
+def _no_wait_for_block(
     signals_ptr,
     block_offsets_ptr,
     block_slots_ptr,
@@ -376,8 +376,11 @@ def _no_wait_block(
     bound_ns,
     rank,
     error_ptr,
+    value,
+    row_waits,
+    seen,
 ):
-    pass
+    return value, seen
 
 
 @pytest.mark.parametrize("op,check", [("ulysses", True), ("ring", True), ("ring", False)])
@@ -505,6 +508,7 @@ def test_ulysses_tiles_wait_only_for_their_heads_chunks():
     world, rank, h, h_kv, s_loc, d = 3, 1, 6, 3, 32, 16
     ctx = object.__new__(UlyssesAttention)  # the tables only: no workspace, no kernel
     ctx.world, ctx.rank, ctx.z, ctx.h, ctx.h_kv, ctx.s_loc, ctx.d, ctx.block = world, rank, 1, h, h_kv, s_loc, d, 16
+    ctx.block_m = 32  # query rows per tile: twice the K/V block
     ctx.hl, ctx.hkvl = h // world, h_kv // world
     ctx.g = ctx.hl + 2 * ctx.hkvl
     ctx.plan = sy.make_plan(
@@ -525,8 +529,9 @@ def test_ulysses_tiles_wait_only_for_their_heads_chunks():
     tiles_n, group = ctx.hl, h // h_kv
     for t, waits in enumerate(tile_waits):
         m, i = divmod(t, tiles_n)
-        p = m * 16 // s_loc
+        p = m * 32 // s_loc
         assert [head_of_slot[s] for s in waits] == [p * ctx.g + i], (t, waits)
+    assert len(tile_waits) == world * s_loc // 32 * tiles_n
     for i in range(tiles_n):
         for j in range(blocks.blocks):
             p = j * 16 // s_loc
@@ -534,6 +539,6 @@ def test_ulysses_tiles_wait_only_for_their_heads_chunks():
             got = sorted(head_of_slot[s] for s in blocks.slots[blocks.offsets[row] : blocks.offsets[row + 1]])
             kv = i // group
             assert got == [p * ctx.g + ctx.hl + kv, p * ctx.g + ctx.hl + ctx.hkvl + kv], (i, j, got)
-    pieces = [(t // tiles_n) * 16 // s_loc for t in order]
+    pieces = [(t // tiles_n) * 32 // s_loc for t in order]
     assert list(dict.fromkeys(pieces)) == [1, 0, 2], "Q pieces in landing order: own, rank - 1, rank - 2"
     assert blocks.first == [((rank + 1) * s_loc - 1) // 16] * tiles_n

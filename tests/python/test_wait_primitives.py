@@ -6,6 +6,6 @@ reached by some warps only can hang the kernel (compile_wait_primitives.py says 
 def test_waits_have_no_cta_barrier_and_claim_the_record_with_a_cas(run_compile_script):
     run = run_compile_script("compile_wait_primitives.py", timeout=300)
     lines = [ln for ln in run.stdout.splitlines() if ln.startswith(("OK ", "FAIL "))]
-    assert run.returncode == 0 and len(lines) == 6 and all(ln.startswith("OK ") for ln in lines), (
+    assert run.returncode == 0 and len(lines) == 8 and all(ln.startswith("OK ") for ln in lines), (
         "\n".join(lines) + run.stderr[-3000:]
     )

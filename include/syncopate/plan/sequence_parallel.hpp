@@ -61,4 +61,27 @@ inline int ring_pass_piece(int rank, int step, int world) { return ((rank - step
 // range, or equal tensor and buffer names.
 CommPlan make_ring_pass_plan(const RingPassOptions& options);
 
+// Zig-zag (load-balanced causal) layout: the global sequence of W * S_loc positions is cut into
+// 2W half-pieces of S_loc / 2, and rank r holds half-pieces r and 2W - 1 - r (an early and a late
+// one), so that under a causal mask every rank has the same number of (query, key) pairs. Its
+// own `tensor` [Z, H, S_loc, D] is those two halves in that order. The plan gathers every rank's
+// halves into `output` [Z, H, W * S_loc, D] at their global positions (the attention kernel then
+// reads K/V in global order): first a local copy of the own halves, then W - 1 ring steps, step s
+// bringing rank r the halves of rank (r - s) mod W from rank r - 1, each chunk depending on the
+// one that landed the same half on rank r - 1 the step before. The collective is `custom` (the
+// gathered layout is not the all-gather's); tests follow every half to its positions.
+struct ZigzagGatherOptions {
+  int world_size = 1;
+  std::vector<std::int64_t> shape;  // [Z, H, S_loc, D] of one rank's zig-zag piece, S_loc even
+  DType dtype = DType::bf16;
+  Backend backend = Backend::copy_engine;
+  std::string tensor = "kv";      // this rank's two halves
+  std::string output = "kv_all";  // the gathered sequence in global order
+};
+// The global half-piece (of 2W) that half `half` (0 or 1) of rank `rank`'s piece holds.
+inline int zigzag_half_piece(int rank, int half, int world) { return half == 0 ? rank : 2 * world - 1 - rank; }
+// Throws ShapeError naming the option for a shape other than [Z, H, S_loc, D] with S_loc even, a
+// world size out of range, or equal tensor and output names.
+CommPlan make_zigzag_gather_plan(const ZigzagGatherOptions& options);
+
 }  // namespace syncopate::plan

@@ -59,6 +59,15 @@ def attention_block(s_loc: int, device: torch.device) -> int:
     return 0
 
 
+def attention_block_m(s_loc: int, block_n: int, device: torch.device) -> int:
+    """BLOCK_M of the fused kernel (query rows per tile): 128 on a GPU where S_loc allows (the
+    fastest configuration timed: 128 x 64 blocks with 8 warps and 3 stages, whose loop the
+    loop-free in-loop wait leaves pipelined), 32 under the interpreter where S_loc allows (so that
+    the CPU tests run BLOCK_M != BLOCK_N), else BLOCK_N."""
+    wide = 128 if device.type == "cuda" else 32
+    return wide if block_n and s_loc % wide == 0 else block_n
+
+
 def _intersects(box, lo, hi) -> bool:
     """Whether a chunk's box meets the half-open box [lo, hi) (one bound per dim)."""
     for off, ext, a, b in zip(box.offset, box.extent, lo, hi):
@@ -138,6 +147,7 @@ class _FusedAttention:
                 f"{16 if self.device.type != 'cuda' else '16, 32 or 64'}: the kernel's K/V blocks must not "
                 "straddle two ranks' pieces"
             )
+        self.block_m = attention_block_m(s_loc, self.block, self.device)
         self.z, self.h, self.h_kv, self.s_loc, self.d = z, h, h_kv, s_loc, d
         self.dtype, self.causal = dtype, bool(causal)
         self.sm_scale = d**-0.5 if sm_scale is None else float(sm_scale)
@@ -215,15 +225,16 @@ class _FusedAttention:
             sy_error=self.error,
             sy_blocks=blocks.blocks,
             HEAD_DIM=self.d,
-            BLOCK_M=self.block,
+            BLOCK_M=self.block_m,
             BLOCK_N=self.block,
             CAUSAL=self.causal,
         )
         if self.device.type == "cuda":
-            # 64 x 64 blocks, 4 warps, 3 stages: the fastest of the configurations timed on nvidia-h200
-            # (2026-11-25, bench_attention_wait_variants.py: 1.34 ms at S = 8192, 16 heads, head dim
-            # 128, against 1.68 ms with 2 stages and 1.35-1.92 ms for 128-row blocks).
-            self.kwargs.update(num_warps=4, num_stages=3)
+            # The untransformed kernel's fastest configurations timed on nvidia-h200 (2026-11-25,
+            # bench_attention_wait_variants.py, S = 8192, 16 heads, head dim 128): 128 x 64 blocks
+            # with 8 warps and 3 stages (1.35 ms non-causal, 0.91 ms causal) and 64 x 64 with 4 warps
+            # and 3 stages (1.34 / 0.84 ms).
+            self.kwargs.update(num_warps=8 if self.block_m == 128 else 4, num_stages=3)
         self.grid = (self.tables.num_tiles,)
         missing = [
             p
@@ -350,18 +361,18 @@ class UlyssesAttention(_FusedAttention):
         those that meet block j of K head i // group and of V head i // group (GQA)."""
         from syncopate.block_tables import BlockTables
 
-        w, b, s, d, g = self.world, self.block, self.s_loc, self.d, self.g
+        w, b, bm, s, d, g = self.world, self.block, self.block_m, self.s_loc, self.d, self.g
         hl, hkvl, group = self.hl, self.hkvl, self.h // self.h_kv
         landing = _Landing(self.plan, table, self.rank, "y")
         tiles_n = self.z * hl
         blocks = w * s // b
         tile_waits, arrival = [], []
-        for m in range(blocks):
-            p, row = divmod(m * b, s)
+        for m in range(w * s // bm):
+            p, row = divmod(m * bm, s)
             for zi in range(self.z):
                 for i in range(hl):
                     head = p * g + i
-                    tile_waits.append(landing.slots([zi, head, row, 0], [zi + 1, head + 1, row + b, d]))
+                    tile_waits.append(landing.slots([zi, head, row, 0], [zi + 1, head + 1, row + bm, d]))
                     arrival.append((self.rank - p) % w)
         # Q pieces land own first, then rank - 1, rank - 2, ...: tiles run in that order.
         order = sorted(range(len(tile_waits)), key=lambda t: (arrival[t], t))
@@ -479,7 +490,7 @@ class RingAttention(_FusedAttention):
         from syncopate.block_tables import BlockTables
 
         tiles_n = self.z * self.h
-        tiles_m = self.s_loc // self.block
+        tiles_m = self.s_loc // self.block_m
         blocks = BlockTables.from_plan(self.plan, table, "kv", 3, self.block, rows=tiles_n)
         tiles = tiles_m * tiles_n
         order = list(range(tiles))

@@ -69,13 +69,14 @@ def attention_fwd_kernel(q_ptr, k_ptr, v_ptr, o_ptr, sm_scale, Z, H, H_KV, N_Q, 
     hi = N_KV
     if CAUSAL:
         hi = tl.minimum(N_KV, Q_START + (start_m + 1) * BLOCK_M)
+    sy_block_top, sy_block_row_waits, sy_block_seen = syl.block_row(sy_block_first, sy_block_wait_offsets, off_hz, sy_blocks, 0, hi, BLOCK_N)  # [syncopate]
     for start_n in range(0, hi, BLOCK_N):
-        start_n = syl.block_in_order(start_n, 0, hi, BLOCK_N, sy_block_first, off_hz)  # [syncopate]
+        start_n = syl.block_at(start_n, 0, hi, BLOCK_N, sy_block_top)  # [syncopate]
+        start_n, sy_block_seen = syl.wait_for_block(sy_signals, sy_block_wait_offsets, sy_block_wait_slots, sy_slot_writers, off_hz, start_n // BLOCK_N, sy_blocks, sy_tile, sy_epoch, sy_wait_bound_ns, sy_rank, sy_error, start_n, sy_block_row_waits, sy_block_seen)  # [syncopate]
         offs_n = start_n + tl.arange(0, BLOCK_N)
         piece_n = start_n // PIECE
         cols_n = start_n - piece_n * PIECE + tl.arange(0, BLOCK_N)
         # @sy.consume_block(k_ptr, block=start_n // BLOCK_N, n=off_hz, dim=2, order=arrival)
-        syl.wait_block(sy_signals, sy_block_wait_offsets, sy_block_wait_slots, sy_slot_writers, off_hz, start_n // BLOCK_N, sy_blocks, sy_tile, sy_epoch, sy_wait_bound_ns, sy_rank, sy_error)  # [syncopate]
         k = tl.load(k_base + piece_n * stride_kp + cols_n[None, :] * stride_kn + offs_d[:, None],
                     mask=offs_n[None, :] < N_KV, other=0.0)
         qk = tl.dot(q, k) * qk_scale
@@ -90,7 +91,6 @@ def attention_fwd_kernel(q_ptr, k_ptr, v_ptr, o_ptr, sm_scale, Z, H, H_KV, N_Q, 
         l_i = l_i * alpha + tl.sum(p, 1)
         acc = acc * alpha[:, None]
         # @sy.consume_block(v_ptr, block=start_n // BLOCK_N, n=off_hz, dim=2, order=arrival)
-        syl.wait_block(sy_signals, sy_block_wait_offsets, sy_block_wait_slots, sy_slot_writers, off_hz, start_n // BLOCK_N, sy_blocks, sy_tile, sy_epoch, sy_wait_bound_ns, sy_rank, sy_error)  # [syncopate]
         v = tl.load(v_base + piece_n * stride_vp + cols_n[:, None] * stride_vn + offs_d[None, :],
                     mask=offs_n[:, None] < N_KV, other=0.0)
         acc = tl.dot(p.to(v.dtype), v, acc)

@@ -2,7 +2,8 @@
 // all-to-all over heads verified and replayed element by element against the all-to-all promise;
 // the ring pass of K/V through a double buffer verified, replayed for races, and followed piece
 // by piece in random topological orders (each slot holds the piece of its step when it lands and
-// when it is forwarded); the race the double buffer must avoid, planted, is caught.
+// when it is forwarded); the race the double buffer must avoid, planted, is caught; the zig-zag
+// gather (the load-balanced causal layout) verified, followed half by half, and its balance.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -228,6 +229,145 @@ TEST(RingPass, RefusesBadOptionsByName) {
   o.buffer = "ring";
   o.shape = {4, 0};
   EXPECT_THROW(make_ring_pass_plan(o), ShapeError);
+}
+
+// --- zig-zag gather -----------------------------------------------------------------------------
+
+// Replays the zig-zag gather in a random topological order, tracking which global half-piece
+// each half-piece range of each rank's output holds (-1 until a chunk lands there; a rank's own
+// tensor holds its two halves). Returns problems: a chunk carrying another half than the one
+// its destination range is for, or an output range left empty at the end.
+std::vector<std::string> follow_halves(const CommPlan& plan, std::int64_t half, unsigned seed) {
+  const DependencyGraph graph(plan);
+  std::mt19937 rng(seed);
+  std::vector<int> indegree(plan.chunks.size());
+  std::vector<int> ready;
+  for (const Chunk& c : plan.chunks) {
+    indegree[c.id] = static_cast<int>(graph.predecessors(c.id).size());
+    if (indegree[c.id] == 0) ready.push_back(c.id);
+  }
+  const int w = plan.world_size;
+  std::map<std::pair<int, std::int64_t>, int> held;  // (rank, half-piece range) -> half held
+  std::vector<std::string> problems;
+  while (!ready.empty()) {
+    const std::size_t pick = std::uniform_int_distribution<std::size_t>(0, ready.size() - 1)(rng);
+    const int id = ready[pick];
+    ready.erase(ready.begin() + static_cast<std::ptrdiff_t>(pick));
+    const Chunk& c = plan.chunks[id];
+    const std::int64_t from = c.box.offset[2] / half;
+    int carried = -1;
+    if (c.tensor == plan.collective.tensor) {
+      carried = zigzag_half_piece(c.src, static_cast<int>(from), w);
+    } else {
+      const auto it = held.find({c.src, from});
+      carried = it == held.end() ? -1 : it->second;
+    }
+    const std::int64_t to = c.dst_box.offset[2] / half;
+    if (carried != to)
+      problems.push_back(fmt::format("chunk {} (rank {} -> {}) carried half-piece {} into the range of {}", id, c.src,
+                                     c.dst, carried, to));
+    held[{c.dst, to}] = carried;
+    for (int next : graph.successors(id))
+      if (--indegree[next] == 0) ready.push_back(next);
+  }
+  for (int r = 0; r < w; ++r)
+    for (int p = 0; p < 2 * w; ++p)
+      if (held.find({r, p}) == held.end()) problems.push_back(fmt::format("rank {}: half-piece {} never landed", r, p));
+  return problems;
+}
+
+TEST(ZigzagGather, VerifiedAndEveryHalfFollowedAtWorldsOneToEight) {
+  for (int world = 1; world <= 8; ++world)
+    for (Backend backend : {Backend::copy_engine, Backend::sm_copy, Backend::nccl}) {
+      ZigzagGatherOptions o;
+      o.world_size = world;
+      o.shape = {1, 2, 6, 4};  // halves of 3 positions
+      o.backend = backend;
+      const CommPlan plan = make_zigzag_gather_plan(o);
+      const auto where = fmt::format("world {} {}", world, to_string(backend));
+      EXPECT_EQ(plan.chunks.size(), static_cast<std::size_t>(2 * world * world)) << where;
+      EXPECT_EQ(plan.tensors.at("kv_all").shape, (std::vector<std::int64_t>{1, 2, 6 * world, 4})) << where;
+      const VerifyReport report = verify(plan);
+      EXPECT_TRUE(report.violations.empty()) << where << "\n" << report_text(report);
+      for (unsigned seed = 0; seed < 5; ++seed) {
+        EXPECT_EQ(element_replay::replay(plan, seed).problems, std::vector<std::string>{}) << where;
+        EXPECT_EQ(follow_halves(plan, 3, seed), std::vector<std::string>{}) << where << " seed " << seed;
+      }
+    }
+}
+
+TEST(ZigzagGather, RankRHoldsHalfPiecesRAndTwoWMinusOneMinusR) {
+  ZigzagGatherOptions o;
+  o.world_size = 4;
+  o.shape = {1, 1, 8, 2};
+  const CommPlan plan = make_zigzag_gather_plan(o);
+  for (const Chunk& c : plan.chunks) {
+    if (c.tensor != "kv") continue;  // the own halves' local copies
+    EXPECT_EQ(c.src, c.dst);
+    const std::int64_t h = c.box.offset[2] / 4;
+    EXPECT_EQ(c.dst_box.offset[2], (h == 0 ? c.src : 7 - c.src) * 4) << "chunk " << c.id;
+  }
+}
+
+// The point of the layout: with a causal mask every rank's queries see the same number of keys,
+// where the contiguous layout gives rank W - 1 about 2W - 1 times rank 0's work.
+TEST(ZigzagGather, CausalWorkIsTheSameOnEveryRank) {
+  for (int world : {2, 3, 4, 8}) {
+    const std::int64_t half = 16, s_loc = 2 * half;
+    std::vector<std::int64_t> zigzag, contiguous;
+    for (int r = 0; r < world; ++r) {
+      std::int64_t pairs = 0, plain = 0;
+      for (int h = 0; h < 2; ++h)
+        for (std::int64_t i = 0; i < half; ++i) pairs += zigzag_half_piece(r, h, world) * half + i + 1;
+      for (std::int64_t i = 0; i < s_loc; ++i) plain += r * s_loc + i + 1;
+      zigzag.push_back(pairs);
+      contiguous.push_back(plain);
+    }
+    EXPECT_EQ(std::count(zigzag.begin(), zigzag.end(), zigzag.front()), world) << "world " << world;
+    EXPECT_GT(contiguous.back(), contiguous.front()) << "world " << world;
+  }
+}
+
+// A forward that does not wait for its half to land on its source: the verifier's ordering group
+// or the replay sees it, and some order forwards a range that holds nothing yet.
+TEST(ZigzagGather, PlantedForwardBeforeLandingIsCaught) {
+  ZigzagGatherOptions o;
+  o.world_size = 3;
+  o.shape = {1, 1, 4, 2};
+  CommPlan plan = make_zigzag_gather_plan(o);
+  Chunk& c = plan.chunks[2 * 2 * 3 + 1];  // step 2, rank 0, second half: forwarded from rank 2
+  ASSERT_EQ(c.deps.size(), 1u);
+  c.deps.clear();
+  const VerifyReport report = verify(plan);
+  bool wrong = false, raced = false;
+  for (unsigned seed = 0; seed < 50; ++seed) {
+    wrong = wrong || !follow_halves(plan, 2, seed).empty();
+    raced = raced || !element_replay::replay(plan, seed).problems.empty();
+  }
+  EXPECT_TRUE(wrong) << "no order forwarded the half before it landed";
+  EXPECT_TRUE(!report.violations.empty() || raced) << "neither the verifier nor the replay noticed";
+}
+
+TEST(ZigzagGather, RefusesBadOptionsByName) {
+  ZigzagGatherOptions o;
+  o.world_size = 2;
+  o.shape = {1, 2, 5, 4};
+  try {
+    make_zigzag_gather_plan(o);
+    FAIL() << "an odd S_loc was accepted";
+  } catch (const ShapeError& e) {
+    EXPECT_EQ(std::string(e.what()),
+              "zig-zag gather: shape 1x2x5x4 is not [Z, H, S_loc, D] with S_loc even (each rank holds two "
+              "half-pieces of S_loc / 2 positions)");
+  }
+  o.shape = {2, 4};
+  EXPECT_THROW(make_zigzag_gather_plan(o), ShapeError);
+  o.shape = {1, 2, 4, 4};
+  o.output = "kv";
+  EXPECT_THROW(make_zigzag_gather_plan(o), ShapeError);
+  o.output = "all";
+  o.world_size = 0;
+  EXPECT_THROW(make_zigzag_gather_plan(o), ShapeError);
 }
 
 }  // namespace

@@ -36,6 +36,12 @@ TransformResult result_of(const std::string& kernel_source) {
 
 bool has(const std::string& hay, const std::string& needle) { return hay.find(needle) != std::string::npos; }
 
+std::size_t count_of(const std::string& hay, const std::string& needle) {
+  std::size_t n = 0;
+  for (auto at = hay.find(needle); at != std::string::npos; at = hay.find(needle, at + 1)) ++n;
+  return n;
+}
+
 // The loop body of a one-head attention-like kernel; `annotation` goes above the load of K.
 std::string kv_kernel(const std::string& annotation, const std::string& loop = "for start_n in range(0, N, BN):") {
   return "def k(q_ptr, k_ptr, o_ptr, N, BM: tl.constexpr, BN: tl.constexpr):\n"  // 6
@@ -69,7 +75,8 @@ TEST(BlockWait, WaitGoesBeforeTheMarkedStatementInsideTheLoop) {
                   "# [syncopate]\n"
                   "        kb = tl.load(k_ptr + pid_h * N + cols)\n"))
       << r.source;
-  EXPECT_FALSE(has(r.source, "block_in_order")) << "source order: the loop is not renumbered";
+  EXPECT_FALSE(has(r.source, "block_at")) << "source order: the loop is not renumbered";
+  EXPECT_FALSE(has(r.source, "block_row")) << r.source;
   EXPECT_FALSE(has(r.source, "syl.wait_tile")) << "no whole-tile wait was asked for";
   ASSERT_EQ(r.accesses.size(), 1u);
   EXPECT_TRUE(r.accesses[0].per_block);
@@ -103,13 +110,23 @@ TEST(BlockWait, KernelsWithoutOneKeepTheirParameters) {
   EXPECT_FALSE(has(r.source, "per_block"));
 }
 
-TEST(BlockWait, ArrivalOrderRenumbersTheLoopVariableFirstInTheBody) {
+TEST(BlockWait, ArrivalOrderRenumbersTheLoopVariableThenWaitsFirstInTheBody) {
+  // The wait returns the loop variable, so every address of the iteration depends on it (a
+  // pipelined prefetch of the block cannot go before its wait); nothing is inserted at the site.
   const auto r = result_of(kv_kernel("# @sy.consume_block(k_ptr, block=start_n // BN, n=pid_h, order=arrival)"));
   EXPECT_TRUE(has(r.source,
+                  "    sy_block_top, sy_block_row_waits, sy_block_seen = syl.block_row(sy_block_first, "
+                  "sy_block_wait_offsets, pid_h, sy_blocks, 0, N, BN)  # [syncopate]\n"
                   "    for start_n in range(0, N, BN):\n"
-                  "        start_n = syl.block_in_order(start_n, 0, N, BN, sy_block_first, pid_h)  # [syncopate]\n"
-                  "        cols = start_n + tl.arange(0, BN)\n"))
+                  "        start_n = syl.block_at(start_n, 0, N, BN, sy_block_top)  # [syncopate]\n"
+                  "        start_n, sy_block_seen = syl.wait_for_block(sy_signals, sy_block_wait_offsets, "
+                  "sy_block_wait_slots, sy_slot_writers, pid_h, start_n // BN, sy_blocks, sy_tile, sy_epoch, "
+                  "sy_wait_bound_ns, sy_rank, sy_error, start_n, sy_block_row_waits, sy_block_seen)  # [syncopate]\n"
+                  "        cols = start_n + tl.arange(0, BN)\n"
+                  "        # @sy.consume_block(k_ptr, block=start_n // BN, n=pid_h, order=arrival)\n"
+                  "        kb = tl.load(k_ptr + pid_h * N + cols)\n"))
       << r.source;
+  EXPECT_FALSE(has(r.source, "syl.wait_block(")) << r.source;
   EXPECT_TRUE(r.accesses[0].arrival_order);
   EXPECT_TRUE(has(r.source, "\"order\": \"arrival\"")) << r.source;
 }
@@ -117,7 +134,8 @@ TEST(BlockWait, ArrivalOrderRenumbersTheLoopVariableFirstInTheBody) {
 TEST(BlockWait, WithoutNTheTableHasOneRow) {
   const auto r = result_of(kv_kernel("# @sy.consume_block(k_ptr, block=start_n // BN, order=\"arrival\")",
                                      "for start_n in tl.range(0, N, BN):"));
-  EXPECT_TRUE(has(r.source, "start_n = syl.block_in_order(start_n, 0, N, BN, sy_block_first, 0)")) << r.source;
+  EXPECT_TRUE(has(r.source, "syl.block_row(sy_block_first, sy_block_wait_offsets, 0, sy_blocks, 0, N, BN)"))
+      << r.source;
   EXPECT_TRUE(has(r.source, "sy_slot_writers, 0, start_n // BN, sy_blocks,")) << r.source;
 }
 
@@ -136,11 +154,62 @@ TEST(BlockWait, TwoTensorsOfOneLoopRenumberItOnce) {
       "        acc += kb * vb\n"
       "    tl.store(o_ptr + pid_m * BN + tl.arange(0, BN), acc)\n";
   const auto r = result_of(src);
-  const auto first = r.source.find("block_in_order");
-  ASSERT_NE(first, std::string::npos);
-  EXPECT_EQ(r.source.find("block_in_order", first + 1), std::string::npos) << r.source;
+  EXPECT_EQ(count_of(r.source, "syl.block_row("), 1u) << r.source;
+  EXPECT_EQ(count_of(r.source, "syl.block_at("), 1u) << r.source;
   EXPECT_EQ(r.accesses.size(), 2u);
-  EXPECT_LT(r.source.find("j = syl.block_in_order"), r.source.find("syl.wait_block")) << r.source;
+  // One wait per iteration too: both consume_blocks name block j // BN of the one table row.
+  const auto wait = r.source.find("j, sy_block_seen = syl.wait_for_block(");
+  ASSERT_NE(wait, std::string::npos) << r.source;
+  EXPECT_EQ(count_of(r.source, "syl.wait_for_block("), 1u) << r.source;
+  EXPECT_FALSE(has(r.source, "syl.wait_block(")) << r.source;
+  EXPECT_LT(r.source.find("j = syl.block_at"), wait) << r.source;
+  EXPECT_LT(r.source.find("syl.block_row("), r.source.find("for j in range")) << "loaded before the loop";
+}
+
+// Source order: K and V of one block, waited for before each read.
+std::string two_tensor_kernel(const std::string& between, const std::string& v_annotation = "block=j // BN") {
+  return "def k(k_ptr, v_ptr, o_ptr, N, BN: tl.constexpr):\n"
+         "    # @sy.tile(index=tl.program_id(0), m=pid_m)\n"
+         "    pid_m = tl.program_id(0)\n"
+         "    # @sy.end\n"
+         "    acc = tl.zeros((BN,), dtype=tl.float32)\n"
+         "    for j in range(0, N, BN):\n"
+         "        # @sy.consume_block(k_ptr, block=j // BN)\n"
+         "        kb = tl.load(k_ptr + j + tl.arange(0, BN))\n" +
+         between + "        # @sy.consume_block(v_ptr, " + v_annotation +
+         ")\n"
+         "        vb = tl.load(v_ptr + j + tl.arange(0, BN))\n"
+         "        acc += kb * vb\n"
+         "    tl.store(o_ptr + pid_m * BN + tl.arange(0, BN), acc)\n";
+}
+
+TEST(BlockWait, SourceOrderDropsASecondIdenticalWaitOfTheIteration) {
+  const auto r = result_of(two_tensor_kernel(""));
+  EXPECT_EQ(count_of(r.source, "syl.wait_block("), 1u) << r.source;
+  EXPECT_LT(r.source.find("syl.wait_block("), r.source.find("kb = tl.load")) << r.source;
+  EXPECT_EQ(r.accesses.size(), 2u) << "both tensors are still described as consumed per block";
+}
+
+TEST(BlockWait, SourceOrderKeepsASecondWaitOnAnotherBlock) {
+  const auto r = result_of(two_tensor_kernel("", "block=j // BN + 1"));
+  EXPECT_EQ(count_of(r.source, "syl.wait_block("), 2u) << r.source;
+}
+
+TEST(BlockWait, SourceOrderKeepsASecondWaitWhenItsBlockChangesBetween) {
+  // `j` reassigned between the two: the second names another block despite the same text.
+  const auto r = result_of(two_tensor_kernel("        j = j + BN\n"));
+  EXPECT_EQ(count_of(r.source, "syl.wait_block("), 2u) << r.source;
+}
+
+TEST(BlockWait, SourceOrderKeepsASecondWaitWhenTheFirstMayNotHaveRun) {
+  // The first wait under an `if`: the second is the only one on the other path.
+  std::string src = two_tensor_kernel("");
+  src.replace(src.find("        # @sy.consume_block(k_ptr"), 0, "        if N > BN:\n    ");
+  src.replace(src.find("        kb = tl.load"), 0, "    ");
+  src.replace(src.find("        # @sy.consume_block(v_ptr"), 0,
+              "        else:\n            kb = tl.zeros((BN,), dtype=tl.float32)\n");
+  const auto r = result_of(src);
+  EXPECT_EQ(count_of(r.source, "syl.wait_block("), 2u) << r.source;
 }
 
 // --- refused placements -----------------------------------------------------------------------
@@ -279,6 +348,18 @@ TEST(BlockWait, ArrivalOrderRefusesBoundsAssignedInTheLoop) {
                   "k.py:16:9: @sy.consume_block(k_ptr, block=start_n // BN, n=pid_h, order=arrival): 'N' is "
                   "assigned inside the loop at line 13"))
       << msg;
+}
+
+TEST(BlockWait, ArrivalOrderRefusesTheRowAssignedInTheLoop) {
+  // n= is read at the top of the body, where the iteration's wait goes.
+  const auto msg = error_of(kv_kernel("# @sy.consume_block(k_ptr, block=start_n // BN, n=pid_h, order=arrival)",
+                                      "for start_n in range(0, N, BN):"));
+  EXPECT_EQ(msg, "no error");
+  std::string src = kv_kernel("# @sy.consume_block(k_ptr, block=start_n // BN, n=pid_h, order=arrival)");
+  src.replace(src.find("        acc += kb[None, :]\n"), 0, "        pid_h = pid_h + 0\n");
+  const auto refused = error_of(src);
+  EXPECT_TRUE(has(refused, "k.py:17:9: ")) << refused;
+  EXPECT_TRUE(has(refused, "'pid_h' is")) << refused;
 }
 
 TEST(BlockWait, ConsumeBlocksOfOneLoopMustAgree) {
