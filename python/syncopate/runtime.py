@@ -94,11 +94,21 @@ def _is_distributed(group) -> bool:
     return group is not None and dist.is_available() and dist.is_initialized()
 
 
+def resolve_device(device=None) -> torch.device:
+    """`device` with its index. None, or "cuda" without an index, means the current CUDA device
+    (where torch allocates): an operand's device always carries its index, so a context kept on
+    an unindexed "cuda" would compare unequal to every operand and refuse every call."""
+    device = torch.device("cuda") if device is None else torch.device(device)
+    if device.type == "cuda" and device.index is None:
+        return torch.device("cuda", torch.cuda.current_device())
+    return device
+
+
 def open_heap(nbytes: int, group=None, device: Optional[torch.device] = None, nodes: Sequence[int] = ()):
     """This rank's symmetric heap of `nbytes`, every peer of its node mapped (`nodes`: the node
     of each rank, as CommPlan.nodes; empty: one node). Collective over `group`."""
     rt = require_runtime()
-    device = torch.device(device) if device is not None else torch.device("cuda", torch.cuda.current_device())
+    device = resolve_device(device)
     if _is_distributed(group):
         import torch.distributed as dist
 
@@ -164,7 +174,7 @@ class PlanWorkspace:
         rt = require_runtime()
         from syncopate import plan_to_json
 
-        self.device = torch.device(device) if device is not None else torch.device("cuda", torch.cuda.current_device())
+        self.device = resolve_device(device)
         self.group = group
         self.plan = plan
         self.prepared = rt.prepare_plan(

@@ -32,6 +32,7 @@ from typing import Callable, Optional, Sequence
 import torch
 
 from syncopate.errors import UserError
+from syncopate.runtime import resolve_device
 
 GEMMS = ("cublas", "triton")
 _GROUPS: dict[tuple, object] = {}
@@ -131,7 +132,7 @@ class _KernelLevelOp:
         self.chunks = int(chunks)
         self.pieces = even_bounds(self.rows, self.chunks)
         self.dtype = dtype
-        self.device = torch.device(device) if device is not None else torch.device("cuda", torch.cuda.current_device())
+        self.device = resolve_device(device)
         self.priority = bool(priority)
         self.residency = residency
         self.sm_carveout = int(sm_carveout) if sm_carveout else None

@@ -22,6 +22,7 @@ import triton
 
 from syncopate.errors import DeviceError, UserError
 from syncopate.kernels.configs import GemmConfig
+from syncopate.runtime import resolve_device
 from syncopate.kernel_level.shaped_launch import compiled_for, launch_compiled, padded_kernel
 
 # The module, not the function `gemm` that syncopate.kernels re-exports under the same name.
@@ -38,7 +39,7 @@ class ShapedGemm:
         sm_carveout: Optional[int] = None,
         config: Optional[GemmConfig] = None,
     ):
-        self.device = torch.device(device)
+        self.device = resolve_device(device)
         if residency is not None and int(residency) < 1:
             raise UserError(f"residency: expected None or >= 1 block per SM, got {residency}")
         self.residency = None if residency is None else int(residency)

@@ -36,6 +36,7 @@ import torch
 from torch import nn
 
 from syncopate.errors import ShapeError, UserError
+from syncopate.runtime import resolve_device
 from syncopate.ops.custom_ops import NO_GROUP, SUPPORTED_DTYPES, device_supported, group_args
 
 __all__ = ["ColumnParallelLinear", "RowParallelLinear", "allreduce_sequence_parallel_grads"]
@@ -95,7 +96,7 @@ class _ParallelLinear(nn.Module):
                 f"{who}: dtype {dtype} is not supported; the fused ops take "
                 f"{', '.join(str(d) for d in SUPPORTED_DTYPES)}"
             )
-        device = _default_device() if device is None else torch.device(device)
+        device = _default_device() if device is None else resolve_device(device)
         _check_device(who, device)
         if init_method is not None and not callable(init_method):
             raise UserError(

@@ -25,7 +25,7 @@ from syncopate.ops.common import (
     ranks_sharing_a_device,
 )
 from syncopate.ops.topology import check_single_node, group_nodes
-from syncopate.runtime import DEFAULT_WAIT_BOUND_NS, plan_dtype
+from syncopate.runtime import DEFAULT_WAIT_BOUND_NS, plan_dtype, resolve_device
 
 # The operand dtypes of the fused ops (their output has the operands' dtype), as the torch custom
 # ops and syncopate.nn take them.
@@ -33,10 +33,6 @@ SUPPORTED_DTYPES = (torch.float16, torch.bfloat16)
 # The contexts also take FP8 operands, whose calls pass scales and return bf16 (ops/fp8.py); the
 # custom ops have no scale arguments yet, so they refuse FP8.
 CONTEXT_DTYPES = SUPPORTED_DTYPES + (torch.float8_e4m3fn,)
-
-
-def default_device(device) -> torch.device:
-    return torch.device(device) if device is not None else torch.device("cuda", torch.cuda.current_device())
 
 
 class _FastPath(NamedTuple):
@@ -107,7 +103,7 @@ class OpContext:
         from syncopate.kernels.gemm import select_config
         from syncopate.ops.fused_gemm import device_capability, fused_config
 
-        self.device = default_device(device)
+        self.device = resolve_device(device)
         self.m, self.k, self.n, self.dtype, self.rank, self.world = m, k, n, dtype, rank, world
         self.fp8 = is_fp8(dtype)
         self.out_dtype = output_dtype(dtype)
@@ -282,9 +278,8 @@ class OpContext:
             dtype=self.dtype,
             out_dtype=self.out_dtype,
             device=self.device,
-            # A CUDA device without an index matches no operand (the full checks compare
-            # devices and refuse "cuda:0" against "cuda", so such a context never gets here).
-            device_index=-1 if self.device.type != "cuda" else (-2 if self.device.index is None else self.device.index),
+            # get_device() of a CPU tensor is -1; a CUDA context's device always has its index.
+            device_index=-1 if self.device.type != "cuda" else self.device.index,
             a_shape=a_shape,
             b_shape=torch.Size((self.k, self.n)),
             out_shape=out_shape,

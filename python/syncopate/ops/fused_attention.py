@@ -42,6 +42,7 @@ import torch
 from syncopate.errors import ShapeError, UserError, WaitTimeoutError
 from syncopate.launch import TileTables, check_error, epoch_word, new_error_record, transformed_info
 from syncopate.ops.common import barrier, group_rank_world
+from syncopate.runtime import resolve_device
 
 KERNEL = "attention_fwd_kernel"
 KERNEL_MODULE = "syncopate.kernels.attention"
@@ -139,7 +140,7 @@ class _FusedAttention:
         if h % h_kv:
             raise ShapeError(f"{who}: {h} query heads are not a multiple of {h_kv} K/V heads (GQA)")
         self.group, self.rank, self.world = group_rank_world(group)
-        self.device = torch.device(device) if device is not None else torch.device("cuda", torch.cuda.current_device())
+        self.device = resolve_device(device)
         self.block = attention_block(s_loc, self.device)
         if not self.block:
             raise ShapeError(
