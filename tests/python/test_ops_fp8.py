@@ -83,6 +83,7 @@ def test_scales_are_checked_by_name():
 def test_a_gpu_without_fp8_is_refused_by_name(cls, monkeypatch):
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (8, 0))
     monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: "NVIDIA A100-SXM4-80GB")
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)  # "cuda" resolves to the current GPU
     with pytest.raises(
         UserError,
         match=rf"{cls.__name__}: NVIDIA A100-SXM4-80GB \(compute capability 8.0\) "
