@@ -79,13 +79,13 @@ class _ParallelLinear(nn.Module):
         self,
         in_features: int,
         out_features: int,
-        bias: bool,
+        bias: bool = True,
         *,
-        group,
-        sequence_parallel: bool,
-        dtype: Optional[torch.dtype],
-        device,
-        init_method: Optional[Callable[[torch.Tensor], None]],
+        group=None,
+        sequence_parallel: bool = True,
+        dtype: Optional[torch.dtype] = None,
+        device=None,
+        init_method: Optional[Callable[[torch.Tensor], None]] = None,
     ):
         super().__init__()
         who = type(self).__name__
@@ -113,7 +113,14 @@ class _ParallelLinear(nn.Module):
         shard_in, shard_out = self._shard_features(who)
         self.weight = nn.Parameter(torch.empty(shard_out, shard_in, dtype=dtype, device=device))
         self.bias = nn.Parameter(torch.empty(self._bias_features(), dtype=dtype, device=device)) if bias else None
+        if self.bias is not None and self.sequence_parallel and self._bias_grad_covers_own_positions:
+            self.bias.sequence_parallel = True  # its gradient covers this rank's positions only
         self.reset_parameters()
+
+    # A layer whose sequence-parallel output is this rank's positions (RowParallelLinear) has a
+    # bias whose gradient sums over those positions only: Megatron's optimiser all-reduces such
+    # parameters, which it finds by this attribute.
+    _bias_grad_covers_own_positions = False
 
     def _shard_features(self, who: str):
         raise NotImplementedError
@@ -171,29 +178,6 @@ class ColumnParallelLinear(_ParallelLinear):
     replicated -> y [S, (B,) out/w], a local GEMM whose input gradient is all-reduced.
     """
 
-    def __init__(
-        self,
-        in_features: int,
-        out_features: int,
-        bias: bool = True,
-        *,
-        group=None,
-        sequence_parallel: bool = True,
-        dtype: Optional[torch.dtype] = None,
-        device=None,
-        init_method: Optional[Callable[[torch.Tensor], None]] = None,
-    ):
-        super().__init__(
-            in_features,
-            out_features,
-            bias,
-            group=group,
-            sequence_parallel=sequence_parallel,
-            dtype=dtype,
-            device=device,
-            init_method=init_method,
-        )
-
     def _shard_features(self, who: str):
         self.out_per_rank = self._divisible(who, "out_features", self.out_features)
         return self.in_features, self.out_per_rank
@@ -230,30 +214,7 @@ class RowParallelLinear(_ParallelLinear):
     the reduction.
     """
 
-    def __init__(
-        self,
-        in_features: int,
-        out_features: int,
-        bias: bool = True,
-        *,
-        group=None,
-        sequence_parallel: bool = True,
-        dtype: Optional[torch.dtype] = None,
-        device=None,
-        init_method: Optional[Callable[[torch.Tensor], None]] = None,
-    ):
-        super().__init__(
-            in_features,
-            out_features,
-            bias,
-            group=group,
-            sequence_parallel=sequence_parallel,
-            dtype=dtype,
-            device=device,
-            init_method=init_method,
-        )
-        if self.bias is not None and self.sequence_parallel:
-            self.bias.sequence_parallel = True  # its gradient covers this rank's positions only
+    _bias_grad_covers_own_positions = True
 
     def _shard_features(self, who: str):
         self.in_per_rank = self._divisible(who, "in_features", self.in_features)
