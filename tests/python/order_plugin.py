@@ -4,12 +4,14 @@ outcomes with those of a run in another order.
     pytest --test-order reverse|random[:SEED]     (default: file order)
     pytest --outcomes-out first.json              then
     pytest --test-order reverse --outcomes-compare first.json
+    or, for two runs side by side (each with --outcomes-out):
+    python order_plugin.py first.json reversed.json   (exit 1 and a list if any outcome differs)
 
-scripts/test.sh runs the suite in file order and again reversed, each with a fresh Triton cache:
+scripts/test.sh runs the suite in file order and reversed, side by side, each with a fresh Triton cache:
 between them every pair of test modules runs in both orders, so a test that passes in one and
 fails or skips in the other depends on what an earlier test left behind (issue 13: an interpreter
-run left triton.language patched, and a later in-process compile for sm_90 failed). The second
-run fails if any outcome differs, and lists those tests. Loaded by conftest.py (or `-p order_plugin`
+run left triton.language patched, and a later in-process compile for sm_90 failed). The comparison
+fails if any outcome differs, and lists those tests. Loaded by conftest.py (or `-p order_plugin`
 with this directory on the path).
 """
 
@@ -86,6 +88,15 @@ class OrderOption:
             items[:] = [item for tests in modules for item in tests]
 
 
+def outcome_differences(before: dict[str, str], after: dict[str, str]) -> list[tuple[str, str, str]]:
+    """(test, outcome before, outcome after) for every test whose outcome is not the same in both."""
+    return [
+        (t, before.get(t, "not run"), after.get(t, "not run"))
+        for t in sorted(set(before) | set(after))
+        if before.get(t) != after.get(t)
+    ]
+
+
 class OutcomeRecord:
     """Each test's outcome (passed, skipped, xfailed, xpassed, failed, error: the worst of its
     phases), written with --outcomes-out and compared with --outcomes-compare."""
@@ -116,12 +127,7 @@ class OutcomeRecord:
             Path(out).write_text(json.dumps(self.outcomes, indent=1, sort_keys=True) + "\n")
         recorded = self.config.getoption("--outcomes-compare")
         if recorded:
-            before = json.loads(Path(recorded).read_text())
-            self.differences = [
-                (t, before.get(t, "not run"), self.outcomes.get(t, "not run"))
-                for t in sorted(set(before) | set(self.outcomes))
-                if before.get(t) != self.outcomes.get(t)
-            ]
+            self.differences = outcome_differences(json.loads(Path(recorded).read_text()), self.outcomes)
             if self.differences and session.exitstatus == 0:
                 session.exitstatus = 1
 
@@ -142,3 +148,26 @@ def pytest_configure(config):
     order = OrderOption(config.getoption("--test-order"))
     config.pluginmanager.register(order, "syncopate-test-order")
     config.pluginmanager.register(OutcomeRecord(config, order), "syncopate-outcome-record")
+
+
+def main(argv: list[str]) -> int:
+    """Compares two runs' --outcomes-out files; 1 (and the list) if any outcome differs."""
+    if len(argv) != 2:
+        print("usage: order_plugin.py FIRST.json SECOND.json")
+        return 2
+    first, second = (json.loads(Path(a).read_text()) for a in argv)
+    differences = outcome_differences(first, second)
+    if not differences:
+        print(f"test order: all {len(first)} outcomes are the same in both runs")
+        return 0
+    print(f"outcomes that depend on test order ({len(differences)}):")
+    print(f"{'first run':>12}  {'second run':>12}  test")
+    for test, before, after in differences:
+        print(f"{before:>12}  {after:>12}  {test}")
+    return 1
+
+
+if __name__ == "__main__":
+    import sys
+
+    sys.exit(main(sys.argv[1:]))

@@ -93,6 +93,33 @@ def test_same_outcomes_in_both_orders_pass(suite):
     assert "every outcome in order reverse equals the recorded run's" in again.stdout
 
 
+def compare_files(directory, first, second):
+    return subprocess.run(
+        [sys.executable, str(HERE / "order_plugin.py"), first, second],
+        cwd=directory,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+def test_two_runs_side_by_side_compared_afterwards(suite):
+    # scripts/test.sh runs both orders at once, each writing its outcomes, and compares them after.
+    assert pytest_in(suite, "--outcomes-out", "first.json").returncode == 0
+    assert pytest_in(suite, "--test-order", "reverse", "--outcomes-out", "reversed.json").returncode == 0
+    differ = compare_files(suite, "first.json", "reversed.json")
+    assert differ.returncode == 1, differ.stdout
+    assert "outcomes that depend on test order (1)" in differ.stdout
+    assert "passed       skipped  test_first.py::test_b" in differ.stdout
+
+    (suite / "test_first.py").write_text(SUITE["test_first.py"].replace('pytest.skip("test_a has not run")', "pass"))
+    assert pytest_in(suite, "--outcomes-out", "first.json").returncode == 0
+    assert pytest_in(suite, "--test-order", "reverse", "--outcomes-out", "reversed.json").returncode == 0
+    same = compare_files(suite, "first.json", "reversed.json")
+    assert same.returncode == 0, same.stdout
+    assert "all 5 outcomes are the same in both runs" in same.stdout
+
+
 def test_random_order_prints_its_seed_and_repeats_with_it(suite):
     drawn = pytest_in(suite, "--test-order", "random")
     seed = re.search(r"^test order: random:(\d+) \(again: --test-order random:\1\)$", drawn.stdout, re.MULTILINE)
