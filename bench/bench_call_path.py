@@ -154,9 +154,21 @@ def main():
         "--no-stamps", action="store_true", help="skip the profiler-free instrument (device stamps, call_clock.py)"
     )
     parser.add_argument(
-        "--no-split-start",
+        "--correctness-only",
         action="store_true",
-        help="skip the context whose call starts with begin + publish (three kernels) instead of one",
+        help="per row only the op's results (its own graph, split and one-graph: eager + capture, then "
+        "replays, each against fp32), no timing: for ranks sharing one GPU, where timings mean nothing",
+    )
+    parser.add_argument(
+        "--no-branch",
+        action="store_true",
+        help="skip the split context whose head records the tail's start event on a branch beside the GEMM "
+        "and whose tail records the done event itself",
+    )
+    parser.add_argument(
+        "--no-one-graph",
+        action="store_true",
+        help="skip the context that captures a call as one graph (before the split graphs) beside the default",
     )
     args = parser.parse_args()
     variants = [v for v in args.variants.split(",") if v]
@@ -222,7 +234,8 @@ def main():
                 # checks (the call path before the fast path, measured on the same host; it pays
                 # one more look for a fast path per call, about 0.1 us); eager: graph=False.
                 tags = ["graph"] + (["full"] if not args.no_full_path else []) + (["eager"] if args.eager else [])
-                tags += ["split"] if not args.no_split_start else []
+                tags += [] if args.no_one_graph else ["onegraph"]
+                tags += [] if args.no_branch else ["branch"]
 
                 def make_ctx(tag):
                     ctx = classes[cls_name](
@@ -240,13 +253,21 @@ def main():
                     )
                     if tag == "full":
                         ctx._fast_path = lambda: None  # never armed: OpContext._run_call
-                    if tag == "split":
-                        # The call's start as three kernels (begin, then publish), as before
-                        # RankExecutor::begin_and_publish: the same host, the one-kernel start's before.
-                        ws = ctx.ws
-                        ws.begin_and_publish = lambda stream=None: (ws.begin(stream), ws.publish(stream))
+                    if tag == "onegraph":
+                        # The whole call as one graph, as before the split graphs (call_graphs.py):
+                        # the same host, the split's before.
+                        ctx.graphs.split = False
+                    if tag == "branch":
+                        # Split, the tail's start event recorded on a branch beside the GEMM (the
+                        # GEMM's start), the done event recorded by the tail (the host time).
+                        ctx.graphs.head_branch = True
+                        ctx.graphs.tail_records_done = True
                     return ctx
 
+                if args.correctness_only:
+                    tags = (
+                        ["graph"] + ([] if args.no_one_graph else ["onegraph"]) + ([] if args.no_branch else ["branch"])
+                    )
                 ctxs = {tag: make_ctx(tag) for tag in tags}
                 op_key = {"AgGemm": "ag_gemm", "GemmRs": "gemm_rs", "GemmAr": "gemm_ar"}[cls_name]
                 err = 0.0
@@ -257,6 +278,20 @@ def main():
                         ctx(a, b, out=out)
                         err = max(err, ref.rel_error(out, expected))
                 graph_ctx = ctxs["graph"]
+                if args.correctness_only:
+                    row.update(correctness_only(ctxs, a, b, out, expected, ref, err))
+                    say(
+                        f"{name:18s} {f'{m_op}x{k}x{n}':>16s} correctness only: rel_err {row['rel_err']:.1e} over "
+                        f"{row['calls']} calls per context ({', '.join(row['call_mode'].values())}), "
+                        f"captures {row['graph_captures']}: {'PASS' if row['passed'] else 'FAIL'}"
+                    )
+                    del ctxs
+                    graph_ctx = ctx = None
+                    rows.append(row)
+                    write_results(args.out_dir, kind, world, shared, rows, rank)
+                    if gg is not None:
+                        gg.barrier()
+                    continue
                 kernel = graph_ctx.kernel_name
                 row.update(
                     rel_err=err,
@@ -304,13 +339,13 @@ def main():
                 if replay is not None:
                     fns["replay"] = (replay.replay, (kernel,))
                 fns["mm"] = ((lambda: torch.mm(local_a, b, out=mm_out)), MM_KERNEL_NAMES)
-                for tag in ("full", "eager"):
+                for tag in ("full", "eager", "onegraph", "branch"):
                     if tag in ctxs:
                         fns[tag] = ((lambda ctx=ctxs[tag]: ctx(a, b, out=out, check=False)), (kernel,))
                 starts = calls_to_start_us(fns, clock, calls=args.start_calls)
                 for ctx in ctxs.values():
                     ctx.check()
-                for tag in ("graph", "full", "eager"):
+                for tag in ("graph", "full", "eager", "onegraph", "branch"):
                     if tag in starts:
                         row[f"kernel_start_us_{tag}"] = starts[tag]["us"]
                         row[f"kernel_start_{tag}"] = starts[tag]
@@ -345,7 +380,15 @@ def main():
                     # Triton stamp beside it; then the same calls inside the profiler.
                     row.update(
                         stamped_measurement(
-                            graph_ctx, a, b, out, expected, clock, args.start_calls, ref, split_ctx=ctxs.get("split")
+                            graph_ctx,
+                            a,
+                            b,
+                            out,
+                            expected,
+                            clock,
+                            args.start_calls,
+                            ref,
+                            variants={tag: ctxs[tag] for tag in ("onegraph", "branch") if tag in ctxs},
                         )
                     )
                 base = row["torch_mm_host_us"] + (row["collective_host_us"] or 0.0)
@@ -385,11 +428,24 @@ def main():
                         f"(Triton); clock +-{row['stamp_clock_uncertainty_us']:.1f} us, drift "
                         f"{row['stamp_clock_drift_us']:+.1f} us, timer step {row['timer_step_us']:.3f} us"
                     )
-                if "split_start_stamp_gemm_us" in row:
+                if "stamp_tail_fork_us" in row or "stamp_tail_fork_error" in row:
                     say(
-                        f"{'':18s} {'':16s} start as begin + publish (three kernels): GEMM stamp "
-                        f"{row['split_start_stamp_gemm_us']:.1f} us against {row['stamp_gemm_us']:.1f} us with one kernel"
+                        f"{'':18s} {'':16s} split: the tail's fork (the chunks can begin) "
+                        f"{row.get('stamp_tail_fork_us', nan):.1f} us after the call"
+                        f"{' (branch: ' + format(row['stamp_tail_fork_us_branch'], '.1f') + ' us)' if 'stamp_tail_fork_us_branch' in row else ''}"
+                        f"{' ERROR ' + row['stamp_tail_fork_error'][:120] if 'stamp_tail_fork_error' in row else ''}"
                     )
+                for tag, words in (
+                    ("onegraph", "the call as one graph (before the split)"),
+                    ("branch", "split, start event on a branch, done event by the tail"),
+                ):
+                    if f"stamp_gemm_us_{tag}" in row:
+                        say(
+                            f"{'':18s} {'':16s} {words}: GEMM stamp {row[f'stamp_gemm_us_{tag}']:.1f} us "
+                            f"(first node {row.get(f'stamp_first_node_us_{tag}', nan):.1f}), host "
+                            f"{row.get(f'host_us_{tag}', nan):.1f} us; split: {row['stamp_gemm_us']:.1f} us "
+                            f"(first node {row['stamp_first_node_us']:.1f}), host {row['host_us_graph']:.1f} us"
+                        )
                 say(
                     f"{'':18s} {'':16s} host with new tensor objects each call (all compared): "
                     f"{row['host_us_graph_new_objects']:.1f} us"
@@ -404,28 +460,62 @@ def main():
             write_results(args.out_dir, kind, world, shared, rows, rank)  # after each row: a time limit keeps the rest
             if gg is not None:
                 gg.barrier()
-    say("targets (module docstring):\n" + summarize_targets([r for r in rows if "targets" in r]))
+    if args.correctness_only:
+        checked = [r for r in rows if r.get("correctness_only")]
+        say(
+            f"SUMMARY correctness-only world={world} shared={shared} passed="
+            f"{sum(r['passed'] for r in checked)} of {len(rows)} rows ({len(rows) - len(checked)} failed to run)"
+        )
+    else:
+        say("targets (module docstring):\n" + summarize_targets([r for r in rows if "targets" in r]))
     if rank == 0:
         print(f"wrote {results_path(args.out_dir, kind, world, shared)}", flush=True)
 
 
-def stamped_measurement(ctx, a, b, out, expected, clock, calls, ref, split_ctx=None) -> dict:
+def correctness_only(ctxs, a, b, out, expected, ref, err, replays: int = 4) -> dict:
+    """The row of --correctness-only: each context (after its eager call and capture, done by the
+    caller) replayed `replays` more times with the output and the heap's buffers poisoned before
+    each (a replay that read the last call's chunks, or did not wait for this call's, sees NaN),
+    every result against the fp32 reference; the worst relative error, and whether each context
+    replayed its one graph."""
+    tolerance = ref.TOLERANCE[torch.bfloat16]
+    for ctx in ctxs.values():
+        for _ in range(replays):
+            ref.poison(ctx)
+            out.fill_(float("nan"))
+            ctx(a, b, out=out, check=False)
+            err = max(err, ref.rel_error(out, expected))
+        ctx.check()
+    captures = {tag: c.graphs.captures for tag, c in ctxs.items()}
+    return {
+        "rel_err": err,
+        "correctness_only": True,
+        "calls": 2 + replays,
+        "call_mode": {tag: c.call_mode for tag, c in ctxs.items()},
+        "split_graph": {tag: c.graphs.split for tag, c in ctxs.items()},
+        "graph_captures": captures,
+        "passed": err < tolerance and all(n == 1 for n in captures.values()),
+    }
+
+
+def stamped_measurement(ctx, a, b, out, expected, clock, calls, ref, variants=None) -> dict:
     """The profiler-free kernel-start row fields (call_clock.py, "The profiler-free instrument"):
     the op's context instrumented with a stamp right before the GEMM alone (slot 1: where the
     GEMM starts), the floor graph stamping slot 2, an eager Triton stamp into slot 3, medians of
     `calls` calls each, without and then with the profiler (which also gives the gap from that
     stamp to the GEMM); then the op re-captured with a stamp as its graph's first node alone
-    (slot 0). split_ctx: the same op whose call starts with begin + publish (three kernels),
-    its GEMM stamped alike and timed in turn with it."""
+    (slot 0). variants: tag -> the same op graphed another way (onegraph: the call as one graph,
+    before the split; branch: the split with the start event on a branch), each GEMM and first
+    node stamped alike and timed in turn with it (fields stamp_*_us_<tag>)."""
     from call_clock import StampGraph, instrument_op, stamped_starts
 
     floor = StampGraph(clock, 2)
-    ops = {"op": ctx} if split_ctx is None else {"op": ctx, "split": split_ctx}
+    ops = {"op": ctx, **(variants or {})}
     err = 0.0
 
-    def instrument(c, first_slot, gemm_slot):
+    def instrument(c, first_slot, gemm_slot, fork_slot=None):
         nonlocal err
-        instrument_op(c, clock, first_slot=first_slot, gemm_slot=gemm_slot)
+        instrument_op(c, clock, first_slot=first_slot, gemm_slot=gemm_slot, fork_slot=fork_slot)
         captures = c.graphs.captures
         for _ in range(2):  # the first call captures the stamped graph, the second replays it (fast path)
             out.fill_(float("nan"))
@@ -441,20 +531,47 @@ def stamped_measurement(ctx, a, b, out, expected, clock, calls, ref, split_ctx=N
     plain = stamped_starts(fns, clock, calls=calls)
     profiled = stamped_starts(fns, clock, calls=calls, profiled=True, gap_kernels=(ctx.kernel_name,))
     recaptures = {key: c.graphs.captures - captures[key] for key, c in ops.items()}
-    instrument(ctx, 0, None)
-    first = stamped_starts({"op": ((lambda: ctx(a, b, out=out, check=False)), (0,))}, clock, calls=calls)
+    for c in ops.values():
+        instrument(c, 0, None)
+    first = stamped_starts(
+        {key: ((lambda c=c: c(a, b, out=out, check=False)), (0,)) for key, c in ops.items()}, clock, calls=calls
+    )
     for c in ops.values():
         c.check()
     before_gemm = plain["op"]["stamps"][0]
     gap = profiled["op"].get("gemm_after_stamp_us", {"us": float("nan")})
-    split = {}
-    if split_ctx is not None:
-        split = {
-            "split_start_stamp_gemm_us": plain["split"]["stamps"][0]["us"],
-            "split_start_recaptures": recaptures["split"],
-        }
+    # The tail's start (split contexts): a stamp before the fork of the side streams, i.e. when
+    # the chunks can begin; its own pass, and a failure here loses only these fields.
+    tail = {}
+    try:
+        split_ops = {key: c for key, c in ops.items() if c.graphs.split}
+        for c in split_ops.values():
+            instrument(c, None, None, fork_slot=4)
+        forks = stamped_starts(
+            {key: ((lambda c=c: c(a, b, out=out, check=False)), (4,)) for key, c in split_ops.items()},
+            clock,
+            calls=calls,
+        )
+        for key in split_ops:
+            tail["stamp_tail_fork_us" + ("" if key == "op" else f"_{key}")] = forks[key]["stamps"][0]["us"]
+    except Exception as exc:  # noqa: BLE001 - reported in the row, the rest stands
+        tail["stamp_tail_fork_error"] = f"{type(exc).__name__}: {exc}"
+    one = {}
+    for tag, c in (variants or {}).items():
+        one.update(
+            {
+                f"stamp_gemm_us_{tag}": plain[tag]["stamps"][0]["us"],
+                f"stamp_first_node_us_{tag}": first[tag]["stamps"][0]["us"],
+                f"recaptures_{tag}": recaptures[tag],
+                f"split_graph_{tag}": c.graphs.split,
+                f"head_branch_{tag}": c.graphs.head_branch,
+                f"tail_records_done_{tag}": c.graphs.tail_records_done,
+            }
+        )
     return {
-        **split,
+        **tail,
+        **one,
+        "split_graph": ctx.graphs.split,
         "stamped_rel_err": err,
         "stamped_recaptures": recaptures["op"],  # 1: every timed stamped call replayed
         "stamp_first_node_us": first["op"]["stamps"][0]["us"],  # the op graph's first node (own capture)

@@ -232,7 +232,9 @@ class StampGraph:
         self.replay = self._graph.replay
 
 
-def instrument_op(ctx, clock: GpuClock, first_slot: Optional[int] = 0, gemm_slot: Optional[int] = 1) -> None:
+def instrument_op(
+    ctx, clock: GpuClock, first_slot: Optional[int] = 0, gemm_slot: Optional[int] = 1, fork_slot: Optional[int] = None
+) -> None:
     """Makes every later call of the op context `ctx` stamp globaltimer as its first device work
     (clock.stamps_dev[first_slot]; None: no such stamp) and right before its fused GEMM on the
     same stream ([gemm_slot]; None: none); its graphs are dropped, so the next call captures
@@ -240,24 +242,49 @@ def instrument_op(ctx, clock: GpuClock, first_slot: Optional[int] = 0, gemm_slot
     again, it replaces the earlier stamps (it wraps the context's own run and launch, kept on
     the first call). Benchmark use only: each stamp is one more small kernel on the stream, so
     the first-node stamp delays everything after it, the GEMM's stamp included; the GEMM's
-    start is measured with the GEMM's stamp alone (bench_call_path.stamped_measurement)."""
+    start is measured with the GEMM's stamp alone (bench_call_path.stamped_measurement).
+    fork_slot: a stamp right before the fork of the plan's side streams (in a split graph, the
+    tail's first work after its wait for the call's start: when the chunks can begin; in one
+    graph or eagerly it sits before the GEMM, so it is for split contexts only)."""
+    from syncopate.ops.call_graphs import FusedCall
+
     graphs, gemm = ctx.graphs, ctx.gemm
     originals = ctx.__dict__.setdefault("_unstamped", (graphs.run, gemm.launch))
     run, launch = originals
 
     def stamped_run(key, enqueue, under_capture=None):
+        if first_slot is None:
+            return run(key, enqueue, under_capture)
+        if isinstance(enqueue, FusedCall):  # kept a FusedCall: its graph is split as the op's
+
+            def start():
+                clock.probe(first_slot)
+                original_start()
+
+            original_start = enqueue.start
+            enqueue.start = start
+            return run(key, enqueue, under_capture)
+
         def work():
             clock.probe(first_slot)
             enqueue()
 
-        return run(key, work if first_slot is not None else enqueue, under_capture)
+        return run(key, work, under_capture)
 
     def stamped_launch(*args, **kwargs):
         clock.probe(gemm_slot)
         return launch(*args, **kwargs)
 
+    ws = ctx.ws
+    fork = ctx.__dict__.setdefault("_unstamped_fork", ws.fork)
+
+    def stamped_fork(*args, **kwargs):
+        clock.probe(fork_slot)
+        return fork(*args, **kwargs)
+
     graphs.run = stamped_run
     gemm.launch = stamped_launch if gemm_slot is not None else launch
+    ws.fork = stamped_fork if fork_slot is not None else fork
     graphs.clear()
 
 

@@ -31,6 +31,19 @@
 #     world 2 bench for the rows round 3 had no time for (2048 and 8192 rows).
 #   Round 3 (nvidia-h100-x1, 2026-11-25 15:00): OneKernelStart not in that build (GuardedReplay
 #     1/1); graphs world 1 45/45; bench world 1 12/12 rows; shared world 2 5 of 12 rows in 52 s.
+#   Round 4 (nvidia-h100-x1, 2026-11-25 15:40): the filter 'OneKernelStart*' ran 0 tests (the
+#     suite is parameterised: CopyBackends/OneKernelStart.*); bench world 1 12/12 rows, GEMM
+#     start 16.1-32 us; graphs shared world 2 100/100; shared world 2 bench 4 rows in 55 s.
+#   ROUND=5 (2026-11-25 sixth session): split graphs (ops/call_graphs.py: the call's start and
+#     the GEMM in a head graph launched first, the chunks and the end in a tail graph on a side
+#     stream): the C++ GPU tests *SplitGraph* (done event by the host and by the tail),
+#     *OneKernelStart* (its first run) and GuardedReplay.*; test_graphs_gpu.py at shared world 2,
+#     10 calls (the split graphs with a peer: own graph, user graph, interleaving, a missing
+#     chunk in both graphs); the bench at
+#     world 1, every op x 3 shapes, side by side: the split context, the one-graph context
+#     (--no-one-graph drops it) and the split with the start event on a branch and the done
+#     event recorded by the tail (--no-branch); the bench at shared world 2 in
+#     --correctness-only mode (the default split context's results, every row; no timing).
 # Earlier rounds (session of 2026-11-25 morning, the path before the fast path): see git log.
 set -u
 ROUND=${ROUND:-1}
@@ -81,6 +94,16 @@ elif [ "$ROUND" = 4 ]; then
   step 30 graphs_w2.log "${TR[@]}" --nproc_per_node=2 tests/gpu/test_graphs_gpu.py --calls 20 --hang-dump-s 28
   step 55 bench_w2_shared.log "${TR[@]}" --nproc_per_node=2 bench/bench_call_path.py --out-dir "$dest" \
     --no-full-path --start-calls 8 --shapes 2048,8192 --variants "$VARIANTS"
+elif [ "$ROUND" = 5 ]; then
+  if [ -x "$CPP_TEST" ]; then
+    step 10 cpp_split_graph.log "$CPP_TEST" --gtest_filter='*SplitGraph*:*OneKernelStart*:GuardedReplay.*'
+  else
+    echo "skipped: $CPP_TEST not built" > "$dest/cpp_split_graph.log"
+  fi
+  step 30 graphs_w2.log "${TR[@]}" --nproc_per_node=2 tests/gpu/test_graphs_gpu.py --calls 10 --hang-dump-s 28
+  step 58 bench_w1.log python3 bench/bench_call_path.py --out-dir "$dest" --no-full-path --variants "$VARIANTS"
+  step 38 bench_w2_shared.log "${TR[@]}" --nproc_per_node=2 bench/bench_call_path.py --out-dir "$dest" \
+    --correctness-only --no-one-graph --no-branch --variants "$VARIANTS"
 elif [ "$ROUND" = 1 ]; then
   if [ -x "$CPP_TEST" ]; then
     step 10 guarded_replay.log "$CPP_TEST" --gtest_filter='GuardedReplay.*:HostFlagCopy.*'
@@ -98,7 +121,7 @@ else
 fi
 for f in "$dest"/*.log; do
   echo "== $(basename "$f")"
-  grep -E "^SUMMARY|^FAIL|^BAD|^\[  FAILED|^\[  PASSED|hang|Timeout|Traceback|^rc=|Error|targets|met on" "$f" | head -30
+  grep -E "^SUMMARY|^FAIL|^BAD|^\[  FAILED|^\[  PASSED|hang|Timeout|Traceback|^rc=|Error|targets|met on|one graph|tail.s fork|correctness only|no profiler" "$f" | head -60
 done > "$dest/summary.txt" 2>&1
 cat "$dest/summary.txt"
 exit 0

@@ -49,7 +49,7 @@ def fake_cuda_graphs():
             return id(self)
 
     class Capture:
-        def __init__(self, graph, capture_error_mode=None):
+        def __init__(self, graph, stream=None, capture_error_mode=None):
             pass
 
         def __enter__(self):
@@ -67,8 +67,40 @@ def fake_cuda_graphs():
         def replay_graph_unless(handle, stream, monitor, flag):
             return not (monitor.timed_out or flag.value)
 
+        @staticmethod
+        def launch_split_graph(head, tail, side, done, tail_records_done, stream):
+            pass
+
+        @staticmethod
+        def replay_split_graph_unless(head, tail, side, done, tail_records_done, stream, monitor, flag):
+            return not (monitor.timed_out or flag.value)
+
+    class Stream:  # the split graphs' side stream
+        cuda_stream = 9
+
+        def __init__(self, device=None, priority=0):
+            pass
+
+        @staticmethod
+        def priority_range():
+            return (0, -5)
+
+        def wait_event(self, event):
+            pass
+
+    class Event:
+        cuda_event = 11
+
+        def __init__(self, external=False):
+            pass
+
+        def record(self, stream=None):
+            pass
+
     torch.cuda.CUDAGraph = Graph
     torch.cuda.graph = Capture
+    torch.cuda.Stream = Stream
+    torch.cuda.Event = Event
     torch.cuda.is_available = lambda: True
     torch.cuda.is_current_stream_capturing = lambda: False
     torch.cuda.current_device = lambda: 0

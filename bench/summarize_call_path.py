@@ -1,5 +1,6 @@
 """A markdown table of a bench_call_path.py results file, the profiler-free kernel starts beside
-the profiled ones (for docs/PERFORMANCE.md).
+the profiled ones, the split graphs (the default) beside the one-graph and branch contexts (for
+docs/PERFORMANCE.md).
 
     python bench/summarize_call_path.py bench/results/call-path-<kind>-w1-<date>.json
 """
@@ -16,7 +17,10 @@ COLUMNS = (  # (header, row key, format)
     ("torch.mm host (us)", "torch_mm_host_us", "{:.1f}"),
     ("first node (us)", "stamp_first_node_us", "{:.1f}"),
     ("GEMM start, stamps (us)", None, None),  # [lower, upper]
-    ("GEMM stamp, start as 3 kernels (us)", "split_start_stamp_gemm_us", "{:.1f}"),
+    ("GEMM stamp, one graph (us)", "stamp_gemm_us_onegraph", "{:.1f}"),
+    ("host, one graph (us)", "host_us_onegraph", "{:.1f}"),
+    ("GEMM stamp, branch + tail done (us)", "stamp_gemm_us_branch", "{:.1f}"),
+    ("host, branch + tail done (us)", "host_us_branch", "{:.1f}"),
     ("floor: bare graph (us)", "floor_graph_us", "{:.1f}"),
     ("floor: eager Triton (us)", "floor_triton_us", "{:.1f}"),
     ("profiler adds, graph (us)", "profiler_adds_graph_us", "{:+.1f}"),
@@ -44,6 +48,12 @@ def table(doc: dict) -> str:
     ]
     for row in doc["rows"]:
         shape = f"{row['m']}x{row['k']}x{row['n']}"
+        if row.get("correctness_only"):
+            lines.append(
+                f"| {row['op']} | {shape} | correctness only: rel_err {row['rel_err']:.1e}, "
+                f"{'PASS' if row['passed'] else 'FAIL'} |"
+            )
+            continue
         if "error" in row:
             lines.append(f"| {row['op']} | {shape} | error: {row['error'][:80]} |")
             continue

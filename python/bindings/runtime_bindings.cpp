@@ -212,6 +212,27 @@ NB_MODULE(_runtime, m) {
       "Launches the graph and returns True unless the stream is being captured, an earlier wait "
       "timed out (monitor's record or flag; None: not watched) or the capture status is "
       "unreadable; then nothing is launched (runtime/graph_launch.hpp)");
+  m.def(
+      "launch_split_graph",
+      [](std::uintptr_t head, std::uintptr_t tail, std::uintptr_t side, std::uintptr_t done_event,
+         bool tail_records_done, std::uintptr_t stream) {
+        runtime::launch_split_graph(head, tail, as_stream(stream), as_stream(side),
+                                    reinterpret_cast<cudaEvent_t>(done_event), tail_records_done);
+      },
+      "head"_a, "tail"_a, "side"_a, "done_event"_a, "tail_records_done"_a, "stream"_a,
+      "A call captured as two graphs: head on stream, tail on side, then stream waits for the done "
+      "event (recorded by the host after the tail, or by the tail itself: tail_records_done) "
+      "(runtime/graph_launch.hpp)");
+  m.def(
+      "replay_split_graph_unless",
+      [](std::uintptr_t head, std::uintptr_t tail, std::uintptr_t side, std::uintptr_t done_event,
+         bool tail_records_done, std::uintptr_t stream, const WaitMonitor* monitor, const HostFlag* flag) {
+        return runtime::replay_split_graph_unless(head, tail, as_stream(side),
+                                                  reinterpret_cast<cudaEvent_t>(done_event), tail_records_done,
+                                                  as_stream(stream), monitor, flag) == runtime::ReplayOutcome::launched;
+      },
+      "head"_a, "tail"_a, "side"_a, "done_event"_a, "tail_records_done"_a, "stream"_a, "monitor"_a.none(),
+      "flag"_a.none(), "replay_graph_unless for a call captured as two graphs (launch_split_graph)");
   nb::class_<NcclComm>(m, "NcclComm")
       .def(
           "__init__",

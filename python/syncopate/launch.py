@@ -185,10 +185,17 @@ def transformed_info(kernel: Any) -> dict:
 
 
 def unspecialize(kernel: Any) -> None:
-    """Stops Triton from compiling a new variant when an epoch/rank/bound value changes."""
+    """Stops Triton from compiling a new variant when an epoch/rank/bound value changes. Once
+    per kernel object (a launch calls it each time; the walk over the parameters is host time)."""
     fn = kernel
     while not hasattr(fn, "params") and hasattr(fn, "fn"):
         fn = fn.fn
+    if getattr(fn, "_syncopate_unspecialized", False):
+        return
+    try:
+        fn._syncopate_unspecialized = True
+    except AttributeError:  # an object that takes no attributes: walk every time
+        pass
     for p in getattr(fn, "params", []):
         if getattr(p, "name", None) in _UNSPECIALIZED:
             p.do_not_specialize = True
@@ -226,6 +233,7 @@ def launch(
     sync: bool = True,
     device_arrays: Optional[dict[str, torch.Tensor]] = None,
     blocks: Any = None,
+    clear_error: bool = True,
     **kwargs: Any,
 ):
     """Launches a transformed kernel over `tables` and checks its waits.
@@ -238,6 +246,8 @@ def launch(
     blocks: the syncopate.block_tables.BlockTables of a kernel that waits per block
     (`@sy.consume_block`); required by such a kernel, refused by others.
     Returns the error record (int64[8]); with sync=False the caller checks it with check_error.
+    clear_error=False leaves a given record as it is (the first timeout since the caller last
+    cleared it stays, for a caller that looks at the record some calls later).
     """
     info = transformed_info(kernel)
     if signals.dtype != torch.int32:
@@ -254,7 +264,7 @@ def launch(
     arrays = device_arrays if device_arrays is not None else tables.device_arrays(device)
     if error is None:
         error = new_error_record(device)
-    else:
+    elif clear_error:
         error.zero_()
     extra = dict(arrays)
     extra.update(

@@ -183,11 +183,13 @@ Calibration parse_calibration(std::string_view json_text, std::string_view sourc
   const auto host = top.optional("host");
 
   if (host) {
-    auto o = object(*host, "host", {"fused_call_us", "after_launch_us", "producer_after_launch_us"});
+    auto o = object(*host, "host",
+                    {"fused_call_us", "after_launch_us", "producer_after_launch_us", "chunks_after_launch_us"});
     c.host.modelled = true;
     c.host.fused_call_us = o.required("fused_call_us").non_negative();
     c.host.after_launch_us = o.required("after_launch_us").non_negative();
     c.host.producer_after_launch_us = o.required("producer_after_launch_us").non_negative();
+    if (auto v = o.optional("chunks_after_launch_us")) c.host.chunks_after_launch_us = v->non_negative();
   }
   if (auto kl = top.optional("kernel_level")) {
     auto o =
@@ -280,10 +282,12 @@ std::string calibration_to_json(const Calibration& c, int indent) {
                  {"tile_overhead_us", c.gemm.tile_overhead_us},
                  {"fp8", {{"peak_tflops", c.gemm.fp8_peak_tflops}, {"estimated", c.gemm.fp8_estimated}}}};
   doc["overheads"] = {{"launch_us", c.launch_overhead_us}, {"sync_us", c.sync_overhead_us}};
-  if (c.host.modelled)
+  if (c.host.modelled) {
     doc["host"] = {{"fused_call_us", c.host.fused_call_us},
                    {"after_launch_us", c.host.after_launch_us},
                    {"producer_after_launch_us", c.host.producer_after_launch_us}};
+    if (c.host.chunks_after_launch_us > 0) doc["host"]["chunks_after_launch_us"] = c.host.chunks_after_launch_us;
+  }
   const auto& kl = c.kernel_level;
   if (kl.call_us > 0 || kl.collective_us > 0 || kl.gemm_us > 0 || kl.chunk_latency_us > 0 || kl.carveout_slowdown != 1)
     doc["kernel_level"] = {{"call_us", kl.call_us},

@@ -235,11 +235,12 @@ double local_shard_bytes(const plan::CommPlan& plan, int rank) {
   return shard_bytes(plan, rank, false);
 }
 
-// The call path of a fused call (HostModel; none when the calibration has no `host`): one graph
-// launch; on each rank's stream the preamble (fused_call_us) and, for AG+GEMM, the copy of its
-// own shard into the heap; then the side streams fork and the kernel is launched at once. On
-// each side stream the k-th chunk enters after the dispatch of its first k chunk steps
-// (issue_us each); streams run in parallel.
+// The call path of a fused call (HostModel; none when the calibration has no `host`): the head
+// graph's launch; on each rank's stream the preamble (fused_call_us) and, for AG+GEMM, the copy
+// of its own shard into the heap; then the kernel is launched at once, and the side streams
+// fork chunks_after_launch_us later (the tail graph, launched after the head). On each side
+// stream the k-th chunk enters after the dispatch of its first k chunk steps (issue_us each);
+// streams run in parallel.
 struct CallPath {
   std::vector<double> chunk_enqueued;  // by chunk: when it enters its stream (latest listing rank)
   std::vector<double> launch;          // by rank: the fused kernel's launch on the device
@@ -260,7 +261,7 @@ CallPath call_path(const plan::CommPlan& plan, const Calibration& calib, bool pr
   }
   for (const auto& program : plan.ranks) {
     const bool known = program.rank >= 0 && program.rank < plan.world_size;
-    const double fork = known ? p.launch[program.rank] : host.fused_call_us;
+    const double fork = (known ? p.launch[program.rank] : host.fused_call_us) + host.chunks_after_launch_us;
     for (const auto& stream : program.streams) {
       double t = fork;
       for (int c : stream) {

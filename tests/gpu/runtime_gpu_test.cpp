@@ -28,6 +28,7 @@
 #include "syncopate/common/error.hpp"
 #include "syncopate/lower/signal_table.hpp"
 #include "syncopate/plan/verify.hpp"
+#include "syncopate/runtime/device_ops.hpp"
 #include "syncopate/runtime/graph_launch.hpp"
 #include "syncopate/runtime/host_flag.hpp"
 #include "syncopate/runtime/wait_monitor.hpp"
@@ -462,6 +463,91 @@ TEST(GuardedReplay, LaunchesOnlyWhenNotCapturedAndNothingTimedOut) {
   cudaFree(flag_word);
   cudaFree(word);
 }
+
+// A call captured as two graphs (ops/call_graphs.py, "Split graphs"), in miniature: the head
+// advances the epoch, records an external event, then waits (bounded) for a slot that only the
+// tail raises to the epoch's value, as a fused kernel waits for its chunks; the tail waits for
+// that event, raises the slot, then a second word. launch_split_graph must let the tail run
+// beside the head (a tail queued behind the whole head would leave the head's wait to time out)
+// and after the head's start (a tail before the epoch advance raises the slot to the old epoch:
+// the head's wait times out too), and the caller's stream must wait for the tail (the second
+// word is current after synchronizing that stream alone), with the done event recorded by the
+// host or by the tail itself (tail_records_done: an external event record as its last node).
+// 50 replays each: the epoch on the device makes each right.
+class SplitGraph : public testing::TestWithParam<bool> {};
+
+TEST_P(SplitGraph, TailRunsBesideTheHeadAfterItsStartAndTheStreamWaitsForIt) {
+  const bool tail_records_done = GetParam();
+  constexpr int kReplays = 50;
+  std::int32_t* words = nullptr;  // epoch, slot, after
+  ASSERT_EQ(cudaMalloc(reinterpret_cast<void**>(&words), 3 * sizeof(std::int32_t)), cudaSuccess);
+  ASSERT_EQ(cudaMemset(words, 0, 3 * sizeof(std::int32_t)), cudaSuccess);
+  std::int32_t* epoch = words;
+  std::int32_t* slot = words + 1;
+  std::int32_t* after = words + 2;
+  runtime::warm_up_kernels();
+  runtime::WaitMonitor monitor;
+  cudaStream_t stream = nullptr, side = nullptr, capture = nullptr;
+  ASSERT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
+  ASSERT_EQ(cudaStreamCreateWithFlags(&side, cudaStreamNonBlocking), cudaSuccess);
+  ASSERT_EQ(cudaStreamCreateWithFlags(&capture, cudaStreamNonBlocking), cudaSuccess);
+  cudaEvent_t started = nullptr, done = nullptr;
+  ASSERT_EQ(cudaEventCreateWithFlags(&started, cudaEventDisableTiming), cudaSuccess);
+  ASSERT_EQ(cudaEventCreateWithFlags(&done, cudaEventDisableTiming), cudaSuccess);
+
+  runtime::WaitBatch batch;
+  batch.count = 1;
+  batch.bound_ns = 200'000'000;  // 0.2 s
+  batch.epoch = epoch;
+  batch.conditions[0].addr = slot;
+  batch.conditions[0].chunk = 0;
+  cudaGraph_t head = nullptr, tail = nullptr;
+  ASSERT_EQ(cudaStreamBeginCapture(capture, cudaStreamCaptureModeThreadLocal), cudaSuccess);
+  runtime::launch_epoch_advance(capture, epoch);
+  ASSERT_EQ(cudaEventRecordWithFlags(started, capture, cudaEventRecordExternal), cudaSuccess);
+  runtime::launch_bounded_wait(capture, batch, monitor.device_record());
+  ASSERT_EQ(cudaStreamEndCapture(capture, &head), cudaSuccess);
+  ASSERT_EQ(cudaStreamBeginCapture(capture, cudaStreamCaptureModeThreadLocal), cudaSuccess);
+  ASSERT_EQ(cudaStreamWaitEvent(capture, started, cudaEventWaitExternal), cudaSuccess);
+  runtime::launch_signal_raise(capture, slot, epoch);
+  runtime::launch_signal_raise(capture, after, epoch);
+  if (tail_records_done) ASSERT_EQ(cudaEventRecordWithFlags(done, capture, cudaEventRecordExternal), cudaSuccess);
+  ASSERT_EQ(cudaStreamEndCapture(capture, &tail), cudaSuccess);
+  cudaGraphExec_t head_exec = nullptr, tail_exec = nullptr;
+  ASSERT_EQ(cudaGraphInstantiate(&head_exec, head, 0), cudaSuccess);
+  ASSERT_EQ(cudaGraphInstantiate(&tail_exec, tail, 0), cudaSuccess);
+
+  for (int call = 1; call <= kReplays; ++call) {
+    EXPECT_EQ(runtime::replay_split_graph_unless(reinterpret_cast<std::uintptr_t>(head_exec),
+                                                 reinterpret_cast<std::uintptr_t>(tail_exec), side, done,
+                                                 tail_records_done, stream, &monitor, nullptr),
+              runtime::ReplayOutcome::launched)
+        << "call " << call;
+    ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);  // the caller's stream alone
+    std::int32_t seen[3] = {0, 0, 0};
+    ASSERT_EQ(cudaMemcpy(seen, words, sizeof seen, cudaMemcpyDeviceToHost), cudaSuccess);
+    EXPECT_EQ(seen[0], call) << "epoch";
+    EXPECT_EQ(seen[1], call) << "slot raised by the tail";
+    EXPECT_EQ(seen[2], call) << "the stream did not wait for the tail";
+    ASSERT_FALSE(monitor.timed_out()) << "call " << call
+                                      << ": the head's wait timed out: the tail did not run beside the head "
+                                         "after its start";
+  }
+  cudaGraphExecDestroy(tail_exec);
+  cudaGraphExecDestroy(head_exec);
+  cudaGraphDestroy(tail);
+  cudaGraphDestroy(head);
+  cudaEventDestroy(done);
+  cudaEventDestroy(started);
+  cudaStreamDestroy(capture);
+  cudaStreamDestroy(side);
+  cudaStreamDestroy(stream);
+  cudaFree(words);
+}
+
+INSTANTIATE_TEST_SUITE_P(DoneEvent, SplitGraph, testing::Bool(), [](const testing::TestParamInfo<bool>& info) {
+  return std::string(info.param ? "RecordedByTheTail" : "RecordedByTheHost");
+});
 
 TEST(NcclBoundedWait, nccl_PeerThatNeverSendsIsAbortedAfterTheBound) {
   const int world = test_world();

@@ -74,7 +74,7 @@ def own_graph(res, name, op, backend, group, world, rank, calls, gen):
         name,
         ok,
         f"calls={calls} worst_rel_err={worst:.2e} call_mode={ctx.call_mode} "
-        f"captures={ctx.graphs.captures} {base.describe(ctx)}",
+        f"captures={ctx.graphs.captures} split={ctx.graphs.split} {base.describe(ctx)}",
     )
 
 

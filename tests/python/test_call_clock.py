@@ -166,3 +166,31 @@ def test_instrument_op_again_replaces_the_stamps(cpu_runtime, monkeypatch):
     assert new == [("stamp", 0), ("kernel",)] * 2, new
     h.call(check=False)
     assert h.ctx.graphs.captures == 3 and h.launches() == 1, "the re-captured graph replays"
+
+
+def test_instrument_op_stamps_right_before_the_fork_and_drops_that_stamp_again(cpu_runtime, monkeypatch):
+    """fork_slot: the tail's start in a split graph (the fork of the side streams is its first
+    work after the wait for the call's start): a stamp right before each fork, none after the
+    stamps are replaced without it."""
+    h = Harness(monkeypatch, GemmRs, {"reduce": "chunks"})
+    h.warm()
+    clock = FakeClock(h.fake.log)
+    fork = h.ctx.ws.fork
+
+    def logged_fork(*args, **kwargs):
+        h.fake.log.append(("fork",))
+        return fork(*args, **kwargs)
+
+    h.ctx.ws.fork = logged_fork
+    call_clock.instrument_op(h.ctx, clock, first_slot=None, gemm_slot=None, fork_slot=4)
+    start = len(h.fake.log)
+    h.call(check=False)
+    new = [e for e in h.fake.log[start:] if isinstance(e, tuple) and e[0] in ("stamp", "fork")]
+    assert new == [("stamp", 4), ("fork",)] * 2, new  # the eager call and its capture
+    call_clock.instrument_op(h.ctx, clock, first_slot=None, gemm_slot=1)
+    start = len(h.fake.log)
+    h.call(check=False)
+    new = [e for e in h.fake.log[start:] if isinstance(e, tuple) and e[0] in ("stamp", "fork")]
+    # Eagerly the fork comes before the GEMM (and its stamp); captured split, the GEMM's stamp
+    # is in the head, the fork in the tail captured after it.
+    assert new == [("fork",), ("stamp", 1), ("stamp", 1), ("fork",)], new

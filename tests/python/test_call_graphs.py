@@ -29,7 +29,7 @@ class FakeGraphs:
                 return id(self)
 
         class Capture:
-            def __init__(self, graph, capture_error_mode=None):
+            def __init__(self, graph, stream=None, capture_error_mode=None):
                 self.graph = graph
                 assert capture_error_mode == "thread_local"
 
@@ -55,8 +55,43 @@ class FakeGraphs:
                 fake.log.append(("launch", handle, stream))
                 return True
 
+            def launch_split_graph(self, head, tail, side, done, tail_records_done, stream):
+                fake.log.append(("launch", head, stream))
+
+            def replay_split_graph_unless(self, head, tail, side, done, tail_records_done, stream, monitor, flag):
+                """replay_graph_unless for a call captured as a head and a tail graph."""
+                fake.guarded += 1
+                if fake.capturing or (monitor is not None and monitor.timed_out) or (flag is not None and flag.value):
+                    return False
+                fake.log.append(("launch", head, stream))
+                return True
+
+        class Stream:  # the side stream of split graphs (test_split_graphs.py tests their order)
+            cuda_stream = 900
+
+            def __init__(self, device=None, priority=0):
+                pass
+
+            @staticmethod
+            def priority_range():
+                return (0, -5)
+
+            def wait_event(self, event):
+                pass
+
+        class Event:
+            cuda_event = 800
+
+            def __init__(self, external=False):
+                pass
+
+            def record(self, stream=None):
+                pass
+
         monkeypatch.setattr(torch.cuda, "CUDAGraph", Graph)
         monkeypatch.setattr(torch.cuda, "graph", Capture)
+        monkeypatch.setattr(torch.cuda, "Stream", Stream)
+        monkeypatch.setattr(torch.cuda, "Event", Event)
         monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
         self.queries = 0  # capture-status queries (each costs host time on a GPU)
 

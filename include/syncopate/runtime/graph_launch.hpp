@@ -39,4 +39,19 @@ enum class ReplayOutcome : int {
 ReplayOutcome replay_graph_unless(std::uintptr_t graph_exec, cudaStream_t stream, const WaitMonitor* monitor,
                                   const HostFlag* flag);
 
+// A call captured as two graphs (ops/call_graphs.py, "split graphs"): `head` (the call's start
+// and the fused kernel) is launched first on `stream`, so the kernel's start pays for a graph
+// of a few nodes only; then `tail` (the chunks, the join, the end) on `side`, whose first node
+// waits for an event that `head` records before the kernel; then `stream` waits for `tail`
+// (done_event recorded on `side` after the tail; tail_records_done: the tail records it itself,
+// as its last node, an external event record captured with it: one host call less), so what the
+// caller enqueues next follows the whole call. Throws DeviceError naming the step that failed.
+void launch_split_graph(std::uintptr_t head, std::uintptr_t tail, cudaStream_t stream, cudaStream_t side,
+                        cudaEvent_t done_event, bool tail_records_done = false);
+
+// replay_graph_unless for a split call: the same checks on `stream`, then launch_split_graph.
+ReplayOutcome replay_split_graph_unless(std::uintptr_t head, std::uintptr_t tail, cudaStream_t side,
+                                        cudaEvent_t done_event, bool tail_records_done, cudaStream_t stream,
+                                        const WaitMonitor* monitor, const HostFlag* flag);
+
 }  // namespace syncopate::runtime

@@ -56,8 +56,10 @@ struct BackendModel {
 //   fused kernel launch   = fused_call_us + local shard bytes / gpu.local_copy_gbps (AG+GEMM),
 //                           whatever the number of chunks (its first tile starts
 //                           overheads.launch_us later)
-//   k-th chunk of a plan stream enters it no earlier than that launch + the issue_us of the
-//                           stream's first k chunks (then + overheads.launch_us, like any chunk)
+//   k-th chunk of a plan stream enters it no earlier than that launch + chunks_after_launch_us
+//                           (the split graphs: the tail, launched after the head, forks the
+//                           side streams) + the issue_us of the stream's first k chunks (then +
+//                           overheads.launch_us, like any chunk)
 //   call ends no earlier  = fused_call_us + after_launch_us (producer_after_launch_us for
 //                           GEMM+RS/AR): when the host returns
 // JSON `host`, optional. Absent, no call path is modelled (the kernel launches and the chunks
@@ -71,6 +73,8 @@ struct HostModel {
   double after_launch_us = 0;           // consumers (AG+GEMM): host time of the call beyond
                                         // fused_call_us (the host returns at their sum)
   double producer_after_launch_us = 0;  // producers (GEMM+RS/AR): the same
+  double chunks_after_launch_us = 0;    // the side streams' fork after the kernel's launch
+                                        // (optional in JSON, 0 when absent: forked with it)
 };
 
 // Reduce-add chunks of the copy engine and NCCL land in the destination's staging area and are

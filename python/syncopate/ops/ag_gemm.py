@@ -36,6 +36,7 @@ from syncopate.ops.common import (
     forward_operands,
     refuse_gloo_capture,
 )
+from syncopate.ops.call_graphs import FusedCall
 from syncopate.ops.context import OpContext
 from syncopate.ops.fp8 import ROW_TAIL_BYTES, check_scales, pack_rows, packed_views, refuse_scales
 
@@ -162,8 +163,23 @@ class AgGemm(OpContext):
         key = (a_shard.data_ptr(), b.data_ptr(), out.data_ptr())
         if gathered_out is not None:
             key += (gathered_out.data_ptr(),)
-        self._run_call(key, lambda: self._enqueue(a_shard, b, out, gathered_out), check)
+        self._run_call(key, self._steps(a_shard, b, out, gathered_out), check)
         return out
+
+    def _steps(self, a_shard, b, out, gathered_out) -> object:
+        """One call's device work: a FusedCall on the common path (the fused GEMM, the shard
+        read in place), else a closure enqueuing it (_enqueue)."""
+        if self.gemm is not None and gathered_out is None and self.input and a_shard.is_contiguous():
+            ws, gemm, a_full, signals, epoch = self.ws, self.gemm, self.a_full, self.signals, self.ws.epoch_word
+
+            def start() -> None:
+                # Nothing to put in place on the device (the local chunks read the caller's
+                # shard where it is): begin and publish are one kernel, and the GEMM follows it.
+                ws.bind_source(self.input, a_shard)
+                ws.begin_and_publish()
+
+            return FusedCall(ws, start, lambda: gemm.launch(a_full, b, out, signals, epoch))
+        return lambda: self._enqueue(a_shard, b, out, gathered_out)
 
     def _call_fp8(self, a_shard, b, sa, sb, out, check: bool) -> torch.Tensor:
         from syncopate.kernels.gemm_fp8 import gemm_fp8

@@ -11,7 +11,7 @@ from typing import NamedTuple, Optional, Tuple
 import torch
 
 from syncopate.errors import ShapeError, UserError, WaitTimeoutError
-from syncopate.ops.call_graphs import CallGraphs, capturing
+from syncopate.ops.call_graphs import CallGraphs, FusedCall, capturing
 from syncopate.ops.choice import choose
 from syncopate.ops.fp8 import check_fp8_context, is_fp8, output_dtype
 from syncopate.ops.common import (
@@ -232,18 +232,24 @@ class OpContext:
         return None
 
     def _run_call(self, key, enqueue, check: bool) -> None:
-        """One call's device work through the context's graphs (see CallGraphs.run). Before it,
+        """One call's device work through the context's graphs (see CallGraphs.run); enqueue: a
+        callable, or a FusedCall (the fused kernel's calls: its graph is captured as a head and
+        a tail, call_graphs.py "Split graphs"). Before it,
         without synchronizing, raises a wait that timed out in an earlier call (report_timeouts);
         after it, if `check` and nothing is being captured, synchronizes and raises one of this
         call. Once a graph exists, later calls may take the fast path (_fast_call)."""
         under_capture = capturing()  # asked once per call (each query costs host time)
         if not under_capture:
             self.report_timeouts()
+        if isinstance(enqueue, FusedCall):  # its steps, so that a graph can be cut between them
+            enqueue.after = self.gemm.copy_flag_to_host
+            work = enqueue
+        else:
 
-        def work() -> None:
-            enqueue()
-            if self.gemm is not None:
-                self.gemm.copy_flag_to_host()
+            def work() -> None:
+                enqueue()
+                if self.gemm is not None:
+                    self.gemm.copy_flag_to_host()
 
         self.graphs.run(key, work, under_capture)
         if self._fast is None and self.graphs.captures:

@@ -33,6 +33,7 @@ from typing import Optional
 import torch
 
 from syncopate.errors import UserError
+from syncopate.ops.call_graphs import FusedCall
 from syncopate.ops.context import OpContext
 from syncopate.ops.fp8 import check_scales, refuse_scales
 from syncopate.ops.common import (
@@ -243,33 +244,48 @@ class ProducerGemm(OpContext):
         if self.torch_fallback:
             set_scales()
             return self._fallback_call(a, b_shard, out)
-        enqueue = self._enqueue_staged if self._staged else self._enqueue
+        if self.gemm is not None:
+            work = self._steps(a, b_shard, out, set_scales)
+        else:
 
-        def work():
-            set_scales()
-            enqueue(a, b_shard, out)
+            def work():
+                set_scales()
+                self._enqueue(a, b_shard, out)
 
         self._run_call(key + (out.data_ptr(),), work, check)
         return out
 
-    def _enqueue(self, a: torch.Tensor, b_shard: torch.Tensor, out: torch.Tensor) -> None:
-        """One call's device work (reduce-add chunks) on the current stream."""
-        ws = self.ws
-        if self.gemm is None:
-            ws.begin()
-            self._local_gemm(a, b_shard, self.c)
-            ws.issue(wait_landed=True)
-        else:
+    def _steps(self, a: torch.Tensor, b_shard: torch.Tensor, out: torch.Tensor, set_scales) -> FusedCall:
+        """One fused call's device work as steps (call_graphs.FusedCall): the reduce-add chunks'
+        path, or the staged one (why no chunk of this call or the next overwrites what a kernel
+        still reads: docs/RUNTIME.md, "Staged epilogue"). The side streams fork before the GEMM
+        starts, so the chunks (which wait on the tiles' ready slots on their own streams) do not
+        wait for the whole GEMM, and the host issues them only after its launch."""
+        ws, gemm, signals, epoch = self.ws, self.gemm, self.signals, self.ws.epoch_word
+
+        def start() -> None:
             # begin and publish in one kernel (no inputs to put in place: the GEMM reads `a`).
-            # The side streams fork before the GEMM is launched, so the chunks (which wait on the
-            # tiles' ready slots on their own streams) do not wait for the whole GEMM, and the
-            # host issues them only after the launch.
+            set_scales()
             ws.begin_and_publish()
-            ws.fork()
-            scales = (self.sa, self.sb) if self.fp8 else ()
-            self.gemm.launch(a, b_shard, self.c, self.signals, ws.epoch_word, *scales)
-            ws.issue_chunks()
+
+        def copy_out() -> None:
             ws.wait_landed()
+            out.copy_(self.result)  # before end(): after it, peers may write into "c" again
+
+        if self._staged:
+            rows = out if self.staged_writes_out else self.own_rows
+            launch = lambda: gemm.launch(a, b_shard, self.c, signals, epoch, self.p, rows)  # noqa: E731
+            return FusedCall(ws, start, launch, None if self.staged_writes_out else copy_out)
+        scales = (self.sa, self.sb) if self.fp8 else ()
+        return FusedCall(ws, start, lambda: gemm.launch(a, b_shard, self.c, signals, epoch, *scales), copy_out)
+
+    def _enqueue(self, a: torch.Tensor, b_shard: torch.Tensor, out: torch.Tensor) -> None:
+        """One call's device work on the sequential path (no fused kernel) on the current stream;
+        the fused path's is _steps."""
+        ws = self.ws
+        ws.begin()
+        self._local_gemm(a, b_shard, self.c)
+        ws.issue(wait_landed=True)
         out.copy_(self.result)  # before end(): after it, peers may write into "c" again
         ws.end()
 
@@ -337,22 +353,6 @@ class ProducerGemm(OpContext):
             scratch(*self.p.shape),
             scratch(self.shard_rows, self.n),
         )
-
-    def _enqueue_staged(self, a: torch.Tensor, b_shard: torch.Tensor, out: torch.Tensor) -> None:
-        """One call's device work on the staged path (operands and `out` checked). Why no chunk
-        of this call or the next overwrites what a kernel still reads: docs/RUNTIME.md, "Staged
-        epilogue"."""
-        ws = self.ws
-        ws.begin_and_publish()
-        ws.fork()
-        self.gemm.launch(
-            a, b_shard, self.c, self.signals, ws.epoch_word, self.p, out if self.staged_writes_out else self.own_rows
-        )
-        ws.issue_chunks()
-        if not self.staged_writes_out:
-            ws.wait_landed()
-            out.copy_(self.result)  # before end(): after it, peers may write into "c" again
-        ws.end()
 
 
 class GemmRs(ProducerGemm):

@@ -147,6 +147,33 @@ TEST(HostPath, StreamsAreDispatchedInParallel) {
   EXPECT_NEAR(tl.chunks[2].start, launch + 30 + 2, kTol);  // one step on its stream, not two
 }
 
+// The split graphs (ops/call_graphs.py): the tail that forks the side streams is launched after
+// the head that holds the kernel, so the chunks enter chunks_after_launch_us after the kernel's
+// launch (16.256 + 3 = 19.256 against the test above); the kernel's launch does not move, and a
+// calibration without the field forks with the kernel (the test above). It is written back.
+TEST(HostPath, TheSplitGraphsTailForksTheChunksAfterTheKernelsLaunch) {
+  const auto calib = with({{"/host",
+                            {{"fused_call_us", 10},
+                             {"after_launch_us", 100},
+                             {"producer_after_launch_us", 0},
+                             {"chunks_after_launch_us", 3}}},
+                           {"/backends/copy-engine/issue_us", 4}});
+  EXPECT_DOUBLE_EQ(calib.host.chunks_after_launch_us, 3);
+  const auto tl = simulate_fused(two_rank_all_gather({0, 1, 2, 3}, {2, 3, 0, 1}), calib);
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_NEAR(tl.rank_ends[r].kernel_launch, 10.256, kTol);
+    EXPECT_NEAR(tl.chunks[r].start, 19.256, kTol);
+  }
+  const auto again = parse_calibration(calibration_to_json(calib), "written.json");
+  EXPECT_DOUBLE_EQ(again.host.chunks_after_launch_us, 3);
+  EXPECT_THROW(with({{"/host",
+                      {{"fused_call_us", 10},
+                       {"after_launch_us", 0},
+                       {"producer_after_launch_us", 0},
+                       {"chunks_after_launch_us", -1}}}}),
+               CalibrationError);
+}
+
 // AG+GEMM copies its own shard into the heap before the kernel: bytes / local_copy_gbps, which
 // grows with M / world; a GEMM+RS uses its operands in place (its copy-out comes at the end).
 TEST(HostPath, TheLocalShardCopyComesBeforeTheKernel) {
