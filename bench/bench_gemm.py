@@ -271,8 +271,12 @@ def bench_shape(
 def parse_config_name(name: str) -> GemmConfig:
     """GemmConfig.name back to the config (efficiency 1.0: not part of the name)."""
     parts = name.split("_")
-    bm, bn, bk = (int(x) for x in parts[0].split("x"))
+    bm, bns, bk = parts[0].split("x")
+    bm, bk = int(bm), int(bk)
+    bn, _, bn2 = bns.partition("+")
+    bn = int(bn)
     fields = {"split_k": 1, "split_fixup": False, "split_tail": False, "persistent": True, "stream_k": False}
+    fields["block_n2"] = int(bn2) if bn2 else 0
     fields["flatten"] = True
     stages = warps = group = epilogue = None
     ws = True
@@ -410,7 +414,7 @@ def _compile_one(task: tuple) -> str:
 
 def launch_grid(cfg: GemmConfig, m: int, n: int, k: int, num_sms: int) -> int:
     """The grid `gemm` launches cfg with on this shape."""
-    tiles = math.ceil(m / cfg.block_m) * math.ceil(n / cfg.block_n)
+    tiles = math.ceil(m / cfg.block_m) * math.ceil(n / cfg.width)
     if cfg.stream_k:
         return max(1, min(num_sms, tiles * math.ceil(k / cfg.block_k)))
     work = tiles * cfg.split_k

@@ -51,6 +51,8 @@ DECODE_ROWS = (
     (128, 7168, 4096),
     (128, 4096, 8192),
 )
+# The B layouts each decode row is swept in.
+DECODE_LAYOUTS = ("nk", "kn")
 # (M, K, N, layout): the small-M FP8 rows above 1.05x torch._scaled_mm (per-tensor scales) on
 # nvidia-h100-x1, 2026-11-25 14:07 (main's bench/results/gemm18-nvidia-h100-x1-2026-11-25/), worst
 # first; [N, K] B only (a [K, N] FP8 B runs the same kernel on its kept K-major copy).
@@ -163,7 +165,7 @@ def plan(num_sms: int, device_ok: bool):
     out = []
     known = {(s.m, s.k, s.n, s.b_layout): s for s in shapes.local_gemm_shapes()}
     for m, k, n in DECODE_ROWS:
-        for layout in ("nk", "kn"):
+        for layout in DECODE_LAYOUTS:
             shape = known.get((m, k, n, layout)) or shapes.GemmShape(m, k, n, layout, labels=("decode",))
             if device_ok:
                 model = kernels.select_config(m, n, k, torch.device("cuda"), torch.bfloat16, local=True)

@@ -154,3 +154,26 @@ def test_fp8_one_launch_kernels_match_reference_every_call(cfg, mode, shape):
         assert _rel(out, ref) < 5e-3
     counters = gemm_module._fixup_counters[(out.device.index, torch.cuda.current_stream().cuda_stream)]
     assert int(counters.abs().sum()) == 0
+
+
+FP8_WIDE = [
+    GemmConfig(128, 128, 128, 8, 4, 8, True, 1, 1.0, flatten=False, block_n2=64),
+    GemmConfig(64, 64, 128, 8, 6, 4, True, 1, 1.0, flatten=False, block_n2=32),
+    GemmConfig(64, 128, 128, 8, 6, 4, True, 1, 1.0, flatten=False, split_k=3, block_n2=32),
+]
+
+
+@pytest.mark.skipif(not HAS_FP8, reason="this GPU has no FP8 tensor cores (capability < 8.9)")
+@pytest.mark.parametrize("cfg", FP8_WIDE, ids=lambda c: c.name)
+@pytest.mark.parametrize("mode", ["tensor", "row"])
+@pytest.mark.parametrize("shape", [(128, 4096, 7168), (1000, 3000, 2048)])
+def test_fp8_wide_tiles_match_reference(cfg, mode, shape):
+    """kernels/gemm_wide.py with FP8 scales: unsplit (scaled in the epilogue) and split three ways
+    (scaled after the sum by the reduction)."""
+    m, n, k = shape
+    a, b, sa, sb = _fp8_operands(m, n, k, "nk", mode, seed=m + n + cfg.block_n2)
+    ref = (a.float() @ b.float()) * sa.reshape(-1, 1) * sb.reshape(1, -1)
+    out = torch.full((m, n), float("nan"), dtype=torch.bfloat16, device="cuda")
+    fp8_gemm(a, b, sa, sb, out=out, config=cfg)
+    torch.cuda.synchronize()
+    assert _rel(out, ref) < 5e-3

@@ -156,3 +156,27 @@ def test_stream_k_in_a_cuda_graph_matches_reference_every_replay():
         graph.replay()
         torch.cuda.synchronize()
         assert _rel(out, a.float() @ b.float()) < 1e-2
+
+
+# (BLOCK_M, BLOCK_N, BLOCK_N2, stages, warps): the wide tiles bench/sweep_wide.py offers.
+WIDE_BLOCKS = [(128, 128, 64, 4, 8), (128, 128, 32, 5, 8), (64, 128, 64, 6, 4), (64, 64, 32, 6, 4), (128, 64, 32, 6, 4)]
+
+
+@pytest.mark.parametrize("block", WIDE_BLOCKS, ids=lambda b: f"{b[0]}x{b[1]}+{b[2]}")
+@pytest.mark.parametrize("split_k", [1, 3])
+@pytest.mark.parametrize("layout", ["kn", "nk"])
+# 512 x 3072 x 4096: whole tiles of every width; 1000 x 3000 x 1000: ragged M and K, N not a
+# multiple of any width (the last tile's second block partly or wholly past N).
+@pytest.mark.parametrize("shape", [(512, 3072, 4096), (1000, 3000, 1000)])
+def test_wide_tiles_match_reference(block, split_k, layout, shape):
+    """kernels/gemm_wide.py: tiles BLOCK_M x (BLOCK_N + BLOCK_N2), unsplit (TMA stores) and split
+    three ways (fp32 partials, second launch)."""
+    m, n, k = shape
+    bm, bn, bn2, stages, warps = block
+    cfg = GemmConfig(bm, bn, 64, 8, stages, warps, True, 1, 1.0, flatten=False, split_k=split_k, block_n2=bn2)
+    a, b = _operands(m, n, k, layout, seed=m + n + bm + bn2)
+    ref = a.float() @ b.float()
+    out = torch.full((m, n), float("nan"), dtype=torch.bfloat16, device="cuda")
+    gemm_module.gemm(a, b, out=out, config=cfg)
+    torch.cuda.synchronize()
+    assert _rel(out, ref) < 1e-2

@@ -110,6 +110,7 @@ def test_config_names_parse_back_to_their_configs():
         bench_gemm.GemmConfig(64, 128, 64, 8, 4, 4, True, 1, 1.0, persistent=False),
         bench_gemm.GemmConfig(128, 128, 64, 8, 4, 4, True, 1, 1.0, split_k=2, split_tail=True),
         bench_gemm.GemmConfig(128, 256, 64, 8, 3, 8, False, 2, 1.0, flatten=False, split_k=3, split_fixup=True),
+        bench_gemm.GemmConfig(64, 128, 64, 8, 6, 4, True, 1, 1.0, flatten=False, split_k=2, block_n2=32),
     ):
         assert bench_gemm.parse_config_name(cfg.name).name == cfg.name
     with pytest.raises(ValueError, match="unknown part"):
@@ -121,3 +122,22 @@ def test_compare_reads_an_earlier_runs_choices():
     earlier = bench_gemm.earlier_choices(str(path / "bench_gemm_nvidia-h200_2026-11-25_0907_smallm.json"))
     assert len(earlier) == 33
     assert earlier[(128, 7168, 4096, "nk")].name == "128x64x64_s6_w4_g8_ws_e1_k2"
+
+
+def test_wide_sweep_offers_tiles_that_fill_the_last_wave():
+    """bench/sweep_wide.py: 512 x 3072 in 64 x 192 tiles is 8 x 16 = 128 tiles (0.97 of 132);
+    128 x 192 (64 tiles, 0.48) is offered only split 2 (128 items); every candidate fits in shared
+    memory, and FP8 candidates double BLOCK_K with the bf16 block's stages."""
+    import sweep_wide
+
+    cands = sweep_wide.wide_candidates(512, 3072, 4096, 132)
+    assert "64x128+64x64_s6_w4_g8_ws_e1_nf" in cands
+    assert "128x128+64x64_s4_w8_g8_ws_e1_nf" not in cands
+    assert "128x128+64x64_s4_w8_g8_ws_e1_nf_k2" in cands
+    for cfg in cands.values():
+        tiles = -(-512 // cfg.block_m) * -(-3072 // cfg.width)
+        items = tiles * cfg.split_k
+        assert items / (-(-items // 132) * 132) >= sweep_wide.WAVE_FILL
+        assert cfg.shared_memory_bytes(2) <= sweep_wide.SMEM
+    fp8 = sweep_wide.wide_candidates(512, 3072, 4096, 132, fp8=True)
+    assert {c.block_k for c in fp8.values()} == {128}

@@ -132,6 +132,24 @@ def test_one_launch_kernels_apply_the_scales_after_the_sum(mode, b_is_nk, cfg):
     assert ((c.double() - ref.double()).norm() / ref.double().norm()).item() < 4e-3
 
 
+@pytest.mark.parametrize("mode", ["tensor", "rowwise"])
+@pytest.mark.parametrize("b_is_nk", [False, True])
+@pytest.mark.parametrize("split_k", [1, 3])
+def test_wide_tiles_apply_the_scales_after_the_sum(mode, b_is_nk, split_k):
+    """kernels/gemm_wide.py with FP8 operands: 48-column tiles (32 + 16) over N = 104 (the last
+    tile's second block past N), 5 K-steps; split 3 ways, the scales multiply the summed
+    partials in the reduction."""
+    cfg = dataclasses.replace(SMALL, block_k=32, flatten=False, split_k=split_k, block_n2=16)
+    m, n, k = 40, 104, 160
+    a, b, gen = _operands(m, n, k, b_is_nk, seed=13 + split_k)
+    sa, sb = _scales(m, n, mode, gen)
+    out = torch.full((m, n), float("nan"), dtype=torch.bfloat16)
+    c = fp8.gemm_fp8(a, b, sa, sb, out=out, config=cfg, num_programs=3)
+    assert not torch.isnan(c).any(), "some output elements were never written"
+    ref = _reference(a, b, sa, sb)
+    assert ((c.double() - ref.double()).norm() / ref.double().norm()).item() < 4e-3
+
+
 def test_two_launch_split_k_is_refused_for_fp8():
     a, b, gen = _operands(32, 32, 64, True, seed=2)
     sa, sb = _scales(32, 32, "tensor", gen)

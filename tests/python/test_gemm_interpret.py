@@ -44,6 +44,8 @@ gemm_module = importlib.import_module("syncopate_kernels_under_test.gemm")
 one_launch_module = importlib.import_module("syncopate_kernels_under_test.gemm_one_launch")
 from syncopate_kernels_under_test.configs import GemmConfig  # noqa: E402
 
+configs_module = importlib.import_module("syncopate_kernels_under_test.configs")
+
 
 def _bf16_bits_to_float32(data):
     bits = data.view(numpy.uint16).astype(numpy.uint32) << 16
@@ -479,3 +481,32 @@ def test_fused_callers_never_get_local_blocks_or_the_split_tail():
     tail = GemmConfig(128, 256, 64, 8, 3, 8, True, 2, 1.0, split_k=2, split_tail=True)
     assert _kernel_configs.estimated_cost(tail, 8192, 8192, 8192, 132) == float("inf")  # 15.5 waves
     assert _kernel_configs.estimated_cost(tail, 1024, 5120, 8192, 132) < float("inf")
+
+
+@pytest.mark.parametrize("split_k", [1, 2, 3])
+@pytest.mark.parametrize("b_is_nk", [False, True])
+@pytest.mark.parametrize("shape", [(40, 104, 160), (33, 48, 72)])
+def test_wide_tiles_match_reference(split_k, b_is_nk, shape):
+    """kernels/gemm_wide.py: tiles 32 x (32 + 16) columns; N = 104 leaves the last tile's second
+    block wholly past N, N = 48 is one tile column; M = 33 a partial tile row; split 2-3 ways
+    over 5 (or 3) K-steps, unevenly."""
+    m, n, k = shape
+    cfg = GemmConfig(32, 32, 32, 2, 1, 4, False, 1, 1.0, flatten=False, split_k=split_k, block_n2=16)
+    a, b = _operands(m, n, k, torch.bfloat16, b_is_nk, seed=split_k * 10 + m)
+    out = torch.full((m, n), float("nan"), dtype=torch.bfloat16)
+    c = gemm_module.gemm(a, b, out=out, config=cfg, num_programs=3)
+    assert not torch.isnan(c).any(), "some output elements were never written"
+    assert _rel_error(c, a, b) < 1e-2
+
+
+def test_wide_config_counts_both_blocks():
+    """A wide tile's width, name, shared memory and cost all count its second block."""
+    wide = GemmConfig(128, 128, 64, 8, 4, 8, True, 1, 1.0, flatten=False, block_n2=64)
+    assert wide.width == 192
+    assert wide.name.startswith("128x128+64x64_")
+    assert wide.shared_memory_bytes(2) == 4 * (128 + 192) * 64 * 2 + 128 * 192 * 2
+    # 512 x 3072: 4 x 16 = 64 tiles of 128 x 192 (one wave) vs 4 x 24 = 96 of 128 x 128.
+    narrow = dataclasses.replace(wide, block_n2=0)
+    assert configs_module.estimated_cost(wide, 512, 3072, 4096, 132) == pytest.approx(
+        configs_module.estimated_cost(narrow, 512, 3072, 4096, 132) * 1.5
+    )

@@ -11,5 +11,6 @@ from .gemm_fp8 import gemm_fp8
 gemm_module = importlib.import_module(f"{__name__}.gemm")
 gemm_fp8_module = importlib.import_module(f"{__name__}.gemm_fp8")
 gemm_one_launch_module = importlib.import_module(f"{__name__}.gemm_one_launch")
+gemm_wide_module = importlib.import_module(f"{__name__}.gemm_wide")
 
 __all__ = ["CANDIDATES", "GemmConfig", "choose_config", "gemm", "gemm_fp8", "linear", "select_config"]

@@ -53,6 +53,15 @@ class GemmConfig:
     # split_k ways so that they fill the last wave, and a second small kernel sums only those
     # tiles' partials. For tile counts just over a whole number of waves (1.1-1.5).
     split_tail: bool = False
+    # A second accumulator beside the first, BLOCK_N2 columns wide (a power of two, 0: none): the
+    # output tile is block_m x (block_n + block_n2), e.g. 128 + 64 = 192, a width no single
+    # Triton block can have (gemm_wide.gemm_wide_host_kernel; the plain local GEMMs only).
+    block_n2: int = 0
+
+    @property
+    def width(self) -> int:
+        """Columns of C one tile covers."""
+        return self.block_n + self.block_n2
 
     @property
     def name(self) -> str:
@@ -64,15 +73,16 @@ class GemmConfig:
             else ""
         )
         grid = ("" if self.persistent else "_np") + ("_sk" if self.stream_k else "")
+        wide = f"+{self.block_n2}" if self.block_n2 else ""
         return (
-            f"{self.block_m}x{self.block_n}x{self.block_k}_s{self.num_stages}"
+            f"{self.block_m}x{self.block_n}{wide}x{self.block_k}_s{self.num_stages}"
             f"_w{self.num_warps}_g{self.group_m}_{ws}_e{self.epilogue_split}{flat}{split}{grid}"
         )
 
     def shared_memory_bytes(self, element_size: int) -> int:
         """Shared memory the pipeline and the epilogue need, to reject configs that won't fit."""
-        stage = (self.block_m + self.block_n) * self.block_k * element_size
-        epilogue = self.block_m * (self.block_n // self.epilogue_split) * element_size
+        stage = (self.block_m + self.block_n + self.block_n2) * self.block_k * element_size
+        epilogue = self.block_m * (self.block_n // self.epilogue_split + self.block_n2) * element_size
         return self.num_stages * stage + epilogue
 
 
@@ -165,6 +175,14 @@ ONE_LAUNCH_TAIL_MAX_FILL = 0.25
 # (128 x 7168 x 4096, 128x64 split 2: 1.31 vs 1.41) and lost on the others (128 x 4096 x 3072
 # 1.40 vs 1.35, 128 x 8192 x 5120 1.44 vs 1.11), stream-K on every row (1.4-2.8x).
 FP8_LOCAL_IN_MODEL = False
+# Wide tiles (gemm_wide.py: BLOCK_M x (BLOCK_N + BLOCK_N2), two accumulators sharing A), offered
+# by candidate_configs(local=True) with split factors 1-4 (two launches) when WIDE_IN_MODEL, and
+# for the plain gemm_fp8 call (choose_fp8_config(local=True), unsplit or split, BLOCK_K doubled)
+# when WIDE_FP8_IN_MODEL. Each block's efficiency is fitted to the nvidia-h100-x1 sweep
+# (bench/sweep_wide.py) where it is on; see docs/PERFORMANCE.md.
+WIDE_IN_MODEL = False
+WIDE_FP8_IN_MODEL = False
+WIDE_CANDIDATES: tuple[GemmConfig, ...] = ()
 # Below this many K-steps per slice, splitting K only adds overhead.
 MIN_K_STEPS_PER_SPLIT = 8
 _REFERENCE_AREA = 128 * 256
@@ -182,8 +200,8 @@ def estimated_cost(cfg: GemmConfig, m: int, n: int, k: int, num_sms: int) -> flo
     scaled by block area over efficiency (a partial block costs a full one). Split-K adds
     the traffic of its fp32 partials. Unit: one K-step of a 128x256x64 block.
     """
-    tiles = math.ceil(m / cfg.block_m) * math.ceil(n / cfg.block_n)
-    area = cfg.block_m * cfg.block_n / _REFERENCE_AREA
+    tiles = math.ceil(m / cfg.block_m) * math.ceil(n / cfg.width)
+    area = cfg.block_m * cfg.width / _REFERENCE_AREA
     if cfg.split_tail and cfg.split_k > 1:
         # Whole waves of whole tiles, then the tail tiles' K slices (gemm_split_tail_kernel);
         # partials and the reduction launch for the tail tiles only. Offered only under
@@ -239,7 +257,19 @@ def candidate_configs(k: int, fixup: bool = False, local: bool = False) -> list[
                     out.append(dataclasses.replace(cfg, split_k=split, split_tail=True, split_fixup=True))
     if local and STREAM_K_IN_MODEL:
         out.extend(dataclasses.replace(cfg, stream_k=True) for cfg in STREAM_K_BLOCKS)
+    if local and WIDE_IN_MODEL:
+        out.extend(wide_configs(k))
     return out
+
+
+def wide_configs(k: int) -> list[GemmConfig]:
+    """WIDE_CANDIDATES with every split factor that leaves enough K per slice."""
+    return [
+        dataclasses.replace(cfg, split_k=split)
+        for cfg in WIDE_CANDIDATES
+        for split in SPLIT_K_FACTORS
+        if split == 1 or math.ceil(k / cfg.block_k) >= split * MIN_K_STEPS_PER_SPLIT
+    ]
 
 
 def choose_config(
@@ -278,8 +308,9 @@ def choose_config(
 
 
 def fp8_runnable(cfg: GemmConfig) -> bool:
-    """Whether gemm_fp8 runs cfg: unsplit, or split only in one launch (split_fixup, stream-K)."""
-    return cfg.stream_k or cfg.split_k == 1 or cfg.split_fixup
+    """Whether gemm_fp8 runs cfg: unsplit, split in one launch (split_fixup, stream-K), or a wide
+    tile (split in two launches, the scales applied by the reduction)."""
+    return cfg.stream_k or cfg.split_k == 1 or cfg.split_fixup or cfg.block_n2 > 0
 
 
 def choose_fp8_config(
@@ -291,6 +322,9 @@ def choose_fp8_config(
     one-launch splits and stream-K included; else (the fused FP8 ops) unsplit candidates only."""
     if local and FP8_LOCAL_IN_MODEL:
         pool = tuple(c for c in candidate_configs(k, fixup=True, local=True) if fp8_runnable(c))
+        cfg = choose_config(m, n, k, num_sms, 2, shared_memory_limit, candidates=pool)
+    elif local and WIDE_FP8_IN_MODEL:
+        pool = tuple(c for c in candidate_configs(k) if c.split_k == 1) + tuple(wide_configs(k))
         cfg = choose_config(m, n, k, num_sms, 2, shared_memory_limit, candidates=pool)
     else:
         cfg = choose_config(m, n, k, num_sms, 2, shared_memory_limit, allow_split_k=False)

@@ -443,7 +443,7 @@ def gemm(a: torch.Tensor, b: torch.Tensor, *, out: torch.Tensor | None = None,
     cfg = config if config is not None else select_config(m, n, k, a.device, a.dtype,
                                                           allow_split_k=not c_store_pointers,
                                                           local=True)
-    tiles = triton.cdiv(m, cfg.block_m) * triton.cdiv(n, cfg.block_n)
+    tiles = triton.cdiv(m, cfg.block_m) * triton.cdiv(n, cfg.width)
     if num_programs is None:
         num_programs = device_limits(a.device)[0] if a.is_cuda else 4
         if not cfg.persistent:
@@ -461,7 +461,11 @@ def gemm(a: torch.Tensor, b: torch.Tensor, *, out: torch.Tensor | None = None,
                and tma_compatible(out))
     if use_tma and a.is_cuda:
         ensure_descriptor_allocator()
-    if use_tma and (cfg.stream_k or (cfg.split_k > 1 and cfg.split_fixup)) and not c_store_pointers:
+    if use_tma and cfg.block_n2 and not c_store_pointers:
+        from .gemm_wide import wide_gemm  # imports this module's helpers
+
+        wide_gemm(a_view, b_view, out, b_is_nk, cfg, num_programs)
+    elif use_tma and (cfg.stream_k or (cfg.split_k > 1 and cfg.split_fixup)) and not c_store_pointers:
         from .gemm_one_launch import one_launch_gemm  # imports this module's helpers
 
         one_launch_gemm(a_view, b_view, out, b_is_nk, cfg, num_programs, lambda tiles: _counters(a.device, tiles))

@@ -233,9 +233,9 @@ def gemm_fp8(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, scale_b: t
         return out.zero_()
     cfg = config if config is not None else select_fp8_config(m, n, k, a.device, local=not c_store_pointers)
     one_launch = cfg.stream_k or (cfg.split_k > 1 and cfg.split_fixup)
-    if cfg.split_k > 1 and not cfg.split_fixup:
-        raise ValueError(f"gemm_fp8: config {cfg.name} splits K in two launches; FP8 splits K only in "
-                         "one launch (split_fixup)")
+    if cfg.split_k > 1 and not cfg.split_fixup and not cfg.block_n2:
+        raise ValueError(f"gemm_fp8: config {cfg.name} splits K in two launches; FP8 splits K in two "
+                         "launches only with wide tiles (block_n2), else in one launch (split_fixup)")
     a_view = a if a.stride(1) == 1 else a.contiguous()
     # B as the [N, K] tensor the FP8 MMA reads: a transposed view of one in place, else the
     # kept K-major copy (KMajorCopies: the [K, N] path is several times slower).
@@ -250,12 +250,17 @@ def gemm_fp8(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, scale_b: t
         if not tma_compatible(t):
             raise ValueError(f"gemm_fp8: TMA cannot describe {name} {tuple(t.shape)} with strides "
                              f"{t.stride()} (row pitch and base must be multiples of 16 bytes)")
-    tiles = triton.cdiv(m, cfg.block_m) * triton.cdiv(n, cfg.block_n)
+    tiles = triton.cdiv(m, cfg.block_m) * triton.cdiv(n, cfg.width)
     if num_programs is None:
         num_programs = device_limits(a.device)[0] if a.is_cuda else 4
     grid_size = max(1, min(num_programs, tiles))
     if host_descriptors is None:
         host_descriptors = a.is_cuda and not interpreter_active()
+    if cfg.block_n2 and not c_store_pointers:
+        from .gemm_wide import wide_gemm
+
+        wide_gemm(a_view, b_view, out, b_is_nk, cfg, num_programs, scales=(scale_a, scale_b, stride_sa, stride_sb))
+        return out
     if one_launch and not c_store_pointers:
         from .gemm import _counters
         from .gemm_one_launch import one_launch_gemm
