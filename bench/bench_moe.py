@@ -22,6 +22,14 @@ own, rank 0 writes the rows):
   combine_*        the combine of silu(h) (down-projection [E, intermediate, hidden], rows home,
                    weighted sum): sequential (a matmul per expert, all-to-all, index_add) and
                    fused (the notifying grouped GEMM, slots sent home as their tiles finish)
+  fused_slots_*    MoeDispatchCombine.dispatch_slots (ops/moe_slots.py: rows left in the capacity
+                   slots, every index on the device, no host synchronization), and layer_* the
+                   whole layer (dispatch, silu, combine) sequential against the slot path
+  *_host_ms        the host's milliseconds inside one call (its own work and any wait for the
+                   device in it), the device drained between calls; *_syncs_per_call: the host
+                   synchronizations torch reports in one call (set_sync_debug_mode "warn")
+--label names the run in the JSON (the GPU request runs the rows "before" with an older
+package's MoE modules and "after" with the tree's, in one run: bench/gpu_request_moe19.sh).
 Rows: shape, tokens per rank, experts, top-k, hidden, intermediate, routing (balanced or skewed:
 one hot expert), capacity, each variant's milliseconds and TFLOP/s (routed rows only). The
 simulator's predictions: sim_at_capacity_* with every slot full, sim_counts_* for this call's
@@ -62,6 +70,7 @@ def _sweep():
 
 
 SWEEP = []
+PARTIAL = {}  # the row being measured
 
 
 def time_ms(fn, warmup, iters):
@@ -78,6 +87,123 @@ def time_ms(fn, warmup, iters):
         times.append(start.elapsed_time(end))
     times.sort()
     return times[len(times) // 2]
+
+
+def host_ms(fn, warmup, iters):
+    """Median milliseconds the host spends inside fn() (its own work and any wait for the device
+    in it), the device drained between calls so no call waits for an earlier one's queue."""
+    import time
+
+    for _ in range(warmup):
+        fn()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(iters):
+        start = time.perf_counter()
+        fn()
+        times.append((time.perf_counter() - start) * 1e3)
+        torch.cuda.synchronize()
+    times.sort()
+    return times[len(times) // 2]
+
+
+def syncs_per_call(fn):
+    """How many host synchronizations torch reports in one fn() call (set_sync_debug_mode
+    "warn": a warning per synchronizing call; the runtime's own C++ waits are not torch's and do
+    not count, the ops here make none on the host)."""
+    import warnings
+
+    torch.cuda.synchronize()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        torch.cuda.set_sync_debug_mode("warn")
+        try:
+            fn()
+        finally:
+            torch.cuda.set_sync_debug_mode(0)
+    torch.cuda.synchronize()
+    return sum("synchroniz" in str(w.message) for w in caught)
+
+
+def host_profile(path, label, fn, calls=20):
+    """cProfile of `calls` calls of fn (the device drained before and after): where the host's
+    time in a call goes, by function, into `path` (cumulative and own time, top 35 each)."""
+    import cProfile
+    import io
+    import pstats
+
+    fn()
+    torch.cuda.synchronize()
+    prof = cProfile.Profile()
+    prof.enable()
+    for _ in range(calls):
+        fn()
+    prof.disable()
+    torch.cuda.synchronize()
+    text = io.StringIO()
+    for key in ("cumulative", "tottime"):
+        pstats.Stats(prof, stream=text).sort_stats(key).print_stats(35)
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a") as f:
+        f.write(f"==== {label}: {calls} calls\n{text.getvalue()}\n")
+
+
+def slots_rows(group, world, experts, top_k, capacity, x, ids, w_up, h, layout, inter, hidden, gen, device, args):
+    """The capacity-slot path (MoeDispatchCombine.dispatch_slots / combine_slots: no host
+    synchronization): its dispatch, the whole layer (dispatch, silu, combine) beside the
+    sequential layer's, host milliseconds and host synchronizations per call of each."""
+    from syncopate.ops.moe import MoeDispatchCombine, _slot_rows
+
+    out = {}
+    layer = MoeDispatchCombine(group if world > 1 else None, num_experts=experts, top_k=top_k)
+    slots = MoeDispatchCombine(
+        group if world > 1 else None, num_experts=experts, top_k=top_k, capacity=capacity, backend=args.slots_backend
+    )
+    out["fused_slots_backend"] = args.slots_backend
+    h_s, lay = slots.dispatch_slots(x, ids, w_up)
+    slots.check()
+    h_s_rows = h_s[_slot_rows(layout.recv_counts, capacity, device)]
+    out["fused_slots_rel_err_vs_sequential"] = float((h_s_rows.float() - h.float()).norm() / h.float().norm())
+    out["fused_slots_ms"] = time_ms(lambda: slots.dispatch_slots(x, ids, w_up), args.warmup, args.iters)
+    out["fused_slots_host_ms"] = host_ms(lambda: slots.dispatch_slots(x, ids, w_up), args.warmup, args.iters)
+    out["fused_slots_syncs_per_call"] = syncs_per_call(lambda: slots.dispatch_slots(x, ids, w_up))
+    out["sequential_host_ms"] = host_ms(lambda: layer.dispatch_gemm(x, ids, w_up), args.warmup, args.iters)
+    out["sequential_syncs_per_call"] = syncs_per_call(lambda: layer.dispatch_gemm(x, ids, w_up))
+    local = w_up.shape[0]
+    w_down = (torch.randn(local, inter, hidden, generator=gen) / inter**0.5).to(device, torch.bfloat16)
+    weights = torch.rand(x.shape[0], top_k, generator=gen).to(device, torch.bfloat16)
+
+    def seq_layer():
+        hh, ll = layer.dispatch_gemm(x, ids, w_up)
+        return layer.combine_gemm(torch.nn.functional.silu(hh), w_down, ll, weights)
+
+    def slots_layer():
+        hh, ll = slots.dispatch_slots(x, ids, w_up)
+        return slots.combine_slots(torch.nn.functional.silu(hh), w_down, ll, weights)
+
+    y_ref, y = seq_layer(), slots_layer()
+    slots.check()
+    out["layer_slots_rel_err_vs_sequential"] = float((y.float() - y_ref.float()).norm() / y_ref.float().norm())
+    out["layer_sequential_ms"] = time_ms(seq_layer, args.warmup, args.iters)
+    out["layer_slots_ms"] = time_ms(slots_layer, args.warmup, args.iters)
+    out["layer_sequential_host_ms"] = host_ms(seq_layer, args.warmup, args.iters)
+    out["layer_slots_host_ms"] = host_ms(slots_layer, args.warmup, args.iters)
+    out["layer_sequential_syncs_per_call"] = syncs_per_call(seq_layer)
+    out["layer_slots_syncs_per_call"] = syncs_per_call(slots_layer)
+    if args.host_profile:
+        fused = MoeDispatchCombine(
+            group if world > 1 else None, num_experts=experts, top_k=top_k, capacity=capacity, mode="fused"
+        )
+        for label, fn in (
+            ("sequential dispatch_gemm", lambda: layer.dispatch_gemm(x, ids, w_up)),
+            ("fused dispatch_gemm", lambda: fused.dispatch_gemm(x, ids, w_up)),
+            ("slots dispatch_slots", lambda: slots.dispatch_slots(x, ids, w_up)),
+            ("slots layer", slots_layer),
+        ):
+            host_profile(args.host_profile, label, fn)
+        fused.check()
+    slots.check()
+    return out
 
 
 def fused_parts(fused, x, ids, w_up, args):
@@ -202,6 +328,7 @@ def run_shape(name, skewed, group, rank, world, device, args):
         routing="skewed" if skewed else "balanced",
         rows_per_local_expert=rows,
     )
+    PARTIAL["row"] = row  # what a run cut off by its time limit still writes (main's SIGTERM handler)
     seq = time_ms(lambda: layer.dispatch_gemm(x, ids, w_up), args.warmup, args.iters)
     row["sequential_ms"] = seq
     row["sequential_tflops"] = flop / seq / 1e9
@@ -280,6 +407,8 @@ def run_shape(name, skewed, group, rank, world, device, args):
             row["fused_ms"] = ms
             row["fused_tflops"] = flop / ms / 1e9
             row["fused_capacity"] = fused_capacity
+            row["fused_host_ms"] = host_ms(lambda: fused.dispatch_gemm(x, ids, w_up), args.warmup, args.iters)
+            row["fused_syncs_per_call"] = syncs_per_call(lambda: fused.dispatch_gemm(x, ids, w_up))
             row.update(fused_parts(fused, x, ids, w_up, args))
         except Exception as exc:
             row["fused_error"] = f"{type(exc).__name__}: {exc}"[:300]
@@ -288,6 +417,29 @@ def run_shape(name, skewed, group, rank, world, device, args):
                 row.update(combine_rows(layer, h, layout, fused, x, ids, w_up, inter, hidden, top_k, gen, device, args))
             except Exception as exc:
                 row["combine_error"] = f"{type(exc).__name__}: {exc}"[:300]
+        if args.slots:
+            try:
+                row.update(
+                    slots_rows(
+                        group,
+                        world,
+                        experts,
+                        top_k,
+                        fused_capacity,
+                        x,
+                        ids,
+                        w_up,
+                        h,
+                        layout,
+                        inter,
+                        hidden,
+                        gen,
+                        device,
+                        args,
+                    )
+                )
+            except Exception as exc:
+                row["fused_slots_error"] = f"{type(exc).__name__}: {exc}"[:300]
         if args.sm_copy:
             # The same with SM-copy chunks: only each slot's counted rows move (the copy kernel
             # reads the count on the device), keys prefixed sm_copy_.
@@ -363,6 +515,12 @@ def main():
     parser.add_argument(
         "--no-sm-copy", dest="sm_copy", action="store_false", help="skip the fused rows with SM-copy chunks"
     )
+    parser.add_argument(
+        "--no-slots", dest="slots", action="store_false", help="skip the capacity-slot rows (dispatch_slots)"
+    )
+    parser.add_argument("--slots-backend", default="copy-engine", help="the slot rows' chunk backend")
+    parser.add_argument("--label", default="", help="a name for this run in the JSON (e.g. before / after)")
+    parser.add_argument("--host-profile", default="", help="append cProfile tables of the host's calls to this file")
     args = parser.parse_args()
     SWEEP.extend(_sweep())
     world = int(os.environ.get("WORLD_SIZE", "1"))
@@ -387,8 +545,22 @@ def main():
         triton=triton.__version__,
         warmup=args.warmup,
         iters=args.iters,
+        label=args.label,
     )
     rows = []
+
+    def cut_off(signum, frame):
+        # `timeout` ends the run: write the rows so far and the one being measured, marked.
+        if rank == 0 and args.out and PARTIAL.get("row") is not None:
+            partial = dict(PARTIAL["row"], cut_off_by_signal=signum, device=torch.cuda.get_device_name(device))
+            Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+            Path(args.out).write_text(json.dumps(dict(run=run, rows=rows + [partial]), indent=1) + "\n")
+            print(json.dumps(partial), flush=True)
+        os._exit(124)
+
+    import signal
+
+    signal.signal(signal.SIGTERM, cut_off)
     if args.only:  # in the order given
         todo = [(entry.split(":")[0], entry.split(":")[1] == "skewed") for entry in args.only.split(",")]
     else:
@@ -401,6 +573,7 @@ def main():
                 shape=name, routing="skewed" if skewed else "balanced", error=f"{type(exc).__name__}: {exc}"[:500]
             )
         row["device"] = torch.cuda.get_device_name(device)
+        PARTIAL["row"] = None
         rows.append(row)
         if rank == 0:
             print(json.dumps(row), flush=True)

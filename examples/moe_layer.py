@@ -3,7 +3,7 @@
     torchrun --nproc-per-node W examples/moe_layer.py [--size tiny-top2|tiny-top8|mixtral|deepseek]
                                                       [--routing random|skewed] [--tokens T]
                                                       [--capacity C] [--mode auto|fused|sequential]
-                                                      [--backend copy-engine|sm-copy]
+                                                      [--backend copy-engine|sm-copy|nccl] [--slots]
 
 Each rank holds T tokens and E/W experts (SwiGLU: gate and up [H, F] in one [H, 2F] matrix, down
 [F, H]); a router picks each token's top-k experts. The layer dispatches the tokens to their
@@ -11,7 +11,8 @@ experts' ranks with the up projection (dispatch_gemm), applies SwiGLU, and bring
 projection's rows back weighted (combine_gemm). The reference runs every expert on every token of
 this rank in float64 with the full weights (no collective). `--routing skewed` sends most tokens
 to one expert and none to another, the cases a fused kernel's capacity and empty experts must
-handle. Without torchrun it runs as one rank; under torchrun NCCL with one GPU per rank, gloo when
+handle. `--slots` runs dispatch_slots / combine_slots instead (the rows stay in the fused ops'
+capacity slots; no call synchronizes with the host). Without torchrun it runs as one rank; under torchrun NCCL with one GPU per rank, gloo when
 ranks share GPUs (correctness only) or with `--device cpu`.
 """
 
@@ -103,15 +104,23 @@ def run_layer(cfg: MoeConfig, args, rank: int, world: int, group, device) -> dic
     for step in range(args.steps):
         x = tokens(cfg, args.tokens, rank, args.seed + step, device, dtype)
         expert_ids, weights = routing(cfg, x, router, args.routing)
-        h, layout = layer.dispatch_gemm(x, expert_ids, gate_up[local].contiguous())
-        y = layer.combine_gemm(swiglu(h), down[local].contiguous(), layout, weights)
+        if getattr(args, "slots", False):
+            # The capacity-slot path: rows stay in the fused ops' slots, no host synchronization.
+            h_slots, slots = layer.dispatch_slots(x, expert_ids, gate_up[local].contiguous())
+            y = layer.combine_slots(swiglu(h_slots), down[local].contiguous(), slots, weights)
+            layer.check()  # bad routing (rows over capacity) is reported here, not in the call
+            counts = slots.recv_counts.view(world, -1).sum(0).tolist()
+        else:
+            h, layout = layer.dispatch_gemm(x, expert_ids, gate_up[local].contiguous())
+            y = layer.combine_gemm(swiglu(h), down[local].contiguous(), layout, weights)
+            counts = layout.rows_per_expert
         ref = reference(x, expert_ids, weights, gate_up, down)
         err = ((y.double() - ref).norm() / ref.norm()).item()
         report["steps"].append(
             {
                 "step": step,
                 "error": err,
-                "rows_per_expert": layout.rows_per_expert,
+                "rows_per_expert": counts,
                 "mode": layer.last_mode,
                 "combine_mode": layer.last_combine_mode,
             }
@@ -137,9 +146,15 @@ def parse_args(argv=None):
     )
     p.add_argument(
         "--backend",
-        choices=("copy-engine", "sm-copy"),
+        choices=("copy-engine", "sm-copy", "nccl"),
         default="copy-engine",
-        help="the fused calls' chunks (sm-copy: the dispatch moves only each slot's counted rows)",
+        help="the fused calls' chunks (sm-copy: the dispatch moves only each slot's counted rows; nccl: one "
+        "GPU per rank)",
+    )
+    p.add_argument(
+        "--slots",
+        action="store_true",
+        help="dispatch_slots / combine_slots (the fused path with no host synchronization; needs --capacity)",
     )
     p.add_argument("--seed", type=int, default=0)
     return p.parse_args(argv)

@@ -15,6 +15,34 @@ int first_of(int world, int experts, int src, int dst) {
   return (round * world + src) * (1 + experts);
 }
 
+// NCCL (capacity-sized sends, whose sizes are host values; the counts travel on the device):
+// both ends list each chunk between two ranks, in one global order that every rank's list
+// follows, so matching sends and recvs come in the same order on both ends:
+//   1. the rank's local chunks (counts, then rows by expert): copies, no NCCL;
+//   2. group 0: every counts chunk between two ranks (an all-to-all of W x E_loc integers in one
+//      ncclGroupStart/End), rounds i = 1 .. W-1, each by source rank;
+//   3. group i, for rounds i = 1 .. W-1: the rows chunks of round i (this rank's E_loc sends to
+//      r + i and E_loc recvs from r - i), by source rank, then expert.
+// A rows chunk's landing is raised after its group completes, on the stream; its count landed
+// with group 0, before.
+void list_nccl_streams(CommPlan& plan, int w, int experts) {
+  auto list = [&](int id, int group) {
+    Chunk& c = plan.chunks[static_cast<std::size_t>(id)];
+    if (c.src != c.dst) c.group = group;
+    plan.ranks[static_cast<std::size_t>(c.src)].streams[0].push_back(id);
+    if (c.src != c.dst) plan.ranks[static_cast<std::size_t>(c.dst)].streams[0].push_back(id);
+  };
+  for (int r = 0; r < w; ++r) {
+    list(first_of(w, experts, r, r), kNoGroup);
+    for (int e = 0; e < experts; ++e) list(first_of(w, experts, r, r) + 1 + e, kNoGroup);
+  }
+  for (int i = 1; i < w; ++i)
+    for (int r = 0; r < w; ++r) list(first_of(w, experts, r, (r + i) % w), 0);
+  for (int i = 1; i < w; ++i)
+    for (int r = 0; r < w; ++r)
+      for (int e = 0; e < experts; ++e) list(first_of(w, experts, r, (r + i) % w) + 1 + e, i);
+}
+
 void check_positive(const char* name, std::int64_t value) {
   if (value < 1) throw ShapeError(fmt::format("MoE dispatch plan: {} must be >= 1, got {}", name, value));
 }
@@ -41,10 +69,6 @@ CommPlan make_moe_dispatch_plan(const MoeDispatchOptions& o) {
   if (static_cast<double>(o.world_size) * o.local_experts * static_cast<double>(o.capacity) > 9.0e15)
     throw ShapeError(fmt::format("MoE dispatch plan: {} ranks x {} experts x capacity {} rows overflow a tensor",
                                  o.world_size, o.local_experts, o.capacity));
-  if (o.backend == Backend::nccl)
-    throw UserError(
-        "MoE dispatch plan: backend nccl is not supported: an NCCL send needs its size on the host, "
-        "and these chunks' row counts are known only on the device (use copy-engine or sm-copy)");
   const int w = o.world_size, experts = o.local_experts;
   CommPlan plan;
   plan.world_size = w;
@@ -61,10 +85,11 @@ CommPlan make_moe_dispatch_plan(const MoeDispatchOptions& o) {
   plan.tensors[kMoeRecv] = TensorSpec{rows_shape, o.dtype, "row-major"};
   for (int r = 0; r < w; ++r) plan.ranks.push_back(RankProgram{r, {std::vector<int>{}}});
 
+  const bool nccl = o.backend == Backend::nccl;
   auto push = [&](Chunk c) {
     c.id = static_cast<int>(plan.chunks.size());
     c.backend = o.backend;
-    plan.ranks[static_cast<std::size_t>(c.src)].streams[0].push_back(c.id);
+    if (!nccl) plan.ranks[static_cast<std::size_t>(c.src)].streams[0].push_back(c.id);
     plan.chunks.push_back(std::move(c));
     return plan.chunks.back().id;
   };
@@ -87,11 +112,15 @@ CommPlan make_moe_dispatch_plan(const MoeDispatchOptions& o) {
         rows.dst_box = Box{{(r * experts + e) * o.capacity, 0}, {o.capacity, o.hidden}};
         rows.src = r;
         rows.dst = j;
-        rows.deps = {counts_id};
+        // NCCL: no dep. The sender would wait for the count's landing on the peer; the
+        // receiver's stream order (the counts group before the rows groups) already puts the
+        // count in place before the rows land, which is what the verifier's rules ask.
+        if (!nccl || r == j) rows.deps = {counts_id};
         rows.runtime_rows = RuntimeRows{0, kMoeRecvCounts, static_cast<std::int64_t>(r) * experts + e};
         push(std::move(rows));
       }
     }
+  if (nccl) list_nccl_streams(plan, w, experts);
   return plan;
 }
 

@@ -17,7 +17,9 @@ at most 10 s, so a wait that does not end is reported, not hung on); and one row
 fused dispatch's plan never issued by the runtime (drop_chunk): its destination rank's check()
 names it.
 fused: MoeDispatchCombine(mode="fused") against mode="sequential" on the same skewed routing, new
-routing each call: the dispatch (the MoE dispatch plan's copy-engine / SM-copy chunks overlapped
+routing each call, for backends copy-engine, sm-copy and nccl (nccl skipped by name where ranks
+share a GPU: NCCL refuses that; at world 1 its plan has local chunks only, so no NCCL call runs):
+the dispatch (the MoE dispatch plan's copy-engine / SM-copy / NCCL chunks overlapped
 with the transformed waiting grouped GEMM) and the combine of silu(h) (the notifying grouped GEMM
 whose slots go home as their tiles finish, then the weighted sum). With SM-copy chunks, only each
 slot's counted rows move, and the local rows are read in place: MoeFusedDispatch alone with
@@ -295,7 +297,16 @@ def run_fused(res, group_obj, calls):
     w_up = w_up.to(device, torch.bfloat16).contiguous()
     w_down = (torch.randn(experts, inter, hidden, generator=wgen) / inter**0.5)[rank * local : (rank + 1) * local]
     w_down = w_down.to(device, torch.bfloat16).contiguous()
-    for backend in ("copy-engine", "sm-copy"):
+    from syncopate.ops.common import ranks_sharing_a_device
+
+    shared = ranks_sharing_a_device(group, device)
+    for backend in ("copy-engine", "sm-copy", "nccl"):
+        if backend == "nccl" and shared is not None:
+            # NCCL refuses two ranks on one GPU: this row runs at world 1 here (every chunk then
+            # local, no NCCL call) and with ranks on their own GPUs.
+            if rank == 0:
+                print(f"SKIP fused backend=nccl world={world}: ranks {shared[0]} and {shared[1]} share GPU {shared[2]}")
+            continue
         fused = MoeDispatchCombine(group, num_experts=experts, top_k=top_k, capacity=128, mode="fused", backend=backend)
         seq = MoeDispatchCombine(group, num_experts=experts, top_k=top_k, mode="sequential")
         res.start(f"fused dispatch + combine backend={backend}")
@@ -330,6 +341,78 @@ def run_fused(res, group_obj, calls):
             combine_detail = combine_error
         res.record(f"fused dispatch backend={backend} world={world} calls={calls}", ok, detail)
         res.record(f"fused combine backend={backend} world={world} calls={calls}", combine_ok, combine_detail)
+
+
+def run_slots_path(res, group_obj, calls):
+    """MoeDispatchCombine.dispatch_slots + combine_slots (ops/moe_slots.py) against the
+    sequential layer on the same skewed routing, new routing each call, every call but the first
+    (which builds the ops) under torch.cuda.set_sync_debug_mode("error"): any host
+    synchronization in the slot path raises. Then a call routing more rows to expert 0 than its
+    capacity: no error in the call, ShapeError naming the expert and the rank at check()."""
+    from syncopate.errors import ShapeError
+    from syncopate.ops.common import ranks_sharing_a_device
+    from syncopate.ops.moe import MoeDispatchCombine
+
+    rank, world, device = group_obj.rank, group_obj.world, group_obj.device
+    experts, top_k, tokens, hidden, inter, capacity = 8, 2, 96, 256, 384, 128
+    local = experts // world
+    group = group_obj.group if world > 1 else None
+    wgen = torch.Generator().manual_seed(98)
+    w_up = (torch.randn(experts, hidden, inter, generator=wgen) / hidden**0.5)[rank * local : (rank + 1) * local]
+    w_up = w_up.to(device, torch.bfloat16).contiguous()
+    w_down = (torch.randn(experts, inter, hidden, generator=wgen) / inter**0.5)[rank * local : (rank + 1) * local]
+    w_down = w_down.to(device, torch.bfloat16).contiguous()
+    shared = ranks_sharing_a_device(group, device)
+    seq = MoeDispatchCombine(group, num_experts=experts, top_k=top_k, mode="sequential")
+    for backend in ("copy-engine", "sm-copy", "nccl"):
+        name = f"slots dispatch+combine backend={backend} world={world} calls={calls} no host sync"
+        if backend == "nccl" and shared is not None:
+            if rank == 0:
+                print(f"SKIP {name}: ranks {shared[0]} and {shared[1]} share GPU {shared[2]} (NCCL refuses)")
+            continue
+
+        def case(backend=backend):
+            layer = MoeDispatchCombine(group, num_experts=experts, top_k=top_k, capacity=capacity, backend=backend)
+            worst = 0.0
+            for call in range(calls):
+                gen = torch.Generator().manual_seed(9100 + 37 * call + rank)
+                x = torch.randn(tokens, hidden, generator=gen).to(device, torch.bfloat16)
+                ids, weights = skewed_routing(tokens, experts, top_k, gen, device)
+                weights = weights.to(torch.bfloat16)
+                torch.cuda.synchronize(device)
+                if call > 0:
+                    torch.cuda.set_sync_debug_mode("error")
+                try:
+                    h_slots, lay = layer.dispatch_slots(x, ids, w_up)
+                    y = layer.combine_slots(torch.nn.functional.silu(h_slots), w_down, lay, weights)
+                finally:
+                    torch.cuda.set_sync_debug_mode(0)
+                h_ref, lay_ref = seq.dispatch_gemm(x, ids, w_up)
+                y_ref = seq.combine_gemm(torch.nn.functional.silu(h_ref), w_down, lay_ref, weights)
+                got = torch.tensor(lay_ref.recv_counts, dtype=torch.int32).reshape(-1).to(device)
+                if not torch.equal(lay.recv_counts, got):
+                    return False, f"call {call}: recv_counts {lay.recv_counts.tolist()} != {got.tolist()}"
+                worst = max(worst, rel_err(y, y_ref))
+            layer.check()
+            # Over capacity: 3 * capacity rows of this rank go to expert 0, the second choices
+            # spread over experts 1 .. 7 (under capacity each).
+            many = 3 * capacity
+            second = torch.arange(many, dtype=torch.int64) % (experts - 1) + 1
+            ids = torch.stack([torch.zeros(many, dtype=torch.int64), second], 1)
+            x = torch.randn(many, hidden, generator=torch.Generator().manual_seed(5)).to(device, torch.bfloat16)
+            layer.dispatch_slots(x, ids.to(device), w_up)
+            try:
+                layer.check()
+                return False, "rows over capacity were not reported"
+            except ShapeError as exc:
+                text = str(exc)
+                named = f"rank {rank} routes {many} rows to expert 0 (on rank 0), over its capacity of {capacity}"
+                if named not in text:
+                    return False, f"the refusal does not name expert 0 and rank {rank}: {text}"
+            layer.check()  # reported once; the ops' own waits of that call held
+            return worst < 2e-2, f"worst_rel_err={worst:.2e}"
+
+        res.run(name, case)
 
 
 def _slot_problem(world, experts, capacity, hidden, source):
@@ -500,6 +583,8 @@ def main():
     run_slots_moved(res, group_obj)
     group_obj.barrier()
     run_withheld_plan_chunk(res, group_obj)
+    group_obj.barrier()
+    run_slots_path(res, group_obj, args.calls)
     group_obj.barrier()
     run_fused(res, group_obj, args.calls)
     group_obj.barrier()

@@ -5,7 +5,8 @@ ptxas: no GPU needed.
 
 The variants the fused dispatch and the fused combine launch (ops/moe_fused.py grouped_config:
 128-row and 64-row tiles), transformed, with TMA loads and with pointer loads; --all adds the
-original kernels and bench/bench_moe.py's sweep configs. The interpreter runs none of Triton's GPU passes, so this is
+original kernels and bench/bench_moe.py's sweep configs. Then the capacity-slot path's row
+kernels (kernels/moe_rows.py). The interpreter runs none of Triton's GPU passes, so this is
 what catches a variant the pipeliner or the TMA lowering cannot compile before any GPU time is
 spent. Run by test_moe_gemm_interpret.py in a subprocess (TRITON_INTERPRET must be unset).
 """
@@ -74,12 +75,45 @@ def variants(everything):
                 yield label, kernel, config, use_tma
 
 
+def compile_row_kernels():
+    """kernels/moe_rows.py (the capacity-slot path's packing and weighted combine), bf16 rows,
+    int64 places, as ops/moe_slots.py launches them (BLOCK_H 1024, top-2 and top-8)."""
+    from syncopate.kernels import moe_rows
+
+    out = []
+    pack = {"x_ptr": "*bf16", "dest_ptr": "*i64", "send_ptr": "*bf16", "recv_ptr": "*bf16"}
+    comb = {"y_send_ptr": "*bf16", "y_recv_ptr": "*bf16", "dest_ptr": "*i64", "w_ptr": "*bf16", "out_ptr": "*bf16"}
+    for label, kernel, pointers, consts in (
+        ("pack_rows", moe_rows.pack_rows_kernel, pack, {"BLOCK_H": 1024}),
+        ("combine_rows top2", moe_rows.combine_rows_kernel, comb, {"BLOCK_H": 1024, "TOP_K": 2}),
+        ("combine_rows top8", moe_rows.combine_rows_kernel, comb, {"BLOCK_H": 1024, "TOP_K": 8}),
+    ):
+        names = [p.name for p in kernel.params]
+        signature, constexprs = {}, {}
+        for i, name in enumerate(names):
+            if name in consts:
+                signature[name] = "constexpr"
+                constexprs[(i,)] = consts[name]
+            else:
+                signature[name] = pointers.get(name, "i32")
+        out.append(
+            (label, lambda k=kernel, s=signature, c=constexprs: triton.compile(ASTSource(k, s, c), target=TARGET))
+        )
+    return out
+
+
 def main():
     failed = 0
-    for label, kernel, config, use_tma in variants("--all" in sys.argv):
-        name = f"{label} {config.name} {'tma' if use_tma else 'pointer'}"
+    jobs = [
+        (
+            f"{label} {config.name} {'tma' if use_tma else 'pointer'}",
+            lambda a=(kernel, config, use_tma): compile_variant(*a),
+        )
+        for label, kernel, config, use_tma in variants("--all" in sys.argv)
+    ]
+    for name, job in jobs + compile_row_kernels():
         try:
-            compile_variant(kernel, config, use_tma)
+            job()
             print(f"OK {name}", flush=True)
         except Exception as exc:  # report every variant
             failed += 1

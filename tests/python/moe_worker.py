@@ -39,6 +39,14 @@ def run(rank: int, world: int, port: int, out_dir: str) -> None:
                     results[f"{size} {how} expert 1 rows"] = report["steps"][0]["rows_per_expert"]
             except Exception:
                 results[f"{size} {how}"] = "error: " + traceback.format_exc()[-2000:]
+        # NCCL for the fused ops where ranks share a device (here: the CPU): refused by name.
+        from syncopate.ops.moe_fused import check_backend
+
+        try:
+            check_backend("MoeFusedDispatch", "nccl", dist.group.WORLD, moe_layer.torch.device("cpu"))
+            results["nccl refusal"] = "error: backend='nccl' accepted on ranks sharing a device"
+        except Exception as exc:  # the message is checked by test_moe.py
+            results["nccl refusal"] = [f"{type(exc).__name__}: {exc}"]
     finally:
         Path(out_dir, f"rank{rank}.json").write_text(json.dumps(results))
         dist.barrier()

@@ -68,7 +68,11 @@ def test_ranks_over_gloo_match_float64(tmp_path):
         results = json.loads((tmp_path / f"rank{rank}.json").read_text())
         errors = {k: v for k, v in results.items() if isinstance(v, str)}
         assert not errors, f"rank {rank}: " + "\n".join(f"{k}: {v}" for k, v in errors.items())
-        assert len(results) == 6, sorted(results)
+        assert len(results) == 7, sorted(results)
+        (refusal,) = results.pop("nccl refusal")
+        assert refusal.startswith("UserError: MoeFusedDispatch: backend='nccl' cannot run here: ranks 0 and 1 share"), (
+            refusal
+        )
         for key, value in results.items():
             if key.endswith("expert 1 rows"):
                 if rank == 0:  # expert 1 lives on rank 0 and gets one row from each token of each rank
@@ -121,8 +125,9 @@ def test_bad_inputs_are_refused_by_name():
 def test_modes_and_backends_refused_by_name():
     with pytest.raises(UserError, match="mode must be one of"):
         MoeDispatchCombine(None, num_experts=4, top_k=2, mode="fast")
-    with pytest.raises(UserError, match="an NCCL send needs its size on the host"):
-        MoeDispatchCombine(None, num_experts=4, top_k=2, backend="nccl")
+    with pytest.raises(UserError, match=r"backend must be one of \('copy-engine', 'sm-copy', 'nccl'\).*'pcie'"):
+        MoeDispatchCombine(None, num_experts=4, top_k=2, backend="pcie")
+    assert MoeDispatchCombine(None, num_experts=4, top_k=2, backend="nccl").backend == "nccl"
 
 
 def test_fused_refused_on_cpu_and_auto_falls_back_saying_why():

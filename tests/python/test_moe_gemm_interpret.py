@@ -458,11 +458,11 @@ def test_simulator_predicts_the_dispatch_at_capacity():
 def test_fused_kernel_variants_compile_for_sm90(run_compile_script):
     """The transformed grouped GEMM (one kernel: the dispatch binds its waits, the combine its
     notifies) at the configs the fused ops launch, TMA and pointer loads, through Triton's GPU
-    passes and ptxas
+    passes and ptxas, then the capacity-slot path's row kernels (kernels/moe_rows.py)
     (compile_moe_kernels.py): no GPU needed."""
     run = run_compile_script("compile_moe_kernels.py", timeout=600)
     lines = [ln for ln in run.stdout.splitlines() if ln.startswith(("OK ", "FAIL "))]
-    assert run.returncode == 0 and len(lines) == 4 and all(ln.startswith("OK ") for ln in lines), (
+    assert run.returncode == 0 and len(lines) == 7 and all(ln.startswith("OK ") for ln in lines), (
         "\n".join(lines) + run.stderr[-3000:]
     )
 
@@ -665,9 +665,23 @@ def test_bad_histograms_are_refused_by_name(counts, match):
 class _FakeWorkspace:
     def __init__(self):
         self.checks = 0
+        self.runtime_timed_out = False
 
     def check(self, synchronize=True):
         self.checks += 1
+
+    def timed_out(self):
+        return self.runtime_timed_out
+
+
+class _FakeFlag:
+    """The pinned host word the kernel's flag is copied to (runtime HostFlag)."""
+
+    def __init__(self):
+        self.value = 0
+
+    def clear(self):
+        self.value = 0
 
 
 @pytest.mark.parametrize(
@@ -679,7 +693,7 @@ def test_fused_calls_report_a_timed_out_wait_at_the_next_check(cls, kernel):
     from syncopate.launch import ERROR_WORDS
 
     op = getattr(moe_fused, cls).__new__(getattr(moe_fused, cls))
-    op.ws, op.pending = _FakeWorkspace(), False
+    op.ws, op.pending, op.flag = _FakeWorkspace(), False, None
     op.tables = moe_fused.slot_tables(WORLD, EXPERTS, CAPACITY, BLOCK_M, _tiles_n(), RANK)
     op.error = torch.zeros(ERROR_WORDS, dtype=torch.int64)
     op.check()
@@ -691,3 +705,52 @@ def test_fused_calls_report_a_timed_out_wait_at_the_next_check(cls, kernel):
     assert op.ws.checks == 1 and not op.pending
     op.check()  # reported once
     assert op.ws.checks == 1
+
+
+@pytest.mark.parametrize(
+    "cls, kernel", [("MoeFusedDispatch", moe_fused.KERNEL), ("MoeFusedCombine", moe_fused.COMBINE_KERNEL)]
+)
+def test_a_call_looks_at_the_earlier_ones_without_synchronizing(cls, kernel):
+    """poll() (what each call runs first) synchronizes only once the host sees a timeout: the
+    kernel's flag copied to pinned memory, or the runtime's mapped record; then it reports it
+    by name and clears the flag (the record is kept from call to call until then)."""
+    from syncopate.launch import ERROR_WORDS
+
+    op = getattr(moe_fused, cls).__new__(getattr(moe_fused, cls))
+    op.ws, op.pending, op.flag = _FakeWorkspace(), True, _FakeFlag()
+    op.tables = moe_fused.slot_tables(WORLD, EXPERTS, CAPACITY, BLOCK_M, _tiles_n(), RANK)
+    op.error = torch.zeros(ERROR_WORDS, dtype=torch.int64)
+    op.poll()
+    assert op.ws.checks == 0 and op.pending  # nothing seen: no synchronize, still to be checked
+    op.error[:6] = torch.tensor([1, RANK, 2, 1, 0, 7])
+    op.poll()
+    assert op.ws.checks == 0  # the flag's copy has not reached the host yet
+    op.flag.value = 1
+    with pytest.raises(WaitTimeoutError, match=rf"{kernel}: rank {RANK}: tile 7 waited on slot 2"):
+        op.poll()
+    assert op.ws.checks == 1 and op.flag.value == 0 and int(op.error[0]) == 0
+    op.pending, op.ws.runtime_timed_out = True, True  # a runtime wait (the record the runtime maps)
+    op.poll()
+    assert op.ws.checks == 2 and not op.pending
+
+
+def test_launch_arguments_are_reused_per_operand_layout_and_checked_on_a_new_one():
+    """_cached_args (the fused ops' launch arguments): the same as grouped_gemm_args, kept per
+    operand layout (a later call with a new output tensor of the same layout reuses the checks),
+    and a new layout is checked again (a counts tensor of the wrong size is refused by name)."""
+    import types
+
+    op = types.SimpleNamespace(
+        config=moe_fused.GroupedConfig(BLOCK_M, BLOCK_N, BLOCK_K, 4, 2), capacity=CAPACITY, progs=PROGS
+    )
+    a, w, counts = _problem(3)
+    c1, c2 = torch.empty(a.shape[0], N), torch.empty(a.shape[0], N)
+    expected = moe_fused.grouped_gemm_args(a, w, c1, counts, CAPACITY, BLOCK_M, BLOCK_N, BLOCK_K, PROGS)
+    assert moe_fused._cached_args(op, a, w, c1, counts) == expected
+    args, meta = moe_fused._cached_args(op, a.clone(), w, c2, counts)  # new tensors, same layouts
+    assert args[2] is c2 and args[4:] == expected[0][4:] and meta == expected[1] and len(op._args_cache) == 1
+    w_t = w.transpose(1, 2).contiguous().transpose(1, 2)  # same shape, other strides
+    args, _ = moe_fused._cached_args(op, a, w_t, c2, counts)
+    assert args[11:14] == tuple(w_t.stride()) and len(op._args_cache) == 2
+    with pytest.raises(ShapeError, match=r"counts must be int32 with one entry per slot \(6\)"):
+        moe_fused._cached_args(op, a, w, c1, counts[:5])

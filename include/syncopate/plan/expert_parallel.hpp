@@ -20,7 +20,14 @@
 // Pushed by the source, one stream per rank, in rounds i = 0 .. W-1 (peer r + i: the local block
 // first), each round the counts chunk, then one rows chunk per expert. A consumer of expert e's
 // rows from rank s waits for exactly chunk (s -> r, e) and reads its count from recv_counts.
-// Copy engine and SM copy only: an NCCL send needs its size on the host (refused by name).
+// Backend nccl: the chunks keep their ids, but both ends list every chunk between two ranks, in
+// one global order: the rank's local chunks, then group 0 (every counts chunk between two ranks:
+// one ncclGroupStart/End), then group i for round i = 1 .. W-1 (the E_loc rows chunks to r + i
+// and from r - i). NCCL sizes are host values, so a rows chunk sends its whole capacity slot
+// (C * H elements) whatever its count; the count travels on the device (the counts group) and
+// the consumer computes only that many rows. Rows chunks between two ranks have no deps: the
+// receiver's stream runs the counts group before the rows groups, so the count has landed
+// before the rows do (the verifier proves it from stream order), and no sender waits on a peer.
 #pragma once
 
 #include <cstdint>
@@ -45,8 +52,7 @@ inline constexpr const char* kMoeRecvCounts = "recv_counts";
 inline constexpr const char* kMoeSend = "x_send";
 inline constexpr const char* kMoeRecv = "x_recv";
 
-// Throws ShapeError naming the option (world size, experts, capacity, hidden < 1) and
-// UserError for the NCCL backend.
+// Throws ShapeError naming the option (world size, experts, capacity, hidden < 1).
 CommPlan make_moe_dispatch_plan(const MoeDispatchOptions& options);
 
 // Ids of the plan's chunks: the counts chunk src -> dst and the rows chunk (src -> dst, e).

@@ -33,7 +33,9 @@ reads that slot's count on the device. The combine is the notifying grouped GEMM
 slots, each tile announcing its rows once stored, while the return all-to-all's chunk of each
 (home rank, expert) slot leaves as soon as the slot's last tile is done; the home rank then sums
 each token's k rows with its weights. Both need `capacity` (a multiple of FUSED_BLOCK_M) and
-CUDA; copy-engine chunks move whole capacity slots, SM-copy dispatch chunks only the counted rows. Both are correct on nvidia-h200 at world 1 and 2
+CUDA; copy-engine chunks move whole capacity slots, SM-copy dispatch chunks only the counted rows,
+NCCL chunks (backend="nccl", ranks on their own GPUs) whole capacity slots in one ncclGroupStart/End
+per round after one group for every count. Both are correct on nvidia-h200 at world 1 and 2
 (ranks sharing the GPU) but were slower than sequential where measured, so mode="auto" runs
 sequential and says why in `reason` / `combine_reason`. Fused calls do not wait for their
 kernels: a call's bounded waits are checked when the next fused call starts, or by check().
@@ -50,6 +52,9 @@ import torch
 from syncopate.errors import ShapeError, UserError
 
 MODES = ("auto", "fused", "sequential")
+# The fused ops' chunk backends. nccl moves whole capacity slots (an NCCL size is a host value),
+# the counts on the device; it needs one GPU per rank (refused by name where ranks share one).
+FUSED_BACKENDS = ("copy-engine", "sm-copy", "nccl")
 # Rows of the fused grouped GEMM's tiles: the capacity must be a multiple of it.
 FUSED_BLOCK_M = 64
 
@@ -85,7 +90,7 @@ class MoeDispatchCombine:
     num_experts: experts in the layer (a multiple of the group size); top_k: experts per token;
     capacity: the most rows one expert may receive from one rank (None: no bound);
     mode: "auto", "fused" or "sequential" (the dispatch; see the module's docstring);
-    backend: the fused dispatch's chunks, "copy-engine" or "sm-copy"."""
+    backend: the fused ops' chunks, "copy-engine", "sm-copy" or "nccl" (FUSED_BACKENDS)."""
 
     def __init__(
         self,
@@ -100,11 +105,8 @@ class MoeDispatchCombine:
         who = "MoeDispatchCombine"
         if mode not in MODES:
             raise UserError(f"{who}: mode must be one of {MODES}, got {mode!r}")
-        if backend not in ("copy-engine", "sm-copy"):
-            raise UserError(
-                f"{who}: backend must be 'copy-engine' or 'sm-copy' (an NCCL send needs its size on "
-                f"the host; the fused dispatch's row counts are known only on the device), got {backend!r}"
-            )
+        if backend not in FUSED_BACKENDS:
+            raise UserError(f"{who}: backend must be one of {FUSED_BACKENDS} (the fused ops' chunks), got {backend!r}")
         self.group = group
         self.world = 1 if group is None else group.size()
         self.rank = 0 if group is None else group.rank()
@@ -129,19 +131,45 @@ class MoeDispatchCombine:
         self._fused_combine = {}
         self.last_combine_mode = None  # what the last combine ran
         self.combine_reason = ""
+        from syncopate.ops.moe_slots import DeferredChecks, check_record
+
+        # dispatch_slots' routing records, read once their copies to the host completed
+        self._deferred = DeferredChecks(
+            lambda values: check_record(
+                values,
+                num_experts=num_experts,
+                capacity=capacity,
+                rank=self.rank,
+                local_experts=self.local_experts,
+                who="MoeDispatchCombine.dispatch_slots",
+            )
+        )
 
     # -- dispatch -----------------------------------------------------------------------------------
     def dispatch_gemm(self, x: torch.Tensor, expert_ids: torch.Tensor, w_up: torch.Tensor):
         """(h [R, N], layout): the rows of x sent to their experts, each multiplied by its
         expert's w_up [E/W, H, N]."""
         who = "MoeDispatchCombine.dispatch_gemm"
-        self._check_routing(who, x, expert_ids)
+        self._check_routing_shapes(who, x, expert_ids)
         self._check_weight(who, "w_up", w_up, x.shape[1], x)
-        flat = expert_ids.reshape(-1)
+        flat = expert_ids.reshape(-1).to(torch.int64)
         # Stable: the rows for one expert keep their token order, on every path.
         order = torch.argsort(flat, stable=True)
-        send = torch.bincount(flat, minlength=self.num_experts).view(self.world, self.local_experts)
-        send_counts = tuple(tuple(int(v) for v in row) for row in send.tolist())
+        # One read of the device for the ids' range and the counts (h's shape needs them). The
+        # counts by scatter_add of clamped ids, not bincount (on CUDA it reads the largest id on
+        # the host first); an id out of range is refused before they are used.
+        send = torch.zeros(self.num_experts, dtype=torch.int64, device=flat.device)
+        send.scatter_add_(0, flat.clamp(0, self.num_experts - 1), torch.ones_like(flat))
+        if flat.numel():
+            lo, hi, *counts = torch.cat([flat.min().view(1), flat.max().view(1), send]).tolist()
+            if lo < 0 or hi >= self.num_experts:
+                bad = lo if lo < 0 else hi
+                raise ShapeError(f"{who}: expert id {bad} is outside 0..{self.num_experts - 1} (rank {self.rank})")
+        else:
+            counts = [0] * self.num_experts
+        send = send.view(self.world, self.local_experts)
+        e = self.local_experts
+        send_counts = tuple(tuple(counts[j * e : (j + 1) * e]) for j in range(self.world))
         rows = x[torch.div(order, self.top_k, rounding_mode="floor")]
         self.last_mode, self.reason = self._choose(x)
         if self.last_mode == "fused":
@@ -162,22 +190,7 @@ class MoeDispatchCombine:
     def _choose(self, x: torch.Tensor, what: str = "dispatch"):
         """(mode, reason) of this dispatch or combine (`what`)."""
         who = "MoeDispatchCombine"
-        blockers = []
-        if self.capacity is None:
-            blockers.append("no capacity was given (the fused plan's chunks carry capacity-sized slots)")
-        elif self.capacity % FUSED_BLOCK_M:
-            blockers.append(
-                f"capacity {self.capacity} is not a multiple of {FUSED_BLOCK_M} (a tile must read one slot)"
-            )
-        if x.device.type != "cuda":
-            blockers.append(f"x is on {x.device} (the fused path runs on CUDA)")
-        else:
-            try:
-                from syncopate.runtime import require_runtime
-
-                require_runtime()
-            except Exception as exc:  # a build without the CUDA runtime
-                blockers.append(f"the runtime is missing ({exc})")
+        blockers = self._fused_blockers(x)
         if self.mode == "sequential":
             return "sequential", "mode='sequential'"
         if self.mode == "fused" and blockers:
@@ -194,8 +207,29 @@ class MoeDispatchCombine:
             )
         return "fused", "mode='fused'"
 
-    def _dispatch_fused(self, x, rows, expert_of_row, send, send_counts, recv_counts, order, w_up):
-        from syncopate.ops.moe_fused import MoeFusedDispatch, local_rows
+    def _fused_blockers(self, x: torch.Tensor) -> list:
+        """Why the fused path cannot run on x ([] when it can)."""
+        blockers = []
+        if self.capacity is None:
+            blockers.append("no capacity was given (the fused plan's chunks carry capacity-sized slots)")
+        elif self.capacity % FUSED_BLOCK_M:
+            blockers.append(
+                f"capacity {self.capacity} is not a multiple of {FUSED_BLOCK_M} (a tile must read one slot)"
+            )
+        if x.device.type != "cuda":
+            blockers.append(f"x is on {x.device} (the fused path runs on CUDA)")
+        else:
+            try:
+                from syncopate.runtime import require_runtime
+
+                require_runtime()
+            except Exception as exc:  # a build without the CUDA runtime
+                blockers.append(f"the runtime is missing ({exc})")
+        return blockers
+
+    def _dispatch_op(self, x: torch.Tensor, w_up: torch.Tensor):
+        """The MoeFusedDispatch for these widths, dtype and device (made once; collective)."""
+        from syncopate.ops.moe_fused import MoeFusedDispatch
 
         key = (x.shape[1], w_up.shape[2], x.dtype, x.device)
         fused = self._fused.get(key)
@@ -211,6 +245,32 @@ class MoeDispatchCombine:
                 backend=self.backend,
             )
             self._fused[key] = fused
+        return fused
+
+    def _combine_op(self, h: torch.Tensor, w_down: torch.Tensor):
+        """The MoeFusedCombine for these widths, dtype and device (made once; collective)."""
+        from syncopate.ops import moe_fused
+
+        key = (h.shape[1], w_down.shape[2], h.dtype, h.device)
+        fused = self._fused_combine.get(key)
+        if fused is None:
+            fused = moe_fused.MoeFusedCombine(
+                self.group,
+                local_experts=self.local_experts,
+                capacity=self.capacity,
+                in_features=h.shape[1],
+                hidden=w_down.shape[2],
+                dtype=h.dtype,
+                device=h.device,
+                backend=self.backend,
+            )
+            self._fused_combine[key] = fused
+        return fused
+
+    def _dispatch_fused(self, x, rows, expert_of_row, send, send_counts, recv_counts, order, w_up):
+        from syncopate.ops.moe_fused import local_rows
+
+        fused = self._dispatch_op(x, w_up)
         flat_send = send.reshape(-1)
         starts = torch.cumsum(flat_send, 0) - flat_send
         within = torch.arange(rows.shape[0], device=x.device) - starts[expert_of_row]
@@ -223,11 +283,72 @@ class MoeDispatchCombine:
         return h, DispatchLayout(send_counts, recv_counts, order, regroup, x.shape[0], self.top_k)
 
     def check(self) -> None:
-        """Raises WaitTimeoutError if a fused call's wait (kernel or runtime) ran past its bound.
-        Fused calls do not wait for their kernels; each checks the previous call of its op when
-        it starts, and this checks the last ones (it synchronizes the device)."""
+        """Raises WaitTimeoutError if a fused call's wait (kernel or runtime) ran past its bound,
+        and ShapeError for a dispatch_slots call whose routing was bad (an expert id out of range,
+        rows over capacity). Fused calls do not wait for their kernels; each looks at the earlier
+        calls of its op when it starts, without synchronizing, and this checks every call (it
+        synchronizes the device)."""
+        self._deferred.drain()
         for op in (*self._fused.values(), *self._fused_combine.values()):
             op.check()
+
+    # -- the capacity-slot path (ops/moe_slots.py): no host synchronization ------------------------
+    def dispatch_slots(self, x: torch.Tensor, expert_ids: torch.Tensor, w_up: torch.Tensor):
+        """(h_slots [W * E/W * capacity, N], SlotLayout): the fused dispatch with the rows left in
+        its capacity slots (slot s * E/W + e: the rows from rank s for local expert e, the first
+        layout.recv_counts[s * E/W + e] real, the rest unspecified). Nothing in the call waits for
+        the device: the routing is turned into slot places on the device, and what a host check
+        would read (expert ids, rows over capacity) is reported by a later call or check()
+        (ShapeError naming the expert and rank); such rows are not sent. Needs capacity and CUDA
+        (the fused path), whatever `mode` says."""
+        from syncopate.ops import moe_slots
+
+        who = "MoeDispatchCombine.dispatch_slots"
+        self._check_routing_shapes(who, x, expert_ids)
+        self._check_weight(who, "w_up", w_up, x.shape[1], x)
+        self._require_fused(who, x)
+        self._deferred.poll()
+        dest, send, record = moe_slots.slot_destinations(expert_ids, self.num_experts, self.capacity)
+        self._deferred.push(record)
+        fused = self._dispatch_op(x, w_up)
+        h, recv_counts = fused.call_slots(x if x.stride(1) == 1 else x.contiguous(), dest, send, w_up, self.top_k)
+        self.last_mode, self.reason = "fused", "dispatch_slots"
+        return h, moe_slots.SlotLayout(dest, recv_counts, x.shape[0], self.top_k, self.capacity)
+
+    def combine_slots(self, h_slots: torch.Tensor, w_down: torch.Tensor, layout, weights: torch.Tensor):
+        """y [T, H]: the fused combine of dispatch_slots' rows: h_slots [W * E/W * capacity, N']
+        (e.g. act(h_slots); rows past each slot's count are never read into y) times each local
+        expert's w_down [E/W, N', H], sent home and summed there with the routing weights [T, k]
+        (kernels/moe_rows.py). No host synchronization."""
+        from syncopate.ops import moe_slots
+
+        who = "MoeDispatchCombine.combine_slots"
+        if not isinstance(layout, moe_slots.SlotLayout):
+            raise UserError(f"{who}: layout must be the SlotLayout that dispatch_slots returned")
+        rows = self.world * self.local_experts * layout.capacity
+        if not isinstance(h_slots, torch.Tensor) or h_slots.dim() != 2 or h_slots.shape[0] != rows:
+            got = list(h_slots.shape) if isinstance(h_slots, torch.Tensor) else type(h_slots).__name__
+            raise ShapeError(f"{who}: h_slots must be [{rows}, N'] (the slots dispatch_slots returned), got {got}")
+        self._check_weight(who, "w_down", w_down, h_slots.shape[1], h_slots)
+        if not isinstance(weights, torch.Tensor) or tuple(weights.shape) != (layout.num_tokens, layout.top_k):
+            got = list(weights.shape) if isinstance(weights, torch.Tensor) else type(weights).__name__
+            raise ShapeError(
+                f"{who}: weights must be [{layout.num_tokens}, {layout.top_k}] (tokens x top_k), got {got}"
+            )
+        if not weights.is_floating_point() or weights.device != h_slots.device:
+            raise UserError(
+                f"{who}: weights must be floating point on {h_slots.device}, got {weights.dtype} on {weights.device}"
+            )
+        self._require_fused(who, h_slots)
+        fused = self._combine_op(h_slots, w_down)
+        y = fused.call_slots(h_slots, layout.recv_counts, w_down, layout.dest, weights.contiguous())
+        self.last_combine_mode, self.combine_reason = "fused", "combine_slots"
+        return y
+
+    def _require_fused(self, who: str, x: torch.Tensor) -> None:
+        blockers = self._fused_blockers(x)
+        if blockers:
+            raise UserError(f"{who}: the capacity-slot path is the fused one and cannot run: " + "; ".join(blockers))
 
     # -- combine ------------------------------------------------------------------------------------
     def combine_gemm(
@@ -277,20 +398,7 @@ class MoeDispatchCombine:
         grouped GEMM, the slots sent home as their tiles finish."""
         from syncopate.ops import moe_fused
 
-        key = (h.shape[1], w_down.shape[2], h.dtype, h.device)
-        fused = self._fused_combine.get(key)
-        if fused is None:
-            fused = moe_fused.MoeFusedCombine(
-                self.group,
-                local_experts=self.local_experts,
-                capacity=self.capacity,
-                in_features=h.shape[1],
-                hidden=w_down.shape[2],
-                dtype=h.dtype,
-                device=h.device,
-                backend=self.backend,
-            )
-            self._fused_combine[key] = fused
+        fused = self._combine_op(h, w_down)
         fused.a_slots[_slot_rows(layout.recv_counts, self.capacity, h.device)] = h
         counts = to_device(torch.tensor([v for row in layout.recv_counts for v in row], dtype=torch.int32), h.device)
         dest = moe_fused.sent_rows(layout.send_counts, self.capacity, h.device)
@@ -324,7 +432,8 @@ class MoeDispatchCombine:
         return out.to(rows.device)
 
     # -- checks -------------------------------------------------------------------------------------
-    def _check_routing(self, who: str, x: torch.Tensor, expert_ids: torch.Tensor) -> None:
+    def _check_routing_shapes(self, who: str, x: torch.Tensor, expert_ids: torch.Tensor) -> None:
+        """What the host knows without the device: shapes, dtypes, devices."""
         if not isinstance(x, torch.Tensor) or x.dim() != 2:
             raise ShapeError(
                 f"{who}: x must be a [tokens, hidden] matrix, got "
@@ -337,11 +446,6 @@ class MoeDispatchCombine:
             raise UserError(f"{who}: expert_ids must be int32 or int64, got {expert_ids.dtype}")
         if expert_ids.device != x.device:
             raise UserError(f"{who}: expert_ids is on {expert_ids.device} but x is on {x.device}")
-        if expert_ids.numel():
-            lo, hi = int(expert_ids.min()), int(expert_ids.max())
-            if lo < 0 or hi >= self.num_experts:
-                bad = lo if lo < 0 else hi
-                raise ShapeError(f"{who}: expert id {bad} is outside 0..{self.num_experts - 1} (rank {self.rank})")
 
     def _check_weight(self, who: str, name: str, w: torch.Tensor, rows: int, like: torch.Tensor) -> None:
         if not isinstance(w, torch.Tensor) or w.dim() != 3 or w.shape[0] != self.local_experts or w.shape[1] != rows:

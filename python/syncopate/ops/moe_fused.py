@@ -23,7 +23,7 @@ from typing import Optional, Sequence
 
 import torch
 
-from syncopate.errors import ShapeError, TransformError, Error, InternalError
+from syncopate.errors import ShapeError, TransformError, Error, InternalError, UserError
 from syncopate.launch import TileTables
 
 KERNEL_MODULE = "syncopate.kernels.moe_gemm"
@@ -38,6 +38,96 @@ def rows_chunk_id(world: int, experts: int, src: int, dst: int, expert: int) -> 
     rounds of peer offset, each rank's counts chunk then its rows chunks)."""
     rnd = (dst - src) % world
     return (rnd * world + src) * (1 + experts) + 1 + expert
+
+
+def _cached_args(op, a: torch.Tensor, w: torch.Tensor, c: torch.Tensor, counts: torch.Tensor):
+    """grouped_gemm_args of a fused MoE op's launch, its checks and scalars kept per operand
+    layout (a, w: device, dtype, address alignment, shape, strides; c: shape, strides; counts:
+    dtype, size): a call with the layouts of an earlier one reuses them (the host's share of the
+    call), whatever tensors it passes (the slot path's input is new each call)."""
+    key = (
+        a.device,
+        a.dtype,
+        a.data_ptr() % _TMA_ALIGN_BYTES,  # what tma_usable asks of the addresses
+        tuple(a.shape),
+        a.stride(),
+        w.dtype,
+        w.data_ptr() % _TMA_ALIGN_BYTES,
+        tuple(w.shape),
+        w.stride(),
+        tuple(c.shape),
+        c.stride(),
+        counts.dtype,
+        counts.numel(),
+    )
+    cache = op.__dict__.setdefault("_args_cache", {})
+    hit = cache.get(key)
+    if hit is None:
+        cfg = op.config
+        args, meta = grouped_gemm_args(
+            a, w, c, counts, op.capacity, cfg.block_m, cfg.block_n, cfg.block_k, op.progs, group_m=cfg.group_m
+        )
+        if len(cache) > 64:  # layouts that keep changing: bounded
+            cache.clear()
+        cache[key] = hit = (args[4:], meta)
+    scalars, meta = hit
+    return (a, w, c, counts, *scalars), meta
+
+
+def _error_record(device: torch.device):
+    """(the kernel's wait-timeout record, the pinned host word its flag is copied to after each
+    call, or None off CUDA)."""
+    from syncopate.launch import new_error_record
+    from syncopate.ops.fused_gemm import _host_flag
+
+    return new_error_record(device), (_host_flag() if device.type == "cuda" else None)
+
+
+def _after_call(op) -> None:
+    """Behind a fused MoE call on the current stream: its kernel's flag to pinned host memory."""
+    if op.flag is not None:
+        op.flag.enqueue_copy(op.error.data_ptr(), torch.cuda.current_stream(op.device).cuda_stream)
+    op.pending = True
+
+
+def _check_op(op, kernel_name: str) -> None:
+    from syncopate.launch import check_error
+
+    if not op.pending:
+        return
+    op.pending = False
+    try:
+        op.ws.check()  # synchronizes
+        check_error(op.error, op.tables, kernel_name)
+    finally:
+        op.error.zero_()
+        if op.flag is not None:
+            op.flag.clear()
+
+
+def _poll_op(op, kernel_name: str) -> None:
+    if op.pending and (op.ws.timed_out() or (op.flag is not None and op.flag.value != 0)):
+        _check_op(op, kernel_name)
+
+
+def check_backend(who: str, backend: str, group, device: torch.device) -> None:
+    """Refuses an unknown backend, and NCCL where two ranks of `group` share a GPU (NCCL refuses
+    two ranks on one device), by name. Collective over `group` for NCCL."""
+    from syncopate.ops.moe import FUSED_BACKENDS
+
+    if backend not in FUSED_BACKENDS:
+        raise UserError(f"{who}: backend must be one of {FUSED_BACKENDS}, got {backend!r}")
+    if backend != "nccl":
+        return
+    from syncopate.ops.common import ranks_sharing_a_device
+
+    shared = ranks_sharing_a_device(group, device)
+    if shared is not None:
+        r, s, gpu = shared
+        raise UserError(
+            f"{who}: backend='nccl' cannot run here: ranks {r} and {s} share GPU {gpu} and NCCL refuses "
+            f"two ranks on one device; use 'copy-engine' or 'sm-copy'"
+        )
 
 
 def check_geometry(who: str, capacity: int, block_m: int) -> None:
@@ -361,6 +451,7 @@ class MoeFusedDispatch:
         self.experts, self.capacity, self.hidden, self.n = local_experts, capacity, hidden, out_features
         self.dtype, self.device = dtype, device
         self.block_m, self.block_n, self.block_k = block_m, block_n, block_k
+        check_backend(who, backend, group, device)
         names = {torch.bfloat16: "bf16", torch.float16: "f16", torch.float32: "f32"}
         if dtype not in names:
             raise ShapeError(f"{who}: dtype must be bf16, fp16 or fp32, got {dtype}")
@@ -397,7 +488,7 @@ class MoeFusedDispatch:
             self.ws, order, self.tiles_n, self.rank, device, backend
         )
         self.kernel = transformed_kernel()
-        self.error = None
+        self.error, self.flag = _error_record(device)
         self.pending = False  # a call whose waits are not checked yet
         self._warm_up()
 
@@ -405,18 +496,7 @@ class MoeFusedDispatch:
         from syncopate.launch import launch
 
         cfg = self.config
-        args, meta = grouped_gemm_args(
-            self.x_recv,
-            w,
-            h,
-            self.recv_counts,
-            self.capacity,
-            cfg.block_m,
-            cfg.block_n,
-            cfg.block_k,
-            self.progs,
-            group_m=cfg.group_m,
-        )
+        args, meta = _cached_args(self, self.x_recv, w, h, self.recv_counts)
         self.error = launch(
             self.kernel,
             (self.progs,),
@@ -426,6 +506,7 @@ class MoeFusedDispatch:
             epoch=epoch,
             wait_bound_ns=self.ws.wait_bound_ns,
             error=self.error,
+            clear_error=False,
             sync=False,
             device_arrays=self.device_arrays,
             num_warps=cfg.num_warps,
@@ -443,15 +524,16 @@ class MoeFusedDispatch:
         torch.cuda.synchronize(self.device)
 
     def check(self) -> None:
-        """Raises WaitTimeoutError if the last call's kernel or runtime waits ran past their
-        bound (synchronizes the device). A call does not wait for its kernel: the next call
-        checks the previous one when it starts, or the caller does with this."""
-        from syncopate.launch import check_error
+        """Raises WaitTimeoutError if a call's kernel or runtime waits ran past their bound since
+        the last check (synchronizes the device). A call does not wait for its kernel: each call
+        starts with `poll`, which looks without synchronizing, or the caller checks with this."""
+        _check_op(self, KERNEL)
 
-        if self.pending:
-            self.pending = False
-            self.ws.check()
-            check_error(self.error, self.tables, KERNEL)
+    def poll(self) -> None:
+        """check() if an earlier call's wait is seen timed out without synchronizing (the
+        runtime's record is mapped host memory, the kernel's flag is copied to pinned host memory
+        behind each call): a lost chunk surfaces a call or two later, no call waits for the GPU."""
+        _poll_op(self, KERNEL)
 
     def __call__(
         self, rows: torch.Tensor, dest: torch.Tensor, send_counts: torch.Tensor, w: torch.Tensor, local: tuple
@@ -463,7 +545,7 @@ class MoeFusedDispatch:
         local_in_place: those rows go straight into x_recv's local slots, where the tiles read
         them, and the runtime raises the local chunks' landings without copying
         (PlanWorkspace in_place_chunks: `own_chunks`)."""
-        self.check()
+        self.poll()
         ws = self.ws
         h = torch.empty((self.x_recv.shape[0], self.n), dtype=self.dtype, device=self.device)
         ws.begin()
@@ -474,8 +556,41 @@ class MoeFusedDispatch:
         self._launch(w, h, ws.epoch_word)
         ws.issue_chunks()
         ws.end()
-        self.pending = True
+        _after_call(self)
         return h
+
+    def own_slot_rows(self) -> tuple:
+        """(first, end) rows of this rank's own slots in the slot numbering (global expert g,
+        row i: g * C + i), which the slot path packs straight into x_recv; (0, 0) without
+        local_in_place (every row into x_send, the local chunks copy them)."""
+        if not self.local_in_place:
+            return (0, 0)
+        per_rank = self.experts * self.capacity
+        return (self.rank * per_rank, (self.rank + 1) * per_rank)
+
+    def call_slots(self, x: torch.Tensor, dest: torch.Tensor, send_counts: torch.Tensor, w: torch.Tensor, top_k: int):
+        """The capacity-slot call (ops/moe_slots.py), with no host synchronization: x [T, H] the
+        tokens, dest [T * top_k] each routed row's place in the slots (-1: not sent), send_counts
+        int32 [W * E] (clamped to the capacity), w [E, H, N]. Returns (h [W * E * C, N] in slots,
+        recv_counts int32 [W * E]: a copy taken after the kernel, so a peer's next call cannot
+        change it under the combine)."""
+        from syncopate.ops.moe_slots import pack_rows as pack_slots
+
+        self.poll()
+        ws = self.ws
+        h = torch.empty((self.x_recv.shape[0], self.n), dtype=self.dtype, device=self.device)
+        ws.begin()
+        pack_slots(x, dest, top_k, self.x_send, self.x_recv, self.own_slot_rows())
+        self.send_counts.copy_(send_counts)
+        ws.publish()
+        ws.fork()
+        self._launch(w, h, ws.epoch_word)
+        # After the kernel, whose tiles waited for every slot's chunk (each after its count).
+        recv_counts = self.recv_counts.clone()
+        ws.issue_chunks()
+        ws.end()
+        _after_call(self)
+        return h, recv_counts
 
 
 def predict_at_capacity(
@@ -726,6 +841,7 @@ class MoeFusedCombine:
         self.rank = 0 if group is None else group.rank()
         self.experts, self.capacity, self.k, self.hidden = local_experts, capacity, in_features, hidden
         self.dtype, self.device = dtype, device
+        check_backend(who, backend, group, device)
         self.plan = combine_plan(self.world, local_experts, capacity, hidden, dtype=plan_dtype(dtype), backend=backend)
         rows = self.world * local_experts * capacity
         self.ws = PlanWorkspace(
@@ -752,7 +868,7 @@ class MoeFusedCombine:
             self.ws, order, self.tiles_n, self.rank, device, backend
         )
         self.kernel = transformed_kernel()
-        self.error = None
+        self.error, self.flag = _error_record(device)
         self.pending = False  # a call whose waits are not checked yet
         self._warm_up()
 
@@ -760,18 +876,7 @@ class MoeFusedCombine:
         from syncopate.launch import launch
 
         cfg = self.config
-        args, meta = grouped_gemm_args(
-            a_slots,
-            w,
-            c,
-            counts,
-            self.capacity,
-            cfg.block_m,
-            cfg.block_n,
-            cfg.block_k,
-            self.progs,
-            group_m=cfg.group_m,
-        )
+        args, meta = _cached_args(self, a_slots, w, c, counts)
         self.error = launch(
             self.kernel,
             (self.progs,),
@@ -781,6 +886,7 @@ class MoeFusedCombine:
             epoch=epoch,
             wait_bound_ns=self.ws.wait_bound_ns,
             error=self.error,
+            clear_error=False,
             sync=False,
             device_arrays=self.device_arrays,
             num_warps=cfg.num_warps,
@@ -803,15 +909,14 @@ class MoeFusedCombine:
 
     def check(self) -> None:
         """As MoeFusedDispatch.check."""
-        from syncopate.launch import check_error
+        _check_op(self, COMBINE_KERNEL)
 
-        if self.pending:
-            self.pending = False
-            self.ws.check()
-            check_error(self.error, self.tables, COMBINE_KERNEL)
+    def poll(self) -> None:
+        """As MoeFusedDispatch.poll."""
+        _poll_op(self, COMBINE_KERNEL)
 
     def __call__(self, a_slots: torch.Tensor, counts: torch.Tensor, w: torch.Tensor, dest: torch.Tensor, local: tuple):
-        self.check()
+        self.poll()
         ws = self.ws
         ws.begin()
         ws.publish()
@@ -822,5 +927,31 @@ class MoeFusedCombine:
         # before end(): after it, peers may write the next call's rows
         back = gather_rows(self.y_send, self.y_recv, dest, local if self.local_in_place else None)
         ws.end()
-        self.pending = True
+        _after_call(self)
         return back
+
+    def call_slots(self, a_slots: torch.Tensor, counts: torch.Tensor, w: torch.Tensor, dest, weights) -> torch.Tensor:
+        """The capacity-slot combine (ops/moe_slots.py), with no host synchronization: a_slots
+        [W * E * C, K] the experts' inputs in the dispatch's slots, counts its int32 [W * E]
+        recv_counts, w [E, K, H], dest [T * top_k] where this rank's routed rows went
+        (SlotLayout.dest), weights [T, top_k]. Returns y [T, H]: each token's expert outputs
+        weighted and summed (kernels/moe_rows.py), own slots read from y_send in place."""
+        from syncopate.ops.moe_slots import combine_rows
+
+        self.poll()
+        ws = self.ws
+        ws.begin()
+        ws.publish()
+        ws.fork()
+        self._launch(a_slots, w, self.y_send, counts, self.signals, ws.epoch_word)
+        ws.issue_chunks()
+        ws.wait_landed()
+        if self.local_in_place:
+            per_rank = self.experts * self.capacity
+            local = (self.rank * per_rank, (self.rank + 1) * per_rank)
+        else:
+            local = (0, 0)
+        y = combine_rows(self.y_send, self.y_recv, dest, weights, local)  # before end(), as above
+        ws.end()
+        _after_call(self)
+        return y

@@ -64,7 +64,7 @@ TEST(MoeDispatchPlan, VerifiedAtWorldsOneToEight) {
   for (int world = 1; world <= 8; ++world)
     for (int experts : {1, 2, 3})
       for (std::int64_t capacity : {1, 3})
-        for (Backend backend : {Backend::copy_engine, Backend::sm_copy}) {
+        for (Backend backend : {Backend::copy_engine, Backend::sm_copy, Backend::nccl}) {
           const CommPlan plan = make_moe_dispatch_plan(options(world, experts, capacity, backend));
           const auto where =
               fmt::format("world {} experts {} capacity {} {}", world, experts, capacity, to_string(backend));
@@ -86,7 +86,11 @@ TEST(MoeDispatchPlan, VerifiedAtWorldsOneToEight) {
                 EXPECT_EQ(rows.box.offset[0], (r * experts + e) * capacity) << where;
                 ASSERT_TRUE(rows.runtime_rows.has_value()) << where;
                 EXPECT_EQ(rows.runtime_rows->index, s * experts + e) << where;
-                EXPECT_EQ(rows.deps, std::vector<int>{counts.id}) << where;
+                // NCCL between two ranks: ordered by the receiver's stream (counts group first).
+                if (backend == Backend::nccl && s != r)
+                  EXPECT_TRUE(rows.deps.empty()) << where;
+                else
+                  EXPECT_EQ(rows.deps, std::vector<int>{counts.id}) << where;
               }
             }
           // Local rows first: each rank's stream opens with its own counts, then its own rows.
@@ -99,35 +103,36 @@ TEST(MoeDispatchPlan, VerifiedAtWorldsOneToEight) {
 // reads on its destination is the one its sender wrote for that expert, this call's.
 TEST(MoeDispatchPlan, EveryRowsChunkReadsItsSendersCountInAnyOrder) {
   std::mt19937 rng(19);
-  for (int world : {1, 2, 3, 5, 8})
-    for (int experts : {1, 3}) {
-      const std::int64_t capacity = 3;
-      const CommPlan plan = make_moe_dispatch_plan(options(world, experts, capacity));
-      for (int call = 0; call < 4; ++call) {
-        // send[r][j][e]: rows rank r routes to expert e of rank j (0 = an empty expert).
-        std::uniform_int_distribution<int> count(0, static_cast<int>(capacity));
-        std::vector<std::vector<std::vector<int>>> send(
-            world, std::vector<std::vector<int>>(world, std::vector<int>(experts)));
-        for (auto& a : send)
-          for (auto& b : a)
-            for (int& n : b) n = count(rng);
-        // recv[j][s][e] as each rank holds it: last call's values (-1) until the counts chunk lands.
-        std::vector<std::vector<std::vector<int>>> recv(
-            world, std::vector<std::vector<int>>(world, std::vector<int>(experts, -1)));
-        for (int c : random_order(plan, rng)) {
-          const Chunk& chunk = plan.chunks[c];
-          if (chunk.tensor == kMoeSendCounts) {
-            for (int e = 0; e < experts; ++e) recv[chunk.dst][chunk.src][e] = send[chunk.src][chunk.dst][e];
-            continue;
+  for (Backend backend : {Backend::copy_engine, Backend::nccl})
+    for (int world : {1, 2, 3, 5, 8})
+      for (int experts : {1, 3}) {
+        const std::int64_t capacity = 3;
+        const CommPlan plan = make_moe_dispatch_plan(options(world, experts, capacity, backend));
+        for (int call = 0; call < 4; ++call) {
+          // send[r][j][e]: rows rank r routes to expert e of rank j (0 = an empty expert).
+          std::uniform_int_distribution<int> count(0, static_cast<int>(capacity));
+          std::vector<std::vector<std::vector<int>>> send(
+              world, std::vector<std::vector<int>>(world, std::vector<int>(experts)));
+          for (auto& a : send)
+            for (auto& b : a)
+              for (int& n : b) n = count(rng);
+          // recv[j][s][e] as each rank holds it: last call's values (-1) until the counts chunk lands.
+          std::vector<std::vector<std::vector<int>>> recv(
+              world, std::vector<std::vector<int>>(world, std::vector<int>(experts, -1)));
+          for (int c : random_order(plan, rng)) {
+            const Chunk& chunk = plan.chunks[c];
+            if (chunk.tensor == kMoeSendCounts) {
+              for (int e = 0; e < experts; ++e) recv[chunk.dst][chunk.src][e] = send[chunk.src][chunk.dst][e];
+              continue;
+            }
+            const auto index = chunk.runtime_rows->index;
+            const int seen = recv[chunk.dst][index / experts][index % experts];
+            const int e = static_cast<int>(chunk.box.offset[0] / capacity) % experts;
+            EXPECT_EQ(seen, send[chunk.src][chunk.dst][e])
+                << fmt::format("world {} chunk {} ({} -> {}, expert {})", world, c, chunk.src, chunk.dst, e);
           }
-          const auto index = chunk.runtime_rows->index;
-          const int seen = recv[chunk.dst][index / experts][index % experts];
-          const int e = static_cast<int>(chunk.box.offset[0] / capacity) % experts;
-          EXPECT_EQ(seen, send[chunk.src][chunk.dst][e])
-              << fmt::format("world {} chunk {} ({} -> {}, expert {})", world, c, chunk.src, chunk.dst, e);
         }
       }
-    }
 }
 
 TEST(MoeDispatchPlan, JsonRoundTripKeepsRuntimeRows) {
@@ -155,11 +160,47 @@ TEST(MoeDispatchPlan, OptionsRefusedByName) {
   EXPECT_THROW(make_moe_dispatch_plan(options(2, 1, 0)), ShapeError);
   EXPECT_THROW(make_moe_dispatch_plan(options(2, 0, 4)), ShapeError);
   try {
-    make_moe_dispatch_plan(options(2, 1, 4, Backend::nccl));
-    FAIL() << "nccl accepted";
-  } catch (const UserError& e) {
-    EXPECT_NE(std::string(e.what()).find("nccl"), std::string::npos);
+    make_moe_dispatch_plan(options(2, 1, 0, Backend::nccl));
+    FAIL() << "capacity 0 accepted";
+  } catch (const ShapeError& e) {
+    EXPECT_NE(std::string(e.what()).find("capacity"), std::string::npos) << e.what();
   }
+}
+
+// NCCL: every chunk between two ranks is listed by both ends; group 0 holds every counts chunk
+// between two ranks, group i (i >= 1) the rows chunks of round i; on each rank the local chunks
+// come first, then group 0, then groups 1 .. W-1 in order, each group's members consecutive; the
+// rows chunks move whole capacity slots (the runtime's NCCL sizes are the boxes').
+TEST(MoeDispatchPlan, NcclListsCountsGroupThenOneRowsGroupPerRound) {
+  for (int world : {1, 2, 3, 4, 8})
+    for (int experts : {1, 3}) {
+      const CommPlan plan = make_moe_dispatch_plan(options(world, experts, 5, Backend::nccl));
+      const auto where = fmt::format("world {} experts {}", world, experts);
+      ASSERT_TRUE(verify(plan).ok()) << where << "\n" << report_text(verify(plan));
+      for (int r = 0; r < world; ++r) {
+        const auto& list = plan.ranks[r].streams.at(0);
+        std::vector<int> groups;  // group of each listed chunk, in order
+        for (int id : list) {
+          const Chunk& c = plan.chunks[id];
+          ASSERT_TRUE(c.src == r || c.dst == r) << where;
+          EXPECT_EQ(c.backend, Backend::nccl) << where;
+          if (c.src == c.dst) {
+            EXPECT_EQ(c.group, kNoGroup) << where;
+          } else if (c.tensor == kMoeSendCounts) {
+            EXPECT_EQ(c.group, 0) << where << " counts chunk " << id;
+          } else {
+            EXPECT_EQ(c.group, ((c.dst - c.src) % world + world) % world) << where << " rows chunk " << id;
+            EXPECT_EQ(c.box.extent, (std::vector<std::int64_t>{5, 4})) << where;
+          }
+          groups.push_back(c.group);
+        }
+        // 1 + E local chunks, then per peer offset i: 2 counts chunks (to r+i, from r-i), then
+        // 2E rows chunks (world 2: r+1 == r-1, still one send and one recv each).
+        ASSERT_EQ(list.size(), static_cast<std::size_t>(1 + experts + (world - 1) * 2 * (1 + experts))) << where;
+        EXPECT_TRUE(std::is_sorted(groups.begin(), groups.end())) << where;  // kNoGroup is -1
+        EXPECT_EQ(list.front(), moe_counts_chunk(world, experts, r, r)) << where;
+      }
+    }
 }
 
 TEST(MoeDispatchPlan, ExportToMscclRefusesRuntimeRowsByChunk) {
@@ -198,6 +239,23 @@ TEST(MoeDispatchPlan, MissingCountDependencyIsUnordered) {
   expect_rule(plan, {"count-unordered", rows});
   EXPECT_NE(report_text(verify(plan)).find(fmt::format("add chunk {}", moe_counts_chunk(3, 2, 1, 2))),
             std::string::npos);
+}
+
+// NCCL rows chunks carry no deps: only the receiver's stream order puts their counts first.
+// Listing the counts group after the rows groups (on both ends, so the sends and recvs still
+// match) leaves every rows chunk between two ranks unordered after its count.
+TEST(MoeDispatchPlan, NcclCountsGroupAfterTheRowsIsUnordered) {
+  CommPlan plan = make_moe_dispatch_plan(options(3, 2, 4, Backend::nccl));
+  ASSERT_TRUE(verify(plan).ok());
+  for (auto& program : plan.ranks) {
+    auto& list = program.streams[0];
+    std::stable_partition(list.begin(), list.end(), [&](int id) { return plan.chunks[id].group != 0; });
+  }
+  const VerifyReport report = verify(plan);
+  const int rows = moe_rows_chunk(3, 2, 1, 2, 1);
+  bool named = false;
+  for (const auto& v : report.violations) named = named || (v.rule == "count-unordered" && v.chunk == rows);
+  EXPECT_TRUE(named) << report_text(report);
 }
 
 TEST(MoeDispatchPlan, CountFromAnotherRankIsWrongSource) {

@@ -7,7 +7,10 @@
 
 #include "syncopate/common/error.hpp"
 #include "syncopate/lower/signal_table.hpp"
+#include "syncopate/lower/tiling.hpp"
+#include "syncopate/plan/expert_parallel.hpp"
 #include "syncopate/plan/templates.hpp"
+#include "syncopate/runtime/box_copy.hpp"
 #include "syncopate/runtime/epoch.hpp"
 #include "syncopate/runtime/rank_schedule.hpp"
 
@@ -561,6 +564,137 @@ TEST(RankSchedule, RejectsAChunkIssuedByAThirdRank) {
               std::string::npos)
         << e.what();
   }
+}
+
+// --- The MoE dispatch plan over NCCL (plan/expert_parallel.hpp) ---------------------------------
+//
+// A recording communicator: each rank's schedule walked batch by batch as the executor issues it
+// (RankExecutor::issue_chunks), every NCCL half recorded as the call the runtime would make
+// (send or recv, peer, bytes of the chunk's boxes: backends.cpp nccl_post). NCCL matches a
+// pair's sends and recvs in the order they are posted, so for every ordered pair (s, d) the
+// chunks s sends to d must be the chunks d receives from s, in the same order, of the same size.
+struct NcclCall {
+  int chunk = -1;
+  std::int64_t bytes = 0;
+  int group = plan::kNoGroup;
+  friend bool operator==(const NcclCall&, const NcclCall&) = default;
+};
+
+struct RecordedRank {
+  std::map<int, std::vector<NcclCall>> sends, recvs;  // by peer, in posting order
+  std::vector<std::vector<int>> batches;              // chunk ids per issued batch
+};
+
+RecordedRank record_nccl(const plan::CommPlan& p, const RankSchedule& s) {
+  RecordedRank out;
+  for (const auto& steps : s.streams)
+    for (const auto& batch : step_batches(steps)) {
+      auto& ids = out.batches.emplace_back();
+      for (auto i = batch.begin; i < batch.end; ++i) {
+        const auto& step = steps[i];
+        const auto& c = p.chunks[step.chunk];
+        ids.push_back(step.chunk);
+        if (step.role != StepRole::nccl_send && step.role != StepRole::nccl_recv) continue;
+        const auto& src = p.tensors.at(c.tensor);
+        const auto& dst = p.tensors.at(c.dst_tensor);
+        const std::int64_t bytes =
+            total_bytes(box_copies(c.box, src.shape, c.dst_box, dst.shape, plan::dtype_size(src.dtype)));
+        if (step.role == StepRole::nccl_send)
+          out.sends[c.dst].push_back({step.chunk, bytes, step.group});
+        else
+          out.recvs[c.src].push_back({step.chunk, bytes, step.group});
+      }
+    }
+  return out;
+}
+
+plan::CommPlan moe_nccl(int world, int experts, std::int64_t capacity, std::int64_t hidden) {
+  plan::MoeDispatchOptions o;
+  o.world_size = world;
+  o.local_experts = experts;
+  o.capacity = capacity;
+  o.hidden = hidden;
+  o.backend = Backend::nccl;
+  return plan::make_moe_dispatch_plan(o);
+}
+
+TEST(RankScheduleMoeNccl, SendsAndRecvsMatchPerPairInOrderAndSize) {
+  const std::int64_t capacity = 6, hidden = 10;  // bf16: a slot is 6 * 10 * 2 bytes
+  for (int world : {2, 3, 4, 8})
+    for (int experts : {1, 3}) {
+      const auto p = moe_nccl(world, experts, capacity, hidden);
+      const auto tables = lower::lower(p, lower::TileGrid{world * experts * capacity, 16, 2, 16},
+                                       {lower::TileAccess{plan::kMoeRecv, lower::AccessRole::consume, 0, -1}});
+      std::vector<RecordedRank> rec;
+      for (int r = 0; r < world; ++r) rec.push_back(record_nccl(p, make_rank_schedule(p, tables, r)));
+      const auto where = fmt::format("world {} experts {}", world, experts);
+      for (int s = 0; s < world; ++s)
+        for (int d = 0; d < world; ++d) {
+          if (s == d) {
+            EXPECT_FALSE(rec[s].sends.count(d)) << where << ": rank " << s << " sends to itself";
+            continue;
+          }
+          const auto& sent = rec[s].sends[d];
+          EXPECT_EQ(sent, rec[d].recvs[s]) << where << fmt::format(": pair {} -> {}", s, d);
+          // One counts message (E int32), then E capacity slots, whatever the counts.
+          ASSERT_EQ(sent.size(), static_cast<std::size_t>(1 + experts)) << where;
+          EXPECT_EQ(sent[0].bytes, experts * 4) << where;
+          EXPECT_EQ(sent[0].chunk, plan::moe_counts_chunk(world, experts, s, d)) << where;
+          for (int e = 0; e < experts; ++e) {
+            EXPECT_EQ(sent[1 + e].chunk, plan::moe_rows_chunk(world, experts, s, d, e)) << where;
+            EXPECT_EQ(sent[1 + e].bytes, capacity * hidden * 2) << where;
+            EXPECT_EQ(sent[1 + e].group, ((d - s) % world + world) % world) << where;
+          }
+        }
+      // Issue order on each rank: its 1 + E local chunks one by one, then one group with every
+      // counts message, then one group per round with the E sends and E recvs of its rows.
+      for (int r = 0; r < world; ++r) {
+        const auto& batches = rec[r].batches;
+        ASSERT_EQ(batches.size(), static_cast<std::size_t>(1 + experts + world)) << where;
+        for (int b = 0; b < 1 + experts; ++b) EXPECT_EQ(batches[b].size(), 1u) << where;
+        EXPECT_EQ(batches[1 + experts].size(), static_cast<std::size_t>(2 * (world - 1))) << where;
+        for (int i = 1; i < world; ++i)
+          EXPECT_EQ(batches[1 + experts + i].size(), static_cast<std::size_t>(2 * experts)) << where;
+      }
+    }
+}
+
+// No NCCL half waits on anything (no sender spins on a peer's slot); the receiver raises every
+// landing after its recv; and the protocol completes call after call with the kernel's tables.
+TEST(RankScheduleMoeNccl, NoWaitsBeforeTheGroupsAndEveryCallCompletes) {
+  for (int world : {1, 2, 3, 5})
+    for (int experts : {1, 2}) {
+      const auto p = moe_nccl(world, experts, 4, 8);
+      const auto tables = lower::lower(p, lower::TileGrid{world * experts * 4, 16, 2, 16},
+                                       {lower::TileAccess{plan::kMoeRecv, lower::AccessRole::consume, 0, -1}});
+      const auto where = fmt::format("world {} experts {}", world, experts);
+      for (int r = 0; r < world; ++r)
+        for (const auto& steps : make_rank_schedule(p, tables, r).streams)
+          for (const auto& step : steps) {
+            if (step.role == StepRole::nccl_send) {
+              EXPECT_TRUE(step.waits.empty()) << where << " chunk " << step.chunk;
+              EXPECT_EQ(step.landing_slot, -1) << where;
+            }
+            if (step.role == StepRole::nccl_recv) {
+              EXPECT_TRUE(step.waits.empty()) << where << " chunk " << step.chunk;
+              EXPECT_GE(step.landing_slot, 0) << where;
+            }
+          }
+      EXPECT_TRUE(replay(p, tables, 3)) << where;
+    }
+}
+
+// The recorder fails on a schedule NCCL would mismatch: one rank lists its rows sends of round 1
+// in reverse expert order, so its sends to r + 1 no longer pair with the peer's recvs.
+TEST(RankScheduleMoeNccl, RecorderCatchesAPairPostedOutOfOrder) {
+  auto p = moe_nccl(3, 2, 4, 8);
+  auto& list = p.ranks[0].streams[0];
+  const int a = plan::moe_rows_chunk(3, 2, 0, 1, 0), b = plan::moe_rows_chunk(3, 2, 0, 1, 1);
+  std::iter_swap(std::find(list.begin(), list.end(), a), std::find(list.begin(), list.end(), b));
+  const auto tables = landing_tables(p);
+  const auto sender = record_nccl(p, make_rank_schedule(p, tables, 0));
+  const auto receiver = record_nccl(p, make_rank_schedule(p, tables, 1));
+  EXPECT_NE(sender.sends.at(1), receiver.recvs.at(0));
 }
 
 }  // namespace
