@@ -2,26 +2,30 @@
 target: within 5% of the untransformed kernel, causal and not, head dim 64 and 128). One GPU,
 world 1: every piece in place, every signal raised. Variants are text edits of the transformer's
 output (tests/golden/transform/attention.py), each timed against the untransformed kernel in the
-same configuration and run (medians of device-event samples), outputs poisoned and checked
-against the untransformed output:
-  transformed        the transformer's output as shipped: the arrival-order remap
-                     (`block_at`, from the start block loaded before the loop by `block_row`)
-                     and one loop-free wait per iteration at the top of the loop
-                     (`wait_for_block`, returning the loop variable; no table load when the
-                     row has no slot)
-  loop wait          the same wait as a statement through `wait_block` (a loop: Triton does not
-                     pipeline a loop with a loop inside)
-  ascending          without the remap: blocks visited 0, 1, ...
-  no block wait      without the in-loop wait (the remap stays)
+same configuration and run (medians of device-event samples taken in turns), outputs poisoned and
+checked against the untransformed output, with each launch's registers per thread:
+  transformed        the transformer's output as shipped: with tables that have no slot the
+                     constexpr `sy_block_waits` is 0 and the loop compiles as written; otherwise
+                     the arrival-order remap (`block_at`, from the start block loaded before the
+                     loop by `block_row`) and one loop-free wait per iteration at the top of the
+                     loop (`wait_for_block`, returning the loop variable)
+  always wait        the remap and the wait compiled in whatever the tables (`if sy_block_waits:`
+                     read as `if True:`): the form shipped before `sy_block_waits`
+  loop wait          always wait, the wait as a statement through `wait_block` (a loop: Triton
+                     does not pipeline a loop with a loop inside)
+  ascending          always wait without the remap: blocks visited 0, 1, ...
+  no block wait      always wait without the in-loop wait (the remap stays)
   tile wait only     neither the in-loop wait nor the remap: what the tile-level code alone costs
 Each variant runs with two sets of tables: "no slots" (K/V one piece, the own: no block has a
 slot to wait on) and "4 pieces landed" (four pieces, every signal raised: the blocks outside the
 own piece check one raised slot each).
 Configurations: BLOCK_M x BLOCK_N, warps, stages (`--configs 128x64w8s3,64x64w4s3`; the fused ops
-launch 128 x 64 with 8 warps and 3 stages where S_loc is a multiple of 128).
+launch 128 x 64 with 8 warps and 3 stages where S_loc is a multiple of 128). `--maxnreg N` adds
+every variant (and the untransformed kernel) under Triton's register limit N.
 
     python bench/bench_attention_wait_variants.py [--seqs 8192] [--head-dims 64,128]
-        [--configs 128x64w8s3,64x64w4s3] [--variants transformed,loop wait,...] [--device-kind K]
+        [--configs 128x64w8s3,64x64w4s3] [--variants transformed,always wait,...] [--samples 15]
+        [--maxnreg 128] [--device-kind K]
 
 Writes $OUT/bench_attention_wait_variants[_<kind>_<date>].json (or under bench/results/).
 """
@@ -42,17 +46,28 @@ ROOT = Path(__file__).resolve().parents[1]
 GOLDEN = ROOT / "tests" / "golden" / "transform" / "attention.py"
 REMAP = "start_n = syl.block_at("
 WAIT = "start_n, sy_block_seen = syl.wait_for_block("
-VARIANTS = ("transformed", "loop wait", "ascending", "no block wait", "tile wait only")
+GATE = "if sy_block_waits:"
+VARIANTS = ("transformed", "always wait", "loop wait", "ascending", "no block wait", "tile wait only")
 
 
 def variant_sources(text: str) -> dict:
     lines = text.splitlines(keepends=True)
     waits = [i for i, line in enumerate(lines) if WAIT in line]
     remap = [i for i, line in enumerate(lines) if REMAP in line]
-    assert len(waits) == 1 and len(remap) == 1, "the golden attention kernel changed shape"
+    gates = [i for i, line in enumerate(lines) if GATE in line]
+    assert len(waits) == 1 and len(remap) == 1 and len(gates) == 2, "the golden attention kernel changed shape"
 
-    def without(drop):
-        return "".join(line for i, line in enumerate(lines) if i not in drop)
+    def edited(drop=(), gate="True", wait_line=None):
+        out = []
+        for i, line in enumerate(lines):
+            if i in drop:
+                continue
+            if i in gates:
+                line = line.replace(GATE, f"if {gate}:")
+            if i == waits[0] and wait_line is not None:
+                line = wait_line
+            out.append(line)
+        return "".join(out)
 
     # `start_n, sy_block_seen = syl.wait_for_block(args..., start_n, ...)` -> `syl.wait_block(args...)`
     loop_wait = re.sub(
@@ -64,10 +79,11 @@ def variant_sources(text: str) -> dict:
     assert loop_wait != lines[waits[0]]
     return {
         "transformed": text,
-        "loop wait": "".join(loop_wait if i == waits[0] else line for i, line in enumerate(lines)),
-        "ascending": without(set(remap)),
-        "no block wait": without(set(waits)),
-        "tile wait only": without(set(waits) | set(remap)),
+        "always wait": edited(),
+        "loop wait": edited(wait_line=loop_wait),
+        "ascending": edited(drop={remap[0]}),
+        "no block wait": edited(drop={waits[0]}),
+        "tile wait only": edited(gate="False"),
     }
 
 
@@ -87,21 +103,31 @@ def load(name: str, source: str, tmp: Path):
     return module
 
 
-def timed(fn, samples=9, reps=3):
+def timed_interleaved(fns: dict, samples=9, reps=3) -> dict:
+    """Median ms per call of each of `fns`, sampled in turns (one sample of every function per
+    round, the order rotated each round), so a clock or thermal drift during the run weighs on
+    every variant alike instead of on whichever ran last."""
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    for _ in range(2):
-        fn()
+    names = list(fns)
+    for name in names:
+        for _ in range(2):
+            fns[name]()
     torch.cuda.synchronize()
-    times = []
-    for _ in range(samples):
-        start.record()
-        for _ in range(reps):
-            fn()
-        end.record()
-        torch.cuda.synchronize()
-        times.append(start.elapsed_time(end) / reps)
-    times.sort()
-    return times[len(times) // 2]
+    times = {name: [] for name in names}
+    for r in range(samples):
+        for name in names[r % len(names) :] + names[: r % len(names)]:
+            start.record()
+            for _ in range(reps):
+                fns[name]()
+            end.record()
+            torch.cuda.synchronize()
+            times[name].append(start.elapsed_time(end) / reps)
+    return {name: sorted(t)[len(t) // 2] for name, t in times.items()}
+
+
+def registers(handle) -> tuple:
+    """(registers per thread, spilled bytes) of a launch's compiled kernel, when Triton says."""
+    return getattr(handle, "n_regs", None), getattr(handle, "n_spills", None)
 
 
 def main() -> int:
@@ -112,6 +138,12 @@ def main() -> int:
     parser.add_argument("--configs", default="128x64w8s3,64x64w4s3")
     parser.add_argument("--variants", default=",".join(VARIANTS))
     parser.add_argument("--samples", type=int, default=9)
+    parser.add_argument(
+        "--maxnreg",
+        type=int,
+        default=0,
+        help="also time each variant with Triton's maxnreg at this value (0: not)",
+    )
     parser.add_argument("--device-kind", default="", help="the machine's kind, for the JSON and its file name")
     args = parser.parse_args()
     if not torch.cuda.is_available():
@@ -185,24 +217,43 @@ def main() -> int:
                             )
                         )
                     }
+                    if args.maxnreg:
+                        fns[f"untransformed, maxnreg {args.maxnreg}"] = (
+                            lambda bm=bm, bn=bn, warps=warps, stages=stages, tiles=tiles: (
+                                attention_fwd_kernel[(tiles,)](
+                                    *kernel_args,
+                                    HEAD_DIM=d,
+                                    BLOCK_M=bm,
+                                    BLOCK_N=bn,
+                                    CAUSAL=causal,
+                                    num_warps=warps,
+                                    num_stages=stages,
+                                    maxnreg=args.maxnreg,
+                                )
+                            )
+                        )
                     for name, module in modules.items():
                         launch.unspecialize(module.attention_fwd_kernel)
                         for tables_name, bound in tables_by_name.items():
-                            fns[f"{name}, {tables_name}"] = (
-                                lambda m=module, tiles=tiles, bound=bound: m.attention_fwd_kernel[(tiles,)](
-                                    *kernel_args, **bound, CAUSAL=causal
+                            limits = [{}] + ([{"maxnreg": args.maxnreg}] if args.maxnreg else [])
+                            for limit in limits:
+                                label = f"{name}, {tables_name}" + (f", maxnreg {args.maxnreg}" if limit else "")
+                                fns[label] = (
+                                    lambda m=module, tiles=tiles, bound=bound, limit=limit: m.attention_fwd_kernel[
+                                        (tiles,)
+                                    ](*kernel_args, **bound, **limit, CAUSAL=causal)
                                 )
-                            )
                     o.fill_(float("nan"))
                     fns["untransformed"]()
                     ref = o.clone()
-                    times = {}
+                    same, regs = {}, {}
                     for name, fn in fns.items():
                         o.fill_(float("nan"))
-                        fn()
+                        regs[name] = registers(fn())
                         torch.cuda.synchronize()
-                        same = bool(torch.allclose(o.float(), ref.float(), rtol=1e-2, atol=1e-2))
-                        times[name] = timed(fn, samples=args.samples)
+                        same[name] = bool(torch.allclose(o.float(), ref.float(), rtol=1e-2, atol=1e-2))
+                    times = timed_interleaved(fns, samples=args.samples)
+                    for name in fns:
                         ratio = times[name] / times["untransformed"]
                         rows.append(
                             {
@@ -214,12 +265,15 @@ def main() -> int:
                                 "variant": name,
                                 "ms": times[name],
                                 "ratio": ratio,
-                                "matches": same,
+                                "matches": same[name],
+                                "registers": regs[name][0],
+                                "spills": regs[name][1],
                             }
                         )
                         print(
-                            f"S={s:>6} d={d:>3} {config:15} causal={causal!s:5} {name:32} {times[name]:9.3f} ms  "
-                            f"x{ratio:.3f}  {'ok' if same else 'MISMATCH'}",
+                            f"S={s:>6} d={d:>3} {config:15} causal={causal!s:5} {name:44} {times[name]:9.3f} ms  "
+                            f"x{ratio:.3f}  regs {regs[name][0]} spills {regs[name][1]}  "
+                            f"{'ok' if same[name] else 'MISMATCH'}",
                             flush=True,
                         )
                     # Written after every case: a run cut short keeps what it measured.

@@ -117,7 +117,16 @@ class BlockTables:
             first += 1
         return cls.from_lists(blocks, [[sorted(set(w)) for w in waits]] * rows, [first] * rows, len(table.slots))
 
+    @property
+    def waits(self) -> bool:
+        """Whether any block has a slot to wait on (the kernel's constexpr `sy_block_waits`)."""
+        return bool(self.slots)
+
     def device_arrays(self, device: torch.device) -> dict:
+        """The kernel's block-table arguments but `sy_blocks`: the three tables on `device` and
+        `sy_block_waits` (a constexpr: tables without a slot compile the kernel's order=arrival
+        loops as written, with no renumbering and no wait)."""
+
         def arr(values: list[int]) -> torch.Tensor:
             return torch.tensor(values if values else [0], dtype=torch.int32, device=device)
 
@@ -125,4 +134,5 @@ class BlockTables:
             "sy_block_wait_offsets": arr(self.offsets),
             "sy_block_wait_slots": arr(self.slots),
             "sy_block_first": arr(self.first),
+            "sy_block_waits": int(self.waits),
         }

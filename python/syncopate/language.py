@@ -45,6 +45,10 @@ from triton.language.target_info import cuda_capability_geq
 from syncopate.settings import env
 
 INTERPRET = env.triton_interpret
+
+# The annotation of the transformer's constexpr parameters (`sy_block_waits: syl.constexpr`): the
+# output imports this module as `syl` whatever the kernel's own module calls triton.language.
+constexpr = tl.constexpr
 _INTERPRET: tl.constexpr = tl.constexpr(INTERPRET)
 
 # Layout of the int64 error record `sy_error` (the launcher zeroes it before each launch).

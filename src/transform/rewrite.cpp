@@ -29,6 +29,10 @@ std::string py_escaped(std::string_view text) {
   return out;
 }
 
+// One level deeper than the line it follows (inserted `if` bodies): Python accepts any deeper
+// indentation for a new block.
+constexpr const char* kIndentStep = "    ";
+
 class Rewriter {
  public:
   Rewriter(const Module& m, const std::vector<KernelAnalysis>& all, const TransformOptions& o)
@@ -75,19 +79,28 @@ class Rewriter {
       const std::string top = "sy_block_top" + suffix, row_waits = "sy_block_row_waits" + suffix,
                         seen = "sy_block_seen" + suffix;
       // Before the loop: where the visit starts and whether the row has any slot at all (both
-      // loaded once, so no load of the tables sits in a block's address chain in the loop).
+      // loaded once, so no load of the tables sits in a block's address chain in the loop). All
+      // of it under the constexpr `sy_block_waits`: a launch whose tables have no slot at all
+      // (nothing to wait for) compiles the loop as written, without the renumbering and the wait,
+      // which cost the loop registers and instructions even when they wait for nothing
+      // (docs/ANNOTATIONS.md, "Rules learnt on the GPU").
       const LogicalLine& header = m_.lines[b.loop];
+      const std::string outer = indent_of(header.line);
+      insert_before_line(header.line, outer + "if sy_block_waits:");
       insert_before_line(header.line,
-                         indent_of(header.line) + fmt::format("{}, {}, {} = syl.block_row(sy_block_first, "
-                                                              "sy_block_wait_offsets, {}, sy_blocks, {}, {}, {})",
-                                                              top, row_waits, seen, key, b.start, b.stop, b.step));
+                         outer + kIndentStep +
+                             fmt::format("{}, {}, {} = syl.block_row(sy_block_first, sy_block_wait_offsets, {}, "
+                                         "sy_blocks, {}, {}, {})",
+                                         top, row_waits, seen, key, b.start, b.stop, b.step));
       const LogicalLine& body = m_.lines[b.loop + 1];
-      insert_before_line(
-          body.line, indent_of(body.line) + fmt::format("{} = syl.block_at({}, {}, {}, {}, {})", b.loop_var, b.loop_var,
-                                                        b.start, b.stop, b.step, top));
+      const std::string inner = indent_of(body.line);
+      insert_before_line(body.line, inner + "if sy_block_waits:");
+      insert_before_line(body.line, inner + kIndentStep +
+                                        fmt::format("{} = syl.block_at({}, {}, {}, {}, {})", b.loop_var, b.loop_var,
+                                                    b.start, b.stop, b.step, top));
       insert_before_line(
           body.line,
-          indent_of(body.line) +
+          inner + kIndentStep +
               fmt::format("{}, {} = syl.wait_for_block(sy_signals, sy_block_wait_offsets, sy_block_wait_slots, "
                           "sy_slot_writers, {}, {}, sy_blocks, sy_tile, sy_epoch, sy_wait_bound_ns, sy_rank, "
                           "sy_error, {}, {}, {})",
@@ -235,7 +248,9 @@ class Rewriter {
     else
       indent = indent_of(def.line) + "    ";
     std::string names;
-    for (const auto& p : added) names += p.name + ", ";
+    // A constexpr parameter carries its annotation (Triton compiles one variant per value):
+    // `syl.constexpr` is triton.language.constexpr, and `syl` is imported by every output.
+    for (const auto& p : added) names += p.name + (p.type == "constexpr" ? ": syl.constexpr" : "") + ", ";
     names.pop_back();  // keep the trailing comma: it is valid in a def and separates what follows
     const std::size_t before_end = before.offset + before.text.size();
     if (ins.first_on_line) {

@@ -38,6 +38,8 @@ const std::vector<AddedParam>& block_params() {
       {"sy_block_wait_offsets", "int32*", "CSR offsets by key * sy_blocks + block into sy_block_wait_slots"},
       {"sy_block_wait_slots", "int32*", "landing slots each block waits on"},
       {"sy_block_first", "int32*", "by key: the block whose chunks land first (order=arrival starts there)"},
+      {"sy_block_waits", "constexpr",
+       "1 when some block of the tables has a slot to wait on; 0 compiles order=arrival loops as written"},
   };
   return kParams;
 }

@@ -1,7 +1,7 @@
 """GPU correctness of the fused sequence-parallel attention ops under torchrun (one process per
 rank; worlds larger than the GPU count share a GPU over gloo, gpu_group.py).
 
-    torchrun --nproc_per_node=W tests/gpu/test_fused_attention_gpu.py [--quick]
+    torchrun --nproc_per_node=W tests/gpu/test_fused_attention_gpu.py [--quick] [--zigzag-only]
 
 Every rank draws the same global q, k, v (seeded) and passes its slice of positions to
 `ulysses_attention` / `ring_attention` with mode="fused"; the reference is SDPA in float32 on the
@@ -9,7 +9,9 @@ global tensors (no collective needed), this rank's rows. Cases: both ops, fp16 a
 or not, head dim 64 and 128, GQA. Then 200 calls in a row (no check in between, inputs drawn
 afresh for every 20th call, each checked against its reference at the end), a withheld chunk
 (drop_chunk) that the rank it lands on must report as a WaitTimeoutError naming it, and at world
-1 the fused forms against the sequential ones.
+1 the fused forms against the sequential ones. The ring also runs the zig-zag layout
+(`layout="zigzag"`: rank r holds half-pieces r and 2W - 1 - r), fused and sequential
+(`--zigzag-only`: just those rows).
 
 Prints one line per case and `SUMMARY world=W passed=P failed=F`; exits 1 on any failure.
 """
@@ -58,19 +60,28 @@ def rel_error(out, ref):
     return float((out.float() - ref).norm() / ref.norm())
 
 
-def case(op, rank, world, *, z, h, h_kv, s_loc, d, dtype, causal, seed, mode="fused"):
+def zigzag_rows(rank, world, s_loc, device):
+    """Global positions of rank `rank`'s zig-zag piece: half-pieces rank and 2W - 1 - rank."""
+    half, late = s_loc // 2, 2 * world - 1 - rank
+    return torch.cat([torch.arange(rank * half, (rank + 1) * half), torch.arange(late * half, (late + 1) * half)]).to(
+        device
+    )
+
+
+def case(op, rank, world, *, z, h, h_kv, s_loc, d, dtype, causal, seed, mode="fused", layout="contiguous"):
     from syncopate.ops import ring_attention, ulysses_attention
 
     fn = ulysses_attention if op == "ulysses" else ring_attention
     dev = torch.device("cuda", torch.cuda.current_device())
     q, k, v = global_problem(seed, z, h, h_kv, world * s_loc, d, dtype, dev)
-    own = slice(rank * s_loc, (rank + 1) * s_loc)
+    own = zigzag_rows(rank, world, s_loc, dev) if layout == "zigzag" else slice(rank * s_loc, (rank + 1) * s_loc)
     ref = sdpa_fp32(q, k, v, causal)[:, :, own]  # before the call: no module loads while a peer spins
     mine = tuple(t[:, :, own].contiguous() for t in (q, k, v))
     torch.cuda.synchronize()
     if dist.get_world_size() > 1:
         dist.barrier()
-    out = fn(*mine, causal=causal, mode=mode)
+    extra = {"layout": layout} if layout != "contiguous" else {}
+    out = fn(*mine, causal=causal, mode=mode, **extra)
     torch.cuda.synchronize()
     err = rel_error(out, ref)
     if not err < 1e-2:
@@ -96,7 +107,18 @@ def cases(world, quick):
         rows.append((op, dict(z=2, h=mha_h, h_kv=mha_h, s_loc=256, d=64, dtype=torch.float16, causal=True)))
         # S_loc not a multiple of 128: 64 x 64 blocks (the cases above run 128 x 64)
         rows.append((op, dict(z=1, h=mha_h, h_kv=mha_h, s_loc=192, d=64, dtype=torch.float16, causal=True)))
-    return rows
+    return rows + zigzag_cases(world)
+
+
+def zigzag_cases(world):
+    """The ring over the zig-zag layout (half-pieces r and 2W - 1 - r): halves of 256 (128 x 64
+    blocks) and of 96 (64 x 64), causal and not, GQA."""
+    gqa_h, gqa_kv = heads(world, 8, 2)
+    return [
+        ("ring", dict(z=1, h=gqa_h, h_kv=gqa_kv, s_loc=512, d=128, dtype=torch.bfloat16, causal=True, layout="zigzag")),
+        ("ring", dict(z=1, h=gqa_h, h_kv=gqa_kv, s_loc=512, d=128, dtype=torch.float16, causal=False, layout="zigzag")),
+        ("ring", dict(z=2, h=4, h_kv=4, s_loc=192, d=64, dtype=torch.float16, causal=True, layout="zigzag")),
+    ]
 
 
 def back_to_back(op, rank, world, calls=200):
@@ -183,6 +205,7 @@ def withheld(op, rank, world, group):
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--zigzag-only", action="store_true", help="only the zig-zag rows (and their sequential form)")
     args = parser.parse_args()
     from gpu_group import GpuGroup
 
@@ -191,12 +214,43 @@ def main():
     res = Results(rank)
     if rank == 0:
         print(f"== mode: {grp.mode}", flush=True)
-    for i, (op, kw) in enumerate(cases(world, args.quick)):
+    rows = zigzag_cases(world) if args.zigzag_only else cases(world, args.quick)
+    for i, (op, kw) in enumerate(rows):
         name = (
             f"{op} {str(kw['dtype'])[6:]} causal={kw['causal']} z={kw['z']} h={kw['h']} h_kv={kw['h_kv']} "
-            f"s_loc={kw['s_loc']} d={kw['d']}"
+            f"s_loc={kw['s_loc']} d={kw['d']}" + (f" layout={kw['layout']}" if "layout" in kw else "")
         )
         res.run(name, lambda: case(op, rank, world, seed=i, **kw))
+    if world == 1:  # the sequential forms' collectives take CUDA tensors: not over gloo (shared)
+        res.run(
+            "ring zigzag sequential",
+            lambda: case(
+                "ring",
+                rank,
+                world,
+                z=1,
+                h=8,
+                h_kv=2,
+                s_loc=512,
+                d=128,
+                dtype=torch.float16,
+                causal=True,
+                seed=60,
+                mode="sequential",
+                layout="zigzag",
+            ),
+        )
+    if args.zigzag_only:
+        totals = grp.all_reduce_sum(torch.tensor([res.passed, res.failed], device="cuda"))
+        if rank == 0:
+            print(
+                f"SUMMARY world={world} passed={int(totals[0])} failed={int(totals[1])} "
+                f"device={torch.cuda.get_device_name()} mode={grp.mode} (zig-zag rows only)",
+                flush=True,
+            )
+        dist.barrier()
+        dist.destroy_process_group()
+        sys.exit(1 if int(totals[1]) else 0)
     if world == 1:
         for op in ("ulysses", "ring"):
             res.run(

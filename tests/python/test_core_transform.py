@@ -54,7 +54,7 @@ def test_description_agrees_with_the_source(example, kernel):
     result = sy.transform(source, str(EXAMPLES / example), kernel)  # the real path: imports resolve beside it
     lines = source.splitlines()
     base = [p.name for p in sy.added_params()]
-    block = ["sy_blocks", "sy_block_wait_offsets", "sy_block_wait_slots", "sy_block_first"]
+    block = ["sy_blocks", "sy_block_wait_offsets", "sy_block_wait_slots", "sy_block_first", "sy_block_waits"]
     per_block = any(a.per_block for a in result.accesses)  # @sy.consume_block adds the block tables
     assert [p.name for p in result.added_params] == base + (block if per_block else [])
     assert all(p.name.startswith("sy_") and p.type and p.meaning for p in result.added_params)

@@ -542,3 +542,64 @@ def test_ulysses_tiles_wait_only_for_their_heads_chunks():
     pieces = [(t // tiles_n) * 32 // s_loc for t in order]
     assert list(dict.fromkeys(pieces)) == [1, 0, 2], "Q pieces in landing order: own, rank - 1, rank - 2"
     assert blocks.first == [((rank + 1) * s_loc - 1) // 16] * tiles_n
+
+
+def _zigzag_rows(rank: int, world: int, s_loc: int) -> torch.Tensor:
+    """Global positions of rank `rank`'s zig-zag piece: half-pieces rank and 2W - 1 - rank."""
+    half = s_loc // 2
+    late = 2 * world - 1 - rank
+    return torch.cat([torch.arange(rank * half, (rank + 1) * half), torch.arange(late * half, (late + 1) * half)])
+
+
+ZIGZAG_RUNS = [  # (world, causal, landing, h, h_kv)
+    (1, True, "late", 2, 1),
+    (2, True, "late", 4, 2),
+    (2, False, "late", 2, 2),
+    (2, True, "early", 2, 1),
+    (3, True, "late", 2, 2),
+]
+
+
+@pytest.mark.parametrize("world,causal,landing,h,h_kv", ZIGZAG_RUNS)
+def test_fused_ring_runs_the_zigzag_layout(fake_runtime, world, causal, landing, h, h_kv):
+    """ring_attention(layout="zigzag", mode="fused"): each rank holds half-pieces r and 2W - 1 - r;
+    K/V gathered by make_zigzag_gather_plan (late: each chunk lands at the first wait on it) and
+    each query half masked at its own positions: the rows equal SDPA's on the gathered sequence,
+    two calls in a row at world 2."""
+    from syncopate.ops import ring_attention
+
+    s_loc, z, d = 32, 1, 16
+    calls = 2 if world == 2 else 1
+    problems = [_global_qkv(world + 10 * i, z, h, h_kv, world * s_loc, d) for i in range(calls)]
+    refs = [_sdpa(q, k, v, causal) for q, k, v in problems]
+
+    def body(rank):
+        rows = _zigzag_rows(rank, world, s_loc)
+        return [
+            ring_attention(*(t[:, :, rows].half() for t in (q, k, v)), causal=causal, mode="fused", layout="zigzag")
+            for q, k, v in problems
+        ]
+
+    results, fake = fake_runtime(world, body, landing=landing, seed=world)
+    for rank, outs in enumerate(results):
+        rows = _zigzag_rows(rank, world, s_loc)
+        for call, (out, ref) in enumerate(zip(outs, refs)):
+            assert not torch.isnan(out).any(), f"rank {rank}, call {call}: a block was read before it landed"
+            torch.testing.assert_close(
+                out.float(), ref[:, :, rows], rtol=2e-2, atol=2e-2, msg=lambda m: f"rank {rank}, call {call}: {m}"
+            )
+    if world > 1:  # the halves came through the plan's chunks, not from the caller's tensors
+        assert fake.order[0], "no chunk landed on rank 0"
+
+
+def test_zigzag_layout_is_refused_where_it_cannot_run(fake_runtime):
+    from syncopate.ops import ring_attention, ulysses_attention
+
+    q, k, v = (t.half() for t in _global_qkv(0, 1, 2, 2, 32, 16))
+    with pytest.raises(UserError, match="layout='diagonal'"):
+        ring_attention(q, k, v, causal=True, mode="fused", layout="diagonal")
+    odd = q[:, :, :31]
+    with pytest.raises(ShapeError, match="even S_loc"):
+        ring_attention(odd, odd, odd, causal=True, mode="fused", layout="zigzag")
+    with pytest.raises(TypeError):
+        ulysses_attention(q, k, v, causal=True, mode="fused", layout="zigzag")

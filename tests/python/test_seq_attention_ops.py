@@ -3,7 +3,8 @@
   attention kernel under the interpreter (compute='triton') too;
 - the ring's per-step merge over W pieces given in arrival order (own, r-1, ...) equals SDPA on
   the gathered sequence for every rank, causal (pieces after the own one never computed) or not;
-- two gloo ranks in two processes: both ops equal SDPA on the gathered sequence;
+- two gloo ranks in two processes: both ops equal SDPA on the gathered sequence, and their
+  gradients SDPA's (test_seq_attention_grad.check_gradients_at_two_ranks);
 - bad shapes and modes are refused by name.
 """
 
@@ -119,6 +120,16 @@ def _two_rank_worker(rank, world, path, out):
                 torch.testing.assert_close(
                     o, ref, rtol=2e-5, atol=2e-5, msg=lambda m: f"{name} causal={causal} rank {rank}: {m}"
                 )
+            # The zig-zag layout: this rank holds half-pieces rank and 2W - 1 - rank (4 rows each).
+            late = 2 * world - 1 - rank
+            zz = torch.cat([torch.arange(rank * 4, rank * 4 + 4), torch.arange(late * 4, late * 4 + 4)])
+            mine = (t[:, :, zz].contiguous() for t in (q_all, k_all, v_all))
+            o = ring_attention(*mine, causal=causal, layout="zigzag", mode="sequential")
+            ref = _sdpa(q_all, k_all, v_all, causal)[:, :, zz]
+            torch.testing.assert_close(o, ref, rtol=2e-5, atol=2e-5, msg=lambda m: f"zigzag causal={causal}: {m}")
+        from test_seq_attention_grad import check_gradients_at_two_ranks  # the backward, same processes
+
+        check_gradients_at_two_ranks(rank, world)
         out.put((rank, "ok"))
     except Exception as e:  # reported to the parent
         out.put((rank, f"{type(e).__name__}: {e}"))

@@ -41,7 +41,7 @@ struct TransformOptions {
 // A parameter appended to the kernel signature, in order.
 struct AddedParam {
   std::string name;     // e.g. "sy_signals"
-  std::string type;     // "int32*", "int64*" or "int"
+  std::string type;     // "int32*", "int64*", "int" or "constexpr" (a tl.constexpr parameter)
   std::string meaning;  // one line, for docs and error messages
 };
 

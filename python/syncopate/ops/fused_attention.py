@@ -100,6 +100,7 @@ class _FusedAttention:
     the call's error record and the wait check."""
 
     who = "attention"
+    layouts = ("contiguous",)  # the sequence layouts the op takes (docs/SEQUENCE_PARALLEL.md)
 
     def __init__(
         self,
@@ -119,10 +120,14 @@ class _FusedAttention:
         split: int = 1,
         wait_bound_ns: Optional[int] = None,
         drop_chunk: int = -1,
+        layout: str = "contiguous",
     ):
         from syncopate.runtime import DEFAULT_WAIT_BOUND_NS
 
         who = self.who
+        if layout not in self.layouts:
+            raise UserError(f"{who}: layout={layout!r} is not one of {self.layouts}")
+        self.layout = layout
         for name, value in (("z", z), ("h", h), ("h_kv", h_kv), ("s_loc", s_loc), ("d", d), ("split", split)):
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise UserError(f"{who}: {name} must be a positive integer, got {value!r}")
@@ -141,14 +146,17 @@ class _FusedAttention:
             raise ShapeError(f"{who}: {h} query heads are not a multiple of {h_kv} K/V heads (GQA)")
         self.group, self.rank, self.world = group_rank_world(group)
         self.device = resolve_device(device)
-        self.block = attention_block(s_loc, self.device)
+        # Zig-zag: a piece is two half-pieces, and no block may straddle two of them.
+        run = s_loc // 2 if layout == "zigzag" and s_loc % 2 == 0 else s_loc
+        self.block = attention_block(run, self.device) if layout != "zigzag" or s_loc % 2 == 0 else 0
         if not self.block:
             raise ShapeError(
-                f"{who}: S_loc={s_loc} positions per rank is not a multiple of "
+                f"{who}: S_loc={s_loc} positions per rank{' (two halves: zig-zag)' if layout == 'zigzag' else ''} "
+                f"is not a multiple of {'2 * ' if layout == 'zigzag' else ''}"
                 f"{16 if self.device.type != 'cuda' else '16, 32 or 64'}: the kernel's K/V blocks must not "
                 "straddle two ranks' pieces"
             )
-        self.block_m = attention_block_m(s_loc, self.block, self.device)
+        self.block_m = attention_block_m(run, self.block, self.device)
         self.z, self.h, self.h_kv, self.s_loc, self.d = z, h, h_kv, s_loc, d
         self.dtype, self.causal = dtype, bool(causal)
         self.sm_scale = d**-0.5 if sm_scale is None else float(sm_scale)
@@ -236,6 +244,12 @@ class _FusedAttention:
             # with 8 warps and 3 stages (1.35 ms non-causal, 0.91 ms causal) and 64 x 64 with 4 warps
             # and 3 stages (1.34 / 0.84 ms).
             self.kwargs.update(num_warps=8 if self.block_m == 128 else 4, num_stages=3)
+            if self.block_m == 128 and self.d <= 64 and blocks.waits:
+                # Two CTAs of 8 warps per SM need <= 128 registers a thread (the shared memory of
+                # head dim 64 holds two). The in-loop wait takes the loop to 128-132, which halves
+                # the CTAs per SM (1.28-1.43x at head dim 64 causal, nvidia-h100-x1); under this
+                # limit ptxas fits it in 124 with no spill (tests/python/test_attention_compile.py).
+                self.kwargs.update(maxnreg=128)
         self.grid = (self.tables.num_tiles,)
         missing = [
             p
@@ -418,6 +432,8 @@ class UlyssesAttention(_FusedAttention):
             hkvl,
             n,
             n,
+            0,  # Q_START, Q_SPLIT, Q_START2: one run of positions
+            n,
             0,
             self.s_loc,
             *strides(q, g),
@@ -461,17 +477,40 @@ class UlyssesAttention(_FusedAttention):
 
 
 class RingAttention(_FusedAttention):
-    """Fused ring attention for fixed shapes (see the module)."""
+    """Fused ring attention for fixed shapes (see the module). `layout="zigzag"`: rank r holds
+    the global half-pieces r and 2W - 1 - r (S_loc / 2 positions each, in that order: causal
+    work is the same on every rank); K/V are gathered into global order by
+    `make_zigzag_gather_plan` (own halves copied locally, the others around the ring) and the
+    kernel masks each query half at its own positions."""
 
     who = "ring_attention"
+    layouts = ("contiguous", "zigzag")
 
     def _build(self) -> None:
         w, z, s, d = self.world, self.z, self.s_loc, self.d
-        self.plan = self._plan("all-gather", [2, z, self.h_kv, w * s, d], 3, "kv", algorithm="ring")
-        self.ws = self._workspace(self.plan, self.drop_chunk)
-        self.kv = self.ws.tensor("kv", self.dtype)
-        own = slice(self.rank * s, (self.rank + 1) * s)
-        self.k_own, self.v_own = self.kv[0, :, :, own], self.kv[1, :, :, own]
+        if self.layout == "zigzag":
+            import syncopate as sy
+            from syncopate.runtime import plan_dtype
+
+            # K and V stacked along Z: one plan gathers both ([2Z, H_KV, S_loc, D] halves).
+            self.plan = sy.make_zigzag_gather_plan(
+                world_size=w,
+                shape=[2 * z, self.h_kv, s, d],
+                dtype=plan_dtype(self.dtype),
+                backend=self.backend,
+                tensor="kv",
+                output="kv_all",
+            )
+            self.ws = self._workspace(self.plan, self.drop_chunk)
+            own = self.ws.tensor("kv", self.dtype)
+            self.kv = self.ws.tensor("kv_all", self.dtype).view(2, z, self.h_kv, w * s, d)
+            self.k_own, self.v_own = own[:z], own[z:]
+        else:
+            self.plan = self._plan("all-gather", [2, z, self.h_kv, w * s, d], 3, "kv", algorithm="ring")
+            self.ws = self._workspace(self.plan, self.drop_chunk)
+            self.kv = self.ws.tensor("kv", self.dtype)
+            own = slice(self.rank * s, (self.rank + 1) * s)
+            self.k_own, self.v_own = self.kv[0, :, :, own], self.kv[1, :, :, own]
         self.signals = self.ws.signals()
         table = self._table(self.plan)
         tile_waits, order, blocks = self.tables_for(table)
@@ -483,20 +522,35 @@ class RingAttention(_FusedAttention):
         self.v_own.copy_(kv)
         q.copy_(q.contiguous())
 
+    def _positions(self):
+        """(Q_START, Q_SPLIT, Q_START2) of this rank's query rows (kernels/attention.py)."""
+        from syncopate.kernels.attention import zigzag_positions
+
+        if self.layout == "zigzag":
+            return zigzag_positions(self.rank, self.world, self.s_loc)
+        return self.rank * self.s_loc, self.s_loc, 0
+
     def tables_for(self, table):
         """(tile waits, tile order, block tables): tiles wait for nothing (Q is local); block j of
-        the gathered sequence waits for the chunk bringing its piece, the visit starting at the
-        own piece's last block (BlockTables.from_plan: the plan's estimated arrival). Causal:
-        the longest tiles (last query blocks) first."""
+        the gathered sequence waits for the chunks bringing it, the visit starting at the block
+        that lands first (BlockTables.from_plan: the plan's estimated arrival). Causal: the
+        longest tiles (latest query positions) first."""
         from syncopate.block_tables import BlockTables
 
         tiles_n = self.z * self.h
         tiles_m = self.s_loc // self.block_m
-        blocks = BlockTables.from_plan(self.plan, table, "kv", 3, self.block, rows=tiles_n)
+        tensor, dim = ("kv_all", 2) if self.layout == "zigzag" else ("kv", 3)
+        blocks = BlockTables.from_plan(self.plan, table, tensor, dim, self.block, rows=tiles_n)
         tiles = tiles_m * tiles_n
         order = list(range(tiles))
         if self.causal:
-            order = sorted(order, key=lambda t: (-(t // tiles_n), t))
+            q_start, q_split, q_start2 = self._positions()
+
+            def position(t):
+                row = (t // tiles_n) * self.block_m
+                return (q_start2 - q_split if row >= q_split else q_start) + row
+
+            order = sorted(order, key=lambda t: (-position(t), t))
         return [[] for _ in range(tiles)], order, blocks
 
     def _args(self, q, o):
@@ -514,7 +568,7 @@ class RingAttention(_FusedAttention):
             self.h_kv,
             self.s_loc,
             n,
-            self.rank * self.s_loc,
+            *self._positions(),
             n,
             q.stride(0),
             q.stride(1),

@@ -1,4 +1,4 @@
-"""Sequence-parallel attention ops, forward only (docs/SEQUENCE_PARALLEL.md):
+"""Sequence-parallel attention ops (docs/SEQUENCE_PARALLEL.md):
 
     o = ulysses_attention(q, k, v, causal=True)   # q, k, v, o: [Z, H, S_loc, D] on each rank
     o = ring_attention(q, k, v, causal=True)
@@ -23,6 +23,9 @@ waiting per block; one context per shapes, dtype, device, causality and scale, c
 calibration's measured SDPA and kernel rates): the fused form only where it pays and the
 tensors are on a GPU. With today's kernel (about 2.3x slower than SDPA) that is sequential on
 every shape measured (docs/SEQUENCE_PARALLEL.md).
+
+With q, k or v requiring grad, both run their sequential form with its backward
+(seq_attention_grad.py); mode="fused" and compute="triton" are refused then (no log-sum-exp).
 
 `compute="sdpa"` (default) runs each attention with torch; `compute="triton"` with Syncopate's
 local attention kernel (`kernels/attention.py`, untransformed; Ulysses only: the ring steps need
@@ -74,13 +77,13 @@ def _check(who: str, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mode: st
 _FUSED: dict = {}
 
 
-def fused_context(cls, q, k, v, *, causal: bool, group, sm_scale: Optional[float]):
+def fused_context(cls, q, k, v, *, causal: bool, group, sm_scale: Optional[float], layout: str = "contiguous"):
     """The fused context of `cls` (ops/fused_attention.py) for these operands, made on first use."""
     group, _, _ = group_rank_world(group)  # None: the default group where torch.distributed runs
     z, h, s, d = q.shape
     scale = d**-0.5 if sm_scale is None else float(sm_scale)
     name = None if group is None else getattr(group, "group_name", id(group))
-    key = (cls.__name__, name, z, h, k.shape[1], s, d, q.dtype, q.device, bool(causal), scale)
+    key = (cls.__name__, name, z, h, k.shape[1], s, d, q.dtype, q.device, bool(causal), scale, layout)
     if key not in _FUSED:
         _FUSED[key] = cls(
             group,
@@ -93,6 +96,7 @@ def fused_context(cls, q, k, v, *, causal: bool, group, sm_scale: Optional[float
             device=q.device,
             causal=causal,
             sm_scale=scale,
+            layout=layout,
         )
     return _FUSED[key]
 
@@ -234,6 +238,53 @@ def choose_mode(kind: str, q: torch.Tensor, k: torch.Tensor, world: int, causal:
     return prediction.decision
 
 
+def zigzag_order(world: int) -> list:
+    """[(rank, half)] of the 2W half-pieces in global order: half-piece p is the first half of
+    rank p for p < W, else the second half of rank 2W - 1 - p (plan/sequence_parallel.hpp)."""
+    return [(p, 0) if p < world else (2 * world - 1 - p, 1) for p in range(2 * world)]
+
+
+def zigzag_gather(x: torch.Tensor, group, world: int) -> torch.Tensor:
+    """[..., S_loc, D] zig-zag pieces of every rank -> [..., W * S_loc, D] in global order."""
+    import torch.distributed as dist
+
+    got = [torch.empty_like(x) for _ in range(world)]
+    dist.all_gather(got, x.contiguous(), group=group)
+    half = x.shape[-2] // 2
+    return torch.cat([got[r][..., h * half : (h + 1) * half, :] for r, h in zigzag_order(world)], dim=-2)
+
+
+def _zigzag_attention(q, k, v, group, rank: int, world: int, *, causal: bool, scale: float):
+    """The sequential zig-zag form: K/V gathered into global order, this rank's two query halves
+    masked at their own positions."""
+    kv = zigzag_gather(torch.stack([k, v]), group, world)
+    mask = None
+    if causal:
+        from syncopate.kernels.attention import zigzag_positions
+
+        q_start, q_split, q_start2 = zigzag_positions(rank, world, q.shape[2])
+        rows = torch.arange(q.shape[2], device=q.device)
+        positions = torch.where(rows >= q_split, rows - q_split + q_start2, rows + q_start)
+        mask = positions[:, None] >= torch.arange(kv.shape[3], device=q.device)[None, :]
+    return torch.nn.functional.scaled_dot_product_attention(
+        q, kv[0], kv[1], attn_mask=mask, scale=scale, enable_gqa=k.shape[1] != q.shape[1]
+    )
+
+
+LAYOUTS = ("contiguous", "zigzag")
+
+
+def wants_grad(*tensors) -> bool:
+    """Whether autograd records this call (grad enabled and some operand requires grad)."""
+    return torch.is_grad_enabled() and any(t.requires_grad for t in tensors)
+
+
+def trainable(kind: str, q, k, v, **kwargs):
+    from syncopate.ops.seq_attention_grad import trainable as with_backward
+
+    return with_backward(kind, q, k, v, **kwargs)
+
+
 def ring_attention(
     q,
     k,
@@ -244,15 +295,28 @@ def ring_attention(
     sm_scale: Optional[float] = None,
     mode: str = "auto",
     compute: str = "sdpa",
+    layout: str = "contiguous",
 ) -> torch.Tensor:
-    """Ring attention (see the module): this rank's rows of attention over the whole sequence."""
+    """Ring attention (see the module): this rank's rows of attention over the whole sequence.
+    `layout="zigzag"`: rank r holds half-pieces r and 2W - 1 - r of the sequence (S_loc / 2
+    positions each, in that order; S_loc even), the load-balanced causal layout; q, k, v and the
+    output are this rank's two halves."""
     _check("ring_attention", q, k, v, mode, compute)
+    if layout not in LAYOUTS:
+        raise UserError(f"ring_attention: layout={layout!r}, expected one of {LAYOUTS}")
+    if layout == "zigzag" and q.shape[2] % 2:
+        raise ShapeError(f"ring_attention: layout='zigzag' needs an even S_loc (two halves), got {q.shape[2]}")
+    if wants_grad(q, k, v):  # the sequential form with its backward (seq_attention_grad.py)
+        if layout != "contiguous":
+            raise UserError(f"ring_attention: backward with layout={layout!r} is not built; use layout='contiguous'")
+        return trainable("ring", q, k, v, causal=causal, group=group, sm_scale=sm_scale, mode=mode, compute=compute)
     if mode == "auto":
         mode = choose_mode("ring", q, k, group_rank_world(group)[2], causal)
     if mode == "fused":  # the transformed kernel, whatever `compute` says
         from syncopate.ops.fused_attention import RingAttention
 
-        return fused_context(RingAttention, q, k, v, causal=causal, group=group, sm_scale=sm_scale)(q, k, v)
+        ctx = fused_context(RingAttention, q, k, v, causal=causal, group=group, sm_scale=sm_scale, layout=layout)
+        return ctx(q, k, v)
     if compute == "triton":
         raise UserError(
             "ring_attention: compute='triton' needs the attention kernel's log-sum-exp, which it "
@@ -260,8 +324,10 @@ def ring_attention(
         )
     group, rank, world = group_rank_world(group)
     scale = q.shape[-1] ** -0.5 if sm_scale is None else sm_scale
-    if world == 1:
+    if world == 1:  # zig-zag at one rank: half-pieces 0 and 1, the sequence in order
         return local_attention(q, k, v, causal=causal, sm_scale=scale)
+    if layout == "zigzag":
+        return _zigzag_attention(q, k, v, group, rank, world, causal=causal, scale=scale)
     return ring_steps(q, _ring_pieces(k, v, group, rank, world), rank, world, causal=causal, scale=scale)
 
 
@@ -291,6 +357,8 @@ def ulysses_attention(
                 f"ulysses_attention: {heads} {name} heads cannot be shared by {world} ranks: the "
                 "world size must divide the head count (plan/sequence_parallel.hpp)"
             )
+    if wants_grad(q, k, v):  # the sequential form with its backward (seq_attention_grad.py)
+        return trainable("ulysses", q, k, v, causal=causal, group=group, sm_scale=sm_scale, mode=mode, compute=compute)
     if mode == "auto":
         mode = choose_mode("ulysses", q, k, world, causal)
     if mode == "fused":

@@ -88,8 +88,12 @@ TEST(BlockWait, WaitGoesBeforeTheMarkedStatementInsideTheLoop) {
 TEST(BlockWait, KernelsThatWaitPerBlockGetTheBlockParameters) {
   const auto r = result_of(kv_kernel("# @sy.consume_block(k_ptr, block=start_n // BN, n=pid_h, dim=1)"));
   ASSERT_EQ(r.added_params.size(), added_params().size() + block_params().size());
-  EXPECT_EQ(r.added_params.back().name, "sy_block_first");
-  EXPECT_TRUE(has(r.source, "sy_error, sy_blocks, sy_block_wait_offsets, sy_block_wait_slots, sy_block_first,"))
+  EXPECT_EQ(r.added_params.back().name, "sy_block_waits");
+  EXPECT_EQ(r.added_params.back().type, "constexpr");
+  // The constexpr carries its annotation in the signature (Triton compiles one variant per value).
+  EXPECT_TRUE(has(r.source,
+                  "sy_error, sy_blocks, sy_block_wait_offsets, sy_block_wait_slots, sy_block_first, "
+                  "sy_block_waits: syl.constexpr,"))
       << r.source;
   EXPECT_TRUE(has(r.source, "\"per_block\": True")) << r.source;
   EXPECT_EQ(r.accesses[0].access.m_dim, 1);
@@ -113,13 +117,16 @@ TEST(BlockWait, KernelsWithoutOneKeepTheirParameters) {
 TEST(BlockWait, ArrivalOrderRenumbersTheLoopVariableThenWaitsFirstInTheBody) {
   // The wait returns the loop variable, so every address of the iteration depends on it (a
   // pipelined prefetch of the block cannot go before its wait); nothing is inserted at the site.
+  // Both under the constexpr sy_block_waits, so tables without a slot compile the loop as written.
   const auto r = result_of(kv_kernel("# @sy.consume_block(k_ptr, block=start_n // BN, n=pid_h, order=arrival)"));
   EXPECT_TRUE(has(r.source,
-                  "    sy_block_top, sy_block_row_waits, sy_block_seen = syl.block_row(sy_block_first, "
+                  "    if sy_block_waits:  # [syncopate]\n"
+                  "        sy_block_top, sy_block_row_waits, sy_block_seen = syl.block_row(sy_block_first, "
                   "sy_block_wait_offsets, pid_h, sy_blocks, 0, N, BN)  # [syncopate]\n"
                   "    for start_n in range(0, N, BN):\n"
-                  "        start_n = syl.block_at(start_n, 0, N, BN, sy_block_top)  # [syncopate]\n"
-                  "        start_n, sy_block_seen = syl.wait_for_block(sy_signals, sy_block_wait_offsets, "
+                  "        if sy_block_waits:  # [syncopate]\n"
+                  "            start_n = syl.block_at(start_n, 0, N, BN, sy_block_top)  # [syncopate]\n"
+                  "            start_n, sy_block_seen = syl.wait_for_block(sy_signals, sy_block_wait_offsets, "
                   "sy_block_wait_slots, sy_slot_writers, pid_h, start_n // BN, sy_blocks, sy_tile, sy_epoch, "
                   "sy_wait_bound_ns, sy_rank, sy_error, start_n, sy_block_row_waits, sy_block_seen)  # [syncopate]\n"
                   "        cols = start_n + tl.arange(0, BN)\n"
