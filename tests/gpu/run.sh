@@ -15,6 +15,8 @@
 #    network transport) at worlds 2 and 4;
 # 6. runs tests/gpu/test_moe_gpu.py (MoE: sequential layer, fused dispatch, grouped GEMM) at
 #    worlds 1 and 2 (ranks share GPUs where there are fewer).
+# 7. runs tests/gpu/test_seq_attention_grad_gpu.py (backward of ulysses_attention / ring_attention
+#    against float32 SDPA) at worlds 1 and 2 (ranks share GPUs where there are fewer).
 # Logs: LOG_DIR/gpu-tests-<date>.log (everything) and the per-rank result lines beside it.
 # STEPS (e.g. "cpp:2 py:2 cpp:4") picks and orders the runs; OPS_ARGS is passed to
 # test_ops_gpu.py (e.g. "--quick", "--only matrix"); CPP_TIMEOUT / PY_TIMEOUT bound each run (s).
@@ -103,6 +105,8 @@ run_graphs() { run_torchrun "$1" "call path under CUDA graphs" tests/gpu/test_gr
 run_imported() { run_torchrun "$1" "Imported plans in AgGemm / GemmRs" tests/gpu/test_imported_plan_gpu.py; }
 # The MoE pieces (issue 19): sequential layer, fused dispatch, grouped GEMM with late chunks.
 run_moe() { run_torchrun "$1" "MoE dispatch / combine and grouped GEMM" tests/gpu/test_moe_gpu.py --results-file "$log_dir/gpu-moe-$stamp-w$1"; }
+# The sequence-parallel attention ops' backward (issue 20).
+run_seq_grad() { run_torchrun "$1" "Sequence-parallel attention backward" tests/gpu/test_seq_attention_grad_gpu.py; }
 # Hierarchical plans on emulated nodes (SYNCOPATE_NODES=2: the first half of the ranks node 0),
 # NCCL forced onto its network transport (sockets / IB) so inter-node chunks leave NVLink. With
 # fewer GPUs than ranks only the heap's topology is checked (NCCL refuses shared GPUs).
@@ -114,12 +118,13 @@ run_multinode() {
 # STEPS: what to run, in order, e.g. "cpp:2 py:2 graphs:2 imp:2". Default: the C++ tests at
 # worlds 1 .. max(4, GPUs), then the Python ops and the graph tests at worlds 1 .. max(4, GPUs),
 # then the imported plans at worlds 2 and 4 (ranks share GPUs where there are fewer), then the
-# emulated multi-node plans at worlds 2 and 4, then the MoE tests at worlds 1 and 2.
+# emulated multi-node plans at worlds 2 and 4, then the MoE tests at worlds 1 and 2, then the
+# attention backward at worlds 1 and 2.
 if [ -z "${STEPS:-}" ]; then
   STEPS=""
   for w in $(seq 1 $(( gpus > 4 ? gpus : 4 ))); do STEPS="$STEPS cpp:$w"; done
   for w in $(seq 1 $(( gpus > 4 ? gpus : 4 ))); do STEPS="$STEPS py:$w graphs:$w"; done
-  STEPS="$STEPS imp:2 imp:4 mn:2 mn:4 moe:1 moe:2"
+  STEPS="$STEPS imp:2 imp:4 mn:2 mn:4 moe:1 moe:2 sag:1 sag:2"
 fi
 for step in $STEPS; do
   case "$step" in
@@ -129,6 +134,7 @@ for step in $STEPS; do
     imp:*) run_imported "${step#imp:}" ;;
     mn:*) run_multinode "${step#mn:}" ;;
     moe:*) run_moe "${step#moe:}" ;;
+    sag:*) run_seq_grad "${step#sag:}" ;;
     *) say "unknown step $step"; status=1 ;;
   esac
 done

@@ -5,9 +5,10 @@
     z = sops.gemm_rs(y, w2_shard)       # reduce_scatter(y @ w2_shard)
     r = sops.gemm_ar(y, w2_shard)       # all_reduce(y @ w2_shard)
     y, x = sops.ag_gemm_gathered(x_shard, w)   # ag_gemm, and the gathered x
-    o = sops.ulysses_attention(q, k, v, causal=True)   # sequence-parallel attention (forward;
-    o = sops.ring_attention(q, k, v, causal=True)      # seq_attention.py; mode="fused":
-                                                       # fused_attention.py)
+    o = sops.ulysses_attention(q, k, v, causal=True)   # sequence-parallel attention
+    o = sops.ring_attention(q, k, v, causal=True)      # (seq_attention.py; backward:
+                                                       # seq_attention_grad.py; mode="fused":
+                                                       # fused_attention.py, forward only)
 
 Each is a torch custom op (torch.ops.syncopate.*, see custom_ops.py) with a backward formula
 (autograd.py), so it can sit inside a torch.compile(fullgraph=True) region and train. Without
