@@ -160,10 +160,10 @@ def main():
         "replays, each against fp32), no timing: for ranks sharing one GPU, where timings mean nothing",
     )
     parser.add_argument(
-        "--no-branch",
+        "--no-plain-split",
         action="store_true",
-        help="skip the split context whose head records the tail's start event on a branch beside the GEMM "
-        "and whose tail records the done event itself",
+        help="skip the split context whose head records the tail's start event between the start and the GEMM "
+        "and whose done event the host records (the default before 2026-12-03)",
     )
     parser.add_argument(
         "--no-one-graph",
@@ -235,7 +235,7 @@ def main():
                 # one more look for a fast path per call, about 0.1 us); eager: graph=False.
                 tags = ["graph"] + (["full"] if not args.no_full_path else []) + (["eager"] if args.eager else [])
                 tags += [] if args.no_one_graph else ["onegraph"]
-                tags += [] if args.no_branch else ["branch"]
+                tags += [] if args.no_plain_split else ["plainsplit"]
 
                 def make_ctx(tag):
                     ctx = classes[cls_name](
@@ -257,16 +257,17 @@ def main():
                         # The whole call as one graph, as before the split graphs (call_graphs.py):
                         # the same host, the split's before.
                         ctx.graphs.split = False
-                    if tag == "branch":
-                        # Split, the tail's start event recorded on a branch beside the GEMM (the
-                        # GEMM's start), the done event recorded by the tail (the host time).
-                        ctx.graphs.head_branch = True
-                        ctx.graphs.tail_records_done = True
+                    if tag == "plainsplit":
+                        # Split, the tail's start event recorded between the start and the GEMM,
+                        # the done event recorded by the host: the default before 2026-12-03,
+                        # when the branch form measured sooner and cheaper (call_graphs.py).
+                        ctx.graphs.head_branch = False
+                        ctx.graphs.tail_records_done = False
                     return ctx
 
                 if args.correctness_only:
                     tags = (
-                        ["graph"] + ([] if args.no_one_graph else ["onegraph"]) + ([] if args.no_branch else ["branch"])
+                        ["graph"] + ([] if args.no_one_graph else ["onegraph"]) + ([] if args.no_plain_split else ["plainsplit"])
                     )
                 ctxs = {tag: make_ctx(tag) for tag in tags}
                 op_key = {"AgGemm": "ag_gemm", "GemmRs": "gemm_rs", "GemmAr": "gemm_ar"}[cls_name]
@@ -339,13 +340,13 @@ def main():
                 if replay is not None:
                     fns["replay"] = (replay.replay, (kernel,))
                 fns["mm"] = ((lambda: torch.mm(local_a, b, out=mm_out)), MM_KERNEL_NAMES)
-                for tag in ("full", "eager", "onegraph", "branch"):
+                for tag in ("full", "eager", "onegraph", "plainsplit"):
                     if tag in ctxs:
                         fns[tag] = ((lambda ctx=ctxs[tag]: ctx(a, b, out=out, check=False)), (kernel,))
                 starts = calls_to_start_us(fns, clock, calls=args.start_calls)
                 for ctx in ctxs.values():
                     ctx.check()
-                for tag in ("graph", "full", "eager", "onegraph", "branch"):
+                for tag in ("graph", "full", "eager", "onegraph", "plainsplit"):
                     if tag in starts:
                         row[f"kernel_start_us_{tag}"] = starts[tag]["us"]
                         row[f"kernel_start_{tag}"] = starts[tag]
@@ -388,7 +389,7 @@ def main():
                             clock,
                             args.start_calls,
                             ref,
-                            variants={tag: ctxs[tag] for tag in ("onegraph", "branch") if tag in ctxs},
+                            variants={tag: ctxs[tag] for tag in ("onegraph", "plainsplit") if tag in ctxs},
                         )
                     )
                 base = row["torch_mm_host_us"] + (row["collective_host_us"] or 0.0)
@@ -432,12 +433,12 @@ def main():
                     say(
                         f"{'':18s} {'':16s} split: the tail's fork (the chunks can begin) "
                         f"{row.get('stamp_tail_fork_us', nan):.1f} us after the call"
-                        f"{' (branch: ' + format(row['stamp_tail_fork_us_branch'], '.1f') + ' us)' if 'stamp_tail_fork_us_branch' in row else ''}"
+                        f"{' (plain split: ' + format(row['stamp_tail_fork_us_plainsplit'], '.1f') + ' us)' if 'stamp_tail_fork_us_plainsplit' in row else ''}"
                         f"{' ERROR ' + row['stamp_tail_fork_error'][:120] if 'stamp_tail_fork_error' in row else ''}"
                     )
                 for tag, words in (
                     ("onegraph", "the call as one graph (before the split)"),
-                    ("branch", "split, start event on a branch, done event by the tail"),
+                    ("plainsplit", "split, start event before the GEMM, done event by the host (before 2026-12-03)"),
                 ):
                     if f"stamp_gemm_us_{tag}" in row:
                         say(
@@ -505,7 +506,7 @@ def stamped_measurement(ctx, a, b, out, expected, clock, calls, ref, variants=No
     `calls` calls each, without and then with the profiler (which also gives the gap from that
     stamp to the GEMM); then the op re-captured with a stamp as its graph's first node alone
     (slot 0). variants: tag -> the same op graphed another way (onegraph: the call as one graph,
-    before the split; branch: the split with the start event on a branch), each GEMM and first
+    before the split; plainsplit: the split as it was before 2026-12-03), each GEMM and first
     node stamped alike and timed in turn with it (fields stamp_*_us_<tag>)."""
     from call_clock import StampGraph, instrument_op, stamped_starts
 

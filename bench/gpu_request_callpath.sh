@@ -103,7 +103,7 @@ elif [ "$ROUND" = 5 ]; then
   step 30 graphs_w2.log "${TR[@]}" --nproc_per_node=2 tests/gpu/test_graphs_gpu.py --calls 10 --hang-dump-s 28
   step 58 bench_w1.log python3 bench/bench_call_path.py --out-dir "$dest" --no-full-path --variants "$VARIANTS"
   step 38 bench_w2_shared.log "${TR[@]}" --nproc_per_node=2 bench/bench_call_path.py --out-dir "$dest" \
-    --correctness-only --no-one-graph --no-branch --variants "$VARIANTS"
+    --correctness-only --no-one-graph --no-plain-split --variants "$VARIANTS"
 elif [ "$ROUND" = 1 ]; then
   if [ -x "$CPP_TEST" ]; then
     step 10 guarded_replay.log "$CPP_TEST" --gtest_filter='GuardedReplay.*:HostFlagCopy.*'

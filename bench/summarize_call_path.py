@@ -1,5 +1,5 @@
 """A markdown table of a bench_call_path.py results file, the profiler-free kernel starts beside
-the profiled ones, the split graphs (the default) beside the one-graph and branch contexts (for
+the profiled ones, the split graphs (the default) beside the one-graph and plain-split contexts (for
 docs/PERFORMANCE.md).
 
     python bench/summarize_call_path.py bench/results/call-path-<kind>-w1-<date>.json
@@ -19,8 +19,8 @@ COLUMNS = (  # (header, row key, format)
     ("GEMM start, stamps (us)", None, None),  # [lower, upper]
     ("GEMM stamp, one graph (us)", "stamp_gemm_us_onegraph", "{:.1f}"),
     ("host, one graph (us)", "host_us_onegraph", "{:.1f}"),
-    ("GEMM stamp, branch + tail done (us)", "stamp_gemm_us_branch", "{:.1f}"),
-    ("host, branch + tail done (us)", "host_us_branch", "{:.1f}"),
+    ("GEMM stamp, plain split (us)", "stamp_gemm_us_plainsplit", "{:.1f}"),
+    ("host, plain split (us)", "host_us_plainsplit", "{:.1f}"),
     ("floor: bare graph (us)", "floor_graph_us", "{:.1f}"),
     ("floor: eager Triton (us)", "floor_triton_us", "{:.1f}"),
     ("profiler adds, graph (us)", "profiler_adds_graph_us", "{:+.1f}"),

@@ -239,7 +239,7 @@ def test_a_fused_call_enqueued_as_is_keeps_the_one_stream_order(cuda):
 
 
 def test_the_head_holds_the_start_and_the_kernel_only_and_the_tail_waits_for_the_start(cuda):
-    graphs = call_graphs.CallGraphs("AgGemm", enabled=True)
+    graphs = call_graphs.CallGraphs("AgGemm", enabled=True, head_branch=False, tail_records_done=False)
     graphs.run((1,), fused_call(cuda))  # eager, then captured
     head, tail = cuda.graphs
     started, launched, done = cuda.events
@@ -265,7 +265,7 @@ def test_the_head_holds_the_start_and_the_kernel_only_and_the_tail_waits_for_the
 
 
 def test_a_replay_launches_the_head_first_and_the_device_order_holds_over_several_calls(cuda):
-    graphs = call_graphs.CallGraphs("GemmRs", enabled=True)
+    graphs = call_graphs.CallGraphs("GemmRs", enabled=True, head_branch=False, tail_records_done=False)
     graphs.run((1,), fused_call(cuda))  # eager (not in the queues), then captured
     for _ in range(3):
         graphs.run((1,), fused_call(cuda))
@@ -333,10 +333,9 @@ def test_a_caller_capture_records_the_fused_call_in_one_stream_order(cuda):
 
 
 def test_a_head_with_the_start_event_on_a_branch_lets_the_kernel_follow_the_start_alone(cuda):
-    """head_branch (a benchmark variant): the event the tail waits for is recorded on a second
-    capture stream beside the kernel; the device order still holds and nothing deadlocks."""
-    graphs = call_graphs.CallGraphs("AgGemm", enabled=True)
-    graphs.head_branch = True
+    """head_branch (the default): the event the tail waits for is recorded on a second capture
+    stream beside the kernel; the device order still holds and nothing deadlocks."""
+    graphs = call_graphs.CallGraphs("AgGemm", enabled=True, head_branch=True, tail_records_done=False)
     graphs.run((1,), fused_call(cuda))
     head, tail = cuda.graphs
     started = cuda.events[0]
@@ -361,10 +360,9 @@ def test_a_head_with_the_start_event_on_a_branch_lets_the_kernel_follow_the_star
 
 
 def test_a_tail_that_records_the_done_event_itself_still_holds_the_callers_stream(cuda):
-    """tail_records_done (a benchmark variant: one host call less per replay): the event the
-    caller's stream waits for is the tail's last node; the order holds as with the host's record."""
-    graphs = call_graphs.CallGraphs("GemmRs", enabled=True)
-    graphs.tail_records_done = True
+    """tail_records_done (the default: one host call less per replay): the event the caller's
+    stream waits for is the tail's last node; the order holds as with the host's record."""
+    graphs = call_graphs.CallGraphs("GemmRs", enabled=True, head_branch=False, tail_records_done=True)
     graphs.run((1,), fused_call(cuda))
     head, tail = cuda.graphs
     done = cuda.events[2]
@@ -380,3 +378,25 @@ def test_a_tail_that_records_the_done_event_itself_still_holds_the_callers_strea
         upto = ran.index("next_user_op")
         steps, ran = ran[:upto], ran[upto + 1 :]
         assert sorted(steps) == sorted(HEAD_STEPS + TAIL_STEPS), steps
+
+
+def test_the_default_form_branches_the_start_event_and_the_tail_records_done(cuda):
+    """The measured default (CallGraphs' docstring): both variants on; over several calls every
+    step runs once per call, the chunks after the start, the end after the kernel, and the
+    caller's next work after the whole call."""
+    graphs = call_graphs.CallGraphs("GemmAr", enabled=True)
+    assert graphs.split and graphs.head_branch and graphs.tail_records_done
+    graphs.run((1,), fused_call(cuda))
+    head, tail = cuda.graphs
+    started, _, done = cuda.events[:3]
+    assert ("record", started) not in [(op, arg) for stream, op, arg in head.ops if stream == "capture"]
+    assert done.external and tail.ops[-1][1:] == ("record", done)
+    for _ in range(3):
+        graphs.run((1,), fused_call(cuda))
+        cuda.push("caller", "step", "next_user_op")
+    ran = cuda.run()
+    for _ in range(3):
+        upto = ran.index("next_user_op")
+        steps, ran = ran[:upto], ran[upto + 1 :]
+        assert sorted(steps) == sorted(HEAD_STEPS + TAIL_STEPS), steps
+        assert steps.index("start") < steps.index("fork") and steps.index("kernel") < steps.index("end")

@@ -17,13 +17,15 @@ end). The head is launched first on the caller's stream and the tail after it on
 of the context; so the kernel starts after a launch of a graph of a few nodes, not of the whole
 call (a launch's cost before the first node runs grows with the graph: about 3.5 us more for an
 op's graph than for one node on nvidia-h100-x1). Their order on the device: the head records an
-external event after the call's start (epoch advance, exit waits, entry raise) and the tail's
-first node waits for it, which is what the fork does in the one-graph form; the head records a
-second one after the kernel, which the tail waits for after issuing the chunks and before what
-reads the kernel's output and the end; the caller's stream then waits for the tail (an event
-recorded on the side stream after it), so what the caller enqueues next, the next call
-included, follows the whole call. All four launches are one runtime call
-(runtime/graph_launch.hpp: launch_split_graph).
+external event after the call's start (epoch advance, exit waits, entry raise), by default on a
+branch beside the kernel (head_branch), and the tail's first node waits for it, which is what
+the fork does in the one-graph form; the head records a second one after the kernel, which the
+tail waits for after issuing the chunks and before what reads the kernel's output and the end;
+the caller's stream then waits for the tail (an event the tail records as its last node, by
+default, or the host after launching it), so what the caller enqueues next, the next call
+included, follows the whole call. The launches are one runtime call
+(runtime/graph_launch.hpp: launch_split_graph). CallGraphs' docstring has the measurements
+behind the defaults.
 
 Inside a caller's `torch.cuda.graph` the work is enqueued as is, into the caller's capture, and
 replays correctly for the same reason. Where a configuration cannot be captured (NCCL chunks,
@@ -158,19 +160,31 @@ class CallGraphs:
     kernel (the kernel depends on the call's start alone) instead of between the start and the
     kernel; tail_records_done: the tail graph records the event the caller's stream waits for as
     its last node (an external event record) instead of the host after launching it (one host
-    call less). Benchmark variants: which starts the kernel sooner and costs the host less is
-    measured (bench_call_path.py).
+    call less). Both are on by default: on nvidia-h200 (2026-12-03, bench_call_path.py, world 1,
+    12 rows in one run) that form started the GEMM sooner than the split without them on 10 rows
+    (by up to 3.3 us; the other two, 0.0 and -2.6 us, on rows where a bare one-node graph took
+    12-16 us) and cost the host less on 11 (by up to 9.2 us); the call as one graph
+    (split=False) costs the host 4.9-11.6 us less but starts the GEMM 0.5-9.2 us later
+    (docs/RUNTIME.md, "The call path").
     """
 
     def __init__(
-        self, who: str, *, enabled: bool, refusal: Optional[str] = None, limit: int = MAX_GRAPHS, split: bool = True
+        self,
+        who: str,
+        *,
+        enabled: bool,
+        refusal: Optional[str] = None,
+        limit: int = MAX_GRAPHS,
+        split: bool = True,
+        head_branch: bool = True,
+        tail_records_done: bool = True,
     ):
         self.who = who
         self.refusal = refusal
         self.enabled = bool(enabled) and refusal is None
         self.split = bool(split)
-        self.head_branch = False
-        self.tail_records_done = False
+        self.head_branch = bool(head_branch)
+        self.tail_records_done = bool(tail_records_done)
         self.limit = int(limit)
         self._graphs: "OrderedDict[Hashable, _Graph]" = OrderedDict()
         self.captures = 0  # graphs made so far (a benchmark reads it to see that calls replay)
