@@ -285,12 +285,15 @@ class MoeDispatchCombine:
     def check(self) -> None:
         """Raises WaitTimeoutError if a fused call's wait (kernel or runtime) ran past its bound,
         and ShapeError for a dispatch_slots call whose routing was bad (an expert id out of range,
-        rows over capacity). Fused calls do not wait for their kernels; each looks at the earlier
-        calls of its op when it starts, without synchronizing, and this checks every call (it
-        synchronizes the device)."""
+        rows over capacity): the first such call since the last check(), once, on the rank that
+        routed it. Fused calls do not wait for their kernels; each looks at the earlier calls of
+        its op when it starts, without synchronizing, and this checks every call (it
+        synchronizes the device). Every routing record is read first; a timeout is raised before
+        a routing refusal, which the next check() then raises."""
         self._deferred.drain()
         for op in (*self._fused.values(), *self._fused_combine.values()):
             op.check()
+        self._deferred.raise_refusal()
 
     # -- the capacity-slot path (ops/moe_slots.py): no host synchronization ------------------------
     def dispatch_slots(self, x: torch.Tensor, expert_ids: torch.Tensor, w_up: torch.Tensor):
@@ -298,19 +301,20 @@ class MoeDispatchCombine:
         its capacity slots (slot s * E/W + e: the rows from rank s for local expert e, the first
         layout.recv_counts[s * E/W + e] real, the rest unspecified). Nothing in the call waits for
         the device: the routing is turned into slot places on the device, and what a host check
-        would read (expert ids, rows over capacity) is reported by a later call or check()
-        (ShapeError naming the expert and rank); such rows are not sent. Needs capacity and CUDA
-        (the fused path), whatever `mode` says."""
+        would read (expert ids, rows over capacity) is reported by check() alone (ShapeError
+        naming the expert and rank; ops/moe_slots.py says why no call raises it); such rows are
+        not sent. Needs capacity and CUDA (the fused path), whatever `mode` says. What the host
+        can refuse (shapes, dtypes, devices, the op's construction) is refused before any work
+        of the call is enqueued."""
         from syncopate.ops import moe_slots
 
         who = "MoeDispatchCombine.dispatch_slots"
         self._check_routing_shapes(who, x, expert_ids)
         self._check_weight(who, "w_up", w_up, x.shape[1], x)
         self._require_fused(who, x)
-        self._deferred.poll()
+        fused = self._dispatch_op(x, w_up)  # may refuse (e.g. nccl on a shared GPU): before any work
         dest, send, record = moe_slots.slot_destinations(expert_ids, self.num_experts, self.capacity)
-        self._deferred.push(record)
-        fused = self._dispatch_op(x, w_up)
+        self._deferred.push(record)  # never raises: check() does
         h, recv_counts = fused.call_slots(x if x.stride(1) == 1 else x.contiguous(), dest, send, w_up, self.top_k)
         self.last_mode, self.reason = "fused", "dispatch_slots"
         return h, moe_slots.SlotLayout(dest, recv_counts, x.shape[0], self.top_k, self.capacity)
