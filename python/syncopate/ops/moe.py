@@ -44,6 +44,7 @@ kernels: a call's bounded waits are checked when the next fused call starts, or 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import itertools
 from typing import Optional, Sequence
 
@@ -133,10 +134,14 @@ class MoeDispatchCombine:
         self.combine_reason = ""
         from syncopate.ops.moe_slots import DeferredChecks, check_record
 
-        # dispatch_slots' routing records, read once their copies to the host completed
+        # dispatch_slots' routing records, read once their copies to the host completed. The check
+        # holds values, not self: a closure over self would make the layer a reference cycle,
+        # freed by the cyclic GC at any later allocation, even inside another layer's fused call,
+        # where freeing its heaps (cudaFree synchronizes) stalls the host behind a kernel that
+        # waits for the host's next step (ops/moe_fused.py, `_gc_paused`).
         self._deferred = DeferredChecks(
-            lambda values: check_record(
-                values,
+            functools.partial(
+                check_record,
                 num_experts=num_experts,
                 capacity=capacity,
                 rank=self.rank,
