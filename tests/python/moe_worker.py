@@ -55,3 +55,46 @@ def run(rank: int, world: int, port: int, out_dir: str) -> None:
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(0)
+
+
+def refusals(rank: int, world: int, port: int, out_dir: str) -> None:
+    """A bad routing seen by one rank only (rank 0 over capacity for its own expert, then an
+    expert id out of range on rank 1), then a good call: out_dir/rank<r>.json holds, per case,
+    ["ok", rows per expert] or [the error's type, its message]."""
+    import datetime
+
+    import torch
+    import torch.distributed as dist
+
+    from syncopate.errors import ShapeError
+    from syncopate.ops.moe import MoeDispatchCombine
+
+    # A short timeout: a rank left alone in a collective fails the test instead of hanging it.
+    timeout = datetime.timedelta(seconds=30)
+    dist.init_process_group("gloo", rank=rank, world_size=world, init_method=f"tcp://127.0.0.1:{port}", timeout=timeout)
+    results = {}
+    try:
+        layer = MoeDispatchCombine(dist.group.WORLD, num_experts=4, top_k=1, capacity=4, mode="sequential")
+        x, w = torch.randn(6, 8), torch.randn(2, 8, 3)
+        good = torch.tensor([[0], [1], [2], [3], [0], [2]])  # at most 2 rows per expert and rank
+        bad_id = good.clone()
+        bad_id[0, 0] = 9
+        cases = {
+            "over capacity on rank 0": torch.zeros(6, 1, dtype=torch.int64) if rank == 0 else good,
+            "bad id on rank 1": bad_id if rank == 1 else good,
+            "good": good,
+        }
+        for name, ids in cases.items():
+            try:
+                _, layout = layer.dispatch_gemm(x, ids, w)
+                results[name] = ["ok", layout.rows_per_expert]
+            except ShapeError as exc:
+                results[name] = ["ShapeError", str(exc)]
+            except Exception as exc:
+                results[name] = [type(exc).__name__, str(exc)[-1000:]]
+    finally:
+        Path(out_dir, f"rank{rank}.json").write_text(json.dumps(results))
+        dist.destroy_process_group()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)

@@ -81,6 +81,31 @@ def test_ranks_over_gloo_match_float64(tmp_path):
                 assert value <= TOLERANCE, (rank, key, value)
 
 
+def test_a_refusal_seen_by_one_rank_is_raised_on_every_rank(tmp_path):
+    """Two gloo ranks: rank 0 alone sees its rows over capacity, rank 1 alone its id out of range.
+    Each call is refused on both ranks (by name where it was routed, naming that rank elsewhere),
+    before any rows move, so the good call after them runs in step."""
+    import torch.multiprocessing as mp
+
+    world = 2
+    mp.start_processes(
+        moe_worker.refusals, args=(world, _free_port(), str(tmp_path)), nprocs=world, join=True, start_method="spawn"
+    )
+    got = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(world)]
+    where = {
+        "over capacity on rank 0": ("rank 0 routes 6 rows to expert 0 (on rank 0), over its capacity of 4", 0),
+        "bad id on rank 1": ("expert id 9 is outside 0..3 (rank 1)", 1),
+    }
+    for case, (named, bad_rank) in where.items():
+        for r in range(world):
+            kind, text = got[r][case]
+            assert kind == "ShapeError", (r, case, kind, text)
+            expected = named if r == bad_rank else f"rank(s) [{bad_rank}] routed rows this call cannot carry"
+            assert expected in text, (r, case, text)
+    for r in range(world):
+        assert got[r]["good"] == ["ok", [4, 2]], (r, got[r]["good"])
+
+
 def test_bad_inputs_are_refused_by_name():
     with pytest.raises(ShapeError, match=r"num_experts=6 cannot be split evenly over"):
 

@@ -80,20 +80,46 @@ def test_record_refuses_bad_ids_and_rows_over_capacity_by_name():
         _check([0, 7, 6, 5])
 
 
-def test_deferred_checks_report_a_bad_record():
+def test_deferred_checks_never_raise_in_a_call_and_report_a_bad_record_once():
+    """Off CUDA a record's event is complete when it is pushed (as a CUDA record whose tiny copy
+    finished before the call's next step): push() still reads it at once but must not raise, nor
+    may a later push() or poll() (a call that raised on one rank would leave its peers waiting);
+    raise_refusal() raises the first refusal by name, with how many were refused, once."""
     seen = []
 
     def check(values):
         seen.append(values)
         if values[0] < 0:
-            raise ShapeError("bad")
+            raise ShapeError(f"bad record {values}")
 
     checks = moe_slots.DeferredChecks(check)
-    checks.push(torch.tensor([0, 1, 0, 1]))  # off CUDA a record is read at once
+    checks.push(torch.tensor([0, 1, 0, 1]))
     assert seen == [[0, 1, 0, 1]]
-    with pytest.raises(ShapeError, match="bad"):
-        checks.push(torch.tensor([-1, 1, 0, 1]))
+    checks.raise_refusal()  # nothing refused: no error
+    checks.push(torch.tensor([-1, 1, 0, 1]))  # read at once (complete), kept
+    checks.push(torch.tensor([0, 1, 0, 1]))  # a later call
+    checks.push(torch.tensor([-2, 1, 0, 1]))
+    checks.poll()
     checks.drain()
+    assert len(seen) == 4
+    with pytest.raises(ShapeError, match=r"^bad record \[-1, 1, 0, 1\] \(1 later call\(s\) refused too\)$"):
+        checks.raise_refusal()
+    checks.raise_refusal()  # reported once
+
+
+def test_layer_reports_bad_routing_at_check_only():
+    """MoeDispatchCombine's routing records (what dispatch_slots pushes) are raised by check(),
+    naming the expert and the rank, once; pushing one raises nothing."""
+    from syncopate.ops.moe import MoeDispatchCombine
+
+    layer = MoeDispatchCombine(None, num_experts=8, top_k=2, capacity=64)
+    _, _, record = moe_slots.slot_destinations(torch.zeros(100, 2, dtype=torch.int64), 8, 64)
+    layer._deferred.push(record)  # 200 rows for expert 0: complete at once off CUDA
+    with pytest.raises(
+        ShapeError, match=r"dispatch_slots: rank 0 routes 200 rows to expert 0 \(on rank 0\), over its capacity of 64"
+    ):
+        layer.check()
+    layer.check()
 
 
 def test_pack_rows_puts_own_slots_in_recv_the_others_in_send_and_drops_the_rest():

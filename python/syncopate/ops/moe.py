@@ -17,10 +17,13 @@ of the experts' outputs weighted by `weights` [T, k]:
                     the routing weights.
 
 How many rows go from rank s to expert e is known only when the router has run, call by call, so
-the counts are exchanged first (an all-to-all of W x E/W integers), then the rows. Dropless: every
-routed row is carried. `capacity` bounds the rows one expert may receive from one rank (the
-buffers a fused kernel will size for it); a call that routes more raises ShapeError naming the
-expert and the ranks.
+the counts are exchanged first (an all-to-all of W x (E/W + 1) integers: the counts and whether
+the sender refuses the call), then the rows. Dropless: every routed row is carried. `capacity`
+bounds the rows one expert may receive from one rank (the buffers a fused kernel will size for
+it); a call that routes more, or an expert id out of range, raises ShapeError on every rank after
+the counts exchange, before any rows move: naming the expert and the ranks where it was routed,
+naming the refusing rank elsewhere (a rank that refused alone would leave its peers waiting in
+the next collective).
 
 mode="sequential": the all-to-all (torch.distributed's all_to_all_single over the group: NCCL
 across GPUs, gloo on the CPU), then one matmul per local expert; without torch.distributed it is
@@ -44,6 +47,7 @@ kernels: a call's bounded waits are checked when the next fused call starts, or 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import itertools
 from typing import Optional, Sequence
 
@@ -133,10 +137,14 @@ class MoeDispatchCombine:
         self.combine_reason = ""
         from syncopate.ops.moe_slots import DeferredChecks, check_record
 
-        # dispatch_slots' routing records, read once their copies to the host completed
+        # dispatch_slots' routing records, read once their copies to the host completed. The check
+        # holds values, not self: a closure over self would make the layer a reference cycle,
+        # freed by the cyclic GC at any later allocation, even inside another layer's fused call,
+        # where freeing its heaps (cudaFree synchronizes) stalls the host behind a kernel that
+        # waits for the host's next step (ops/moe_fused.py, `_gc_paused`).
         self._deferred = DeferredChecks(
-            lambda values: check_record(
-                values,
+            functools.partial(
+                check_record,
                 num_experts=num_experts,
                 capacity=capacity,
                 rank=self.rank,
@@ -160,11 +168,11 @@ class MoeDispatchCombine:
         # the host first); an id out of range is refused before they are used.
         send = torch.zeros(self.num_experts, dtype=torch.int64, device=flat.device)
         send.scatter_add_(0, flat.clamp(0, self.num_experts - 1), torch.ones_like(flat))
+        bad_id = None
         if flat.numel():
             lo, hi, *counts = torch.cat([flat.min().view(1), flat.max().view(1), send]).tolist()
             if lo < 0 or hi >= self.num_experts:
-                bad = lo if lo < 0 else hi
-                raise ShapeError(f"{who}: expert id {bad} is outside 0..{self.num_experts - 1} (rank {self.rank})")
+                bad_id = lo if lo < 0 else hi
         else:
             counts = [0] * self.num_experts
         send = send.view(self.world, self.local_experts)
@@ -172,15 +180,23 @@ class MoeDispatchCombine:
         send_counts = tuple(tuple(counts[j * e : (j + 1) * e]) for j in range(self.world))
         rows = x[torch.div(order, self.top_k, rounding_mode="floor")]
         self.last_mode, self.reason = self._choose(x)
+        # A bad routing is refused on every rank, after the counts exchange (which carries each
+        # rank's verdict): a rank that refused alone would leave its peers in the next collective.
+        refused = bad_id is not None or self._over_capacity(send_counts)
+        recv_counts, refused_by = self._exchange_counts(send_counts, refused)
+        if bad_id is not None:
+            raise ShapeError(f"{who}: expert id {bad_id} is outside 0..{self.num_experts - 1} (rank {self.rank})")
+        self._check_capacity(send_counts, recv_counts)
+        if refused_by:
+            raise ShapeError(
+                f"{who}: rank(s) {refused_by} routed rows this call cannot carry (an expert id out of range, or more "
+                f"than capacity={self.capacity} rows for one expert; their own error names it): refused on every rank"
+            )
         if self.last_mode == "fused":
             # The counts travel with the plan on the device too (the kernel reads them there);
             # the host needs them for h's shape, so they are exchanged as on the sequential path
             # and nothing after the fused call waits for its kernel.
-            recv_counts = self._exchange_counts(send_counts)
-            self._check_capacity(send_counts, recv_counts)
             return self._dispatch_fused(x, rows, flat[order], send, send_counts, recv_counts, order, w_up)
-        recv_counts = self._exchange_counts(send_counts)
-        self._check_capacity(send_counts, recv_counts)
         received = self._all_to_all(rows, [sum(r) for r in send_counts], [sum(r) for r in recv_counts])
         regroup = _expert_major(recv_counts, x.device)
         grouped = received[regroup]
@@ -285,12 +301,15 @@ class MoeDispatchCombine:
     def check(self) -> None:
         """Raises WaitTimeoutError if a fused call's wait (kernel or runtime) ran past its bound,
         and ShapeError for a dispatch_slots call whose routing was bad (an expert id out of range,
-        rows over capacity). Fused calls do not wait for their kernels; each looks at the earlier
-        calls of its op when it starts, without synchronizing, and this checks every call (it
-        synchronizes the device)."""
+        rows over capacity): the first such call since the last check(), once, on the rank that
+        routed it. Fused calls do not wait for their kernels; each looks at the earlier calls of
+        its op when it starts, without synchronizing, and this checks every call (it
+        synchronizes the device). Every routing record is read first; a timeout is raised before
+        a routing refusal, which the next check() then raises."""
         self._deferred.drain()
         for op in (*self._fused.values(), *self._fused_combine.values()):
             op.check()
+        self._deferred.raise_refusal()
 
     # -- the capacity-slot path (ops/moe_slots.py): no host synchronization ------------------------
     def dispatch_slots(self, x: torch.Tensor, expert_ids: torch.Tensor, w_up: torch.Tensor):
@@ -298,19 +317,20 @@ class MoeDispatchCombine:
         its capacity slots (slot s * E/W + e: the rows from rank s for local expert e, the first
         layout.recv_counts[s * E/W + e] real, the rest unspecified). Nothing in the call waits for
         the device: the routing is turned into slot places on the device, and what a host check
-        would read (expert ids, rows over capacity) is reported by a later call or check()
-        (ShapeError naming the expert and rank); such rows are not sent. Needs capacity and CUDA
-        (the fused path), whatever `mode` says."""
+        would read (expert ids, rows over capacity) is reported by check() alone (ShapeError
+        naming the expert and rank; ops/moe_slots.py says why no call raises it); such rows are
+        not sent. Needs capacity and CUDA (the fused path), whatever `mode` says. What the host
+        can refuse (shapes, dtypes, devices, the op's construction) is refused before any work
+        of the call is enqueued."""
         from syncopate.ops import moe_slots
 
         who = "MoeDispatchCombine.dispatch_slots"
         self._check_routing_shapes(who, x, expert_ids)
         self._check_weight(who, "w_up", w_up, x.shape[1], x)
         self._require_fused(who, x)
-        self._deferred.poll()
+        fused = self._dispatch_op(x, w_up)  # may refuse (e.g. nccl on a shared GPU): before any work
         dest, send, record = moe_slots.slot_destinations(expert_ids, self.num_experts, self.capacity)
-        self._deferred.push(record)
-        fused = self._dispatch_op(x, w_up)
+        self._deferred.push(record)  # never raises: check() does
         h, recv_counts = fused.call_slots(x if x.stride(1) == 1 else x.contiguous(), dest, send, w_up, self.top_k)
         self.last_mode, self.reason = "fused", "dispatch_slots"
         return h, moe_slots.SlotLayout(dest, recv_counts, x.shape[0], self.top_k, self.capacity)
@@ -406,16 +426,21 @@ class MoeDispatchCombine:
         return fused(fused.a_slots, counts, w_down, dest, local)
 
     # -- the collectives ----------------------------------------------------------------------------
-    def _exchange_counts(self, send_counts: tuple) -> tuple:
+    def _exchange_counts(self, send_counts: tuple, refused: bool = False):
+        """(recv_counts, [ranks other than this one that refuse the call]): each rank's row for
+        rank j carries its counts for j's experts and, last, whether it refuses the call."""
         if self.world == 1:
-            return send_counts
+            return send_counts, []
         import torch.distributed as dist
 
         device = _collective_device(self.group)
-        send = torch.tensor(send_counts, dtype=torch.int64, device=device).reshape(-1)
+        rows = [(*row, int(refused)) for row in send_counts]
+        send = torch.tensor(rows, dtype=torch.int64, device=device).reshape(-1)
         recv = torch.empty_like(send)
         dist.all_to_all_single(recv, send, group=self.group)
-        return tuple(tuple(int(v) for v in row) for row in recv.view(self.world, self.local_experts).tolist())
+        got = recv.view(self.world, self.local_experts + 1).tolist()
+        refused_by = [s for s, row in enumerate(got) if row[-1] and s != self.rank]
+        return tuple(tuple(int(v) for v in row[:-1]) for row in got), refused_by
 
     def _all_to_all(self, rows: torch.Tensor, send_rows: Sequence[int], recv_rows: Sequence[int]) -> torch.Tensor:
         if self.world == 1:
@@ -456,6 +481,9 @@ class MoeDispatchCombine:
             )
         if w.dtype != like.dtype or w.device != like.device:
             raise UserError(f"{who}: {name} is {w.dtype} on {w.device} but the input is {like.dtype} on {like.device}")
+
+    def _over_capacity(self, send_counts: tuple) -> bool:
+        return self.capacity is not None and any(rows > self.capacity for row in send_counts for rows in row)
 
     def _check_capacity(self, send_counts: tuple, recv_counts: tuple) -> None:
         """Either side may be () (the fused path checks the send side before the call, the

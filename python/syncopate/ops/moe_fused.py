@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import gc
 from typing import Optional, Sequence
 
 import torch
@@ -72,6 +73,20 @@ def _cached_args(op, a: torch.Tensor, w: torch.Tensor, c: torch.Tensor, counts: 
         cache[key] = hit = (args[4:], meta)
     scalars, meta = hit
     return (a, w, c, counts, *scalars), meta
+
+
+def _gc_paused() -> bool:
+    """Holds off Python's automatic cyclic GC (returns whether it was on; the caller turns it
+    back on). For the dispatch's window between launching the grouped GEMM, whose tiles spin
+    until their chunks land, and issue_chunks(), which enqueues those chunks: a collection there
+    may free another op's workspace (a layer left in a reference cycle), and cudaFree /
+    cudaFreeHost synchronize the device, so the host would wait for a kernel that waits for the
+    host until the kernel's wait bound ends it (WaitTimeoutError naming a chunk this rank issues,
+    its peers' tiles waiting for the same chunks). No collection, no destructor in the window."""
+    enabled = gc.isenabled()
+    if enabled:
+        gc.disable()
+    return enabled
 
 
 def _error_record(device: torch.device):
@@ -492,11 +507,16 @@ class MoeFusedDispatch:
         self.pending = False  # a call whose waits are not checked yet
         self._warm_up()
 
-    def _launch(self, w, h, epoch):
+    def _args(self, w, h):
+        """The grouped GEMM's launch arguments (checked, cached per layout): taken before a
+        call's begin(), so an operand the launch would refuse is refused before any work."""
+        return _cached_args(self, self.x_recv, w, h, self.recv_counts)
+
+    def _launch(self, prepared, epoch):
         from syncopate.launch import launch
 
         cfg = self.config
-        args, meta = _cached_args(self, self.x_recv, w, h, self.recv_counts)
+        args, meta = prepared
         self.error = launch(
             self.kernel,
             (self.progs,),
@@ -520,7 +540,7 @@ class MoeFusedDispatch:
 
         w = torch.zeros((self.experts, self.hidden, self.n), dtype=self.dtype, device=self.device)
         h = torch.empty((self.x_recv.shape[0], self.n), dtype=self.dtype, device=self.device)
-        self._launch(w, h, epoch_word(0, self.device))
+        self._launch(self._args(w, h), epoch_word(0, self.device))
         torch.cuda.synchronize(self.device)
 
     def check(self) -> None:
@@ -548,16 +568,27 @@ class MoeFusedDispatch:
         self.poll()
         ws = self.ws
         h = torch.empty((self.x_recv.shape[0], self.n), dtype=self.dtype, device=self.device)
+        prepared = self._args(w, h)
         ws.begin()
         pack_rows(self.x_send, self.x_recv if self.local_in_place else None, rows, dest, local)
         self.send_counts.copy_(send_counts)
         ws.publish()
         ws.fork()
-        self._launch(w, h, ws.epoch_word)
-        ws.issue_chunks()
+        self._launch_and_issue(prepared)
         ws.end()
         _after_call(self)
         return h
+
+    def _launch_and_issue(self, prepared) -> None:
+        """The grouped GEMM, then every chunk its tiles wait for, with nothing that may
+        synchronize the device in between (`_gc_paused`)."""
+        gc_was_on = _gc_paused()
+        try:
+            self._launch(prepared, self.ws.epoch_word)
+            self.ws.issue_chunks()
+        finally:
+            if gc_was_on:
+                gc.enable()
 
     def own_slot_rows(self) -> tuple:
         """(first, end) rows of this rank's own slots in the slot numbering (global expert g,
@@ -579,15 +610,16 @@ class MoeFusedDispatch:
         self.poll()
         ws = self.ws
         h = torch.empty((self.x_recv.shape[0], self.n), dtype=self.dtype, device=self.device)
+        prepared = self._args(w, h)
         ws.begin()
         pack_slots(x, dest, top_k, self.x_send, self.x_recv, self.own_slot_rows())
         self.send_counts.copy_(send_counts)
         ws.publish()
         ws.fork()
-        self._launch(w, h, ws.epoch_word)
-        # After the kernel, whose tiles waited for every slot's chunk (each after its count).
+        self._launch_and_issue(prepared)
+        # On the call's stream after the kernel, whose tiles waited for every slot's chunk (each
+        # after its count), and before end(), after which a peer's next call may land new counts.
         recv_counts = self.recv_counts.clone()
-        ws.issue_chunks()
         ws.end()
         _after_call(self)
         return h, recv_counts
@@ -872,11 +904,12 @@ class MoeFusedCombine:
         self.pending = False  # a call whose waits are not checked yet
         self._warm_up()
 
-    def _launch(self, a_slots, w, c, counts, signals, epoch):
+    def _launch(self, prepared, signals, epoch):
+        """prepared: `_cached_args` of the launch, taken before the call's begin()."""
         from syncopate.launch import launch
 
         cfg = self.config
-        args, meta = _cached_args(self, a_slots, w, c, counts)
+        args, meta = prepared
         self.error = launch(
             self.kernel,
             (self.progs,),
@@ -904,7 +937,7 @@ class MoeFusedCombine:
         w = torch.zeros((self.experts, self.k, self.hidden), dtype=self.dtype, device=self.device)
         c = torch.empty((rows, self.hidden), dtype=self.dtype, device=self.device)
         counts = torch.full((rows // self.capacity,), self.capacity, dtype=torch.int32, device=self.device)
-        self._launch(a, w, c, counts, torch.zeros_like(self.signals), epoch_word(0, self.device))
+        self._launch(_cached_args(self, a, w, c, counts), torch.zeros_like(self.signals), epoch_word(0, self.device))
         torch.cuda.synchronize(self.device)
 
     def check(self) -> None:
@@ -917,11 +950,12 @@ class MoeFusedCombine:
 
     def __call__(self, a_slots: torch.Tensor, counts: torch.Tensor, w: torch.Tensor, dest: torch.Tensor, local: tuple):
         self.poll()
+        prepared = _cached_args(self, a_slots, w, self.y_send, counts)
         ws = self.ws
         ws.begin()
         ws.publish()
         ws.fork()
-        self._launch(a_slots, w, self.y_send, counts, self.signals, ws.epoch_word)
+        self._launch(prepared, self.signals, ws.epoch_word)
         ws.issue_chunks()
         ws.wait_landed()
         # before end(): after it, peers may write the next call's rows
@@ -939,11 +973,12 @@ class MoeFusedCombine:
         from syncopate.ops.moe_slots import combine_rows
 
         self.poll()
+        prepared = _cached_args(self, a_slots, w, self.y_send, counts)
         ws = self.ws
         ws.begin()
         ws.publish()
         ws.fork()
-        self._launch(a_slots, w, self.y_send, counts, self.signals, ws.epoch_word)
+        self._launch(prepared, self.signals, ws.epoch_word)
         ws.issue_chunks()
         ws.wait_landed()
         if self.local_in_place:

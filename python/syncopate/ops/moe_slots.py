@@ -14,10 +14,20 @@ real), as DeepEP's low-latency kernels keep theirs. Every index is computed on t
 
 What a host check would read (expert ids out of range, rows over capacity) is gathered into a
 small device record that is copied to pinned host memory behind the call and read once its event
-has completed (`DeferredChecks`): a bad call is refused by name at a later call or at check(),
-never by a synchronization in the call itself. Rows over capacity are not written (dest -1) and
-the counts the plan carries are clamped to the capacity, so a bad call reads and writes nothing
-out of bounds before it is reported.
+has completed (`DeferredChecks`). A bad call is refused by name at the layer's check() (which
+synchronizes), never by a call: no dispatch_slots or combine_slots raises what a record shows,
+its own or an earlier call's. Rows over capacity are not written (dest -1) and the counts the
+plan carries are clamped to the capacity, so a bad call reads and writes nothing out of bounds,
+and every later call is as correct as its own routing, until check() reports it.
+
+Why only check(): the record is this rank's alone, and when its event completes depends on the
+timing. A call that raised it (before its own work, or after) would leave this rank's caller
+skipping collective work its peers enqueue (the rest of the dispatch, the combine, the next
+layer), so the peers' bounded waits would time out naming a chunk, not the routing; worse,
+the ranks' epochs would be out of step for every later call of the layer. check() is where the
+caller already synchronizes, outside every call; the error is raised on the ranks that routed
+badly (their peers' check() passes), so a caller that stops on it should agree with the peers
+first (e.g. an all_reduce of a flag).
 """
 
 from __future__ import annotations
@@ -92,23 +102,38 @@ def check_record(values, *, num_experts: int, capacity: int, rank: int, local_ex
         )
 
 
+class _Completed:
+    """The event of a record already on the host (off CUDA): complete from the start, so the
+    record goes through the same queue as a CUDA one."""
+
+    def query(self) -> bool:
+        return True
+
+    def synchronize(self) -> None:
+        pass
+
+
 class DeferredChecks:
     """Records of calls copied to pinned host memory behind the work, read once their event has
-    completed: poll() never waits (a record still on its way is read by a later poll), drain()
-    waits for all. Holding more than MAX_PENDING unread records waits for the oldest."""
+    completed. No method but raise_refusal() raises: push() and poll() read the completed records
+    without waiting and keep the first refusal (a record still on its way is read by a later
+    poll), drain() waits for all; raise_refusal() raises the kept one once and clears it. Holding
+    more than MAX_PENDING unread records waits for the oldest (bounded memory)."""
 
     def __init__(self, check):
         self._check = check  # callable(host values) raising on a bad record
         self._pending = collections.deque()
+        self._refusal = None  # the first refused record's error since raise_refusal()
+        self._refused = 0  # records refused since then
 
     def push(self, record: torch.Tensor) -> None:
-        if record.device.type != "cuda":
-            self._check(record.tolist())
-            return
-        host = torch.empty(record.shape, dtype=record.dtype, pin_memory=True)
-        host.copy_(record, non_blocking=True)
-        event = torch.cuda.Event()
-        event.record()
+        if record.device.type == "cuda":
+            host = torch.empty(record.shape, dtype=record.dtype, pin_memory=True)
+            host.copy_(record, non_blocking=True)
+            event = torch.cuda.Event()
+            event.record()
+        else:
+            host, event = record.clone(), _Completed()
         self._pending.append((event, host))
         if len(self._pending) > MAX_PENDING:
             self._pending[0][0].synchronize()
@@ -116,14 +141,31 @@ class DeferredChecks:
 
     def poll(self) -> None:
         while self._pending and self._pending[0][0].query():
-            _, host = self._pending.popleft()
-            self._check(host.tolist())
+            self._read(self._pending.popleft()[1])
 
     def drain(self) -> None:
         while self._pending:
             event, host = self._pending.popleft()
             event.synchronize()
+            self._read(host)
+
+    def raise_refusal(self) -> None:
+        """Raises the first refusal read since the last raise (ShapeError naming the expert and
+        rank; how many records were refused in all), once."""
+        refusal, refused = self._refusal, self._refused
+        self._refusal, self._refused = None, 0
+        if refusal is None:
+            return
+        more = f" ({refused - 1} later call(s) refused too)" if refused > 1 else ""
+        raise ShapeError(f"{refusal}{more}") from None  # raised here, not where the record was read
+
+    def _read(self, host: torch.Tensor) -> None:
+        try:
             self._check(host.tolist())
+        except ShapeError as exc:
+            self._refused += 1
+            if self._refusal is None:
+                self._refusal = exc
 
 
 def pack_rows(x: torch.Tensor, dest: torch.Tensor, top_k: int, x_send, x_recv, local: tuple) -> None:

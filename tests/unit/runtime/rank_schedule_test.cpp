@@ -684,6 +684,45 @@ TEST(RankScheduleMoeNccl, NoWaitsBeforeTheGroupsAndEveryCallCompletes) {
     }
 }
 
+// At world 1 every chunk of the MoE dispatch plan is local, so with backend nccl the schedule is
+// the copy-engine one step for step: the same waits (each rows chunk behind its counts chunk),
+// landing slots and order, no NCCL half, no group (and the executor moves a local step of either
+// backend by copy_engine_move). A fault seen with nccl alone at world 1 is not in the schedule.
+TEST(RankScheduleMoeNccl, WorldOneIsTheCopyEngineSchedule) {
+  for (int experts : {1, 3, 8}) {
+    const auto nccl = moe_nccl(1, experts, 4, 8);
+    auto copy_engine = nccl;
+    for (auto& c : copy_engine.chunks) c.backend = Backend::copy_engine;
+    plan::MoeDispatchOptions o;
+    o.local_experts = experts;
+    o.capacity = 4;
+    o.hidden = 8;
+    ASSERT_EQ(plan::make_moe_dispatch_plan(o).chunks, copy_engine.chunks) << experts;  // only the backend differs
+    const lower::TileGrid grid{experts * 4, 16, 2, 16};
+    const std::vector<lower::TileAccess> access{lower::TileAccess{plan::kMoeRecv, lower::AccessRole::consume, 0, -1}};
+    const auto tables = lower::lower(nccl, grid, access);
+    const auto s = make_rank_schedule(nccl, tables, 0);
+    const auto ce = make_rank_schedule(copy_engine, lower::lower(copy_engine, grid, access), 0);
+    EXPECT_EQ(s.streams, ce.streams) << experts;
+    EXPECT_EQ(s.landing_waits, ce.landing_waits) << experts;
+    EXPECT_TRUE(s.begin_waits.empty()) << experts;
+    ASSERT_EQ(s.streams.size(), 1u);
+    ASSERT_EQ(s.streams[0].size(), static_cast<std::size_t>(1 + experts));
+    for (const auto& step : s.streams[0]) {
+      EXPECT_EQ(step.role, StepRole::local) << experts;
+      EXPECT_EQ(step.group, plan::kNoGroup) << experts;
+      // The counts chunk first; each rows chunk waits for its landing.
+      const bool counts = step.chunk == plan::moe_counts_chunk(1, experts, 0, 0);
+      EXPECT_EQ(step.waits.size(), counts ? 0u : 1u) << experts << " chunk " << step.chunk;
+      if (!counts && !step.waits.empty()) {
+        EXPECT_EQ(step.waits[0].chunk, plan::moe_counts_chunk(1, experts, 0, 0));
+      }
+    }
+    EXPECT_EQ(s.streams[0][0].chunk, plan::moe_counts_chunk(1, experts, 0, 0));
+    EXPECT_TRUE(replay(nccl, tables, 3)) << experts;
+  }
+}
+
 // The recorder fails on a schedule NCCL would mismatch: one rank lists its rows sends of round 1
 // in reverse expert order, so its sends to r + 1 no longer pair with the peer's recvs.
 TEST(RankScheduleMoeNccl, RecorderCatchesAPairPostedOutOfOrder) {
