@@ -510,3 +510,26 @@ def test_wide_config_counts_both_blocks():
     assert configs_module.estimated_cost(wide, 512, 3072, 4096, 132) == pytest.approx(
         configs_module.estimated_cost(narrow, 512, 3072, 4096, 132) * 1.5
     )
+
+
+def test_wide_tiles_are_offered_only_to_calls_that_can_run_them(monkeypatch):
+    """gemm_wide needs TMA descriptors for A, B and C and stores C through them: `gemm` asks the
+    model for a wide tile only then (not with c_store_pointers, not for the pointer fallback)."""
+    wide = GemmConfig(64, 128, 64, 8, 6, 4, True, 1, 0.82, flatten=False, block_n2=64)
+    narrow = GemmConfig(128, 128, 64, 8, 6, 4, True, 1, 0.97)
+    # 512 x 3072: 128 tiles of 64x192 (one wave) vs 96 of 128x128; wide=False drops the wide one.
+    pick = _kernel_configs.choose_config
+    assert pick(512, 3072, 4096, 132, 2, _SMEM_H100, candidates=(wide, narrow)) == wide
+    assert pick(512, 3072, 4096, 132, 2, _SMEM_H100, candidates=(wide, narrow), wide=False) == narrow
+    asked = []
+
+    def select_config(*args, **kwargs):
+        asked.append(kwargs["wide"])
+        return SMALL
+
+    monkeypatch.setattr(gemm_module, "select_config", select_config)
+    a, b = _operands(64, 64, 64, torch.bfloat16, True, seed=5)
+    gemm_module.gemm(a, b)
+    gemm_module.gemm(a, b, c_store_pointers=True)
+    gemm_module.gemm(a[:, :60], b[:60], force_pointer_kernel=True)
+    assert asked == [True, False, False]

@@ -283,12 +283,14 @@ def choose_config(
     candidates: tuple[GemmConfig, ...] | None = None,
     fixup: bool | None = None,
     local: bool = False,
+    wide: bool = True,
 ) -> GemmConfig:
     """The candidate with the lowest estimated cost that fits in shared memory.
 
     allow_split_k=False for callers that need every tile final when its program finishes
     (a producer that signals tiles as they are stored). local=True for the plain local GEMM,
-    which also offers LOCAL_CANDIDATES.
+    which also offers LOCAL_CANDIDATES and (with WIDE_IN_MODEL) the wide tiles; wide=False
+    drops the wide tiles (a call that cannot run gemm_wide: no TMA, or C stored by pointers).
     """
     if m <= 0 or n <= 0 or k <= 0:
         raise ValueError(f"choose_config: shape must be positive, got M={m} N={n} K={k}")
@@ -298,6 +300,8 @@ def choose_config(
     pool = list(candidates) if candidates is not None else candidate_configs(k, fixup=fixup, local=local)
     if not allow_split_k:
         pool = [c for c in pool if c.split_k == 1]
+    if not wide:
+        pool = [c for c in pool if not c.block_n2]
     fitting = [c for c in pool if c.shared_memory_bytes(element_size) <= shared_memory_limit]
     if not fitting:
         raise ValueError(
