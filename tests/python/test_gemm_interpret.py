@@ -621,3 +621,27 @@ def test_fp8_model_takes_wide_tiles_where_they_fill_the_wave():
     # The fused FP8 ops (no local) never get one.
     for m, n, k in [(128, 4096, 7168), (512, 3072, 4096), (512, 5120, 8192)]:
         assert not _kernel_configs.choose_fp8_config(m, n, k, 132, _SMEM_H100).block_n2
+
+
+# Every wide config the model can pick (configs.wide_configs: WIDE_CANDIDATES x split 1-4), with
+# its real blocks (the interpreter ignores stages, warps and warp specialisation).
+MODEL_WIDE = [c for c in _kernel_configs.wide_configs(8192) if c.split_k <= 4]
+
+
+@pytest.mark.parametrize("b_is_nk", [False, True])
+@pytest.mark.parametrize("cfg", MODEL_WIDE, ids=lambda c: c.name)
+def test_model_wide_configs_match_reference(cfg, b_is_nk):
+    """The model's own wide tiles through `gemm`: two tile rows (the second 8 rows deep), two tile
+    columns, the last one's first block partly and its second block wholly past N (even splits)
+    or its second block partly past N (odd splits); K of 3.5 (or 5) K-steps split 1-4 ways; a
+    grid of 3 persistent programs."""
+    assert cfg.block_n2 and not cfg.flatten
+    if cfg.split_k % 2 == 0:
+        m, n, k = 72, cfg.width + cfg.block_n - 24, 224
+    else:
+        m, n, k = 72, 2 * cfg.width - 8, 320
+    a, b = _operands(m, n, k, torch.bfloat16, b_is_nk, seed=cfg.width + cfg.split_k)
+    out = torch.full((m, n), float("nan"), dtype=torch.bfloat16)
+    c = gemm_module.gemm(a, b, out=out, config=cfg, num_programs=3)
+    assert not torch.isnan(c).any(), "some output elements were never written"
+    assert _rel_error(c, a, b) < 1e-2
