@@ -260,3 +260,38 @@ def test_fp8_config_doubles_block_k_up_to_128(monkeypatch):
         monkeypatch.setattr(configs, "choose_config", lambda *args, cfg=cfg, **kwargs: cfg)
         for local in (False, True):
             assert configs.choose_fp8_config(128, 4096, 2048, 132, 227 * 1024, local=local).block_k == fp8_k
+
+
+# Every wide config the FP8 model can pick: configs.wide_configs with BLOCK_K doubled to 128, as
+# choose_fp8_config returns it (split 1-4: two launches, the scales applied after the sum).
+MODEL_WIDE_FP8 = [dataclasses.replace(c, block_k=128) for c in configs.wide_configs(8192, fp8=True) if c.split_k <= 4]
+
+
+@pytest.mark.parametrize("mode", ["tensor", "rowwise"])
+@pytest.mark.parametrize("b_is_nk", [False, True])
+@pytest.mark.parametrize("cfg", MODEL_WIDE_FP8, ids=lambda c: c.name)
+def test_model_wide_configs_apply_the_scales(cfg, b_is_nk, mode):
+    """The FP8 model's own wide tiles through gemm_fp8: two tile rows (the second 8 deep), two tile
+    columns whose last one's second block lies wholly (even splits) or partly (odd) past N, K of
+    3.5 or 5 K-steps of 128 split 1-4 ways, 3 persistent programs."""
+    assert cfg.block_n2 and cfg.block_k == 128
+    if cfg.split_k % 2 == 0:
+        m, n, k = 72, cfg.width + cfg.block_n - 24, 448
+    else:
+        m, n, k = 72, 2 * cfg.width - 8, 640
+    a, b, gen = _operands(m, n, k, b_is_nk, seed=cfg.width + cfg.split_k)
+    sa, sb = _scales(m, n, mode, gen)
+    out = torch.full((m, n), float("nan"), dtype=torch.bfloat16)
+    c = fp8.gemm_fp8(a, b, sa, sb, out=out, config=cfg, num_programs=3)
+    assert not torch.isnan(c).any(), "some output elements were never written"
+    ref = _reference(a, b, sa, sb)
+    assert ((c.double() - ref.double()).norm() / ref.double().norm()).item() < 4e-3
+
+
+def test_fp8_model_picks_are_runnable_wide_configs():
+    """Where the FP8 model takes a wide tile, it is one of MODEL_WIDE_FP8 and gemm_fp8 runs it
+    (fp8_runnable: split in two launches only with wide tiles)."""
+    for m, n, k in [(128, 4096, 7168), (128, 3072, 4096), (512, 3072, 4096), (512, 5120, 8192), (128, 5120, 8192)]:
+        cfg = configs.choose_fp8_config(m, n, k, 132, 232448 - 1024, local=True)
+        assert cfg.block_n2 and configs.fp8_runnable(cfg), (m, n, k, cfg.name)
+        assert cfg.name in {c.name for c in MODEL_WIDE_FP8}

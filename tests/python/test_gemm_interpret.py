@@ -416,20 +416,22 @@ def test_local_model_takes_the_blocks_fitted_to_the_small_m_sweep():
     """The plain local GEMM's picks (local=True) on the rows of the nvidia-h200 sweep of
     2026-11-25 (bench/results/gemm18-nvidia-h200-2026-11-25/): the measured best of each."""
 
-    def pick(m, n, k):
-        c = _kernel_configs.choose_config(m, n, k, 132, 2, _SMEM_H100, local=True)
+    def pick(m, n, k, wide=True):
+        c = _kernel_configs.choose_config(m, n, k, 132, 2, _SMEM_H100, local=True, wide=wide)
         return (c.block_m, c.block_n, c.block_k, c.num_stages, c.split_k, c.split_tail)
 
-    # 128x128 tiles about one wave: six stages (4-10% faster than four).
+    # 128x128 tiles about one wave: six stages (4-10% faster than four). (Where a wide tile fills
+    # the wave better it takes the wide tile, test_local_model_takes_wide_tiles_...; wide=False
+    # is the pick of a call that cannot run gemm_wide.)
     assert pick(256, 8192, 8192) == (128, 128, 64, 6, 1, False)
-    assert pick(512, 3072, 4096) == (128, 128, 64, 6, 1, False)
+    assert pick(512, 3072, 4096, wide=False) == (128, 128, 64, 6, 1, False)
     # 1.2 waves of tiles: whole tiles for the first wave, the 28 tail tiles split in 4.
     assert pick(1024, 5120, 8192) == (128, 256, 64, 3, 4, True)
     # ... and 512 x 5120 x 8192's 28 tail tiles (0.21 of a wave): 128x128 with six stages, split 4
     # in one launch (the nvidia-h100-x1 sweep of the one-launch kernels, 2026-11-25 15:00).
     assert pick(512, 5120, 8192) == (128, 128, 64, 6, 4, True)
     # Decode, short K: 128x64 split 2 (one wave of 96 items).
-    assert pick(128, 3072, 4096) == (128, 64, 64, 6, 2, False)
+    assert pick(128, 3072, 4096, wide=False) == (128, 64, 64, 6, 2, False)
     # Whole waves of 128x256 stay unsplit; many waves never take the split tail.
     assert pick(1024, 8192, 2048) == (128, 256, 64, 3, 1, False)
     assert pick(8192, 8192, 8192) == (128, 256, 64, 3, 1, False)
@@ -440,18 +442,19 @@ def test_local_model_takes_the_one_launch_split_tail_only_for_a_small_last_wave(
     where there is a whole wave and the last partial wave holds <= a quarter of a wave (the rows
     of the one-launch sweep where it won); elsewhere the picks of the afternoon's rule stay."""
 
-    def pick(m, n, k):
-        return _kernel_configs.choose_config(m, n, k, 132, 2, _SMEM_H100, local=True)
+    def pick(m, n, k, wide=True):
+        return _kernel_configs.choose_config(m, n, k, 132, 2, _SMEM_H100, local=True, wide=wide)
 
     won = pick(512, 5120, 8192)
     assert won.split_fixup and won.split_tail and won.num_stages == 6 and won.split_k == 4
-    # 60 tail tiles of 128x128 (0.45 of a wave): 128x256 unsplit, as measured best.
-    assert pick(1024, 3072, 4096).name == "128x256x64_s3_w8_g8_ws_e2"
+    # 60 tail tiles of 128x128 (0.45 of a wave): 128x256 unsplit, as measured best (without the
+    # wide tiles, which take this row since 2026-12-03).
+    assert pick(1024, 3072, 4096, wide=False).name == "128x256x64_s3_w8_g8_ws_e2"
     # 56 tail tiles: 128x256's two-launch split tail (a tie with the one-launch one).
     assert pick(1024, 5120, 8192).name == "128x256x64_s3_w8_g8_ws_e2_t4"
     # No whole wave (M = 128): the two-launch split and the unsplit narrow blocks stay.
     assert pick(128, 4096, 7168).name == "128x64x64_s6_w4_g8_ws_e1_k2"
-    assert pick(128, 3072, 4096).name == "128x64x64_s6_w4_g8_ws_e1_k2"
+    assert pick(128, 3072, 4096, wide=False).name == "128x64x64_s6_w4_g8_ws_e1_k2"
     assert pick(128, 8192, 4096).name == "128x64x64_s6_w4_g8_ws_e1"
     tail = dataclasses.replace(_kernel_configs.LOCAL_CANDIDATES[0], split_k=2, split_tail=True, split_fixup=True)
     cost = _kernel_configs.estimated_cost
@@ -463,10 +466,11 @@ def test_local_model_takes_the_one_launch_split_tail_only_for_a_small_last_wave(
 
 
 def test_fp8_picks_are_unsplit_while_the_fp8_one_launch_rule_is_off():
-    """configs.FP8_LOCAL_IN_MODEL is off (the one-launch splits lost on the FP8 rows): the plain
-    gemm_fp8 call's pick is the fused FP8 ops' unsplit pick, BLOCK_K doubled."""
+    """configs.FP8_LOCAL_IN_MODEL is off (the one-launch splits lost on the FP8 rows): where no wide
+    tile wins, the plain gemm_fp8 call's pick is the fused FP8 ops' unsplit pick, BLOCK_K doubled
+    (the wide picks: test_fp8_model_takes_wide_tiles_...)."""
     assert not _kernel_configs.FP8_LOCAL_IN_MODEL
-    for m, n, k in [(128, 4096, 7168), (512, 5120, 8192), (256, 8192, 2048), (4096, 8192, 8192)]:
+    for m, n, k in [(128, 4096, 2048), (1024, 3072, 4096), (256, 8192, 2048), (4096, 8192, 8192)]:
         local = _kernel_configs.choose_fp8_config(m, n, k, 132, _SMEM_H100, local=True)
         fused = _kernel_configs.choose_fp8_config(m, n, k, 132, _SMEM_H100)
         assert local == fused and local.split_k == 1 and not local.stream_k and local.block_k == 128
@@ -510,3 +514,134 @@ def test_wide_config_counts_both_blocks():
     assert configs_module.estimated_cost(wide, 512, 3072, 4096, 132) == pytest.approx(
         configs_module.estimated_cost(narrow, 512, 3072, 4096, 132) * 1.5
     )
+
+
+def test_wide_tiles_are_offered_only_to_calls_that_can_run_them(monkeypatch):
+    """gemm_wide needs TMA descriptors for A, B and C and stores C through them: `gemm` asks the
+    model for a wide tile only then (not with c_store_pointers, not for the pointer fallback)."""
+    wide = GemmConfig(64, 128, 64, 8, 6, 4, True, 1, 0.82, flatten=False, block_n2=64)
+    narrow = GemmConfig(128, 128, 64, 8, 6, 4, True, 1, 0.97)
+    # 512 x 3072: 128 tiles of 64x192 (one wave) vs 96 of 128x128; wide=False drops the wide one.
+    pick = _kernel_configs.choose_config
+    assert pick(512, 3072, 4096, 132, 2, _SMEM_H100, candidates=(wide, narrow)) == wide
+    assert pick(512, 3072, 4096, 132, 2, _SMEM_H100, candidates=(wide, narrow), wide=False) == narrow
+    asked = []
+
+    def select_config(*args, **kwargs):
+        asked.append(kwargs["wide"])
+        return SMALL
+
+    monkeypatch.setattr(gemm_module, "select_config", select_config)
+    a, b = _operands(64, 64, 64, torch.bfloat16, True, seed=5)
+    gemm_module.gemm(a, b)
+    gemm_module.gemm(a, b, c_store_pointers=True)
+    gemm_module.gemm(a[:, :60], b[:60], force_pointer_kernel=True)
+    assert asked == [True, False, False]
+
+
+def test_local_model_takes_wide_tiles_where_they_fill_the_wave():
+    """configs.WIDE_IN_MODEL: the 64-row wide tiles (widths 192 / 160 / 96) where their tile count,
+    times the split, fills about one wave of the 132 multiprocessors and the power-of-two tiles
+    do not; measured on nvidia-h200 (2026-12-03, bench/sweep_wide.py, time / cuBLAS, [N, K] B)."""
+
+    def pick(m, n, k, sms=132):
+        return _kernel_configs.choose_config(m, n, k, sms, 2, _SMEM_H100, local=True).name
+
+    # 128 tiles of 64x192 fill 0.97 of a wave where 96 of 128x128 fill 0.73: 1.064 vs 1.199.
+    assert pick(512, 3072, 4096) == "64x128+64x64_s6_w4_g8_ws_e1_nf"
+    # 256 tiles of 64x192 are two waves at 0.97; 96 of 128x256 one at 0.73: 1.085 vs 1.186.
+    assert pick(1024, 3072, 4096) == "64x128+64x64_s6_w4_g8_ws_e1_nf"
+    # Decode: 64 tiles of 64x160 in 2 slices, 128 items (0.97 of a wave), vs 40 tiles of 128x128
+    # in 3 (120): 1.104 vs 1.147; 40 tiles of 64x160 in 3 slices (120 items): 1.115 vs 1.151.
+    assert pick(128, 5120, 8192) == "64x128+32x64_s6_w4_g8_ws_e1_nf_k2"
+    assert pick(128, 3072, 4096) == "64x128+32x64_s6_w4_g8_ws_e1_nf_k3"
+    # Where the wide tiles lost, the old picks stay:
+    # 512 tiles of 64x160 (3.9 waves): every tile after a program's first refills the unflattened
+    # kernel's pipeline (UNFLATTENED_TILE_STEPS): 1.335 vs 1.129 for 128x256's split tail.
+    assert pick(1024, 5120, 8192) == "128x256x64_s3_w8_g8_ws_e2_t4"
+    # 256 tiles of 64x160 (1.94 waves): 1.226 vs 1.156 for the one-launch split tail.
+    assert pick(512, 5120, 8192) == "128x128x64_s6_w4_g8_ws_e1_t4f"
+    # 44 tiles of 64x192 in 3 slices fill the wave exactly, but three slices of fp32 partials cost
+    # more than 128x64's two: 1.083 vs 1.054. And short-K decode keeps 64x64x128 (1.291 vs 1.092).
+    assert pick(128, 4096, 7168) == "128x64x64_s6_w4_g8_ws_e1_k2"
+    assert pick(128, 4096, 2048) == "64x64x128_s4_w4_g8_ws_e1"
+    # Many waves: the big blocks (64x192 at 7 waves: 1.274 vs 1.047).
+    assert pick(4096, 2560, 8192) == "128x128x64_s6_w4_g8_ws_e1"
+    assert pick(8192, 8192, 8192) == "128x256x64_s3_w8_g8_ws_e2"
+    # The wave is read off the device: on 114 multiprocessors 128 tiles of 64x192 are 1.12 waves,
+    # and 128x128's 96 tiles (0.84 of a wave) stay.
+    assert pick(512, 3072, 4096, sms=114) == "128x128x64_s6_w4_g8_ws_e1"
+    # The fused ops (no local) never get a wide tile: gemm_wide is not annotated.
+    for m, n, k in [(512, 3072, 4096), (1024, 3072, 4096), (128, 5120, 8192), (128, 3072, 4096)]:
+        for split in (True, False):
+            assert not _kernel_configs.choose_config(m, n, k, 132, 2, _SMEM_H100, allow_split_k=split).block_n2
+
+
+def test_unflattened_tiles_pay_a_pipeline_fill_per_extra_wave():
+    """configs.UNFLATTENED_TILE_STEPS: a program of the wide kernel (tile loop not flattened) pays
+    it for each tile after its first; with one tile per program (one wave) nothing changes."""
+    wide = _kernel_configs.WIDE_CANDIDATES[1]  # 64 x 160
+    cost = _kernel_configs.estimated_cost
+    area = 64 * 160 / (128 * 256)
+    one_wave = (4096 // 64 + _kernel_configs.TILE_FIXED_STEPS) * area / wide.efficiency
+    assert cost(wide, 512, 2560, 4096, 132) == pytest.approx(one_wave)  # 128 tiles
+    extra = _kernel_configs.UNFLATTENED_TILE_STEPS * area / wide.efficiency
+    assert cost(wide, 1024, 5120, 4096, 132) == pytest.approx(4 * one_wave + 3 * extra)  # 512 tiles
+    flat = dataclasses.replace(wide, flatten=True)
+    assert cost(flat, 1024, 5120, 4096, 132) == pytest.approx(4 * one_wave)
+
+
+def test_fp8_model_takes_wide_tiles_where_they_fill_the_wave():
+    """configs.WIDE_FP8_IN_MODEL: the plain gemm_fp8 call takes the wide tiles (unsplit, or split
+    in two launches with the scales applied by the reduction) with their FP8 efficiencies; the
+    same nvidia-h200 sweep, time / torch._scaled_mm with per-tensor scales."""
+
+    def pick(m, n, k):
+        return _kernel_configs.choose_fp8_config(m, n, k, 132, _SMEM_H100, local=True).name
+
+    # 44 tiles of 64x192 in 3 slices (132 items, one whole wave) vs 128 tiles of 64x64 each over
+    # all of K: 1.105 vs 1.477.
+    assert pick(128, 4096, 7168) == "64x128+64x128_s6_w4_g8_ws_e1_nf_k3"
+    # 64 tiles of 64x96 in 2 slices (128 items): 1.152 vs 1.339.
+    assert pick(128, 3072, 4096) == "64x64+32x128_s6_w4_g8_ws_e1_nf_k2"
+    # 128 tiles of 64x192 (0.97 of a wave) vs 96 of 128x128: 1.081 vs 1.183.
+    assert pick(512, 3072, 4096) == "64x128+64x128_s6_w4_g8_ws_e1_nf"
+    # 256 tiles of 64x160 (1.94 waves) vs 80 of 128x256 (0.61): 1.223 vs 1.291.
+    assert pick(512, 5120, 8192) == "64x128+32x128_s6_w4_g8_ws_e1_nf"
+    # 64 tiles of 64x160 in 2 slices vs 80 of 128x64 unsplit: 1.168 vs 1.212.
+    assert pick(128, 5120, 8192) == "64x128+32x128_s6_w4_g8_ws_e1_nf_k2"
+    # FP8 has its own, lower efficiencies for 64x192 / 64x160 (an FP8 K-step moves the bf16
+    # step's bytes in about half the MMA time): at 1024 x 3072 x 4096 bf16 takes 64x192 (8.5%
+    # faster than 128x256), FP8 keeps 128x256 (a tie per tensor, 2.7% faster per row).
+    assert pick(1024, 3072, 4096) == "128x256x128_s3_w8_g8_ws_e2"
+    assert _kernel_configs.choose_config(1024, 3072, 4096, 132, 2, _SMEM_H100, local=True).block_n2 == 64
+    # 3.9 waves of 64x160: 128x128 (1.146 vs 1.250); 128 x 4096 x 2048 keeps 64x64x128.
+    assert pick(1024, 5120, 8192) == "128x128x128_s4_w4_g8_ws_e1"
+    assert pick(128, 4096, 2048) == "64x64x128_s4_w4_g8_ws_e1"
+    # The fused FP8 ops (no local) never get one.
+    for m, n, k in [(128, 4096, 7168), (512, 3072, 4096), (512, 5120, 8192)]:
+        assert not _kernel_configs.choose_fp8_config(m, n, k, 132, _SMEM_H100).block_n2
+
+
+# Every wide config the model can pick (configs.wide_configs: WIDE_CANDIDATES x split 1-4), with
+# its real blocks (the interpreter ignores stages, warps and warp specialisation).
+MODEL_WIDE = [c for c in _kernel_configs.wide_configs(8192) if c.split_k <= 4]
+
+
+@pytest.mark.parametrize("b_is_nk", [False, True])
+@pytest.mark.parametrize("cfg", MODEL_WIDE, ids=lambda c: c.name)
+def test_model_wide_configs_match_reference(cfg, b_is_nk):
+    """The model's own wide tiles through `gemm`: two tile rows (the second 8 rows deep), two tile
+    columns, the last one's first block partly and its second block wholly past N (even splits)
+    or its second block partly past N (odd splits); K of 3.5 (or 5) K-steps split 1-4 ways; a
+    grid of 3 persistent programs."""
+    assert cfg.block_n2 and not cfg.flatten
+    if cfg.split_k % 2 == 0:
+        m, n, k = 72, cfg.width + cfg.block_n - 24, 224
+    else:
+        m, n, k = 72, 2 * cfg.width - 8, 320
+    a, b = _operands(m, n, k, torch.bfloat16, b_is_nk, seed=cfg.width + cfg.split_k)
+    out = torch.full((m, n), float("nan"), dtype=torch.bfloat16)
+    c = gemm_module.gemm(a, b, out=out, config=cfg, num_programs=3)
+    assert not torch.isnan(c).any(), "some output elements were never written"
+    assert _rel_error(c, a, b) < 1e-2

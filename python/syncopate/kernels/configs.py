@@ -178,11 +178,38 @@ FP8_LOCAL_IN_MODEL = False
 # Wide tiles (gemm_wide.py: BLOCK_M x (BLOCK_N + BLOCK_N2), two accumulators sharing A), offered
 # by candidate_configs(local=True) with split factors 1-4 (two launches) when WIDE_IN_MODEL, and
 # for the plain gemm_fp8 call (choose_fp8_config(local=True), unsplit or split, BLOCK_K doubled)
-# when WIDE_FP8_IN_MODEL. Each block's efficiency is fitted to the nvidia-h100-x1 sweep
-# (bench/sweep_wide.py) where it is on; see docs/PERFORMANCE.md.
-WIDE_IN_MODEL = False
-WIDE_FP8_IN_MODEL = False
-WIDE_CANDIDATES: tuple[GemmConfig, ...] = ()
+# when WIDE_FP8_IN_MODEL. Never to the fused ops (gemm_wide is not annotated).
+# ON since the nvidia-h200 sweep of 2026-12-03 (bench/sweep_wide.py on the 22 GEMMs that missed
+# 5%, bench/results/gemm18-wide-nvidia-h200-2026-12-03/, docs/PERFORMANCE.md "Small M and
+# decode"): the 64-row tiles of widths 192 / 160 / 96 (4 warps, 6 stages) won by 4-25% where their
+# tile count (times the split) fills about one wave of the multiprocessors and the power-of-two
+# tiles do not, e.g. 512 x 3072 x 4096: 128 tiles of 64x192 (0.97 of a 132-SM wave), 1.064 of
+# cuBLAS, vs 96 tiles of 128x128 (0.73), 1.199. The 128-row wide tiles never won; not offered.
+# Efficiencies (relative to 128x256, as for CANDIDATES) fitted to that sweep with every other
+# constant unchanged; each lies inside the interval where the model's pick on every swept row is
+# the old pick or a measured faster wide tile (64x192: bf16 0.80-0.84, FP8 0.73-0.79; 64x160:
+# bf16 0.76-0.88, FP8 0.66-0.78; 64x96: 0.53-0.57 in both, the bf16 and FP8 intervals meeting
+# there). FP8 has its own efficiencies for the two wider tiles (WIDE_FP8_EFFICIENCY): the FP8
+# K-step moves the same bytes as the bf16 one in about half the MMA time, so a narrow tile (fewer
+# FLOPs per byte loaded than 128x256) gains less from FP8 than the big blocks do: measured at
+# 1024 x 3072 x 4096, 64x192 is 8.5% faster than 128x256 in bf16 and a tie (row scales: 2.7%
+# slower) in FP8. The standard blocks' FP8 efficiencies are their bf16 ones (not re-measured).
+WIDE_IN_MODEL = True
+WIDE_FP8_IN_MODEL = True
+WIDE_CANDIDATES: tuple[GemmConfig, ...] = (
+    GemmConfig(64, 128, 64, 8, 6, 4, True, 1, 0.82, flatten=False, block_n2=64),  # 64 x 192
+    GemmConfig(64, 128, 64, 8, 6, 4, True, 1, 0.80, flatten=False, block_n2=32),  # 64 x 160
+    GemmConfig(64, 64, 64, 8, 6, 4, True, 1, 0.55, flatten=False, block_n2=32),  # 64 x 96
+)
+# (block_m, block_n, block_n2) -> the wide tile's efficiency in gemm_fp8 (see above).
+WIDE_FP8_EFFICIENCY: dict[tuple[int, int, int], float] = {(64, 128, 64): 0.76, (64, 128, 32): 0.72, (64, 64, 32): 0.55}
+# A persistent program whose tile loop is not flattened into its K loop (flatten=False: the wide
+# kernel) starts each tile after its first with an empty pipeline, where the flattened kernels
+# load the next tile during this one's epilogue: this many K-steps per extra tile, beyond
+# TILE_FIXED_STEPS. Nothing with one tile per program pays it. Fitted with the efficiencies above
+# (interval 4-12 with them): it is what keeps the wide tiles off the multi-wave rows where they
+# lost, e.g. 1024 x 5120 x 8192 FP8, 3.9 waves of 64x160: 9% slower than 2.4 waves of 128x128.
+UNFLATTENED_TILE_STEPS = 8.0
 # Below this many K-steps per slice, splitting K only adds overhead.
 MIN_K_STEPS_PER_SPLIT = 8
 _REFERENCE_AREA = 128 * 256
@@ -198,7 +225,8 @@ def estimated_cost(cfg: GemmConfig, m: int, n: int, k: int, num_sms: int) -> flo
     Each multiprocessor runs one persistent program; the time is the number of waves of work
     items (tiles times K slices) times the time of one item: its K-steps plus a fixed cost,
     scaled by block area over efficiency (a partial block costs a full one). Split-K adds
-    the traffic of its fp32 partials. Unit: one K-step of a 128x256x64 block.
+    the traffic of its fp32 partials; an unflattened tile loop (the wide tiles) a pipeline fill
+    per wave after the first (UNFLATTENED_TILE_STEPS). Unit: one K-step of a 128x256x64 block.
     """
     tiles = math.ceil(m / cfg.block_m) * math.ceil(n / cfg.width)
     area = cfg.block_m * cfg.width / _REFERENCE_AREA
@@ -230,7 +258,10 @@ def estimated_cost(cfg: GemmConfig, m: int, n: int, k: int, num_sms: int) -> flo
     work = tiles * cfg.split_k
     k_steps = math.ceil(math.ceil(k / cfg.block_k) / cfg.split_k) * cfg.block_k / 64
     per_item = (k_steps + TILE_FIXED_STEPS) * area
-    cost = _waves(work, num_sms) * per_item / cfg.efficiency
+    waves = _waves(work, num_sms)
+    cost = waves * per_item / cfg.efficiency
+    if not cfg.flatten and cfg.persistent:
+        cost += (waves - 1) * UNFLATTENED_TILE_STEPS * area / cfg.efficiency
     if cfg.split_k > 1:
         per_mb = SPLIT_K_FIXUP_COST_PER_MB if cfg.split_fixup else SPLIT_K_COST_PER_MB
         cost += per_mb * cfg.split_k * m * n * 4 / 1e6
@@ -262,11 +293,20 @@ def candidate_configs(k: int, fixup: bool = False, local: bool = False) -> list[
     return out
 
 
-def wide_configs(k: int) -> list[GemmConfig]:
-    """WIDE_CANDIDATES with every split factor that leaves enough K per slice."""
+def wide_configs(k: int, fp8: bool = False) -> list[GemmConfig]:
+    """WIDE_CANDIDATES with every split factor that leaves enough K per slice; fp8: with the FP8
+    efficiencies (WIDE_FP8_EFFICIENCY)."""
+    blocks = (
+        tuple(
+            dataclasses.replace(c, efficiency=WIDE_FP8_EFFICIENCY.get((c.block_m, c.block_n, c.block_n2), c.efficiency))
+            for c in WIDE_CANDIDATES
+        )
+        if fp8
+        else WIDE_CANDIDATES
+    )
     return [
         dataclasses.replace(cfg, split_k=split)
-        for cfg in WIDE_CANDIDATES
+        for cfg in blocks
         for split in SPLIT_K_FACTORS
         if split == 1 or math.ceil(k / cfg.block_k) >= split * MIN_K_STEPS_PER_SPLIT
     ]
@@ -283,12 +323,14 @@ def choose_config(
     candidates: tuple[GemmConfig, ...] | None = None,
     fixup: bool | None = None,
     local: bool = False,
+    wide: bool = True,
 ) -> GemmConfig:
     """The candidate with the lowest estimated cost that fits in shared memory.
 
     allow_split_k=False for callers that need every tile final when its program finishes
     (a producer that signals tiles as they are stored). local=True for the plain local GEMM,
-    which also offers LOCAL_CANDIDATES.
+    which also offers LOCAL_CANDIDATES and (with WIDE_IN_MODEL) the wide tiles; wide=False
+    drops the wide tiles (a call that cannot run gemm_wide: no TMA, or C stored by pointers).
     """
     if m <= 0 or n <= 0 or k <= 0:
         raise ValueError(f"choose_config: shape must be positive, got M={m} N={n} K={k}")
@@ -298,6 +340,8 @@ def choose_config(
     pool = list(candidates) if candidates is not None else candidate_configs(k, fixup=fixup, local=local)
     if not allow_split_k:
         pool = [c for c in pool if c.split_k == 1]
+    if not wide:
+        pool = [c for c in pool if not c.block_n2]
     fitting = [c for c in pool if c.shared_memory_bytes(element_size) <= shared_memory_limit]
     if not fitting:
         raise ValueError(
@@ -318,13 +362,15 @@ def choose_fp8_config(
 ) -> GemmConfig:
     """The FP8 GEMM's block: the bf16 model's choice (2-byte stages are what an FP8 block with
     twice the BLOCK_K needs) with BLOCK_K doubled up to 128, so a K-step moves the same bytes.
-    local=True (the plain gemm_fp8 call, when FP8_LOCAL_IN_MODEL): the local candidates, the
-    one-launch splits and stream-K included; else (the fused FP8 ops) unsplit candidates only."""
+    local=True (the plain gemm_fp8 call): with FP8_LOCAL_IN_MODEL the local candidates, the
+    one-launch splits and stream-K included; else with WIDE_FP8_IN_MODEL the unsplit candidates
+    and the wide tiles (split in two launches too, their FP8 efficiencies); else (and for the
+    fused FP8 ops) unsplit candidates only."""
     if local and FP8_LOCAL_IN_MODEL:
         pool = tuple(c for c in candidate_configs(k, fixup=True, local=True) if fp8_runnable(c))
         cfg = choose_config(m, n, k, num_sms, 2, shared_memory_limit, candidates=pool)
     elif local and WIDE_FP8_IN_MODEL:
-        pool = tuple(c for c in candidate_configs(k) if c.split_k == 1) + tuple(wide_configs(k))
+        pool = tuple(c for c in candidate_configs(k) if c.split_k == 1) + tuple(wide_configs(k, fp8=True))
         cfg = choose_config(m, n, k, num_sms, 2, shared_memory_limit, candidates=pool)
     else:
         cfg = choose_config(m, n, k, num_sms, 2, shared_memory_limit, allow_split_k=False)

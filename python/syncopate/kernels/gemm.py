@@ -401,22 +401,24 @@ def device_limits(device: torch.device) -> tuple[int, int]:
 
 
 def select_config(m: int, n: int, k: int, device: torch.device, dtype: torch.dtype,
-                  allow_split_k: bool = True, local: bool = False) -> GemmConfig:
+                  allow_split_k: bool = True, local: bool = False, wide: bool = True) -> GemmConfig:
     """The configuration for this shape on this device. local=True: `gemm`'s own choice, which
-    may take a block of configs.LOCAL_CANDIDATES (blocks the fused ops do not compile)."""
+    may take a block of configs.LOCAL_CANDIDATES (blocks the fused ops do not compile) and, with
+    wide, a wide tile (configs.WIDE_CANDIDATES, gemm_wide)."""
     if device.type != "cuda":
         return INTERPRETER_CONFIG
     num_sms, smem = device_limits(device)
     # Triton itself keeps a little shared memory (barriers); leave it a margin.
     return _memoized_choice(m, n, k, num_sms, torch.tensor([], dtype=dtype).element_size(),
-                            smem - 1024, allow_split_k, local)
+                            smem - 1024, allow_split_k, local, wide)
 
 
 # choose_config is a pure function of its arguments; remembering its answers keeps the model
 # (a dozen candidates) off the per-call host path of small GEMMs.
 _memoized_choice = functools.lru_cache(maxsize=4096)(
-    lambda m, n, k, sms, elem, smem, split, local: choose_config(m, n, k, sms, elem, smem,
-                                                                allow_split_k=split, local=local))
+    lambda m, n, k, sms, elem, smem, split, local, wide: choose_config(m, n, k, sms, elem, smem,
+                                                                      allow_split_k=split, local=local,
+                                                                      wide=wide))
 
 
 def gemm(a: torch.Tensor, b: torch.Tensor, *, out: torch.Tensor | None = None,
@@ -440,9 +442,15 @@ def gemm(a: torch.Tensor, b: torch.Tensor, *, out: torch.Tensor | None = None,
         return out
     if k == 0:
         return out.zero_()
+    a_view = a if a.stride(1) == 1 else a.contiguous()
+    b_is_nk = b.stride(1) != 1 and b.stride(0) == 1
+    b_view = b.t() if b_is_nk else (b if b.stride(1) == 1 else b.contiguous())
+    use_tma = (not force_pointer_kernel and tma_compatible(a_view) and tma_compatible(b_view)
+               and tma_compatible(out))
+    # The wide tiles (gemm_wide) need TMA and store C through descriptors: offered only then.
     cfg = config if config is not None else select_config(m, n, k, a.device, a.dtype,
                                                           allow_split_k=not c_store_pointers,
-                                                          local=True)
+                                                          local=True, wide=use_tma and not c_store_pointers)
     tiles = triton.cdiv(m, cfg.block_m) * triton.cdiv(n, cfg.width)
     if num_programs is None:
         num_programs = device_limits(a.device)[0] if a.is_cuda else 4
@@ -450,15 +458,10 @@ def gemm(a: torch.Tensor, b: torch.Tensor, *, out: torch.Tensor | None = None,
             num_programs = tiles * cfg.split_k
     grid_size = max(1, min(num_programs, tiles))
 
-    a_view = a if a.stride(1) == 1 else a.contiguous()
-    b_is_nk = b.stride(1) != 1 and b.stride(0) == 1
-    b_view = b.t() if b_is_nk else (b if b.stride(1) == 1 else b.contiguous())
     # Host-made descriptors on a GPU (gemm_tma_host_kernel: no descriptor prologue in the
     # kernel); the interpreter runs the device-descriptor kernel.
     if host_descriptors is None:
         host_descriptors = a.is_cuda and not interpreter_active()
-    use_tma = (not force_pointer_kernel and tma_compatible(a_view) and tma_compatible(b_view)
-               and tma_compatible(out))
     if use_tma and a.is_cuda:
         ensure_descriptor_allocator()
     if use_tma and cfg.block_n2 and not c_store_pointers:
