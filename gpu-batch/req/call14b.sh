@@ -3,7 +3,7 @@
 # at world 1 and shared world 2 with 200 calls / replays (own graph, user graph, interleaved,
 # a missing chunk in both graphs), then bench/bench_call_path.py at world 1 (the default split,
 # the one graph and the plain split side by side: a second run of 2026-12-03's comparison).
-# Runs from the repository root with the staged package on PYTHONPATH; < 150 s; writes $OUT/call14b/.
+# CALL14B_BENCH=0 skips the bench. Runs from the repository root with the staged package on PYTHONPATH; < 150 s; writes $OUT/call14b/.
 set -u
 dest="${OUT:-/tmp}/call14b"
 mkdir -p "$dest"
@@ -20,7 +20,7 @@ step() {  # NAME LIMIT CMD...: one step, its log, its status and time in summary
 TR=(python3 -m torch.distributed.run --standalone)
 step graphs_w2_200 45 "${TR[@]}" --nproc_per_node=2 tests/gpu/test_graphs_gpu.py --calls 200 --hang-dump-s 40
 step graphs_w1_200 25 "${TR[@]}" --nproc_per_node=1 tests/gpu/test_graphs_gpu.py --calls 200 --hang-dump-s 22
-step bench_w1 62 python3 bench/bench_call_path.py --out-dir "$dest" --no-full-path \
+[ "${CALL14B_BENCH:-1}" = 1 ] && step bench_w1 62 python3 bench/bench_call_path.py --out-dir "$dest" --no-full-path \
   --variants AgGemm,GemmRs-chunks,GemmRs-epilogue,GemmAr-chunks
 grep -hE "^SUMMARY|^FAIL" "$dest"/graphs_*.log >> "$dest/summary.txt" 2>/dev/null
 grep -hE "^  [a-z_0-9.]+: met on" "$dest/bench_w1.log" >> "$dest/summary.txt" 2>/dev/null
