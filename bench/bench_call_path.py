@@ -267,7 +267,9 @@ def main():
 
                 if args.correctness_only:
                     tags = (
-                        ["graph"] + ([] if args.no_one_graph else ["onegraph"]) + ([] if args.no_plain_split else ["plainsplit"])
+                        ["graph"]
+                        + ([] if args.no_one_graph else ["onegraph"])
+                        + ([] if args.no_plain_split else ["plainsplit"])
                     )
                 ctxs = {tag: make_ctx(tag) for tag in tags}
                 op_key = {"AgGemm": "ag_gemm", "GemmRs": "gemm_rs", "GemmAr": "gemm_ar"}[cls_name]
