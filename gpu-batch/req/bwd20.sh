@@ -10,13 +10,7 @@ export PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1
 kind=nvidia-h200
 nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | grep -q H100 && kind=nvidia-h100-x1
 { date -u; echo "kind $kind"; nvidia-smi --query-gpu=name --format=csv,noheader; git log --oneline -1; } > "$dest/gpu.txt" 2>&1
-step() {  # NAME LIMIT CMD...: one step, its log, its status and time in summary.txt
-  local name=$1 limit=$2
-  shift 2
-  local t0=$SECONDS
-  timeout "$limit" "$@" > "$dest/$name.log" 2>&1
-  echo "$name rc=$? $((SECONDS - t0))s (limit ${limit}s)" >> "$dest/summary.txt"
-}
+source gpu-batch/step.sh
 t=tests/gpu/test_seq_attention_grad_gpu.py
 step grad_world1 45 python3 -m torch.distributed.run --standalone --nproc_per_node=1 $t --bench
 step grad_world2_shared 45 python3 -m torch.distributed.run --standalone --nproc_per_node=2 $t

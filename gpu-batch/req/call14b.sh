@@ -10,13 +10,7 @@ mkdir -p "$dest"
 export PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 export CUDA_DEVICE_MAX_CONNECTIONS=32
 { date -u; nvidia-smi --query-gpu=name --format=csv,noheader; git log --oneline -1; } > "$dest/gpu.txt" 2>&1
-step() {  # NAME LIMIT CMD...: one step, its log, its status and time in summary.txt
-  local name=$1 limit=$2
-  shift 2
-  local t0=$SECONDS
-  timeout -k 3 "$limit" "$@" > "$dest/$name.log" 2>&1
-  echo "$name rc=$? $((SECONDS - t0))s (limit ${limit}s)" >> "$dest/summary.txt"
-}
+source gpu-batch/step.sh
 TR=(python3 -m torch.distributed.run --standalone)
 step graphs_w2_200 45 "${TR[@]}" --nproc_per_node=2 tests/gpu/test_graphs_gpu.py --calls 200 --hang-dump-s 40
 step graphs_w1_200 25 "${TR[@]}" --nproc_per_node=1 tests/gpu/test_graphs_gpu.py --calls 200 --hang-dump-s 22
