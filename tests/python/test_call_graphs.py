@@ -79,6 +79,9 @@ class FakeGraphs:
             def wait_event(self, event):
                 pass
 
+            def wait_stream(self, stream):
+                pass
+
         class Event:
             cuda_event = 800
 
@@ -100,6 +103,10 @@ class FakeGraphs:
             return fake.capturing
 
         def no_stream_objects(*_):
+            # A capture may ask for its stream (the split graphs' head branches off it); a replay
+            # must not.
+            if fake.capturing:
+                return Stream()
             raise AssertionError("a replay must not build a torch.cuda.Stream (host time per call)")
 
         monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", is_capturing)
@@ -238,3 +245,42 @@ def test_replay_cached_launches_a_known_key_and_declines_anything_else_without_l
     fake.capturing = False
     assert len(launches()) == 1
     assert graphs.replay_cached((1,), None, None) and len(launches()) == 2
+
+
+def test_an_eager_fused_call_holds_garbage_collection_off_from_its_launch_to_the_chunks_issue():
+    """call_graphs.collection_held: a collection between the kernel's launch and issue_chunks
+    could run a cudaFree, which waits for a kernel that waits for those chunks."""
+    import gc
+
+    seen = []
+
+    class Workspace:
+        def fork(self):
+            seen.append(("fork", gc.isenabled()))
+
+        def issue_chunks(self):
+            seen.append(("issue_chunks", gc.isenabled()))
+
+        def end(self):
+            seen.append(("end", gc.isenabled()))
+
+    call = call_graphs.FusedCall(
+        Workspace(), lambda: seen.append(("start", gc.isenabled())), lambda: seen.append(("launch", gc.isenabled()))
+    )
+    assert gc.isenabled()
+    call()
+    assert seen == [("start", True), ("fork", True), ("launch", False), ("issue_chunks", False), ("end", True)]
+    assert gc.isenabled()
+
+    def failing_launch():
+        raise RuntimeError("launch failed")
+
+    with pytest.raises(RuntimeError, match="launch failed"):
+        call_graphs.FusedCall(Workspace(), lambda: None, failing_launch)()
+    assert gc.isenabled(), "turned back on after a failure"
+    gc.disable()
+    try:
+        call()
+        assert not gc.isenabled(), "left off for a caller that had it off"
+    finally:
+        gc.enable()

@@ -36,6 +36,8 @@ wrongly.
 
 from __future__ import annotations
 
+import contextlib
+import gc
 from collections import OrderedDict
 from functools import partial
 from typing import Callable, Hashable, Optional
@@ -51,6 +53,24 @@ MAX_GRAPHS = 8
 def capturing() -> bool:
     """Whether the current stream is being captured into a CUDA graph (by the caller)."""
     return torch.cuda.is_available() and torch.cuda.is_current_stream_capturing()
+
+
+@contextlib.contextmanager
+def collection_held():
+    """Holds off Python's automatic cyclic garbage collection for an eager call's window between
+    launching a kernel whose tiles wait for chunks and issuing those chunks: a collection there
+    may free another context's buffers (an object left in a reference cycle), and cudaFree /
+    cudaFreeHost synchronize the device, so the host would wait for a kernel that waits for the
+    host until the kernel's wait bound ends it (seen in the MoE dispatch on nvidia-h200,
+    2026-12-03). A graph replay has no such window (one runtime call)."""
+    enabled = gc.isenabled()
+    if enabled:
+        gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
 
 
 class FusedCall:
@@ -79,8 +99,9 @@ class FusedCall:
         ws = self.ws
         self.start()
         ws.fork()
-        self.launch()
-        ws.issue_chunks()
+        with collection_held():
+            self.launch()
+            ws.issue_chunks()
         self.tail_rest()
 
     def tail_rest(self) -> None:

@@ -141,7 +141,7 @@ class MoeDispatchCombine:
         # holds values, not self: a closure over self would make the layer a reference cycle,
         # freed by the cyclic GC at any later allocation, even inside another layer's fused call,
         # where freeing its heaps (cudaFree synchronizes) stalls the host behind a kernel that
-        # waits for the host's next step (ops/moe_fused.py, `_gc_paused`).
+        # waits for the host's next step (ops/call_graphs.py, `collection_held`).
         self._deferred = DeferredChecks(
             functools.partial(
                 check_record,

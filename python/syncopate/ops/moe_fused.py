@@ -19,12 +19,12 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import gc
 from typing import Optional, Sequence
 
 import torch
 
 from syncopate.errors import ShapeError, TransformError, Error, InternalError, UserError
+from syncopate.ops.call_graphs import collection_held
 from syncopate.launch import TileTables
 
 KERNEL_MODULE = "syncopate.kernels.moe_gemm"
@@ -73,20 +73,6 @@ def _cached_args(op, a: torch.Tensor, w: torch.Tensor, c: torch.Tensor, counts: 
         cache[key] = hit = (args[4:], meta)
     scalars, meta = hit
     return (a, w, c, counts, *scalars), meta
-
-
-def _gc_paused() -> bool:
-    """Holds off Python's automatic cyclic GC (returns whether it was on; the caller turns it
-    back on). For the dispatch's window between launching the grouped GEMM, whose tiles spin
-    until their chunks land, and issue_chunks(), which enqueues those chunks: a collection there
-    may free another op's workspace (a layer left in a reference cycle), and cudaFree /
-    cudaFreeHost synchronize the device, so the host would wait for a kernel that waits for the
-    host until the kernel's wait bound ends it (WaitTimeoutError naming a chunk this rank issues,
-    its peers' tiles waiting for the same chunks). No collection, no destructor in the window."""
-    enabled = gc.isenabled()
-    if enabled:
-        gc.disable()
-    return enabled
 
 
 def _error_record(device: torch.device):
@@ -581,14 +567,10 @@ class MoeFusedDispatch:
 
     def _launch_and_issue(self, prepared) -> None:
         """The grouped GEMM, then every chunk its tiles wait for, with nothing that may
-        synchronize the device in between (`_gc_paused`)."""
-        gc_was_on = _gc_paused()
-        try:
+        synchronize the device in between (call_graphs.collection_held)."""
+        with collection_held():
             self._launch(prepared, self.ws.epoch_word)
             self.ws.issue_chunks()
-        finally:
-            if gc_was_on:
-                gc.enable()
 
     def own_slot_rows(self) -> tuple:
         """(first, end) rows of this rank's own slots in the slot numbering (global expert g,
