@@ -63,6 +63,8 @@ def refusals(rank: int, world: int, port: int, out_dir: str) -> None:
     ["ok", rows per expert] or [the error's type, its message]."""
     import datetime
 
+    # The installed package, as in the parent (see run).
+    sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != REPO / "python"]
     import torch
     import torch.distributed as dist
 
